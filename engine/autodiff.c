@@ -1,0 +1,175 @@
+/* autodiff.c — reverse-mode differentiation that writes gradient nodes into
+ * the same graph, so the backward pass is planned and run like the forward.
+ * Each op's gradient rule lives in grad_of(); contributions from several
+ * consumers are summed with add nodes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+static kn_node push_op(kn_graph *g, kn_op op, const kn_node_rec *shape_like, int n_inputs,
+                       kn_node in0, kn_node in1, kn_node in2) {
+  kn_node_rec p;
+  memset(&p, 0, sizeof p);
+  p.op = op;
+  p.dtype = KN_F32;
+  p.ndim = shape_like->ndim;
+  memcpy(p.dims, shape_like->dims, sizeof p.dims);
+  p.batched = shape_like->batched;
+  p.n_inputs = n_inputs;
+  p.inputs[0] = in0;
+  p.inputs[1] = in1;
+  p.inputs[2] = in2;
+  return kn_graph_push(g, &p);
+}
+
+/* Adds contribution `d` to the running gradient grads[target]. */
+static int accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d) {
+  if (d < 0) return -1;
+  if (grads[target] < 0) {
+    grads[target] = d;
+  } else {
+    grads[target] = kn_add(g, grads[target], d);
+    if (grads[target] < 0) return -1;
+  }
+  return 0;
+}
+
+/* Emits the gradients of node i's inputs given dy, the gradient of its output. */
+static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
+  /* Copy: pushing nodes may move g->nodes. */
+  kn_node_rec n = g->nodes[i];
+  kn_node a = n.inputs[0], b = n.inputs[1];
+  int need_a = n.n_inputs > 0 && g->nodes[a].requires_grad;
+  int need_b = n.n_inputs > 1 && g->nodes[b].requires_grad;
+  switch (n.op) {
+  case KN_OP_INPUT:
+  case KN_OP_PARAM:
+  case KN_OP_FILL: return 0;
+  case KN_OP_MATMUL: {
+    int ta = n.attr_i[0], tb = n.attr_i[1];
+    /* C = op(A) op(B): dA = dC op(B)^T (or its transpose), dB = op(A)^T dC. */
+    if (need_a) {
+      kn_node da = ta ? kn_matmul(g, b, dy, tb, 1) : kn_matmul(g, dy, b, 0, !tb);
+      if (accumulate(g, grads, a, da)) return -1;
+    }
+    if (need_b) {
+      kn_node db = tb ? kn_matmul(g, dy, a, 1, ta) : kn_matmul(g, a, dy, !ta, 0);
+      if (accumulate(g, grads, b, db)) return -1;
+    }
+    return 0;
+  }
+  case KN_OP_BIAS_ADD:
+    if (need_a && accumulate(g, grads, a, dy)) return -1;
+    if (need_b) {
+      kn_node db = push_op(g, KN_OP_REDUCE_ROWS, &g->nodes[b], 1, dy, -1, -1);
+      if (accumulate(g, grads, b, db)) return -1;
+    }
+    return 0;
+  case KN_OP_ADD:
+    if (need_a && accumulate(g, grads, a, dy)) return -1;
+    if (need_b && accumulate(g, grads, b, dy)) return -1;
+    return 0;
+  case KN_OP_RELU:
+    if (need_a) {
+      return accumulate(g, grads, a, push_op(g, KN_OP_RELU_GRAD, &n, 2, dy, i, -1));
+    }
+    return 0;
+  case KN_OP_SOFTMAX:
+    if (need_a) {
+      return accumulate(g, grads, a, push_op(g, KN_OP_SOFTMAX_GRAD, &n, 2, dy, i, -1));
+    }
+    return 0;
+  case KN_OP_RESHAPE:
+    if (need_a) {
+      const kn_node_rec *x = &g->nodes[a];
+      int dims[KN_MAX_DIMS];
+      memcpy(dims, x->dims, sizeof dims);
+      return accumulate(g, grads, a, kn_reshape(g, dy, x->ndim, dims));
+    }
+    return 0;
+  case KN_OP_SOFTMAX_XENT:
+    if (need_a) {
+      kn_node_rec logits = g->nodes[a];
+      return accumulate(g, grads, a, push_op(g, KN_OP_SOFTMAX_XENT_GRAD, &logits, 3, a, b, dy));
+    }
+    return 0;
+  default:
+    return kn_graph_fail(g, KN_EINVAL, "autodiff: op %d of node '%s' has no gradient rule", n.op,
+                         n.name);
+  }
+}
+
+int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
+  int rc = KN_OK;
+  kn_node *grads = NULL;
+  if (g->error_code) goto out;
+  if (g->has_backward || g->compiled) {
+    kn_graph_fail(g, KN_ESTATE, "autodiff: the graph already has a backward pass");
+    goto out;
+  }
+  if (loss < 0 || loss >= g->n_nodes || kn_node_elems(&g->nodes[loss], 0) != 1) {
+    kn_graph_fail(g, KN_EINVAL, "autodiff: loss must be an existing scalar node");
+    goto out;
+  }
+  int n_forward = g->n_nodes;
+  g->has_backward = 1;
+  /* Gradient slots for forward nodes only; grad nodes are never differentiated. */
+  grads = malloc((size_t)n_forward * sizeof *grads);
+  if (!grads) {
+    kn_graph_fail(g, KN_ENOMEM, "autodiff: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n_forward; i++) grads[i] = -1;
+  g->nodes[loss].keep = 1;
+
+  /* Seed d(loss)/d(loss) = 1. */
+  kn_node_rec seed;
+  memset(&seed, 0, sizeof seed);
+  seed.op = KN_OP_FILL;
+  seed.dtype = KN_F32;
+  seed.ndim = 1;
+  seed.dims[0] = 1;
+  seed.attr_f[0] = 1.0f;
+  snprintf(seed.name, sizeof seed.name, "grad/%.100s", g->nodes[loss].name);
+  grads[loss] = kn_graph_push(g, &seed);
+
+  for (int i = loss; i >= 0 && !g->error_code; i--) {
+    if (grads[i] < 0 || !g->nodes[i].requires_grad) continue;
+    grad_of(g, i, grads[i], grads);
+  }
+  if (g->error_code) goto out;
+
+  /* Bind each parameter's final gradient to its slot of the flat buffer. A
+   * gradient node that is not a fresh arena value (a view, another
+   * parameter's slot) is copied into the slot instead. */
+  for (int p = 0; p < g->n_params; p++) {
+    kn_node param = g->params[p];
+    kn_node d = param < n_forward ? grads[param] : -1;
+    if (d < 0) continue; /* unused parameter: its slot stays zero */
+    kn_node_rec *dn = &g->nodes[d];
+    if (dn->storage != KN_STORE_ARENA || dn->op == KN_OP_FILL || dn->op == KN_OP_INPUT) {
+      kn_node_rec copy = g->nodes[param];
+      memset(copy.inputs, 0, sizeof copy.inputs);
+      copy.op = KN_OP_COPY;
+      copy.storage = KN_STORE_ARENA;
+      copy.n_inputs = 1;
+      copy.inputs[0] = d;
+      copy.init = KN_INIT_ZEROS;
+      d = kn_graph_push(g, &copy);
+      if (d < 0) goto out;
+      dn = &g->nodes[d];
+    }
+    dn->storage = KN_STORE_GRAD;
+    dn->flat_offset = g->nodes[param].flat_offset;
+    dn->keep = 1;
+    snprintf(dn->name, sizeof dn->name, "grad/%.100s", g->nodes[param].name);
+  }
+
+out:
+  free(grads);
+  rc = g->error_code;
+  if (rc && err && errlen) snprintf(err, errlen, "%s", g->error);
+  return rc;
+}

@@ -1,0 +1,241 @@
+/* plan.c — memory planning and execution. Liveness over the schedule gives
+ * each arena value a [first, last] interval; a first-fit allocator over
+ * offsets packs them into one arena, allocated and touched once at compile
+ * time, so running a step allocates nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+#define KN_ALIGN 64
+
+static size_t align_up(size_t v) {
+  return (v + KN_ALIGN - 1) & ~(size_t)(KN_ALIGN - 1);
+}
+
+/* The node whose storage a view ultimately shares. */
+static kn_node storage_root(const kn_graph *g, kn_node n) {
+  while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
+  return n;
+}
+
+typedef struct block {
+  size_t offset, size;
+} block;
+
+/* Live blocks sorted by offset; first fit into the lowest gap. */
+typedef struct arena_plan {
+  block *live;
+  int n_live;
+  size_t peak;
+} arena_plan;
+
+static size_t plan_alloc(arena_plan *a, size_t size) {
+  size_t offset = 0;
+  int at = 0;
+  for (; at < a->n_live; at++) {
+    if (a->live[at].offset >= offset + size) break;
+    size_t end = a->live[at].offset + a->live[at].size;
+    if (end > offset) offset = end;
+  }
+  memmove(&a->live[at + 1], &a->live[at], (size_t)(a->n_live - at) * sizeof(block));
+  a->live[at].offset = offset;
+  a->live[at].size = size;
+  a->n_live++;
+  if (offset + size > a->peak) a->peak = offset + size;
+  return offset;
+}
+
+static void plan_free(arena_plan *a, size_t offset) {
+  for (int i = 0; i < a->n_live; i++) {
+    if (a->live[i].offset == offset) {
+      memmove(&a->live[i], &a->live[i + 1], (size_t)(a->n_live - i - 1) * sizeof(block));
+      a->n_live--;
+      return;
+    }
+  }
+}
+
+static void compute_liveness(kn_graph *g) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    g->nodes[i].first_use = i;
+    g->nodes[i].last_use = i;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    for (int k = 0; k < n->n_inputs; k++) {
+      kn_node root = storage_root(g, n->inputs[k]);
+      if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
+    }
+    /* A view is live as long as whatever reads it; extend its root too. */
+    if (n->storage == KN_STORE_VIEW) {
+      kn_node root = storage_root(g, i);
+      if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->keep || n->op == KN_OP_INPUT) n->last_use = g->n_nodes; /* never reused */
+  }
+}
+
+int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen) {
+  int rc = KN_OK;
+  arena_plan plan = {0};
+  int *order = NULL; /* arena nodes freed at each schedule step, bucketed */
+  int *bucket_start = NULL;
+  if (g->error_code) goto out;
+  if (g->compiled) {
+    kn_graph_fail(g, KN_ESTATE, "compile: the graph is already compiled");
+    goto out;
+  }
+  if (g->n_nodes <= 0) {
+    kn_graph_fail(g, KN_EINVAL, "compile: the graph is empty");
+    goto out;
+  }
+  compute_liveness(g);
+
+  /* Bucket nodes by last use so each step frees its dead values in O(1). */
+  order = malloc((size_t)g->n_nodes * sizeof *order);
+  bucket_start = calloc((size_t)g->n_nodes + 2, sizeof *bucket_start);
+  plan.live = malloc((size_t)g->n_nodes * sizeof(block));
+  if (!order || !bucket_start || !plan.live) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->storage == KN_STORE_ARENA && n->last_use < g->n_nodes) bucket_start[n->last_use + 1]++;
+  }
+  for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
+  {
+    int *fill = calloc((size_t)g->n_nodes + 1, sizeof *fill);
+    if (!fill) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+      goto out;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+      const kn_node_rec *n = &g->nodes[i];
+      if (n->storage == KN_STORE_ARENA && n->last_use < g->n_nodes) {
+        order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
+      }
+    }
+    free(fill);
+  }
+
+  g->naive_bytes = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->storage != KN_STORE_ARENA) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(n));
+    g->naive_bytes += bytes;
+    n->arena_offset = plan_alloc(&plan, bytes);
+    /* Values whose last reader is this node die after it runs. */
+    for (int k = bucket_start[i]; k < bucket_start[i + 1]; k++) {
+      plan_free(&plan, g->nodes[order[k]].arena_offset);
+    }
+  }
+  g->arena_bytes = plan.peak;
+
+  /* One allocation each, touched now so no step pays for first touch. */
+  size_t pbytes = g->n_param_floats * sizeof(float);
+  g->arena = aligned_alloc(KN_ALIGN, align_up(g->arena_bytes ? g->arena_bytes : KN_ALIGN));
+  g->param_buf = aligned_alloc(KN_ALIGN, align_up(pbytes ? pbytes : KN_ALIGN));
+  g->grad_buf = aligned_alloc(KN_ALIGN, align_up(pbytes ? pbytes : KN_ALIGN));
+  if (!g->arena || !g->param_buf || !g->grad_buf) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu arena + 2 x %zu parameter bytes",
+                  g->arena_bytes, pbytes);
+    goto out;
+  }
+  memset(g->arena, 0, g->arena_bytes);
+  memset(g->grad_buf, 0, pbytes);
+
+  kn_rng rng;
+  kn_rng_seed(&rng, seed);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    switch (n->storage) {
+    case KN_STORE_ARENA: n->data = g->arena + n->arena_offset; break;
+    case KN_STORE_PARAM: n->data = g->param_buf + n->flat_offset; break;
+    case KN_STORE_GRAD: n->data = g->grad_buf + n->flat_offset; break;
+    case KN_STORE_VIEW: break;
+    }
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->storage == KN_STORE_VIEW) n->data = g->nodes[storage_root(g, i)].data;
+  }
+  /* Parameters in creation order so a seed means the same weights everywhere. */
+  for (int p = 0; p < g->n_params; p++) {
+    kn_node_rec *n = &g->nodes[g->params[p]];
+    int fan_in = n->ndim >= 2 ? n->dims[n->ndim - 2] : n->dims[0];
+    int fan_out = n->dims[n->ndim - 1];
+    for (int d = 0; d + 2 < n->ndim; d++) {
+      fan_in *= n->dims[d];
+      fan_out *= n->dims[d];
+    }
+    kn_init_fill(n->init, n->data, kn_node_elems(n, 0), fan_in, fan_out, &rng);
+  }
+  g->compiled = 1;
+  g->batch = 0;
+  if (stats) {
+    stats->arena_bytes = g->arena_bytes;
+    stats->naive_bytes = g->naive_bytes;
+    stats->param_bytes = pbytes;
+    stats->grad_bytes = g->has_backward ? pbytes : 0;
+    stats->n_nodes = g->n_nodes;
+    stats->n_forward = g->n_forward;
+  }
+
+out:
+  free(order);
+  free(bucket_start);
+  free(plan.live);
+  rc = g->error_code;
+  if (rc && err && errlen) snprintf(err, errlen, "%s", g->error);
+  return rc;
+}
+
+void *kn_node_data(kn_graph *g, kn_node n) {
+  if (!g->compiled || n < 0 || n >= g->n_nodes) return NULL;
+  return g->nodes[n].data;
+}
+
+int64_t kn_node_arena_offset(const kn_graph *g, kn_node n, size_t *nbytes) {
+  const kn_node_rec *r = &g->nodes[n];
+  if (nbytes) *nbytes = kn_node_planned_bytes(r);
+  return r->storage == KN_STORE_ARENA ? (int64_t)r->arena_offset : -1;
+}
+
+void kn_node_lifetime(const kn_graph *g, kn_node n, int *first, int *last) {
+  *first = g->nodes[n].first_use;
+  *last = g->nodes[n].last_use;
+}
+
+int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t errlen) {
+  if (!g->compiled) {
+    snprintf(err, errlen, "run: compile the graph first");
+    return KN_ESTATE;
+  }
+  if (mode == KN_RUN_TRAIN && !g->has_backward) {
+    snprintf(err, errlen, "run: the graph has no backward pass (call kn_autodiff)");
+    return KN_ESTATE;
+  }
+  int planned = 0;
+  for (int i = 0; i < g->n_nodes && !planned; i++) {
+    if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched) planned = g->nodes[i].dims[0];
+  }
+  if (planned && (batch < 1 || batch > planned)) {
+    snprintf(err, errlen, "run: batch must be 1..%d (the planned batch), got %d", planned, batch);
+    return KN_EINVAL;
+  }
+  g->batch = batch;
+  /* Parameters that no gradient reaches keep the zero slot set at compile. */
+  int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
+  for (int i = 0; i < end; i++) {
+    int rc = kn_cpu_run_node(g, i, err, errlen);
+    if (rc) return rc;
+  }
+  return KN_OK;
+}

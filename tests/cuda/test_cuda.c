@@ -1,0 +1,265 @@
+/* test_cuda.c — the CUDA backend against plain CPU loops: sgemm in all four
+ * transpose combinations on odd sizes, and relu (NaN, -0, inf included).
+ * Without a CUDA device, or in a build without CUDA, the GPU tests are
+ * skipped with a message; the tests that need no device still run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+
+#define MATMUL_RTOL 1e-4
+
+static int device_count; /* set once in main() */
+
+#define REQUIRE_DEVICE()                                                                           \
+  do {                                                                                             \
+    if (device_count == 0) skip();                                                                 \
+  } while (0)
+
+/* Deterministic values in [-1, 1): the same inputs on every run. */
+static void fill_uniform(float *x, size_t n, uint32_t seed) {
+  uint32_t state = seed * 2654435761u + 1u;
+  for (size_t i = 0; i < n; i++) {
+    state = state * 1664525u + 1013904223u;
+    x[i] = (float)((state >> 8) * (1.0 / 8388608.0) - 1.0);
+  }
+}
+
+/* c (m, n) = op(a) op(b), row-major, in double; scale[i] = sum |a||b| of
+ * that element's dot product, the yardstick for a relative tolerance that
+ * also holds where terms cancel to near zero. */
+static void matmul_reference(const float *a, const float *b, double *c, double *scale, int m, int n,
+                             int k, int trans_a, int trans_b) {
+  for (int i = 0; i < m; i++) {
+    for (int j = 0; j < n; j++) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int p = 0; p < k; p++) {
+        double av = trans_a ? a[(size_t)p * m + i] : a[(size_t)i * k + p];
+        double bv = trans_b ? b[(size_t)j * k + p] : b[(size_t)p * n + j];
+        sum += av * bv;
+        abs_sum += fabs(av * bv);
+      }
+      c[(size_t)i * n + j] = sum;
+      scale[(size_t)i * n + j] = abs_sum;
+    }
+  }
+}
+
+static void check_matmul(int m, int n, int k, int trans_a, int trans_b) {
+  size_t a_len = (size_t)m * k, b_len = (size_t)k * n, c_len = (size_t)m * n;
+  float *a = malloc(a_len * sizeof *a);
+  float *b = malloc(b_len * sizeof *b);
+  float *c = malloc(c_len * sizeof *c);
+  double *expected = malloc(c_len * sizeof *expected);
+  double *scale = malloc(c_len * sizeof *scale);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_non_null(c);
+  assert_non_null(expected);
+  assert_non_null(scale);
+  fill_uniform(a, a_len, 1u + (uint32_t)trans_a);
+  fill_uniform(b, b_len, 7u + (uint32_t)trans_b);
+  for (size_t i = 0; i < c_len; i++) c[i] = NAN; /* every element must be written */
+  matmul_reference(a, b, expected, scale, m, n, k, trans_a, trans_b);
+
+  char err[512] = "";
+  int rc = kn_cuda_matmul(a, b, c, m, n, k, trans_a, trans_b, err, sizeof err);
+  if (rc != 0) print_error("kn_cuda_matmul: %s\n", err);
+  assert_int_equal(rc, 0);
+
+  size_t bad = 0;
+  for (size_t i = 0; i < c_len; i++) {
+    double diff = fabs((double)c[i] - expected[i]);
+    if (!(diff <= MATMUL_RTOL * scale[i])) { /* also catches NaN */
+      if (bad++ < 5)
+        print_error("m=%d n=%d k=%d trans_a=%d trans_b=%d: c[%zu, %zu] = %.9g, expected %.9g\n", m,
+                    n, k, trans_a, trans_b, i / (size_t)n, i % (size_t)n, (double)c[i],
+                    expected[i]);
+    }
+  }
+  assert_int_equal(bad, 0);
+  free(a);
+  free(b);
+  free(c);
+  free(expected);
+  free(scale);
+}
+
+/* ---- tests that run everywhere ---- */
+
+static void device_count_succeeds_without_error(void **state) {
+  (void)state;
+  int count = -1;
+  char err[512] = "";
+  assert_int_equal(kn_cuda_device_count(&count, err, sizeof err), 0);
+  assert_true(count >= 0);
+  assert_int_equal(count, device_count);
+}
+
+static void matmul_rejects_negative_sizes_with_a_message(void **state) {
+  (void)state;
+  float a = 1.0f, b = 1.0f, c = 0.0f;
+  char err[512] = "";
+  assert_int_equal(kn_cuda_matmul(&a, &b, &c, -1, 1, 1, 0, 0, err, sizeof err), -1);
+  assert_true(strlen(err) > 0);
+}
+
+static void device_name_of_a_missing_device_fails_with_a_message(void **state) {
+  (void)state;
+  char name[256] = "x", err[512] = "";
+  assert_int_equal(kn_cuda_device_name(device_count, name, sizeof name, err, sizeof err), -1);
+  assert_true(strlen(err) > 0);
+}
+
+static void matmul_without_a_device_fails_with_a_message(void **state) {
+  (void)state;
+  if (device_count > 0) skip(); /* the opposite case is what the GPU tests cover */
+  float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {0};
+  char err[512] = "";
+  assert_int_equal(kn_cuda_matmul(a, b, c, 2, 2, 2, 0, 0, err, sizeof err), -1);
+  assert_true(strlen(err) > 0);
+  print_message("without a device, kn_cuda_matmul says: %s\n", err);
+}
+
+/* ---- tests that need a CUDA device ---- */
+
+static void device_name_names_device_zero(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  char name[256] = "", err[512] = "";
+  int rc = kn_cuda_device_name(0, name, sizeof name, err, sizeof err);
+  if (rc != 0) print_error("kn_cuda_device_name: %s\n", err);
+  assert_int_equal(rc, 0);
+  assert_true(strlen(name) > 0);
+  print_message("CUDA device 0: %s\n", name);
+}
+
+static void matmul_matches_cpu_on_odd_sizes(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_matmul(37, 53, 29, 0, 0);
+}
+
+static void matmul_with_a_transposed_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_matmul(37, 53, 29, 1, 0);
+}
+
+static void matmul_with_b_transposed_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_matmul(37, 53, 29, 0, 1);
+}
+
+static void matmul_with_both_transposed_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_matmul(37, 53, 29, 1, 1);
+}
+
+static void matmul_matches_cpu_on_thin_and_larger_shapes(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_matmul(1, 1, 1, 0, 0);
+  check_matmul(1, 301, 7, 1, 0);     /* a row vector times a matrix */
+  check_matmul(301, 1, 7, 0, 1);     /* a matrix times a column vector */
+  check_matmul(130, 67, 257, 1, 1);  /* k past a tile boundary */
+  check_matmul(257, 129, 513, 0, 1); /* big enough for a tiled kernel */
+}
+
+static void matmul_with_k_zero_writes_zeros(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  float a = 1.0f, b = 1.0f, c[6] = {1, 2, 3, 4, 5, 6};
+  char err[512] = "";
+  assert_int_equal(kn_cuda_matmul(&a, &b, c, 2, 3, 0, 0, 0, err, sizeof err), 0);
+  for (int i = 0; i < 6; i++) assert_true(c[i] == 0.0f);
+}
+
+static float relu_reference(float v) {
+  return v < 0.0f ? 0.0f : v; /* NaN passes through, as in PyTorch */
+}
+
+static void check_relu(size_t n, int in_place) {
+  float *x = malloc(n * sizeof *x);
+  float *y = in_place ? x : malloc(n * sizeof *y);
+  float *expected = malloc(n * sizeof *expected);
+  assert_non_null(x);
+  assert_non_null(y);
+  assert_non_null(expected);
+  fill_uniform(x, n, 42u);
+  if (n > 4) {
+    x[0] = NAN;
+    x[1] = -INFINITY;
+    x[2] = INFINITY;
+    x[3] = -0.0f;
+  }
+  for (size_t i = 0; i < n; i++) expected[i] = relu_reference(x[i]);
+  if (!in_place)
+    for (size_t i = 0; i < n; i++) y[i] = 12345.0f; /* every element must be written */
+
+  char err[512] = "";
+  int rc = kn_cuda_relu(x, y, n, err, sizeof err);
+  if (rc != 0) print_error("kn_cuda_relu: %s\n", err);
+  assert_int_equal(rc, 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    int same = isnan(expected[i]) ? isnan(y[i]) : y[i] == expected[i];
+    if (!same && bad++ < 5)
+      print_error("relu n=%zu: y[%zu] = %g, expected %g\n", n, i, (double)y[i],
+                  (double)expected[i]);
+  }
+  assert_int_equal(bad, 0);
+  if (!in_place) free(y);
+  free(x);
+  free(expected);
+}
+
+static void relu_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_relu(1, 0);
+  check_relu(1001, 0);
+  check_relu(5000011, 0); /* more elements than threads: the grid-stride loop runs */
+}
+
+static void relu_works_in_place(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  check_relu(4099, 1);
+}
+
+int main(void) {
+  char err[512] = "";
+  if (kn_cuda_device_count(&device_count, err, sizeof err) != 0) {
+    printf("kn_cuda_device_count failed: %s\n", err);
+    device_count = 0;
+  }
+  if (device_count == 0) printf("no CUDA device present: skipping GPU tests\n");
+
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(device_count_succeeds_without_error),
+      cmocka_unit_test(matmul_rejects_negative_sizes_with_a_message),
+      cmocka_unit_test(device_name_of_a_missing_device_fails_with_a_message),
+      cmocka_unit_test(matmul_without_a_device_fails_with_a_message),
+      cmocka_unit_test(device_name_names_device_zero),
+      cmocka_unit_test(matmul_matches_cpu_on_odd_sizes),
+      cmocka_unit_test(matmul_with_a_transposed_matches_cpu),
+      cmocka_unit_test(matmul_with_b_transposed_matches_cpu),
+      cmocka_unit_test(matmul_with_both_transposed_matches_cpu),
+      cmocka_unit_test(matmul_matches_cpu_on_thin_and_larger_shapes),
+      cmocka_unit_test(matmul_with_k_zero_writes_zeros),
+      cmocka_unit_test(relu_matches_cpu),
+      cmocka_unit_test(relu_works_in_place),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,149 @@
+/* The memory plan: live values never overlap, kept values are never reused,
+ * the arena beats one buffer per node, and running allocates nothing. */
+#include <malloc.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+static kn_model build_mlp(int batch, int hidden) {
+  kn_layer_config layers[4] = {
+      {.type = KN_LAYER_FLATTEN, .name = "flatten_0"},
+      {.type = KN_LAYER_DENSE, .name = "dense_1", .units = hidden, .use_bias = 1,
+       .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .name = "dense_2", .units = hidden / 2, .use_bias = 1,
+       .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .name = "dense_3", .units = 10, .use_bias = 1,
+       .activation = KN_ACT_SOFTMAX}};
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {28, 28, 1},
+                         .n_layers = 4,
+                         .layers = layers,
+                         .batch_size = batch};
+  kn_model m;
+  char err[256];
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+  return m;
+}
+
+static void live_values_never_overlap_and_kept_values_survive(void **state) {
+  (void)state;
+  kn_model m = build_mlp(32, 128);
+  kn_plan_stats st;
+  char err[256];
+  assert_int_equal(kn_graph_compile(m.graph, 1, &st, err, sizeof err), KN_OK);
+  int n = kn_graph_node_count(m.graph);
+  int checked_pairs = 0;
+  for (int a = 0; a < n; a++) {
+    size_t abytes, bbytes;
+    int64_t aoff = kn_node_arena_offset(m.graph, a, &abytes);
+    if (aoff < 0) continue;
+    int af, al;
+    kn_node_lifetime(m.graph, a, &af, &al);
+    for (int b = a + 1; b < n; b++) {
+      int64_t boff = kn_node_arena_offset(m.graph, b, &bbytes);
+      if (boff < 0) continue;
+      int bf, bl;
+      kn_node_lifetime(m.graph, b, &bf, &bl);
+      int live_together = af <= bl && bf <= al;
+      int overlap = aoff < boff + (int64_t)bbytes && boff < aoff + (int64_t)abytes;
+      if (live_together && overlap) {
+        fail_msg("nodes %s and %s are live together and share arena bytes",
+                 kn_node_name(m.graph, a), kn_node_name(m.graph, b));
+      }
+      checked_pairs++;
+    }
+  }
+  assert_true(checked_pairs > 50);
+  /* Inputs, logits and loss are outputs: live to the end of the schedule. */
+  kn_node kept[] = {m.x, m.y, m.logits, m.loss};
+  for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+    int first, last;
+    kn_node_lifetime(m.graph, kept[i], &first, &last);
+    assert_int_equal(last, n);
+  }
+  kn_model_free(&m);
+}
+
+static void planned_arena_beats_one_buffer_per_node(void **state) {
+  (void)state;
+  kn_model m = build_mlp(128, 512);
+  kn_plan_stats st;
+  char err[256];
+  assert_int_equal(kn_graph_compile(m.graph, 1, &st, err, sizeof err), KN_OK);
+  print_message("arena %zu bytes, one buffer per node %zu bytes (%.2fx)\n", st.arena_bytes,
+                st.naive_bytes, (double)st.naive_bytes / (double)st.arena_bytes);
+  assert_true(st.arena_bytes > 0);
+  assert_true((double)st.naive_bytes / (double)st.arena_bytes >= 1.3);
+  /* Parameters live in the flat buffer: 784*512+512 + 512*256+256 + 256*10+10. */
+  assert_int_equal(kn_param_count(m.graph), 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
+  assert_int_equal(st.param_bytes, kn_param_count(m.graph) * sizeof(float));
+  kn_model_free(&m);
+}
+
+static void running_a_step_allocates_nothing(void **state) {
+  (void)state;
+  kn_model m = build_mlp(64, 64);
+  char err[256];
+  assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+  memset(kn_node_data(m.graph, m.x), 0, 64 * 784 * sizeof(float));
+  memset(kn_node_data(m.graph, m.y), 0, 64 * sizeof(int32_t));
+  /* Warm up once (OpenBLAS sets up its threads' buffers on first use). */
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, 64, err, sizeof err), KN_OK);
+  struct mallinfo2 before = mallinfo2();
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, i % 2 ? 64 : 17, err, sizeof err), KN_OK);
+  }
+  struct mallinfo2 after = mallinfo2();
+  assert_int_equal(after.uordblks, before.uordblks);
+  assert_int_equal(after.hblkhd, before.hblkhd);
+  kn_model_free(&m);
+}
+
+static void same_seed_gives_same_initial_weights(void **state) {
+  (void)state;
+  kn_model a = build_mlp(8, 32), b = build_mlp(8, 32), c = build_mlp(8, 32);
+  char err[256];
+  assert_int_equal(kn_graph_compile(a.graph, 42, NULL, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(b.graph, 42, NULL, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(c.graph, 43, NULL, err, sizeof err), KN_OK);
+  size_t n = kn_param_count(a.graph);
+  assert_memory_equal(kn_params(a.graph), kn_params(b.graph), n * sizeof(float));
+  assert_memory_not_equal(kn_params(a.graph), kn_params(c.graph), n * sizeof(float));
+  /* glorot_uniform bounds for the first kernel: sqrt(6 / (784 + 32)). */
+  const float *w = kn_params(a.graph);
+  float limit = 0.0857492926f;
+  for (int i = 0; i < 784 * 32; i++) assert_true(w[i] >= -limit && w[i] <= limit);
+  kn_model_free(&a);
+  kn_model_free(&b);
+  kn_model_free(&c);
+}
+
+static void model_build_refuses_dense_on_unflattened_input(void **state) {
+  (void)state;
+  kn_layer_config layers[1] = {
+      {.type = KN_LAYER_DENSE, .name = "dense_0", .units = 10, .use_bias = 1}};
+  kn_model_config cfg = {.input_ndim = 3, .input_shape = {28, 28, 1}, .n_layers = 1,
+                         .layers = layers, .batch_size = 4};
+  kn_model m;
+  char err[256];
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "add a flatten layer"));
+  assert_null(m.graph);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(live_values_never_overlap_and_kept_values_survive),
+      cmocka_unit_test(planned_arena_beats_one_buffer_per_node),
+      cmocka_unit_test(running_a_step_allocates_nothing),
+      cmocka_unit_test(same_seed_gives_same_initial_weights),
+      cmocka_unit_test(model_build_refuses_dense_on_unflattened_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
