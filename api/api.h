@@ -1,0 +1,195 @@
+/* api.h — kiln's API layer: JSON <-> C for job specs and progress lines, the
+ * error model, job states and page tokens. Pure: no I/O, no globals.
+ * Prefix api_. Depends on jansson only. */
+#ifndef KILN_API_H
+#define KILN_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- error model (gRPC canonical codes over HTTP, after Google's AIPs) ---- */
+
+#define API_MAX_DETAILS 8
+
+typedef struct api_error_detail {
+  char field[128];       /* JSON path of the offending field, e.g. "model.layers[1].type" */
+  char description[256]; /* the rule it broke, with the value seen */
+} api_error_detail;
+
+typedef struct api_error {
+  int http;           /* 400, 404, 409, 413, 500 ... ; 0 = no error */
+  const char *status; /* "INVALID_ARGUMENT", "NOT_FOUND", ... (static string) */
+  char message[512];
+  int n_details;
+  api_error_detail details[API_MAX_DETAILS];
+} api_error;
+
+/* Fill err with a status and a printf-style message and clear its details;
+ * returns -1 so callers can `return api_error_set(...)`. */
+int api_error_set(api_error *err, int http, const char *status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Append a {field, description} detail (silently drops past API_MAX_DETAILS). */
+void api_error_add_detail(api_error *err, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* {"error":{"code":..,"status":..,"message":..,"details":[..]}}; malloc'd, caller
+ * frees; NULL only when out of memory. "details" is always there, maybe [].
+ * Bytes that are not UTF-8 come out as '?'. */
+char *api_error_to_json(const api_error *err);
+
+/* ---- job states ---- */
+
+typedef enum api_job_state {
+  API_JOB_QUEUED = 0,
+  API_JOB_STARTING,
+  API_JOB_RUNNING,
+  API_JOB_STOPPING,
+  API_JOB_SUCCEEDED,
+  API_JOB_FAILED,
+  API_JOB_CANCELLED,
+  API_JOB_PREEMPTED,
+  API_JOB_STATE_COUNT
+} api_job_state;
+
+const char *api_job_state_name(api_job_state state); /* "UNKNOWN" when out of range */
+/* Returns the state for a name ("RUNNING"), or -1 when the name is unknown. */
+int api_job_state_parse(const char *name);
+/* SUCCEEDED, FAILED, CANCELLED. PREEMPTED is not: it goes back to QUEUED. */
+int api_job_state_is_terminal(api_job_state state);
+
+/* ---- job spec ---- */
+
+#define API_MAX_DIMS   6
+#define API_MAX_LAYERS 64
+#define API_NAME_LEN   128
+
+typedef enum api_layer_type {
+  API_LAYER_DENSE = 0,
+  API_LAYER_FLATTEN,
+  API_LAYER_ACTIVATION, /* {"type":"activation","activation":"relu"} */
+  API_LAYER_RELU,       /* shorthand for activation relu */
+} api_layer_type;
+
+typedef enum api_activation {
+  API_ACT_LINEAR = 0, /* Keras "linear" / no activation */
+  API_ACT_RELU,
+  API_ACT_SOFTMAX,
+} api_activation;
+
+typedef struct api_layer {
+  api_layer_type type;
+  char name[64]; /* given, or "<type>_<index>": "flatten_0", "dense_1" */
+  int units;     /* dense */
+  api_activation activation;
+  int use_bias; /* dense; default 1 */
+} api_layer;
+
+typedef enum api_optimizer_type { API_OPT_SGD = 0, API_OPT_ADAM } api_optimizer_type;
+
+typedef struct api_job_spec {
+  char display_name[API_NAME_LEN];
+  /* model */
+  int input_ndim;
+  int input_shape[API_MAX_DIMS]; /* per example, e.g. {28, 28, 1} */
+  int n_layers;
+  api_layer layers[API_MAX_LAYERS];
+  /* loss and metrics: "sparse_categorical_crossentropy"; accuracy on/off */
+  char loss[64];
+  int metric_accuracy;
+  /* data */
+  char dataset[64];    /* built-in name, e.g. "fashion-mnist" */
+  char validation[16]; /* "test" (the held-out split) or "none" */
+  int batch_size;      /* default 32 (Keras) */
+  int shuffle;         /* default 1 */
+  int normalize;       /* scale u8 pixels to [0,1]; default 1 */
+  int drop_remainder;  /* default 0 */
+  /* optimizer */
+  api_optimizer_type optimizer;
+  double learning_rate;           /* default 0.01 for sgd, 0.001 for adam (Keras) */
+  double momentum;                /* sgd; default 0 */
+  int nesterov;                   /* sgd; default 0 */
+  double beta_1, beta_2, epsilon; /* adam; defaults 0.9, 0.999, 1e-7 (Keras) */
+  /* loop */
+  int epochs;          /* default 1 */
+  int log_every_steps; /* default 50 */
+  uint64_t seed;       /* default 0 */
+  int has_seed;
+  int priority; /* 0..100, default 50 */
+  /* resources */
+  char device_type[8]; /* "cpu" */
+  int devices;         /* default 1 */
+} api_job_spec;
+
+/* Parses and validates a job spec (len bytes; no NUL needed). On failure
+ * returns -1 and fills err with a 400 INVALID_ARGUMENT whose details name
+ * each offending field by its JSON path, all problems at once (the first
+ * API_MAX_DETAILS; the message gives the count). Unknown fields are refused
+ * so a typo never passes silently. spec is zeroed first, so two parses of
+ * the same text compare equal with memcmp; options of the optimizer not
+ * chosen stay 0. On success err is cleared (http 0). */
+int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *err);
+/* The spec in canonical form, every default filled in; malloc'd JSON text
+ * that api_spec_parse accepts and maps to the same struct. Doubles are
+ * written with as many digits as needed to read back exactly. NULL when out
+ * of memory or when the struct holds what JSON cannot carry (an unknown
+ * enum value, a seed above INT64_MAX, counts out of range). */
+char *api_spec_to_json(const api_job_spec *spec);
+
+/* ---- progress lines (kiln-train -> scheduler), one JSON object per line ---- */
+
+#define API_MAX_METRICS 16
+
+typedef enum api_progress_kind {
+  API_PROGRESS_METRICS = 0, /* {"step":..,"epoch":..,"metrics":{"loss":..}} */
+  API_PROGRESS_CHECKPOINT,  /* {"checkpoint":{"step":..,"path":..,"bytes":..,"sha256":..}} */
+  API_PROGRESS_ERROR,       /* {"error":{"reason":"DATA_ERROR","message":".."}} */
+  API_PROGRESS_STATUS,      /* {"status":{"phase":"training","message":".."}} */
+} api_progress_kind;
+
+typedef struct api_progress {
+  api_progress_kind kind;
+  int64_t step;
+  int epoch;
+  int n_metrics;
+  char metric_names[API_MAX_METRICS][48];
+  double metric_values[API_MAX_METRICS];
+  char path[512];    /* checkpoint */
+  int64_t bytes;     /* checkpoint */
+  char sha256[65];   /* checkpoint, lowercase hex */
+  char reason[48];   /* error: reason code; status: phase */
+  char message[512]; /* error / status */
+} api_progress;
+
+/* Returns 0, or -1 with a sentence in err naming what is wrong with the line
+ * (not an object, unknown kind or key, wrong type, string too long, ...).
+ * out is zeroed first. */
+int api_progress_parse(const char *line, api_progress *out, char *err, size_t errlen);
+/* One line of JSON without the trailing newline; malloc'd. api_progress_parse
+ * reads it back to the same struct. NULL for an unknown kind, a non-finite
+ * value, an empty or repeated metric name, or when out of memory. */
+char *api_progress_format(const api_progress *p);
+
+/* ---- page tokens ---- */
+
+#define API_PAGE_TOKEN_LEN 48
+/* An opaque token for "the page after position" (position >= 1). */
+void api_page_token_encode(int64_t position, char out[API_PAGE_TOKEN_LEN]);
+/* 0 and the position, or -1 when the token is not one we issued. */
+int api_page_token_decode(const char *token, int64_t *position);
+
+/* ---- built-in data sets ---- */
+
+typedef struct api_builtin_dataset {
+  const char *name; /* as a job spec names it: "fashion-mnist" */
+  const char *dir;  /* under the datasets directory */
+  const char *train_images, *train_labels, *test_images, *test_labels; /* IDX, gzip'd */
+  int64_t train_examples, test_examples;
+  int input_shape[API_MAX_DIMS];
+  int input_ndim;
+  int n_classes;
+} api_builtin_dataset;
+
+int api_builtin_dataset_count(void);
+const api_builtin_dataset *api_builtin_dataset_at(int i);
+const api_builtin_dataset *api_builtin_dataset_find(const char *name); /* NULL if unknown */
+
+#endif

@@ -1,0 +1,918 @@
+/* spec.c — the job spec: parse and validate a JSON body into api_job_spec,
+ * reporting every problem with its JSON path, and write a spec back out in
+ * canonical form with every default filled in. */
+#include "api.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PATH_LEN         128 /* api_error_detail.field */
+#define MAX_DIM          65536
+#define MAX_INPUT_VALUES (1LL << 24) /* per example: 16M values */
+#define MAX_UNITS        65536
+
+/* Every violation found so far: the first API_MAX_DETAILS go into err, the
+ * count covers them all so the message can say how many there were. */
+typedef struct checker {
+  api_error *err;
+  int problems;
+} checker;
+
+/* One JSON object being read and its path ("" for the top level). */
+typedef struct scope {
+  checker *c;
+  json_t *obj;
+  const char *path;
+} scope;
+
+enum { OPTIONAL = 0, REQUIRED = 1 };
+
+__attribute__((format(printf, 3, 4))) static void problem(checker *c, const char *field,
+                                                          const char *fmt, ...) {
+  c->problems++;
+  if (c->err->n_details >= API_MAX_DETAILS) return;
+  /* Longer than a detail's description: api_error_add_detail does the
+   * cutting, on a UTF-8 character boundary. */
+  char description[2 * sizeof c->err->details[0].description];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(description, sizeof description, fmt, ap);
+  va_end(ap);
+  if (n < 0) description[0] = '\0';
+  api_error_add_detail(c->err, field, "%s", description);
+}
+
+/* ---- paths and text ---- */
+
+static void join_path(char out[PATH_LEN], const char *parent, const char *key) {
+  int n = snprintf(out, PATH_LEN, "%s%s%s", parent, parent[0] ? "." : "", key);
+  if (n < 0) out[0] = '\0';
+}
+
+static void index_path(char out[PATH_LEN], const char *parent, size_t index) {
+  int n = snprintf(out, PATH_LEN, "%s[%zu]", parent, index);
+  if (n < 0) out[0] = '\0';
+}
+
+/* A user's string shortened for quoting in a description, cut on a UTF-8
+ * character boundary and marked with "..." when cut. */
+static const char *clip(const char *text, char *buf, size_t size) {
+  size_t len = strlen(text);
+  if (len < size) return text;
+  size_t keep = size - 4;
+  while (keep > 0 && ((unsigned char)text[keep] & 0xC0) == 0x80) keep--;
+  memcpy(buf, text, keep);
+  memcpy(buf + keep, "...", 4);
+  return buf;
+}
+
+static const char *type_name(const json_t *value) {
+  switch (json_typeof(value)) {
+  case JSON_OBJECT:
+    return "object";
+  case JSON_ARRAY:
+    return "array";
+  case JSON_STRING:
+    return "string";
+  case JSON_INTEGER:
+    return "integer";
+  case JSON_REAL:
+    return "number";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "boolean";
+  case JSON_NULL:
+    return "null";
+  }
+  return "unknown";
+}
+
+/* Index of value in a NULL-terminated list, or -1. */
+static int pick(const char *value, const char *const *choices) {
+  for (int i = 0; choices[i]; i++)
+    if (strcmp(value, choices[i]) == 0) return i;
+  return -1;
+}
+
+/* "a, b, c" into out. */
+static const char *list_text(const char *const *items, char *out, size_t size) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int i = 0; items[i] && used < size; i++) {
+    int n = snprintf(out + used, size - used, "%s%s", i ? ", " : "", items[i]);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  return out;
+}
+
+static void copy_text(char *dst, size_t size, const char *src) {
+  size_t len = strlen(src);
+  if (len >= size) len = size - 1;
+  memcpy(dst, src, len);
+  dst[len] = '\0';
+}
+
+/* ---- typed members ---- */
+
+/* The member key of s, or NULL when absent (reported when required). */
+static json_t *member(const scope *s, const char *key, int required) {
+  json_t *value = json_object_get(s->obj, key);
+  if (!value && required) {
+    char path[PATH_LEN];
+    join_path(path, s->path, key);
+    problem(s->c, path, "is required");
+  }
+  return value;
+}
+
+static void wrong_type(const scope *s, const char *key, const char *expected, const json_t *value) {
+  char path[PATH_LEN];
+  join_path(path, s->path, key);
+  problem(s->c, path, "must be %s, got %s", expected, type_name(value));
+}
+
+/* An integer, or a number with no fractional part (2.0) that fits. */
+static int as_integer(const json_t *value, long long *out) {
+  if (json_is_integer(value)) {
+    *out = json_integer_value(value);
+    return 1;
+  }
+  if (json_is_real(value)) {
+    double real = json_real_value(value);
+    if (real >= -0x1p63 && real < 0x1p63 && real == (double)(long long)real) {
+      *out = (long long)real;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Reads an integer member into *out when present and of the right type.
+ * Returns 1 when read, 0 when absent, -1 when a problem was reported. */
+static int get_integer(const scope *s, const char *key, int required, long long min, long long max,
+                       long long *out) {
+  json_t *value = member(s, key, required);
+  if (!value) return required ? -1 : 0;
+  long long number;
+  if (!as_integer(value, &number)) {
+    char path[PATH_LEN];
+    join_path(path, s->path, key);
+    if (json_is_real(value))
+      problem(s->c, path, "must be an integer, got %g", json_real_value(value));
+    else
+      problem(s->c, path, "must be an integer, got %s", type_name(value));
+    return -1;
+  }
+  if (number < min || number > max) {
+    char path[PATH_LEN];
+    join_path(path, s->path, key);
+    problem(s->c, path, "must be between %lld and %lld, got %lld", min, max, number);
+    return -1;
+  }
+  *out = number;
+  return 1;
+}
+
+/* An int member within [min, max]; *out keeps its default when absent. */
+static int get_int(const scope *s, const char *key, int required, int min, int max, int *out) {
+  long long number;
+  int rc = get_integer(s, key, required, min, max, &number);
+  if (rc == 1) *out = (int)number;
+  return rc;
+}
+
+static int get_number(const scope *s, const char *key, int required, double *out) {
+  json_t *value = member(s, key, required);
+  if (!value) return required ? -1 : 0;
+  if (!json_is_number(value)) {
+    wrong_type(s, key, "a number", value);
+    return -1;
+  }
+  *out = json_number_value(value);
+  return 1;
+}
+
+static int get_bool(const scope *s, const char *key, int *out) {
+  json_t *value = member(s, key, OPTIONAL);
+  if (!value) return 0;
+  if (!json_is_boolean(value)) {
+    wrong_type(s, key, "a boolean (true or false)", value);
+    return -1;
+  }
+  *out = json_is_true(value);
+  return 1;
+}
+
+static const char *get_string(const scope *s, const char *key, int required) {
+  json_t *value = member(s, key, required);
+  if (!value) return NULL;
+  if (!json_is_string(value)) {
+    wrong_type(s, key, "a string", value);
+    return NULL;
+  }
+  return json_string_value(value);
+}
+
+/* A string member that must be one of choices; returns its index, or -1
+ * when absent or refused (then a problem "<what> '<value>'; supported: .."
+ * is reported). */
+static int get_choice(const scope *s, const char *key, int required, const char *what,
+                      const char *const *choices) {
+  const char *value = get_string(s, key, required);
+  if (!value) return -1;
+  int index = pick(value, choices);
+  if (index < 0) {
+    char path[PATH_LEN], quoted[64], supported[128];
+    join_path(path, s->path, key);
+    problem(s->c, path, "%s '%s'; supported: %s", what, clip(value, quoted, sizeof quoted),
+            list_text(choices, supported, sizeof supported));
+  }
+  return index;
+}
+
+static json_t *get_typed(const scope *s, const char *key, int required, int want_object) {
+  json_t *value = member(s, key, required);
+  if (!value) return NULL;
+  if (want_object ? !json_is_object(value) : !json_is_array(value)) {
+    wrong_type(s, key, want_object ? "an object" : "an array", value);
+    return NULL;
+  }
+  return value;
+}
+
+static json_t *get_object(const scope *s, const char *key, int required) {
+  return get_typed(s, key, required, 1);
+}
+
+static json_t *get_array(const scope *s, const char *key, int required) {
+  return get_typed(s, key, required, 0);
+}
+
+/* Refuses every key of s not in allowed, so a typo never passes silently. */
+static void refuse_unknown(const scope *s, const char *const *allowed) {
+  const char *key;
+  json_t *value;
+  json_object_foreach(s->obj, key, value) {
+    if (pick(key, allowed) >= 0) continue;
+    char path[PATH_LEN], expected[200];
+    join_path(path, s->path, key);
+    problem(s->c, path, "unknown field; expected one of: %s",
+            list_text(allowed, expected, sizeof expected));
+  }
+}
+
+/* ---- sections ---- */
+
+static const char *const layer_types[] = {"dense", "flatten", "activation", "relu", NULL};
+static const char *const activations[] = {"linear", "relu", "softmax", NULL};
+static const char *const layer_fields[] = {"type", "name", "units", "activation", "use_bias", NULL};
+static const char *const fields_by_type[][6] = {
+    [API_LAYER_DENSE] = {"type", "name", "units", "activation", "use_bias", NULL},
+    [API_LAYER_FLATTEN] = {"type", "name", NULL},
+    [API_LAYER_ACTIVATION] = {"type", "name", "activation", NULL},
+    [API_LAYER_RELU] = {"type", "name", NULL},
+};
+
+static int valid_layer_name(const char *name) {
+  size_t len = strlen(name);
+  if (len < 1 || len > 63) return 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = name[i];
+    int ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+             ch == '_' || ch == '.' || ch == '-';
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+/* Parses one layer object. Returns its type, or -1 when the type is missing
+ * or unknown. *shape_known says whether the shape walk can go on past it
+ * (a known type, and units for dense); *named whether the user gave a name. */
+static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *layer, int *named,
+                       int *shape_known) {
+  scope s = {c, obj, path};
+  int type = get_choice(&s, "type", REQUIRED, "unknown layer type", layer_types);
+  *shape_known = 0;
+
+  const char *key;
+  json_t *value;
+  json_object_foreach(obj, key, value) {
+    char field[PATH_LEN], expected[80];
+    join_path(field, path, key);
+    if (type >= 0 && pick(key, layer_fields) >= 0 && pick(key, fields_by_type[type]) < 0)
+      problem(c, field, "not a field of a '%s' layer", layer_types[type]);
+    else if (pick(key, layer_fields) < 0)
+      problem(
+          c, field, "unknown field; expected one of: %s",
+          list_text(type >= 0 ? fields_by_type[type] : layer_fields, expected, sizeof expected));
+  }
+
+  const char *name = get_string(&s, "name", OPTIONAL);
+  *named = json_object_get(obj, "name") != NULL;
+  if (name && valid_layer_name(name)) {
+    copy_text(layer->name, sizeof layer->name, name);
+  } else if (name) {
+    char field[PATH_LEN], quoted[80];
+    join_path(field, path, "name");
+    problem(c, field, "must be 1 to 63 characters from A-Z a-z 0-9 _ . -, got '%s'",
+            clip(name, quoted, sizeof quoted));
+  }
+  if (type < 0) return -1;
+
+  layer->type = (api_layer_type)type;
+  *shape_known = 1;
+  switch (layer->type) {
+  case API_LAYER_DENSE: {
+    layer->use_bias = 1;
+    if (get_int(&s, "units", REQUIRED, 1, MAX_UNITS, &layer->units) != 1) *shape_known = 0;
+    int act = get_choice(&s, "activation", OPTIONAL, "unknown activation", activations);
+    if (act >= 0) layer->activation = (api_activation)act;
+    get_bool(&s, "use_bias", &layer->use_bias);
+    break;
+  }
+  case API_LAYER_ACTIVATION: {
+    int act = get_choice(&s, "activation", REQUIRED, "unknown activation", activations);
+    if (act >= 0) layer->activation = (api_activation)act;
+    break;
+  }
+  case API_LAYER_RELU:
+    layer->activation = API_ACT_RELU;
+    break;
+  case API_LAYER_FLATTEN:
+    break;
+  }
+  return type;
+}
+
+static void format_shape(const long long *dims, int rank, char *out, size_t size) {
+  size_t used = 0;
+  used += (size_t)snprintf(out, size, "(");
+  for (int i = 0; i < rank && used < size; i++)
+    used += (size_t)snprintf(out + used, size - used, "%s%lld", i ? ", " : "", dims[i]);
+  if (used < size) snprintf(out + used, size - used, ")");
+}
+
+/* Follows the per-example shape through the layers: dense needs a flat
+ * input, and the model must end in a flat vector of class scores. */
+static void walk_shapes(checker *c, const api_job_spec *spec, const int *shape_known) {
+  long long dims[API_MAX_DIMS];
+  int rank = spec->input_ndim;
+  for (int d = 0; d < rank; d++) dims[d] = spec->input_shape[d];
+
+  for (int i = 0; i < spec->n_layers; i++) {
+    if (!shape_known[i]) return;
+    const api_layer *layer = &spec->layers[i];
+    if (layer->type == API_LAYER_FLATTEN) {
+      long long values = 1;
+      for (int d = 0; d < rank; d++) values *= dims[d];
+      dims[0] = values;
+      rank = 1;
+    } else if (layer->type == API_LAYER_DENSE) {
+      if (rank != 1) {
+        char path[PATH_LEN], shape[96];
+        index_path(path, "model.layers", (size_t)i);
+        format_shape(dims, rank, shape, sizeof shape);
+        problem(c, path,
+                "dense expects a flat input (rank 1), got shape %s; add a flatten layer before it",
+                shape);
+      }
+      dims[0] = layer->units;
+      rank = 1;
+    }
+  }
+
+  if (rank != 1 || dims[0] < 2) {
+    char path[PATH_LEN], shape[96];
+    index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
+    format_shape(dims, rank, shape, sizeof shape);
+    problem(c, path,
+            "the last layer must output the class scores, a flat vector (rank 1) of at least 2 "
+            "units; got shape %s",
+            shape);
+  }
+}
+
+static void parse_model(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "model"};
+  static const char *const fields[] = {"input_shape", "layers", NULL};
+  refuse_unknown(&s, fields);
+
+  int input_ok = 0;
+  json_t *shape = get_array(&s, "input_shape", REQUIRED);
+  size_t ndim = shape ? json_array_size(shape) : 0;
+  if (shape && (ndim < 1 || ndim > API_MAX_DIMS)) {
+    problem(c, "model.input_shape", "must have 1 to %d dimensions, got %zu", API_MAX_DIMS, ndim);
+  } else if (shape) {
+    input_ok = 1;
+    long long values = 1;
+    int counted = 1; /* values is the exact product */
+    for (size_t d = 0; d < ndim; d++) {
+      json_t *dim = json_array_get(shape, d);
+      long long size;
+      char path[PATH_LEN];
+      index_path(path, "model.input_shape", d);
+      if (!as_integer(dim, &size) || size < 1 || size > MAX_DIM) {
+        if (as_integer(dim, &size))
+          problem(c, path, "must be between 1 and %d, got %lld", MAX_DIM, size);
+        else if (json_is_real(dim))
+          problem(c, path, "must be a positive integer, got %g", json_real_value(dim));
+        else
+          problem(c, path, "must be a positive integer, got %s", type_name(dim));
+        input_ok = 0;
+        continue;
+      }
+      spec->input_shape[d] = (int)size;
+      /* Stop multiplying past the limit: six dims of 65536 overflow. */
+      if (values <= MAX_INPUT_VALUES)
+        values *= size;
+      else
+        counted = 0;
+    }
+    spec->input_ndim = (int)ndim;
+    if (input_ok && values > MAX_INPUT_VALUES) {
+      if (counted)
+        problem(c, "model.input_shape", "has %lld values per example; the limit is %lld", values,
+                MAX_INPUT_VALUES);
+      else
+        problem(c, "model.input_shape", "has more than %lld values per example (the limit)",
+                MAX_INPUT_VALUES);
+      input_ok = 0;
+    }
+  }
+
+  json_t *layers = get_array(&s, "layers", REQUIRED);
+  if (!layers) return;
+  size_t n_layers = json_array_size(layers);
+  if (n_layers < 1 || n_layers > API_MAX_LAYERS) {
+    problem(c, "model.layers", "must list 1 to %d layers, got %zu", API_MAX_LAYERS, n_layers);
+    return;
+  }
+
+  int shape_known[API_MAX_LAYERS] = {0};
+  int named[API_MAX_LAYERS] = {0};
+  int types[API_MAX_LAYERS];
+  spec->n_layers = (int)n_layers;
+  for (size_t i = 0; i < n_layers; i++) {
+    char path[PATH_LEN];
+    index_path(path, "model.layers", i);
+    json_t *layer = json_array_get(layers, i);
+    types[i] = -1;
+    if (!json_is_object(layer))
+      problem(c, path, "must be an object, got %s", type_name(layer));
+    else
+      types[i] = parse_layer(c, layer, path, &spec->layers[i], &named[i], &shape_known[i]);
+  }
+
+  /* Default names "<type>_<index>": "flatten_0", "dense_1". */
+  for (size_t i = 0; i < n_layers; i++)
+    if (!named[i] && types[i] >= 0)
+      snprintf(spec->layers[i].name, sizeof spec->layers[i].name, "%s_%zu", layer_types[types[i]],
+               i);
+  for (size_t j = 1; j < n_layers; j++) {
+    for (size_t i = 0; i < j; i++) {
+      const char *name = spec->layers[j].name;
+      if (!name[0] || strcmp(name, spec->layers[i].name) != 0) continue;
+      /* Blame the later name the user chose, never a generated one. */
+      size_t blamed = named[j] ? j : i, other = named[j] ? i : j;
+      char path[PATH_LEN], base[PATH_LEN];
+      index_path(base, "model.layers", blamed);
+      join_path(path, base, "name");
+      if (named[other])
+        problem(c, path, "duplicate layer name '%s' (also the name of model.layers[%zu])", name,
+                other);
+      else
+        problem(c, path, "layer name '%s' is also the default name of model.layers[%zu]", name,
+                other);
+      break;
+    }
+  }
+
+  /* Softmax turns scores into probabilities; only the output may do that. */
+  for (size_t i = 0; i + 1 < n_layers; i++) {
+    if (spec->layers[i].activation != API_ACT_SOFTMAX) continue;
+    char path[PATH_LEN], base[PATH_LEN];
+    index_path(base, "model.layers", i);
+    join_path(path, base, "activation");
+    problem(c, path, "softmax is allowed only on the last layer");
+  }
+
+  if (input_ok) walk_shapes(c, spec, shape_known);
+}
+
+static void parse_dataset(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "dataset"};
+  static const char *const fields[] = {"name", "validation", NULL};
+  static const char *const validations[] = {"test", "none", NULL};
+  refuse_unknown(&s, fields);
+  const char *name = get_string(&s, "name", REQUIRED);
+  if (name && strcmp(name, "fashion-mnist") != 0) {
+    char quoted[64];
+    problem(c, "dataset.name",
+            "unknown dataset '%s'; only the built-in 'fashion-mnist' is available for now",
+            clip(name, quoted, sizeof quoted));
+  } else if (name) {
+    copy_text(spec->dataset, sizeof spec->dataset, name);
+  }
+  int validation = get_choice(&s, "validation", OPTIONAL, "unknown validation split", validations);
+  if (validation >= 0)
+    copy_text(spec->validation, sizeof spec->validation, validations[validation]);
+}
+
+static void parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "pipeline"};
+  static const char *const fields[] = {"batch_size", "shuffle", "normalize", "drop_remainder",
+                                       NULL};
+  refuse_unknown(&s, fields);
+  get_int(&s, "batch_size", OPTIONAL, 1, 65536, &spec->batch_size);
+  get_bool(&s, "shuffle", &spec->shuffle);
+  get_bool(&s, "normalize", &spec->normalize);
+  get_bool(&s, "drop_remainder", &spec->drop_remainder);
+}
+
+/* Checks 0 <= value < 1 for momentum and the Adam betas. */
+static void check_unit_interval(checker *c, const char *path, double value) {
+  if (!(value >= 0 && value < 1)) problem(c, path, "must be >= 0 and < 1, got %g", value);
+}
+
+static void parse_optimizer(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "optimizer"};
+  static const char *const types[] = {"sgd", "adam", NULL};
+  static const char *const common[] = {"type", "learning_rate", NULL};
+  static const char *const own[][4] = {
+      [API_OPT_SGD] = {"momentum", "nesterov", NULL},
+      [API_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", NULL},
+  };
+  int type = get_choice(&s, "type", REQUIRED, "unknown optimizer type", types);
+
+  const char *key;
+  json_t *value;
+  json_object_foreach(obj, key, value) {
+    if (pick(key, common) >= 0) continue;
+    char path[PATH_LEN];
+    join_path(path, "optimizer", key);
+    int sgd_key = pick(key, own[API_OPT_SGD]) >= 0, adam_key = pick(key, own[API_OPT_ADAM]) >= 0;
+    if (type == API_OPT_SGD && adam_key)
+      problem(c, path, "is an option of optimizer type 'adam', not 'sgd'");
+    else if (type == API_OPT_ADAM && sgd_key)
+      problem(c, path, "is an option of optimizer type 'sgd', not 'adam'");
+    else if (!sgd_key && !adam_key)
+      problem(c, path,
+              "unknown field; expected one of: type, learning_rate, momentum, nesterov (sgd), "
+              "beta_1, beta_2, epsilon (adam)");
+  }
+
+  if (type == API_OPT_SGD) {
+    spec->optimizer = API_OPT_SGD;
+    spec->learning_rate = 0.01;
+  } else if (type == API_OPT_ADAM) {
+    spec->optimizer = API_OPT_ADAM;
+    spec->learning_rate = 0.001;
+    spec->beta_1 = 0.9;
+    spec->beta_2 = 0.999;
+    spec->epsilon = 1e-7;
+  }
+  if (get_number(&s, "learning_rate", OPTIONAL, &spec->learning_rate) == 1 &&
+      !(spec->learning_rate > 0 && spec->learning_rate <= 10))
+    problem(c, "optimizer.learning_rate", "must be > 0 and <= 10, got %g", spec->learning_rate);
+
+  if (type == API_OPT_SGD) {
+    int momentum_ok = 1;
+    if (get_number(&s, "momentum", OPTIONAL, &spec->momentum) == 1) {
+      momentum_ok = spec->momentum >= 0 && spec->momentum < 1;
+      check_unit_interval(c, "optimizer.momentum", spec->momentum);
+    }
+    if (get_bool(&s, "nesterov", &spec->nesterov) == 1 && spec->nesterov && momentum_ok &&
+        spec->momentum == 0)
+      problem(c, "optimizer.nesterov", "nesterov requires momentum > 0, got momentum %g",
+              spec->momentum);
+  } else if (type == API_OPT_ADAM) {
+    if (get_number(&s, "beta_1", OPTIONAL, &spec->beta_1) == 1)
+      check_unit_interval(c, "optimizer.beta_1", spec->beta_1);
+    if (get_number(&s, "beta_2", OPTIONAL, &spec->beta_2) == 1)
+      check_unit_interval(c, "optimizer.beta_2", spec->beta_2);
+    if (get_number(&s, "epsilon", OPTIONAL, &spec->epsilon) == 1 && !(spec->epsilon > 0))
+      problem(c, "optimizer.epsilon", "must be > 0, got %g", spec->epsilon);
+  }
+}
+
+static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "resources"};
+  static const char *const fields[] = {"device_type", "devices", "pool", NULL};
+  refuse_unknown(&s, fields);
+  char quoted[64];
+  const char *device_type = get_string(&s, "device_type", OPTIONAL);
+  if (device_type && strcmp(device_type, "cpu") != 0)
+    problem(c, "resources.device_type",
+            "unsupported device_type '%s'; only 'cpu' is available for now",
+            clip(device_type, quoted, sizeof quoted));
+  else if (device_type)
+    copy_text(spec->device_type, sizeof spec->device_type, device_type);
+  long long devices;
+  if (get_integer(&s, "devices", OPTIONAL, LLONG_MIN, LLONG_MAX, &devices) == 1) {
+    if (devices != 1)
+      problem(c, "resources.devices", "must be 1 for now (one device per job), got %lld", devices);
+    else
+      spec->devices = (int)devices;
+  }
+  const char *pool = get_string(&s, "pool", OPTIONAL);
+  if (pool && strcmp(pool, "default") != 0)
+    problem(c, "resources.pool", "unknown pool '%s'; only 'default' exists for now",
+            clip(pool, quoted, sizeof quoted));
+}
+
+static void parse_strategy(checker *c, json_t *obj) {
+  scope s = {c, obj, "strategy"};
+  static const char *const fields[] = {"type", NULL};
+  refuse_unknown(&s, fields);
+  const char *type = get_string(&s, "type", REQUIRED);
+  char quoted[64];
+  if (type && strcmp(type, "single") != 0)
+    problem(c, "strategy.type", "unsupported strategy '%s'; only 'single' is available for now",
+            clip(type, quoted, sizeof quoted));
+}
+
+static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
+  scope s = {c, root, ""};
+  static const char *const fields[] = {"display_name",    "model",    "loss",      "metrics",
+                                       "dataset",         "pipeline", "optimizer", "epochs",
+                                       "log_every_steps", "seed",     "priority",  "resources",
+                                       "precision",       "strategy", NULL};
+  refuse_unknown(&s, fields);
+  char quoted[64];
+
+  const char *display_name = get_string(&s, "display_name", OPTIONAL);
+  if (display_name) {
+    size_t len = strlen(display_name);
+    if (len < 1 || len >= sizeof spec->display_name)
+      problem(c, "display_name", "must be 1 to %zu bytes long, got %zu",
+              sizeof spec->display_name - 1, len);
+    else
+      copy_text(spec->display_name, sizeof spec->display_name, display_name);
+  }
+
+  json_t *model = get_object(&s, "model", REQUIRED);
+  if (model) parse_model(c, model, spec);
+
+  const char *loss = get_string(&s, "loss", REQUIRED);
+  if (loss && strcmp(loss, "sparse_categorical_crossentropy") != 0)
+    problem(c, "loss", "unsupported loss '%s'; supported: sparse_categorical_crossentropy",
+            clip(loss, quoted, sizeof quoted));
+  else if (loss)
+    copy_text(spec->loss, sizeof spec->loss, loss);
+
+  json_t *metrics = get_array(&s, "metrics", OPTIONAL);
+  for (size_t i = 0; metrics && i < json_array_size(metrics); i++) {
+    json_t *metric = json_array_get(metrics, i);
+    char path[PATH_LEN];
+    index_path(path, "metrics", i);
+    if (!json_is_string(metric))
+      problem(c, path, "must be a string, got %s", type_name(metric));
+    else if (strcmp(json_string_value(metric), "accuracy") != 0)
+      problem(c, path, "unsupported metric '%s'; supported: accuracy",
+              clip(json_string_value(metric), quoted, sizeof quoted));
+    else
+      spec->metric_accuracy = 1;
+  }
+
+  json_t *dataset = get_object(&s, "dataset", REQUIRED);
+  if (dataset) parse_dataset(c, dataset, spec);
+  json_t *pipeline = get_object(&s, "pipeline", OPTIONAL);
+  if (pipeline) parse_pipeline(c, pipeline, spec);
+  json_t *optimizer = get_object(&s, "optimizer", REQUIRED);
+  if (optimizer) parse_optimizer(c, optimizer, spec);
+
+  get_int(&s, "epochs", OPTIONAL, 1, 10000, &spec->epochs);
+  get_int(&s, "log_every_steps", OPTIONAL, 1, 1000000, &spec->log_every_steps);
+  long long seed;
+  if (get_integer(&s, "seed", OPTIONAL, LLONG_MIN, LLONG_MAX, &seed) == 1) {
+    if (seed < 0) {
+      problem(c, "seed", "must be a non-negative integer, got %lld", seed);
+    } else {
+      spec->seed = (uint64_t)seed;
+      spec->has_seed = 1;
+    }
+  }
+  get_int(&s, "priority", OPTIONAL, 0, 100, &spec->priority);
+
+  json_t *resources = get_object(&s, "resources", OPTIONAL);
+  if (resources) parse_resources(c, resources, spec);
+  const char *precision = get_string(&s, "precision", OPTIONAL);
+  if (precision && strcmp(precision, "float32") != 0)
+    problem(c, "precision", "unsupported precision '%s'; only 'float32' is available for now",
+            clip(precision, quoted, sizeof quoted));
+  json_t *strategy = get_object(&s, "strategy", OPTIONAL);
+  if (strategy) parse_strategy(c, strategy);
+}
+
+static void set_defaults(api_job_spec *spec) {
+  copy_text(spec->display_name, sizeof spec->display_name, "job");
+  copy_text(spec->validation, sizeof spec->validation, "test");
+  spec->batch_size = 32;
+  spec->shuffle = 1;
+  spec->normalize = 1;
+  spec->drop_remainder = 0;
+  spec->epochs = 1;
+  spec->log_every_steps = 50;
+  spec->priority = 50;
+  copy_text(spec->device_type, sizeof spec->device_type, "cpu");
+  spec->devices = 1;
+}
+
+int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *err) {
+  api_error scratch;
+  if (!err) err = &scratch;
+  memset(err, 0, sizeof *err);
+  if (!spec) return api_error_set(err, 500, "INTERNAL", "api_spec_parse: spec is NULL");
+  memset(spec, 0, sizeof *spec);
+  if (!json) {
+    json = "";
+    len = 0;
+  }
+
+  size_t first = 0;
+  while (first < len &&
+         (json[first] == ' ' || json[first] == '\t' || json[first] == '\r' || json[first] == '\n'))
+    first++;
+  if (first == len)
+    return api_error_set(err, 400, "INVALID_ARGUMENT",
+                         "request body is empty; expected a job spec as a JSON object");
+
+  json_error_t jerr;
+  json_t *root = json_loadb(json, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return api_error_set(err, 400, "INVALID_ARGUMENT",
+                         "request body is not valid JSON: %s at line %d column %d", jerr.text,
+                         jerr.line, jerr.column);
+  if (!json_is_object(root)) {
+    api_error_set(err, 400, "INVALID_ARGUMENT", "request body must be a JSON object, got %s",
+                  type_name(root));
+    json_decref(root);
+    return -1;
+  }
+
+  set_defaults(spec);
+  checker c = {err, 0};
+  parse_spec(&c, root, spec);
+  json_decref(root);
+  if (c.problems == 0) return 0;
+
+  err->http = 400;
+  err->status = "INVALID_ARGUMENT";
+  int n = snprintf(err->message, sizeof err->message, "job spec is invalid: %d problem%s",
+                   c.problems, c.problems == 1 ? "" : "s");
+  if (n > 0 && c.problems > err->n_details)
+    snprintf(err->message + n, sizeof err->message - (size_t)n, " (the first %d are listed)",
+             err->n_details);
+  return -1;
+}
+
+/* ---- canonical JSON ---- */
+
+/* Fewest significant digits that read back as exactly this double. */
+static int real_digits(double value) {
+  char text[40];
+  for (int digits = 1; digits < 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, value);
+    if (strtod(text, NULL) == value) return digits;
+  }
+  return 17;
+}
+
+static int max_real_digits(const json_t *value) {
+  int most = 1;
+  if (json_is_real(value)) return real_digits(json_real_value(value));
+  if (json_is_array(value)) {
+    for (size_t i = 0; i < json_array_size(value); i++) {
+      int digits = max_real_digits(json_array_get(value, i));
+      if (digits > most) most = digits;
+    }
+  } else if (json_is_object(value)) {
+    const char *key;
+    json_t *member_value;
+    json_object_foreach((json_t *)value, key, member_value) {
+      int digits = max_real_digits(member_value);
+      if (digits > most) most = digits;
+    }
+  }
+  return most;
+}
+
+/* Builds JSON with a sticky failure flag, so a long run of sets is checked
+ * once at the end instead of after every call. */
+typedef struct builder {
+  int failed;
+} builder;
+
+static void put(builder *b, json_t *obj, const char *key, json_t *value) {
+  if (!value || json_object_set_new(obj, key, value) != 0) b->failed = 1;
+}
+
+static void push(builder *b, json_t *array, json_t *value) {
+  if (!value || json_array_append_new(array, value) != 0) b->failed = 1;
+}
+
+/* A string from a fixed-size field that a caller may not have terminated. */
+static json_t *bounded_string(const char *text, size_t size) {
+  return json_stringn(text, strnlen(text, size));
+}
+
+static json_t *layer_to_json(builder *b, const api_layer *layer) {
+  json_t *obj = json_object();
+  if (!obj || (int)layer->type < 0 || layer->type > API_LAYER_RELU || (int)layer->activation < 0 ||
+      layer->activation > API_ACT_SOFTMAX) {
+    b->failed = 1;
+    return obj;
+  }
+  put(b, obj, "type", json_string(layer_types[layer->type]));
+  put(b, obj, "name", bounded_string(layer->name, sizeof layer->name));
+  if (layer->type == API_LAYER_DENSE) {
+    put(b, obj, "units", json_integer(layer->units));
+    put(b, obj, "activation", json_string(activations[layer->activation]));
+    put(b, obj, "use_bias", json_boolean(layer->use_bias));
+  } else if (layer->type == API_LAYER_ACTIVATION) {
+    put(b, obj, "activation", json_string(activations[layer->activation]));
+  }
+  return obj;
+}
+
+char *api_spec_to_json(const api_job_spec *spec) {
+  if (!spec || spec->input_ndim < 0 || spec->input_ndim > API_MAX_DIMS || spec->n_layers < 0 ||
+      spec->n_layers > API_MAX_LAYERS || spec->seed > (uint64_t)LLONG_MAX)
+    return NULL;
+  builder b = {0};
+  json_t *root = json_object();
+  if (!root) return NULL;
+
+  put(&b, root, "display_name", bounded_string(spec->display_name, sizeof spec->display_name));
+
+  /* put() counts a NULL parent or value as a failure and frees the value. */
+  json_t *model = json_object(), *shape = json_array(), *layers = json_array();
+  for (int d = 0; shape && d < spec->input_ndim; d++)
+    push(&b, shape, json_integer(spec->input_shape[d]));
+  for (int i = 0; layers && i < spec->n_layers; i++)
+    push(&b, layers, layer_to_json(&b, &spec->layers[i]));
+  put(&b, model, "input_shape", shape);
+  put(&b, model, "layers", layers);
+  put(&b, root, "model", model);
+
+  put(&b, root, "loss", bounded_string(spec->loss, sizeof spec->loss));
+  json_t *metrics = json_array();
+  if (spec->metric_accuracy) push(&b, metrics, json_string("accuracy"));
+  put(&b, root, "metrics", metrics);
+
+  json_t *dataset = json_object();
+  put(&b, dataset, "name", bounded_string(spec->dataset, sizeof spec->dataset));
+  put(&b, dataset, "validation", bounded_string(spec->validation, sizeof spec->validation));
+  put(&b, root, "dataset", dataset);
+
+  json_t *pipeline = json_object();
+  put(&b, pipeline, "batch_size", json_integer(spec->batch_size));
+  put(&b, pipeline, "shuffle", json_boolean(spec->shuffle));
+  put(&b, pipeline, "normalize", json_boolean(spec->normalize));
+  put(&b, pipeline, "drop_remainder", json_boolean(spec->drop_remainder));
+  put(&b, root, "pipeline", pipeline);
+
+  json_t *optimizer = json_object();
+  if (spec->optimizer == API_OPT_SGD) {
+    put(&b, optimizer, "type", json_string("sgd"));
+    put(&b, optimizer, "learning_rate", json_real(spec->learning_rate));
+    put(&b, optimizer, "momentum", json_real(spec->momentum));
+    put(&b, optimizer, "nesterov", json_boolean(spec->nesterov));
+  } else if (spec->optimizer == API_OPT_ADAM) {
+    put(&b, optimizer, "type", json_string("adam"));
+    put(&b, optimizer, "learning_rate", json_real(spec->learning_rate));
+    put(&b, optimizer, "beta_1", json_real(spec->beta_1));
+    put(&b, optimizer, "beta_2", json_real(spec->beta_2));
+    put(&b, optimizer, "epsilon", json_real(spec->epsilon));
+  } else {
+    b.failed = 1;
+  }
+  put(&b, root, "optimizer", optimizer);
+
+  put(&b, root, "epochs", json_integer(spec->epochs));
+  put(&b, root, "log_every_steps", json_integer(spec->log_every_steps));
+  if (spec->has_seed) put(&b, root, "seed", json_integer((json_int_t)spec->seed));
+  put(&b, root, "priority", json_integer(spec->priority));
+
+  /* Fields with a single accepted value are written out all the same, so
+   * the canonical form shows every setting a job ran with. */
+  json_t *resources = json_object();
+  put(&b, resources, "device_type", bounded_string(spec->device_type, sizeof spec->device_type));
+  put(&b, resources, "devices", json_integer(spec->devices));
+  put(&b, resources, "pool", json_string("default"));
+  put(&b, root, "resources", resources);
+  put(&b, root, "precision", json_string("float32"));
+  json_t *strategy = json_object();
+  put(&b, strategy, "type", json_string("single"));
+  put(&b, root, "strategy", strategy);
+
+  char *text = NULL;
+  if (!b.failed) text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(max_real_digits(root)));
+  json_decref(root);
+  return text;
+}

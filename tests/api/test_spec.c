@@ -1,0 +1,825 @@
+/* test_spec.c — the job spec: the example parses with its defaults, every
+ * validation rule refuses with a 400 naming the exact field, all problems
+ * are reported at once, and the canonical JSON reads back to the same
+ * struct. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+
+/* examples/fmnist-mlp.json */
+static const char EXAMPLE[] =
+    "{\"display_name\":\"fmnist-mlp\",\"model\":{\"input_shape\":[28,28,1],\"layers\":["
+    "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":256,\"activation\":\"relu\"},"
+    "{\"type\":\"dense\",\"units\":10}]},\"loss\":\"sparse_categorical_crossentropy\","
+    "\"metrics\":[\"accuracy\"],\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
+    "\"pipeline\":{\"batch_size\":128,\"shuffle\":true,\"normalize\":true},"
+    "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001},\"epochs\":2,\"seed\":42,"
+    "\"resources\":{\"device_type\":\"cpu\",\"devices\":1}}";
+
+/* Only what is required; everything else takes its default. */
+static const char MINIMAL[] =
+    "{\"model\":{\"input_shape\":[4],\"layers\":[{\"type\":\"dense\",\"units\":3}]},"
+    "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"fashion-mnist\"},"
+    "\"optimizer\":{\"type\":\"sgd\"}}";
+
+static int parse(const char *text, api_job_spec *spec, api_error *err) {
+  return api_spec_parse(text, strlen(text), spec, err);
+}
+
+/* Sets the member at path ("model.layers[1].units") to the JSON value text,
+ * or deletes it when value is NULL. An index equal to the array's size
+ * appends. */
+static void edit(json_t *root, const char *path, const char *value) {
+  json_t *parent = root;
+  const char *at = path;
+  for (;;) {
+    char key[64] = "";
+    long index = -1;
+    if (*at == '[') {
+      char *end;
+      index = strtol(at + 1, &end, 10);
+      at = end + 1; /* past ']' */
+    } else {
+      size_t n = strcspn(at, ".[");
+      assert_true(n < sizeof key);
+      memcpy(key, at, n);
+      key[n] = '\0';
+      at += n;
+    }
+    if (*at == '.') at++;
+    if (*at == '\0') {
+      json_t *new_value = NULL;
+      if (value) {
+        json_error_t jerr;
+        new_value = json_loads(value, JSON_DECODE_ANY, &jerr);
+        if (!new_value) fail_msg("bad test value %s: %s", value, jerr.text);
+      }
+      if (index >= 0 && !new_value)
+        assert_int_equal(json_array_remove(parent, (size_t)index), 0);
+      else if (index >= 0 && (size_t)index == json_array_size(parent))
+        assert_int_equal(json_array_append_new(parent, new_value), 0);
+      else if (index >= 0)
+        assert_int_equal(json_array_set_new(parent, (size_t)index, new_value), 0);
+      else if (!new_value)
+        assert_int_equal(json_object_del(parent, key), 0);
+      else
+        assert_int_equal(json_object_set_new(parent, key, new_value), 0);
+      return;
+    }
+    parent = index >= 0 ? json_array_get(parent, (size_t)index) : json_object_get(parent, key);
+    if (!parent) fail_msg("test path %s does not exist", path);
+  }
+}
+
+/* The example with up to two edits; caller frees. */
+static char *edited(const char *path1, const char *value1, const char *path2, const char *value2) {
+  json_t *root = json_loads(EXAMPLE, 0, NULL);
+  assert_non_null(root);
+  if (path1) edit(root, path1, value1);
+  if (path2) edit(root, path2, value2);
+  char *text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  assert_non_null(text);
+  return text;
+}
+
+static void assert_invalid_argument(const api_error *err) {
+  assert_int_equal(err->http, 400);
+  assert_non_null(err->status);
+  assert_string_equal(err->status, "INVALID_ARGUMENT");
+}
+
+/* ---- one test per rule ---- */
+
+#define DELETE NULL
+
+typedef struct bad_case {
+  const char *path, *value;   /* an edit of the example; value DELETE removes */
+  const char *path2, *value2; /* an optional second edit */
+  const char *field;          /* the one detail expected */
+  const char *description;    /* a part of its description */
+} bad_case;
+
+static void rule_is_enforced(void **state) {
+  const bad_case *bc = *state;
+  char *text = edited(bc->path, bc->value, bc->path2, bc->value2);
+  api_job_spec spec;
+  api_error err;
+  int rc = parse(text, &spec, &err);
+  if (rc != -1) fail_msg("accepted: %s", text);
+  assert_invalid_argument(&err);
+  if (err.n_details != 1 || strcmp(err.details[0].field, bc->field) != 0)
+    for (int i = 0; i < err.n_details; i++)
+      print_message("detail %d: %s: %s\n", i, err.details[i].field, err.details[i].description);
+  assert_int_equal(err.n_details, 1);
+  assert_string_equal(err.details[0].field, bc->field);
+  if (!strstr(err.details[0].description, bc->description))
+    fail_msg("description '%s' lacks '%s'", err.details[0].description, bc->description);
+  assert_string_equal(err.message, "job spec is invalid: 1 problem");
+  free(text);
+}
+
+#define RULE(test_name, ...)                                                                       \
+  {                                                                                                \
+    test_name, rule_is_enforced, NULL, NULL, &(bad_case) {                                         \
+      __VA_ARGS__                                                                                  \
+    }                                                                                              \
+  }
+#define A16 "aaaaaaaaaaaaaaaa"
+
+static const struct CMUnitTest rules[] = {
+    /* top level */
+    RULE("unknown_top_level_field_is_refused", "epochz", "3", .field = "epochz",
+         .description = "unknown field"),
+    RULE("unknown_nested_field_is_refused_with_its_path", "pipeline.shufle", "true",
+         .field = "pipeline.shufle", .description = "unknown field"),
+    RULE("display_name_longer_than_127_bytes_is_refused", "display_name",
+         "\"" A16 A16 A16 A16 A16 A16 A16 A16 "\"", .field = "display_name",
+         .description = "must be 1 to 127 bytes long, got 128"),
+    RULE("empty_display_name_is_refused", "display_name", "\"\"", .field = "display_name",
+         .description = "got 0"),
+    RULE("display_name_of_wrong_type_is_refused", "display_name", "7", .field = "display_name",
+         .description = "must be a string, got integer"),
+    RULE("missing_model_is_refused", "model", DELETE, .field = "model",
+         .description = "is required"),
+    RULE("model_that_is_not_an_object_is_refused", "model", "[]", .field = "model",
+         .description = "must be an object, got array"),
+    RULE("missing_loss_is_refused", "loss", DELETE, .field = "loss", .description = "is required"),
+    RULE("unsupported_loss_is_refused", "loss", "\"mse\"", .field = "loss",
+         .description = "unsupported loss 'mse'; supported: sparse_categorical_crossentropy"),
+    RULE("unsupported_metric_is_refused_at_its_index", "metrics", "[\"accuracy\",\"f1\"]",
+         .field = "metrics[1]", .description = "unsupported metric 'f1'"),
+    RULE("metrics_that_is_not_an_array_is_refused", "metrics", "\"accuracy\"", .field = "metrics",
+         .description = "must be an array, got string"),
+    RULE("missing_dataset_is_refused", "dataset", DELETE, .field = "dataset",
+         .description = "is required"),
+    RULE("missing_dataset_name_is_refused", "dataset.name", DELETE, .field = "dataset.name",
+         .description = "is required"),
+    RULE("unknown_dataset_names_the_builtin_one", "dataset.name", "\"mnist\"",
+         .field = "dataset.name", .description = "only the built-in 'fashion-mnist'"),
+    RULE("unknown_validation_split_is_refused", "dataset.validation", "\"train\"",
+         .field = "dataset.validation", .description = "'train'"),
+    RULE("unknown_dataset_field_is_refused", "dataset.split", "0.1", .field = "dataset.split",
+         .description = "unknown field"),
+    /* pipeline */
+    RULE("batch_size_zero_is_refused", "pipeline.batch_size", "0", .field = "pipeline.batch_size",
+         .description = "must be between 1 and 65536, got 0"),
+    RULE("batch_size_above_65536_is_refused", "pipeline.batch_size", "65537",
+         .field = "pipeline.batch_size", .description = "got 65537"),
+    RULE("batch_size_as_string_is_refused", "pipeline.batch_size", "\"128\"",
+         .field = "pipeline.batch_size", .description = "must be an integer, got string"),
+    RULE("fractional_batch_size_is_refused", "pipeline.batch_size", "2.5",
+         .field = "pipeline.batch_size", .description = "must be an integer, got 2.5"),
+    RULE("shuffle_as_number_is_refused", "pipeline.shuffle", "1", .field = "pipeline.shuffle",
+         .description = "must be a boolean (true or false), got integer"),
+    RULE("normalize_as_string_is_refused", "pipeline.normalize", "\"yes\"",
+         .field = "pipeline.normalize", .description = "got string"),
+    RULE("drop_remainder_null_is_refused", "pipeline.drop_remainder", "null",
+         .field = "pipeline.drop_remainder", .description = "got null"),
+    RULE("pipeline_that_is_not_an_object_is_refused", "pipeline", "true", .field = "pipeline",
+         .description = "must be an object, got boolean"),
+    /* optimizer */
+    RULE("missing_optimizer_is_refused", "optimizer", DELETE, .field = "optimizer",
+         .description = "is required"),
+    RULE("missing_optimizer_type_is_refused", "optimizer.type", DELETE, .field = "optimizer.type",
+         .description = "is required"),
+    RULE("unknown_optimizer_type_lists_the_supported_ones", "optimizer.type", "\"rmsprop\"",
+         .field = "optimizer.type",
+         .description = "unknown optimizer type 'rmsprop'; supported: sgd, adam"),
+    RULE("zero_learning_rate_is_refused", "optimizer.learning_rate", "0",
+         .field = "optimizer.learning_rate", .description = "must be > 0 and <= 10, got 0"),
+    RULE("learning_rate_above_10_is_refused", "optimizer.learning_rate", "10.5",
+         .field = "optimizer.learning_rate", .description = "got 10.5"),
+    RULE("learning_rate_as_string_is_refused", "optimizer.learning_rate", "\"0.1\"",
+         .field = "optimizer.learning_rate", .description = "must be a number, got string"),
+    RULE("sgd_option_on_adam_is_refused_naming_the_type", "optimizer.momentum", "0.9",
+         .field = "optimizer.momentum",
+         .description = "is an option of optimizer type 'sgd', not 'adam'"),
+    RULE("adam_option_on_sgd_is_refused_naming_the_type", "optimizer.type", "\"sgd\"",
+         "optimizer.beta_1", "0.9", .field = "optimizer.beta_1",
+         .description = "is an option of optimizer type 'adam', not 'sgd'"),
+    RULE("unknown_optimizer_field_is_refused", "optimizer.decay", "0.1", .field = "optimizer.decay",
+         .description = "unknown field"),
+    RULE("momentum_of_one_is_refused", "optimizer.type", "\"sgd\"", "optimizer.momentum", "1",
+         .field = "optimizer.momentum", .description = "must be >= 0 and < 1, got 1"),
+    RULE("negative_momentum_is_refused", "optimizer.type", "\"sgd\"", "optimizer.momentum", "-0.5",
+         .field = "optimizer.momentum", .description = "got -0.5"),
+    RULE("nesterov_without_momentum_is_refused", "optimizer.type", "\"sgd\"", "optimizer.nesterov",
+         "true", .field = "optimizer.nesterov", .description = "nesterov requires momentum > 0"),
+    RULE("nesterov_as_string_is_refused", "optimizer.type", "\"sgd\"", "optimizer.nesterov",
+         "\"true\"", .field = "optimizer.nesterov", .description = "must be a boolean"),
+    RULE("beta_1_of_one_is_refused", "optimizer.beta_1", "1", .field = "optimizer.beta_1",
+         .description = "must be >= 0 and < 1, got 1"),
+    RULE("negative_beta_2_is_refused", "optimizer.beta_2", "-0.5", .field = "optimizer.beta_2",
+         .description = "got -0.5"),
+    RULE("zero_epsilon_is_refused", "optimizer.epsilon", "0", .field = "optimizer.epsilon",
+         .description = "must be > 0, got 0"),
+    /* loop */
+    RULE("zero_epochs_is_refused", "epochs", "0", .field = "epochs",
+         .description = "must be between 1 and 10000, got 0"),
+    RULE("epochs_above_10000_is_refused", "epochs", "10001", .field = "epochs",
+         .description = "got 10001"),
+    RULE("fractional_epochs_is_refused", "epochs", "2.5", .field = "epochs",
+         .description = "must be an integer, got 2.5"),
+    RULE("epochs_as_boolean_is_refused", "epochs", "true", .field = "epochs",
+         .description = "must be an integer, got boolean"),
+    RULE("zero_log_every_steps_is_refused", "log_every_steps", "0", .field = "log_every_steps",
+         .description = "must be between 1 and 1000000, got 0"),
+    RULE("negative_seed_is_refused", "seed", "-1", .field = "seed",
+         .description = "must be a non-negative integer, got -1"),
+    RULE("seed_as_string_is_refused", "seed", "\"42\"", .field = "seed",
+         .description = "must be an integer, got string"),
+    RULE("priority_above_100_is_refused", "priority", "101", .field = "priority",
+         .description = "must be between 0 and 100, got 101"),
+    RULE("negative_priority_is_refused", "priority", "-1", .field = "priority",
+         .description = "got -1"),
+    /* resources, precision, strategy */
+    RULE("gpu_device_type_is_refused_for_now", "resources.device_type", "\"cuda\"",
+         .field = "resources.device_type", .description = "only 'cpu' is available for now"),
+    RULE("more_than_one_device_is_refused_for_now", "resources.devices", "2",
+         .field = "resources.devices", .description = "must be 1 for now"),
+    RULE("devices_as_string_is_refused", "resources.devices", "\"1\"", .field = "resources.devices",
+         .description = "must be an integer, got string"),
+    RULE("unknown_pool_is_refused", "resources.pool", "\"fast\"", .field = "resources.pool",
+         .description = "unknown pool 'fast'"),
+    RULE("unknown_resources_field_is_refused", "resources.gpus", "1", .field = "resources.gpus",
+         .description = "unknown field"),
+    RULE("mixed_precision_is_refused_for_now", "precision", "\"mixed_float16\"",
+         .field = "precision", .description = "only 'float32' is available for now"),
+    RULE("mirrored_strategy_is_refused_for_now", "strategy", "{\"type\":\"mirrored\"}",
+         .field = "strategy.type", .description = "only 'single' is available for now"),
+    RULE("strategy_without_type_is_refused", "strategy", "{}", .field = "strategy.type",
+         .description = "is required"),
+    RULE("unknown_strategy_field_is_refused", "strategy", "{\"type\":\"single\",\"replicas\":2}",
+         .field = "strategy.replicas", .description = "unknown field"),
+    /* model: input shape */
+    RULE("missing_input_shape_is_refused", "model.input_shape", DELETE,
+         .field = "model.input_shape", .description = "is required"),
+    RULE("empty_input_shape_is_refused", "model.input_shape", "[]", .field = "model.input_shape",
+         .description = "must have 1 to 6 dimensions, got 0"),
+    RULE("input_shape_of_rank_7_is_refused", "model.input_shape", "[1,1,1,1,1,1,2]",
+         .field = "model.input_shape", .description = "got 7"),
+    RULE("zero_dimension_is_refused_at_its_index", "model.input_shape", "[28,0,1]",
+         .field = "model.input_shape[1]", .description = "must be between 1 and 65536, got 0"),
+    RULE("dimension_above_65536_is_refused", "model.input_shape", "[65537]",
+         .field = "model.input_shape[0]", .description = "got 65537"),
+    RULE("dimension_as_string_is_refused", "model.input_shape", "[\"28\",28,1]",
+         .field = "model.input_shape[0]", .description = "must be a positive integer, got string"),
+    RULE("input_of_65536_to_the_sixth_values_is_refused_without_overflow", "model.input_shape",
+         "[65536,65536,65536,65536,65536,65536]", .field = "model.input_shape",
+         .description = "has more than 16777216 values per example"),
+    RULE("input_of_more_than_16M_values_is_refused", "model.input_shape", "[4096,4096,2]",
+         .field = "model.input_shape", .description = "has 33554432 values per example"),
+    /* model: layers */
+    RULE("empty_layer_list_is_refused", "model.layers", "[]", .field = "model.layers",
+         .description = "must list 1 to 64 layers, got 0"),
+    RULE("layers_that_is_not_an_array_is_refused", "model.layers", "{}", .field = "model.layers",
+         .description = "must be an array, got object"),
+    RULE("layer_that_is_not_an_object_is_refused", "model.layers[0]", "\"flatten\"",
+         .field = "model.layers[0]", .description = "must be an object, got string"),
+    RULE("unknown_layer_type_lists_the_supported_ones", "model.layers[1].type", "\"conv3d\"",
+         .field = "model.layers[1].type",
+         .description = "unknown layer type 'conv3d'; supported: dense, flatten, activation, relu"),
+    RULE("layer_without_type_is_refused", "model.layers[0].type", DELETE,
+         .field = "model.layers[0].type", .description = "is required"),
+    RULE("dense_without_units_is_refused", "model.layers[1].units", DELETE,
+         .field = "model.layers[1].units", .description = "is required"),
+    RULE("dense_with_zero_units_is_refused", "model.layers[1].units", "0",
+         .field = "model.layers[1].units", .description = "must be between 1 and 65536, got 0"),
+    RULE("dense_with_units_above_65536_is_refused", "model.layers[1].units", "65537",
+         .field = "model.layers[1].units", .description = "got 65537"),
+    RULE("dense_with_unknown_activation_lists_the_supported_ones", "model.layers[1].activation",
+         "\"tanh\"", .field = "model.layers[1].activation",
+         .description = "unknown activation 'tanh'; supported: linear, relu, softmax"),
+    RULE("use_bias_as_string_is_refused", "model.layers[1].use_bias", "\"no\"",
+         .field = "model.layers[1].use_bias", .description = "must be a boolean"),
+    RULE("field_of_another_layer_type_is_refused", "model.layers[0].units", "3",
+         .field = "model.layers[0].units", .description = "not a field of a 'flatten' layer"),
+    RULE("unknown_layer_field_is_refused", "model.layers[1].kernel_size", "3",
+         .field = "model.layers[1].kernel_size", .description = "unknown field"),
+    RULE("activation_layer_without_activation_is_refused", "model.layers[3]",
+         "{\"type\":\"activation\"}", .field = "model.layers[3].activation",
+         .description = "is required"),
+    RULE("softmax_before_the_last_layer_is_refused", "model.layers[1].activation", "\"softmax\"",
+         .field = "model.layers[1].activation",
+         .description = "softmax is allowed only on the last layer"),
+    RULE("softmax_activation_layer_before_the_last_is_refused", "model.layers[1]",
+         "{\"type\":\"activation\",\"activation\":\"softmax\"}", "model.layers[0]",
+         "{\"type\":\"flatten\"}", .field = "model.layers[1].activation",
+         .description = "only on the last layer"),
+    RULE("layer_name_with_a_space_is_refused", "model.layers[1].name", "\"hidden layer\"",
+         .field = "model.layers[1].name", .description = "got 'hidden layer'"),
+    RULE("layer_name_of_64_characters_is_refused", "model.layers[1].name",
+         "\"" A16 A16 A16 A16 "\"", .field = "model.layers[1].name",
+         .description = "must be 1 to 63 characters"),
+    RULE("duplicate_layer_name_is_reported_on_the_later_layer", "model.layers[1].name", "\"head\"",
+         "model.layers[2].name", "\"head\"", .field = "model.layers[2].name",
+         .description = "duplicate layer name 'head' (also the name of model.layers[1])"),
+    RULE("name_taking_a_default_name_is_reported_on_the_named_layer", "model.layers[2].name",
+         "\"dense_1\"", .field = "model.layers[2].name",
+         .description = "also the default name of model.layers[1]"),
+    /* model: shapes */
+    RULE("dense_on_an_image_asks_for_a_flatten_layer", "model.layers[0]",
+         "{\"type\":\"dense\",\"units\":64}", .field = "model.layers[0]",
+         .description = "dense expects a flat input (rank 1), got shape (28, 28, 1); add a "
+                        "flatten layer before it"),
+    RULE("last_layer_with_one_unit_is_refused", "model.layers[2].units", "1",
+         .field = "model.layers[2]", .description = "at least 2 units; got shape (1)"),
+    RULE("model_ending_in_an_image_shape_is_refused", "model.layers", "[{\"type\":\"relu\"}]",
+         .field = "model.layers[0]", .description = "got shape (28, 28, 1)"),
+};
+
+/* ---- accepted specs ---- */
+
+static void example_parses_with_its_fields_and_defaults(void **state) {
+  (void)state;
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(EXAMPLE, &spec, &err), 0);
+  assert_int_equal(err.http, 0);
+  assert_int_equal(err.n_details, 0);
+
+  assert_string_equal(spec.display_name, "fmnist-mlp");
+  assert_int_equal(spec.input_ndim, 3);
+  assert_int_equal(spec.input_shape[0], 28);
+  assert_int_equal(spec.input_shape[1], 28);
+  assert_int_equal(spec.input_shape[2], 1);
+  assert_int_equal(spec.n_layers, 3);
+  assert_int_equal(spec.layers[0].type, API_LAYER_FLATTEN);
+  assert_string_equal(spec.layers[0].name, "flatten_0");
+  assert_int_equal(spec.layers[1].type, API_LAYER_DENSE);
+  assert_string_equal(spec.layers[1].name, "dense_1");
+  assert_int_equal(spec.layers[1].units, 256);
+  assert_int_equal(spec.layers[1].activation, API_ACT_RELU);
+  assert_int_equal(spec.layers[1].use_bias, 1);
+  assert_int_equal(spec.layers[2].type, API_LAYER_DENSE);
+  assert_string_equal(spec.layers[2].name, "dense_2");
+  assert_int_equal(spec.layers[2].units, 10);
+  assert_int_equal(spec.layers[2].activation, API_ACT_LINEAR);
+  assert_int_equal(spec.layers[2].use_bias, 1);
+
+  assert_string_equal(spec.loss, "sparse_categorical_crossentropy");
+  assert_int_equal(spec.metric_accuracy, 1);
+  assert_string_equal(spec.dataset, "fashion-mnist");
+  assert_string_equal(spec.validation, "test");
+  assert_int_equal(spec.batch_size, 128);
+  assert_int_equal(spec.shuffle, 1);
+  assert_int_equal(spec.normalize, 1);
+  assert_int_equal(spec.drop_remainder, 0);
+
+  assert_int_equal(spec.optimizer, API_OPT_ADAM);
+  assert_true(spec.learning_rate == 0.001);
+  assert_true(spec.beta_1 == 0.9);
+  assert_true(spec.beta_2 == 0.999);
+  assert_true(spec.epsilon == 1e-7);
+  assert_true(spec.momentum == 0);
+  assert_int_equal(spec.nesterov, 0);
+
+  assert_int_equal(spec.epochs, 2);
+  assert_int_equal(spec.log_every_steps, 50);
+  assert_int_equal(spec.has_seed, 1);
+  assert_int_equal(spec.seed, 42);
+  assert_int_equal(spec.priority, 50);
+  assert_string_equal(spec.device_type, "cpu");
+  assert_int_equal(spec.devices, 1);
+}
+
+static void minimal_spec_gets_every_default(void **state) {
+  (void)state;
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(MINIMAL, &spec, &err), 0);
+  assert_string_equal(spec.display_name, "job");
+  assert_int_equal(spec.metric_accuracy, 0);
+  assert_string_equal(spec.validation, "test");
+  assert_int_equal(spec.batch_size, 32);
+  assert_int_equal(spec.shuffle, 1);
+  assert_int_equal(spec.normalize, 1);
+  assert_int_equal(spec.drop_remainder, 0);
+  assert_int_equal(spec.optimizer, API_OPT_SGD);
+  assert_true(spec.learning_rate == 0.01);
+  assert_true(spec.momentum == 0);
+  assert_int_equal(spec.nesterov, 0);
+  assert_int_equal(spec.epochs, 1);
+  assert_int_equal(spec.log_every_steps, 50);
+  assert_int_equal(spec.has_seed, 0);
+  assert_int_equal(spec.seed, 0);
+  assert_int_equal(spec.priority, 50);
+  assert_string_equal(spec.device_type, "cpu");
+  assert_int_equal(spec.devices, 1);
+  assert_string_equal(spec.layers[0].name, "dense_0");
+  assert_int_equal(spec.layers[0].activation, API_ACT_LINEAR);
+  assert_int_equal(spec.layers[0].use_bias, 1);
+}
+
+static void adam_learning_rate_defaults_to_0_001(void **state) {
+  (void)state;
+  char *text = edited("optimizer.learning_rate", DELETE, NULL, NULL);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_true(spec.learning_rate == 0.001);
+  free(text);
+}
+
+static void integers_written_as_2_0_are_accepted(void **state) {
+  (void)state;
+  char *text = edited("epochs", "3.0", "pipeline.batch_size", "64.0");
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_int_equal(spec.epochs, 3);
+  assert_int_equal(spec.batch_size, 64);
+  free(text);
+}
+
+static void every_option_given_explicitly_is_kept(void **state) {
+  (void)state;
+  const char *text =
+      "{\"display_name\":\"all\",\"model\":{\"input_shape\":[8,8],\"layers\":["
+      "{\"type\":\"flatten\",\"name\":\"in\"},"
+      "{\"type\":\"dense\",\"units\":32,\"use_bias\":false,\"name\":\"hidden.1\"},"
+      "{\"type\":\"relu\"},"
+      "{\"type\":\"dense\",\"units\":16},"
+      "{\"type\":\"activation\",\"activation\":\"relu\"},"
+      "{\"type\":\"dense\",\"units\":4,\"activation\":\"softmax\",\"name\":\"probs\"}]},"
+      "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[],"
+      "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"
+      "\"pipeline\":{\"batch_size\":7,\"shuffle\":false,\"normalize\":false,"
+      "\"drop_remainder\":true},"
+      "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.5,\"momentum\":0.9,\"nesterov\":true},"
+      "\"epochs\":10000,\"log_every_steps\":1000000,\"seed\":0,\"priority\":0,"
+      "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
+      "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}";
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_int_equal(spec.input_ndim, 2);
+  assert_int_equal(spec.n_layers, 6);
+  assert_string_equal(spec.layers[0].name, "in");
+  assert_string_equal(spec.layers[1].name, "hidden.1");
+  assert_int_equal(spec.layers[1].use_bias, 0);
+  assert_int_equal(spec.layers[2].type, API_LAYER_RELU);
+  assert_int_equal(spec.layers[2].activation, API_ACT_RELU);
+  assert_string_equal(spec.layers[2].name, "relu_2");
+  assert_string_equal(spec.layers[3].name, "dense_3");
+  assert_int_equal(spec.layers[4].type, API_LAYER_ACTIVATION);
+  assert_int_equal(spec.layers[4].activation, API_ACT_RELU);
+  assert_string_equal(spec.layers[4].name, "activation_4");
+  assert_int_equal(spec.layers[5].activation, API_ACT_SOFTMAX);
+  assert_string_equal(spec.layers[5].name, "probs");
+  assert_int_equal(spec.metric_accuracy, 0);
+  assert_string_equal(spec.validation, "none");
+  assert_int_equal(spec.batch_size, 7);
+  assert_int_equal(spec.shuffle, 0);
+  assert_int_equal(spec.normalize, 0);
+  assert_int_equal(spec.drop_remainder, 1);
+  assert_int_equal(spec.optimizer, API_OPT_SGD);
+  assert_true(spec.learning_rate == 0.5);
+  assert_true(spec.momentum == 0.9);
+  assert_int_equal(spec.nesterov, 1);
+  assert_int_equal(spec.epochs, 10000);
+  assert_int_equal(spec.log_every_steps, 1000000);
+  assert_int_equal(spec.has_seed, 1);
+  assert_int_equal(spec.seed, 0);
+  assert_int_equal(spec.priority, 0);
+}
+
+/* ---- many problems, bad bodies ---- */
+
+static void all_violations_are_reported_not_just_the_first(void **state) {
+  (void)state;
+  char *text = edited("pipeline.shufle", "true", "optimizer.learning_rate", "0");
+  json_t *root = json_loads(text, 0, NULL);
+  free(text);
+  edit(root, "model.layers[1].type", "\"conv3d\"");
+  edit(root, "epochs", "0");
+  text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_string_equal(err.message, "job spec is invalid: 4 problems");
+  assert_int_equal(err.n_details, 4);
+  /* In the order the spec is read: model, pipeline, optimizer, loop. */
+  assert_string_equal(err.details[0].field, "model.layers[1].type");
+  assert_string_equal(err.details[1].field, "pipeline.shufle");
+  assert_string_equal(err.details[2].field, "optimizer.learning_rate");
+  assert_string_equal(err.details[3].field, "epochs");
+  free(text);
+}
+
+static void details_stop_at_the_limit_and_the_message_counts_all(void **state) {
+  (void)state;
+  json_t *root = json_loads(EXAMPLE, 0, NULL);
+  for (int i = 0; i < API_MAX_DETAILS + 3; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "extra_%d", i);
+    json_object_set_new(root, key, json_integer(i));
+  }
+  char *text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_int_equal(err.n_details, API_MAX_DETAILS);
+  assert_string_equal(err.message, "job spec is invalid: 11 problems (the first 8 are listed)");
+  assert_string_equal(err.details[0].field, "extra_0");
+  assert_string_equal(err.details[7].field, "extra_7");
+  free(text);
+}
+
+static void malformed_json_is_a_400_with_line_and_column(void **state) {
+  (void)state;
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse("{\n  \"epochs\": }", &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_int_equal(err.n_details, 0);
+  assert_non_null(strstr(err.message, "request body is not valid JSON: "));
+  assert_non_null(strstr(err.message, " at line 2 column "));
+}
+
+static void trailing_garbage_is_malformed_json(void **state) {
+  (void)state;
+  char text[sizeof EXAMPLE + 8];
+  snprintf(text, sizeof text, "%s}", EXAMPLE);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_non_null(strstr(err.message, "request body is not valid JSON"));
+}
+
+static void only_length_bytes_of_the_body_are_read(void **state) {
+  (void)state;
+  char text[sizeof EXAMPLE + 8];
+  snprintf(text, sizeof text, "%sGARBAGE", EXAMPLE);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(api_spec_parse(text, strlen(EXAMPLE), &spec, &err), 0);
+  assert_int_equal(spec.epochs, 2);
+}
+
+static void body_that_is_not_an_object_is_refused(void **state) {
+  (void)state;
+  const char *bodies[] = {"[]", "42", "\"spec\"", "null"};
+  const char *types[] = {"array", "integer", "string", "null"};
+  for (int i = 0; i < 4; i++) {
+    api_job_spec spec;
+    api_error err;
+    assert_int_equal(parse(bodies[i], &spec, &err), -1);
+    assert_invalid_argument(&err);
+    char want[80];
+    snprintf(want, sizeof want, "request body must be a JSON object, got %s", types[i]);
+    assert_string_equal(err.message, want);
+  }
+}
+
+static void empty_body_is_refused(void **state) {
+  (void)state;
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(" \n", &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_non_null(strstr(err.message, "request body is empty"));
+  assert_int_equal(api_spec_parse(NULL, 0, &spec, &err), -1);
+  assert_invalid_argument(&err);
+}
+
+static void duplicate_key_is_refused(void **state) {
+  (void)state;
+  char text[sizeof EXAMPLE + 16];
+  snprintf(text, sizeof text, "{\"epochs\":3,%s", EXAMPLE + 1);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_non_null(strstr(err.message, "duplicate"));
+}
+
+static void more_than_64_layers_are_refused(void **state) {
+  (void)state;
+  json_t *root = json_loads(EXAMPLE, 0, NULL);
+  json_t *layers = json_object_get(json_object_get(root, "model"), "layers");
+  while (json_array_size(layers) < API_MAX_LAYERS + 1)
+    json_array_insert_new(layers, 1, json_pack("{s:s}", "type", "relu"));
+  char *text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_invalid_argument(&err);
+  assert_int_equal(err.n_details, 1);
+  assert_string_equal(err.details[0].field, "model.layers");
+  assert_string_equal(err.details[0].description, "must list 1 to 64 layers, got 65");
+  free(text);
+
+  /* Exactly 64 is fine. */
+  root = json_loads(EXAMPLE, 0, NULL);
+  layers = json_object_get(json_object_get(root, "model"), "layers");
+  while (json_array_size(layers) < API_MAX_LAYERS)
+    json_array_insert_new(layers, 1, json_pack("{s:s}", "type", "relu"));
+  text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_int_equal(spec.n_layers, 64);
+  assert_string_equal(spec.layers[63].name, "dense_63");
+  free(text);
+}
+
+static void rejected_spec_renders_as_an_error_body(void **state) {
+  (void)state;
+  char *text = edited("model.layers[1].type", "\"conv3d\"", NULL, NULL);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  char *body = api_error_to_json(&err);
+  assert_string_equal(
+      body, "{\"error\":{\"code\":400,\"status\":\"INVALID_ARGUMENT\",\"message\":\"job spec is "
+            "invalid: 1 problem\",\"details\":[{\"field\":\"model.layers[1].type\","
+            "\"description\":\"unknown layer type 'conv3d'; supported: dense, flatten, "
+            "activation, relu\"}]}}");
+  free(body);
+  free(text);
+}
+
+static void long_unknown_value_is_clipped_in_the_description(void **state) {
+  (void)state;
+  char *text = edited("loss", "\"" A16 A16 A16 A16 A16 A16 A16 A16 A16 A16 "\"", NULL, NULL);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_string_equal(err.details[0].field, "loss");
+  assert_non_null(strstr(err.details[0].description, "...'"));
+  assert_true(strlen(err.details[0].description) < 200);
+  free(text);
+}
+
+/* ---- canonical JSON ---- */
+
+static void canonical_json_of_the_example_fills_every_default(void **state) {
+  (void)state;
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(EXAMPLE, &spec, &err), 0);
+  char *text = api_spec_to_json(&spec);
+  assert_string_equal(
+      text,
+      "{\"display_name\":\"fmnist-mlp\",\"model\":{\"input_shape\":[28,28,1],\"layers\":["
+      "{\"type\":\"flatten\",\"name\":\"flatten_0\"},"
+      "{\"type\":\"dense\",\"name\":\"dense_1\",\"units\":256,\"activation\":\"relu\","
+      "\"use_bias\":true},"
+      "{\"type\":\"dense\",\"name\":\"dense_2\",\"units\":10,\"activation\":\"linear\","
+      "\"use_bias\":true}]},"
+      "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
+      "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
+      "\"pipeline\":{\"batch_size\":128,\"shuffle\":true,\"normalize\":true,"
+      "\"drop_remainder\":false},"
+      "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"beta_1\":0.9,\"beta_2\":0.999,"
+      "\"epsilon\":1e-7},"
+      "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
+      "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
+      "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}");
+  free(text);
+}
+
+/* parse(to_json(spec)) must give spec back byte for byte; the target is
+ * filled with a pattern first to prove parse clears the whole struct. */
+static void assert_round_trip(const char *text) {
+  api_job_spec first, second;
+  api_error err;
+  memset(&first, 0xA5, sizeof first);
+  memset(&second, 0x5A, sizeof second);
+  assert_int_equal(parse(text, &first, &err), 0);
+  char *canonical = api_spec_to_json(&first);
+  assert_non_null(canonical);
+  if (parse(canonical, &second, &err) != 0)
+    fail_msg("canonical form refused: %s: %s", canonical,
+             err.n_details ? err.details[0].description : err.message);
+  assert_memory_equal(&first, &second, sizeof first);
+  char *again = api_spec_to_json(&second);
+  assert_string_equal(canonical, again);
+  free(again);
+  free(canonical);
+}
+
+static void canonical_json_parses_back_to_the_same_struct(void **state) {
+  (void)state;
+  assert_round_trip(EXAMPLE);
+  assert_round_trip(MINIMAL);
+}
+
+static void awkward_doubles_round_trip_exactly(void **state) {
+  (void)state;
+  char *text = edited("optimizer.learning_rate", "0.30000000000000004", "optimizer.epsilon",
+                      "1.2345678901234567e-300");
+  assert_round_trip(text);
+  free(text);
+  text = edited("optimizer",
+                "{\"type\":\"sgd\",\"learning_rate\":0.1,\"momentum\":0.95,"
+                "\"nesterov\":true}",
+                NULL, NULL);
+  assert_round_trip(text);
+  free(text);
+  text = edited("optimizer.beta_2", "0.99999999999999989", "optimizer.learning_rate", "10");
+  assert_round_trip(text);
+  free(text);
+}
+
+static void named_and_activation_layers_round_trip(void **state) {
+  (void)state;
+  char *text = edited("model.layers[1]", "{\"type\":\"relu\",\"name\":\"r\"}", "model.layers[2]",
+                      "{\"type\":\"activation\",\"activation\":\"relu\"}");
+  json_t *root = json_loads(text, 0, NULL);
+  free(text);
+  edit(root, "model.layers[3]",
+       "{\"type\":\"dense\",\"units\":5,\"use_bias\":false,\"activation\":\"softmax\"}");
+  text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  assert_round_trip(text);
+  free(text);
+}
+
+static void largest_seed_round_trips(void **state) {
+  (void)state;
+  char *text = edited("seed", "9223372036854775807", NULL, NULL);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_true(spec.seed == 9223372036854775807ULL);
+  assert_round_trip(text);
+  free(text);
+}
+
+static void spec_without_seed_has_none_after_round_trip(void **state) {
+  (void)state;
+  char *text = edited("seed", DELETE, NULL, NULL);
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(text, &spec, &err), 0);
+  char *canonical = api_spec_to_json(&spec);
+  assert_null(strstr(canonical, "\"seed\""));
+  assert_round_trip(text);
+  free(canonical);
+  free(text);
+}
+
+static void to_json_refuses_what_json_cannot_carry(void **state) {
+  (void)state;
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse(EXAMPLE, &spec, &err), 0);
+  spec.seed = UINT64_MAX;
+  assert_null(api_spec_to_json(&spec));
+  spec.seed = 1;
+  spec.n_layers = API_MAX_LAYERS + 1;
+  assert_null(api_spec_to_json(&spec));
+  spec.n_layers = 3;
+  spec.optimizer = (api_optimizer_type)7;
+  assert_null(api_spec_to_json(&spec));
+  assert_null(api_spec_to_json(NULL));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(example_parses_with_its_fields_and_defaults),
+      cmocka_unit_test(minimal_spec_gets_every_default),
+      cmocka_unit_test(adam_learning_rate_defaults_to_0_001),
+      cmocka_unit_test(integers_written_as_2_0_are_accepted),
+      cmocka_unit_test(every_option_given_explicitly_is_kept),
+      cmocka_unit_test(all_violations_are_reported_not_just_the_first),
+      cmocka_unit_test(details_stop_at_the_limit_and_the_message_counts_all),
+      cmocka_unit_test(malformed_json_is_a_400_with_line_and_column),
+      cmocka_unit_test(trailing_garbage_is_malformed_json),
+      cmocka_unit_test(only_length_bytes_of_the_body_are_read),
+      cmocka_unit_test(body_that_is_not_an_object_is_refused),
+      cmocka_unit_test(empty_body_is_refused),
+      cmocka_unit_test(duplicate_key_is_refused),
+      cmocka_unit_test(more_than_64_layers_are_refused),
+      cmocka_unit_test(rejected_spec_renders_as_an_error_body),
+      cmocka_unit_test(long_unknown_value_is_clipped_in_the_description),
+      cmocka_unit_test(canonical_json_of_the_example_fills_every_default),
+      cmocka_unit_test(canonical_json_parses_back_to_the_same_struct),
+      cmocka_unit_test(awkward_doubles_round_trip_exactly),
+      cmocka_unit_test(named_and_activation_layers_round_trip),
+      cmocka_unit_test(largest_seed_round_trips),
+      cmocka_unit_test(spec_without_seed_has_none_after_round_trip),
+      cmocka_unit_test(to_json_refuses_what_json_cannot_carry),
+  };
+  int failed = cmocka_run_group_tests_name("spec", tests, NULL, NULL);
+  failed += cmocka_run_group_tests_name("spec_rules", rules, NULL, NULL);
+  return failed;
+}
