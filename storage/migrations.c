@@ -1,0 +1,228 @@
+/* migrations.c — kiln's schema as an ordered list of migrations, and the code
+ * that brings a database up to date on open. Migration i (from 1) moves the
+ * schema from version i-1 to i; a shipped migration is never edited, only
+ * followed by a new one. Never downgrades. */
+#include "migrations.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "storage.h"
+
+/* Each script is constant SQL (no values), run with sqlite3_exec inside the
+ * transaction that records its version. */
+static const char *const migrations[] = {
+    /* 1: jobs, their events, metrics, checkpoints; tokens and workers for later. */
+    "CREATE TABLE jobs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* AUTOINCREMENT: never reused, safe in page tokens
+                                                */
+    "  id TEXT NOT NULL UNIQUE,"
+    "  request_id TEXT UNIQUE," /* NULL when none: NULLs never collide */
+    "  display_name TEXT NOT NULL DEFAULT '',"
+    "  spec_json TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  reason TEXT NOT NULL DEFAULT '',"
+    "  message TEXT NOT NULL DEFAULT '',"
+    "  priority INTEGER NOT NULL DEFAULT 0,"
+    "  attempt INTEGER NOT NULL DEFAULT 0,"
+    "  create_ms INTEGER NOT NULL,"
+    "  start_ms INTEGER," /* NULL until first RUNNING */
+    "  end_ms INTEGER"    /* NULL until terminal */
+    ");"
+    /* The claim query: WHERE state='QUEUED' ORDER BY priority DESC, seq. */
+    "CREATE INDEX jobs_claim ON jobs(state, priority DESC, seq);"
+    /* The filtered list: WHERE state=? AND seq<? ORDER BY seq DESC. */
+    "CREATE INDEX jobs_state_seq ON jobs(state, seq);"
+    "CREATE TABLE job_events ("
+    "  id INTEGER PRIMARY KEY," /* insertion order: events of one ms keep their order */
+    "  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  time_ms INTEGER NOT NULL,"
+    "  from_state TEXT NOT NULL," /* '' for the creation event */
+    "  to_state TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  message TEXT NOT NULL DEFAULT ''"
+    ");"
+    "CREATE INDEX job_events_job ON job_events(job_id, id);"
+    "CREATE TABLE metrics ("
+    "  seq INTEGER PRIMARY KEY," /* arrival order, for SSE event ids */
+    "  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  attempt INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL DEFAULT 0,"
+    "  name TEXT NOT NULL,"
+    "  value REAL," /* NULL stands for NaN: SQLite cannot store a NaN */
+    "  time_ms INTEGER NOT NULL,"
+    "  UNIQUE(job_id, attempt, step, name)"
+    ");"
+    "CREATE TABLE checkpoints ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  attempt INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  path TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  sha256 TEXT NOT NULL,"
+    "  metrics_json TEXT NOT NULL DEFAULT '{}',"
+    "  create_ms INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX checkpoints_job ON checkpoints(job_id, attempt, step);"
+    "CREATE TABLE tokens ("
+    "  id TEXT PRIMARY KEY,"
+    "  tenant TEXT NOT NULL,"
+    "  role TEXT NOT NULL,"
+    "  sha256 TEXT NOT NULL UNIQUE," /* hash of the bearer token; the token itself is never stored
+                                      */
+    "  create_ms INTEGER NOT NULL,"
+    "  revoked INTEGER NOT NULL DEFAULT 0"
+    ");"
+    "CREATE TABLE workers ("
+    "  id TEXT PRIMARY KEY,"
+    "  host TEXT NOT NULL,"
+    "  devices_json TEXT NOT NULL DEFAULT '[]',"
+    "  last_seen_ms INTEGER,"
+    "  state TEXT NOT NULL"
+    ");",
+};
+
+_Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
+               "storage: one migration per schema version, STORE_SCHEMA_VERSION is the last");
+
+int store_migration_count(void) { return (int)(sizeof migrations / sizeof migrations[0]); }
+
+static void set_err(char *errbuf, size_t errlen, const char *fmt, ...) {
+  if (!errbuf || errlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(errbuf, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int store_migrations_read_version(sqlite3 *db, int *version, char *errbuf, size_t errlen) {
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  *version = 0;
+  /* A missing table reads as version 0, not an error: the file is new. */
+  if (sqlite3_prepare_v2(db,
+                         "SELECT count(*) FROM sqlite_master"
+                         " WHERE type = 'table' AND name = 'schema_version'",
+                         -1, &st, NULL) != SQLITE_OK ||
+      sqlite3_step(st) != SQLITE_ROW) {
+    set_err(errbuf, errlen, "read schema version: %s", sqlite3_errmsg(db));
+    goto done;
+  }
+  int has_table = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  st = NULL;
+  if (!has_table) {
+    rc = STORE_OK;
+    goto done;
+  }
+  if (sqlite3_prepare_v2(db, "SELECT COALESCE(MAX(version), 0) FROM schema_version", -1, &st,
+                         NULL) != SQLITE_OK ||
+      sqlite3_step(st) != SQLITE_ROW) {
+    set_err(errbuf, errlen, "read schema version: %s", sqlite3_errmsg(db));
+    goto done;
+  }
+  *version = sqlite3_column_int(st, 0);
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* Applies migration `version` (1-based) unless another connection already
+ * did; the caller has checked version-1 was current before. */
+static int apply_one(sqlite3 *db, int version, char *errbuf, size_t errlen) {
+  sqlite3_stmt *st = NULL;
+  int in_tx = 0;
+  int rc = STORE_ERROR;
+  if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    set_err(errbuf, errlen, "apply migration %d: begin: %s", version, sqlite3_errmsg(db));
+    goto done;
+  }
+  in_tx = 1;
+  /* Re-read under the write lock: another process may have migrated meanwhile. */
+  int current = 0;
+  if (store_migrations_read_version(db, &current, errbuf, errlen) != STORE_OK)
+    goto done;
+  if (current >= version) {
+    rc = STORE_OK;
+    goto done; /* nothing written: the rollback below just ends the transaction */
+  }
+  if (current != version - 1) {
+    set_err(errbuf, errlen, "apply migration %d: database is at schema version %d, expected %d",
+            version, current, version - 1);
+    goto done;
+  }
+  char *exec_err = NULL;
+  if (sqlite3_exec(db, migrations[version - 1], NULL, NULL, &exec_err) != SQLITE_OK) {
+    set_err(errbuf, errlen, "apply migration %d: %s", version,
+            exec_err ? exec_err : sqlite3_errmsg(db));
+    sqlite3_free(exec_err);
+    goto done;
+  }
+  if (sqlite3_prepare_v2(db, "INSERT INTO schema_version(version, applied_ms) VALUES (?1, ?2)", -1,
+                         &st, NULL) != SQLITE_OK) {
+    set_err(errbuf, errlen, "record schema version %d: %s", version, sqlite3_errmsg(db));
+    goto done;
+  }
+  sqlite3_bind_int(st, 1, version);
+  sqlite3_bind_int64(st, 2, now_ms());
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    set_err(errbuf, errlen, "record schema version %d: %s", version, sqlite3_errmsg(db));
+    goto done;
+  }
+  if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    set_err(errbuf, errlen, "apply migration %d: commit: %s", version, sqlite3_errmsg(db));
+    goto done;
+  }
+  in_tx = 0;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  if (in_tx)
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  return rc;
+}
+
+/* Reads the version and refuses one newer than this build knows. */
+static int read_known_version(sqlite3 *db, int *version, char *errbuf, size_t errlen) {
+  if (store_migrations_read_version(db, version, errbuf, errlen) != STORE_OK)
+    return STORE_ERROR;
+  if (*version > STORE_SCHEMA_VERSION) {
+    set_err(errbuf, errlen,
+            "database schema version %d is newer than version %d, the newest this build of kiln "
+            "knows; refusing to open it (kiln never downgrades a schema): run a newer kiln",
+            *version, STORE_SCHEMA_VERSION);
+    return STORE_ERROR;
+  }
+  return STORE_OK;
+}
+
+int store_migrations_apply(sqlite3 *db, char *errbuf, size_t errlen) {
+  if (sqlite3_exec(db,
+                   "CREATE TABLE IF NOT EXISTS schema_version ("
+                   "  version INTEGER PRIMARY KEY,"
+                   "  applied_ms INTEGER NOT NULL)",
+                   NULL, NULL, NULL) != SQLITE_OK) {
+    set_err(errbuf, errlen, "create schema_version table: %s", sqlite3_errmsg(db));
+    return STORE_ERROR;
+  }
+  int current = 0;
+  if (read_known_version(db, &current, errbuf, errlen) != STORE_OK)
+    return STORE_ERROR;
+  for (int version = current + 1; version <= STORE_SCHEMA_VERSION; version++) {
+    if (apply_one(db, version, errbuf, errlen) != STORE_OK)
+      return STORE_ERROR;
+  }
+  /* A newer kiln may have migrated the same file while we were at it. */
+  return read_known_version(db, &current, errbuf, errlen);
+}

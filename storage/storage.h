@@ -1,0 +1,150 @@
+/* storage.h — kiln's SQLite store: schema and migrations, jobs, job events,
+ * metrics and checkpoints. Prepared statements only; every write that
+ * touches more than one row is one transaction. Prefix store_.
+ *
+ * Threads: a store handle may be shared by threads; its connection is
+ * guarded by the handle's own mutex (db_lock). Several handles may open the
+ * same file (WAL mode lets readers and one writer go on together). */
+#ifndef KILN_STORAGE_H
+#define KILN_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store store;
+
+enum {
+  STORE_OK = 0,
+  STORE_ERROR = -1, /* SQLite or I/O failure; errbuf says which */
+  STORE_NOT_FOUND = -2,
+  STORE_EXISTS = -3,   /* request_id already used: the existing job is returned */
+  STORE_CONFLICT = -4, /* a state transition whose `from` did not match */
+  STORE_EMPTY = -5,    /* nothing to claim */
+};
+
+/* Latest schema version this build knows; the database is migrated to it on open. */
+#define STORE_SCHEMA_VERSION 1
+
+/* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
+ * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
+ * order, each in its own transaction. A database whose schema is newer than
+ * STORE_SCHEMA_VERSION is refused, never downgraded. On failure *out is NULL
+ * and errbuf (may be NULL) gets a sentence naming path and cause. */
+int store_open(const char *path, store **out, char *errbuf, size_t errlen);
+void store_close(store *s);         /* NULL is a no-op */
+int store_schema_version(store *s); /* the version recorded in schema_version */
+/* The last error sentence of this handle (never NULL). Per thread: after a
+ * failed call it explains that call even if another thread has failed on the
+ * same handle since; a thread with no failure of its own on s sees the
+ * handle's latest. Valid until this thread's next store_errmsg. */
+const char *store_errmsg(store *s);
+
+/* Milliseconds since the Unix epoch (wall clock), as stored in every *_ms column. */
+int64_t store_now_ms(void);
+
+typedef struct store_job {
+  int64_t seq; /* rowid: creation order, used for page tokens */
+  char id[40];
+  char request_id[80]; /* "" when none */
+  char display_name[128];
+  char *spec_json; /* canonical spec (owned) */
+  char state[16];  /* "QUEUED" ... */
+  char reason[48]; /* reason code of the last transition */
+  char *message;   /* human message of the last transition (owned, never NULL after get) */
+  int priority;
+  int attempt;                         /* number of starts so far */
+  int64_t create_ms, start_ms, end_ms; /* 0 when not yet */
+} store_job;
+
+/* Frees the owned strings of a job filled by a store_* call (not the struct)
+ * and sets them to NULL. Functions that fill a store_job overwrite it whole:
+ * clear a filled one before reusing it. NULL is a no-op. */
+void store_job_clear(store_job *job);
+void store_job_list_free(store_job *jobs, int n);
+
+/* Inserts job (state QUEUED, reason CREATED, attempt 0) and a job_events row
+ * ("" -> QUEUED, CREATED, job->message or ""), in one transaction. Reads id,
+ * request_id, display_name, spec_json (NULL = "{}"), priority, message and
+ * create_ms (0 = now); the other fields are ignored. If job->request_id is
+ * non-empty and a job with that request_id exists, nothing is inserted,
+ * *existing is filled with that job and STORE_EXISTS is returned. existing
+ * may be NULL. A duplicate id is STORE_ERROR. */
+int store_job_create(store *s, const store_job *job, store_job *existing);
+int store_job_get(store *s, const char *id, store_job *out); /* STORE_NOT_FOUND when absent */
+/* Jobs in descending creation order (newest first), optionally only those in
+ * state_filter (NULL = all), with seq < before_seq (0 = from the newest),
+ * at most limit (>= 1). *out is malloc'd (free with store_job_list_free);
+ * it is NULL when *n is 0. The next page: before_seq = last job's seq. */
+int store_job_list(store *s, const char *state_filter, int64_t before_seq, int limit,
+                   store_job **out, int *n);
+/* Moves a job from `from` (NULL = any non-terminal state) to `to`, recording a
+ * job_events row with reason and message, in one transaction. Sets start_ms
+ * when entering RUNNING (so it marks the latest start) and end_ms when
+ * entering a terminal state; entering a non-terminal state (a resume)
+ * clears end_ms. STORE_CONFLICT when the job is not in `from`;
+ * STORE_NOT_FOUND when absent; STORE_ERROR for a state name that is not
+ * one of QUEUED STARTING RUNNING STOPPING SUCCEEDED FAILED CANCELLED
+ * PREEMPTED (a misspelt one would never count as terminal). */
+int store_job_transition(store *s, const char *id, const char *from, const char *to,
+                         const char *reason, const char *message);
+/* Atomically picks the next QUEUED job (highest priority, then oldest),
+ * moves it to STARTING (reason CLAIMED, with an event), increments its
+ * attempt and fills out (may be NULL). Safe across handles and processes:
+ * a job is claimed once. STORE_EMPTY when no job is queued. */
+int store_job_claim_next(store *s, store_job *out);
+/* Recovery after a restart: every job in STARTING, RUNNING or STOPPING goes
+ * back to QUEUED with reason "SERVER_RESTARTED" and an event each, in one
+ * transaction. *n (may be NULL) gets how many. */
+int store_job_requeue_unfinished(store *s, int *n);
+
+typedef struct store_event {
+  int64_t time_ms;
+  char from_state[16];
+  char to_state[16];
+  char reason[48];
+  char *message; /* owned */
+} store_event;
+/* A job's events in the order they happened. An unknown job has none (*n 0,
+ * *out NULL), which is not an error: every job has its CREATED event. */
+int store_event_list(store *s, const char *job_id, store_event **out, int *n);
+void store_event_list_free(store_event *events, int n);
+
+typedef struct store_metric {
+  int attempt;
+  int64_t step;
+  int epoch;
+  char name[48];
+  double value;    /* NaN is kept (stored as NULL) and read back as NaN */
+  int64_t time_ms; /* 0 on append = now */
+} store_metric;
+
+/* Appends n metric points of a job in one transaction; a point whose
+ * (job, attempt, step, name) is already stored is ignored (the first value
+ * wins), so a replayed line never duplicates. STORE_NOT_FOUND for an unknown
+ * job; an empty name is STORE_ERROR; either way nothing of the batch is kept. */
+int store_metrics_append(store *s, const char *job_id, const store_metric *points, int n);
+/* Points of a job ordered by (attempt, step, name); name NULL = all names.
+ * *out is malloc'd (free()), NULL when *n is 0. */
+int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n);
+
+typedef struct store_checkpoint {
+  int64_t id;
+  char job_id[40];
+  int attempt;
+  int64_t step;
+  char path[512];
+  int64_t bytes;
+  char sha256[65];
+  char *metrics_json; /* owned; "{}" when none */
+  int64_t create_ms;
+} store_checkpoint;
+
+/* Records a checkpoint file that is already on disk (renamed into place).
+ * Ignores c->id (the store assigns it); metrics_json NULL = "{}", create_ms
+ * 0 = now. STORE_NOT_FOUND when the job does not exist. */
+int store_checkpoint_add(store *s, const store_checkpoint *c);
+/* A job's checkpoints ordered by (attempt, step, id); *out NULL when *n is 0. */
+int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n);
+void store_checkpoint_list_free(store_checkpoint *list, int n);
+
+#endif

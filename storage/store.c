@@ -1,0 +1,1110 @@
+/* store.c — kiln's SQLite store: open/close, jobs and their state events,
+ * metrics and checkpoints. Values reach SQL only through bound parameters of
+ * prepared statements; every multi-row write is one BEGIN IMMEDIATE
+ * transaction, so a writer never has to upgrade a read lock and deadlock.
+ *
+ * Threads: any thread may call any function on a shared handle. The
+ * connection (db) and errmsg are guarded by db_lock, held for the whole of
+ * each public call; handle_id never changes after open. last_error is
+ * thread-local. */
+#include "storage.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "migrations.h"
+
+#define STORE_ERRLEN 512
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+struct store {
+  pthread_mutex_t db_lock;
+  sqlite3 *db;               /* guarded by db_lock */
+  uint64_t handle_id;        /* unique per open, tags last_error */
+  char errmsg[STORE_ERRLEN]; /* guarded by db_lock */
+};
+
+/* The calling thread's last failure and the handle it came from: lets
+ * store_errmsg explain this thread's failed call even when another thread
+ * fails on the same handle in between. */
+static _Thread_local struct {
+  uint64_t handle_id;
+  char msg[STORE_ERRLEN];
+} last_error;
+
+static atomic_uint_fast64_t next_handle_id = 1;
+
+static const char *const job_states[] = {"QUEUED",    "STARTING", "RUNNING",   "STOPPING",
+                                         "SUCCEEDED", "FAILED",   "CANCELLED", "PREEMPTED"};
+
+/* ---- errors ------------------------------------------------------------ */
+
+static void set_verror(store *s, const char *sqlite_msg, const char *fmt, va_list ap) {
+  int len = vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+  if (sqlite_msg && len >= 0 && (size_t)len < sizeof s->errmsg)
+    snprintf(s->errmsg + len, sizeof s->errmsg - (size_t)len, ": %s", sqlite_msg);
+  last_error.handle_id = s->handle_id;
+  memcpy(last_error.msg, s->errmsg, sizeof last_error.msg);
+}
+
+/* A sentence of our own: "get job abc: no such job". */
+__attribute__((format(printf, 2, 3))) static void set_error(store *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  set_verror(s, NULL, fmt, ap);
+  va_end(ap);
+}
+
+/* What we were doing plus SQLite's reason: "insert job abc: UNIQUE constraint
+ * failed: jobs.id". Call before anything else touches the connection. */
+__attribute__((format(printf, 2, 3))) static void db_error(store *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  set_verror(s, sqlite3_errmsg(s->db), fmt, ap);
+  va_end(ap);
+}
+
+/* For store_open, which has no handle to keep its sentence in yet. */
+__attribute__((format(printf, 3, 4))) static void copy_error(char *errbuf, size_t errlen,
+                                                             const char *fmt, ...) {
+  if (!errbuf || errlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(errbuf, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *what) {
+  if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) == SQLITE_OK)
+    return STORE_OK;
+  db_error(s, "%s: prepare", what);
+  *st = NULL;
+  return STORE_ERROR;
+}
+
+static int tx_begin(store *s, const char *what) {
+  if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK)
+    return STORE_OK;
+  db_error(s, "%s: begin transaction", what);
+  return STORE_ERROR;
+}
+
+static int tx_commit(store *s, const char *what) {
+  if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+    return STORE_OK;
+  db_error(s, "%s: commit", what);
+  return STORE_ERROR;
+}
+
+/* Ends a transaction left open by a failure or an early return; a no-op after
+ * a successful commit. */
+static void tx_end(store *s) {
+  if (!sqlite3_get_autocommit(s->db))
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *text) {
+  sqlite3_bind_text(st, i, text ? text : "", -1, SQLITE_STATIC);
+}
+
+static void copy_column(char *dst, size_t size, sqlite3_stmt *st, int col) {
+  const char *text = (const char *)sqlite3_column_text(st, col);
+  snprintf(dst, size, "%s", text ? text : "");
+}
+
+static char *dup_column(sqlite3_stmt *st, int col) {
+  const char *text = (const char *)sqlite3_column_text(st, col);
+  return strdup(text ? text : "");
+}
+
+/* Makes room for one more element in a malloc'd array of *cap elements. */
+static int grow(void **array, int *cap, int used, size_t elem_size) {
+  if (used < *cap)
+    return STORE_OK;
+  int new_cap = *cap ? *cap * 2 : 16;
+  void *bigger = realloc(*array, (size_t)new_cap * elem_size);
+  if (!bigger)
+    return STORE_ERROR;
+  *array = bigger;
+  *cap = new_cap;
+  return STORE_OK;
+}
+
+static int is_known_state(const char *state) {
+  for (size_t i = 0; i < sizeof job_states / sizeof job_states[0]; i++) {
+    if (strcmp(state, job_states[i]) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+static int is_terminal_state(const char *state) {
+  return strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0 ||
+         strcmp(state, "CANCELLED") == 0;
+}
+
+/* ---- open / close ------------------------------------------------------ */
+
+int64_t store_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Connection settings every handle needs; msg gets a sentence on failure. */
+static int configure(sqlite3 *db, char *msg, size_t msglen) {
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  sqlite3_busy_timeout(db, STORE_BUSY_TIMEOUT_MS);
+  if (sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK) {
+    snprintf(msg, msglen, "enable foreign keys: %s", sqlite3_errmsg(db));
+    goto done;
+  }
+  /* The pragma is silently ignored by a SQLite built without foreign keys. */
+  if (sqlite3_prepare_v2(db, "PRAGMA foreign_keys", -1, &st, NULL) != SQLITE_OK ||
+      sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0) != 1) {
+    snprintf(msg, msglen, "enable foreign keys: this SQLite does not enforce them");
+    goto done;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  if (sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL) != SQLITE_OK ||
+      sqlite3_step(st) != SQLITE_ROW) {
+    snprintf(msg, msglen, "set WAL journal mode: %s", sqlite3_errmsg(db));
+    goto done;
+  }
+  const char *mode = (const char *)sqlite3_column_text(st, 0);
+  /* ":memory:" databases report "memory" and cannot use WAL; they have no
+   * other connection to share with, so that is fine. */
+  if (!mode || (strcmp(mode, "wal") != 0 && strcmp(mode, "memory") != 0)) {
+    snprintf(msg, msglen, "set WAL journal mode: SQLite kept journal_mode=%s",
+             mode ? mode : "(null)");
+    goto done;
+  }
+  if (sqlite3_exec(db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) != SQLITE_OK) {
+    snprintf(msg, msglen, "set synchronous=NORMAL: %s", sqlite3_errmsg(db));
+    goto done;
+  }
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int store_open(const char *path, store **out, char *errbuf, size_t errlen) {
+  char msg[STORE_ERRLEN] = "";
+  store *s = NULL;
+  if (errbuf && errlen > 0)
+    errbuf[0] = '\0';
+  if (!out) {
+    copy_error(errbuf, errlen, "open database: out is NULL");
+    return STORE_ERROR;
+  }
+  *out = NULL;
+  if (!path || !path[0]) {
+    copy_error(errbuf, errlen, "open database: path is empty");
+    return STORE_ERROR;
+  }
+  /* We share one connection between threads behind db_lock and open it
+   * without SQLite's own mutex, which needs a thread-safe build. */
+  if (!sqlite3_threadsafe()) {
+    copy_error(errbuf, errlen, "open database %s: this SQLite was built without thread support",
+               path);
+    return STORE_ERROR;
+  }
+  s = calloc(1, sizeof *s);
+  if (!s) {
+    copy_error(errbuf, errlen, "open database %s: out of memory", path);
+    return STORE_ERROR;
+  }
+  if (pthread_mutex_init(&s->db_lock, NULL) != 0) {
+    free(s);
+    copy_error(errbuf, errlen, "open database %s: cannot create its mutex", path);
+    return STORE_ERROR;
+  }
+  s->handle_id = atomic_fetch_add(&next_handle_id, 1);
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
+    snprintf(msg, sizeof msg, "%s", s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    goto fail;
+  }
+  if (configure(s->db, msg, sizeof msg) != STORE_OK)
+    goto fail;
+  if (store_migrations_apply(s->db, msg, sizeof msg) != STORE_OK)
+    goto fail;
+  *out = s;
+  return STORE_OK;
+fail:
+  copy_error(errbuf, errlen, "open database %s: %s", path, msg);
+  store_close(s);
+  return STORE_ERROR;
+}
+
+void store_close(store *s) {
+  if (!s)
+    return;
+  /* Every statement is finalized by the call that prepared it, so close
+   * cannot be refused for busy statements. */
+  sqlite3_close(s->db);
+  pthread_mutex_destroy(&s->db_lock);
+  free(s);
+}
+
+int store_schema_version(store *s) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  char msg[STORE_ERRLEN];
+  int version = 0;
+  if (store_migrations_read_version(s->db, &version, msg, sizeof msg) != STORE_OK) {
+    set_error(s, "%s", msg);
+    version = STORE_ERROR;
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return version;
+}
+
+const char *store_errmsg(store *s) {
+  if (!s)
+    return "store handle is NULL";
+  if (last_error.handle_id != s->handle_id) {
+    /* This thread has not failed on s: show the handle's last error, copied
+     * so another thread's next failure cannot change it under the reader. */
+    pthread_mutex_lock(&s->db_lock);
+    memcpy(last_error.msg, s->errmsg, sizeof last_error.msg);
+    last_error.handle_id = s->handle_id;
+    pthread_mutex_unlock(&s->db_lock);
+  }
+  return last_error.msg;
+}
+
+/* ---- jobs -------------------------------------------------------------- */
+
+#define JOB_COLUMNS                                                                                \
+  "seq, id, request_id, display_name, spec_json, state, reason, message, priority, attempt, "      \
+  "create_ms, start_ms, end_ms"
+
+/* Fills out from a row selected with JOB_COLUMNS. */
+static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
+  memset(out, 0, sizeof *out);
+  out->seq = sqlite3_column_int64(st, 0);
+  copy_column(out->id, sizeof out->id, st, 1);
+  copy_column(out->request_id, sizeof out->request_id, st, 2);
+  copy_column(out->display_name, sizeof out->display_name, st, 3);
+  out->spec_json = dup_column(st, 4);
+  copy_column(out->state, sizeof out->state, st, 5);
+  copy_column(out->reason, sizeof out->reason, st, 6);
+  out->message = dup_column(st, 7);
+  out->priority = sqlite3_column_int(st, 8);
+  out->attempt = sqlite3_column_int(st, 9);
+  out->create_ms = sqlite3_column_int64(st, 10);
+  out->start_ms = sqlite3_column_int64(st, 11); /* NULL reads as 0 */
+  out->end_ms = sqlite3_column_int64(st, 12);
+  if (!out->spec_json || !out->message) {
+    store_job_clear(out);
+    set_error(s, "read job %s: out of memory", out->id);
+    return STORE_ERROR;
+  }
+  return STORE_OK;
+}
+
+void store_job_clear(store_job *job) {
+  if (!job)
+    return;
+  free(job->spec_json);
+  free(job->message);
+  job->spec_json = NULL;
+  job->message = NULL;
+}
+
+void store_job_list_free(store_job *jobs, int n) {
+  if (!jobs)
+    return;
+  for (int i = 0; i < n; i++)
+    store_job_clear(&jobs[i]);
+  free(jobs);
+}
+
+static int insert_event(store *s, const char *job_id, int64_t time_ms, const char *from,
+                        const char *to, const char *reason, const char *message) {
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  snprintf(what, sizeof what, "record event of job %s", job_id);
+  if (prepare(s, &st,
+              "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason, message)"
+              " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+              what) != STORE_OK)
+    return STORE_ERROR;
+  bind_text(st, 1, job_id);
+  sqlite3_bind_int64(st, 2, time_ms);
+  bind_text(st, 3, from);
+  bind_text(st, 4, to);
+  bind_text(st, 5, reason);
+  bind_text(st, 6, message);
+  int rc = STORE_OK;
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    rc = STORE_ERROR;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* Looks a job up by id inside the caller's transaction. */
+static int select_job(store *s, const char *id, store_job *out, const char *what) {
+  sqlite3_stmt *st = NULL;
+  if (prepare(s, &st, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1", what) != STORE_OK)
+    return STORE_ERROR;
+  bind_text(st, 1, id);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    rc = read_job(s, st, out);
+  } else if (rc == SQLITE_DONE) {
+    set_error(s, "%s: no such job", what);
+    rc = STORE_NOT_FOUND;
+  } else {
+    db_error(s, "%s", what);
+    rc = STORE_ERROR;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+static int job_create_locked(store *s, const store_job *job, store_job *existing) {
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  int rc = STORE_ERROR;
+  snprintf(what, sizeof what, "create job %s", job->id);
+  if (tx_begin(s, what) != STORE_OK)
+    goto done;
+  if (job->request_id[0]) {
+    if (prepare(s, &st, "SELECT " JOB_COLUMNS " FROM jobs WHERE request_id = ?1", what) != STORE_OK)
+      goto done;
+    bind_text(st, 1, job->request_id);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+      const char *other = (const char *)sqlite3_column_text(st, 1);
+      set_error(s, "%s: request_id %s was already used by job %s", what, job->request_id,
+                other ? other : "");
+      char sentence[STORE_ERRLEN];
+      memcpy(sentence, s->errmsg, sizeof sentence);
+      if (existing && read_job(s, st, existing) != STORE_OK)
+        goto done;
+      set_error(s, "%s", sentence);
+      rc = STORE_EXISTS;
+      goto done;
+    }
+    if (step != SQLITE_DONE) {
+      db_error(s, "%s: look up request_id %s", what, job->request_id);
+      goto done;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+  }
+  int64_t create_ms = job->create_ms ? job->create_ms : store_now_ms();
+  const char *message = job->message ? job->message : "";
+  snprintf(what, sizeof what, "insert job %s", job->id);
+  if (prepare(s, &st,
+              "INSERT INTO jobs(id, request_id, display_name, spec_json, state, reason, message,"
+              " priority, attempt, create_ms)"
+              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7)",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, job->id);
+  if (job->request_id[0])
+    bind_text(st, 2, job->request_id);
+  else
+    sqlite3_bind_null(st, 2); /* NULLs never collide in the UNIQUE index */
+  bind_text(st, 3, job->display_name);
+  bind_text(st, 4, job->spec_json ? job->spec_json : "{}");
+  bind_text(st, 5, message);
+  sqlite3_bind_int(st, 6, job->priority);
+  sqlite3_bind_int64(st, 7, create_ms);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  if (insert_event(s, job->id, create_ms, "", "QUEUED", "CREATED", message) != STORE_OK)
+    goto done;
+  if (tx_commit(s, what) != STORE_OK)
+    goto done;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
+  return rc;
+}
+
+int store_job_create(store *s, const store_job *job, store_job *existing) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (!job || !job->id[0]) {
+    set_error(s, "create job: the job id is empty");
+    rc = STORE_ERROR;
+  } else {
+    rc = job_create_locked(s, job, existing);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_job_get(store *s, const char *id, store_job *out) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  char what[96];
+  int rc;
+  snprintf(what, sizeof what, "get job %s", id ? id : "(null)");
+  if (!id || !out) {
+    set_error(s, "%s: id and out must not be NULL", what);
+    rc = STORE_ERROR;
+  } else {
+    rc = select_job(s, id, out, what);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+static int job_list_locked(store *s, const char *state_filter, int64_t before_seq, int limit,
+                           store_job **out, int *n) {
+  const char *what = "list jobs";
+  sqlite3_stmt *st = NULL;
+  store_job *jobs = NULL;
+  int used = 0, cap = 0, rc = STORE_ERROR;
+  /* Two statements rather than "(?1 IS NULL OR state = ?1)", which would keep
+   * the planner off the (state, seq) index. */
+  const char *sql = state_filter ? "SELECT " JOB_COLUMNS " FROM jobs"
+                                   " WHERE state = ?3 AND seq < ?1 ORDER BY seq DESC LIMIT ?2"
+                                 : "SELECT " JOB_COLUMNS " FROM jobs"
+                                   " WHERE seq < ?1 ORDER BY seq DESC LIMIT ?2";
+  if (prepare(s, &st, sql, what) != STORE_OK)
+    goto done;
+  sqlite3_bind_int64(st, 1, before_seq > 0 ? before_seq : INT64_MAX);
+  sqlite3_bind_int(st, 2, limit);
+  if (state_filter)
+    bind_text(st, 3, state_filter);
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (grow((void **)&jobs, &cap, used, sizeof *jobs) != STORE_OK) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    if (read_job(s, st, &jobs[used]) != STORE_OK)
+      goto done;
+    used++;
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  *out = jobs;
+  *n = used;
+  jobs = NULL;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  store_job_list_free(jobs, used);
+  return rc;
+}
+
+int store_job_list(store *s, const char *state_filter, int64_t before_seq, int limit,
+                   store_job **out, int *n) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (out)
+    *out = NULL;
+  if (n)
+    *n = 0;
+  if (!out || !n) {
+    set_error(s, "list jobs: out and n must not be NULL");
+    rc = STORE_ERROR;
+  } else if (limit < 1) {
+    set_error(s, "list jobs: limit must be >= 1, got %d", limit);
+    rc = STORE_ERROR;
+  } else {
+    rc = job_list_locked(s, state_filter, before_seq, limit, out, n);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+static int job_transition_locked(store *s, const char *id, const char *from, const char *to,
+                                 const char *reason, const char *message) {
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  char current[16];
+  int rc = STORE_ERROR;
+  snprintf(what, sizeof what, "move job %s to %s", id, to);
+  if (tx_begin(s, what) != STORE_OK)
+    goto done;
+  if (prepare(s, &st, "SELECT state FROM jobs WHERE id = ?1", what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, id);
+  int step = sqlite3_step(st);
+  if (step == SQLITE_DONE) {
+    set_error(s, "%s: no such job", what);
+    rc = STORE_NOT_FOUND;
+    goto done;
+  }
+  if (step != SQLITE_ROW) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  copy_column(current, sizeof current, st, 0);
+  sqlite3_finalize(st);
+  st = NULL;
+  if (from ? strcmp(current, from) != 0 : is_terminal_state(current)) {
+    set_error(s, "%s: the job is %s, not %s", what, current, from ? from : "unfinished");
+    rc = STORE_CONFLICT;
+    goto done;
+  }
+  int64_t now = store_now_ms();
+  int entering_terminal = is_terminal_state(to);
+  /* start_ms marks the latest start; end_ms is cleared again when a finished
+   * job is resumed, so it is set exactly while the job is terminal. */
+  if (prepare(s, &st,
+              "UPDATE jobs SET state = ?2, reason = ?3, message = ?4,"
+              " start_ms = CASE WHEN ?5 THEN ?6 ELSE start_ms END,"
+              " end_ms = CASE WHEN ?7 THEN ?6 ELSE NULL END"
+              " WHERE id = ?1",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, id);
+  bind_text(st, 2, to);
+  bind_text(st, 3, reason);
+  bind_text(st, 4, message);
+  sqlite3_bind_int(st, 5, strcmp(to, "RUNNING") == 0);
+  sqlite3_bind_int64(st, 6, now);
+  sqlite3_bind_int(st, 7, entering_terminal);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  if (insert_event(s, id, now, current, to, reason, message) != STORE_OK)
+    goto done;
+  if (tx_commit(s, what) != STORE_OK)
+    goto done;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
+  return rc;
+}
+
+int store_job_transition(store *s, const char *id, const char *from, const char *to,
+                         const char *reason, const char *message) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  /* A misspelt state ("CANCELED") would never count as terminal: refuse it. */
+  if (!id || !to) {
+    set_error(s, "move job: id and to must not be NULL");
+    rc = STORE_ERROR;
+  } else if (!is_known_state(to)) {
+    set_error(s, "move job %s: unknown state \"%s\"", id, to);
+    rc = STORE_ERROR;
+  } else if (from && !is_known_state(from)) {
+    set_error(s, "move job %s: unknown state \"%s\"", id, from);
+    rc = STORE_ERROR;
+  } else {
+    rc = job_transition_locked(s, id, from, to, reason ? reason : "", message ? message : "");
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+static int job_claim_locked(store *s, store_job *out) {
+  const char *what = "claim next job";
+  sqlite3_stmt *st = NULL;
+  char id[sizeof((store_job *)0)->id];
+  char message[64];
+  int rc = STORE_ERROR;
+  if (tx_begin(s, what) != STORE_OK)
+    goto done;
+  /* Served by the jobs_claim index (state, priority DESC, seq). */
+  if (prepare(s, &st,
+              "SELECT id, attempt FROM jobs WHERE state = 'QUEUED'"
+              " ORDER BY priority DESC, seq ASC LIMIT 1",
+              what) != STORE_OK)
+    goto done;
+  int step = sqlite3_step(st);
+  if (step == SQLITE_DONE) {
+    set_error(s, "%s: no job is queued", what);
+    rc = STORE_EMPTY;
+    goto done;
+  }
+  if (step != SQLITE_ROW) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  copy_column(id, sizeof id, st, 0);
+  int attempt = sqlite3_column_int(st, 1) + 1;
+  sqlite3_finalize(st);
+  st = NULL;
+  snprintf(message, sizeof message, "starting attempt %d", attempt);
+  int64_t now = store_now_ms();
+  if (prepare(s, &st,
+              "UPDATE jobs SET state = 'STARTING', reason = 'CLAIMED', message = ?2,"
+              " attempt = ?3, end_ms = NULL WHERE id = ?1",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, id);
+  bind_text(st, 2, message);
+  sqlite3_bind_int(st, 3, attempt);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s: update job %s", what, id);
+    goto done;
+  }
+  if (insert_event(s, id, now, "QUEUED", "STARTING", "CLAIMED", message) != STORE_OK)
+    goto done;
+  if (out) {
+    rc = select_job(s, id, out, what);
+    if (rc != STORE_OK)
+      goto done;
+    rc = STORE_ERROR;
+  }
+  if (tx_commit(s, what) != STORE_OK) {
+    if (out)
+      store_job_clear(out);
+    goto done;
+  }
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
+  return rc;
+}
+
+int store_job_claim_next(store *s, store_job *out) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc = job_claim_locked(s, out);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+static int job_requeue_locked(store *s, int *n) {
+  const char *what = "requeue unfinished jobs";
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  if (tx_begin(s, what) != STORE_OK)
+    goto done;
+  /* Events first: they read each job's state before the update changes it. */
+  if (prepare(s, &st,
+              "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason, message)"
+              " SELECT id, ?1, state, 'QUEUED', 'SERVER_RESTARTED',"
+              "  'the server restarted while the job was ' || state"
+              " FROM jobs WHERE state IN ('STARTING', 'RUNNING', 'STOPPING') ORDER BY seq",
+              what) != STORE_OK)
+    goto done;
+  sqlite3_bind_int64(st, 1, store_now_ms());
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s: record events", what);
+    goto done;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  /* The right-hand sides see the old row, so message names the old state. */
+  if (prepare(s, &st,
+              "UPDATE jobs SET state = 'QUEUED', reason = 'SERVER_RESTARTED',"
+              " message = 'the server restarted while the job was ' || state, end_ms = NULL"
+              " WHERE state IN ('STARTING', 'RUNNING', 'STOPPING')",
+              what) != STORE_OK)
+    goto done;
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  int changed = sqlite3_changes(s->db);
+  if (tx_commit(s, what) != STORE_OK)
+    goto done;
+  if (n)
+    *n = changed;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
+  return rc;
+}
+
+int store_job_requeue_unfinished(store *s, int *n) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  if (n)
+    *n = 0;
+  int rc = job_requeue_locked(s, n);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- events ------------------------------------------------------------ */
+
+void store_event_list_free(store_event *events, int n) {
+  if (!events)
+    return;
+  for (int i = 0; i < n; i++)
+    free(events[i].message);
+  free(events);
+}
+
+static int event_list_locked(store *s, const char *job_id, store_event **out, int *n) {
+  sqlite3_stmt *st = NULL;
+  store_event *events = NULL;
+  char what[96];
+  int used = 0, cap = 0, rc = STORE_ERROR;
+  snprintf(what, sizeof what, "list events of job %s", job_id);
+  /* id is insertion order, which keeps events of the same millisecond in order. */
+  if (prepare(s, &st,
+              "SELECT time_ms, from_state, to_state, reason, message FROM job_events"
+              " WHERE job_id = ?1 ORDER BY id",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, job_id);
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (grow((void **)&events, &cap, used, sizeof *events) != STORE_OK) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    store_event *e = &events[used];
+    memset(e, 0, sizeof *e);
+    e->time_ms = sqlite3_column_int64(st, 0);
+    copy_column(e->from_state, sizeof e->from_state, st, 1);
+    copy_column(e->to_state, sizeof e->to_state, st, 2);
+    copy_column(e->reason, sizeof e->reason, st, 3);
+    e->message = dup_column(st, 4);
+    if (!e->message) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    used++;
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  *out = events;
+  *n = used;
+  events = NULL;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  store_event_list_free(events, used);
+  return rc;
+}
+
+int store_event_list(store *s, const char *job_id, store_event **out, int *n) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (out)
+    *out = NULL;
+  if (n)
+    *n = 0;
+  if (!job_id || !out || !n) {
+    set_error(s, "list events: job_id, out and n must not be NULL");
+    rc = STORE_ERROR;
+  } else {
+    rc = event_list_locked(s, job_id, out, n);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- metrics ----------------------------------------------------------- */
+
+static int metrics_append_locked(store *s, const char *job_id, const store_metric *points, int n) {
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  int rc = STORE_ERROR;
+  snprintf(what, sizeof what, "append metrics of job %s", job_id);
+  for (int i = 0; i < n; i++) {
+    if (!points[i].name[0]) {
+      set_error(s, "%s: point %d (step %lld) has an empty name", what, i,
+                (long long)points[i].step);
+      return STORE_ERROR;
+    }
+  }
+  if (tx_begin(s, what) != STORE_OK)
+    goto done;
+  /* OR IGNORE does not cover foreign keys, so an unknown job would fail the
+   * batch with a bare "FOREIGN KEY constraint failed"; say it plainly. */
+  if (prepare(s, &st, "SELECT 1 FROM jobs WHERE id = ?1", what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, job_id);
+  int step = sqlite3_step(st);
+  if (step == SQLITE_DONE) {
+    set_error(s, "%s: no such job", what);
+    rc = STORE_NOT_FOUND;
+    goto done;
+  }
+  if (step != SQLITE_ROW) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  if (prepare(s, &st,
+              "INSERT OR IGNORE INTO metrics(job_id, attempt, step, epoch, name, value, time_ms)"
+              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+              what) != STORE_OK)
+    goto done;
+  int64_t now = store_now_ms();
+  bind_text(st, 1, job_id);
+  for (int i = 0; i < n; i++) {
+    const store_metric *p = &points[i];
+    sqlite3_bind_int(st, 2, p->attempt);
+    sqlite3_bind_int64(st, 3, p->step);
+    sqlite3_bind_int(st, 4, p->epoch);
+    bind_text(st, 5, p->name);
+    /* SQLite turns a NaN into NULL anyway; say so on purpose. A diverged
+     * loss is data worth keeping, not an error. */
+    if (isnan(p->value))
+      sqlite3_bind_null(st, 6);
+    else
+      sqlite3_bind_double(st, 6, p->value);
+    sqlite3_bind_int64(st, 7, p->time_ms ? p->time_ms : now);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+      db_error(s, "%s: step %lld %s", what, (long long)p->step, p->name);
+      goto done;
+    }
+    sqlite3_reset(st);
+  }
+  if (tx_commit(s, what) != STORE_OK)
+    goto done;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
+  return rc;
+}
+
+int store_metrics_append(store *s, const char *job_id, const store_metric *points, int n) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (!job_id || n < 0 || (n > 0 && !points)) {
+    set_error(s, "append metrics: need a job id and n >= 0 points, got n=%d", n);
+    rc = STORE_ERROR;
+  } else if (n == 0) {
+    rc = STORE_OK;
+  } else {
+    rc = metrics_append_locked(s, job_id, points, n);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+static int metrics_list_locked(store *s, const char *job_id, const char *name, store_metric **out,
+                               int *n) {
+  sqlite3_stmt *st = NULL;
+  store_metric *points = NULL;
+  char what[96];
+  int used = 0, cap = 0, rc = STORE_ERROR;
+  snprintf(what, sizeof what, "list metrics of job %s", job_id);
+  /* Both are served by the UNIQUE(job_id, attempt, step, name) index. */
+  const char *sql = name ? "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
+                           " WHERE job_id = ?1 AND name = ?2 ORDER BY attempt, step, name"
+                         : "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
+                           " WHERE job_id = ?1 ORDER BY attempt, step, name";
+  if (prepare(s, &st, sql, what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, job_id);
+  if (name)
+    bind_text(st, 2, name);
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (grow((void **)&points, &cap, used, sizeof *points) != STORE_OK) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    store_metric *p = &points[used++];
+    memset(p, 0, sizeof *p);
+    p->attempt = sqlite3_column_int(st, 0);
+    p->step = sqlite3_column_int64(st, 1);
+    p->epoch = sqlite3_column_int(st, 2);
+    copy_column(p->name, sizeof p->name, st, 3);
+    p->value = sqlite3_column_type(st, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 4);
+    p->time_ms = sqlite3_column_int64(st, 5);
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  *out = points;
+  *n = used;
+  points = NULL;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  free(points);
+  return rc;
+}
+
+int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (out)
+    *out = NULL;
+  if (n)
+    *n = 0;
+  if (!job_id || !out || !n) {
+    set_error(s, "list metrics: job_id, out and n must not be NULL");
+    rc = STORE_ERROR;
+  } else {
+    rc = metrics_list_locked(s, job_id, name, out, n);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------- */
+
+static int checkpoint_add_locked(store *s, const store_checkpoint *c) {
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  int rc = STORE_ERROR;
+  snprintf(what, sizeof what, "add checkpoint of job %s at step %lld", c->job_id,
+           (long long)c->step);
+  if (!c->path[0]) {
+    set_error(s, "%s: path is empty", what);
+    return STORE_ERROR;
+  }
+  if (prepare(s, &st,
+              "INSERT INTO checkpoints(job_id, attempt, step, path, bytes, sha256, metrics_json,"
+              " create_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+              what) != STORE_OK)
+    return STORE_ERROR;
+  bind_text(st, 1, c->job_id);
+  sqlite3_bind_int(st, 2, c->attempt);
+  sqlite3_bind_int64(st, 3, c->step);
+  bind_text(st, 4, c->path);
+  sqlite3_bind_int64(st, 5, c->bytes);
+  bind_text(st, 6, c->sha256);
+  bind_text(st, 7, c->metrics_json ? c->metrics_json : "{}");
+  sqlite3_bind_int64(st, 8, c->create_ms ? c->create_ms : store_now_ms());
+  /* One row, so no transaction: the foreign key decides atomically whether
+   * the job exists. */
+  if (sqlite3_step(st) == SQLITE_DONE) {
+    rc = STORE_OK;
+  } else if (sqlite3_extended_errcode(s->db) == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    set_error(s, "%s: no such job", what);
+    rc = STORE_NOT_FOUND;
+  } else {
+    db_error(s, "%s", what);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+int store_checkpoint_add(store *s, const store_checkpoint *c) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (!c || !c->job_id[0]) {
+    set_error(s, "add checkpoint: the job id is empty");
+    rc = STORE_ERROR;
+  } else {
+    rc = checkpoint_add_locked(s, c);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+void store_checkpoint_list_free(store_checkpoint *list, int n) {
+  if (!list)
+    return;
+  for (int i = 0; i < n; i++)
+    free(list[i].metrics_json);
+  free(list);
+}
+
+static int checkpoint_list_locked(store *s, const char *job_id, store_checkpoint **out, int *n) {
+  sqlite3_stmt *st = NULL;
+  store_checkpoint *list = NULL;
+  char what[96];
+  int used = 0, cap = 0, rc = STORE_ERROR;
+  snprintf(what, sizeof what, "list checkpoints of job %s", job_id);
+  if (prepare(s, &st,
+              "SELECT id, job_id, attempt, step, path, bytes, sha256, metrics_json, create_ms"
+              " FROM checkpoints WHERE job_id = ?1 ORDER BY attempt, step, id",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, job_id);
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (grow((void **)&list, &cap, used, sizeof *list) != STORE_OK) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    store_checkpoint *c = &list[used];
+    memset(c, 0, sizeof *c);
+    c->id = sqlite3_column_int64(st, 0);
+    copy_column(c->job_id, sizeof c->job_id, st, 1);
+    c->attempt = sqlite3_column_int(st, 2);
+    c->step = sqlite3_column_int64(st, 3);
+    copy_column(c->path, sizeof c->path, st, 4);
+    c->bytes = sqlite3_column_int64(st, 5);
+    copy_column(c->sha256, sizeof c->sha256, st, 6);
+    c->metrics_json = dup_column(st, 7);
+    c->create_ms = sqlite3_column_int64(st, 8);
+    if (!c->metrics_json) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    used++;
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  *out = list;
+  *n = used;
+  list = NULL;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  store_checkpoint_list_free(list, used);
+  return rc;
+}
+
+int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n) {
+  if (!s)
+    return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (out)
+    *out = NULL;
+  if (n)
+    *n = 0;
+  if (!job_id || !out || !n) {
+    set_error(s, "list checkpoints: job_id, out and n must not be NULL");
+    rc = STORE_ERROR;
+  } else {
+    rc = checkpoint_list_locked(s, job_id, out, n);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
