@@ -1,0 +1,410 @@
+/* scheduler.c — the queue runner: claim the next job, spawn kiln-train for
+ * it with a progress pipe, batch its metric lines into the store, record
+ * checkpoints, and set the final state from the exit status and last error.
+ *
+ * Threads: one scheduler thread owns the store handle `st` and the running
+ * child. Other threads only call sched_wake / sched_stop, which touch
+ * `wake_pending` and `stopping` under `wake_lock`. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "scheduler.h"
+#include "storage.h"
+
+extern char **environ;
+
+#define MAX_LINE (64 * 1024)
+#define METRIC_BATCH 512
+#define STOP_GRACE_MS 5000
+
+struct sched {
+  sched_config cfg;
+  store *st;
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t wake_lock; /* guards wake_pending and stopping */
+  pthread_cond_t wake_cond;
+  int wake_pending;
+  int stopping;
+};
+
+static void slog(sched *s, sched_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void slog(sched *s, sched_log_level level, const char *fmt, ...) {
+  if (!s->cfg.log) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  s->cfg.log(level, line, s->cfg.log_user);
+}
+
+static int is_stopping(sched *s) {
+  pthread_mutex_lock(&s->wake_lock);
+  int stopping = s->stopping;
+  pthread_mutex_unlock(&s->wake_lock);
+  return stopping;
+}
+
+static int64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- one running job ---- */
+
+typedef struct run {
+  sched *s;
+  const store_job *job;
+  store_metric pending[METRIC_BATCH];
+  int n_pending;
+  int64_t last_flush_ms;
+  char error_reason[48];
+  char error_message[512];
+  int64_t n_points, n_checkpoints;
+} run;
+
+static void flush_metrics(run *r) {
+  if (r->n_pending == 0) return;
+  if (store_metrics_append(r->s->st, r->job->id, r->pending, r->n_pending) != STORE_OK) {
+    slog(r->s, SCHED_LOG_ERROR, "msg=\"metrics not stored\" job=%s error=\"%s\"", r->job->id,
+         store_errmsg(r->s->st));
+  }
+  r->n_points += r->n_pending;
+  r->n_pending = 0;
+  r->last_flush_ms = monotonic_ms();
+}
+
+static void handle_line(run *r, const char *line) {
+  api_progress p;
+  char err[256];
+  if (api_progress_parse(line, &p, err, sizeof err) != 0) {
+    slog(r->s, SCHED_LOG_WARN, "msg=\"bad progress line\" job=%s error=\"%s\"", r->job->id, err);
+    return;
+  }
+  int64_t now = store_now_ms();
+  switch (p.kind) {
+  case API_PROGRESS_METRICS:
+    for (int i = 0; i < p.n_metrics; i++) {
+      if (r->n_pending == METRIC_BATCH) flush_metrics(r);
+      store_metric *m = &r->pending[r->n_pending++];
+      m->attempt = r->job->attempt;
+      m->step = p.step;
+      m->epoch = p.epoch;
+      snprintf(m->name, sizeof m->name, "%s", p.metric_names[i]);
+      m->value = p.metric_values[i];
+      m->time_ms = now;
+    }
+    break;
+  case API_PROGRESS_CHECKPOINT: {
+    flush_metrics(r); /* the checkpoint row comes after the points it covers */
+    store_checkpoint c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.job_id, sizeof c.job_id, "%s", r->job->id);
+    c.attempt = r->job->attempt;
+    c.step = p.step;
+    snprintf(c.path, sizeof c.path, "%s", p.path);
+    c.bytes = p.bytes;
+    memcpy(c.sha256, p.sha256, sizeof c.sha256);
+    c.metrics_json = "{}";
+    c.create_ms = now;
+    if (store_checkpoint_add(r->s->st, &c) != STORE_OK) {
+      slog(r->s, SCHED_LOG_ERROR, "msg=\"checkpoint not recorded\" job=%s error=\"%s\"",
+           r->job->id, store_errmsg(r->s->st));
+    }
+    r->n_checkpoints++;
+    break;
+  }
+  case API_PROGRESS_ERROR:
+    snprintf(r->error_reason, sizeof r->error_reason, "%s", p.reason);
+    snprintf(r->error_message, sizeof r->error_message, "%s", p.message);
+    break;
+  case API_PROGRESS_STATUS:
+    slog(r->s, SCHED_LOG_INFO, "job=%s phase=%s msg=\"%s\"", r->job->id, p.reason, p.message);
+    break;
+  }
+}
+
+static int mkdir_p(const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return (mkdir(tmp, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static int write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int ok = fputs(text, f) >= 0;
+  ok &= fclose(f) == 0;
+  return ok ? 0 : -1;
+}
+
+static void finish(sched *s, const store_job *job, const char *to, const char *reason,
+                   const char *message) {
+  int rc = store_job_transition(s->st, job->id, NULL, to, reason, message);
+  if (rc != STORE_OK) {
+    slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s to=%s error=\"%s\"", job->id, to,
+         store_errmsg(s->st));
+  }
+  slog(s, rc == STORE_OK && strcmp(to, "SUCCEEDED") == 0 ? SCHED_LOG_INFO : SCHED_LOG_WARN,
+       "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, message);
+}
+
+/* Reads progress until the child closes the pipe; stops the child when the
+ * scheduler is stopping. Returns 1 when the child was stopped by us. */
+static int pump(run *r, int fd, pid_t pid) {
+  char *buf = malloc(MAX_LINE + 1);
+  if (!buf) return 0;
+  size_t used = 0;
+  int dropping = 0, stopped = 0;
+  int64_t kill_at = 0;
+  for (;;) {
+    if (!stopped && is_stopping(r->s)) {
+      kill(-pid, SIGTERM);
+      stopped = 1;
+      kill_at = monotonic_ms() + STOP_GRACE_MS;
+    }
+    if (stopped && monotonic_ms() > kill_at) kill(-pid, SIGKILL);
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int ready = poll(&pfd, 1, r->s->cfg.flush_interval_ms);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready > 0) {
+      ssize_t got = read(fd, buf + used, MAX_LINE - used);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break; /* EOF: the child is gone */
+      used += (size_t)got;
+      size_t start = 0;
+      for (size_t i = 0; i < used; i++) {
+        if (buf[i] != '\n') continue;
+        buf[i] = '\0';
+        if (!dropping) handle_line(r, buf + start);
+        dropping = 0;
+        start = i + 1;
+      }
+      memmove(buf, buf + start, used - start);
+      used -= start;
+      if (used == MAX_LINE) { /* a line longer than we accept: skip it */
+        slog(r->s, SCHED_LOG_WARN, "msg=\"progress line over %d bytes dropped\" job=%s",
+             MAX_LINE, r->job->id);
+        used = 0;
+        dropping = 1;
+      }
+    }
+    if (monotonic_ms() - r->last_flush_ms >= r->s->cfg.flush_interval_ms) flush_metrics(r);
+  }
+  free(buf);
+  flush_metrics(r);
+  return stopped;
+}
+
+static void run_job(sched *s, const store_job *job) {
+  char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
+  snprintf(dir, sizeof dir, "%s/%s", s->cfg.jobs_dir, job->id);
+  snprintf(spec_path, sizeof spec_path, "%s/spec.json", dir);
+  snprintf(log_path, sizeof log_path, "%s/train.log", dir);
+  snprintf(ckpt_dir, sizeof ckpt_dir, "%s/checkpoints", dir);
+  if (mkdir_p(ckpt_dir) != 0 || write_text(spec_path, job->spec_json) != 0) {
+    snprintf(msg, sizeof msg, "cannot prepare %s: %s", dir, strerror(errno));
+    finish(s, job, "FAILED", "IO_ERROR", msg);
+    return;
+  }
+
+  int fds[2];
+  if (pipe(fds) != 0) {
+    snprintf(msg, sizeof msg, "cannot create the progress pipe: %s", strerror(errno));
+    finish(s, job, "FAILED", "INTERNAL", msg);
+    return;
+  }
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
+  /* Its own process group, so stopping it reaches every process it starts. */
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  char *argv[] = {(char *)s->cfg.trainer_path, "--spec",      spec_path, "--progress-fd",
+                  "3",                         "--data-dir",  (char *)s->cfg.datasets_dir,
+                  "--checkpoint-dir",          ckpt_dir,      NULL};
+  pid_t pid;
+  int spawn_rc = posix_spawn(&pid, s->cfg.trainer_path, &fa, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (spawn_rc != 0) {
+    close(fds[0]);
+    snprintf(msg, sizeof msg, "cannot start %s: %s", s->cfg.trainer_path, strerror(spawn_rc));
+    finish(s, job, "FAILED", "TRAINER_NOT_STARTED", msg);
+    return;
+  }
+  snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d)", (int)pid, job->attempt);
+  if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK) {
+    slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
+         store_errmsg(s->st));
+  }
+  slog(s, SCHED_LOG_INFO, "job=%s state=RUNNING pid=%d attempt=%d", job->id, (int)pid,
+       job->attempt);
+
+  run *r = calloc(1, sizeof *r);
+  int stopped = 0;
+  if (r) {
+    r->s = s;
+    r->job = job;
+    r->last_flush_ms = monotonic_ms();
+    stopped = pump(r, fds[0], pid);
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+
+  if (stopped) {
+    finish(s, job, "QUEUED", "SERVER_SHUTDOWN",
+           "kilnd stopped while the job ran; it runs again when kilnd starts");
+  } else if (!r) {
+    finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    snprintf(msg, sizeof msg, "trained: %lld metric points, %lld checkpoint(s)",
+             (long long)r->n_points, (long long)r->n_checkpoints);
+    finish(s, job, "SUCCEEDED", "COMPLETED", msg);
+  } else if (r->error_reason[0]) {
+    finish(s, job, "FAILED", r->error_reason, r->error_message);
+  } else if (WIFSIGNALED(status)) {
+    snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see %s", WTERMSIG(status),
+             strsignal(WTERMSIG(status)), log_path);
+    finish(s, job, "FAILED", "TRAINER_KILLED", msg);
+  } else {
+    snprintf(msg, sizeof msg, "kiln-train exited with status %d; see %s", WEXITSTATUS(status),
+             log_path);
+    finish(s, job, "FAILED", "TRAINER_EXITED", msg);
+  }
+  free(r);
+}
+
+static void *sched_main(void *arg) {
+  sched *s = arg;
+  while (!is_stopping(s)) {
+    store_job job;
+    memset(&job, 0, sizeof job);
+    int rc = store_job_claim_next(s->st, &job);
+    if (rc == STORE_OK) {
+      run_job(s, &job);
+      store_job_clear(&job);
+      continue;
+    }
+    if (rc != STORE_EMPTY) {
+      slog(s, SCHED_LOG_ERROR, "msg=\"cannot claim a job\" error=\"%s\"", store_errmsg(s->st));
+    }
+    /* Nothing to do: sleep until woken or the next poll. */
+    pthread_mutex_lock(&s->wake_lock);
+    if (!s->wake_pending && !s->stopping) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      int64_t ns = until.tv_nsec + (int64_t)s->cfg.poll_interval_ms * 1000000;
+      until.tv_sec += ns / 1000000000;
+      until.tv_nsec = ns % 1000000000;
+      pthread_cond_timedwait(&s->wake_cond, &s->wake_lock, &until);
+    }
+    s->wake_pending = 0;
+    pthread_mutex_unlock(&s->wake_lock);
+  }
+  return NULL;
+}
+
+int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (access(cfg->trainer_path, X_OK) != 0) {
+    snprintf(err, errlen, "trainer %s is not an executable file: %s", cfg->trainer_path,
+             strerror(errno));
+    return -1;
+  }
+  if (mkdir_p(cfg->jobs_dir) != 0) {
+    snprintf(err, errlen, "cannot create %s: %s", cfg->jobs_dir, strerror(errno));
+    return -1;
+  }
+  sched *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "scheduler: out of memory");
+    return -1;
+  }
+  s->cfg = *cfg;
+  if (s->cfg.flush_interval_ms <= 0) s->cfg.flush_interval_ms = 250;
+  if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 1000;
+  pthread_mutex_init(&s->wake_lock, NULL);
+  pthread_cond_init(&s->wake_cond, NULL);
+  if (store_open(cfg->db_path, &s->st, err, errlen) != STORE_OK) {
+    sched_stop(s);
+    return -1;
+  }
+  int requeued = 0;
+  if (store_job_requeue_unfinished(s->st, &requeued) != STORE_OK) {
+    snprintf(err, errlen, "cannot re-queue unfinished jobs: %s", store_errmsg(s->st));
+    sched_stop(s);
+    return -1;
+  }
+  if (requeued) slog(s, SCHED_LOG_WARN, "msg=\"re-queued jobs left unfinished\" count=%d", requeued);
+  if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+    snprintf(err, errlen, "cannot start the scheduler thread");
+    sched_stop(s);
+    return -1;
+  }
+  s->thread_started = 1;
+  *out = s;
+  return 0;
+}
+
+void sched_wake(sched *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->wake_lock);
+  s->wake_pending = 1;
+  pthread_cond_signal(&s->wake_cond);
+  pthread_mutex_unlock(&s->wake_lock);
+}
+
+void sched_stop(sched *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->wake_lock);
+  s->stopping = 1;
+  pthread_cond_signal(&s->wake_cond);
+  pthread_mutex_unlock(&s->wake_lock);
+  if (s->thread_started) pthread_join(s->thread, NULL);
+  store_close(s->st);
+  pthread_cond_destroy(&s->wake_cond);
+  pthread_mutex_destroy(&s->wake_lock);
+  free(s);
+}

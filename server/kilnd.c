@@ -1,0 +1,262 @@
+/* kilnd.c — main() of the kiln server: parses flags, opens the store, starts
+ * the scheduler and the HTTP daemon, and shuts both down cleanly on SIGINT
+ * or SIGTERM (a running job goes back to the queue). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "scheduler.h"
+#include "server.h"
+#include "storage.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_DATA_DIR "./kiln-data"
+#define DEFAULT_DATASETS_DIR "/usr/share/datasets"
+#define DEFAULT_MAX_BODY (1u << 20)
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* guards stderr lines */
+
+static void log_line(const char *level, const char *line) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  pthread_mutex_lock(&log_lock);
+  fprintf(stderr, "time=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s %s\n", tm.tm_year + 1900,
+          tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level,
+          line);
+  pthread_mutex_unlock(&log_lock);
+}
+
+static void sched_log(sched_log_level level, const char *line, void *user) {
+  (void)user;
+  static const char *names[] = {"debug", "info", "warn", "error"};
+  log_line(names[level], line);
+}
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: kilnd [options]\n"
+          "The kiln training server: a REST API over HTTP/JSON, a job scheduler and a\n"
+          "SQLite store.\n\n"
+          "  --listen ADDR:PORT     address to serve on (default " DEFAULT_LISTEN
+          "; [::1]:8080 for IPv6;\n"
+          "                         port 0 picks a free port)\n"
+          "  --data-dir DIR         database and job files (default " DEFAULT_DATA_DIR ")\n"
+          "  --datasets-dir DIR     built-in data sets (default $KILN_DATASETS_DIR or\n"
+          "                         " DEFAULT_DATASETS_DIR ")\n"
+          "  --trainer PATH         the kiln-train binary (default: $KILN_TRAINER, or found\n"
+          "                         next to kilnd)\n"
+          "  --max-body-bytes N     largest request body accepted (default %u)\n"
+          "  --threads N            HTTP worker threads (default 4)\n"
+          "  --port-file FILE       write the bound port to FILE once serving\n"
+          "  -h, --help             this help\n",
+          DEFAULT_MAX_BODY);
+}
+
+/* host and port from "127.0.0.1:8080" or "[::1]:8080". */
+static int parse_listen(const char *text, char *host, size_t hostlen, int *port) {
+  const char *colon;
+  if (text[0] == '[') {
+    const char *close = strchr(text, ']');
+    if (!close || close[1] != ':') return -1;
+    snprintf(host, hostlen, "%.*s", (int)(close - text - 1), text + 1);
+    colon = close + 1;
+  } else {
+    colon = strrchr(text, ':');
+    if (!colon) return -1;
+    snprintf(host, hostlen, "%.*s", (int)(colon - text), text);
+  }
+  char *end = NULL;
+  long p = strtol(colon + 1, &end, 10);
+  if (!colon[1] || *end || p < 0 || p > 65535) return -1;
+  *port = (int)p;
+  return host[0] ? 0 : -1;
+}
+
+static int executable(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && access(path, X_OK) == 0;
+}
+
+/* kiln-train next to kilnd (installed) or in the build tree's worker/. */
+static int find_trainer(char *out, size_t len) {
+  const char *env = getenv("KILN_TRAINER");
+  if (env && *env) {
+    snprintf(out, len, "%s", env);
+    return executable(out) ? 0 : -1;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return -1;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return -1;
+  *slash = '\0';
+  const char *candidates[] = {"kiln-train", "../worker/kiln-train"};
+  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+    int used = snprintf(out, len, "%s/%s", exe, candidates[i]);
+    if (used > 0 && (size_t)used < len && executable(out)) return 0;
+  }
+  return -1;
+}
+
+static int is_loopback(const char *host) {
+  return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
+}
+
+int main(int argc, char **argv) {
+  static const struct option options[] = {{"listen", required_argument, NULL, 'l'},
+                                          {"data-dir", required_argument, NULL, 'd'},
+                                          {"datasets-dir", required_argument, NULL, 's'},
+                                          {"trainer", required_argument, NULL, 't'},
+                                          {"max-body-bytes", required_argument, NULL, 'b'},
+                                          {"threads", required_argument, NULL, 'n'},
+                                          {"port-file", required_argument, NULL, 'p'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+  const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
+  const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL;
+  char trainer[PATH_MAX] = "";
+  long max_body = DEFAULT_MAX_BODY, threads = 4;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    char *end = NULL;
+    switch (opt) {
+    case 'l': listen = optarg; break;
+    case 'd': data_dir = optarg; break;
+    case 's': datasets_dir = optarg; break;
+    case 't': snprintf(trainer, sizeof trainer, "%s", optarg); break;
+    case 'p': port_file = optarg; break;
+    case 'b':
+      max_body = strtol(optarg, &end, 10);
+      if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
+        fprintf(stderr, "kilnd: --max-body-bytes needs 1024..1073741824, got '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 'n':
+      threads = strtol(optarg, &end, 10);
+      if (!*optarg || *end || threads < 1 || threads > 256) {
+        fprintf(stderr, "kilnd: --threads needs 1..256, got '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "kilnd: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  char host[256];
+  int port;
+  if (parse_listen(listen, host, sizeof host, &port) != 0) {
+    fprintf(stderr, "kilnd: --listen needs ADDR:PORT (e.g. 127.0.0.1:8080), got '%s'\n", listen);
+    return 2;
+  }
+  if (!datasets_dir || !*datasets_dir) datasets_dir = DEFAULT_DATASETS_DIR;
+  if (!trainer[0] && find_trainer(trainer, sizeof trainer) != 0) {
+    fprintf(stderr, "kilnd: cannot find kiln-train next to kilnd; pass --trainer PATH\n");
+    return 1;
+  }
+  if (!executable(trainer)) {
+    fprintf(stderr, "kilnd: trainer '%s' is not an executable file\n", trainer);
+    return 1;
+  }
+  if (mkdir(data_dir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "kilnd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
+    return 1;
+  }
+
+  /* Signals are taken by sigwait below; every thread starts with them blocked. */
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  char db_path[PATH_MAX], jobs_dir[PATH_MAX], err[512], line[1024];
+  snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
+  snprintf(jobs_dir, sizeof jobs_dir, "%s/jobs", data_dir);
+  store *st = NULL;
+  if (store_open(db_path, &st, err, sizeof err) != STORE_OK) {
+    fprintf(stderr, "kilnd: %s\n", err);
+    return 1;
+  }
+  sched_config sc = {.db_path = db_path,
+                     .jobs_dir = jobs_dir,
+                     .trainer_path = trainer,
+                     .datasets_dir = datasets_dir,
+                     .log = sched_log};
+  sched *scheduler = NULL;
+  if (sched_start(&sc, &scheduler, err, sizeof err) != 0) {
+    fprintf(stderr, "kilnd: scheduler: %s\n", err);
+    store_close(st);
+    return 1;
+  }
+  http_config hc = {.host = host,
+                    .port = port,
+                    .max_body_bytes = (size_t)max_body,
+                    .threads = (int)threads,
+                    .datasets_dir = datasets_dir,
+                    .st = st,
+                    .scheduler = scheduler};
+  http_server *srv = NULL;
+  if (http_server_start(&hc, &srv, err, sizeof err) != 0) {
+    fprintf(stderr, "kilnd: %s\n", err);
+    sched_stop(scheduler);
+    store_close(st);
+    return 1;
+  }
+  int bound = http_server_port(srv);
+  snprintf(line, sizeof line,
+           "msg=\"kilnd serving\" listen=%s%s%s:%d data_dir=%s schema_version=%d trainer=%s",
+           strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound, data_dir,
+           store_schema_version(st), trainer);
+  log_line("info", line);
+  if (!is_loopback(host)) {
+    log_line("warn", "msg=\"serving beyond loopback without authentication: expose kilnd only "
+                     "on a trusted network\"");
+  }
+  for (int i = 0; i < api_builtin_dataset_count(); i++) {
+    const api_builtin_dataset *d = api_builtin_dataset_at(i);
+    char path[PATH_MAX];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s/%s", datasets_dir, d->dir, d->train_images);
+    snprintf(line, sizeof line, "msg=\"dataset %s\" name=%s path=%s/%s", 
+             stat(path, &sb) == 0 ? "ready" : "missing", d->name, datasets_dir, d->dir);
+    log_line(stat(path, &sb) == 0 ? "info" : "warn", line);
+  }
+  if (port_file) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%d\n", bound) < 0 || fclose(f) != 0 || rename(tmp, port_file) != 0) {
+      snprintf(line, sizeof line, "msg=\"cannot write port file\" path=%s", port_file);
+      log_line("error", line);
+    }
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  snprintf(line, sizeof line, "msg=\"stopping\" signal=%s", strsignal(sig));
+  log_line("info", line);
+  http_server_stop(srv);
+  sched_stop(scheduler);
+  store_close(st);
+  log_line("info", "msg=\"stopped\"");
+  return 0;
+}

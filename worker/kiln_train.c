@@ -1,0 +1,342 @@
+/* kiln_train.c — main() of kiln-train: trains ONE job from a job spec. kilnd
+ * runs it with --progress-fd to read JSON progress lines; run alone it
+ * prints progress for a person. Exit status: 0 trained, 2 usage, 3 invalid
+ * spec, 4 data error, 5 numeric error (NaN/inf loss), 1 anything else. */
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "engine.h"
+
+#define DEFAULT_DATASETS_DIR "/usr/share/datasets"
+
+enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5 };
+
+typedef struct reporter {
+  int progress_fd; /* JSON lines here; -1 = human text on stdout */
+  int epochs;
+  int64_t steps_per_epoch;
+} reporter;
+
+static void write_line(int fd, const char *line) {
+  size_t len = strlen(line);
+  char *buf = malloc(len + 1);
+  if (!buf) return;
+  memcpy(buf, line, len);
+  buf[len] = '\n';
+  size_t off = 0;
+  while (off < len + 1) {
+    ssize_t w = write(fd, buf + off, len + 1 - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break; /* the reader is gone; training goes on, the exit status tells */
+    off += (size_t)w;
+  }
+  free(buf);
+}
+
+static void emit(const reporter *r, const api_progress *p) {
+  if (r->progress_fd < 0) return;
+  char *line = api_progress_format(p);
+  if (line) write_line(r->progress_fd, line);
+  free(line);
+}
+
+static void report_status(const reporter *r, const char *phase, const char *message) {
+  if (r->progress_fd < 0) {
+    printf("%s\n", message);
+    fflush(stdout);
+    return;
+  }
+  api_progress p = {.kind = API_PROGRESS_STATUS};
+  snprintf(p.reason, sizeof p.reason, "%s", phase);
+  snprintf(p.message, sizeof p.message, "%s", message);
+  emit(r, &p);
+}
+
+static int fail(const reporter *r, int status, const char *reason, const char *message) {
+  fprintf(stderr, "kiln-train: %s: %s\n", reason, message);
+  if (r->progress_fd >= 0) {
+    api_progress p = {.kind = API_PROGRESS_ERROR};
+    snprintf(p.reason, sizeof p.reason, "%s", reason);
+    snprintf(p.message, sizeof p.message, "%s", message);
+    emit(r, &p);
+  }
+  return status;
+}
+
+static int on_event(const kn_train_event *ev, void *user) {
+  const reporter *r = user;
+  if (r->progress_fd >= 0) {
+    api_progress p = {.step = ev->step, .epoch = ev->epoch};
+    if (ev->kind == KN_EVENT_CHECKPOINT) {
+      p.kind = API_PROGRESS_CHECKPOINT;
+      snprintf(p.path, sizeof p.path, "%s", ev->path);
+      p.bytes = ev->checkpoint->bytes;
+      memcpy(p.sha256, ev->checkpoint->sha256, sizeof p.sha256);
+    } else {
+      p.kind = API_PROGRESS_METRICS;
+      for (int i = 0; i < ev->n_metrics && i < API_MAX_METRICS; i++) {
+        snprintf(p.metric_names[i], sizeof p.metric_names[i], "%s", ev->names[i]);
+        p.metric_values[i] = ev->values[i];
+        p.n_metrics++;
+      }
+    }
+    emit(r, &p);
+    return 0;
+  }
+  switch (ev->kind) {
+  case KN_EVENT_STEP: {
+    int64_t in_epoch = ev->step - (int64_t)(ev->epoch - 1) * r->steps_per_epoch;
+    printf("epoch %d/%d  step %lld/%lld", ev->epoch, r->epochs, (long long)in_epoch,
+           (long long)r->steps_per_epoch);
+    break;
+  }
+  case KN_EVENT_EPOCH: printf("epoch %d/%d  done at step %lld", ev->epoch, r->epochs,
+                              (long long)ev->step); break;
+  case KN_EVENT_CHECKPOINT:
+    printf("checkpoint %s (%lld bytes, sha256 %s)", ev->path, (long long)ev->checkpoint->bytes,
+           ev->checkpoint->sha256);
+    break;
+  }
+  for (int i = 0; i < ev->n_metrics; i++) printf("  %s %.4f", ev->names[i], ev->values[i]);
+  printf("  (%.1f s)\n", ev->seconds);
+  fflush(stdout);
+  return 0;
+}
+
+static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, used = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t got = fread(buf + used, 1, cap - used - 1, f);
+    used += got;
+    if (got == 0) break;
+    if (used + 1 == cap) {
+      char *bigger = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
+      if (!bigger) {
+        free(buf);
+        buf = NULL;
+        snprintf(err, errlen, "%s is larger than 64 MiB or memory ran out", path);
+        break;
+      }
+      buf = bigger;
+      cap *= 2;
+    }
+  }
+  if (buf && ferror(f)) {
+    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    free(buf);
+    buf = NULL;
+  } else if (!buf && !err[0]) {
+    snprintf(err, errlen, "out of memory reading %s", path);
+  }
+  fclose(f);
+  if (buf) {
+    buf[used] = '\0';
+    *len = used;
+  }
+  return buf;
+}
+
+static void to_engine_layers(const api_job_spec *spec, kn_layer_config *layers) {
+  for (int i = 0; i < spec->n_layers; i++) {
+    const api_layer *a = &spec->layers[i];
+    kn_layer_config *k = &layers[i];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", a->name);
+    k->units = a->units;
+    k->use_bias = a->use_bias;
+    k->activation = a->activation == API_ACT_RELU      ? KN_ACT_RELU
+                    : a->activation == API_ACT_SOFTMAX ? KN_ACT_SOFTMAX
+                                                       : KN_ACT_LINEAR;
+    switch (a->type) {
+    case API_LAYER_DENSE: k->type = KN_LAYER_DENSE; break;
+    case API_LAYER_FLATTEN: k->type = KN_LAYER_FLATTEN; break;
+    case API_LAYER_ACTIVATION: k->type = KN_LAYER_ACTIVATION; break;
+    case API_LAYER_RELU:
+      k->type = KN_LAYER_ACTIVATION;
+      k->activation = KN_ACT_RELU;
+      break;
+    }
+  }
+}
+
+static void usage(FILE *to) {
+  fprintf(to,
+          "usage: kiln-train [options] SPEC.json\n"
+          "Trains one job from a kiln job spec.\n\n"
+          "  --data-dir DIR        where built-in data sets live (default $KILN_DATASETS_DIR\n"
+          "                        or " DEFAULT_DATASETS_DIR ")\n"
+          "  --checkpoint-dir DIR  where checkpoints are written (default: current directory)\n"
+          "  --progress-fd N       write JSON progress lines to file descriptor N\n"
+          "  --json                JSON progress lines on standard output\n"
+          "  --threads N           compute threads (default: the spec's resources.devices)\n"
+          "  -h, --help            this help\n\n"
+          "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
+          "5 numeric error (loss became NaN or infinite)\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option options[] = {
+      {"spec", required_argument, NULL, 's'},     {"data-dir", required_argument, NULL, 'd'},
+      {"checkpoint-dir", required_argument, NULL, 'c'},
+      {"progress-fd", required_argument, NULL, 'p'},
+      {"json", no_argument, NULL, 'j'},           {"threads", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
+  reporter rep = {.progress_fd = -1};
+  int threads = 0, opt;
+  while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    char *end = NULL;
+    switch (opt) {
+    case 's': spec_path = optarg; break;
+    case 'd': data_dir = optarg; break;
+    case 'c': ckpt_dir = optarg; break;
+    case 'j': rep.progress_fd = STDOUT_FILENO; break;
+    case 'p':
+      rep.progress_fd = (int)strtol(optarg, &end, 10);
+      if (!*optarg || *end || rep.progress_fd < 0) {
+        fprintf(stderr, "kiln-train: --progress-fd needs a file descriptor, got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 't':
+      threads = (int)strtol(optarg, &end, 10);
+      if (!*optarg || *end || threads < 1 || threads > 1024) {
+        fprintf(stderr, "kiln-train: --threads needs 1..1024, got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return EXIT_USAGE;
+    }
+  }
+  if (!spec_path && optind < argc) spec_path = argv[optind++];
+  if (!spec_path || optind < argc) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  if (!data_dir || !*data_dir) data_dir = DEFAULT_DATASETS_DIR;
+
+  char err[1024] = "";
+  size_t len = 0;
+  char *text = read_file(spec_path, &len, err, sizeof err);
+  if (!text) return fail(&rep, EXIT_SPEC, "SPEC_INVALID", err);
+  api_job_spec spec;
+  api_error aerr;
+  memset(&aerr, 0, sizeof aerr);
+  int rc = api_spec_parse(text, len, &spec, &aerr);
+  free(text);
+  if (rc) {
+    char msg[1024];
+    int used = snprintf(msg, sizeof msg, "%s: %s", spec_path, aerr.message);
+    for (int i = 0; i < aerr.n_details && used < (int)sizeof msg; i++) {
+      used += snprintf(msg + used, sizeof msg - (size_t)used, "; %s: %s", aerr.details[i].field,
+                       aerr.details[i].description);
+    }
+    return fail(&rep, EXIT_SPEC, "SPEC_INVALID", msg);
+  }
+  openblas_set_num_threads(threads ? threads : spec.devices);
+
+  const api_builtin_dataset *bd = api_builtin_dataset_find(spec.dataset);
+  if (!bd) {
+    snprintf(err, sizeof err, "unknown data set '%s'", spec.dataset);
+    return fail(&rep, EXIT_SPEC, "SPEC_INVALID", err);
+  }
+  char images[PATH_MAX], labels[PATH_MAX], msg[1024];
+  snprintf(msg, sizeof msg, "loading %s from %s/%s", bd->name, data_dir, bd->dir);
+  report_status(&rep, "loading", msg);
+  kn_dataset train = {0}, test = {0};
+  snprintf(images, sizeof images, "%s/%s/%s", data_dir, bd->dir, bd->train_images);
+  snprintf(labels, sizeof labels, "%s/%s/%s", data_dir, bd->dir, bd->train_labels);
+  rc = kn_dataset_load_idx(images, labels, spec.normalize, &train, err, sizeof err);
+  int use_val = strcmp(spec.validation, "test") == 0;
+  if (!rc && use_val) {
+    snprintf(images, sizeof images, "%s/%s/%s", data_dir, bd->dir, bd->test_images);
+    snprintf(labels, sizeof labels, "%s/%s/%s", data_dir, bd->dir, bd->test_labels);
+    rc = kn_dataset_load_idx(images, labels, spec.normalize, &test, err, sizeof err);
+  }
+  if (rc) {
+    kn_dataset_free(&train);
+    return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
+  }
+
+  kn_layer_config layers[API_MAX_LAYERS];
+  to_engine_layers(&spec, layers);
+  kn_model_config mc = {.input_ndim = spec.input_ndim,
+                        .n_layers = spec.n_layers,
+                        .layers = layers,
+                        .batch_size = spec.batch_size};
+  memcpy(mc.input_shape, spec.input_shape, sizeof mc.input_shape);
+  kn_model model;
+  kn_plan_stats stats;
+  int status = 0;
+  rc = kn_model_build(&mc, &model, err, sizeof err);
+  if (!rc) rc = kn_graph_compile(model.graph, spec.seed, &stats, err, sizeof err);
+  if (rc) {
+    status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);
+    goto out;
+  }
+  snprintf(msg, sizeof msg,
+           "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "
+           "(%.2f MiB with one buffer per node)",
+           kn_param_count(model.graph), stats.n_nodes, stats.arena_bytes / 1048576.0,
+           stats.naive_bytes / 1048576.0);
+  report_status(&rep, "compiled", msg);
+
+  if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST) {
+    snprintf(err, sizeof err, "cannot create checkpoint directory %s: %s", ckpt_dir,
+             strerror(errno));
+    status = fail(&rep, 1, "IO_ERROR", err);
+    goto out;
+  }
+  kn_train_config tc = {.epochs = spec.epochs,
+                        .batch_size = spec.batch_size,
+                        .shuffle = spec.shuffle,
+                        .drop_remainder = spec.drop_remainder,
+                        .seed = spec.seed,
+                        .log_every_steps = spec.log_every_steps,
+                        .checkpoint_dir = ckpt_dir,
+                        .checkpoint_prefix = "ckpt"};
+  tc.optimizer.type = spec.optimizer == API_OPT_ADAM ? KN_OPT_ADAM : KN_OPT_SGD;
+  tc.optimizer.learning_rate = (float)spec.learning_rate;
+  tc.optimizer.momentum = (float)spec.momentum;
+  tc.optimizer.nesterov = spec.nesterov;
+  tc.optimizer.beta1 = (float)spec.beta_1;
+  tc.optimizer.beta2 = (float)spec.beta_2;
+  tc.optimizer.epsilon = (float)spec.epsilon;
+  rep.epochs = spec.epochs;
+  rep.steps_per_epoch = spec.drop_remainder ? train.n / spec.batch_size
+                                            : (train.n + spec.batch_size - 1) / spec.batch_size;
+  snprintf(msg, sizeof msg, "training %s on %s: %lld examples, %d epochs of %lld steps",
+           spec.display_name, bd->name, (long long)train.n, spec.epochs,
+           (long long)rep.steps_per_epoch);
+  report_status(&rep, "training", msg);
+  rc = kn_train(&model, &train, use_val ? &test : NULL, &tc, on_event, &rep, err, sizeof err);
+  if (rc == KN_ENUMERIC) {
+    status = fail(&rep, EXIT_NUMERIC, "NUMERIC_ERROR", err);
+  } else if (rc == KN_EIO) {
+    status = fail(&rep, 1, "IO_ERROR", err);
+  } else if (rc) {
+    status = fail(&rep, 1, "TRAINING_ERROR", err);
+  } else {
+    report_status(&rep, "done", "training finished");
+  }
+out:
+  kn_model_free(&model);
+  kn_dataset_free(&train);
+  kn_dataset_free(&test);
+  return status;
+}
