@@ -26,21 +26,14 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
 
 static const char *type_name(const json_t *value) {
   switch (json_typeof(value)) {
-  case JSON_OBJECT:
-    return "object";
-  case JSON_ARRAY:
-    return "array";
-  case JSON_STRING:
-    return "string";
-  case JSON_INTEGER:
-    return "integer";
-  case JSON_REAL:
-    return "number";
+  case JSON_OBJECT: return "object";
+  case JSON_ARRAY: return "array";
+  case JSON_STRING: return "string";
+  case JSON_INTEGER: return "integer";
+  case JSON_REAL: return "number";
   case JSON_TRUE:
-  case JSON_FALSE:
-    return "boolean";
-  case JSON_NULL:
-    return "null";
+  case JSON_FALSE: return "boolean";
+  case JSON_NULL: return "null";
   }
   return "unknown";
 }
@@ -318,9 +311,7 @@ char *api_progress_format(const api_progress *p) {
     put(&b, body, "message", bounded_string(p->message, sizeof p->message));
     put(&b, root, "status", body);
     break;
-  default:
-    b.failed = 1;
-    json_decref(body);
+  default: b.failed = 1; json_decref(body);
   }
 
   char *text = NULL;

@@ -72,21 +72,14 @@ static const char *clip(const char *text, char *buf, size_t size) {
 
 static const char *type_name(const json_t *value) {
   switch (json_typeof(value)) {
-  case JSON_OBJECT:
-    return "object";
-  case JSON_ARRAY:
-    return "array";
-  case JSON_STRING:
-    return "string";
-  case JSON_INTEGER:
-    return "integer";
-  case JSON_REAL:
-    return "number";
+  case JSON_OBJECT: return "object";
+  case JSON_ARRAY: return "array";
+  case JSON_STRING: return "string";
+  case JSON_INTEGER: return "integer";
+  case JSON_REAL: return "number";
   case JSON_TRUE:
-  case JSON_FALSE:
-    return "boolean";
-  case JSON_NULL:
-    return "null";
+  case JSON_FALSE: return "boolean";
+  case JSON_NULL: return "null";
   }
   return "unknown";
 }
@@ -340,11 +333,8 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
     if (act >= 0) layer->activation = (api_activation)act;
     break;
   }
-  case API_LAYER_RELU:
-    layer->activation = API_ACT_RELU;
-    break;
-  case API_LAYER_FLATTEN:
-    break;
+  case API_LAYER_RELU: layer->activation = API_ACT_RELU; break;
+  case API_LAYER_FLATTEN: break;
   }
   return type;
 }

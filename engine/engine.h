@@ -52,7 +52,7 @@ kn_node kn_matmul(kn_graph *g, kn_node a, kn_node b, int trans_a, int trans_b); 
 kn_node kn_bias_add(kn_graph *g, kn_node x, kn_node bias); /* bias along the last dim */
 kn_node kn_add(kn_graph *g, kn_node a, kn_node b);         /* same shapes */
 kn_node kn_relu(kn_graph *g, kn_node x);
-kn_node kn_softmax(kn_graph *g, kn_node x); /* over the last dim */
+kn_node kn_softmax(kn_graph *g, kn_node x);                            /* over the last dim */
 kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims); /* a view, no copy */
 /* Mean over the batch of -log softmax(logits)[label]; logits (B, C) f32,
  * labels (B) i32. A scalar. */
@@ -72,12 +72,12 @@ void kn_graph_keep(kn_graph *g, kn_node n);
 int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen);
 
 typedef struct kn_plan_stats {
-  size_t arena_bytes;     /* peak of the planned arena */
-  size_t naive_bytes;     /* one buffer per node, for comparison */
-  size_t param_bytes;     /* flat parameter buffer */
-  size_t grad_bytes;      /* flat gradient buffer */
+  size_t arena_bytes; /* peak of the planned arena */
+  size_t naive_bytes; /* one buffer per node, for comparison */
+  size_t param_bytes; /* flat parameter buffer */
+  size_t grad_bytes;  /* flat gradient buffer */
   int n_nodes;
-  int n_forward;          /* nodes run by a forward-only pass */
+  int n_forward; /* nodes run by a forward-only pass */
 } kn_plan_stats;
 
 /* Plans memory (liveness over the schedule, first-fit offsets in one arena),
@@ -107,7 +107,7 @@ size_t kn_param_count(const kn_graph *g); /* in floats */
 float *kn_params(kn_graph *g);
 float *kn_grads(kn_graph *g);
 int kn_param_node_count(const kn_graph *g);
-kn_node kn_param_node(const kn_graph *g, int i); /* i-th parameter, creation order */
+kn_node kn_param_node(const kn_graph *g, int i);          /* i-th parameter, creation order */
 size_t kn_param_offset(const kn_graph *g, kn_node param); /* in floats */
 
 /* ------------------------------------------------------------ optimizers -- */
@@ -117,15 +117,15 @@ typedef enum kn_optimizer_type { KN_OPT_SGD = 0, KN_OPT_ADAM } kn_optimizer_type
 typedef struct kn_optimizer_config {
   kn_optimizer_type type;
   float learning_rate;
-  float momentum; /* sgd */
-  int nesterov;   /* sgd */
+  float momentum;              /* sgd */
+  int nesterov;                /* sgd */
   float beta1, beta2, epsilon; /* adam */
 } kn_optimizer_config;
 
 typedef struct kn_optimizer kn_optimizer;
 /* State (momentum, moments) is one flat array per kind, sized n_params. */
-int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out,
-                     char *err, size_t errlen);
+int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out, char *err,
+                     size_t errlen);
 void kn_optimizer_free(kn_optimizer *opt);
 /* One fused update over the flat buffers (Keras update rules). */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
@@ -174,13 +174,13 @@ void kn_model_free(kn_model *m); /* frees the graph; the struct is the caller's 
 /* --------------------------------------------------------------- datasets -- */
 
 typedef struct kn_dataset {
-  int64_t n;          /* examples */
-  int ndim;           /* per-example rank */
+  int64_t n; /* examples */
+  int ndim;  /* per-example rank */
   int shape[KN_MAX_DIMS];
   size_t example_size; /* floats per example */
-  float *x;           /* (n, example_size) */
-  int32_t *y;         /* (n) */
-  int n_classes;      /* max label + 1 */
+  float *x;            /* (n, example_size) */
+  int32_t *y;          /* (n) */
+  int n_classes;       /* max label + 1 */
 } kn_dataset;
 
 /* Reads an IDX images file and an IDX labels file (raw or gzip'd), checking
@@ -225,7 +225,7 @@ typedef struct kn_rng {
 } kn_rng;
 void kn_rng_seed(kn_rng *r, uint64_t seed);
 uint64_t kn_rng_next(kn_rng *r);
-float kn_rng_uniform(kn_rng *r);             /* [0, 1) */
+float kn_rng_uniform(kn_rng *r);              /* [0, 1) */
 uint64_t kn_rng_below(kn_rng *r, uint64_t n); /* [0, n), unbiased */
 
 /* --------------------------------------------------------------- training -- */
@@ -240,7 +240,7 @@ typedef enum kn_event_kind {
 
 typedef struct kn_train_event {
   kn_event_kind kind;
-  int epoch; /* 1-based */
+  int epoch;    /* 1-based */
   int64_t step; /* optimizer steps done so far */
   int n_metrics;
   const char *names[KN_EVENT_MAX_METRICS];
@@ -260,7 +260,7 @@ typedef struct kn_train_config {
   int drop_remainder;
   uint64_t seed;
   int log_every_steps;
-  const char *checkpoint_dir; /* NULL = no checkpoint */
+  const char *checkpoint_dir;    /* NULL = no checkpoint */
   const char *checkpoint_prefix; /* file name prefix, e.g. "ckpt" */
   kn_optimizer_config optimizer;
 } kn_train_config;

@@ -262,8 +262,7 @@ kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims) {
     char sx[64], sp[64];
     shape_str(X, sx, sizeof sx);
     shape_str(&p, sp, sizeof sp);
-    return kn_graph_fail(g, KN_EINVAL, "reshape: %s and %s hold different element counts", sx,
-                         sp);
+    return kn_graph_fail(g, KN_EINVAL, "reshape: %s and %s hold different element counts", sx, sp);
   }
   p.storage = KN_STORE_VIEW;
   p.n_inputs = 1;

@@ -9,13 +9,13 @@
 typedef enum kn_op {
   KN_OP_INPUT = 0,
   KN_OP_PARAM,
-  KN_OP_FILL,      /* constant fill with attr_f[0] */
-  KN_OP_MATMUL,    /* attr_i[0] = trans_a, attr_i[1] = trans_b */
+  KN_OP_FILL,   /* constant fill with attr_f[0] */
+  KN_OP_MATMUL, /* attr_i[0] = trans_a, attr_i[1] = trans_b */
   KN_OP_BIAS_ADD,
   KN_OP_ADD,
   KN_OP_RELU,
   KN_OP_SOFTMAX,
-  KN_OP_RESHAPE,   /* a view of its input */
+  KN_OP_RESHAPE, /* a view of its input */
   KN_OP_SOFTMAX_XENT,
   /* gradient ops, emitted by autodiff */
   KN_OP_RELU_GRAD,         /* (dy, y) -> dy * (y > 0) */
@@ -46,12 +46,12 @@ typedef struct kn_node_rec {
   int attr_i[2];
   float attr_f[1];
   kn_init init;
-  char name[128]; /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
+  char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
   int keep;          /* readable after a run: never reused */
   kn_storage storage;
-  size_t flat_offset;  /* floats, for PARAM and GRAD storage */
-  size_t arena_offset; /* bytes, for ARENA storage */
+  size_t flat_offset;      /* floats, for PARAM and GRAD storage */
+  size_t arena_offset;     /* bytes, for ARENA storage */
   int first_use, last_use; /* liveness over the schedule (filled by the planner) */
   void *data;
 } kn_node_rec;
@@ -59,7 +59,7 @@ typedef struct kn_node_rec {
 struct kn_graph {
   kn_node_rec *nodes;
   int n_nodes, cap_nodes;
-  int n_forward;   /* nodes [0, n_forward) form the forward pass */
+  int n_forward; /* nodes [0, n_forward) form the forward pass */
   int has_backward;
   kn_node *params; /* parameter nodes in creation order */
   int n_params, cap_params;
@@ -78,7 +78,8 @@ size_t kn_dtype_size(kn_dtype dtype);
 size_t kn_node_elems(const kn_node_rec *n, int batch);
 size_t kn_node_planned_bytes(const kn_node_rec *n);
 /* Records the first builder error; returns -1 for `return kn_graph_fail(...)`. */
-int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Appends a node (copying *proto), returning its index or -1. */
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
 /* Runs node i on the CPU for the graph's current batch. */

@@ -17,8 +17,8 @@ struct kn_optimizer {
   float *v; /* (n) second moment (adam) */
 };
 
-int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out,
-                     char *err, size_t errlen) {
+int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out, char *err,
+                     size_t errlen) {
   *out = NULL;
   if (!(cfg->learning_rate > 0.0f) || !isfinite(cfg->learning_rate)) {
     snprintf(err, errlen, "optimizer: learning_rate must be > 0, got %g", cfg->learning_rate);
@@ -28,9 +28,8 @@ int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimiz
     snprintf(err, errlen, "sgd: momentum must be in [0, 1), got %g", cfg->momentum);
     return KN_EINVAL;
   }
-  if (cfg->type == KN_OPT_ADAM &&
-      (cfg->beta1 < 0.0f || cfg->beta1 >= 1.0f || cfg->beta2 < 0.0f || cfg->beta2 >= 1.0f ||
-       !(cfg->epsilon > 0.0f))) {
+  if (cfg->type == KN_OPT_ADAM && (cfg->beta1 < 0.0f || cfg->beta1 >= 1.0f || cfg->beta2 < 0.0f ||
+                                   cfg->beta2 >= 1.0f || !(cfg->epsilon > 0.0f))) {
     snprintf(err, errlen, "adam: need 0 <= beta1, beta2 < 1 and epsilon > 0, got %g, %g, %g",
              cfg->beta1, cfg->beta2, cfg->epsilon);
     return KN_EINVAL;

@@ -150,8 +150,8 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       if (rc) break;
       float loss = *(float *)kn_node_data(m->graph, m->loss);
       if (!isfinite(loss)) {
-        snprintf(err, errlen, "loss became %f at step %lld (epoch %d)", loss,
-                 (long long)step + 1, epoch);
+        snprintf(err, errlen, "loss became %f at step %lld (epoch %d)", loss, (long long)step + 1,
+                 epoch);
         rc = KN_ENUMERIC;
         break;
       }

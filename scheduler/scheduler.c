@@ -26,8 +26,8 @@
 
 extern char **environ;
 
-#define MAX_LINE (64 * 1024)
-#define METRIC_BATCH 512
+#define MAX_LINE      (64 * 1024)
+#define METRIC_BATCH  512
 #define STOP_GRACE_MS 5000
 
 struct sched {
@@ -124,8 +124,8 @@ static void handle_line(run *r, const char *line) {
     c.metrics_json = "{}";
     c.create_ms = now;
     if (store_checkpoint_add(r->s->st, &c) != STORE_OK) {
-      slog(r->s, SCHED_LOG_ERROR, "msg=\"checkpoint not recorded\" job=%s error=\"%s\"",
-           r->job->id, store_errmsg(r->s->st));
+      slog(r->s, SCHED_LOG_ERROR, "msg=\"checkpoint not recorded\" job=%s error=\"%s\"", r->job->id,
+           store_errmsg(r->s->st));
     }
     r->n_checkpoints++;
     break;
@@ -205,8 +205,8 @@ static int pump(run *r, int fd, pid_t pid) {
       memmove(buf, buf + start, used - start);
       used -= start;
       if (used == MAX_LINE) { /* a line longer than we accept: skip it */
-        slog(r->s, SCHED_LOG_WARN, "msg=\"progress line over %d bytes dropped\" job=%s",
-             MAX_LINE, r->job->id);
+        slog(r->s, SCHED_LOG_WARN, "msg=\"progress line over %d bytes dropped\" job=%s", MAX_LINE,
+             r->job->id);
         used = 0;
         dropping = 1;
       }
@@ -248,8 +248,8 @@ static void run_job(sched *s, const store_job *job) {
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
   /* Its own process group, so stopping it reaches every process it starts. */
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
   sigset_t none, defaults;
   sigemptyset(&none);
@@ -259,9 +259,16 @@ static void run_job(sched *s, const store_job *job) {
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  char *argv[] = {(char *)s->cfg.trainer_path, "--spec",      spec_path, "--progress-fd",
-                  "3",                         "--data-dir",  (char *)s->cfg.datasets_dir,
-                  "--checkpoint-dir",          ckpt_dir,      NULL};
+  char *argv[] = {(char *)s->cfg.trainer_path,
+                  "--spec",
+                  spec_path,
+                  "--progress-fd",
+                  "3",
+                  "--data-dir",
+                  (char *)s->cfg.datasets_dir,
+                  "--checkpoint-dir",
+                  ckpt_dir,
+                  NULL};
   pid_t pid;
   int spawn_rc = posix_spawn(&pid, s->cfg.trainer_path, &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -291,7 +298,8 @@ static void run_job(sched *s, const store_job *job) {
   }
   close(fds[0]);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
 
   if (stopped) {
     finish(s, job, "QUEUED", "SERVER_SHUTDOWN",
@@ -377,7 +385,8 @@ int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) 
     sched_stop(s);
     return -1;
   }
-  if (requeued) slog(s, SCHED_LOG_WARN, "msg=\"re-queued jobs left unfinished\" count=%d", requeued);
+  if (requeued)
+    slog(s, SCHED_LOG_WARN, "msg=\"re-queued jobs left unfinished\" count=%d", requeued);
   if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
     snprintf(err, errlen, "cannot start the scheduler thread");
     sched_stop(s);

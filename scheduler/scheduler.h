@@ -9,7 +9,12 @@
 
 typedef struct sched sched;
 
-typedef enum sched_log_level { SCHED_LOG_DEBUG = 0, SCHED_LOG_INFO, SCHED_LOG_WARN, SCHED_LOG_ERROR } sched_log_level;
+typedef enum sched_log_level {
+  SCHED_LOG_DEBUG = 0,
+  SCHED_LOG_INFO,
+  SCHED_LOG_WARN,
+  SCHED_LOG_ERROR
+} sched_log_level;
 /* Receives one log line (key=value fields, no newline). */
 typedef void (*sched_log_fn)(sched_log_level level, const char *line, void *user);
 

@@ -13,7 +13,7 @@
 #include "server.h"
 
 #define LIST_DEFAULT_PAGE 50
-#define LIST_MAX_PAGE 1000
+#define LIST_MAX_PAGE     1000
 
 /* ---- responses ---- */
 
@@ -55,8 +55,8 @@ static json_t *rfc3339(int64_t ms) {
   struct tm tm;
   gmtime_r(&secs, &tm);
   char buf[80];
-  snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+  snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
   return json_string(buf);
 }
 
@@ -70,7 +70,8 @@ static json_t *latest_metrics(store *st, const char *job_id) {
   int n = 0;
   json_t *latest = json_object();
   if (store_metrics_list(st, job_id, NULL, &points, &n) == STORE_OK) {
-    for (int i = 0; i < n; i++) json_object_set_new(latest, points[i].name, json_real(points[i].value));
+    for (int i = 0; i < n; i++)
+      json_object_set_new(latest, points[i].name, json_real(points[i].value));
   }
   free(points);
   return latest;
@@ -94,7 +95,8 @@ static json_t *job_json(store *st, const store_job *job, int with_metrics) {
   set_time(o, "end_time", job->end_ms);
   json_t *spec = job->spec_json ? json_loads(job->spec_json, 0, NULL) : NULL;
   json_object_set_new(o, "spec", spec ? spec : json_object());
-  if (with_metrics && job->id[0]) json_object_set_new(o, "latest_metrics", latest_metrics(st, job->id));
+  if (with_metrics && job->id[0])
+    json_object_set_new(o, "latest_metrics", latest_metrics(st, job->id));
   return o;
 }
 
@@ -121,8 +123,8 @@ static int valid_token_chars(const char *s, size_t max) {
   if (len == 0 || len > max) return 0;
   for (; *s; s++) {
     char c = *s;
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '-' || c == '_' || c == '.')) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.')) {
       return 0;
     }
   }
@@ -255,7 +257,8 @@ static void list_jobs(const http_config *cfg, const http_request *req, http_resp
     return;
   }
   json_t *doc = json_object(), *arr = json_array();
-  for (int i = 0; i < n && i < page_size; i++) json_array_append_new(arr, job_json(cfg->st, &jobs[i], 0));
+  for (int i = 0; i < n && i < page_size; i++)
+    json_array_append_new(arr, job_json(cfg->st, &jobs[i], 0));
   json_object_set_new(doc, "jobs", arr);
   char next[API_PAGE_TOKEN_LEN] = "";
   if (n > page_size) api_page_token_encode(jobs[page_size - 1].seq, next);
@@ -386,7 +389,8 @@ static void list_datasets(const http_config *cfg, http_response *res) {
     json_object_set_new(o, "test_examples", json_integer(d->test_examples));
     json_object_set_new(o, "classes", json_integer(d->n_classes));
     json_t *shape = json_array();
-    for (int k = 0; k < d->input_ndim; k++) json_array_append_new(shape, json_integer(d->input_shape[k]));
+    for (int k = 0; k < d->input_ndim; k++)
+      json_array_append_new(shape, json_integer(d->input_shape[k]));
     json_object_set_new(o, "input_shape", shape);
     json_array_append_new(arr, o);
   }

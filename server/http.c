@@ -56,9 +56,8 @@ static enum MHD_Result send_too_large(struct MHD_Connection *c, size_t limit) {
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
   (void)version;
   http_server *srv = cls;
   request_ctx *ctx = *con_cls;
@@ -146,12 +145,12 @@ int http_server_start(const http_config *cfg, http_server **out, char *err, size
     return -1;
   }
   srv->cfg = *cfg;
-  srv->daemon = MHD_start_daemon(
-      flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-      (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
-      (unsigned)(cfg->threads > 0 ? cfg->threads : 4), MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-      srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)512, MHD_OPTION_END);
+  srv->daemon =
+      MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
+                       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
+                       (unsigned)(cfg->threads > 0 ? cfg->threads : 4), MHD_OPTION_NOTIFY_COMPLETED,
+                       on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
   if (!srv->daemon) {
     snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed?)", cfg->host,
              cfg->port);

@@ -18,10 +18,10 @@
 #include "server.h"
 #include "storage.h"
 
-#define DEFAULT_LISTEN "127.0.0.1:8080"
-#define DEFAULT_DATA_DIR "./kiln-data"
+#define DEFAULT_LISTEN       "127.0.0.1:8080"
+#define DEFAULT_DATA_DIR     "./kiln-data"
 #define DEFAULT_DATASETS_DIR "/usr/share/datasets"
-#define DEFAULT_MAX_BODY (1u << 20)
+#define DEFAULT_MAX_BODY     (1u << 20)
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* guards stderr lines */
 
@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
     char path[PATH_MAX];
     struct stat sb;
     snprintf(path, sizeof path, "%s/%s/%s", datasets_dir, d->dir, d->train_images);
-    snprintf(line, sizeof line, "msg=\"dataset %s\" name=%s path=%s/%s", 
+    snprintf(line, sizeof line, "msg=\"dataset %s\" name=%s path=%s/%s",
              stat(path, &sb) == 0 ? "ready" : "missing", d->name, datasets_dir, d->dir);
     log_line(stat(path, &sb) == 0 ? "info" : "warn", line);
   }

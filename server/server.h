@@ -11,13 +11,13 @@
 typedef struct http_server http_server;
 
 typedef struct http_config {
-  const char *host;       /* numeric IPv4/IPv6 address to bind, e.g. "127.0.0.1" */
-  int port;               /* 0 = any free port (see http_server_port) */
-  size_t max_body_bytes;  /* larger request bodies get 413 */
-  int threads;            /* request worker threads */
+  const char *host;      /* numeric IPv4/IPv6 address to bind, e.g. "127.0.0.1" */
+  int port;              /* 0 = any free port (see http_server_port) */
+  size_t max_body_bytes; /* larger request bodies get 413 */
+  int threads;           /* request worker threads */
   const char *datasets_dir;
-  store *st;              /* shared with nobody else; the server locks through it */
-  sched *scheduler;       /* woken when a job is queued */
+  store *st;        /* shared with nobody else; the server locks through it */
+  sched *scheduler; /* woken when a job is queued */
 } http_config;
 
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen);
@@ -28,10 +28,10 @@ void http_server_stop(http_server *srv);      /* NULL is a no-op */
 
 typedef struct http_request {
   const char *method;
-  const char *path;     /* without the query string */
-  const char *body;     /* NUL-terminated; "" when none */
+  const char *path; /* without the query string */
+  const char *body; /* NUL-terminated; "" when none */
   size_t body_len;
-  void *connection;     /* struct MHD_Connection * */
+  void *connection; /* struct MHD_Connection * */
 } http_request;
 
 typedef struct http_response {

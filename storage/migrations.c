@@ -88,11 +88,12 @@ static const char *const migrations[] = {
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,
                "storage: one migration per schema version, STORE_SCHEMA_VERSION is the last");
 
-int store_migration_count(void) { return (int)(sizeof migrations / sizeof migrations[0]); }
+int store_migration_count(void) {
+  return (int)(sizeof migrations / sizeof migrations[0]);
+}
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, ...) {
-  if (!errbuf || errlen == 0)
-    return;
+  if (!errbuf || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(errbuf, errlen, fmt, ap);
@@ -151,8 +152,7 @@ static int apply_one(sqlite3 *db, int version, char *errbuf, size_t errlen) {
   in_tx = 1;
   /* Re-read under the write lock: another process may have migrated meanwhile. */
   int current = 0;
-  if (store_migrations_read_version(db, &current, errbuf, errlen) != STORE_OK)
-    goto done;
+  if (store_migrations_read_version(db, &current, errbuf, errlen) != STORE_OK) goto done;
   if (current >= version) {
     rc = STORE_OK;
     goto done; /* nothing written: the rollback below just ends the transaction */
@@ -188,15 +188,13 @@ static int apply_one(sqlite3 *db, int version, char *errbuf, size_t errlen) {
   rc = STORE_OK;
 done:
   sqlite3_finalize(st);
-  if (in_tx)
-    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  if (in_tx) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
   return rc;
 }
 
 /* Reads the version and refuses one newer than this build knows. */
 static int read_known_version(sqlite3 *db, int *version, char *errbuf, size_t errlen) {
-  if (store_migrations_read_version(db, version, errbuf, errlen) != STORE_OK)
-    return STORE_ERROR;
+  if (store_migrations_read_version(db, version, errbuf, errlen) != STORE_OK) return STORE_ERROR;
   if (*version > STORE_SCHEMA_VERSION) {
     set_err(errbuf, errlen,
             "database schema version %d is newer than version %d, the newest this build of kiln "
@@ -217,11 +215,9 @@ int store_migrations_apply(sqlite3 *db, char *errbuf, size_t errlen) {
     return STORE_ERROR;
   }
   int current = 0;
-  if (read_known_version(db, &current, errbuf, errlen) != STORE_OK)
-    return STORE_ERROR;
+  if (read_known_version(db, &current, errbuf, errlen) != STORE_OK) return STORE_ERROR;
   for (int version = current + 1; version <= STORE_SCHEMA_VERSION; version++) {
-    if (apply_one(db, version, errbuf, errlen) != STORE_OK)
-      return STORE_ERROR;
+    if (apply_one(db, version, errbuf, errlen) != STORE_OK) return STORE_ERROR;
   }
   /* A newer kiln may have migrated the same file while we were at it. */
   return read_known_version(db, &current, errbuf, errlen);

@@ -21,7 +21,7 @@
 
 #include "migrations.h"
 
-#define STORE_ERRLEN 512
+#define STORE_ERRLEN          512
 #define STORE_BUSY_TIMEOUT_MS 5000
 
 struct store {
@@ -74,8 +74,7 @@ __attribute__((format(printf, 2, 3))) static void db_error(store *s, const char 
 /* For store_open, which has no handle to keep its sentence in yet. */
 __attribute__((format(printf, 3, 4))) static void copy_error(char *errbuf, size_t errlen,
                                                              const char *fmt, ...) {
-  if (!errbuf || errlen == 0)
-    return;
+  if (!errbuf || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(errbuf, errlen, fmt, ap);
@@ -85,23 +84,20 @@ __attribute__((format(printf, 3, 4))) static void copy_error(char *errbuf, size_
 /* ---- small helpers ----------------------------------------------------- */
 
 static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *what) {
-  if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) == SQLITE_OK)
-    return STORE_OK;
+  if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) == SQLITE_OK) return STORE_OK;
   db_error(s, "%s: prepare", what);
   *st = NULL;
   return STORE_ERROR;
 }
 
 static int tx_begin(store *s, const char *what) {
-  if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK)
-    return STORE_OK;
+  if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK) return STORE_OK;
   db_error(s, "%s: begin transaction", what);
   return STORE_ERROR;
 }
 
 static int tx_commit(store *s, const char *what) {
-  if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
-    return STORE_OK;
+  if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK) return STORE_OK;
   db_error(s, "%s: commit", what);
   return STORE_ERROR;
 }
@@ -109,8 +105,7 @@ static int tx_commit(store *s, const char *what) {
 /* Ends a transaction left open by a failure or an early return; a no-op after
  * a successful commit. */
 static void tx_end(store *s) {
-  if (!sqlite3_get_autocommit(s->db))
-    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+  if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 static void bind_text(sqlite3_stmt *st, int i, const char *text) {
@@ -129,12 +124,10 @@ static char *dup_column(sqlite3_stmt *st, int col) {
 
 /* Makes room for one more element in a malloc'd array of *cap elements. */
 static int grow(void **array, int *cap, int used, size_t elem_size) {
-  if (used < *cap)
-    return STORE_OK;
+  if (used < *cap) return STORE_OK;
   int new_cap = *cap ? *cap * 2 : 16;
   void *bigger = realloc(*array, (size_t)new_cap * elem_size);
-  if (!bigger)
-    return STORE_ERROR;
+  if (!bigger) return STORE_ERROR;
   *array = bigger;
   *cap = new_cap;
   return STORE_OK;
@@ -142,8 +135,7 @@ static int grow(void **array, int *cap, int used, size_t elem_size) {
 
 static int is_known_state(const char *state) {
   for (size_t i = 0; i < sizeof job_states / sizeof job_states[0]; i++) {
-    if (strcmp(state, job_states[i]) == 0)
-      return 1;
+    if (strcmp(state, job_states[i]) == 0) return 1;
   }
   return 0;
 }
@@ -204,8 +196,7 @@ done:
 int store_open(const char *path, store **out, char *errbuf, size_t errlen) {
   char msg[STORE_ERRLEN] = "";
   store *s = NULL;
-  if (errbuf && errlen > 0)
-    errbuf[0] = '\0';
+  if (errbuf && errlen > 0) errbuf[0] = '\0';
   if (!out) {
     copy_error(errbuf, errlen, "open database: out is NULL");
     return STORE_ERROR;
@@ -238,10 +229,8 @@ int store_open(const char *path, store **out, char *errbuf, size_t errlen) {
     snprintf(msg, sizeof msg, "%s", s->db ? sqlite3_errmsg(s->db) : "out of memory");
     goto fail;
   }
-  if (configure(s->db, msg, sizeof msg) != STORE_OK)
-    goto fail;
-  if (store_migrations_apply(s->db, msg, sizeof msg) != STORE_OK)
-    goto fail;
+  if (configure(s->db, msg, sizeof msg) != STORE_OK) goto fail;
+  if (store_migrations_apply(s->db, msg, sizeof msg) != STORE_OK) goto fail;
   *out = s;
   return STORE_OK;
 fail:
@@ -251,8 +240,7 @@ fail:
 }
 
 void store_close(store *s) {
-  if (!s)
-    return;
+  if (!s) return;
   /* Every statement is finalized by the call that prepared it, so close
    * cannot be refused for busy statements. */
   sqlite3_close(s->db);
@@ -261,8 +249,7 @@ void store_close(store *s) {
 }
 
 int store_schema_version(store *s) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   char msg[STORE_ERRLEN];
   int version = 0;
@@ -275,8 +262,7 @@ int store_schema_version(store *s) {
 }
 
 const char *store_errmsg(store *s) {
-  if (!s)
-    return "store handle is NULL";
+  if (!s) return "store handle is NULL";
   if (last_error.handle_id != s->handle_id) {
     /* This thread has not failed on s: show the handle's last error, copied
      * so another thread's next failure cannot change it under the reader. */
@@ -319,8 +305,7 @@ static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
 }
 
 void store_job_clear(store_job *job) {
-  if (!job)
-    return;
+  if (!job) return;
   free(job->spec_json);
   free(job->message);
   job->spec_json = NULL;
@@ -328,10 +313,8 @@ void store_job_clear(store_job *job) {
 }
 
 void store_job_list_free(store_job *jobs, int n) {
-  if (!jobs)
-    return;
-  for (int i = 0; i < n; i++)
-    store_job_clear(&jobs[i]);
+  if (!jobs) return;
+  for (int i = 0; i < n; i++) store_job_clear(&jobs[i]);
   free(jobs);
 }
 
@@ -385,8 +368,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   char what[96];
   int rc = STORE_ERROR;
   snprintf(what, sizeof what, "create job %s", job->id);
-  if (tx_begin(s, what) != STORE_OK)
-    goto done;
+  if (tx_begin(s, what) != STORE_OK) goto done;
   if (job->request_id[0]) {
     if (prepare(s, &st, "SELECT " JOB_COLUMNS " FROM jobs WHERE request_id = ?1", what) != STORE_OK)
       goto done;
@@ -398,8 +380,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
                 other ? other : "");
       char sentence[STORE_ERRLEN];
       memcpy(sentence, s->errmsg, sizeof sentence);
-      if (existing && read_job(s, st, existing) != STORE_OK)
-        goto done;
+      if (existing && read_job(s, st, existing) != STORE_OK) goto done;
       set_error(s, "%s", sentence);
       rc = STORE_EXISTS;
       goto done;
@@ -434,10 +415,8 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
     db_error(s, "%s", what);
     goto done;
   }
-  if (insert_event(s, job->id, create_ms, "", "QUEUED", "CREATED", message) != STORE_OK)
-    goto done;
-  if (tx_commit(s, what) != STORE_OK)
-    goto done;
+  if (insert_event(s, job->id, create_ms, "", "QUEUED", "CREATED", message) != STORE_OK) goto done;
+  if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
   sqlite3_finalize(st);
@@ -446,8 +425,7 @@ done:
 }
 
 int store_job_create(store *s, const store_job *job, store_job *existing) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
   if (!job || !job->id[0]) {
@@ -461,8 +439,7 @@ int store_job_create(store *s, const store_job *job, store_job *existing) {
 }
 
 int store_job_get(store *s, const char *id, store_job *out) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   char what[96];
   int rc;
@@ -489,20 +466,17 @@ static int job_list_locked(store *s, const char *state_filter, int64_t before_se
                                    " WHERE state = ?3 AND seq < ?1 ORDER BY seq DESC LIMIT ?2"
                                  : "SELECT " JOB_COLUMNS " FROM jobs"
                                    " WHERE seq < ?1 ORDER BY seq DESC LIMIT ?2";
-  if (prepare(s, &st, sql, what) != STORE_OK)
-    goto done;
+  if (prepare(s, &st, sql, what) != STORE_OK) goto done;
   sqlite3_bind_int64(st, 1, before_seq > 0 ? before_seq : INT64_MAX);
   sqlite3_bind_int(st, 2, limit);
-  if (state_filter)
-    bind_text(st, 3, state_filter);
+  if (state_filter) bind_text(st, 3, state_filter);
   int step;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     if (grow((void **)&jobs, &cap, used, sizeof *jobs) != STORE_OK) {
       set_error(s, "%s: out of memory", what);
       goto done;
     }
-    if (read_job(s, st, &jobs[used]) != STORE_OK)
-      goto done;
+    if (read_job(s, st, &jobs[used]) != STORE_OK) goto done;
     used++;
   }
   if (step != SQLITE_DONE) {
@@ -521,14 +495,11 @@ done:
 
 int store_job_list(store *s, const char *state_filter, int64_t before_seq, int limit,
                    store_job **out, int *n) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
-  if (out)
-    *out = NULL;
-  if (n)
-    *n = 0;
+  if (out) *out = NULL;
+  if (n) *n = 0;
   if (!out || !n) {
     set_error(s, "list jobs: out and n must not be NULL");
     rc = STORE_ERROR;
@@ -549,10 +520,8 @@ static int job_transition_locked(store *s, const char *id, const char *from, con
   char current[16];
   int rc = STORE_ERROR;
   snprintf(what, sizeof what, "move job %s to %s", id, to);
-  if (tx_begin(s, what) != STORE_OK)
-    goto done;
-  if (prepare(s, &st, "SELECT state FROM jobs WHERE id = ?1", what) != STORE_OK)
-    goto done;
+  if (tx_begin(s, what) != STORE_OK) goto done;
+  if (prepare(s, &st, "SELECT state FROM jobs WHERE id = ?1", what) != STORE_OK) goto done;
   bind_text(st, 1, id);
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
@@ -594,10 +563,8 @@ static int job_transition_locked(store *s, const char *id, const char *from, con
     db_error(s, "%s", what);
     goto done;
   }
-  if (insert_event(s, id, now, current, to, reason, message) != STORE_OK)
-    goto done;
-  if (tx_commit(s, what) != STORE_OK)
-    goto done;
+  if (insert_event(s, id, now, current, to, reason, message) != STORE_OK) goto done;
+  if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
   sqlite3_finalize(st);
@@ -607,8 +574,7 @@ done:
 
 int store_job_transition(store *s, const char *id, const char *from, const char *to,
                          const char *reason, const char *message) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
   /* A misspelt state ("CANCELED") would never count as terminal: refuse it. */
@@ -634,8 +600,7 @@ static int job_claim_locked(store *s, store_job *out) {
   char id[sizeof((store_job *)0)->id];
   char message[64];
   int rc = STORE_ERROR;
-  if (tx_begin(s, what) != STORE_OK)
-    goto done;
+  if (tx_begin(s, what) != STORE_OK) goto done;
   /* Served by the jobs_claim index (state, priority DESC, seq). */
   if (prepare(s, &st,
               "SELECT id, attempt FROM jobs WHERE state = 'QUEUED'"
@@ -670,17 +635,14 @@ static int job_claim_locked(store *s, store_job *out) {
     db_error(s, "%s: update job %s", what, id);
     goto done;
   }
-  if (insert_event(s, id, now, "QUEUED", "STARTING", "CLAIMED", message) != STORE_OK)
-    goto done;
+  if (insert_event(s, id, now, "QUEUED", "STARTING", "CLAIMED", message) != STORE_OK) goto done;
   if (out) {
     rc = select_job(s, id, out, what);
-    if (rc != STORE_OK)
-      goto done;
+    if (rc != STORE_OK) goto done;
     rc = STORE_ERROR;
   }
   if (tx_commit(s, what) != STORE_OK) {
-    if (out)
-      store_job_clear(out);
+    if (out) store_job_clear(out);
     goto done;
   }
   rc = STORE_OK;
@@ -691,8 +653,7 @@ done:
 }
 
 int store_job_claim_next(store *s, store_job *out) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc = job_claim_locked(s, out);
   pthread_mutex_unlock(&s->db_lock);
@@ -703,8 +664,7 @@ static int job_requeue_locked(store *s, int *n) {
   const char *what = "requeue unfinished jobs";
   sqlite3_stmt *st = NULL;
   int rc = STORE_ERROR;
-  if (tx_begin(s, what) != STORE_OK)
-    goto done;
+  if (tx_begin(s, what) != STORE_OK) goto done;
   /* Events first: they read each job's state before the update changes it. */
   if (prepare(s, &st,
               "INSERT INTO job_events(job_id, time_ms, from_state, to_state, reason, message)"
@@ -732,10 +692,8 @@ static int job_requeue_locked(store *s, int *n) {
     goto done;
   }
   int changed = sqlite3_changes(s->db);
-  if (tx_commit(s, what) != STORE_OK)
-    goto done;
-  if (n)
-    *n = changed;
+  if (tx_commit(s, what) != STORE_OK) goto done;
+  if (n) *n = changed;
   rc = STORE_OK;
 done:
   sqlite3_finalize(st);
@@ -744,11 +702,9 @@ done:
 }
 
 int store_job_requeue_unfinished(store *s, int *n) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
-  if (n)
-    *n = 0;
+  if (n) *n = 0;
   int rc = job_requeue_locked(s, n);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
@@ -757,10 +713,8 @@ int store_job_requeue_unfinished(store *s, int *n) {
 /* ---- events ------------------------------------------------------------ */
 
 void store_event_list_free(store_event *events, int n) {
-  if (!events)
-    return;
-  for (int i = 0; i < n; i++)
-    free(events[i].message);
+  if (!events) return;
+  for (int i = 0; i < n; i++) free(events[i].message);
   free(events);
 }
 
@@ -811,14 +765,11 @@ done:
 }
 
 int store_event_list(store *s, const char *job_id, store_event **out, int *n) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
-  if (out)
-    *out = NULL;
-  if (n)
-    *n = 0;
+  if (out) *out = NULL;
+  if (n) *n = 0;
   if (!job_id || !out || !n) {
     set_error(s, "list events: job_id, out and n must not be NULL");
     rc = STORE_ERROR;
@@ -843,12 +794,10 @@ static int metrics_append_locked(store *s, const char *job_id, const store_metri
       return STORE_ERROR;
     }
   }
-  if (tx_begin(s, what) != STORE_OK)
-    goto done;
+  if (tx_begin(s, what) != STORE_OK) goto done;
   /* OR IGNORE does not cover foreign keys, so an unknown job would fail the
    * batch with a bare "FOREIGN KEY constraint failed"; say it plainly. */
-  if (prepare(s, &st, "SELECT 1 FROM jobs WHERE id = ?1", what) != STORE_OK)
-    goto done;
+  if (prepare(s, &st, "SELECT 1 FROM jobs WHERE id = ?1", what) != STORE_OK) goto done;
   bind_text(st, 1, job_id);
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
@@ -888,8 +837,7 @@ static int metrics_append_locked(store *s, const char *job_id, const store_metri
     }
     sqlite3_reset(st);
   }
-  if (tx_commit(s, what) != STORE_OK)
-    goto done;
+  if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
   sqlite3_finalize(st);
@@ -898,8 +846,7 @@ done:
 }
 
 int store_metrics_append(store *s, const char *job_id, const store_metric *points, int n) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
   if (!job_id || n < 0 || (n > 0 && !points)) {
@@ -926,11 +873,9 @@ static int metrics_list_locked(store *s, const char *job_id, const char *name, s
                            " WHERE job_id = ?1 AND name = ?2 ORDER BY attempt, step, name"
                          : "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
                            " WHERE job_id = ?1 ORDER BY attempt, step, name";
-  if (prepare(s, &st, sql, what) != STORE_OK)
-    goto done;
+  if (prepare(s, &st, sql, what) != STORE_OK) goto done;
   bind_text(st, 1, job_id);
-  if (name)
-    bind_text(st, 2, name);
+  if (name) bind_text(st, 2, name);
   int step;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     if (grow((void **)&points, &cap, used, sizeof *points) != STORE_OK) {
@@ -961,14 +906,11 @@ done:
 }
 
 int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
-  if (out)
-    *out = NULL;
-  if (n)
-    *n = 0;
+  if (out) *out = NULL;
+  if (n) *n = 0;
   if (!job_id || !out || !n) {
     set_error(s, "list metrics: job_id, out and n must not be NULL");
     rc = STORE_ERROR;
@@ -1019,8 +961,7 @@ static int checkpoint_add_locked(store *s, const store_checkpoint *c) {
 }
 
 int store_checkpoint_add(store *s, const store_checkpoint *c) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
   if (!c || !c->job_id[0]) {
@@ -1034,10 +975,8 @@ int store_checkpoint_add(store *s, const store_checkpoint *c) {
 }
 
 void store_checkpoint_list_free(store_checkpoint *list, int n) {
-  if (!list)
-    return;
-  for (int i = 0; i < n; i++)
-    free(list[i].metrics_json);
+  if (!list) return;
+  for (int i = 0; i < n; i++) free(list[i].metrics_json);
   free(list);
 }
 
@@ -1091,14 +1030,11 @@ done:
 }
 
 int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n) {
-  if (!s)
-    return STORE_ERROR;
+  if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc;
-  if (out)
-    *out = NULL;
-  if (n)
-    *n = 0;
+  if (out) *out = NULL;
+  if (n) *n = 0;
   if (!job_id || !out || !n) {
     set_error(s, "list checkpoints: job_id, out and n must not be NULL");
     rc = STORE_ERROR;

@@ -98,8 +98,9 @@ static int on_event(const kn_train_event *ev, void *user) {
            (long long)r->steps_per_epoch);
     break;
   }
-  case KN_EVENT_EPOCH: printf("epoch %d/%d  done at step %lld", ev->epoch, r->epochs,
-                              (long long)ev->step); break;
+  case KN_EVENT_EPOCH:
+    printf("epoch %d/%d  done at step %lld", ev->epoch, r->epochs, (long long)ev->step);
+    break;
   case KN_EVENT_CHECKPOINT:
     printf("checkpoint %s (%lld bytes, sha256 %s)", ev->path, (long long)ev->checkpoint->bytes,
            ev->checkpoint->sha256);
@@ -174,27 +175,28 @@ static void to_engine_layers(const api_job_spec *spec, kn_layer_config *layers) 
 }
 
 static void usage(FILE *to) {
-  fprintf(to,
-          "usage: kiln-train [options] SPEC.json\n"
-          "Trains one job from a kiln job spec.\n\n"
-          "  --data-dir DIR        where built-in data sets live (default $KILN_DATASETS_DIR\n"
-          "                        or " DEFAULT_DATASETS_DIR ")\n"
-          "  --checkpoint-dir DIR  where checkpoints are written (default: current directory)\n"
-          "  --progress-fd N       write JSON progress lines to file descriptor N\n"
-          "  --json                JSON progress lines on standard output\n"
-          "  --threads N           compute threads (default: the spec's resources.devices)\n"
-          "  -h, --help            this help\n\n"
-          "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
-          "5 numeric error (loss became NaN or infinite)\n");
+  fprintf(to, "usage: kiln-train [options] SPEC.json\n"
+              "Trains one job from a kiln job spec.\n\n"
+              "  --data-dir DIR        where built-in data sets live (default $KILN_DATASETS_DIR\n"
+              "                        or " DEFAULT_DATASETS_DIR ")\n"
+              "  --checkpoint-dir DIR  where checkpoints are written (default: current directory)\n"
+              "  --progress-fd N       write JSON progress lines to file descriptor N\n"
+              "  --json                JSON progress lines on standard output\n"
+              "  --threads N           compute threads (default: the spec's resources.devices)\n"
+              "  -h, --help            this help\n\n"
+              "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
+              "5 numeric error (loss became NaN or infinite)\n");
 }
 
 int main(int argc, char **argv) {
-  static const struct option options[] = {
-      {"spec", required_argument, NULL, 's'},     {"data-dir", required_argument, NULL, 'd'},
-      {"checkpoint-dir", required_argument, NULL, 'c'},
-      {"progress-fd", required_argument, NULL, 'p'},
-      {"json", no_argument, NULL, 'j'},           {"threads", required_argument, NULL, 't'},
-      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  static const struct option options[] = {{"spec", required_argument, NULL, 's'},
+                                          {"data-dir", required_argument, NULL, 'd'},
+                                          {"checkpoint-dir", required_argument, NULL, 'c'},
+                                          {"progress-fd", required_argument, NULL, 'p'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"threads", required_argument, NULL, 't'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
   reporter rep = {.progress_fd = -1};
   int threads = 0, opt;

@@ -90,8 +90,7 @@ static int idx_read(const char *path, int want_ndim, idx_file *out, char *err, s
   }
   out->data = malloc(out->count);
   if (!out->data) {
-    snprintf(err, errlen, "%s: out of memory for %llu bytes", path,
-             (unsigned long long)out->count);
+    snprintf(err, errlen, "%s: out of memory for %llu bytes", path, (unsigned long long)out->count);
     rc = KN_ENOMEM;
     goto out;
   }
@@ -120,8 +119,8 @@ int kn_dataset_load_idx(const char *images_path, const char *labels_path, int no
   if (!rc) rc = idx_read(labels_path, 1, &labels, err, errlen);
   if (rc) goto out;
   if (images.dims[0] != labels.dims[0]) {
-    snprintf(err, errlen, "%s holds %u images but %s holds %u labels", images_path,
-             images.dims[0], labels_path, labels.dims[0]);
+    snprintf(err, errlen, "%s holds %u images but %s holds %u labels", images_path, images.dims[0],
+             labels_path, labels.dims[0]);
     rc = KN_EFORMAT;
     goto out;
   }

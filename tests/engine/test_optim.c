@@ -58,8 +58,11 @@ static void sgd_momentum_and_nesterov_follow_torch(void **state) {
 
 static void adam_follows_torch_with_bias_correction(void **state) {
   (void)state;
-  kn_optimizer_config cfg = {
-      .type = KN_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+  kn_optimizer_config cfg = {.type = KN_OPT_ADAM,
+                             .learning_rate = 0.01f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.999f,
+                             .epsilon = 1e-7f};
   float p[N] = {1, 2, 3, 4, 5};
   double ref[N] = {1, 2, 3, 4, 5}, m[N] = {0}, v[N] = {0};
   run_steps(&cfg, p);
@@ -80,8 +83,11 @@ static void adam_follows_torch_with_bias_correction(void **state) {
  * sign, whatever the gradient's size; a zero gradient moves nothing. */
 static void adam_first_step_moves_by_learning_rate(void **state) {
   (void)state;
-  kn_optimizer_config cfg = {
-      .type = KN_OPT_ADAM, .learning_rate = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+  kn_optimizer_config cfg = {.type = KN_OPT_ADAM,
+                             .learning_rate = 0.01f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.999f,
+                             .epsilon = 1e-7f};
   kn_optimizer *opt;
   char err[256];
   assert_int_equal(kn_optimizer_new(&cfg, N, &opt, err, sizeof err), KN_OK);
@@ -100,8 +106,8 @@ static void bad_hyperparameters_are_refused_with_the_value(void **state) {
   assert_int_equal(kn_optimizer_new(&sgd, N, &opt, err, sizeof err), KN_EINVAL);
   assert_string_equal(err, "sgd: momentum must be in [0, 1), got 1");
   assert_null(opt);
-  kn_optimizer_config zero_lr = {.type = KN_OPT_ADAM, .beta1 = .9f, .beta2 = .999f,
-                                 .epsilon = 1e-7f};
+  kn_optimizer_config zero_lr = {
+      .type = KN_OPT_ADAM, .beta1 = .9f, .beta2 = .999f, .epsilon = 1e-7f};
   assert_int_equal(kn_optimizer_new(&zero_lr, N, &opt, err, sizeof err), KN_EINVAL);
   assert_string_equal(err, "optimizer: learning_rate must be > 0, got 0");
 }

@@ -12,14 +12,22 @@
 #include "engine.h"
 
 static kn_model build_mlp(int batch, int hidden) {
-  kn_layer_config layers[4] = {
-      {.type = KN_LAYER_FLATTEN, .name = "flatten_0"},
-      {.type = KN_LAYER_DENSE, .name = "dense_1", .units = hidden, .use_bias = 1,
-       .activation = KN_ACT_RELU},
-      {.type = KN_LAYER_DENSE, .name = "dense_2", .units = hidden / 2, .use_bias = 1,
-       .activation = KN_ACT_RELU},
-      {.type = KN_LAYER_DENSE, .name = "dense_3", .units = 10, .use_bias = 1,
-       .activation = KN_ACT_SOFTMAX}};
+  kn_layer_config layers[4] = {{.type = KN_LAYER_FLATTEN, .name = "flatten_0"},
+                               {.type = KN_LAYER_DENSE,
+                                .name = "dense_1",
+                                .units = hidden,
+                                .use_bias = 1,
+                                .activation = KN_ACT_RELU},
+                               {.type = KN_LAYER_DENSE,
+                                .name = "dense_2",
+                                .units = hidden / 2,
+                                .use_bias = 1,
+                                .activation = KN_ACT_RELU},
+                               {.type = KN_LAYER_DENSE,
+                                .name = "dense_3",
+                                .units = 10,
+                                .use_bias = 1,
+                                .activation = KN_ACT_SOFTMAX}};
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {28, 28, 1},
                          .n_layers = 4,
@@ -128,8 +136,11 @@ static void model_build_refuses_dense_on_unflattened_input(void **state) {
   (void)state;
   kn_layer_config layers[1] = {
       {.type = KN_LAYER_DENSE, .name = "dense_0", .units = 10, .use_bias = 1}};
-  kn_model_config cfg = {.input_ndim = 3, .input_shape = {28, 28, 1}, .n_layers = 1,
-                         .layers = layers, .batch_size = 4};
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {28, 28, 1},
+                         .n_layers = 1,
+                         .layers = layers,
+                         .batch_size = 4};
   kn_model m;
   char err[256];
   assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_EINVAL);

@@ -14,13 +14,13 @@
 
 #include "engine.h"
 
-#define CLASSES 3
+#define CLASSES  3
 #define FEATURES 8
 
 /* Three Gaussian-ish blobs: class c centred at +2 on feature c. */
 static kn_dataset make_blobs(int64_t n, uint64_t seed) {
-  kn_dataset ds = {.n = n, .ndim = 1, .shape = {FEATURES}, .example_size = FEATURES,
-                   .n_classes = CLASSES};
+  kn_dataset ds = {
+      .n = n, .ndim = 1, .shape = {FEATURES}, .example_size = FEATURES, .n_classes = CLASSES};
   ds.x = malloc((size_t)n * FEATURES * sizeof(float));
   ds.y = malloc((size_t)n * sizeof(int32_t));
   kn_rng rng;
@@ -38,11 +38,17 @@ static kn_dataset make_blobs(int64_t n, uint64_t seed) {
 
 static kn_model make_model(int batch) {
   static const kn_layer_config layers[2] = {
-      {.type = KN_LAYER_DENSE, .name = "hidden", .units = 16, .use_bias = 1,
+      {.type = KN_LAYER_DENSE,
+       .name = "hidden",
+       .units = 16,
+       .use_bias = 1,
        .activation = KN_ACT_RELU},
       {.type = KN_LAYER_DENSE, .name = "out", .units = CLASSES, .use_bias = 1}};
-  kn_model_config cfg = {.input_ndim = 1, .input_shape = {FEATURES}, .n_layers = 2,
-                         .layers = layers, .batch_size = batch};
+  kn_model_config cfg = {.input_ndim = 1,
+                         .input_shape = {FEATURES},
+                         .n_layers = 2,
+                         .layers = layers,
+                         .batch_size = batch};
   kn_model m;
   char err[256];
   assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
@@ -80,11 +86,18 @@ static int on_event(const kn_train_event *ev, void *user) {
 }
 
 static kn_train_config config(const char *ckpt_dir) {
-  kn_train_config tc = {.epochs = 4, .batch_size = 32, .shuffle = 1, .seed = 5,
-                        .log_every_steps = 5, .checkpoint_dir = ckpt_dir,
+  kn_train_config tc = {.epochs = 4,
+                        .batch_size = 32,
+                        .shuffle = 1,
+                        .seed = 5,
+                        .log_every_steps = 5,
+                        .checkpoint_dir = ckpt_dir,
                         .checkpoint_prefix = "ckpt"};
-  tc.optimizer = (kn_optimizer_config){.type = KN_OPT_ADAM, .learning_rate = 0.01f,
-                                       .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+  tc.optimizer = (kn_optimizer_config){.type = KN_OPT_ADAM,
+                                       .learning_rate = 0.01f,
+                                       .beta1 = 0.9f,
+                                       .beta2 = 0.999f,
+                                       .epsilon = 1e-7f};
   return tc;
 }
 

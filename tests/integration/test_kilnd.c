@@ -205,9 +205,9 @@ static void example_job_is_accepted_and_queued(void **state) {
               strcmp(st, "RUNNING") == 0);
   /* The stored spec is the canonical one, defaults filled in. */
   json_t *spec_doc = json_object_get(doc, "spec");
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(spec_doc, "pipeline"),
-                                                      "batch_size")),
-                   128);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(spec_doc, "pipeline"), "batch_size")),
+      128);
   json_decref(doc);
   assert_int_equal(count_jobs(), 1);
 }
@@ -237,9 +237,8 @@ static void unknown_layer_type_names_the_field(void **state) {
   assert_int_equal(http("POST", "/v1/jobs", body, strlen(body), &doc), 400);
   free(body);
   assert_error(doc, 400, "INVALID_ARGUMENT", "model.layers[1].type");
-  const char *desc = json_string_value(
-      json_object_get(json_array_get(json_object_get(json_object_get(doc, "error"), "details"), 0),
-                      "description"));
+  const char *desc = json_string_value(json_object_get(
+      json_array_get(json_object_get(json_object_get(doc, "error"), "details"), 0), "description"));
   assert_non_null(strstr(desc, "conv3d"));
   json_decref(doc);
   assert_int_equal(http("GET", "/healthz", NULL, 0, NULL), 200);
@@ -469,7 +468,8 @@ static void sigterm_stops_kilnd_and_requeues_the_running_job(void **state) {
   for (int i = 0; i < 100 && !running[0]; i++) {
     assert_int_equal(http("GET", "/v1/jobs?filter=state%3DRUNNING", NULL, 0, &doc), 200);
     json_t *first = json_array_get(json_object_get(doc, "jobs"), 0);
-    if (first) snprintf(running, sizeof running, "%s", json_string_value(json_object_get(first, "id")));
+    if (first)
+      snprintf(running, sizeof running, "%s", json_string_value(json_object_get(first, "id")));
     json_decref(doc);
     if (!running[0]) usleep(100 * 1000);
   }

@@ -39,8 +39,7 @@ static void remove_dir(fixture *f) {
 
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
-  if (!f)
-    return -1;
+  if (!f) return -1;
   const char *tmp = getenv("TMPDIR");
   snprintf(f->dir, sizeof f->dir, "%s/kiln-store-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
   if (!mkdtemp(f->dir)) {
@@ -83,8 +82,7 @@ static store_job make_job(const char *id, const char *request_id, int priority) 
 static void create_job(store *s, const char *id, int priority) {
   store_job job = make_job(id, NULL, priority);
   int rc = store_job_create(s, &job, NULL);
-  if (rc != STORE_OK)
-    fail_msg("create %s: %d %s", id, rc, store_errmsg(s));
+  if (rc != STORE_OK) fail_msg("create %s: %d %s", id, rc, store_errmsg(s));
 }
 
 static void expect_state(store *s, const char *id, const char *state) {
@@ -130,8 +128,7 @@ static void raw_exec(const char *path, const char *sql) {
   assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
   sqlite3_busy_timeout(db, 5000);
   char *err = NULL;
-  if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-    fail_msg("%s: %s", sql, err);
+  if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) fail_msg("%s: %s", sql, err);
   sqlite3_close(db);
 }
 
@@ -370,8 +367,7 @@ static void list_pages_newest_first_and_covers_each_job_exactly_once(void **stat
   assert_int_equal(page_sizes[1], 10);
   assert_int_equal(page_sizes[2], 5);
   assert_int_equal(total, N);
-  for (int i = 0; i < N; i++)
-    assert_int_equal(seen[i], 1);
+  for (int i = 0; i < N; i++) assert_int_equal(seen[i], 1);
 
   store_job *jobs = NULL;
   int n = 0;
@@ -398,8 +394,7 @@ static void list_state_filter_pages_only_matching_jobs(void **state) {
       store_job *jobs = NULL;
       int n = 0;
       assert_int_equal(store_job_list(f->s, filters[k], before, 4, &jobs, &n), STORE_OK);
-      if (n == 0)
-        break;
+      if (n == 0) break;
       for (int i = 0; i < n; i++) {
         int index = -1;
         assert_int_equal(sscanf(jobs[i].id, "job-%d", &index), 1);
@@ -414,8 +409,7 @@ static void list_state_filter_pages_only_matching_jobs(void **state) {
       store_job_list_free(jobs, n);
     }
     assert_int_equal(total, k == 0 ? 9 : 16);
-    for (int i = 0; i < N; i++)
-      assert_int_equal(seen[i], (i % 3 == 0) == (k == 0) ? 1 : 0);
+    for (int i = 0; i < N; i++) assert_int_equal(seen[i], (i % 3 == 0) == (k == 0) ? 1 : 0);
   }
   store_job *jobs = NULL;
   int n = -1;
@@ -497,8 +491,7 @@ static void events_are_recorded_in_order_with_times_set(void **state) {
     assert_string_equal(events[i].to_state, to[i]);
     assert_string_equal(events[i].reason, reason[i]);
     assert_non_null(events[i].message);
-    if (i > 0)
-      assert_true(events[i].time_ms >= events[i - 1].time_ms);
+    if (i > 0) assert_true(events[i].time_ms >= events[i - 1].time_ms);
   }
   assert_string_equal(events[2].message, "pid 7");
   assert_string_equal(events[3].message, "5 epochs done");
@@ -546,19 +539,16 @@ static void claim_takes_highest_priority_then_oldest_then_reports_empty(void **s
 static int crashing_server(const char *path) {
   store *s = NULL;
   char err[512];
-  if (store_open(path, &s, err, sizeof err) != STORE_OK)
-    return 10;
+  if (store_open(path, &s, err, sizeof err) != STORE_OK) return 10;
   const char *ids[] = {"queued", "starting", "running", "stopping", "done"};
   for (int i = 0; i < 5; i++) {
     /* "queued" is the oldest but lowest: the four claims below skip it. */
     store_job job = make_job(ids[i], NULL, i == 0 ? -1 : 0);
-    if (store_job_create(s, &job, NULL) != STORE_OK)
-      return 11;
+    if (store_job_create(s, &job, NULL) != STORE_OK) return 11;
   }
   for (int i = 1; i < 5; i++) {
     store_job job;
-    if (store_job_claim_next(s, &job) != STORE_OK || strcmp(job.id, ids[i]) != 0)
-      return 12;
+    if (store_job_claim_next(s, &job) != STORE_OK || strcmp(job.id, ids[i]) != 0) return 12;
     store_job_clear(&job);
   }
   if (store_job_transition(s, "running", "STARTING", "RUNNING", "STARTED", "") != STORE_OK ||
@@ -579,8 +569,7 @@ static void requeue_after_crash_returns_unfinished_jobs_to_the_queue(void **stat
   fflush(NULL);
   pid_t pid = fork();
   assert_true(pid >= 0);
-  if (pid == 0)
-    _exit(crashing_server(f->path));
+  if (pid == 0) _exit(crashing_server(f->path));
   int status = 0;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   if (WIFEXITED(status))
@@ -788,11 +777,9 @@ static void *append_many(void *arg) {
   }
   for (int i = 0; i < THREAD_APPENDS; i++) {
     store_metric m = point(a->attempt, i, "loss", (double)i);
-    if (store_metrics_append(s, "j", &m, 1) != STORE_OK)
-      a->failures++;
+    if (store_metrics_append(s, "j", &m, 1) != STORE_OK) a->failures++;
   }
-  if (!a->s)
-    store_close(s);
+  if (!a->s) store_close(s);
   return NULL;
 }
 
@@ -803,8 +790,7 @@ static void run_two_appenders(fixture *f, int shared_handle) {
   pthread_t threads[2];
   for (int t = 0; t < 2; t++)
     assert_int_equal(pthread_create(&threads[t], NULL, append_many, &a[t]), 0);
-  for (int t = 0; t < 2; t++)
-    assert_int_equal(pthread_join(threads[t], NULL), 0);
+  for (int t = 0; t < 2; t++) assert_int_equal(pthread_join(threads[t], NULL), 0);
   assert_int_equal(a[0].failures, 0);
   assert_int_equal(a[1].failures, 0);
   store_metric *points = NULL;
@@ -846,14 +832,12 @@ static void *claim_all(void *arg) {
   for (;;) {
     store_job job;
     int rc = store_job_claim_next(s, &job);
-    if (rc == STORE_EMPTY)
-      break;
+    if (rc == STORE_EMPTY) break;
     int index = -1;
     if (rc != STORE_OK || sscanf(job.id, "job-%d", &index) != 1 || index < 0 ||
         index >= CLAIM_JOBS || job.attempt != 1 || c->count >= CLAIM_JOBS) {
       c->failures++;
-      if (rc == STORE_OK)
-        store_job_clear(&job);
+      if (rc == STORE_OK) store_job_clear(&job);
       break;
     }
     c->claimed[c->count++] = index;
@@ -877,17 +861,14 @@ static void concurrent_claims_from_two_handles_never_share_a_job(void **state) {
     c[t].path = f->path;
     assert_int_equal(pthread_create(&threads[t], NULL, claim_all, &c[t]), 0);
   }
-  for (int t = 0; t < 2; t++)
-    assert_int_equal(pthread_join(threads[t], NULL), 0);
+  for (int t = 0; t < 2; t++) assert_int_equal(pthread_join(threads[t], NULL), 0);
   int seen[CLAIM_JOBS] = {0};
   for (int t = 0; t < 2; t++) {
     assert_int_equal(c[t].failures, 0);
-    for (int i = 0; i < c[t].count; i++)
-      seen[c[t].claimed[i]]++;
+    for (int i = 0; i < c[t].count; i++) seen[c[t].claimed[i]]++;
   }
   assert_int_equal(c[0].count + c[1].count, CLAIM_JOBS);
-  for (int i = 0; i < CLAIM_JOBS; i++)
-    assert_int_equal(seen[i], 1);
+  for (int i = 0; i < CLAIM_JOBS; i++) assert_int_equal(seen[i], 1);
   free(c);
   assert_int_equal(raw_int(f->path, "SELECT count(*) FROM jobs WHERE state = 'STARTING'"),
                    CLAIM_JOBS);
