@@ -188,7 +188,7 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  char db_path[PATH_MAX], jobs_dir[PATH_MAX], err[512], line[1024];
+  char db_path[PATH_MAX], jobs_dir[PATH_MAX], err[512], line[3 * PATH_MAX];
   snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
   snprintf(jobs_dir, sizeof jobs_dir, "%s/jobs", data_dir);
   store *st = NULL;

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package kiln's build, tests and demo need, skipping
+# what is already there. Run as root, or as a user with sudo.
+set -euo pipefail
+
+packages=(
+  # build
+  gcc make cmake pkg-config git clang-format
+  libmicrohttpd-dev libjansson-dev libopenblas-dev libsqlite3-dev
+  libcurl4-openssl-dev libcmocka-dev libopenmpi-dev openmpi-bin zlib1g-dev
+  # tests, the demo and the reference data set
+  curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo="sudo"
+  else
+    echo "install-deps: missing packages (${missing[*]}) and not root; run as root or install sudo" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

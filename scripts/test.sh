@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: format check, a warnings-as-errors build with every
+# suite under ctest, then the same suites under AddressSanitizer and
+# UndefinedBehaviorSanitizer. Exits non-zero if anything fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+
+echo "== format (clang-format)"
+files=$(git ls-files '*.c' '*.h' '*.cu' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
+clang-format --dry-run -Werror $files
+
+echo "== build (-Werror)"
+cmake -S . -B build -DKILN_WERROR=ON
+cmake --build build -j "$jobs"
+
+echo "== tests"
+ctest --test-dir build --output-on-failure
+
+echo "== build (ASan + UBSan)"
+cmake -S . -B build-sanitize -DKILN_SANITIZE=ON -DKILN_WERROR=ON -DKILN_CUDA=OFF \
+  -DCMAKE_BUILD_TYPE=Debug
+cmake --build build-sanitize -j "$jobs"
+
+echo "== tests (ASan + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-sanitize --output-on-failure
