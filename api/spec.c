@@ -500,11 +500,15 @@ static void parse_dataset(checker *c, json_t *obj, api_job_spec *spec) {
   static const char *const validations[] = {"test", "none", NULL};
   refuse_unknown(&s, fields);
   const char *name = get_string(&s, "name", REQUIRED);
-  if (name && strcmp(name, "fashion-mnist") != 0) {
-    char quoted[64];
-    problem(c, "dataset.name",
-            "unknown dataset '%s'; only the built-in 'fashion-mnist' is available for now",
-            clip(name, quoted, sizeof quoted));
+  if (name && !api_builtin_dataset_find(name)) {
+    char quoted[64], known[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < api_builtin_dataset_count() && used < sizeof known; i++) {
+      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                               api_builtin_dataset_at(i)->name);
+    }
+    problem(c, "dataset.name", "unknown dataset '%s'; built-in data sets: %s",
+            clip(name, quoted, sizeof quoted), known);
   } else if (name) {
     copy_text(spec->dataset, sizeof spec->dataset, name);
   }
@@ -713,6 +717,38 @@ static void set_defaults(api_job_spec *spec) {
   spec->devices = 1;
 }
 
+/* A spec that is sound on its own must also fit its data: examples of the
+ * size the input expects, and a score for every class. Checked here so a
+ * mismatch is a 400 at create, not a failed job minutes later. */
+static void check_fits_dataset(checker *c, const api_job_spec *spec) {
+  const api_builtin_dataset *d = api_builtin_dataset_find(spec->dataset);
+  if (!d) return;
+  long long want = 1, have = 1;
+  for (int i = 0; i < d->input_ndim; i++) want *= d->input_shape[i];
+  for (int i = 0; i < spec->input_ndim; i++) have *= spec->input_shape[i];
+  if (have != want) {
+    char shape[64];
+    size_t used = 0;
+    for (int i = 0; i < d->input_ndim && used < sizeof shape; i++) {
+      used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%d", i ? ", " : "",
+                               d->input_shape[i]);
+    }
+    problem(c, "model.input_shape",
+            "holds %lld values per example, but %s examples hold %lld; use [%s]", have, d->name,
+            want, shape);
+  }
+  long long outputs = have;
+  for (int i = 0; i < spec->n_layers; i++) {
+    if (spec->layers[i].type == API_LAYER_DENSE) outputs = spec->layers[i].units;
+  }
+  if (outputs < d->n_classes) {
+    char path[PATH_LEN];
+    index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
+    problem(c, path, "outputs %lld class scores, but %s has %d classes", outputs, d->name,
+            d->n_classes);
+  }
+}
+
 int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *err) {
   api_error scratch;
   if (!err) err = &scratch;
@@ -749,6 +785,7 @@ int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *
   checker c = {err, 0};
   parse_spec(&c, root, spec);
   json_decref(root);
+  if (c.problems == 0) check_fits_dataset(&c, spec);
   if (c.problems == 0) return 0;
 
   err->http = 400;

@@ -27,7 +27,7 @@ static const char EXAMPLE[] =
 
 /* Only what is required; everything else takes its default. */
 static const char MINIMAL[] =
-    "{\"model\":{\"input_shape\":[4],\"layers\":[{\"type\":\"dense\",\"units\":3}]},"
+    "{\"model\":{\"input_shape\":[784],\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
     "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"fashion-mnist\"},"
     "\"optimizer\":{\"type\":\"sgd\"}}";
 
@@ -165,7 +165,7 @@ static const struct CMUnitTest rules[] = {
     RULE("missing_dataset_name_is_refused", "dataset.name", DELETE, .field = "dataset.name",
          .description = "is required"),
     RULE("unknown_dataset_names_the_builtin_one", "dataset.name", "\"mnist\"",
-         .field = "dataset.name", .description = "only the built-in 'fashion-mnist'"),
+         .field = "dataset.name", .description = "built-in data sets: fashion-mnist"),
     RULE("unknown_validation_split_is_refused", "dataset.validation", "\"train\"",
          .field = "dataset.validation", .description = "'train'"),
     RULE("unknown_dataset_field_is_refused", "dataset.split", "0.1", .field = "dataset.split",
@@ -336,6 +336,13 @@ static const struct CMUnitTest rules[] = {
          .field = "model.layers[2]", .description = "at least 2 units; got shape (1)"),
     RULE("model_ending_in_an_image_shape_is_refused", "model.layers", "[{\"type\":\"relu\"}]",
          .field = "model.layers[0]", .description = "got shape (28, 28, 1)"),
+    RULE("input_shape_that_does_not_fit_the_dataset_is_refused", "model.input_shape", "[27,28,1]",
+         .field = "model.input_shape",
+         .description = "holds 756 values per example, but fashion-mnist examples hold 784; "
+                        "use [28, 28, 1]"),
+    RULE("fewer_class_scores_than_dataset_classes_are_refused", "model.layers[2].units", "5",
+         .field = "model.layers[2]",
+         .description = "outputs 5 class scores, but fashion-mnist has 10 classes"),
 };
 
 /* ---- accepted specs ---- */
@@ -445,13 +452,13 @@ static void integers_written_as_2_0_are_accepted(void **state) {
 static void every_option_given_explicitly_is_kept(void **state) {
   (void)state;
   const char *text =
-      "{\"display_name\":\"all\",\"model\":{\"input_shape\":[8,8],\"layers\":["
+      "{\"display_name\":\"all\",\"model\":{\"input_shape\":[28,28],\"layers\":["
       "{\"type\":\"flatten\",\"name\":\"in\"},"
       "{\"type\":\"dense\",\"units\":32,\"use_bias\":false,\"name\":\"hidden.1\"},"
       "{\"type\":\"relu\"},"
       "{\"type\":\"dense\",\"units\":16},"
       "{\"type\":\"activation\",\"activation\":\"relu\"},"
-      "{\"type\":\"dense\",\"units\":4,\"activation\":\"softmax\",\"name\":\"probs\"}]},"
+      "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\",\"name\":\"probs\"}]},"
       "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[],"
       "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"
       "\"pipeline\":{\"batch_size\":7,\"shuffle\":false,\"normalize\":false,"
@@ -746,7 +753,7 @@ static void named_and_activation_layers_round_trip(void **state) {
   json_t *root = json_loads(text, 0, NULL);
   free(text);
   edit(root, "model.layers[3]",
-       "{\"type\":\"dense\",\"units\":5,\"use_bias\":false,\"activation\":\"softmax\"}");
+       "{\"type\":\"dense\",\"units\":12,\"use_bias\":false,\"activation\":\"softmax\"}");
   text = json_dumps(root, JSON_COMPACT);
   json_decref(root);
   assert_round_trip(text);
