@@ -179,6 +179,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
     return 1;
   }
+  /* Absolute paths from here on: they are stored (checkpoint paths) and
+   * handed to kiln-train, and must mean the same from anywhere. */
+  char data_abs[PATH_MAX], trainer_abs[PATH_MAX];
+  if (!realpath(data_dir, data_abs) || !realpath(trainer, trainer_abs)) {
+    fprintf(stderr, "kilnd: cannot resolve %s or %s: %s\n", data_dir, trainer, strerror(errno));
+    return 1;
+  }
+  data_dir = data_abs;
+  snprintf(trainer, sizeof trainer, "%s", trainer_abs);
 
   /* Signals are taken by sigwait below; every thread starts with them blocked. */
   sigset_t stop_signals;
@@ -188,7 +197,7 @@ int main(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  char db_path[PATH_MAX], jobs_dir[PATH_MAX], err[512], line[3 * PATH_MAX];
+  char db_path[PATH_MAX + 16], jobs_dir[PATH_MAX + 16], err[512], line[3 * PATH_MAX];
   snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
   snprintf(jobs_dir, sizeof jobs_dir, "%s/jobs", data_dir);
   store *st = NULL;

@@ -357,6 +357,7 @@ static void example_job_trains_to_085_with_metrics_and_checkpoint(void **state) 
   assert_int_equal(json_array_size(list), 1);
   json_t *ck = json_array_get(list, 0);
   const char *file = json_string_value(json_object_get(ck, "path"));
+  assert_true(file[0] == '/'); /* stored paths are absolute */
   int64_t bytes = json_integer_value(json_object_get(ck, "bytes"));
   const char *sha = json_string_value(json_object_get(ck, "sha256"));
   assert_int_equal(json_integer_value(json_object_get(ck, "step")), 2 * 469);
