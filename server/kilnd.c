@@ -20,7 +20,6 @@
 
 #define DEFAULT_LISTEN       "127.0.0.1:8080"
 #define DEFAULT_DATA_DIR     "./kiln-data"
-#define DEFAULT_DATASETS_DIR "/usr/share/datasets"
 #define DEFAULT_MAX_BODY     (1u << 20)
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* guards stderr lines */
@@ -53,7 +52,7 @@ static void usage(FILE *to) {
           "                         port 0 picks a free port)\n"
           "  --data-dir DIR         database and job files (default " DEFAULT_DATA_DIR ")\n"
           "  --datasets-dir DIR     built-in data sets (default $KILN_DATASETS_DIR or\n"
-          "                         " DEFAULT_DATASETS_DIR ")\n"
+          "                         " KILN_DEFAULT_DATASETS_DIR ")\n"
           "  --trainer PATH         the kiln-train binary (default: $KILN_TRAINER, or found\n"
           "                         next to kilnd)\n"
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
@@ -166,7 +165,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: --listen needs ADDR:PORT (e.g. 127.0.0.1:8080), got '%s'\n", listen);
     return 2;
   }
-  if (!datasets_dir || !*datasets_dir) datasets_dir = DEFAULT_DATASETS_DIR;
+  if (!datasets_dir || !*datasets_dir) datasets_dir = KILN_DEFAULT_DATASETS_DIR;
   if (!trainer[0] && find_trainer(trainer, sizeof trainer) != 0) {
     fprintf(stderr, "kilnd: cannot find kiln-train next to kilnd; pass --trainer PATH\n");
     return 1;

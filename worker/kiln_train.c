@@ -15,7 +15,6 @@
 #include "api.h"
 #include "engine.h"
 
-#define DEFAULT_DATASETS_DIR "/usr/share/datasets"
 
 enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5 };
 
@@ -178,7 +177,7 @@ static void usage(FILE *to) {
   fprintf(to, "usage: kiln-train [options] SPEC.json\n"
               "Trains one job from a kiln job spec.\n\n"
               "  --data-dir DIR        where built-in data sets live (default $KILN_DATASETS_DIR\n"
-              "                        or " DEFAULT_DATASETS_DIR ")\n"
+              "                        or " KILN_DEFAULT_DATASETS_DIR ")\n"
               "  --checkpoint-dir DIR  where checkpoints are written (default: current directory)\n"
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
@@ -230,7 +229,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return EXIT_USAGE;
   }
-  if (!data_dir || !*data_dir) data_dir = DEFAULT_DATASETS_DIR;
+  if (!data_dir || !*data_dir) data_dir = KILN_DEFAULT_DATASETS_DIR;
 
   char err[1024] = "";
   size_t len = 0;
