@@ -18,9 +18,9 @@
 #include "server.h"
 #include "storage.h"
 
-#define DEFAULT_LISTEN       "127.0.0.1:8080"
-#define DEFAULT_DATA_DIR     "./kiln-data"
-#define DEFAULT_MAX_BODY     (1u << 20)
+#define DEFAULT_LISTEN   "127.0.0.1:8080"
+#define DEFAULT_DATA_DIR "./kiln-data"
+#define DEFAULT_MAX_BODY (1u << 20)
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* guards stderr lines */
 

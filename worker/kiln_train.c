@@ -15,7 +15,6 @@
 #include "api.h"
 #include "engine.h"
 
-
 enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5 };
 
 typedef struct reporter {
