@@ -3,6 +3,7 @@
  * strict (unknown keys, wrong types and oversize strings are refused) so a
  * trainer bug shows up as a clear error, not as silently lost data. */
 #include "api.h"
+#include "json_util.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -22,20 +23,6 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, 
     if (n < 0) err[0] = '\0';
   }
   return -1;
-}
-
-static const char *type_name(const json_t *value) {
-  switch (json_typeof(value)) {
-  case JSON_OBJECT: return "object";
-  case JSON_ARRAY: return "array";
-  case JSON_STRING: return "string";
-  case JSON_INTEGER: return "integer";
-  case JSON_REAL: return "number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "boolean";
-  case JSON_NULL: return "null";
-  }
-  return "unknown";
 }
 
 /* One object of the line being read, with the error buffer and the name of
@@ -81,7 +68,7 @@ static int read_int64(const reader *r, const char *key, int required, int64_t mi
                 dot, key, real);
   } else {
     return fail(r->err, r->errlen, "progress line: %s%s%s must be an integer, got %s", r->where,
-                dot, key, type_name(value));
+                dot, key, api_json_type_name(value));
   }
   if (number < min || number > max)
     return fail(r->err, r->errlen, "progress line: %s%s%s must be between %lld and %lld, got %lld",
@@ -101,7 +88,7 @@ static int read_string(const reader *r, const char *key, int required, char *dst
   }
   if (!json_is_string(value))
     return fail(r->err, r->errlen, "progress line: %s%s%s must be a string, got %s", r->where, dot,
-                key, type_name(value));
+                key, api_json_type_name(value));
   size_t len = json_string_length(value);
   if (len >= size || (required && len == 0))
     return fail(r->err, r->errlen, "progress line: %s%s%s must be %d to %zu bytes long, got %zu",
@@ -124,7 +111,7 @@ static int parse_metrics(json_t *root, api_progress *out, char *err, size_t errl
   if (!metrics) return fail(err, errlen, "progress line: metrics is required");
   if (!json_is_object(metrics))
     return fail(err, errlen, "progress line: metrics must be an object, got %s",
-                type_name(metrics));
+                api_json_type_name(metrics));
   if (json_object_size(metrics) > API_MAX_METRICS)
     return fail(err, errlen, "progress line: at most %d metrics per line, got %zu", API_MAX_METRICS,
                 json_object_size(metrics));
@@ -137,7 +124,7 @@ static int parse_metrics(json_t *root, api_progress *out, char *err, size_t errl
                   sizeof out->metric_names[0] - 1, len);
     if (!json_is_number(value))
       return fail(err, errlen, "progress line: metrics.%s must be a number, got %s", name,
-                  type_name(value));
+                  api_json_type_name(value));
     double number = json_number_value(value);
     if (!isfinite(number))
       return fail(err, errlen, "progress line: metrics.%s must be finite, got %g", name, number);
@@ -197,7 +184,7 @@ int api_progress_parse(const char *line, api_progress *out, char *err, size_t er
                                                    API_PROGRESS_STATUS};
   int rc = -1;
   if (!json_is_object(root)) {
-    fail(err, errlen, "progress line must be a JSON object, got %s", type_name(root));
+    fail(err, errlen, "progress line must be a JSON object, got %s", api_json_type_name(root));
     goto done;
   }
   for (int k = 0; k < 3; k++) {
@@ -208,7 +195,8 @@ int api_progress_parse(const char *line, api_progress *out, char *err, size_t er
       fail(err, errlen, "progress line: '%s' must be the line's only key, got %zu keys", wrapped[k],
            json_object_size(root));
     } else if (!json_is_object(body)) {
-      fail(err, errlen, "progress line: %s must be an object, got %s", wrapped[k], type_name(body));
+      fail(err, errlen, "progress line: %s must be an object, got %s", wrapped[k],
+           api_json_type_name(body));
     } else if (out->kind == API_PROGRESS_CHECKPOINT) {
       rc = parse_checkpoint(body, out, err, errlen);
     } else if (out->kind == API_PROGRESS_ERROR) {
@@ -233,18 +221,6 @@ done:
 }
 
 /* ---- formatting ---- */
-
-/* Fewest significant digits that read back as exactly this double; the
- * line is written with the most any of its numbers needs, so values
- * round-trip exactly and 0.5 stays "0.5". */
-static int real_digits(double value) {
-  char text[40];
-  for (int digits = 1; digits < 17; digits++) {
-    snprintf(text, sizeof text, "%.*g", digits, value);
-    if (strtod(text, NULL) == value) return digits;
-  }
-  return 17;
-}
 
 typedef struct builder {
   int failed;
@@ -286,7 +262,7 @@ char *api_progress_format(const api_progress *p) {
         b.failed = 1;
       } else {
         put(&b, body, json_string_value(name), json_real(p->metric_values[i]));
-        int need = real_digits(p->metric_values[i]);
+        int need = api_json_real_digits(p->metric_values[i]);
         if (need > digits) digits = need;
       }
       json_decref(name);

@@ -2,6 +2,7 @@
  * reporting every problem with its JSON path, and write a spec back out in
  * canonical form with every default filled in. */
 #include "api.h"
+#include "json_util.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -70,20 +71,6 @@ static const char *clip(const char *text, char *buf, size_t size) {
   return buf;
 }
 
-static const char *type_name(const json_t *value) {
-  switch (json_typeof(value)) {
-  case JSON_OBJECT: return "object";
-  case JSON_ARRAY: return "array";
-  case JSON_STRING: return "string";
-  case JSON_INTEGER: return "integer";
-  case JSON_REAL: return "number";
-  case JSON_TRUE:
-  case JSON_FALSE: return "boolean";
-  case JSON_NULL: return "null";
-  }
-  return "unknown";
-}
-
 /* Index of value in a NULL-terminated list, or -1. */
 static int pick(const char *value, const char *const *choices) {
   for (int i = 0; choices[i]; i++)
@@ -126,7 +113,7 @@ static json_t *member(const scope *s, const char *key, int required) {
 static void wrong_type(const scope *s, const char *key, const char *expected, const json_t *value) {
   char path[PATH_LEN];
   join_path(path, s->path, key);
-  problem(s->c, path, "must be %s, got %s", expected, type_name(value));
+  problem(s->c, path, "must be %s, got %s", expected, api_json_type_name(value));
 }
 
 /* An integer, or a number with no fractional part (2.0) that fits. */
@@ -158,7 +145,7 @@ static int get_integer(const scope *s, const char *key, int required, long long 
     if (json_is_real(value))
       problem(s->c, path, "must be an integer, got %g", json_real_value(value));
     else
-      problem(s->c, path, "must be an integer, got %s", type_name(value));
+      problem(s->c, path, "must be an integer, got %s", api_json_type_name(value));
     return -1;
   }
   if (number < min || number > max) {
@@ -412,7 +399,7 @@ static void parse_model(checker *c, json_t *obj, api_job_spec *spec) {
         else if (json_is_real(dim))
           problem(c, path, "must be a positive integer, got %g", json_real_value(dim));
         else
-          problem(c, path, "must be a positive integer, got %s", type_name(dim));
+          problem(c, path, "must be a positive integer, got %s", api_json_type_name(dim));
         input_ok = 0;
         continue;
       }
@@ -453,7 +440,7 @@ static void parse_model(checker *c, json_t *obj, api_job_spec *spec) {
     json_t *layer = json_array_get(layers, i);
     types[i] = -1;
     if (!json_is_object(layer))
-      problem(c, path, "must be an object, got %s", type_name(layer));
+      problem(c, path, "must be an object, got %s", api_json_type_name(layer));
     else
       types[i] = parse_layer(c, layer, path, &spec->layers[i], &named[i], &shape_known[i]);
   }
@@ -665,7 +652,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
     char path[PATH_LEN];
     index_path(path, "metrics", i);
     if (!json_is_string(metric))
-      problem(c, path, "must be a string, got %s", type_name(metric));
+      problem(c, path, "must be a string, got %s", api_json_type_name(metric));
     else if (strcmp(json_string_value(metric), "accuracy") != 0)
       problem(c, path, "unsupported metric '%s'; supported: accuracy",
               clip(json_string_value(metric), quoted, sizeof quoted));
@@ -776,7 +763,7 @@ int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *
                          jerr.line, jerr.column);
   if (!json_is_object(root)) {
     api_error_set(err, 400, "INVALID_ARGUMENT", "request body must be a JSON object, got %s",
-                  type_name(root));
+                  api_json_type_name(root));
     json_decref(root);
     return -1;
   }
@@ -800,19 +787,9 @@ int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *
 
 /* ---- canonical JSON ---- */
 
-/* Fewest significant digits that read back as exactly this double. */
-static int real_digits(double value) {
-  char text[40];
-  for (int digits = 1; digits < 17; digits++) {
-    snprintf(text, sizeof text, "%.*g", digits, value);
-    if (strtod(text, NULL) == value) return digits;
-  }
-  return 17;
-}
-
 static int max_real_digits(const json_t *value) {
   int most = 1;
-  if (json_is_real(value)) return real_digits(json_real_value(value));
+  if (json_is_real(value)) return api_json_real_digits(json_real_value(value));
   if (json_is_array(value)) {
     for (size_t i = 0; i < json_array_size(value); i++) {
       int digits = max_real_digits(json_array_get(value, i));
