@@ -1,4 +1,4 @@
-/* cuda_stub.c — the CUDA backend of a build without CUDA (KILN_CUDA=OFF):
+/* no_cuda.c — the CUDA backend of a build without CUDA (KILN_CUDA=OFF):
  * it reports no devices, and any attempt to compute says how to get the real
  * backend. Keeps callers free of #ifdef KILN_CUDA. */
 #include "cuda.h"
