@@ -68,7 +68,8 @@ struct kn_graph {
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
-  int batch; /* rows of the current run */
+  int batch;         /* rows of the current run */
+  int planned_batch; /* rows memory was planned for (0: no batched input) */
   char error[256];
   int error_code;
 };

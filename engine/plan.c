@@ -177,6 +177,11 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     }
     kn_init_fill(n->init, n->data, kn_node_elems(n, 0), fan_in, fan_out, &rng);
   }
+  g->planned_batch = 0;
+  for (int i = 0; i < g->n_nodes && !g->planned_batch; i++) {
+    if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched)
+      g->planned_batch = g->nodes[i].dims[0];
+  }
   g->compiled = 1;
   g->batch = 0;
   if (stats) {
@@ -222,12 +227,9 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
     snprintf(err, errlen, "run: the graph has no backward pass (call kn_autodiff)");
     return KN_ESTATE;
   }
-  int planned = 0;
-  for (int i = 0; i < g->n_nodes && !planned; i++) {
-    if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched) planned = g->nodes[i].dims[0];
-  }
-  if (planned && (batch < 1 || batch > planned)) {
-    snprintf(err, errlen, "run: batch must be 1..%d (the planned batch), got %d", planned, batch);
+  if (g->planned_batch && (batch < 1 || batch > g->planned_batch)) {
+    snprintf(err, errlen, "run: batch must be 1..%d (the planned batch), got %d", g->planned_batch,
+             batch);
     return KN_EINVAL;
   }
   g->batch = batch;
