@@ -83,6 +83,18 @@ static const char *const migrations[] = {
     "  last_seen_ms INTEGER,"
     "  state TEXT NOT NULL"
     ");",
+    /* 2: tenants. Every job belongs to the tenant of the token that created
+     * it; request_id becomes unique per tenant, so one tenant's retry key
+     * never finds (or reveals) another's job. SQLite cannot drop the old
+     * column's UNIQUE, so the old column is renamed, emptied and left unused. */
+    "ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';"
+    "ALTER TABLE jobs RENAME COLUMN request_id TO request_id_v1;"
+    "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
+    "UPDATE jobs SET request_id = request_id_v1, request_id_v1 = NULL;"
+    "CREATE UNIQUE INDEX jobs_tenant_request ON jobs(tenant, request_id);"
+    /* The tenant's list: WHERE tenant=? [AND state=?] AND seq<? ORDER BY seq DESC. */
+    "CREATE INDEX jobs_tenant_seq ON jobs(tenant, seq);"
+    "CREATE INDEX jobs_tenant_state_seq ON jobs(tenant, state, seq);",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

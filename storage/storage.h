@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -54,7 +54,11 @@ typedef struct store_job {
   int priority;
   int attempt;                         /* number of starts so far */
   int64_t create_ms, start_ms, end_ms; /* 0 when not yet */
+  char tenant[64];                     /* owner; "" on create = STORE_DEFAULT_TENANT */
 } store_job;
+
+/* The tenant of jobs created without one (and of jobs from schema 1). */
+#define STORE_DEFAULT_TENANT "default"
 
 /* Frees the owned strings of a job filled by a store_* call (not the struct)
  * and sets them to NULL. Functions that fill a store_job overwrite it whole:
@@ -65,8 +69,9 @@ void store_job_list_free(store_job *jobs, int n);
 /* Inserts job (state QUEUED, reason CREATED, attempt 0) and a job_events row
  * ("" -> QUEUED, CREATED, job->message or ""), in one transaction. Reads id,
  * request_id, display_name, spec_json (NULL = "{}"), priority, message and
- * create_ms (0 = now); the other fields are ignored. If job->request_id is
- * non-empty and a job with that request_id exists, nothing is inserted,
+ * create_ms (0 = now) and tenant; the other fields are ignored. If
+ * job->request_id is non-empty and a job of the same tenant with that
+ * request_id exists, nothing is inserted,
  * *existing is filled with that job and STORE_EXISTS is returned. existing
  * may be NULL. A duplicate id is STORE_ERROR. */
 int store_job_create(store *s, const store_job *job, store_job *existing);
@@ -97,6 +102,43 @@ int store_job_claim_next(store *s, store_job *out);
  * transaction. *n (may be NULL) gets how many. */
 int store_job_requeue_unfinished(store *s, int *n);
 
+/* A page of a tenant's jobs (AIP-158 list). */
+typedef struct store_job_query {
+  const char *tenant; /* NULL = every tenant (admin views) */
+  const char *state;  /* NULL = every state */
+  int64_t after_seq;  /* 0 = from the start; else the last seq of the previous page */
+  int ascending;      /* 0 = newest first (default), 1 = oldest first */
+  int limit;          /* >= 1 */
+} store_job_query;
+/* Jobs matching q in seq order (descending unless q->ascending), only those
+ * past q->after_seq in that order. *out as for store_job_list. */
+int store_job_query_list(store *s, const store_job_query *q, store_job **out, int *n);
+/* Deletes a job in a terminal state with its events, metrics and checkpoint
+ * rows (not files), in one transaction. STORE_CONFLICT when it is not
+ * terminal, STORE_NOT_FOUND when absent. */
+int store_job_delete(store *s, const char *id);
+/* Jobs per state, every tenant: counts[i] for the i-th of QUEUED STARTING
+ * RUNNING STOPPING SUCCEEDED FAILED CANCELLED PREEMPTED (api_job_state order). */
+int store_job_count_by_state(store *s, int64_t counts[8]);
+/* For a QUEUED job: how many queued jobs are claimed before it (higher
+ * priority, or same priority and older). */
+int store_job_queue_ahead(store *s, const char *id, int64_t *ahead);
+
+/* ---- tokens ---- */
+
+typedef struct store_token {
+  char id[40];     /* public id, shown in lists; never the secret */
+  char tenant[64]; /* the tenant the token acts for */
+  char role[16];   /* "admin" or "user" */
+  int64_t create_ms;
+} store_token;
+/* Records a token by the SHA-256 (lowercase hex) of its secret; the secret
+ * itself is never stored. STORE_EXISTS when the id or hash is taken. */
+int store_token_add(store *s, const store_token *t, const char *sha256_hex);
+/* The unrevoked token whose secret hashes to sha256_hex; STORE_NOT_FOUND when none. */
+int store_token_find(store *s, const char *sha256_hex, store_token *out);
+int store_token_count(store *s, int64_t *n); /* unrevoked tokens */
+
 typedef struct store_event {
   int64_t time_ms;
   char from_state[16];
@@ -110,6 +152,7 @@ int store_event_list(store *s, const char *job_id, store_event **out, int *n);
 void store_event_list_free(store_event *events, int n);
 
 typedef struct store_metric {
+  int64_t seq; /* arrival order (filled on read): SSE event ids */
   int attempt;
   int64_t step;
   int epoch;
@@ -126,6 +169,11 @@ int store_metrics_append(store *s, const char *job_id, const store_metric *point
 /* Points of a job ordered by (attempt, step, name); name NULL = all names.
  * *out is malloc'd (free()), NULL when *n is 0. */
 int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n);
+/* Up to limit points of a job with seq > after_seq, in arrival (seq) order:
+ * a stream resumes after the last id it delivered, missing and repeating
+ * nothing. */
+int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int limit,
+                        store_metric **out, int *n);
 
 typedef struct store_checkpoint {
   int64_t id;

@@ -278,7 +278,7 @@ const char *store_errmsg(store *s) {
 
 #define JOB_COLUMNS                                                                                \
   "seq, id, request_id, display_name, spec_json, state, reason, message, priority, attempt, "      \
-  "create_ms, start_ms, end_ms"
+  "create_ms, start_ms, end_ms, tenant"
 
 /* Fills out from a row selected with JOB_COLUMNS. */
 static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
@@ -296,6 +296,7 @@ static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
   out->create_ms = sqlite3_column_int64(st, 10);
   out->start_ms = sqlite3_column_int64(st, 11); /* NULL reads as 0 */
   out->end_ms = sqlite3_column_int64(st, 12);
+  copy_column(out->tenant, sizeof out->tenant, st, 13);
   if (!out->spec_json || !out->message) {
     store_job_clear(out);
     set_error(s, "read job %s: out of memory", out->id);
@@ -363,6 +364,10 @@ static int select_job(store *s, const char *id, store_job *out, const char *what
   return rc;
 }
 
+static const char *job_tenant(const store_job *job) {
+  return job->tenant[0] ? job->tenant : STORE_DEFAULT_TENANT;
+}
+
 static int job_create_locked(store *s, const store_job *job, store_job *existing) {
   sqlite3_stmt *st = NULL;
   char what[96];
@@ -370,9 +375,11 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   snprintf(what, sizeof what, "create job %s", job->id);
   if (tx_begin(s, what) != STORE_OK) goto done;
   if (job->request_id[0]) {
-    if (prepare(s, &st, "SELECT " JOB_COLUMNS " FROM jobs WHERE request_id = ?1", what) != STORE_OK)
+    if (prepare(s, &st, "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant = ?2 AND request_id = ?1",
+                what) != STORE_OK)
       goto done;
     bind_text(st, 1, job->request_id);
+    bind_text(st, 2, job_tenant(job));
     int step = sqlite3_step(st);
     if (step == SQLITE_ROW) {
       const char *other = (const char *)sqlite3_column_text(st, 1);
@@ -397,8 +404,8 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   snprintf(what, sizeof what, "insert job %s", job->id);
   if (prepare(s, &st,
               "INSERT INTO jobs(id, request_id, display_name, spec_json, state, reason, message,"
-              " priority, attempt, create_ms)"
-              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7)",
+              " priority, attempt, create_ms, tenant)"
+              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8)",
               what) != STORE_OK)
     goto done;
   bind_text(st, 1, job->id);
@@ -411,6 +418,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   bind_text(st, 5, message);
   sqlite3_bind_int(st, 6, job->priority);
   sqlite3_bind_int64(st, 7, create_ms);
+  bind_text(st, 8, job_tenant(job));
   if (sqlite3_step(st) != SQLITE_DONE) {
     db_error(s, "%s", what);
     goto done;
@@ -1041,6 +1049,316 @@ int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, 
   } else {
     rc = checkpoint_list_locked(s, job_id, out, n);
   }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- job queries, deletion, counts ------------------------------------- */
+
+static int job_query_locked(store *s, const store_job_query *q, store_job **out, int *n) {
+  const char *what = "list jobs";
+  sqlite3_stmt *st = NULL;
+  store_job *jobs = NULL;
+  int used = 0, cap = 0, rc = STORE_ERROR;
+  /* One statement per shape, so each is served by its (tenant, state, seq) index. */
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "SELECT " JOB_COLUMNS " FROM jobs WHERE seq %s ?1%s%s ORDER BY seq %s"
+           " LIMIT ?2",
+           q->ascending ? ">" : "<", q->tenant ? " AND tenant = ?3" : "",
+           q->state ? " AND state = ?4" : "", q->ascending ? "ASC" : "DESC");
+  if (prepare(s, &st, sql, what) != STORE_OK) goto done;
+  int64_t bound = q->after_seq > 0 ? q->after_seq : (q->ascending ? 0 : INT64_MAX);
+  sqlite3_bind_int64(st, 1, bound);
+  sqlite3_bind_int(st, 2, q->limit);
+  if (q->tenant) bind_text(st, 3, q->tenant);
+  if (q->state) bind_text(st, 4, q->state);
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (grow((void **)&jobs, &cap, used, sizeof *jobs) != STORE_OK) {
+      set_error(s, "%s: out of memory", what);
+      goto done;
+    }
+    if (read_job(s, st, &jobs[used]) != STORE_OK) goto done;
+    used++;
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  *out = jobs;
+  *n = used;
+  jobs = NULL;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  store_job_list_free(jobs, used);
+  return rc;
+}
+
+int store_job_query_list(store *s, const store_job_query *q, store_job **out, int *n) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (out) *out = NULL;
+  if (n) *n = 0;
+  if (!q || !out || !n) {
+    set_error(s, "list jobs: q, out and n must not be NULL");
+    rc = STORE_ERROR;
+  } else if (q->limit < 1) {
+    set_error(s, "list jobs: limit must be >= 1, got %d", q->limit);
+    rc = STORE_ERROR;
+  } else {
+    rc = job_query_locked(s, q, out, n);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+static int job_delete_locked(store *s, const char *id) {
+  sqlite3_stmt *st = NULL;
+  char what[96], state[16];
+  int rc = STORE_ERROR;
+  snprintf(what, sizeof what, "delete job %s", id);
+  if (tx_begin(s, what) != STORE_OK) goto done;
+  if (prepare(s, &st, "SELECT state FROM jobs WHERE id = ?1", what) != STORE_OK) goto done;
+  bind_text(st, 1, id);
+  int step = sqlite3_step(st);
+  if (step == SQLITE_DONE) {
+    set_error(s, "%s: no such job", what);
+    rc = STORE_NOT_FOUND;
+    goto done;
+  }
+  if (step != SQLITE_ROW) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  copy_column(state, sizeof state, st, 0);
+  sqlite3_finalize(st);
+  st = NULL;
+  if (!is_terminal_state(state)) {
+    set_error(s, "%s: the job is %s; only a SUCCEEDED, FAILED or CANCELLED job can be deleted",
+              what, state);
+    rc = STORE_CONFLICT;
+    goto done;
+  }
+  /* Events, metrics and checkpoints go with it (ON DELETE CASCADE). */
+  if (prepare(s, &st, "DELETE FROM jobs WHERE id = ?1", what) != STORE_OK) goto done;
+  bind_text(st, 1, id);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  if (tx_commit(s, what) != STORE_OK) goto done;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
+  return rc;
+}
+
+int store_job_delete(store *s, const char *id) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc;
+  if (!id) {
+    set_error(s, "delete job: id must not be NULL");
+    rc = STORE_ERROR;
+  } else {
+    rc = job_delete_locked(s, id);
+  }
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_job_count_by_state(store *s, int64_t counts[8]) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  for (int i = 0; i < 8; i++) counts[i] = 0;
+  if (prepare(s, &st, "SELECT state, count(*) FROM jobs GROUP BY state", "count jobs") != STORE_OK)
+    goto done;
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *state = (const char *)sqlite3_column_text(st, 0);
+    for (int i = 0; i < 8; i++) {
+      if (state && strcmp(state, job_states[i]) == 0) counts[i] = sqlite3_column_int64(st, 1);
+    }
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "count jobs");
+    goto done;
+  }
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_job_queue_ahead(store *s, const char *id, int64_t *ahead) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  *ahead = 0;
+  /* The claim order (priority DESC, seq ASC), counted up to this job. */
+  if (prepare(s, &st,
+              "SELECT count(*) FROM jobs q, jobs me WHERE me.id = ?1 AND q.state = 'QUEUED'"
+              " AND (q.priority > me.priority OR (q.priority = me.priority AND q.seq < me.seq))",
+              "count jobs ahead") != STORE_OK)
+    goto done;
+  bind_text(st, 1, id);
+  if (sqlite3_step(st) != SQLITE_ROW) {
+    db_error(s, "count jobs ahead of %s", id);
+    goto done;
+  }
+  *ahead = sqlite3_column_int64(st, 0);
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- tokens ------------------------------------------------------------ */
+
+int store_token_add(store *s, const store_token *t, const char *sha256_hex) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  char what[96];
+  snprintf(what, sizeof what, "add token %s", t->id);
+  if (strcmp(t->role, "admin") != 0 && strcmp(t->role, "user") != 0) {
+    set_error(s, "%s: role must be admin or user, got '%s'", what, t->role);
+    goto done;
+  }
+  if (!t->tenant[0] || !t->id[0] || strlen(sha256_hex) != 64) {
+    set_error(s, "%s: id, tenant and a 64-digit sha256 are required", what);
+    goto done;
+  }
+  if (prepare(s, &st,
+              "INSERT INTO tokens(id, tenant, role, sha256, create_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, t->id);
+  bind_text(st, 2, t->tenant);
+  bind_text(st, 3, t->role);
+  bind_text(st, 4, sha256_hex);
+  sqlite3_bind_int64(st, 5, t->create_ms ? t->create_ms : store_now_ms());
+  int step = sqlite3_step(st);
+  if (step == SQLITE_CONSTRAINT) {
+    db_error(s, "%s", what);
+    rc = STORE_EXISTS;
+  } else if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+  } else {
+    rc = STORE_OK;
+  }
+done:
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_token_find(store *s, const char *sha256_hex, store_token *out) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  memset(out, 0, sizeof *out);
+  if (prepare(s, &st,
+              "SELECT id, tenant, role, create_ms FROM tokens WHERE sha256 = ?1 AND revoked = 0",
+              "find token") != STORE_OK)
+    goto done;
+  bind_text(st, 1, sha256_hex);
+  int step = sqlite3_step(st);
+  if (step == SQLITE_ROW) {
+    copy_column(out->id, sizeof out->id, st, 0);
+    copy_column(out->tenant, sizeof out->tenant, st, 1);
+    copy_column(out->role, sizeof out->role, st, 2);
+    out->create_ms = sqlite3_column_int64(st, 3);
+    rc = STORE_OK;
+  } else if (step == SQLITE_DONE) {
+    set_error(s, "find token: no such token");
+    rc = STORE_NOT_FOUND;
+  } else {
+    db_error(s, "find token");
+  }
+done:
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_token_count(store *s, int64_t *n) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  *n = 0;
+  if (prepare(s, &st, "SELECT count(*) FROM tokens WHERE revoked = 0", "count tokens") != STORE_OK)
+    goto done;
+  if (sqlite3_step(st) != SQLITE_ROW) {
+    db_error(s, "count tokens");
+    goto done;
+  }
+  *n = sqlite3_column_int64(st, 0);
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- metric streams ---------------------------------------------------- */
+
+int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int limit,
+                        store_metric **out, int *n) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  store_metric *points = NULL;
+  int used = 0, cap = 0, rc = STORE_ERROR;
+  *out = NULL;
+  *n = 0;
+  if (prepare(s, &st,
+              "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+              " WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+              "stream metrics") != STORE_OK)
+    goto done;
+  bind_text(st, 1, job_id);
+  sqlite3_bind_int64(st, 2, after_seq);
+  sqlite3_bind_int(st, 3, limit > 0 ? limit : 1);
+  int step;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    if (grow((void **)&points, &cap, used, sizeof *points) != STORE_OK) {
+      set_error(s, "stream metrics: out of memory");
+      goto done;
+    }
+    store_metric *p = &points[used++];
+    memset(p, 0, sizeof *p);
+    p->seq = sqlite3_column_int64(st, 0);
+    p->attempt = sqlite3_column_int(st, 1);
+    p->step = sqlite3_column_int64(st, 2);
+    p->epoch = sqlite3_column_int(st, 3);
+    copy_column(p->name, sizeof p->name, st, 4);
+    p->value = sqlite3_column_type(st, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 5);
+    p->time_ms = sqlite3_column_int64(st, 6);
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "stream metrics of job %s", job_id);
+    goto done;
+  }
+  *out = points;
+  *n = used;
+  points = NULL;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  free(points);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
