@@ -3,8 +3,9 @@
  * checkpoints, and set the final state from the exit status and last error.
  *
  * Threads: one scheduler thread owns the store handle `st` and the running
- * child. Other threads only call sched_wake / sched_stop, which touch
- * `wake_pending` and `stopping` under `wake_lock`. */
+ * child. Other threads only call sched_wake / sched_stop / sched_cancel /
+ * sched_get_stats, which touch `wake_pending`, `stopping`, `cancel_id` and
+ * `stats` under `wake_lock`. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -39,7 +40,32 @@ struct sched {
   pthread_cond_t wake_cond;
   int wake_pending;
   int stopping;
+  char cancel_id[40]; /* the job a client asked to cancel, "" when none */
+  sched_stats stats;
 };
+
+void sched_cancel(sched *s, const char *job_id) {
+  if (!s || !job_id) return;
+  pthread_mutex_lock(&s->wake_lock);
+  snprintf(s->cancel_id, sizeof s->cancel_id, "%s", job_id);
+  pthread_cond_signal(&s->wake_cond);
+  pthread_mutex_unlock(&s->wake_lock);
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (!s) return;
+  pthread_mutex_lock(&s->wake_lock);
+  *out = s->stats;
+  pthread_mutex_unlock(&s->wake_lock);
+}
+
+static int cancel_requested(sched *s, const char *job_id) {
+  pthread_mutex_lock(&s->wake_lock);
+  int yes = strcmp(s->cancel_id, job_id) == 0;
+  pthread_mutex_unlock(&s->wake_lock);
+  return yes;
+}
 
 static void slog(sched *s, sched_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -86,6 +112,9 @@ static void flush_metrics(run *r) {
          store_errmsg(r->s->st));
   }
   r->n_points += r->n_pending;
+  pthread_mutex_lock(&r->s->wake_lock);
+  r->s->stats.points_ingested += (uint64_t)r->n_pending;
+  pthread_mutex_unlock(&r->s->wake_lock);
   r->n_pending = 0;
   r->last_flush_ms = monotonic_ms();
 }
@@ -171,18 +200,28 @@ static void finish(sched *s, const store_job *job, const char *to, const char *r
        "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, message);
 }
 
+enum { PUMP_ENDED = 0, PUMP_SHUTDOWN = 1, PUMP_CANCELLED = 2 };
+
 /* Reads progress until the child closes the pipe; stops the child when the
- * scheduler is stopping. Returns 1 when the child was stopped by us. */
+ * scheduler is stopping or the job is cancelled. Returns PUMP_*: why we
+ * stopped it, if we did. */
 static int pump(run *r, int fd, pid_t pid) {
   char *buf = malloc(MAX_LINE + 1);
-  if (!buf) return 0;
+  if (!buf) return PUMP_ENDED;
   size_t used = 0;
-  int dropping = 0, stopped = 0;
+  int dropping = 0, stopped = PUMP_ENDED;
   int64_t kill_at = 0;
   for (;;) {
-    if (!stopped && is_stopping(r->s)) {
+    if (!stopped && (is_stopping(r->s) || cancel_requested(r->s, r->job->id))) {
+      stopped = is_stopping(r->s) ? PUMP_SHUTDOWN : PUMP_CANCELLED;
+      if (stopped == PUMP_CANCELLED &&
+          store_job_transition(r->s->st, r->job->id, "RUNNING", "STOPPING", "CANCEL_REQUESTED",
+                               "a client asked to cancel the job; stopping kiln-train") !=
+              STORE_OK) {
+        slog(r->s, SCHED_LOG_WARN, "msg=\"STOPPING not recorded\" job=%s error=\"%s\"", r->job->id,
+             store_errmsg(r->s->st));
+      }
       kill(-pid, SIGTERM);
-      stopped = 1;
       kill_at = monotonic_ms() + STOP_GRACE_MS;
     }
     if (stopped && monotonic_ms() > kill_at) kill(-pid, SIGKILL);
@@ -218,8 +257,28 @@ static int pump(run *r, int fd, pid_t pid) {
   return stopped;
 }
 
+/* resources.devices of the job's stored spec (1 when it does not parse). */
+static int job_devices(const store_job *job) {
+  api_job_spec *spec = malloc(sizeof *spec);
+  api_error e;
+  int n = 1;
+  if (spec && job->spec_json &&
+      api_spec_parse(job->spec_json, strlen(job->spec_json), spec, &e) == 0) {
+    n = spec->devices;
+  }
+  free(spec);
+  return n > 0 ? n : 1;
+}
+
 static void run_job(sched *s, const store_job *job) {
   char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
+  if (cancel_requested(s, job->id)) { /* cancelled between the claim and now */
+    pthread_mutex_lock(&s->wake_lock);
+    s->cancel_id[0] = '\0';
+    pthread_mutex_unlock(&s->wake_lock);
+    finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client before it started");
+    return;
+  }
   snprintf(dir, sizeof dir, "%s/%s", s->cfg.jobs_dir, job->id);
   snprintf(spec_path, sizeof spec_path, "%s/spec.json", dir);
   snprintf(log_path, sizeof log_path, "%s/train.log", dir);
@@ -288,8 +347,13 @@ static void run_job(sched *s, const store_job *job) {
   slog(s, SCHED_LOG_INFO, "job=%s state=RUNNING pid=%d attempt=%d", job->id, (int)pid,
        job->attempt);
 
+  pthread_mutex_lock(&s->wake_lock);
+  snprintf(s->stats.running_job, sizeof s->stats.running_job, "%s", job->id);
+  s->stats.devices_busy = job_devices(job);
+  s->stats.jobs_started++;
+  pthread_mutex_unlock(&s->wake_lock);
   run *r = calloc(1, sizeof *r);
-  int stopped = 0;
+  int stopped = PUMP_ENDED;
   if (r) {
     r->s = s;
     r->job = job;
@@ -301,9 +365,16 @@ static void run_job(sched *s, const store_job *job) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
 
-  if (stopped) {
+  pthread_mutex_lock(&s->wake_lock);
+  s->stats.running_job[0] = '\0';
+  s->stats.devices_busy = 0;
+  if (strcmp(s->cancel_id, job->id) == 0) s->cancel_id[0] = '\0';
+  pthread_mutex_unlock(&s->wake_lock);
+  if (stopped == PUMP_SHUTDOWN) {
     finish(s, job, "QUEUED", "SERVER_SHUTDOWN",
            "kilnd stopped while the job ran; it runs again when kilnd starts");
+  } else if (stopped == PUMP_CANCELLED) {
+    finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
   } else if (!r) {
     finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -373,6 +444,8 @@ int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) 
   s->cfg = *cfg;
   if (s->cfg.flush_interval_ms <= 0) s->cfg.flush_interval_ms = 250;
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 1000;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  s->stats.devices_total = cores > 0 ? (int)cores : 1;
   pthread_mutex_init(&s->wake_lock, NULL);
   pthread_cond_init(&s->wake_cond, NULL);
   if (store_open(cfg->db_path, &s->st, err, errlen) != STORE_OK) {

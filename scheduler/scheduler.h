@@ -6,6 +6,7 @@
 #define KILN_SCHEDULER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct sched sched;
 
@@ -34,6 +35,22 @@ typedef struct sched_config {
 int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen);
 /* Tells the scheduler a job was queued, so it need not wait for its poll. */
 void sched_wake(sched *s);
+/* Asks the scheduler to cancel job_id if it is the one starting or running:
+ * it goes STOPPING, kiln-train gets SIGTERM (SIGKILL after a grace period)
+ * and the job ends CANCELLED. A queued job is cancelled in the store by the
+ * caller instead; a request for a job that is not running is forgotten once
+ * another job starts. */
+void sched_cancel(sched *s, const char *job_id);
+
+typedef struct sched_stats {
+  char running_job[40];     /* "" when idle */
+  int devices_busy;         /* devices the running job holds */
+  int devices_total;        /* CPU slots this scheduler hands out */
+  uint64_t points_ingested; /* metric points written since start */
+  uint64_t jobs_started;    /* trainer processes started since start */
+} sched_stats;
+void sched_get_stats(sched *s, sched_stats *out);
+
 /* Stops the thread. A running job's trainer gets SIGTERM (then SIGKILL after
  * a grace period) and the job goes back to QUEUED, to run again on the next
  * start. NULL is a no-op. */

@@ -1,6 +1,7 @@
 /* handlers.c — the REST routes of kilnd: jobs (create, get, list), a job's
  * metrics, checkpoints and events, built-in data sets and health. Every
- * failure answers with the API error model. */
+ * failure answers with the API error model; every job read is scoped to the
+ * caller's tenant. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "routes.h"
 #include "server.h"
 
 #define LIST_DEFAULT_PAGE 50
@@ -17,22 +19,20 @@
 
 /* ---- responses ---- */
 
-static void reply_json(http_response *res, int status, json_t *doc) {
+void http_reply_json(http_response *res, int status, json_t *doc) {
   res->status = status;
   res->body = json_dumps(doc, JSON_COMPACT);
   json_decref(doc);
   if (!res->body) res->status = 500;
 }
 
-static void reply_error(http_response *res, const api_error *e) {
+void http_reply_error(http_response *res, const api_error *e) {
   res->status = e->http;
   res->body = api_error_to_json(e);
 }
 
-static void reply_status(http_response *res, int http, const char *status, const char *field,
-                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void reply_status(http_response *res, int http, const char *status, const char *field,
-                         const char *fmt, ...) {
+void http_reply_status(http_response *res, int http, const char *status, const char *field,
+                       const char *fmt, ...) {
   api_error e;
   memset(&e, 0, sizeof e);
   char msg[512];
@@ -42,14 +42,14 @@ static void reply_status(http_response *res, int http, const char *status, const
   va_end(ap);
   api_error_set(&e, http, status, "%s", msg);
   if (field) api_error_add_detail(&e, field, "%s", msg);
-  reply_error(res, &e);
+  http_reply_error(res, &e);
 }
 
-static void reply_store_failure(http_response *res, store *st) {
-  reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(st));
+void http_reply_store_failure(http_response *res, store *st) {
+  http_reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(st));
 }
 
-static json_t *rfc3339(int64_t ms) {
+json_t *http_rfc3339(int64_t ms) {
   if (ms <= 0) return json_null();
   time_t secs = (time_t)(ms / 1000);
   struct tm tm;
@@ -61,7 +61,7 @@ static json_t *rfc3339(int64_t ms) {
 }
 
 static void set_time(json_t *obj, const char *key, int64_t ms) {
-  if (ms > 0) json_object_set_new(obj, key, rfc3339(ms));
+  if (ms > 0) json_object_set_new(obj, key, http_rfc3339(ms));
 }
 
 /* The last value of each metric name (points come ordered by attempt, step). */
@@ -77,7 +77,7 @@ static json_t *latest_metrics(store *st, const char *job_id) {
   return latest;
 }
 
-static json_t *job_json(store *st, const store_job *job, int with_metrics) {
+json_t *http_job_json(store *st, const store_job *job, int with_metrics) {
   json_t *o = json_object();
   char name[64];
   snprintf(name, sizeof name, "jobs/%s", job->id);
@@ -90,6 +90,7 @@ static json_t *job_json(store *st, const store_job *job, int with_metrics) {
   json_object_set_new(o, "priority", json_integer(job->priority));
   json_object_set_new(o, "attempt", json_integer(job->attempt));
   if (job->request_id[0]) json_object_set_new(o, "request_id", json_string(job->request_id));
+  if (job->tenant[0]) json_object_set_new(o, "tenant", json_string(job->tenant));
   set_time(o, "create_time", job->create_ms);
   set_time(o, "start_time", job->start_ms);
   set_time(o, "end_time", job->end_ms);
@@ -118,7 +119,7 @@ static int new_job_id(char out[40]) {
   return 0;
 }
 
-static int valid_token_chars(const char *s, size_t max) {
+int http_valid_name(const char *s, size_t max) {
   size_t len = strlen(s);
   if (len == 0 || len > max) return 0;
   for (; *s; s++) {
@@ -133,12 +134,12 @@ static int valid_token_chars(const char *s, size_t max) {
 
 /* ---- /v1/jobs ---- */
 
-static void create_job(const http_config *cfg, const http_request *req, http_response *res) {
+void http_create_job(const http_config *cfg, http_request *req, http_response *res) {
   const char *request_id = http_query(req, "request_id");
   const char *validate_only = http_query(req, "validate_only");
-  if (request_id && !valid_token_chars(request_id, 79)) {
-    reply_status(res, 400, "INVALID_ARGUMENT", "request_id",
-                 "request_id must be 1-79 characters of A-Z a-z 0-9 - _ .");
+  if (request_id && !http_valid_name(request_id, 79)) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "request_id",
+                      "request_id must be 1-79 characters of A-Z a-z 0-9 - _ .");
     return;
   }
   int dry_run = 0;
@@ -146,44 +147,45 @@ static void create_job(const http_config *cfg, const http_request *req, http_res
     if (strcmp(validate_only, "true") == 0) {
       dry_run = 1;
     } else if (strcmp(validate_only, "false") != 0) {
-      reply_status(res, 400, "INVALID_ARGUMENT", "validate_only",
-                   "validate_only must be true or false, got '%s'", validate_only);
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "validate_only",
+                        "validate_only must be true or false, got '%s'", validate_only);
       return;
     }
   }
   api_job_spec *spec = malloc(sizeof *spec);
   if (!spec) {
-    reply_status(res, 500, "INTERNAL", NULL, "out of memory");
+    http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
     return;
   }
   api_error e;
   memset(&e, 0, sizeof e);
   if (api_spec_parse(req->body, req->body_len, spec, &e) != 0) {
     free(spec);
-    reply_error(res, &e);
+    http_reply_error(res, &e);
     return;
   }
   store_job job;
   memset(&job, 0, sizeof job);
   snprintf(job.display_name, sizeof job.display_name, "%s", spec->display_name);
+  snprintf(job.tenant, sizeof job.tenant, "%s", req->who.tenant);
   if (request_id) snprintf(job.request_id, sizeof job.request_id, "%s", request_id);
   job.priority = spec->priority;
   job.spec_json = api_spec_to_json(spec);
   free(spec);
   if (!job.spec_json) {
-    reply_status(res, 500, "INTERNAL", NULL, "out of memory");
+    http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
     return;
   }
   snprintf(job.state, sizeof job.state, "QUEUED");
   if (dry_run) {
     job.message = "";
-    reply_json(res, 200, job_json(cfg->st, &job, 0));
+    http_reply_json(res, 200, http_job_json(cfg->st, &job, 0));
     free(job.spec_json);
     return;
   }
   if (new_job_id(job.id) != 0) {
     free(job.spec_json);
-    reply_status(res, 500, "INTERNAL", NULL, "cannot draw a random job id");
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot draw a random job id");
     return;
   }
   job.create_ms = store_now_ms();
@@ -193,22 +195,22 @@ static void create_job(const http_config *cfg, const http_request *req, http_res
   free(job.spec_json);
   if (rc == STORE_EXISTS) {
     /* The same request again: the job it made, not a second one. */
-    reply_json(res, 200, job_json(cfg->st, &existing, 1));
+    http_reply_json(res, 200, http_job_json(cfg->st, &existing, 1));
     store_job_clear(&existing);
     return;
   }
   if (rc != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+    http_reply_store_failure(res, cfg->st);
     return;
   }
   sched_wake(cfg->scheduler);
   store_job created;
   memset(&created, 0, sizeof created);
   if (store_job_get(cfg->st, job.id, &created) != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+    http_reply_store_failure(res, cfg->st);
     return;
   }
-  reply_json(res, 200, job_json(cfg->st, &created, 0));
+  http_reply_json(res, 200, http_job_json(cfg->st, &created, 0));
   store_job_clear(&created);
 }
 
@@ -220,137 +222,305 @@ static int parse_int_arg(const char *text, int lo, int hi, int *out) {
   return 0;
 }
 
-static void list_jobs(const http_config *cfg, const http_request *req, http_response *res) {
+/* One term of a list filter: "state=RUNNING" or, for admins, "tenant=acme". */
+static int parse_filter(const char *filter, const http_request *req, const char **state,
+                        char *tenant, size_t tenant_len, char *why, size_t why_len) {
+  char copy[256];
+  if (strlen(filter) >= sizeof copy) {
+    snprintf(why, why_len, "filter is longer than %zu characters", sizeof copy - 1);
+    return -1;
+  }
+  snprintf(copy, sizeof copy, "%s", filter);
+  char *rest = copy;
+  while (rest && *rest) {
+    char *and = strstr(rest, " AND ");
+    if (and) *and = '\0';
+    char *eq = strchr(rest, '=');
+    if (!eq) {
+      snprintf(why, why_len, "filter term '%.60s' is not KEY=VALUE", rest);
+      return -1;
+    }
+    *eq = '\0';
+    const char *value = eq + 1;
+    if (strcmp(rest, "state") == 0) {
+      int st = api_job_state_parse(value);
+      if (st < 0) {
+        snprintf(why, why_len,
+                 "filter state must be one of QUEUED STARTING RUNNING STOPPING SUCCEEDED FAILED "
+                 "CANCELLED PREEMPTED, got '%.40s'",
+                 value);
+        return -1;
+      }
+      *state = api_job_state_name((api_job_state)st);
+    } else if (strcmp(rest, "tenant") == 0 && req->who.admin) {
+      if (!*value || strlen(value) >= tenant_len) {
+        snprintf(why, why_len, "filter tenant must be 1-%zu characters", tenant_len - 1);
+        return -1;
+      }
+      snprintf(tenant, tenant_len, "%s", value);
+    } else {
+      snprintf(why, why_len, "filter key '%.40s' is not one of: state%s", rest,
+               req->who.admin ? ", tenant" : "");
+      return -1;
+    }
+    rest = and? and+5 : NULL;
+  }
+  return 0;
+}
+
+/* Page tokens carry the last seq and the direction, so a token is only
+ * accepted with the order_by it was issued for. */
+#define TOKEN_POSITION(seq, asc) ((seq)*2 + (asc))
+
+void http_list_jobs(const http_config *cfg, http_request *req, http_response *res) {
   const char *size_arg = http_query(req, "page_size");
   const char *token = http_query(req, "page_token");
   const char *filter = http_query(req, "filter");
+  const char *order_by = http_query(req, "order_by");
   int page_size = LIST_DEFAULT_PAGE;
   if (size_arg && parse_int_arg(size_arg, 0, 1 << 30, &page_size) != 0) {
-    reply_status(res, 400, "INVALID_ARGUMENT", "page_size",
-                 "page_size must be a non-negative integer, got '%s'", size_arg);
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "page_size",
+                      "page_size must be a non-negative integer, got '%.40s'", size_arg);
     return;
   }
   if (page_size == 0) page_size = LIST_DEFAULT_PAGE;
   if (page_size > LIST_MAX_PAGE) page_size = LIST_MAX_PAGE; /* AIP-158: coerce down */
-  int64_t before = 0;
-  if (token && *token && api_page_token_decode(token, &before) != 0) {
-    reply_status(res, 400, "INVALID_ARGUMENT", "page_token",
-                 "page_token is not one this server issued");
-    return;
-  }
-  const char *state = NULL;
-  if (filter && *filter) {
-    if (strncmp(filter, "state=", 6) != 0 || api_job_state_parse(filter + 6) < 0) {
-      reply_status(res, 400, "INVALID_ARGUMENT", "filter",
-                   "filter must be state=<QUEUED|STARTING|RUNNING|STOPPING|SUCCEEDED|FAILED|"
-                   "CANCELLED|PREEMPTED>, got '%s'",
-                   filter);
+  int ascending = 0;
+  if (order_by && *order_by) {
+    if (strcmp(order_by, "create_time") == 0 || strcmp(order_by, "create_time asc") == 0) {
+      ascending = 1;
+    } else if (strcmp(order_by, "create_time desc") != 0) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "order_by",
+                        "order_by must be 'create_time', 'create_time asc' or 'create_time "
+                        "desc', got '%.60s'",
+                        order_by);
       return;
     }
-    state = filter + 6;
   }
+  int64_t position = 0;
+  if (token && *token) {
+    if (api_page_token_decode(token, &position) != 0 || position < 2 || position % 2 != ascending) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "page_token",
+                        "page_token is not one this server issued for this order_by");
+      return;
+    }
+  }
+  const char *state = NULL;
+  char tenant[64];
+  snprintf(tenant, sizeof tenant, "%s", req->who.tenant);
+  int all_tenants = req->who.admin;
+  if (filter && *filter) {
+    char why[256];
+    tenant[0] = '\0';
+    if (parse_filter(filter, req, &state, tenant, sizeof tenant, why, sizeof why) != 0) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "filter", "%s", why);
+      return;
+    }
+    if (tenant[0]) all_tenants = 0;
+    if (!tenant[0]) snprintf(tenant, sizeof tenant, "%s", req->who.tenant);
+  }
+  store_job_query q = {.tenant = all_tenants ? NULL : tenant,
+                       .state = state,
+                       .after_seq = position / 2,
+                       .ascending = ascending,
+                       .limit = page_size + 1}; /* one more tells whether a next page exists */
   store_job *jobs = NULL;
   int n = 0;
-  /* One more than asked tells whether another page exists. */
-  if (store_job_list(cfg->st, state, before, page_size + 1, &jobs, &n) != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+  if (store_job_query_list(cfg->st, &q, &jobs, &n) != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
     return;
   }
   json_t *doc = json_object(), *arr = json_array();
   for (int i = 0; i < n && i < page_size; i++)
-    json_array_append_new(arr, job_json(cfg->st, &jobs[i], 0));
+    json_array_append_new(arr, http_job_json(cfg->st, &jobs[i], 0));
   json_object_set_new(doc, "jobs", arr);
   char next[API_PAGE_TOKEN_LEN] = "";
-  if (n > page_size) api_page_token_encode(jobs[page_size - 1].seq, next);
+  if (n > page_size)
+    api_page_token_encode(TOKEN_POSITION(jobs[page_size - 1].seq, ascending), next);
   json_object_set_new(doc, "next_page_token", json_string(next));
   store_job_list_free(jobs, n);
-  reply_json(res, 200, doc);
+  http_reply_json(res, 200, doc);
 }
 
-/* Loads the job named in the path or answers 404; returns 0 when found. */
-static int load_job(const http_config *cfg, const char *id, store_job *job, http_response *res) {
+int http_load_job(const http_config *cfg, const http_request *req, store_job *job,
+                  http_response *res) {
+  const char *id = req->params[0];
   memset(job, 0, sizeof *job);
-  if (!valid_token_chars(id, 39)) {
-    reply_status(res, 404, "NOT_FOUND", "job", "job '%.60s' does not exist", id);
+  if (!http_valid_name(id, 39)) {
+    http_reply_status(res, 404, "NOT_FOUND", "job", "job '%.60s' does not exist", id);
     return -1;
   }
   int rc = store_job_get(cfg->st, id, job);
+  if (rc == STORE_OK && !req->who.admin && strcmp(job->tenant, req->who.tenant) != 0) {
+    store_job_clear(job); /* another tenant's: as absent as a missing one */
+    rc = STORE_NOT_FOUND;
+  }
   if (rc == STORE_NOT_FOUND) {
-    reply_status(res, 404, "NOT_FOUND", "job", "job '%s' does not exist", id);
+    http_reply_status(res, 404, "NOT_FOUND", "job", "job '%s' does not exist", id);
     return -1;
   }
   if (rc != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+    http_reply_store_failure(res, cfg->st);
     return -1;
   }
   return 0;
 }
 
-static void get_metrics(const http_config *cfg, const store_job *job, const http_request *req,
-                        http_response *res) {
+void http_get_job(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  http_reply_json(res, 200, http_job_json(cfg->st, &job, 1));
+  store_job_clear(&job);
+}
+
+static int parse_int64_arg(const char *text, int64_t lo, int64_t hi, int64_t *out) {
+  char *end = NULL;
+  long long v = strtoll(text, &end, 10);
+  if (!*text || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+void http_get_metrics(const http_config *cfg, http_request *req, http_response *res) {
   const char *name = http_query(req, "name");
-  store_metric *points = NULL;
-  int n = 0;
-  if (store_metrics_list(cfg->st, job->id, name, &points, &n) != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+  const char *start_arg = http_query(req, "start_step");
+  const char *end_arg = http_query(req, "end_step");
+  const char *max_arg = http_query(req, "max_points");
+  int64_t start_step = 0, end_step = INT64_MAX;
+  int max_points = 0;
+  if (start_arg && parse_int64_arg(start_arg, 0, INT64_MAX, &start_step) != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "start_step",
+                      "start_step must be an integer >= 0, got '%.40s'", start_arg);
     return;
   }
-  json_t *arr = json_array();
+  if (end_arg && parse_int64_arg(end_arg, 0, INT64_MAX, &end_step) != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "end_step",
+                      "end_step must be an integer >= 0, got '%.40s'", end_arg);
+    return;
+  }
+  if (start_step > end_step) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "start_step",
+                      "start_step %lld is after end_step %lld", (long long)start_step,
+                      (long long)end_step);
+    return;
+  }
+  if (max_arg && parse_int_arg(max_arg, 1, 100000, &max_points) != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "max_points",
+                      "max_points must be an integer in 1..100000, got '%.40s'", max_arg);
+    return;
+  }
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  store_metric *points = NULL;
+  int n = 0;
+  int rc = store_metrics_list(cfg->st, job.id, name, &points, &n);
+  store_job_clear(&job);
+  if (rc != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
+    return;
+  }
+  /* Keep the step range, then thin each name's series evenly to max_points,
+   * always keeping its last point (the one a dashboard shows). */
+  int kept = 0;
   for (int i = 0; i < n; i++) {
+    if (points[i].step >= start_step && points[i].step <= end_step) points[kept++] = points[i];
+  }
+  /* Per name: how many points it has and how many were seen so far. */
+  enum { MAX_SERIES = 64 };
+  char series[MAX_SERIES][48];
+  int total[MAX_SERIES], seen[MAX_SERIES], n_series = 0;
+  for (int i = 0; i < kept && max_points > 0; i++) {
+    int k = 0;
+    while (k < n_series && strcmp(series[k], points[i].name) != 0) k++;
+    if (k == n_series) {
+      if (n_series == MAX_SERIES) continue; /* past 64 names: those are not thinned */
+      snprintf(series[n_series], sizeof series[0], "%s", points[i].name);
+      total[n_series] = seen[n_series] = 0;
+      n_series++;
+    }
+    total[k]++;
+  }
+  json_t *arr = json_array();
+  for (int i = 0; i < kept; i++) {
+    int k = 0;
+    while (k < n_series && strcmp(series[k], points[i].name) != 0) k++;
+    if (k < n_series && total[k] > max_points) {
+      /* Keep exactly max_points, evenly spaced from the first to the last:
+       * index floor(j * (total-1) / (max_points-1)) for j = 0..max_points-1. */
+      int64_t index = seen[k]++, last = total[k] - 1, m = max_points - 1;
+      int keep = index == last;
+      if (m > 0) {
+        int64_t j = (index * m + last - 1) / last; /* the smallest j reaching index */
+        keep = j <= m && j * last / m == index;
+      }
+      if (!keep) continue;
+    }
     json_t *p = json_object();
     json_object_set_new(p, "attempt", json_integer(points[i].attempt));
     json_object_set_new(p, "step", json_integer(points[i].step));
     json_object_set_new(p, "epoch", json_integer(points[i].epoch));
     json_object_set_new(p, "name", json_string(points[i].name));
     json_object_set_new(p, "value", json_real(points[i].value));
-    json_object_set_new(p, "time", rfc3339(points[i].time_ms));
+    json_object_set_new(p, "time", http_rfc3339(points[i].time_ms));
     json_array_append_new(arr, p);
   }
   free(points);
   json_t *doc = json_object();
   json_object_set_new(doc, "metrics", arr);
-  reply_json(res, 200, doc);
+  http_reply_json(res, 200, doc);
 }
 
-static void get_checkpoints(const http_config *cfg, const store_job *job, http_response *res) {
+json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c) {
+  json_t *o = json_object();
+  char name[96];
+  snprintf(name, sizeof name, "jobs/%s/checkpoints/%lld", job_id, (long long)c->id);
+  json_object_set_new(o, "name", json_string(name));
+  json_object_set_new(o, "id", json_integer(c->id));
+  json_object_set_new(o, "attempt", json_integer(c->attempt));
+  json_object_set_new(o, "step", json_integer(c->step));
+  json_object_set_new(o, "path", json_string(c->path));
+  json_object_set_new(o, "bytes", json_integer(c->bytes));
+  json_object_set_new(o, "sha256", json_string(c->sha256));
+  json_object_set_new(o, "format", json_string("safetensors"));
+  json_object_set_new(o, "create_time", http_rfc3339(c->create_ms));
+  return o;
+}
+
+void http_get_checkpoints(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint *list = NULL;
   int n = 0;
-  if (store_checkpoint_list(cfg->st, job->id, &list, &n) != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+  int rc = store_checkpoint_list(cfg->st, job.id, &list, &n);
+  if (rc != STORE_OK) {
+    store_job_clear(&job);
+    http_reply_store_failure(res, cfg->st);
     return;
   }
   json_t *arr = json_array();
-  for (int i = 0; i < n; i++) {
-    json_t *c = json_object();
-    char name[96];
-    snprintf(name, sizeof name, "jobs/%s/checkpoints/%lld", job->id, (long long)list[i].id);
-    json_object_set_new(c, "name", json_string(name));
-    json_object_set_new(c, "attempt", json_integer(list[i].attempt));
-    json_object_set_new(c, "step", json_integer(list[i].step));
-    json_object_set_new(c, "path", json_string(list[i].path));
-    json_object_set_new(c, "bytes", json_integer(list[i].bytes));
-    json_object_set_new(c, "sha256", json_string(list[i].sha256));
-    json_object_set_new(c, "format", json_string("safetensors"));
-    json_object_set_new(c, "create_time", rfc3339(list[i].create_ms));
-    json_array_append_new(arr, c);
-  }
+  for (int i = 0; i < n; i++) json_array_append_new(arr, http_checkpoint_json(job.id, &list[i]));
   store_checkpoint_list_free(list, n);
+  store_job_clear(&job);
   json_t *doc = json_object();
   json_object_set_new(doc, "checkpoints", arr);
-  reply_json(res, 200, doc);
+  http_reply_json(res, 200, doc);
 }
 
-static void get_events(const http_config *cfg, const store_job *job, http_response *res) {
+void http_get_events(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
   store_event *events = NULL;
   int n = 0;
-  if (store_event_list(cfg->st, job->id, &events, &n) != STORE_OK) {
-    reply_store_failure(res, cfg->st);
+  int rc = store_event_list(cfg->st, job.id, &events, &n);
+  store_job_clear(&job);
+  if (rc != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
     return;
   }
   json_t *arr = json_array();
   for (int i = 0; i < n; i++) {
     json_t *e = json_object();
-    json_object_set_new(e, "time", rfc3339(events[i].time_ms));
+    json_object_set_new(e, "time", http_rfc3339(events[i].time_ms));
     json_object_set_new(e, "from_state", json_string(events[i].from_state));
     json_object_set_new(e, "to_state", json_string(events[i].to_state));
     json_object_set_new(e, "reason", json_string(events[i].reason));
@@ -360,12 +530,21 @@ static void get_events(const http_config *cfg, const store_job *job, http_respon
   store_event_list_free(events, n);
   json_t *doc = json_object();
   json_object_set_new(doc, "events", arr);
-  reply_json(res, 200, doc);
+  http_reply_json(res, 200, doc);
+}
+
+void http_healthz(const http_config *cfg, http_request *req, http_response *res) {
+  (void)cfg;
+  (void)req;
+  json_t *doc = json_object();
+  json_object_set_new(doc, "status", json_string("ok"));
+  http_reply_json(res, 200, doc);
 }
 
 /* ---- /v1/datasets ---- */
 
-static void list_datasets(const http_config *cfg, http_response *res) {
+void http_list_datasets(const http_config *cfg, http_request *req, http_response *res) {
+  (void)req;
   json_t *arr = json_array();
   for (int i = 0; i < api_builtin_dataset_count(); i++) {
     const api_builtin_dataset *d = api_builtin_dataset_at(i);
@@ -396,84 +575,5 @@ static void list_datasets(const http_config *cfg, http_response *res) {
   }
   json_t *doc = json_object();
   json_object_set_new(doc, "datasets", arr);
-  reply_json(res, 200, doc);
-}
-
-/* ---- routing ---- */
-
-static int is(const http_request *req, const char *method) {
-  return strcmp(req->method, method) == 0;
-}
-
-static void method_not_allowed(const http_request *req, http_response *res) {
-  reply_status(res, 405, "UNIMPLEMENTED", NULL, "%s is not supported on %s", req->method,
-               req->path);
-}
-
-/* /v1/jobs/{id} and its sub-resources. */
-static void job_route(const http_config *cfg, const http_request *req, http_response *res,
-                      const char *rest) {
-  const char *slash = strchr(rest, '/');
-  size_t id_len = slash ? (size_t)(slash - rest) : strlen(rest);
-  const char *sub = slash ? slash + 1 : "";
-  char id[128];
-  if (id_len == 0 || id_len >= sizeof id) {
-    reply_status(res, 404, "NOT_FOUND", "job", "job '%.*s' does not exist",
-                 (int)(id_len < 60 ? id_len : 60), rest);
-    return;
-  }
-  memcpy(id, rest, id_len);
-  id[id_len] = '\0';
-  if (strcmp(sub, "") != 0 && strcmp(sub, "metrics") != 0 && strcmp(sub, "checkpoints") != 0 &&
-      strcmp(sub, "events") != 0) {
-    reply_status(res, 404, "NOT_FOUND", NULL, "no route %s %s", req->method, req->path);
-    return;
-  }
-  if (!is(req, "GET")) {
-    method_not_allowed(req, res);
-    return;
-  }
-  store_job job;
-  if (load_job(cfg, id, &job, res) != 0) return;
-  if (strcmp(sub, "") == 0) {
-    reply_json(res, 200, job_json(cfg->st, &job, 1));
-  } else if (strcmp(sub, "metrics") == 0) {
-    get_metrics(cfg, &job, req, res);
-  } else if (strcmp(sub, "checkpoints") == 0) {
-    get_checkpoints(cfg, &job, res);
-  } else {
-    get_events(cfg, &job, res);
-  }
-  store_job_clear(&job);
-}
-
-void http_dispatch(const http_config *cfg, const http_request *req, http_response *res) {
-  const char *path = req->path;
-  if (strcmp(path, "/healthz") == 0) {
-    if (!is(req, "GET")) {
-      method_not_allowed(req, res);
-    } else {
-      json_t *doc = json_object();
-      json_object_set_new(doc, "status", json_string("ok"));
-      reply_json(res, 200, doc);
-    }
-  } else if (strcmp(path, "/v1/jobs") == 0) {
-    if (is(req, "POST")) {
-      create_job(cfg, req, res);
-    } else if (is(req, "GET")) {
-      list_jobs(cfg, req, res);
-    } else {
-      method_not_allowed(req, res);
-    }
-  } else if (strcmp(path, "/v1/datasets") == 0) {
-    if (is(req, "GET")) {
-      list_datasets(cfg, res);
-    } else {
-      method_not_allowed(req, res);
-    }
-  } else if (strncmp(path, "/v1/jobs/", 9) == 0) {
-    job_route(cfg, req, res, path + 9);
-  } else {
-    reply_status(res, 404, "NOT_FOUND", NULL, "no route %s %s", req->method, path);
-  }
+  http_reply_json(res, 200, doc);
 }

@@ -1,7 +1,9 @@
-/* kilnd.c — main() of the kiln server: parses flags, opens the store, starts
- * the scheduler and the HTTP daemon, and shuts both down cleanly on SIGINT
- * or SIGTERM (a running job goes back to the queue). */
+/* kilnd.c — main() of the kiln server: parses flags, opens the store, makes
+ * the first admin token on a fresh install, starts the scheduler and the
+ * HTTP daemon, and shuts both down cleanly on SIGINT or SIGTERM (a running
+ * job goes back to the queue). `kilnd token create` makes more tokens. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
@@ -58,8 +60,88 @@ static void usage(FILE *to) {
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
           "  --threads N            HTTP worker threads (default 4)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
-          "  -h, --help             this help\n",
+          "  --insecure-no-auth     accept requests without a token, as the default\n"
+          "                         tenant's admin (development only; loopback only)\n"
+          "  -h, --help             this help\n\n"
+          "  kilnd token create --tenant NAME [--role user|admin] [--data-dir DIR]\n"
+          "                         make a bearer token for a tenant and print it (once)\n\n"
+          "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
+          "admin token and stores it in DATA_DIR/admin.token (mode 0600).\n",
           DEFAULT_MAX_BODY);
+}
+
+/* `kilnd token create --tenant T [--role R] [--data-dir D]`: prints the token. */
+static int token_command(int argc, char **argv) {
+  static const struct option options[] = {{"tenant", required_argument, NULL, 't'},
+                                          {"role", required_argument, NULL, 'r'},
+                                          {"data-dir", required_argument, NULL, 'd'},
+                                          {NULL, 0, NULL, 0}};
+  const char *tenant = NULL, *role = "user", *data_dir = DEFAULT_DATA_DIR;
+  if (argc < 3 || strcmp(argv[2], "create") != 0) {
+    fprintf(stderr, "kilnd: usage: kilnd token create --tenant NAME [--role user|admin] "
+                    "[--data-dir DIR]\n");
+    return 2;
+  }
+  optind = 3;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    switch (opt) {
+    case 't': tenant = optarg; break;
+    case 'r': role = optarg; break;
+    case 'd': data_dir = optarg; break;
+    default: return 2;
+    }
+  }
+  if (!tenant || optind < argc) {
+    fprintf(stderr, "kilnd: token create needs --tenant NAME and nothing else\n");
+    return 2;
+  }
+  char db_path[PATH_MAX + 16], err[512], token[HTTP_TOKEN_LEN];
+  snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
+  store *st = NULL;
+  if (store_open(db_path, &st, err, sizeof err) != STORE_OK) {
+    fprintf(stderr, "kilnd: %s\n", err);
+    return 1;
+  }
+  int rc = http_token_create(st, tenant, role, token, err, sizeof err);
+  store_close(st);
+  if (rc != 0) {
+    fprintf(stderr, "kilnd: token create: %s\n", err);
+    return 2;
+  }
+  printf("%s\n", token);
+  return 0;
+}
+
+/* A fresh install has no token: make an admin one and keep it in a file only
+ * its owner can read, so the first curl has something to send. */
+static int bootstrap_admin_token(store *st, const char *data_dir, char *path, size_t pathlen,
+                                 int *created) {
+  int64_t n = 0;
+  *created = 0;
+  if (store_token_count(st, &n) != STORE_OK) return -1;
+  if (n > 0) return 0;
+  char token[HTTP_TOKEN_LEN], err[256];
+  if (http_token_create(st, STORE_DEFAULT_TENANT, "admin", token, err, sizeof err) != 0) {
+    fprintf(stderr, "kilnd: %s\n", err);
+    return -1;
+  }
+  snprintf(path, pathlen, "%s/admin.token", data_dir);
+  unlink(path); /* a stale file from an older database: replace it */
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fprintf(stderr, "kilnd: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  size_t len = strlen(token);
+  int ok = write(fd, token, len) == (ssize_t)len && write(fd, "\n", 1) == 1 && fsync(fd) == 0;
+  ok &= close(fd) == 0;
+  if (!ok) {
+    fprintf(stderr, "kilnd: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  *created = 1;
+  return 0;
 }
 
 /* host and port from "127.0.0.1:8080" or "[::1]:8080". */
@@ -114,6 +196,7 @@ static int is_loopback(const char *host) {
 }
 
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "token") == 0) return token_command(argc, argv);
   static const struct option options[] = {{"listen", required_argument, NULL, 'l'},
                                           {"data-dir", required_argument, NULL, 'd'},
                                           {"datasets-dir", required_argument, NULL, 's'},
@@ -121,13 +204,14 @@ int main(int argc, char **argv) {
                                           {"max-body-bytes", required_argument, NULL, 'b'},
                                           {"threads", required_argument, NULL, 'n'},
                                           {"port-file", required_argument, NULL, 'p'},
+                                          {"insecure-no-auth", no_argument, NULL, 'i'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
   const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL;
   char trainer[PATH_MAX] = "";
   long max_body = DEFAULT_MAX_BODY, threads = 4;
-  int opt;
+  int opt, no_auth = 0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
     switch (opt) {
@@ -136,6 +220,7 @@ int main(int argc, char **argv) {
     case 's': datasets_dir = optarg; break;
     case 't': snprintf(trainer, sizeof trainer, "%s", optarg); break;
     case 'p': port_file = optarg; break;
+    case 'i': no_auth = 1; break;
     case 'b':
       max_body = strtol(optarg, &end, 10);
       if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
@@ -163,6 +248,13 @@ int main(int argc, char **argv) {
   int port;
   if (parse_listen(listen, host, sizeof host, &port) != 0) {
     fprintf(stderr, "kilnd: --listen needs ADDR:PORT (e.g. 127.0.0.1:8080), got '%s'\n", listen);
+    return 2;
+  }
+  if (no_auth && !is_loopback(host)) {
+    fprintf(stderr,
+            "kilnd: --insecure-no-auth serves without tokens and is refused on '%s'; it binds "
+            "only to loopback (127.0.0.1 or ::1)\n",
+            host);
     return 2;
   }
   if (!datasets_dir || !*datasets_dir) datasets_dir = KILN_DEFAULT_DATASETS_DIR;
@@ -204,6 +296,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: %s\n", err);
     return 1;
   }
+  char token_path[PATH_MAX + 16] = "";
+  int token_created = 0;
+  if (!no_auth &&
+      bootstrap_admin_token(st, data_dir, token_path, sizeof token_path, &token_created) != 0) {
+    fprintf(stderr, "kilnd: cannot create the first admin token: %s\n", store_errmsg(st));
+    store_close(st);
+    return 1;
+  }
   sched_config sc = {.db_path = db_path,
                      .jobs_dir = jobs_dir,
                      .trainer_path = trainer,
@@ -220,6 +320,8 @@ int main(int argc, char **argv) {
                     .max_body_bytes = (size_t)max_body,
                     .threads = (int)threads,
                     .datasets_dir = datasets_dir,
+                    .jobs_dir = jobs_dir,
+                    .insecure_no_auth = no_auth,
                     .st = st,
                     .scheduler = scheduler};
   http_server *srv = NULL;
@@ -235,9 +337,16 @@ int main(int argc, char **argv) {
            strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound, data_dir,
            store_schema_version(st), trainer);
   log_line("info", line);
-  if (!is_loopback(host)) {
-    log_line("warn", "msg=\"serving beyond loopback without authentication: expose kilnd only "
-                     "on a trusted network\"");
+  if (token_created) {
+    snprintf(line, sizeof line,
+             "msg=\"created the first admin token; send it as 'Authorization: Bearer TOKEN'\" "
+             "path=%s mode=0600",
+             token_path);
+    log_line("info", line);
+  }
+  if (no_auth) {
+    log_line("warn", "msg=\"--insecure-no-auth: every request acts as the default tenant's "
+                     "admin; for development on loopback only\"");
   }
   for (int i = 0; i < api_builtin_dataset_count(); i++) {
     const api_builtin_dataset *d = api_builtin_dataset_at(i);

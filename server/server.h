@@ -4,27 +4,49 @@
 #define KILN_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "scheduler.h"
 #include "storage.h"
 
 typedef struct http_server http_server;
 
+typedef struct http_counters http_counters;
+
 typedef struct http_config {
   const char *host;      /* numeric IPv4/IPv6 address to bind, e.g. "127.0.0.1" */
   int port;              /* 0 = any free port (see http_server_port) */
   size_t max_body_bytes; /* larger request bodies get 413 */
-  int threads;           /* request worker threads */
+  int threads;           /* unused: one thread per connection (streams and :wait block) */
   const char *datasets_dir;
-  store *st;        /* shared with nobody else; the server locks through it */
-  sched *scheduler; /* woken when a job is queued */
+  const char *jobs_dir;    /* one folder per job (train.log, checkpoints) */
+  int insecure_no_auth;    /* every request acts as the default tenant's admin; loopback only */
+  store *st;               /* shared with nobody else; the server locks through it */
+  sched *scheduler;        /* woken when a job is queued, asked to cancel */
+  http_counters *counters; /* set by http_server_start: request counts for /metrics */
 } http_config;
 
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen);
 int http_server_port(const http_server *srv); /* the bound port */
 void http_server_stop(http_server *srv);      /* NULL is a no-op */
 
+/* ---- tokens (used by kilnd's first start and `kilnd token create`) ---- */
+
+/* Makes a new random bearer token for tenant with role ("admin" | "user"),
+ * stores its hash and writes the secret (NUL-terminated) to token_out: the
+ * only time it is ever seen. 0, or -1 with a sentence in err. */
+#define HTTP_TOKEN_LEN 72
+int http_token_create(store *st, const char *tenant, const char *role,
+                      char token_out[HTTP_TOKEN_LEN], char *err, size_t errlen);
+
 /* ---- internals shared by the files of this module ---- */
+
+typedef struct http_principal {
+  char tenant[64];
+  int admin; /* sees every tenant's jobs */
+} http_principal;
+
+#define HTTP_MAX_PARAMS 2
 
 typedef struct http_request {
   const char *method;
@@ -32,17 +54,40 @@ typedef struct http_request {
   const char *body; /* NUL-terminated; "" when none */
   size_t body_len;
   void *connection; /* struct MHD_Connection * */
+  /* filled by the router */
+  http_principal who;
+  char params[HTTP_MAX_PARAMS][128]; /* path parameters in pattern order: {job}, {checkpoint} */
 } http_request;
+
+/* A streamed body: called again and again for the next bytes until it
+ * returns 0 (end). Blocks as long as it likes (one thread per connection). */
+typedef long (*http_stream_fn)(void *ctx, uint64_t pos, char *buf, size_t max);
 
 typedef struct http_response {
   int status;
   char *body; /* malloc'd JSON, or NULL */
   const char *content_type;
+  int fd; /* > 0: send this file (closed after), fd_size bytes */
+  uint64_t fd_size;
+  http_stream_fn stream; /* non-NULL: stream the body (SSE) */
+  void *stream_ctx;
+  void (*stream_free)(void *ctx);
 } http_response;
 
 /* A query-string argument of the request, or NULL. */
 const char *http_query(const http_request *req, const char *key);
-/* Routes a complete request to its handler. */
-void http_dispatch(const http_config *cfg, const http_request *req, http_response *res);
+/* A request header, or NULL. */
+const char *http_header(const http_request *req, const char *key);
+/* Routes a complete request to its handler (router.c). */
+void http_dispatch(const http_config *cfg, http_request *req, http_response *res);
+
+/* 1 once the server is stopping: handlers that block (:wait, streams) return. */
+int http_stopping(const http_config *cfg);
+
+/* Request counters and the latency histogram behind /metrics. */
+#define HTTP_LATENCY_BUCKETS 10
+void http_counters_record(http_counters *c, int status, double seconds);
+/* Appends the counters in Prometheus text format to a malloc'd buffer. */
+char *http_counters_prometheus(http_counters *c);
 
 #endif

@@ -1,0 +1,274 @@
+/* job_actions.c — what a client does to one job beyond reading it: delete,
+ * :cancel, :wait (a CI gate in one request), :explain (why it waits), its
+ * trainer log, and one checkpoint or its file. */
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "routes.h"
+
+#define WAIT_MAX_S    3600
+#define WAIT_POLL_MS  100
+#define LOG_MAX_BYTES (1 << 20)
+
+static int is_terminal(const char *state) {
+  int st = api_job_state_parse(state);
+  return st >= 0 && api_job_state_is_terminal((api_job_state)st);
+}
+
+void http_delete_job(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  int rc = store_job_delete(cfg->st, job.id);
+  if (rc == STORE_CONFLICT) {
+    http_reply_status(res, 409, "FAILED_PRECONDITION", "state",
+                      "job %s is %s; cancel it first: only a SUCCEEDED, FAILED or CANCELLED job "
+                      "can be deleted",
+                      job.id, job.state);
+  } else if (rc == STORE_NOT_FOUND) {
+    http_reply_status(res, 404, "NOT_FOUND", "job", "job '%s' does not exist", job.id);
+  } else if (rc != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
+  } else {
+    http_reply_json(res, 200, json_object()); /* AIP-135: an empty body */
+  }
+  store_job_clear(&job);
+}
+
+void http_cancel_job(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  if (is_terminal(job.state)) {
+    http_reply_status(res, 409, "FAILED_PRECONDITION", "state", "job %s already ended %s", job.id,
+                      job.state);
+    store_job_clear(&job);
+    return;
+  }
+  /* A queued job is cancelled here; if the scheduler claims it first, the
+   * transition conflicts and the scheduler is asked to stop it instead. */
+  int rc = store_job_transition(cfg->st, job.id, "QUEUED", "CANCELLED", "CANCELLED",
+                                "cancelled by a client while queued");
+  if (rc == STORE_CONFLICT) {
+    sched_cancel(cfg->scheduler, job.id);
+  } else if (rc != STORE_OK) {
+    store_job_clear(&job);
+    http_reply_store_failure(res, cfg->st);
+    return;
+  }
+  char id[sizeof job.id];
+  snprintf(id, sizeof id, "%s", job.id);
+  store_job_clear(&job);
+  if (store_job_get(cfg->st, id, &job) != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
+    return;
+  }
+  http_reply_json(res, 200, http_job_json(cfg->st, &job, 0));
+  store_job_clear(&job);
+}
+
+/* "90s", "1.5s", "2m" or a bare number of seconds; -1 when malformed. */
+static double parse_duration(const char *text) {
+  char *end = NULL;
+  double v = strtod(text, &end);
+  if (end == text || v < 0 || v != v) return -1;
+  if (strcmp(end, "") == 0 || strcmp(end, "s") == 0) return v;
+  if (strcmp(end, "m") == 0) return v * 60;
+  if (strcmp(end, "ms") == 0) return v / 1000;
+  return -1;
+}
+
+static int64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void http_wait_job(const http_config *cfg, http_request *req, http_response *res) {
+  const char *timeout_arg = http_query(req, "timeout");
+  double timeout_s = 60;
+  if (timeout_arg) {
+    timeout_s = parse_duration(timeout_arg);
+    if (timeout_s < 0 || timeout_s > WAIT_MAX_S) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "timeout",
+                        "timeout must be a duration like 60s, 2m or 500ms, at most %ds, got "
+                        "'%.40s'",
+                        WAIT_MAX_S, timeout_arg);
+      return;
+    }
+  }
+  int64_t deadline = monotonic_ms() + (int64_t)(timeout_s * 1000);
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  /* Polls the store: one thread per connection, so waiting blocks only this client. */
+  while (!is_terminal(job.state) && monotonic_ms() < deadline && !http_stopping(cfg)) {
+    struct timespec pause = {0, WAIT_POLL_MS * 1000000L};
+    nanosleep(&pause, NULL);
+    char id[sizeof job.id];
+    snprintf(id, sizeof id, "%s", job.id);
+    store_job_clear(&job);
+    if (store_job_get(cfg->st, id, &job) != STORE_OK) {
+      http_reply_store_failure(res, cfg->st);
+      return;
+    }
+  }
+  json_t *doc = http_job_json(cfg->st, &job, 1);
+  json_object_set_new(doc, "done", json_boolean(is_terminal(job.state)));
+  http_reply_json(res, 200, doc);
+  store_job_clear(&job);
+}
+
+static void add_reason(json_t *arr, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void add_reason(json_t *arr, const char *code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  json_t *o = json_object();
+  json_object_set_new(o, "code", json_string(code));
+  json_object_set_new(o, "message", json_string(msg));
+  json_array_append_new(arr, o);
+}
+
+void http_explain_job(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  json_t *reasons = json_array();
+  if (strcmp(job.state, "QUEUED") == 0) {
+    int64_t ahead = 0;
+    if (store_job_queue_ahead(cfg->st, job.id, &ahead) != STORE_OK) {
+      json_decref(reasons);
+      store_job_clear(&job);
+      http_reply_store_failure(res, cfg->st);
+      return;
+    }
+    sched_stats stats;
+    sched_get_stats(cfg->scheduler, &stats);
+    if (ahead > 0) {
+      add_reason(reasons, "JOBS_AHEAD",
+                 "%lld queued job(s) of higher priority, or of the same priority and older, run "
+                 "first (this job has priority %d)",
+                 (long long)ahead, job.priority);
+    }
+    if (stats.running_job[0]) {
+      add_reason(reasons, "DEVICES_BUSY",
+                 "job %s holds the scheduler's devices (%d of %d busy); jobs run one at a time",
+                 stats.running_job, stats.devices_busy, stats.devices_total);
+    }
+    if (ahead == 0 && !stats.running_job[0])
+      add_reason(reasons, "NEXT", "this job is next; the scheduler starts it within a second");
+  } else if (is_terminal(job.state)) {
+    add_reason(reasons, "ENDED", "the job ended %s (%s): %s", job.state, job.reason,
+               job.message ? job.message : "");
+  } else {
+    add_reason(reasons, "ACTIVE", "the job is %s (attempt %d)", job.state, job.attempt);
+  }
+  json_t *doc = json_object();
+  char name[64];
+  snprintf(name, sizeof name, "jobs/%s", job.id);
+  json_object_set_new(doc, "name", json_string(name));
+  json_object_set_new(doc, "state", json_string(job.state));
+  json_object_set_new(doc, "reasons", reasons);
+  store_job_clear(&job);
+  http_reply_json(res, 200, doc);
+}
+
+void http_get_logs(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s/train.log", cfg->jobs_dir ? cfg->jobs_dir : ".", job.id);
+  store_job_clear(&job);
+  FILE *f = fopen(path, "rb");
+  res->status = 200;
+  res->content_type = "text/plain; charset=utf-8";
+  if (!f) { /* not started yet: no output so far */
+    res->body = strdup("");
+    return;
+  }
+  /* The last LOG_MAX_BYTES: the end of a log says why a job failed. */
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  long from = size > LOG_MAX_BYTES ? size - LOG_MAX_BYTES : 0;
+  fseek(f, from, SEEK_SET);
+  res->body = malloc((size_t)(size - from) + 1);
+  if (!res->body) {
+    fclose(f);
+    http_reply_status(res, 500, "INTERNAL", NULL, "out of memory reading the log");
+    return;
+  }
+  size_t got = fread(res->body, 1, (size_t)(size - from), f);
+  res->body[got] = '\0';
+  fclose(f);
+}
+
+/* The checkpoint of path parameter 1 in job; 0, or -1 having answered 404. */
+static int load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
+                           store_checkpoint *out, http_response *res) {
+  char *end = NULL;
+  long long id = strtoll(req->params[1], &end, 10);
+  store_checkpoint *list = NULL;
+  int n = 0;
+  if (*end || id < 1) {
+    http_reply_status(res, 404, "NOT_FOUND", "checkpoint", "checkpoint '%.40s' does not exist",
+                      req->params[1]);
+    return -1;
+  }
+  if (store_checkpoint_list(cfg->st, job->id, &list, &n) != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
+    return -1;
+  }
+  int found = -1;
+  for (int i = 0; i < n; i++) {
+    if (list[i].id == id) found = i;
+  }
+  if (found < 0) {
+    store_checkpoint_list_free(list, n);
+    http_reply_status(res, 404, "NOT_FOUND", "checkpoint", "job %s has no checkpoint %lld", job->id,
+                      id);
+    return -1;
+  }
+  *out = list[found];
+  out->metrics_json = NULL; /* freed with the list */
+  store_checkpoint_list_free(list, n);
+  return 0;
+}
+
+void http_get_checkpoint(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  store_checkpoint c;
+  if (load_checkpoint(cfg, req, &job, &c, res) == 0)
+    http_reply_json(res, 200, http_checkpoint_json(job.id, &c));
+  store_job_clear(&job);
+}
+
+void http_download_checkpoint(const http_config *cfg, http_request *req, http_response *res) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  store_checkpoint c;
+  if (load_checkpoint(cfg, req, &job, &c, res) != 0) {
+    store_job_clear(&job);
+    return;
+  }
+  store_job_clear(&job);
+  int fd = open(c.path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) {
+    if (fd >= 0) close(fd);
+    http_reply_status(res, 404, "NOT_FOUND", "checkpoint",
+                      "checkpoint %lld is recorded but its file is gone", (long long)c.id);
+    return;
+  }
+  res->status = 200;
+  res->content_type = "application/octet-stream";
+  res->fd = fd;
+  res->fd_size = (uint64_t)sb.st_size;
+}

@@ -1,0 +1,125 @@
+/* router.c — the route table, matching a request path against it, the
+ * bearer-token check, and 404 / 405 answers. openapi.json is made from the
+ * same table, so a route cannot exist without being documented. */
+#include <stdio.h>
+#include <string.h>
+
+#include "routes.h"
+
+static const http_route routes[] = {
+    {"GET", "/healthz", http_healthz, 1, "Liveness: the process answers."},
+    {"GET", "/readyz", http_readyz, 1, "Readiness: the store and the scheduler work."},
+    {"GET", "/metrics", http_prometheus, 1, "Prometheus metrics in text format."},
+    {"GET", "/v1/openapi.json", http_openapi, 1, "This API described as OpenAPI 3.0."},
+    {"POST", "/v1/jobs", http_create_job, 0,
+     "Create a job from a job spec (request_id, validate_only)."},
+    {"GET", "/v1/jobs", http_list_jobs, 0, "List jobs (page_size, page_token, filter, order_by)."},
+    {"GET", "/v1/jobs/{job}", http_get_job, 0, "Get a job with its latest metrics."},
+    {"DELETE", "/v1/jobs/{job}", http_delete_job, 0, "Delete a finished job and its records."},
+    {"POST", "/v1/jobs/{job}:cancel", http_cancel_job, 0, "Cancel a queued or running job."},
+    {"POST", "/v1/jobs/{job}:wait", http_wait_job, 0,
+     "Block until the job ends or timeout (e.g. 60s) passes."},
+    {"GET", "/v1/jobs/{job}:explain", http_explain_job, 0, "Why a job waits, or where it is."},
+    {"GET", "/v1/jobs/{job}/metrics", http_get_metrics, 0,
+     "Metric points (name, start_step, end_step, max_points)."},
+    {"GET", "/v1/jobs/{job}/metrics:watch", http_watch_metrics, 0,
+     "Metric points as server-sent events; resumes after Last-Event-ID."},
+    {"GET", "/v1/jobs/{job}/events", http_get_events, 0, "State changes with reason codes."},
+    {"GET", "/v1/jobs/{job}/logs", http_get_logs, 0, "The trainer's output, kept after it ends."},
+    {"GET", "/v1/jobs/{job}/checkpoints", http_get_checkpoints, 0, "A job's checkpoints."},
+    {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}", http_get_checkpoint, 0, "One checkpoint."},
+    {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}:download", http_download_checkpoint, 0,
+     "The checkpoint file (safetensors)."},
+    {"GET", "/v1/datasets", http_list_datasets, 0,
+     "Built-in data sets and whether they are ready."},
+};
+
+const http_route *http_routes(int *n) {
+  *n = (int)(sizeof routes / sizeof routes[0]);
+  return routes;
+}
+
+/* Matches path against pattern; a {name} takes one non-empty segment up to
+ * the next '/' or ':' (a custom method's colon). Fills params in order. */
+static int match(const char *pattern, const char *path, char params[][128]) {
+  int n_params = 0;
+  while (*pattern) {
+    if (*pattern == '{') {
+      const char *close = strchr(pattern, '}');
+      size_t len = strcspn(path, "/:");
+      if (!close || len == 0 || len >= 128 || n_params == HTTP_MAX_PARAMS) return 0;
+      memcpy(params[n_params], path, len);
+      params[n_params][len] = '\0';
+      n_params++;
+      path += len;
+      pattern = close + 1;
+      continue;
+    }
+    if (*pattern != *path) return 0;
+    pattern++;
+    path++;
+  }
+  return *path == '\0';
+}
+
+/* The caller from "Authorization: Bearer <token>"; 0, or -1 having answered 401. */
+static int authenticate(const http_config *cfg, http_request *req, http_response *res) {
+  if (cfg->insecure_no_auth) {
+    snprintf(req->who.tenant, sizeof req->who.tenant, "%s", STORE_DEFAULT_TENANT);
+    req->who.admin = 1;
+    return 0;
+  }
+  const char *auth = http_header(req, "Authorization");
+  if (!auth || !*auth) {
+    http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
+                      "this route needs an 'Authorization: Bearer TOKEN' header");
+    return -1;
+  }
+  if (strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
+    http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
+                      "the Authorization header must be 'Bearer TOKEN'");
+    return -1;
+  }
+  char hash[65];
+  api_sha256_hex(auth + 7, strlen(auth + 7), hash);
+  store_token token;
+  int rc = store_token_find(cfg->st, hash, &token);
+  if (rc == STORE_NOT_FOUND) {
+    http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
+                      "the bearer token is not valid (unknown or revoked)");
+    return -1;
+  }
+  if (rc != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
+    return -1;
+  }
+  snprintf(req->who.tenant, sizeof req->who.tenant, "%s", token.tenant);
+  req->who.admin = strcmp(token.role, "admin") == 0;
+  return 0;
+}
+
+void http_dispatch(const http_config *cfg, http_request *req, http_response *res) {
+  int path_known = 0;
+  char allowed[64] = "";
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    const http_route *r = &routes[i];
+    char params[HTTP_MAX_PARAMS][128];
+    if (!match(r->pattern, req->path, params)) continue;
+    path_known = 1;
+    if (strcmp(r->method, req->method) != 0) {
+      size_t used = strlen(allowed);
+      snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", r->method);
+      continue;
+    }
+    memcpy(req->params, params, sizeof params);
+    if (!r->public_route && authenticate(cfg, req, res) != 0) return;
+    r->handler(cfg, req, res);
+    return;
+  }
+  if (path_known) {
+    http_reply_status(res, 405, "UNIMPLEMENTED", "method", "%s is not supported on %s; use %s",
+                      req->method, req->path, allowed);
+  } else {
+    http_reply_status(res, 404, "NOT_FOUND", "path", "no route %s %.200s", req->method, req->path);
+  }
+}

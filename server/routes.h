@@ -1,0 +1,67 @@
+/* routes.h — private to server/: the route table's handlers and the helpers
+ * they share (replies in the error model, job resources, loading a job the
+ * caller may see). */
+#ifndef KILN_SERVER_ROUTES_H
+#define KILN_SERVER_ROUTES_H
+
+#include <jansson.h>
+
+#include "api.h"
+#include "server.h"
+
+typedef void (*http_handler)(const http_config *cfg, http_request *req, http_response *res);
+
+typedef struct http_route {
+  const char *method;
+  const char *pattern; /* "/v1/jobs/{job}:cancel": {name} is one path segment */
+  http_handler handler;
+  int public_route; /* answered without a token */
+  const char *summary;
+} http_route;
+
+/* The router's table, in matching order; openapi.json is made from it. */
+const http_route *http_routes(int *n);
+
+/* ---- replies ---- */
+void http_reply_json(http_response *res, int status, json_t *doc); /* steals doc */
+void http_reply_error(http_response *res, const api_error *e);
+void http_reply_status(http_response *res, int http, const char *status, const char *field,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void http_reply_store_failure(http_response *res, store *st);
+json_t *http_rfc3339(int64_t ms);
+
+/* ---- jobs ---- */
+json_t *http_job_json(store *st, const store_job *job, int with_metrics);
+json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c);
+/* 1 when s is 1..max characters of A-Z a-z 0-9 - _ . (ids, request ids). */
+int http_valid_name(const char *s, size_t max);
+/* Loads the job of path parameter 0 if the caller may see it; else answers
+ * 404 (another tenant's job is as absent as a missing one) and returns -1. */
+int http_load_job(const http_config *cfg, const http_request *req, store_job *job,
+                  http_response *res);
+
+/* handlers.c */
+void http_create_job(const http_config *cfg, http_request *req, http_response *res);
+void http_list_jobs(const http_config *cfg, http_request *req, http_response *res);
+void http_get_job(const http_config *cfg, http_request *req, http_response *res);
+void http_get_metrics(const http_config *cfg, http_request *req, http_response *res);
+void http_get_checkpoints(const http_config *cfg, http_request *req, http_response *res);
+void http_get_events(const http_config *cfg, http_request *req, http_response *res);
+void http_list_datasets(const http_config *cfg, http_request *req, http_response *res);
+void http_healthz(const http_config *cfg, http_request *req, http_response *res);
+/* job_actions.c */
+void http_delete_job(const http_config *cfg, http_request *req, http_response *res);
+void http_cancel_job(const http_config *cfg, http_request *req, http_response *res);
+void http_wait_job(const http_config *cfg, http_request *req, http_response *res);
+void http_explain_job(const http_config *cfg, http_request *req, http_response *res);
+void http_get_logs(const http_config *cfg, http_request *req, http_response *res);
+void http_get_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+void http_download_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+/* sse.c */
+void http_watch_metrics(const http_config *cfg, http_request *req, http_response *res);
+/* observe.c */
+void http_readyz(const http_config *cfg, http_request *req, http_response *res);
+void http_prometheus(const http_config *cfg, http_request *req, http_response *res);
+void http_openapi(const http_config *cfg, http_request *req, http_response *res);
+
+#endif
