@@ -38,6 +38,8 @@ typedef struct cli_response {
  * needed). Needs curl_global_init() first. NULL with err filled on failure. */
 cli_client *cli_client_new(const char *server, const char *user_agent, char *err, size_t errlen);
 void cli_client_free(cli_client *client);
+/* Sends "Authorization: Bearer TOKEN" with every request from now on. */
+int cli_client_set_token(cli_client *client, const char *token, char *err, size_t errlen);
 /* The base URL requests go to, as normalised by cli_client_new. */
 const char *cli_client_server(const cli_client *client);
 

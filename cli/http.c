@@ -140,6 +140,27 @@ fail:
   return NULL;
 }
 
+int cli_client_set_token(cli_client *client, const char *token, char *err, size_t errlen) {
+  if (strpbrk(token, "\r\n")) { /* a header line break would inject headers */
+    set_err(err, errlen, "the token must be one line");
+    return CLI_ERR_INTERNAL;
+  }
+  char *line = cli_printf("Authorization: Bearer %s", token);
+  struct curl_slist *next = line ? curl_slist_append(client->headers, line) : NULL;
+  free(line);
+  if (!next) {
+    set_err(err, errlen, "out of memory");
+    return CLI_ERR_INTERNAL;
+  }
+  client->headers = next;
+  CURLcode rc = curl_easy_setopt(client->curl, CURLOPT_HTTPHEADER, client->headers);
+  if (rc) {
+    set_err(err, errlen, "cannot configure libcurl: %s", curl_easy_strerror(rc));
+    return CLI_ERR_INTERNAL;
+  }
+  return CLI_OK;
+}
+
 void cli_client_free(cli_client *client) {
   if (!client) return;
   if (client->curl) curl_easy_cleanup(client->curl);

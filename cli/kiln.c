@@ -42,6 +42,8 @@ static const char usage_text[] =
     "  ls                  list jobs: ID, STATE, NAME, CREATED\n"
     "\n"
     "Options:\n"
+    "  --token TOKEN       bearer token (default: $KILN_TOKEN, else the contents of\n"
+    "                      $KILN_TOKEN_FILE)\n"
     "  --server URL        the kilnd to talk to (default: $KILN_SERVER, else\n"
     "                      " DEFAULT_SERVER ")\n"
     "  -o, --output FMT    'table' (default) or 'json' (the API's resources, pretty-printed)\n"
@@ -65,6 +67,7 @@ typedef enum output_format { OUTPUT_TABLE = 0, OUTPUT_JSON } output_format;
 
 typedef struct options {
   const char *server; /* NULL: $KILN_SERVER, else DEFAULT_SERVER */
+  const char *token;  /* NULL: $KILN_TOKEN, else $KILN_TOKEN_FILE's contents */
   output_format output;
   const char *command;
   const char *args[8]; /* positional arguments after the command */
@@ -608,6 +611,10 @@ static int parse_args(int argc, char **argv, options *opts) {
     } else if (strcmp(arg, "--version") == 0) {
       printf("kiln %s\n", KILN_VERSION);
       return CLI_EXIT_OK;
+    } else if (matches(arg, "--token")) {
+      if (!(value = option_value(argc, argv, &i, "--token")))
+        return usage_error("--token needs a value");
+      opts->token = value;
     } else if (matches(arg, "--server")) {
       if (!(value = option_value(argc, argv, &i, "--server")))
         return usage_error("--server needs a URL");
@@ -688,8 +695,27 @@ int main(int argc, char **argv) {
     free(url);
     return fail("cannot initialise libcurl");
   }
-  char err[256];
+  char err[256], token[256] = "";
+  if (opts.token) {
+    snprintf(token, sizeof token, "%s", opts.token);
+  } else if (getenv("KILN_TOKEN") && *getenv("KILN_TOKEN")) {
+    snprintf(token, sizeof token, "%s", getenv("KILN_TOKEN"));
+  } else if (getenv("KILN_TOKEN_FILE") && *getenv("KILN_TOKEN_FILE")) {
+    FILE *f = fopen(getenv("KILN_TOKEN_FILE"), "r");
+    if (!f || !fgets(token, sizeof token, f)) {
+      if (f) fclose(f);
+      free(url);
+      curl_global_cleanup();
+      return usage_error("cannot read a token from KILN_TOKEN_FILE=%s", getenv("KILN_TOKEN_FILE"));
+    }
+    fclose(f);
+    token[strcspn(token, "\r\n")] = '\0';
+  }
   cli_client *client = cli_client_new(url, "kiln/" KILN_VERSION, err, sizeof err);
+  if (client && token[0] && cli_client_set_token(client, token, err, sizeof err) != CLI_OK) {
+    cli_client_free(client);
+    client = NULL;
+  }
   if (!client) {
     exit_code = fail("%s", err);
   } else if (strcmp(opts.command, "submit") == 0) {

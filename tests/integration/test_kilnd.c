@@ -27,6 +27,7 @@ static char data_dir[256];
 static char base_url[64];
 static pid_t kilnd_pid;
 static char job_id[64];
+static char admin_token[128]; /* made by kilnd on first start */
 
 /* ---- a small HTTP client ---- */
 
@@ -56,6 +57,9 @@ static long http(const char *method, const char *path, const char *body, size_t 
   buffer b = {0};
   struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Expect:");
+  char auth[200];
+  snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
+  headers = curl_slist_append(headers, auth);
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
@@ -140,6 +144,18 @@ static int launch_kilnd(void) {
       fclose(f);
       if (got == 1 && port > 0) {
         snprintf(base_url, sizeof base_url, "http://127.0.0.1:%d", port);
+        /* The first start wrote the admin token, owner-only. */
+        char token_file[300];
+        snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
+        struct stat sb;
+        FILE *t = fopen(token_file, "r");
+        if (!t || stat(token_file, &sb) != 0 || (sb.st_mode & 0777) != 0600 ||
+            !fgets(admin_token, sizeof admin_token, t)) {
+          if (t) fclose(t);
+          return -1;
+        }
+        fclose(t);
+        admin_token[strcspn(admin_token, "\n")] = '\0';
         return 0;
       }
     }
@@ -176,6 +192,14 @@ static int stop_kilnd(void **state) {
 static void healthz_answers_ok(void **state) {
   (void)state;
   json_t *doc;
+  /* Without the token the API is closed; health stays open for probes. */
+  char saved[sizeof admin_token];
+  memcpy(saved, admin_token, sizeof saved);
+  admin_token[0] = '\0';
+  assert_int_equal(http("GET", "/v1/jobs", NULL, 0, &doc), 401);
+  assert_error(doc, 401, "UNAUTHENTICATED", "Authorization");
+  json_decref(doc);
+  memcpy(admin_token, saved, sizeof saved);
   assert_int_equal(http("GET", "/healthz", NULL, 0, &doc), 200);
   assert_string_equal(json_string_value(json_object_get(doc, "status")), "ok");
   json_decref(doc);
@@ -428,7 +452,8 @@ static void example_job_trains_to_085_with_metrics_and_checkpoint(void **state) 
 /* Runs the kiln CLI against the server; returns its exit status and output. */
 static int run_cli(char *out, size_t outlen, const char *args) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%s --server %s %s 2>&1", KILN_CLI_PATH, base_url, args);
+  snprintf(cmd, sizeof cmd, "%s --server %s --token %s %s 2>&1", KILN_CLI_PATH, base_url,
+           admin_token, args);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t used = fread(out, 1, outlen - 1, p);
