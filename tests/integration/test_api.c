@@ -1,0 +1,915 @@
+/* test_api.c — the service API against a real kilnd on loopback, with a
+ * stand-in trainer (a shell script speaking kiln-train's progress protocol)
+ * so jobs end in milliseconds: tokens and tenants, request_id, pagination
+ * over 250 jobs, cancel / delete / wait / explain, priority order, the SSE
+ * metric stream with Last-Event-ID, openapi.json against the router, and a
+ * table of malformed requests that must each get the right 4xx and leave
+ * the database as it was. */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char data_dir[256];
+static char base_url[64];
+static pid_t kilnd_pid;
+static char admin_token[128], acme_token[128], beta_token[128], pager_token[128];
+static char *small_spec; /* the example with display_name "NAME" to fill in */
+
+/* The stand-in trainer: "sleeper*" jobs run until signalled, "emitter*"
+ * jobs report 30 loss points over about 1.5 s, every other job reports one
+ * point and succeeds. */
+static const char trainer_script[] =
+    "#!/bin/sh\n"
+    "spec=\"$2\"\n"
+    "if grep -q '\"display_name\":\"sleeper' \"$spec\"; then exec sleep 600; fi\n"
+    "if grep -q '\"display_name\":\"emitter' \"$spec\"; then\n"
+    "  i=1\n"
+    "  while [ $i -le 30 ]; do\n"
+    "    echo \"{\\\"step\\\":$i,\\\"epoch\\\":1,\\\"metrics\\\":{\\\"loss\\\":$i}}\" >&3\n"
+    "    i=$((i+1)); sleep 0.05\n"
+    "  done\n"
+    "  exit 0\n"
+    "fi\n"
+    "echo '{\"step\":1,\"epoch\":1,\"metrics\":{\"loss\":1}}' >&3\n";
+
+/* ---- HTTP ---- */
+
+typedef struct buffer {
+  char *data;
+  size_t len;
+} buffer;
+
+static size_t on_body(char *ptr, size_t size, size_t n, void *user) {
+  buffer *b = user;
+  char *grown = realloc(b->data, b->len + size * n + 1);
+  if (!grown) return 0;
+  b->data = grown;
+  memcpy(b->data + b->len, ptr, size * n);
+  b->len += size * n;
+  b->data[b->len] = '\0';
+  return size * n;
+}
+
+/* One request with an optional raw Authorization value and extra header;
+ * returns the status, the body text in *text (may be NULL) and JSON in *out. */
+static long request(const char *method, const char *path, const char *body, size_t body_len,
+                    const char *authorization, const char *extra_header, char **text,
+                    json_t **out) {
+  CURL *c = curl_easy_init();
+  assert_non_null(c);
+  char url[2048], auth[256];
+  snprintf(url, sizeof url, "%s%s", base_url, path);
+  buffer b = {0};
+  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+  headers = curl_slist_append(headers, "Expect:");
+  if (authorization) {
+    snprintf(auth, sizeof auth, "Authorization: %s", authorization);
+    headers = curl_slist_append(headers, auth);
+  }
+  if (extra_header) headers = curl_slist_append(headers, extra_header);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+  if (body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+  }
+  CURLcode rc = curl_easy_perform(c);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(c);
+  if (rc != CURLE_OK) fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
+  if (out) *out = b.data ? json_loads(b.data, 0, NULL) : NULL;
+  if (text) {
+    *text = b.data ? b.data : strdup("");
+  } else {
+    free(b.data);
+  }
+  return status;
+}
+
+static long call(const char *token, const char *method, const char *path, const char *body,
+                 json_t **out) {
+  char auth[200];
+  snprintf(auth, sizeof auth, "Bearer %s", token);
+  return request(method, path, body, body ? strlen(body) : 0, auth, NULL, NULL, out);
+}
+
+static char *spec_named(const char *name, int priority) {
+  json_t *spec = json_loads(small_spec, 0, NULL);
+  json_object_set_new(spec, "display_name", json_string(name));
+  json_object_set_new(spec, "priority", json_integer(priority));
+  char *text = json_dumps(spec, JSON_COMPACT);
+  json_decref(spec);
+  return text;
+}
+
+/* Creates a job as token; returns its id in id (64 bytes). */
+static void create(const char *token, const char *name, int priority, char *id) {
+  char *body = spec_named(name, priority);
+  json_t *doc;
+  long status = call(token, "POST", "/v1/jobs", body, &doc);
+  free(body);
+  if (status != 200) fail_msg("create %s: HTTP %ld", name, status);
+  snprintf(id, 64, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+}
+
+static int is_terminal(const char *state) {
+  return !strcmp(state, "SUCCEEDED") || !strcmp(state, "FAILED") || !strcmp(state, "CANCELLED");
+}
+
+/* :wait on a job; returns its final JSON (caller decrefs). */
+static json_t *wait_job(const char *token, const char *id) {
+  char path[160];
+  snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=30s", id);
+  json_t *doc;
+  assert_int_equal(call(token, "POST", path, NULL, &doc), 200);
+  if (!is_terminal(json_string_value(json_object_get(doc, "state"))))
+    fail_msg("job %s is still %s after :wait", id,
+             json_string_value(json_object_get(doc, "state")));
+  assert_true(json_is_true(json_object_get(doc, "done")));
+  return doc;
+}
+
+static void wait_state(const char *token, const char *id, const char *state) {
+  char path[160];
+  snprintf(path, sizeof path, "/v1/jobs/%s", id);
+  for (int i = 0; i < 200; i++) {
+    json_t *doc;
+    assert_int_equal(call(token, "GET", path, NULL, &doc), 200);
+    int done = !strcmp(json_string_value(json_object_get(doc, "state")), state);
+    json_decref(doc);
+    if (done) return;
+    usleep(50 * 1000);
+  }
+  fail_msg("job %s never reached %s", id, state);
+}
+
+static void assert_error(json_t *doc, long code, const char *status, const char *field) {
+  assert_non_null(doc);
+  json_t *e = json_object_get(doc, "error");
+  assert_non_null(e);
+  assert_int_equal(json_integer_value(json_object_get(e, "code")), code);
+  assert_string_equal(json_string_value(json_object_get(e, "status")), status);
+  assert_true(strlen(json_string_value(json_object_get(e, "message"))) > 0);
+  if (field) {
+    json_t *d = json_array_get(json_object_get(e, "details"), 0);
+    if (!d || strcmp(json_string_value(json_object_get(d, "field")), field) != 0)
+      fail_msg("expected detail field %s, got %s", field,
+               d ? json_string_value(json_object_get(d, "field")) : "(none)");
+  }
+}
+
+/* ---- kilnd ---- */
+
+static void read_line(const char *path, char *out, size_t len) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(out, (int)len, f));
+  fclose(f);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+static void make_token(const char *tenant, char *out, size_t len) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "%s token create --tenant %s --data-dir %s", KILND_PATH, tenant,
+           data_dir);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  assert_non_null(fgets(out, (int)len, p));
+  assert_int_equal(pclose(p), 0);
+  out[strcspn(out, "\n")] = '\0';
+  assert_int_equal(strncmp(out, "kiln_", 5), 0);
+}
+
+static int start_kilnd(void **state) {
+  (void)state;
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  snprintf(data_dir, sizeof data_dir, "/tmp/kiln-api-XXXXXX");
+  if (!mkdtemp(data_dir)) return -1;
+  char trainer[300], port_file[300], log_file[300];
+  snprintf(trainer, sizeof trainer, "%s/trainer.sh", data_dir);
+  FILE *f = fopen(trainer, "w");
+  if (!f) return -1;
+  fputs(trainer_script, f);
+  fclose(f);
+  chmod(trainer, 0755);
+  snprintf(port_file, sizeof port_file, "%s/port", data_dir);
+  snprintf(log_file, sizeof log_file, "%s/kilnd.log", data_dir);
+  kilnd_pid = fork();
+  if (kilnd_pid == 0) {
+    FILE *log = freopen(log_file, "a", stderr);
+    (void)log;
+    execl(KILND_PATH, "kilnd", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--port-file",
+          port_file, "--trainer", trainer, (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 200; i++) {
+    FILE *pf = fopen(port_file, "r");
+    int port = 0;
+    if (pf) {
+      int got = fscanf(pf, "%d", &port);
+      fclose(pf);
+      if (got == 1 && port > 0) {
+        snprintf(base_url, sizeof base_url, "http://127.0.0.1:%d", port);
+        char token_file[300];
+        snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
+        read_line(token_file, admin_token, sizeof admin_token);
+        small_spec = NULL;
+        FILE *ex = fopen(EXAMPLES_DIR "/fmnist-mlp.json", "rb");
+        if (!ex) return -1;
+        char buf[8192];
+        size_t n = fread(buf, 1, sizeof buf - 1, ex);
+        fclose(ex);
+        buf[n] = '\0';
+        small_spec = strdup(buf);
+        return 0;
+      }
+    }
+    if (waitpid(kilnd_pid, NULL, WNOHANG) == kilnd_pid) return -1;
+    usleep(100 * 1000);
+  }
+  return -1;
+}
+
+static int stop_kilnd(void **state) {
+  (void)state;
+  if (kilnd_pid > 0) {
+    kill(kilnd_pid, SIGTERM);
+    waitpid(kilnd_pid, NULL, 0);
+  }
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
+  int rc = system(cmd);
+  free(small_spec);
+  curl_global_cleanup();
+  return rc;
+}
+
+/* ---- tests, in order ---- */
+
+static void tokens_are_made_per_tenant_and_checked(void **state) {
+  (void)state;
+  make_token("acme", acme_token, sizeof acme_token);
+  make_token("beta", beta_token, sizeof beta_token);
+  make_token("pager", pager_token, sizeof pager_token);
+  json_t *doc;
+  assert_int_equal(call(acme_token, "GET", "/v1/jobs", NULL, &doc), 200);
+  assert_int_equal(json_array_size(json_object_get(doc, "jobs")), 0);
+  json_decref(doc);
+  assert_int_equal(call("kiln_0000", "GET", "/v1/jobs", NULL, &doc), 401);
+  assert_error(doc, 401, "UNAUTHENTICATED", "Authorization");
+  json_decref(doc);
+  /* The token file is the owner's alone. */
+  char token_file[300];
+  struct stat sb;
+  snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
+  assert_int_equal(stat(token_file, &sb), 0);
+  assert_int_equal(sb.st_mode & 0777, 0600);
+}
+
+static void same_request_id_twice_makes_one_job(void **state) {
+  (void)state;
+  char *body = spec_named("quick-rid", 50);
+  json_t *a, *b, *list;
+  assert_int_equal(call(acme_token, "POST", "/v1/jobs?request_id=rid-7", body, &a), 200);
+  assert_int_equal(call(acme_token, "POST", "/v1/jobs?request_id=rid-7", body, &b), 200);
+  assert_string_equal(json_string_value(json_object_get(a, "id")),
+                      json_string_value(json_object_get(b, "id")));
+  /* Another tenant's same key is its own job. */
+  json_t *c;
+  assert_int_equal(call(beta_token, "POST", "/v1/jobs?request_id=rid-7", body, &c), 200);
+  assert_string_not_equal(json_string_value(json_object_get(a, "id")),
+                          json_string_value(json_object_get(c, "id")));
+  free(body);
+  assert_int_equal(call(acme_token, "GET", "/v1/jobs", NULL, &list), 200);
+  assert_int_equal(json_array_size(json_object_get(list, "jobs")), 1);
+  json_decref(list);
+  json_decref(wait_job(acme_token, json_string_value(json_object_get(a, "id"))));
+  json_decref(wait_job(beta_token, json_string_value(json_object_get(c, "id"))));
+  json_decref(a);
+  json_decref(b);
+  json_decref(c);
+}
+
+static void a_tenant_cannot_see_another_tenants_job(void **state) {
+  (void)state;
+  char id[64], path[200];
+  create(acme_token, "quick-private", 50, id);
+  json_decref(wait_job(acme_token, id));
+  const char *subs[] = {"", "/metrics", "/events", "/logs", "/checkpoints", ":explain"};
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    json_t *doc;
+    snprintf(path, sizeof path, "/v1/jobs/%s%s", id, subs[i]);
+    assert_int_equal(call(beta_token, "GET", path, NULL, &doc), 404);
+    assert_error(doc, 404, "NOT_FOUND", "job");
+    json_decref(doc);
+    assert_int_equal(call(acme_token, "GET", path, NULL, NULL), 200);
+    assert_int_equal(call(admin_token, "GET", path, NULL, NULL), 200); /* admins see all */
+  }
+  json_t *doc;
+  snprintf(path, sizeof path, "/v1/jobs/%s", id);
+  assert_int_equal(call(beta_token, "DELETE", path, NULL, &doc), 404);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", id);
+  assert_int_equal(call(beta_token, "POST", path, NULL, &doc), 404);
+  json_decref(doc);
+  /* Nor in beta's list. */
+  assert_int_equal(call(beta_token, "GET", "/v1/jobs?page_size=1000", NULL, &doc), 200);
+  json_t *jobs = json_object_get(doc, "jobs");
+  for (size_t i = 0; i < json_array_size(jobs); i++) {
+    assert_string_not_equal(json_string_value(json_object_get(json_array_get(jobs, i), "id")), id);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(jobs, i), "tenant")),
+                        "beta");
+  }
+  json_decref(doc);
+}
+
+/* Walks every page of /v1/jobs with the query; checks each of want ids comes exactly once. */
+static void walk_pages(const char *query, char ids[][64], int n, int ascending) {
+  int *seen = calloc((size_t)n, sizeof *seen);
+  char token[128] = "";
+  int total = 0, pages = 0;
+  int64_t last_index = -1;
+  do {
+    char path[512];
+    snprintf(path, sizeof path, "/v1/jobs?page_size=7&%s%s%s", query,
+             token[0] ? "&page_token=" : "", token);
+    json_t *doc;
+    assert_int_equal(call(pager_token, "GET", path, NULL, &doc), 200);
+    json_t *jobs = json_object_get(doc, "jobs");
+    assert_true(json_array_size(jobs) <= 7);
+    for (size_t i = 0; i < json_array_size(jobs); i++) {
+      const char *id = json_string_value(json_object_get(json_array_get(jobs, i), "id"));
+      int found = -1;
+      for (int k = 0; k < n; k++) {
+        if (!strcmp(ids[k], id)) found = k;
+      }
+      if (found < 0) fail_msg("page has job %s that pager did not make", id);
+      seen[found]++;
+      /* Creation order, newest first unless ascending. */
+      if (last_index >= 0) assert_true(ascending ? found > last_index : found < last_index);
+      last_index = found;
+      total++;
+    }
+    snprintf(token, sizeof token, "%s", json_string_value(json_object_get(doc, "next_page_token")));
+    json_decref(doc);
+    pages++;
+  } while (token[0]);
+  for (int k = 0; k < n; k++) {
+    if (seen[k] != 1) fail_msg("job %d (%s) seen %d times", k, ids[k], seen[k]);
+  }
+  assert_int_equal(total, n);
+  assert_int_equal(pages, (n + 6) / 7);
+  free(seen);
+}
+
+static void pagination_over_250_jobs_returns_each_exactly_once(void **state) {
+  (void)state;
+  enum { N = 250 };
+  static char ids[N][64];
+  for (int i = 0; i < N; i++) create(pager_token, "quick-page", 50, ids[i]);
+  walk_pages("order_by=create_time%20desc", ids, N, 0);
+  walk_pages("order_by=create_time", ids, N, 1);
+  /* A token from one order is refused by the other. */
+  json_t *doc;
+  assert_int_equal(
+      call(pager_token, "GET", "/v1/jobs?page_size=3&order_by=create_time", NULL, &doc), 200);
+  char path[256];
+  snprintf(path, sizeof path, "/v1/jobs?page_size=3&page_token=%s",
+           json_string_value(json_object_get(doc, "next_page_token")));
+  json_decref(doc);
+  assert_int_equal(call(pager_token, "GET", path, NULL, &doc), 400);
+  assert_error(doc, 400, "INVALID_ARGUMENT", "page_token");
+  json_decref(doc);
+  /* Let the queue drain before the next tests. */
+  json_decref(wait_job(pager_token, ids[N - 1]));
+  assert_int_equal(
+      call(pager_token, "GET", "/v1/jobs?filter=state%3DSUCCEEDED&page_size=1000", NULL, &doc),
+      200);
+  assert_int_equal(json_array_size(json_object_get(doc, "jobs")), N);
+  json_decref(doc);
+}
+
+static void cancel_explain_delete_and_priority_order(void **state) {
+  (void)state;
+  char sleeper[64], low[64], high[64], mid[64], path[200];
+  create(acme_token, "sleeper-1", 50, sleeper);
+  wait_state(acme_token, sleeper, "RUNNING");
+  create(acme_token, "quick-low", 10, low);
+  create(acme_token, "quick-high", 90, high);
+  create(acme_token, "quick-mid", 50, mid);
+  /* Explain names the job in the way and the jobs ahead. */
+  json_t *doc;
+  snprintf(path, sizeof path, "/v1/jobs/%s:explain", low);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "QUEUED");
+  char *text = json_dumps(doc, 0);
+  assert_non_null(strstr(text, "JOBS_AHEAD"));
+  assert_non_null(strstr(text, "2 queued job(s)"));
+  assert_non_null(strstr(text, "DEVICES_BUSY"));
+  assert_non_null(strstr(text, sleeper));
+  free(text);
+  json_decref(doc);
+  /* A running job cannot be deleted; cancel stops it. */
+  snprintf(path, sizeof path, "/v1/jobs/%s", sleeper);
+  assert_int_equal(call(acme_token, "DELETE", path, NULL, &doc), 409);
+  assert_error(doc, 409, "FAILED_PRECONDITION", "state");
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", sleeper);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 200);
+  json_decref(doc);
+  doc = wait_job(acme_token, sleeper);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "CANCELLED");
+  json_decref(doc);
+  /* Then the queue runs by priority: high, mid, low. */
+  json_t *h = wait_job(acme_token, high), *m = wait_job(acme_token, mid),
+         *l = wait_job(acme_token, low);
+  const char *th = json_string_value(json_object_get(h, "start_time"));
+  const char *tm = json_string_value(json_object_get(m, "start_time"));
+  const char *tl = json_string_value(json_object_get(l, "start_time"));
+  assert_true(strcmp(th, tm) <= 0 && strcmp(tm, tl) <= 0);
+  json_decref(h);
+  json_decref(m);
+  json_decref(l);
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", high);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  json_decref(doc);
+  /* A queued job is cancelled at once and never starts. */
+  char blocker[64], queued[64];
+  create(acme_token, "sleeper-2", 50, blocker);
+  wait_state(acme_token, blocker, "RUNNING");
+  create(acme_token, "quick-never", 50, queued);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", queued);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 200);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "CANCELLED");
+  assert_int_equal(json_integer_value(json_object_get(doc, "attempt")), 0);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", blocker);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 200);
+  json_decref(doc);
+  json_decref(wait_job(acme_token, blocker));
+  /* Delete a finished job: gone, with its events. */
+  snprintf(path, sizeof path, "/v1/jobs/%s", queued);
+  assert_int_equal(call(acme_token, "DELETE", path, NULL, &doc), 200);
+  json_decref(doc);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 404);
+  json_decref(doc);
+}
+
+/* Reads a whole SSE stream; fills ids (seq) and steps of metric events, returns the count. */
+static int read_stream(const char *id, const char *last_event_id, int64_t *ids, int64_t *steps,
+                       int max, char *end_state) {
+  char path[200], header[80];
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics:watch", id);
+  snprintf(header, sizeof header, "Last-Event-ID: %s", last_event_id ? last_event_id : "");
+  char auth[200];
+  snprintf(auth, sizeof auth, "Bearer %s", acme_token);
+  char *text = NULL;
+  assert_int_equal(request("GET", path, NULL, 0, auth, last_event_id ? header : NULL, &text, NULL),
+                   200);
+  int n = 0;
+  end_state[0] = '\0';
+  for (char *ev = text; ev && *ev;) {
+    char *next = strstr(ev, "\n\n");
+    if (next) *next = '\0';
+    long long seq = -1, step = -1;
+    char *id_line = strstr(ev, "id: ");
+    char *data = strstr(ev, "data: ");
+    if (strstr(ev, "event: metric") && id_line && data) {
+      seq = atoll(id_line + 4);
+      json_t *d = json_loads(data + 6, 0, NULL);
+      assert_non_null(d);
+      step = json_integer_value(json_object_get(d, "step"));
+      json_decref(d);
+      assert_true(n < max);
+      ids[n] = seq;
+      steps[n] = step;
+      n++;
+    } else if (strstr(ev, "event: end") && data) {
+      json_t *d = json_loads(data + 6, 0, NULL);
+      snprintf(end_state, 16, "%s", json_string_value(json_object_get(d, "state")));
+      json_decref(d);
+    }
+    ev = next ? next + 2 : NULL;
+  }
+  free(text);
+  return n;
+}
+
+static void sse_resumed_with_last_event_id_misses_and_repeats_nothing(void **state) {
+  (void)state;
+  char id[64], end_state[16];
+  create(acme_token, "emitter-1", 50, id);
+  wait_state(acme_token, id, "RUNNING");
+  /* Watch live from the start: the stream ends when the job does. */
+  int64_t ids[64], steps[64];
+  int n = read_stream(id, NULL, ids, steps, 64, end_state);
+  assert_string_equal(end_state, "SUCCEEDED");
+  assert_int_equal(n, 30);
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(steps[i], i + 1);
+    if (i) assert_true(ids[i] > ids[i - 1]);
+  }
+  /* Resume after the 12th event: exactly the 13th..30th, once each. */
+  char last[32];
+  snprintf(last, sizeof last, "%lld", (long long)ids[11]);
+  int64_t ids2[64], steps2[64];
+  int n2 = read_stream(id, last, ids2, steps2, 64, end_state);
+  assert_int_equal(n2, 18);
+  for (int i = 0; i < n2; i++) {
+    assert_int_equal(ids2[i], ids[12 + i]);
+    assert_int_equal(steps2[i], 13 + i);
+  }
+  /* The metrics list agrees, and max_points thins it evenly to first..last. */
+  char path[200];
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=loss&max_points=4", id);
+  json_t *doc;
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  json_t *pts = json_object_get(doc, "metrics");
+  assert_int_equal(json_array_size(pts), 4);
+  int64_t want[] = {1, 10, 20, 30};
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, (size_t)i), "step")),
+                     want[i]);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?start_step=5&end_step=7", id);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  assert_int_equal(json_array_size(json_object_get(doc, "metrics")), 3);
+  json_decref(doc);
+}
+
+/* Every route of the router is in openapi.json and every documented route is served. */
+static void openapi_and_router_agree(void **state) {
+  (void)state;
+  static const char *const expected[] = {
+      "GET /healthz",
+      "GET /readyz",
+      "GET /metrics",
+      "GET /v1/openapi.json",
+      "POST /v1/jobs",
+      "GET /v1/jobs",
+      "GET /v1/jobs/{job}",
+      "DELETE /v1/jobs/{job}",
+      "POST /v1/jobs/{job}:cancel",
+      "POST /v1/jobs/{job}:wait",
+      "GET /v1/jobs/{job}:explain",
+      "GET /v1/jobs/{job}/metrics",
+      "GET /v1/jobs/{job}/metrics:watch",
+      "GET /v1/jobs/{job}/events",
+      "GET /v1/jobs/{job}/logs",
+      "GET /v1/jobs/{job}/checkpoints",
+      "GET /v1/jobs/{job}/checkpoints/{checkpoint}",
+      "GET /v1/jobs/{job}/checkpoints/{checkpoint}:download",
+      "GET /v1/datasets",
+  };
+  size_t n_expected = sizeof expected / sizeof expected[0];
+  json_t *doc;
+  assert_int_equal(request("GET", "/v1/openapi.json", NULL, 0, NULL, NULL, NULL, &doc), 200);
+  assert_string_equal(json_string_value(json_object_get(doc, "openapi")), "3.0.3");
+  json_t *paths = json_object_get(doc, "paths");
+  size_t documented = 0;
+  const char *path;
+  json_t *item;
+  json_object_foreach(paths, path, item) {
+    const char *method;
+    json_t *op;
+    json_object_foreach(item, method, op) {
+      char key[256], upper[16];
+      size_t k = 0;
+      for (; method[k] && k < sizeof upper - 1; k++) upper[k] = (char)(method[k] & ~0x20);
+      upper[k] = '\0';
+      snprintf(key, sizeof key, "%s %s", upper, path);
+      int known = 0;
+      for (size_t e = 0; e < n_expected; e++) known |= !strcmp(expected[e], key);
+      if (!known) fail_msg("openapi.json documents %s, which this test does not know", key);
+      documented++;
+      /* Served: an unknown job answers 404 for the *job*, never "no route" or 405. */
+      char concrete[256], *out = concrete;
+      for (const char *p = path; *p;) {
+        if (*p == '{') {
+          const char *close = strchr(p, '}');
+          out += sprintf(out, "%s", strncmp(p, "{job}", 5) == 0 ? "nosuchjob" : "1");
+          p = close + 1;
+        } else {
+          *out++ = *p++;
+        }
+      }
+      *out = '\0';
+      char auth[200];
+      snprintf(auth, sizeof auth, "Bearer %s", admin_token);
+      json_t *answer = NULL;
+      long status = request(upper, concrete, "{}", 2, auth, NULL, NULL, &answer);
+      assert_true(status != 405);
+      if (status == 404) {
+        json_t *d = json_array_get(json_object_get(json_object_get(answer, "error"), "details"), 0);
+        assert_string_not_equal(json_string_value(json_object_get(d, "field")), "path");
+      }
+      json_decref(answer);
+    }
+  }
+  assert_int_equal(documented, n_expected);
+  json_decref(doc);
+}
+
+static void metrics_and_readyz_report_the_service(void **state) {
+  (void)state;
+  char *text = NULL;
+  assert_int_equal(request("GET", "/metrics", NULL, 0, NULL, NULL, &text, NULL), 200);
+  assert_non_null(strstr(text, "kiln_jobs{state=\"SUCCEEDED\"} "));
+  assert_non_null(strstr(text, "kiln_queue_depth 0\n"));
+  assert_non_null(strstr(text, "kiln_http_requests_total{code=\"200\"} "));
+  assert_non_null(strstr(text, "kiln_http_requests_total{code=\"401\"} "));
+  assert_non_null(strstr(text, "kiln_http_request_duration_seconds_bucket{le=\"+Inf\"} "));
+  /* 250 + a few quick jobs, one point each, plus the emitter's 30. */
+  char *ingested = strstr(text, "\nkiln_metric_points_ingested_total ");
+  assert_non_null(ingested);
+  long long points = atoll(ingested + strlen("\nkiln_metric_points_ingested_total "));
+  print_message("ingested %lld\n", points);
+  assert_true(points >= 250 + 30);
+  free(text);
+  assert_int_equal(request("GET", "/readyz", NULL, 0, NULL, NULL, NULL, NULL), 200);
+}
+
+/* ---- the bad-input table ---- */
+
+/* Row counts and every job's (id, state, attempt): what "unchanged" means. */
+static char *db_snapshot(void) {
+  char db_path[300];
+  snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  const char *sql =
+      "SELECT (SELECT count(*) FROM jobs) || '/' || (SELECT count(*) FROM job_events) || '/' ||"
+      " (SELECT count(*) FROM metrics) || '/' || (SELECT count(*) FROM checkpoints) || '/' ||"
+      " (SELECT count(*) FROM tokens) || '/' ||"
+      " (SELECT group_concat(id || ':' || state || ':' || attempt, ',') FROM"
+      "  (SELECT id, state, attempt FROM jobs ORDER BY seq))";
+  sqlite3_stmt *st = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+  char *snap = strdup((const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return snap;
+}
+
+typedef struct bad_case {
+  const char *name;
+  const char *method;
+  const char *path; /* "{job}" is replaced by a finished job of acme's */
+  const char *body; /* NULL: none; "SPEC:key=json" patches the small spec */
+  const char *auth; /* NULL: acme's token; otherwise the raw Authorization value ("" = none) */
+  const char *header;
+  long code;
+  const char *status;
+  const char *field; /* first detail's field, or NULL */
+} bad_case;
+
+static char *patched_spec(const char *patch) {
+  /* "a.b=JSON" sets a member (creating objects on the way), "a.b=-" removes it. */
+  json_t *spec = json_loads(small_spec, 0, NULL);
+  char key[128];
+  const char *eq = strchr(patch, '=');
+  snprintf(key, sizeof key, "%.*s", (int)(eq - patch), patch);
+  json_t *at = spec;
+  char *dot, *part = key;
+  while ((dot = strchr(part, '.'))) {
+    *dot = '\0';
+    json_t *child = json_object_get(at, part);
+    if (json_is_array(child)) child = json_array_get(child, 0);
+    at = child;
+    part = dot + 1;
+  }
+  if (strcmp(eq + 1, "-") == 0) {
+    json_object_del(at, part);
+  } else {
+    json_t *value = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    assert_non_null(value);
+    json_object_set_new(at, part, value);
+  }
+  char *text = json_dumps(spec, JSON_COMPACT);
+  json_decref(spec);
+  return text;
+}
+
+static void bad_inputs_get_the_right_4xx_and_change_nothing(void **state) {
+  (void)state;
+  char finished[64];
+  create(acme_token, "quick-target", 50, finished);
+  json_decref(wait_job(acme_token, finished));
+  char long_name[300], long_rid[200], asc_token[128];
+  memset(long_name, 'x', 200);
+  snprintf(
+      long_name, sizeof long_name, "display_name=\"%.*s\"", 200,
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+  snprintf(
+      long_rid, sizeof long_rid, "/v1/jobs?request_id=%s",
+      "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr");
+  json_t *doc;
+  assert_int_equal(call(acme_token, "GET", "/v1/jobs?page_size=1&order_by=create_time", NULL, &doc),
+                   200);
+  snprintf(asc_token, sizeof asc_token, "/v1/jobs?page_token=%s",
+           json_string_value(json_object_get(doc, "next_page_token")));
+  json_decref(doc);
+  const bad_case cases[] = {
+      /* bad JSON */
+      {"truncated JSON", "POST", "/v1/jobs", "{\"model\": {", NULL, NULL, 400, "INVALID_ARGUMENT",
+       NULL},
+      {"empty body", "POST", "/v1/jobs", "", NULL, NULL, 400, "INVALID_ARGUMENT", NULL},
+      {"array body", "POST", "/v1/jobs", "[1,2]", NULL, NULL, 400, "INVALID_ARGUMENT", NULL},
+      {"null body", "POST", "/v1/jobs", "null", NULL, NULL, 400, "INVALID_ARGUMENT", NULL},
+      {"trailing garbage", "POST", "/v1/jobs", "{} x", NULL, NULL, 400, "INVALID_ARGUMENT", NULL},
+      {"invalid UTF-8", "POST", "/v1/jobs", "{\"display_name\":\"\xff\xfe\"}", NULL, NULL, 400,
+       "INVALID_ARGUMENT", NULL},
+      /* wrong types */
+      {"epochs as string", "POST", "/v1/jobs", "SPEC:epochs=\"two\"", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "epochs"},
+      {"priority as string", "POST", "/v1/jobs", "SPEC:priority=\"high\"", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "priority"},
+      {"layers as object", "POST", "/v1/jobs", "SPEC:model.layers={}", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "model.layers"},
+      {"units as float", "POST", "/v1/jobs", "SPEC:model.layers.units=2.5", NULL, NULL, 400,
+       "INVALID_ARGUMENT", NULL},
+      {"batch_size as bool", "POST", "/v1/jobs", "SPEC:pipeline.batch_size=true", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "pipeline.batch_size"},
+      {"learning_rate as string", "POST", "/v1/jobs", "SPEC:optimizer.learning_rate=\"fast\"", NULL,
+       NULL, 400, "INVALID_ARGUMENT", "optimizer.learning_rate"},
+      /* out of range */
+      {"epochs 0", "POST", "/v1/jobs", "SPEC:epochs=0", NULL, NULL, 400, "INVALID_ARGUMENT",
+       "epochs"},
+      {"epochs huge", "POST", "/v1/jobs", "SPEC:epochs=99999999999", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "epochs"},
+      {"priority 101", "POST", "/v1/jobs", "SPEC:priority=101", NULL, NULL, 400, "INVALID_ARGUMENT",
+       "priority"},
+      {"priority -1", "POST", "/v1/jobs", "SPEC:priority=-1", NULL, NULL, 400, "INVALID_ARGUMENT",
+       "priority"},
+      {"batch_size 0", "POST", "/v1/jobs", "SPEC:pipeline.batch_size=0", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "pipeline.batch_size"},
+      {"learning_rate negative", "POST", "/v1/jobs", "SPEC:optimizer.learning_rate=-0.1", NULL,
+       NULL, 400, "INVALID_ARGUMENT", "optimizer.learning_rate"},
+      {"devices 0", "POST", "/v1/jobs", "SPEC:resources.devices=0", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "resources.devices"},
+      {"display_name too long", "POST", "/v1/jobs", long_name, NULL, NULL, 400, "INVALID_ARGUMENT",
+       "display_name"},
+      /* unknown fields and values */
+      {"unknown top-level field", "POST", "/v1/jobs", "SPEC:epoch=2", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "epoch"},
+      {"unknown optimizer", "POST", "/v1/jobs", "SPEC:optimizer.type=\"rmsprop\"", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "optimizer.type"},
+      {"unknown device type", "POST", "/v1/jobs", "SPEC:resources.device_type=\"tpu\"", NULL, NULL,
+       400, "INVALID_ARGUMENT", "resources.device_type"},
+      {"missing model", "POST", "/v1/jobs", "SPEC:model=-", NULL, NULL, 400, "INVALID_ARGUMENT",
+       "model"},
+      /* path traversal in names */
+      {"dataset name traversal", "POST", "/v1/jobs", "SPEC:dataset.name=\"../../etc/passwd\"", NULL,
+       NULL, 400, "INVALID_ARGUMENT", "dataset.name"},
+      {"request_id traversal", "POST", "/v1/jobs?request_id=..%2F..%2Fetc", "SPEC:seed=1", NULL,
+       NULL, 400, "INVALID_ARGUMENT", "request_id"},
+      {"request_id too long", "POST", long_rid, "SPEC:seed=1", NULL, NULL, 400, "INVALID_ARGUMENT",
+       "request_id"},
+      {"job id traversal", "GET", "/v1/jobs/..%2F..%2Fetc%2Fpasswd", NULL, NULL, NULL, 404,
+       "NOT_FOUND", NULL},
+      {"job id with space", "GET", "/v1/jobs/a%20b", NULL, NULL, NULL, 404, "NOT_FOUND", "job"},
+      {"unknown job", "GET", "/v1/jobs/20260101-0123456789abcdef", NULL, NULL, NULL, 404,
+       "NOT_FOUND", "job"},
+      {"checkpoint not a number", "GET", "/v1/jobs/{job}/checkpoints/abc", NULL, NULL, NULL, 404,
+       "NOT_FOUND", "checkpoint"},
+      {"unknown route", "GET", "/v1/nothing", NULL, NULL, NULL, 404, "NOT_FOUND", "path"},
+      {"wrong method", "PUT", "/v1/jobs", "{}", NULL, NULL, 405, "UNIMPLEMENTED", "method"},
+      /* bad tokens */
+      {"no token", "GET", "/v1/jobs", NULL, "", NULL, 401, "UNAUTHENTICATED", "Authorization"},
+      {"basic auth", "GET", "/v1/jobs", NULL, "Basic YWRtaW46YWRtaW4=", NULL, 401,
+       "UNAUTHENTICATED", "Authorization"},
+      {"unknown token", "GET", "/v1/jobs", NULL, "Bearer kiln_deadbeef", NULL, 401,
+       "UNAUTHENTICATED", "Authorization"},
+      {"empty bearer", "POST", "/v1/jobs", "SPEC:seed=1", "Bearer ", NULL, 401, "UNAUTHENTICATED",
+       "Authorization"},
+      /* bad page tokens, sizes, filters, orders */
+      {"garbage page token", "GET", "/v1/jobs?page_token=garbage!", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "page_token"},
+      {"forged page token", "GET", "/v1/jobs?page_token=cDE6MA", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "page_token"},
+      {"page token of another order", "GET", asc_token, NULL, NULL, NULL, 400, "INVALID_ARGUMENT",
+       "page_token"},
+      {"negative page size", "GET", "/v1/jobs?page_size=-1", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "page_size"},
+      {"page size not a number", "GET", "/v1/jobs?page_size=ten", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "page_size"},
+      {"filter unknown state", "GET", "/v1/jobs?filter=state%3DDONE", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "filter"},
+      {"filter unknown key", "GET", "/v1/jobs?filter=owner%3Dx", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "filter"},
+      {"filter without =", "GET", "/v1/jobs?filter=RUNNING", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "filter"},
+      {"filter tenant as user", "GET", "/v1/jobs?filter=tenant%3Dbeta", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "filter"},
+      {"bad order_by", "GET", "/v1/jobs?order_by=name", NULL, NULL, NULL, 400, "INVALID_ARGUMENT",
+       "order_by"},
+      {"bad validate_only", "POST", "/v1/jobs?validate_only=yes", "SPEC:seed=1", NULL, NULL, 400,
+       "INVALID_ARGUMENT", "validate_only"},
+      /* bad arguments on a job's routes */
+      {"bad wait timeout", "POST", "/v1/jobs/{job}:wait?timeout=forever", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "timeout"},
+      {"max_points 0", "GET", "/v1/jobs/{job}/metrics?max_points=0", NULL, NULL, NULL, 400,
+       "INVALID_ARGUMENT", "max_points"},
+      {"step range reversed", "GET", "/v1/jobs/{job}/metrics?start_step=5&end_step=2", NULL, NULL,
+       NULL, 400, "INVALID_ARGUMENT", "start_step"},
+      {"bad Last-Event-ID", "GET", "/v1/jobs/{job}/metrics:watch", NULL, NULL, "Last-Event-ID: ten",
+       400, "INVALID_ARGUMENT", "Last-Event-ID"},
+      {"cancel a finished job", "POST", "/v1/jobs/{job}:cancel", NULL, NULL, NULL, 409,
+       "FAILED_PRECONDITION", "state"},
+  };
+  size_t n_cases = sizeof cases / sizeof cases[0];
+  assert_true(n_cases >= 40);
+  char *before = db_snapshot();
+  for (size_t i = 0; i < n_cases; i++) {
+    const bad_case *c = &cases[i];
+    char path[1024], auth[200];
+    const char *job_at = strstr(c->path, "{job}");
+    if (job_at) {
+      snprintf(path, sizeof path, "%.*s%s%s", (int)(job_at - c->path), c->path, finished,
+               job_at + 5);
+    } else {
+      snprintf(path, sizeof path, "%s", c->path);
+    }
+    char *body = NULL;
+    if (c->body && strncmp(c->body, "SPEC:", 5) == 0) {
+      body = patched_spec(c->body + 5);
+    } else if (c->body && strchr(c->body, '=') && c->body[0] == 'd') {
+      body = patched_spec(c->body); /* display_name=... */
+    } else if (c->body) {
+      body = strdup(c->body);
+    }
+    if (c->auth) {
+      snprintf(auth, sizeof auth, "%s", c->auth);
+    } else {
+      snprintf(auth, sizeof auth, "Bearer %s", acme_token);
+    }
+    json_t *answer = NULL;
+    long status = request(c->method, path, body, body ? strlen(body) : 0, auth[0] ? auth : NULL,
+                          c->header, NULL, &answer);
+    free(body);
+    if (status != c->code) fail_msg("case '%s': HTTP %ld, want %ld", c->name, status, c->code);
+    print_message("ok %2zu %-30s %ld %s\n", i + 1, c->name, status, c->status);
+    assert_error(answer, c->code, c->status, c->field);
+    json_decref(answer);
+    /* The server keeps serving after each. */
+    assert_int_equal(request("GET", "/healthz", NULL, 0, NULL, NULL, NULL, NULL), 200);
+  }
+  /* An oversized body: 413 before it is read. */
+  size_t big = 2u << 20;
+  char *huge = malloc(big);
+  memset(huge, ' ', big);
+  huge[0] = '{';
+  huge[big - 1] = '}';
+  char auth[200];
+  snprintf(auth, sizeof auth, "Bearer %s", acme_token);
+  json_t *answer = NULL;
+  assert_int_equal(request("POST", "/v1/jobs", huge, big, auth, NULL, NULL, &answer), 413);
+  free(huge);
+  assert_error(answer, 413, "RESOURCE_EXHAUSTED", "body");
+  json_decref(answer);
+  print_message("ok %2zu %-30s 413 RESOURCE_EXHAUSTED\n", n_cases + 1, "oversized body");
+  char *after = db_snapshot();
+  assert_string_equal(before, after);
+  free(before);
+  free(after);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(tokens_are_made_per_tenant_and_checked),
+      cmocka_unit_test(same_request_id_twice_makes_one_job),
+      cmocka_unit_test(a_tenant_cannot_see_another_tenants_job),
+      cmocka_unit_test(pagination_over_250_jobs_returns_each_exactly_once),
+      cmocka_unit_test(cancel_explain_delete_and_priority_order),
+      cmocka_unit_test(sse_resumed_with_last_event_id_misses_and_repeats_nothing),
+      cmocka_unit_test(openapi_and_router_agree),
+      cmocka_unit_test(metrics_and_readyz_report_the_service),
+      cmocka_unit_test(bad_inputs_get_the_right_4xx_and_change_nothing),
+  };
+  return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
+}
