@@ -13,9 +13,11 @@ cmake --build build -j "$jobs"
 listen="${KILN_LISTEN:-127.0.0.1:8080}"
 cat <<MSG
 
-kilnd is starting on http://$listen (data in ./kiln-data). In another terminal:
-  curl -s -X POST http://$listen/v1/jobs --data-binary @examples/fmnist-mlp.json
-  curl -s http://$listen/v1/jobs/JOB_ID
+kilnd is starting on http://$listen (data in ./kiln-data; its admin token is
+in ./kiln-data/admin.token once it has started). In another terminal:
+  curl -s -X POST http://$listen/v1/jobs -H "Authorization: Bearer \$(cat kiln-data/admin.token)" \\
+       --data-binary @examples/fmnist-mlp.json
+  curl -s -H "Authorization: Bearer \$(cat kiln-data/admin.token)" http://$listen/v1/jobs/JOB_ID
 
 MSG
 exec build/server/kilnd --listen "$listen" --data-dir ./kiln-data
