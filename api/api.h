@@ -58,9 +58,11 @@ int api_job_state_is_terminal(api_job_state state);
 
 /* ---- job spec ---- */
 
-#define API_MAX_DIMS   6
-#define API_MAX_LAYERS 64
-#define API_NAME_LEN   128
+#define API_MAX_DIMS      6
+#define API_MAX_LAYERS    64
+#define API_NAME_LEN      128
+#define API_MAX_RESTARTS  100
+#define API_MAX_RUNTIME_S (366 * 24 * 3600)
 
 typedef enum api_layer_type {
   API_LAYER_DENSE = 0,
@@ -114,6 +116,9 @@ typedef struct api_job_spec {
   uint64_t seed;       /* default 0 */
   int has_seed;
   int priority; /* 0..100, default 50 */
+  /* service */
+  int max_restarts;  /* retries after a trainer crash, 0..API_MAX_RESTARTS; default 0 */
+  int max_runtime_s; /* seconds a run may take before it is stopped; 0 = no limit */
   /* resources */
   char device_type[8]; /* "cpu" */
   int devices;         /* default 1 */

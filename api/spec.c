@@ -619,10 +619,10 @@ static void parse_strategy(checker *c, json_t *obj) {
 
 static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   scope s = {c, root, ""};
-  static const char *const fields[] = {"display_name",    "model",    "loss",      "metrics",
-                                       "dataset",         "pipeline", "optimizer", "epochs",
-                                       "log_every_steps", "seed",     "priority",  "resources",
-                                       "precision",       "strategy", NULL};
+  static const char *const fields[] = {
+      "display_name", "model",           "loss", "metrics",  "dataset",   "pipeline",  "optimizer",
+      "epochs",       "log_every_steps", "seed", "priority", "resources", "precision", "strategy",
+      "max_restarts", "max_runtime",     NULL};
   refuse_unknown(&s, fields);
   char quoted[64];
 
@@ -679,6 +679,8 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
     }
   }
   get_int(&s, "priority", OPTIONAL, 0, 100, &spec->priority);
+  get_int(&s, "max_restarts", OPTIONAL, 0, API_MAX_RESTARTS, &spec->max_restarts);
+  get_int(&s, "max_runtime", OPTIONAL, 0, API_MAX_RUNTIME_S, &spec->max_runtime_s);
 
   json_t *resources = get_object(&s, "resources", OPTIONAL);
   if (resources) parse_resources(c, resources, spec);
@@ -902,6 +904,8 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, root, "log_every_steps", json_integer(spec->log_every_steps));
   if (spec->has_seed) put(&b, root, "seed", json_integer((json_int_t)spec->seed));
   put(&b, root, "priority", json_integer(spec->priority));
+  put(&b, root, "max_restarts", json_integer(spec->max_restarts));
+  put(&b, root, "max_runtime", json_integer(spec->max_runtime_s));
 
   /* Fields with a single accepted value are written out all the same, so
    * the canonical form shows every setting a job ran with. */

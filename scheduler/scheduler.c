@@ -27,9 +27,10 @@
 
 extern char **environ;
 
-#define MAX_LINE      (64 * 1024)
-#define METRIC_BATCH  512
-#define STOP_GRACE_MS 5000
+#define MAX_LINE             (64 * 1024)
+#define METRIC_BATCH         512
+#define STOP_GRACE_MS        5000
+#define RETRY_BACKOFF_MAX_MS 60000
 
 struct sched {
   sched_config cfg;
@@ -103,6 +104,7 @@ typedef struct run {
   char error_reason[48];
   char error_message[512];
   int64_t n_points, n_checkpoints;
+  int64_t deadline_ms; /* monotonic; 0 = no max_runtime */
 } run;
 
 static void flush_metrics(run *r) {
@@ -200,7 +202,7 @@ static void finish(sched *s, const store_job *job, const char *to, const char *r
        "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, message);
 }
 
-enum { PUMP_ENDED = 0, PUMP_SHUTDOWN = 1, PUMP_CANCELLED = 2 };
+enum { PUMP_ENDED = 0, PUMP_SHUTDOWN = 1, PUMP_CANCELLED = 2, PUMP_DEADLINE = 3 };
 
 /* Reads progress until the child closes the pipe; stops the child when the
  * scheduler is stopping or the job is cancelled. Returns PUMP_*: why we
@@ -212,6 +214,11 @@ static int pump(run *r, int fd, pid_t pid) {
   int dropping = 0, stopped = PUMP_ENDED;
   int64_t kill_at = 0;
   for (;;) {
+    if (!stopped && r->deadline_ms && monotonic_ms() > r->deadline_ms) {
+      stopped = PUMP_DEADLINE;
+      kill(-pid, SIGTERM);
+      kill_at = monotonic_ms() + STOP_GRACE_MS;
+    }
     if (!stopped && (is_stopping(r->s) || cancel_requested(r->s, r->job->id))) {
       stopped = is_stopping(r->s) ? PUMP_SHUTDOWN : PUMP_CANCELLED;
       if (stopped == PUMP_CANCELLED &&
@@ -257,17 +264,47 @@ static int pump(run *r, int fd, pid_t pid) {
   return stopped;
 }
 
-/* resources.devices of the job's stored spec (1 when it does not parse). */
-static int job_devices(const store_job *job) {
+typedef struct job_limits {
+  int devices, max_restarts, max_runtime_s;
+} job_limits;
+
+/* The service fields of the job's stored spec; a spec that does not parse
+ * (it was valid when stored, so only a hand-made row) gets the defaults. */
+static job_limits limits_of(const store_job *job) {
+  job_limits l = {1, 0, 0};
   api_job_spec *spec = malloc(sizeof *spec);
   api_error e;
-  int n = 1;
   if (spec && job->spec_json &&
       api_spec_parse(job->spec_json, strlen(job->spec_json), spec, &e) == 0) {
-    n = spec->devices;
+    l.devices = spec->devices > 0 ? spec->devices : 1;
+    l.max_restarts = spec->max_restarts;
+    l.max_runtime_s = spec->max_runtime_s;
   }
   free(spec);
-  return n > 0 ? n : 1;
+  return l;
+}
+
+/* A crashed run goes back to the queue while restarts are left, after an
+ * exponential backoff (1 s, 2 s, 4 s ... capped at a minute) so a job that
+ * crashes at once does not spin; otherwise it fails with why. */
+static void fail_or_retry(sched *s, const store_job *job, const job_limits *l, const char *reason,
+                          const char *message) {
+  if (job->attempt > l->max_restarts) {
+    finish(s, job, "FAILED", reason, message);
+    return;
+  }
+  int64_t backoff = 1000;
+  for (int i = 1; i < job->attempt && backoff < RETRY_BACKOFF_MAX_MS; i++) backoff *= 2;
+  if (backoff > RETRY_BACKOFF_MAX_MS) backoff = RETRY_BACKOFF_MAX_MS;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "attempt %d ended %s: %.700s; restart %d of %d in %lld s", job->attempt,
+           reason, message, job->attempt, l->max_restarts, (long long)(backoff / 1000));
+  if (store_job_retry(s->st, job->id, store_now_ms() + backoff, "RETRYING", msg) != STORE_OK) {
+    slog(s, SCHED_LOG_ERROR, "msg=\"retry not recorded\" job=%s error=\"%s\"", job->id,
+         store_errmsg(s->st));
+    return;
+  }
+  slog(s, SCHED_LOG_WARN, "job=%s state=QUEUED reason=RETRYING msg=\"%s\"", job->id, msg);
 }
 
 static void run_job(sched *s, const store_job *job) {
@@ -347,9 +384,10 @@ static void run_job(sched *s, const store_job *job) {
   slog(s, SCHED_LOG_INFO, "job=%s state=RUNNING pid=%d attempt=%d", job->id, (int)pid,
        job->attempt);
 
+  job_limits limits = limits_of(job);
   pthread_mutex_lock(&s->wake_lock);
   snprintf(s->stats.running_job, sizeof s->stats.running_job, "%s", job->id);
-  s->stats.devices_busy = job_devices(job);
+  s->stats.devices_busy = limits.devices;
   s->stats.jobs_started++;
   pthread_mutex_unlock(&s->wake_lock);
   run *r = calloc(1, sizeof *r);
@@ -358,6 +396,8 @@ static void run_job(sched *s, const store_job *job) {
     r->s = s;
     r->job = job;
     r->last_flush_ms = monotonic_ms();
+    if (limits.max_runtime_s > 0)
+      r->deadline_ms = monotonic_ms() + (int64_t)limits.max_runtime_s * 1000;
     stopped = pump(r, fds[0], pid);
   }
   close(fds[0]);
@@ -375,6 +415,10 @@ static void run_job(sched *s, const store_job *job) {
            "kilnd stopped while the job ran; it runs again when kilnd starts");
   } else if (stopped == PUMP_CANCELLED) {
     finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
+  } else if (stopped == PUMP_DEADLINE) {
+    snprintf(msg, sizeof msg, "stopped after running longer than max_runtime %d s",
+             limits.max_runtime_s);
+    finish(s, job, "FAILED", "DEADLINE_EXCEEDED", msg);
   } else if (!r) {
     finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -386,11 +430,11 @@ static void run_job(sched *s, const store_job *job) {
   } else if (WIFSIGNALED(status)) {
     snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see %s", WTERMSIG(status),
              strsignal(WTERMSIG(status)), log_path);
-    finish(s, job, "FAILED", "TRAINER_KILLED", msg);
+    fail_or_retry(s, job, &limits, "TRAINER_KILLED", msg);
   } else {
     snprintf(msg, sizeof msg, "kiln-train exited with status %d; see %s", WEXITSTATUS(status),
              log_path);
-    finish(s, job, "FAILED", "TRAINER_EXITED", msg);
+    fail_or_retry(s, job, &limits, "TRAINER_EXITED", msg);
   }
   free(r);
 }

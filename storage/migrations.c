@@ -94,7 +94,9 @@ static const char *const migrations[] = {
     "CREATE UNIQUE INDEX jobs_tenant_request ON jobs(tenant, request_id);"
     /* The tenant's list: WHERE tenant=? [AND state=?] AND seq<? ORDER BY seq DESC. */
     "CREATE INDEX jobs_tenant_seq ON jobs(tenant, seq);"
-    "CREATE INDEX jobs_tenant_state_seq ON jobs(tenant, state, seq);",
+    "CREATE INDEX jobs_tenant_state_seq ON jobs(tenant, state, seq);"
+    /* A job re-queued after a crash waits out its backoff: not claimed before this. */
+    "ALTER TABLE jobs ADD COLUMN not_before_ms INTEGER;",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

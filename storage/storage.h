@@ -93,10 +93,16 @@ int store_job_list(store *s, const char *state_filter, int64_t before_seq, int l
 int store_job_transition(store *s, const char *id, const char *from, const char *to,
                          const char *reason, const char *message);
 /* Atomically picks the next QUEUED job (highest priority, then oldest),
- * moves it to STARTING (reason CLAIMED, with an event), increments its
+ * whose retry backoff (not_before_ms) has passed, moves it to STARTING
+ * (reason CLAIMED, with an event), increments its
  * attempt and fills out (may be NULL). Safe across handles and processes:
  * a job is claimed once. STORE_EMPTY when no job is queued. */
 int store_job_claim_next(store *s, store_job *out);
+/* Puts an unfinished job back in the queue to be claimed no earlier than
+ * not_before_ms (a retry's backoff), with an event. STORE_CONFLICT when it
+ * already ended, STORE_NOT_FOUND when absent. */
+int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char *reason,
+                    const char *message);
 /* Recovery after a restart: every job in STARTING, RUNNING or STOPPING goes
  * back to QUEUED with reason "SERVER_RESTARTED" and an event each, in one
  * transaction. *n (may be NULL) gets how many. */

@@ -612,9 +612,11 @@ static int job_claim_locked(store *s, store_job *out) {
   /* Served by the jobs_claim index (state, priority DESC, seq). */
   if (prepare(s, &st,
               "SELECT id, attempt FROM jobs WHERE state = 'QUEUED'"
+              " AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
               " ORDER BY priority DESC, seq ASC LIMIT 1",
               what) != STORE_OK)
     goto done;
+  sqlite3_bind_int64(st, 1, store_now_ms());
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
     set_error(s, "%s: no job is queued", what);
@@ -1359,6 +1361,60 @@ int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int lim
 done:
   sqlite3_finalize(st);
   free(points);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+/* ---- retries ----------------------------------------------------------- */
+
+int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char *reason,
+                    const char *message) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  char what[96], state[16];
+  int rc = STORE_ERROR;
+  snprintf(what, sizeof what, "retry job %s", id);
+  if (tx_begin(s, what) != STORE_OK) goto done;
+  if (prepare(s, &st, "SELECT state FROM jobs WHERE id = ?1", what) != STORE_OK) goto done;
+  bind_text(st, 1, id);
+  int step = sqlite3_step(st);
+  if (step == SQLITE_DONE) {
+    set_error(s, "%s: no such job", what);
+    rc = STORE_NOT_FOUND;
+    goto done;
+  }
+  if (step != SQLITE_ROW) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  copy_column(state, sizeof state, st, 0);
+  sqlite3_finalize(st);
+  st = NULL;
+  if (is_terminal_state(state)) {
+    set_error(s, "%s: the job already ended %s", what, state);
+    rc = STORE_CONFLICT;
+    goto done;
+  }
+  if (prepare(s, &st,
+              "UPDATE jobs SET state = 'QUEUED', reason = ?2, message = ?3, not_before_ms = ?4,"
+              " end_ms = NULL WHERE id = ?1",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, id);
+  bind_text(st, 2, reason);
+  bind_text(st, 3, message);
+  sqlite3_bind_int64(st, 4, not_before_ms);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  if (insert_event(s, id, store_now_ms(), state, "QUEUED", reason, message) != STORE_OK) goto done;
+  if (tx_commit(s, what) != STORE_OK) goto done;
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
+  tx_end(s);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }

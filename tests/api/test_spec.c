@@ -242,6 +242,12 @@ static const struct CMUnitTest rules[] = {
          .description = "must be between 0 and 100, got 101"),
     RULE("negative_priority_is_refused", "priority", "-1", .field = "priority",
          .description = "got -1"),
+    RULE("negative_max_restarts_is_refused", "max_restarts", "-1", .field = "max_restarts",
+         .description = "must be between 0 and 100, got -1"),
+    RULE("max_runtime_as_string_is_refused", "max_runtime", "\"2h\"", .field = "max_runtime",
+         .description = "must be an integer, got string"),
+    RULE("max_runtime_past_a_year_is_refused", "max_runtime", "31622401", .field = "max_runtime",
+         .description = "got 31622401"),
     /* resources, precision, strategy */
     RULE("gpu_device_type_is_refused_for_now", "resources.device_type", "\"cuda\"",
          .field = "resources.device_type", .description = "only 'cpu' is available for now"),
@@ -465,6 +471,7 @@ static void every_option_given_explicitly_is_kept(void **state) {
       "\"drop_remainder\":true},"
       "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.5,\"momentum\":0.9,\"nesterov\":true},"
       "\"epochs\":10000,\"log_every_steps\":1000000,\"seed\":0,\"priority\":0,"
+      "\"max_restarts\":0,\"max_runtime\":0,"
       "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
       "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}";
   api_job_spec spec;
@@ -698,6 +705,7 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
       "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"beta_1\":0.9,\"beta_2\":0.999,"
       "\"epsilon\":1e-7},"
       "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
+      "\"max_restarts\":0,\"max_runtime\":0,"
       "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
       "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}");
   free(text);

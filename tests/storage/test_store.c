@@ -226,6 +226,7 @@ static void claim_query_is_served_by_the_claim_index(void **state) {
   assert_int_equal(sqlite3_prepare_v2(db,
                                       "EXPLAIN QUERY PLAN SELECT id, attempt FROM jobs"
                                       " WHERE state = 'QUEUED'"
+                                      " AND (not_before_ms IS NULL OR not_before_ms <= 0)"
                                       " ORDER BY priority DESC, seq ASC LIMIT 1",
                                       -1, &st, NULL),
                    SQLITE_OK);

@@ -232,6 +232,33 @@ static void metrics_since_resumes_after_the_last_seq_without_gaps(void **state) 
   free(rest);
 }
 
+static void retry_waits_out_its_backoff_before_a_claim(void **state) {
+  fixture *f = *state;
+  create(f->s, "crashy", "acme", NULL, 50, STORE_OK, NULL);
+  store_job job;
+  assert_int_equal(store_job_claim_next(f->s, &job), STORE_OK);
+  store_job_clear(&job);
+  assert_int_equal(store_job_transition(f->s, "crashy", "STARTING", "RUNNING", "STARTED", ""),
+                   STORE_OK);
+  int64_t later = store_now_ms() + 400;
+  assert_int_equal(store_job_retry(f->s, "crashy", later, "RETRYING", "attempt 1 crashed"),
+                   STORE_OK);
+  assert_int_equal(store_job_get(f->s, "crashy", &job), STORE_OK);
+  assert_string_equal(job.state, "QUEUED");
+  assert_string_equal(job.reason, "RETRYING");
+  store_job_clear(&job);
+  /* Not before its time, then once. */
+  assert_int_equal(store_job_claim_next(f->s, NULL), STORE_EMPTY);
+  usleep(500 * 1000);
+  assert_int_equal(store_job_claim_next(f->s, &job), STORE_OK);
+  assert_string_equal(job.id, "crashy");
+  assert_int_equal(job.attempt, 2);
+  store_job_clear(&job);
+  assert_int_equal(store_job_transition(f->s, "crashy", NULL, "FAILED", "X", ""), STORE_OK);
+  assert_int_equal(store_job_retry(f->s, "crashy", 0, "RETRYING", ""), STORE_CONFLICT);
+  assert_int_equal(store_job_retry(f->s, "nobody", 0, "RETRYING", ""), STORE_NOT_FOUND);
+}
+
 #define TEST(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -242,6 +269,7 @@ int main(void) {
       TEST(tokens_are_found_by_hash_and_never_twice),
       TEST(counts_and_queue_position_follow_the_claim_order),
       TEST(metrics_since_resumes_after_the_last_seq_without_gaps),
+      TEST(retry_waits_out_its_backoff_before_a_claim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
