@@ -30,8 +30,8 @@ static char admin_token[128], acme_token[128], beta_token[128], pager_token[128]
 static char *small_spec; /* the example with display_name "NAME" to fill in */
 
 /* The stand-in trainer: "sleeper*" jobs run until signalled, "emitter*"
- * jobs report 30 loss points over about 1.5 s, every other job reports one
- * point and succeeds. */
+ * jobs report 30 loss points over about 1.5 s ("emitter-slow" 4.5 s), every
+ * other job reports one point and succeeds. */
 static const char trainer_script[] =
     "#!/bin/sh\n"
     "spec=\"$2\"\n"
@@ -39,6 +39,7 @@ static const char trainer_script[] =
     "if grep -q '\"display_name\":\"emitter' \"$spec\"; then\n"
     "  i=1\n"
     "  while [ $i -le 30 ]; do\n"
+    "    if grep -q 'emitter-slow' \"$spec\"; then sleep 0.1; fi\n"
     "    echo \"{\\\"step\\\":$i,\\\"epoch\\\":1,\\\"metrics\\\":{\\\"loss\\\":$i}}\" >&3\n"
     "    i=$((i+1)); sleep 0.05\n"
     "  done\n"
@@ -201,19 +202,12 @@ static void make_token(const char *tenant, char *out, size_t len) {
   assert_int_equal(strncmp(out, "kiln_", 5), 0);
 }
 
-static int start_kilnd(void **state) {
-  (void)state;
-  curl_global_init(CURL_GLOBAL_DEFAULT);
-  snprintf(data_dir, sizeof data_dir, "/tmp/kiln-api-XXXXXX");
-  if (!mkdtemp(data_dir)) return -1;
+/* Starts kilnd on data_dir with the stand-in trainer; 0 once it serves. */
+static int launch_kilnd(void) {
   char trainer[300], port_file[300], log_file[300];
   snprintf(trainer, sizeof trainer, "%s/trainer.sh", data_dir);
-  FILE *f = fopen(trainer, "w");
-  if (!f) return -1;
-  fputs(trainer_script, f);
-  fclose(f);
-  chmod(trainer, 0755);
   snprintf(port_file, sizeof port_file, "%s/port", data_dir);
+  unlink(port_file);
   snprintf(log_file, sizeof log_file, "%s/kilnd.log", data_dir);
   kilnd_pid = fork();
   if (kilnd_pid == 0) {
@@ -234,14 +228,6 @@ static int start_kilnd(void **state) {
         char token_file[300];
         snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
         read_line(token_file, admin_token, sizeof admin_token);
-        small_spec = NULL;
-        FILE *ex = fopen(EXAMPLES_DIR "/fmnist-mlp.json", "rb");
-        if (!ex) return -1;
-        char buf[8192];
-        size_t n = fread(buf, 1, sizeof buf - 1, ex);
-        fclose(ex);
-        buf[n] = '\0';
-        small_spec = strdup(buf);
         return 0;
       }
     }
@@ -249,6 +235,28 @@ static int start_kilnd(void **state) {
     usleep(100 * 1000);
   }
   return -1;
+}
+
+static int start_kilnd(void **state) {
+  (void)state;
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  snprintf(data_dir, sizeof data_dir, "/tmp/kiln-api-XXXXXX");
+  if (!mkdtemp(data_dir)) return -1;
+  char trainer[300];
+  snprintf(trainer, sizeof trainer, "%s/trainer.sh", data_dir);
+  FILE *f = fopen(trainer, "w");
+  if (!f) return -1;
+  fputs(trainer_script, f);
+  fclose(f);
+  chmod(trainer, 0755);
+  FILE *ex = fopen(EXAMPLES_DIR "/fmnist-mlp.json", "rb");
+  if (!ex) return -1;
+  char buf[8192];
+  size_t n = fread(buf, 1, sizeof buf - 1, ex);
+  fclose(ex);
+  buf[n] = '\0';
+  small_spec = strdup(buf);
+  return launch_kilnd();
 }
 
 static int stop_kilnd(void **state) {
@@ -899,6 +907,66 @@ static void bad_inputs_get_the_right_4xx_and_change_nothing(void **state) {
   free(after);
 }
 
+/* How many (job, attempt, step, name) keys appear more than once, and the
+ * steps of one attempt of a job, from the database itself. */
+static int64_t db_int(const char *sql, const char *bind) {
+  char db_path[300];
+  snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_stmt *st = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+  if (bind) sqlite3_bind_text(st, 1, bind, -1, SQLITE_STATIC);
+  assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+  int64_t v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return v;
+}
+
+static void sigkill_of_kilnd_requeues_the_running_job_and_it_succeeds(void **state) {
+  (void)state;
+  char id[64];
+  create(acme_token, "emitter-slow", 50, id);
+  wait_state(acme_token, id, "RUNNING");
+  /* Let some points reach the store, then crash the server under the job. */
+  for (int i = 0; i < 100; i++) {
+    if (db_int("SELECT count(*) FROM metrics WHERE job_id = ?1", id) >= 5) break;
+    usleep(50 * 1000);
+  }
+  kill(kilnd_pid, SIGKILL);
+  waitpid(kilnd_pid, NULL, 0);
+  kilnd_pid = 0;
+  int64_t before = db_int("SELECT count(*) FROM metrics WHERE job_id = ?1 AND attempt = 1", id);
+  assert_true(before >= 5 && before < 30);
+  assert_int_equal(launch_kilnd(), 0);
+  json_t *doc = wait_job(acme_token, id);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "SUCCEEDED");
+  assert_int_equal(json_integer_value(json_object_get(doc, "attempt")), 2);
+  json_decref(doc);
+  char path[160];
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  char *text = json_dumps(doc, 0);
+  assert_non_null(strstr(text, "SERVER_RESTARTED"));
+  free(text);
+  json_decref(doc);
+  /* Nothing duplicated; attempt 1 kept every point it flushed (steps 1..k,
+   * no gaps), attempt 2 all 30. */
+  assert_int_equal(db_int("SELECT count(*) FROM (SELECT 1 FROM metrics GROUP BY job_id, attempt,"
+                          " step, name HAVING count(*) > 1)",
+                          NULL),
+                   0);
+  assert_int_equal(db_int("SELECT count(*) FROM metrics WHERE job_id = ?1 AND attempt = 1", id),
+                   before);
+  assert_int_equal(
+      db_int("SELECT max(step) - min(step) + 1 FROM metrics WHERE job_id = ?1 AND attempt = 1", id),
+      before);
+  assert_int_equal(
+      db_int("SELECT count(DISTINCT step) FROM metrics WHERE job_id = ?1 AND attempt = 2", id), 30);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tokens_are_made_per_tenant_and_checked),
@@ -910,6 +978,7 @@ int main(void) {
       cmocka_unit_test(openapi_and_router_agree),
       cmocka_unit_test(metrics_and_readyz_report_the_service),
       cmocka_unit_test(bad_inputs_get_the_right_4xx_and_change_nothing),
+      cmocka_unit_test(sigkill_of_kilnd_requeues_the_running_job_and_it_succeeds),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
 }
