@@ -96,7 +96,9 @@ static const char *const migrations[] = {
     "CREATE INDEX jobs_tenant_seq ON jobs(tenant, seq);"
     "CREATE INDEX jobs_tenant_state_seq ON jobs(tenant, state, seq);"
     /* A job re-queued after a crash waits out its backoff: not claimed before this. */
-    "ALTER TABLE jobs ADD COLUMN not_before_ms INTEGER;",
+    "ALTER TABLE jobs ADD COLUMN not_before_ms INTEGER;"
+    /* Fair share: a tenant's recent starts, counted at each claim. */
+    "CREATE INDEX jobs_tenant_start ON jobs(tenant, start_ms);",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

@@ -92,8 +92,11 @@ int store_job_list(store *s, const char *state_filter, int64_t before_seq, int l
  * PREEMPTED (a misspelt one would never count as terminal). */
 int store_job_transition(store *s, const char *id, const char *from, const char *to,
                          const char *reason, const char *message);
-/* Atomically picks the next QUEUED job (highest priority, then oldest),
- * whose retry backoff (not_before_ms) has passed, moves it to STARTING
+/* How far back a tenant's job starts count against it in fair share. */
+#define STORE_FAIR_SHARE_WINDOW_MS (60 * 60 * 1000)
+/* Atomically picks the next QUEUED job (highest priority; within it the
+ * tenant with the fewest starts in the last STORE_FAIR_SHARE_WINDOW_MS,
+ * then the oldest) whose retry backoff (not_before_ms) has passed, moves it to STARTING
  * (reason CLAIMED, with an event), increments its
  * attempt and fills out (may be NULL). Safe across handles and processes:
  * a job is claimed once. STORE_EMPTY when no job is queued. */

@@ -609,14 +609,23 @@ static int job_claim_locked(store *s, store_job *out) {
   char message[64];
   int rc = STORE_ERROR;
   if (tx_begin(s, what) != STORE_OK) goto done;
-  /* Served by the jobs_claim index (state, priority DESC, seq). */
+  /* Highest priority first; within it, fair share: the tenant with the
+   * fewest starts in the last STORE_FAIR_SHARE_WINDOW_MS goes first, so one
+   * tenant's burst of jobs cannot hold back another's; then oldest first.
+   * The candidates come from the jobs_claim index (state, priority DESC,
+   * seq), each tenant's count from jobs_tenant_start. */
   if (prepare(s, &st,
-              "SELECT id, attempt FROM jobs WHERE state = 'QUEUED'"
-              " AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
-              " ORDER BY priority DESC, seq ASC LIMIT 1",
+              "SELECT q.id, q.attempt FROM jobs q WHERE q.state = 'QUEUED'"
+              " AND (q.not_before_ms IS NULL OR q.not_before_ms <= ?1)"
+              " AND q.priority = (SELECT max(priority) FROM jobs WHERE state = 'QUEUED'"
+              "  AND (not_before_ms IS NULL OR not_before_ms <= ?1))"
+              " ORDER BY (SELECT count(*) FROM jobs r WHERE r.tenant = q.tenant"
+              "  AND r.start_ms >= ?2), q.seq ASC LIMIT 1",
               what) != STORE_OK)
     goto done;
-  sqlite3_bind_int64(st, 1, store_now_ms());
+  int64_t claim_now = store_now_ms();
+  sqlite3_bind_int64(st, 1, claim_now);
+  sqlite3_bind_int64(st, 2, claim_now - STORE_FAIR_SHARE_WINDOW_MS);
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
     set_error(s, "%s: no job is queued", what);

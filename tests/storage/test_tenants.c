@@ -259,6 +259,28 @@ static void retry_waits_out_its_backoff_before_a_claim(void **state) {
   assert_int_equal(store_job_retry(f->s, "nobody", 0, "RETRYING", ""), STORE_NOT_FOUND);
 }
 
+/* Same priority: the tenant that has started fewer jobs lately goes first. */
+static void claim_shares_between_tenants_at_equal_priority(void **state) {
+  fixture *f = *state;
+  create(f->s, "a1", "acme", NULL, 50, STORE_OK, NULL);
+  create(f->s, "a2", "acme", NULL, 50, STORE_OK, NULL);
+  create(f->s, "a3", "acme", NULL, 50, STORE_OK, NULL);
+  create(f->s, "b1", "beta", NULL, 50, STORE_OK, NULL);
+  create(f->s, "b2", "beta", NULL, 50, STORE_OK, NULL);
+  create(f->s, "urgent", "acme", NULL, 90, STORE_OK, NULL);
+  const char *want[] = {"urgent", "b1", "a1", "b2", "a2", "a3"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    store_job job;
+    assert_int_equal(store_job_claim_next(f->s, &job), STORE_OK);
+    if (strcmp(job.id, want[i]) != 0) fail_msg("claim %zu took %s, want %s", i, job.id, want[i]);
+    /* Starting is what counts against a tenant. */
+    assert_int_equal(store_job_transition(f->s, job.id, "STARTING", "RUNNING", "STARTED", ""),
+                     STORE_OK);
+    store_job_clear(&job);
+  }
+  assert_int_equal(store_job_claim_next(f->s, NULL), STORE_EMPTY);
+}
+
 #define TEST(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -270,6 +292,7 @@ int main(void) {
       TEST(counts_and_queue_position_follow_the_claim_order),
       TEST(metrics_since_resumes_after_the_last_seq_without_gaps),
       TEST(retry_waits_out_its_backoff_before_a_claim),
+      TEST(claim_shares_between_tenants_at_equal_priority),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
