@@ -1,7 +1,7 @@
 /* observe.c — what operators and tools read: /readyz, /metrics (Prometheus
  * text: jobs by state, queue depth, devices busy, metric points ingested,
- * HTTP requests and latency) and /v1/openapi.json, made from the route
- * table so every route is described. */
+ * HTTP requests and latency), the device inventory and pools, and
+ * /v1/openapi.json, made from the route table so every route is described. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,5 +168,51 @@ void http_openapi(const http_config *cfg, http_request *req, http_response *res)
   json_object_set_new(components, "schemas", schemas);
   json_object_set_new(components, "securitySchemes", schemes);
   json_object_set_new(doc, "components", components);
+  http_reply_json(res, 200, doc);
+}
+
+/* Each CPU core is one slot in the one local pool; the running job holds the
+ * first devices_busy of them. */
+static json_t *devices_json(const sched_stats *stats) {
+  json_t *arr = json_array();
+  for (int i = 0; i < stats->devices_total; i++) {
+    json_t *d = json_object();
+    char name[64];
+    snprintf(name, sizeof name, "devices/cpu-%d", i);
+    json_object_set_new(d, "name", json_string(name));
+    json_object_set_new(d, "type", json_string("cpu"));
+    json_object_set_new(d, "index", json_integer(i));
+    json_object_set_new(d, "pool", json_string("default"));
+    int busy = i < stats->devices_busy;
+    json_object_set_new(d, "busy", json_boolean(busy));
+    if (busy) json_object_set_new(d, "job", json_string(stats->running_job));
+    json_array_append_new(arr, d);
+  }
+  return arr;
+}
+
+void http_list_devices(const http_config *cfg, http_request *req, http_response *res) {
+  (void)req;
+  sched_stats stats;
+  sched_get_stats(cfg->scheduler, &stats);
+  json_t *doc = json_object();
+  json_object_set_new(doc, "devices", devices_json(&stats));
+  http_reply_json(res, 200, doc);
+}
+
+void http_list_pools(const http_config *cfg, http_request *req, http_response *res) {
+  (void)req;
+  sched_stats stats;
+  sched_get_stats(cfg->scheduler, &stats);
+  json_t *pool = json_object();
+  json_object_set_new(pool, "name", json_string("pools/default"));
+  json_object_set_new(pool, "id", json_string("default"));
+  json_object_set_new(pool, "device_type", json_string("cpu"));
+  json_object_set_new(pool, "devices", json_integer(stats.devices_total));
+  json_object_set_new(pool, "devices_busy", json_integer(stats.devices_busy));
+  json_t *arr = json_array();
+  json_array_append_new(arr, pool);
+  json_t *doc = json_object();
+  json_object_set_new(doc, "pools", arr);
   http_reply_json(res, 200, doc);
 }

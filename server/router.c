@@ -32,6 +32,8 @@ static const http_route routes[] = {
      "The checkpoint file (safetensors)."},
     {"GET", "/v1/datasets", http_list_datasets, 0,
      "Built-in data sets and whether they are ready."},
+    {"GET", "/v1/devices", http_list_devices, 0, "The device slots the scheduler hands out."},
+    {"GET", "/v1/pools", http_list_pools, 0, "Worker pools and their devices."},
 };
 
 const http_route *http_routes(int *n) {

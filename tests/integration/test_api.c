@@ -438,6 +438,18 @@ static void cancel_explain_delete_and_priority_order(void **state) {
   assert_non_null(strstr(text, sleeper));
   free(text);
   json_decref(doc);
+  /* The inventory shows the slot the sleeper holds. */
+  assert_int_equal(call(acme_token, "GET", "/v1/devices", NULL, &doc), 200);
+  json_t *dev0 = json_array_get(json_object_get(doc, "devices"), 0);
+  assert_true(json_is_true(json_object_get(dev0, "busy")));
+  assert_string_equal(json_string_value(json_object_get(dev0, "job")), sleeper);
+  json_decref(doc);
+  assert_int_equal(call(acme_token, "GET", "/v1/pools", NULL, &doc), 200);
+  json_t *pool = json_array_get(json_object_get(doc, "pools"), 0);
+  assert_string_equal(json_string_value(json_object_get(pool, "id")), "default");
+  assert_int_equal(json_integer_value(json_object_get(pool, "devices_busy")), 1);
+  assert_true(json_integer_value(json_object_get(pool, "devices")) >= 1);
+  json_decref(doc);
   /* A running job cannot be deleted; cancel stops it. */
   snprintf(path, sizeof path, "/v1/jobs/%s", sleeper);
   assert_int_equal(call(acme_token, "DELETE", path, NULL, &doc), 409);
@@ -589,6 +601,8 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}:download",
       "GET /v1/datasets",
+      "GET /v1/devices",
+      "GET /v1/pools",
   };
   size_t n_expected = sizeof expected / sizeof expected[0];
   json_t *doc;
