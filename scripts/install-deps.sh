@@ -10,6 +10,8 @@ packages=(
   libcurl4-openssl-dev libcmocka-dev libopenmpi-dev openmpi-bin zlib1g-dev
   # tests, the demo and the reference data set
   curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
+  # the service benchmark (bench/service.sh), side by side with nginx
+  wrk nginx-light
 )
 
 missing=()

@@ -98,7 +98,10 @@ static const char *const migrations[] = {
     /* A job re-queued after a crash waits out its backoff: not claimed before this. */
     "ALTER TABLE jobs ADD COLUMN not_before_ms INTEGER;"
     /* Fair share: a tenant's recent starts, counted at each claim. */
-    "CREATE INDEX jobs_tenant_start ON jobs(tenant, start_ms);",
+    "CREATE INDEX jobs_tenant_start ON jobs(tenant, start_ms);"
+    /* The claim: each tenant's oldest ready job at the top priority, read
+     * from the index alone. */
+    "CREATE INDEX jobs_claim_tenant ON jobs(state, priority, tenant, seq, not_before_ms);",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

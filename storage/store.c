@@ -24,9 +24,21 @@
 #define STORE_ERRLEN          512
 #define STORE_BUSY_TIMEOUT_MS 5000
 
+#define STORE_STMT_CACHE 64
+
+/* A prepared statement kept for reuse: preparing costs more than most of
+ * the queries themselves (tens of microseconds), on every API call. */
+typedef struct cached_stmt {
+  char *sql;
+  sqlite3_stmt *st;
+  int busy; /* handed out and not yet released */
+} cached_stmt;
+
 struct store {
   pthread_mutex_t db_lock;
-  sqlite3 *db;               /* guarded by db_lock */
+  sqlite3 *db;                         /* guarded by db_lock */
+  cached_stmt cache[STORE_STMT_CACHE]; /* guarded by db_lock */
+  int n_cached;
   uint64_t handle_id;        /* unique per open, tags last_error */
   char errmsg[STORE_ERRLEN]; /* guarded by db_lock */
 };
@@ -83,11 +95,41 @@ __attribute__((format(printf, 3, 4))) static void copy_error(char *errbuf, size_
 
 /* ---- small helpers ----------------------------------------------------- */
 
+/* A statement for sql, from the cache when an idle one is there; give it
+ * back with release(), never sqlite3_finalize. */
 static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *what) {
-  if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) == SQLITE_OK) return STORE_OK;
-  db_error(s, "%s: prepare", what);
-  *st = NULL;
-  return STORE_ERROR;
+  for (int i = 0; i < s->n_cached; i++) {
+    if (!s->cache[i].busy && strcmp(s->cache[i].sql, sql) == 0) {
+      s->cache[i].busy = 1;
+      *st = s->cache[i].st;
+      return STORE_OK;
+    }
+  }
+  if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK) {
+    db_error(s, "%s: prepare", what);
+    *st = NULL;
+    return STORE_ERROR;
+  }
+  if (s->n_cached < STORE_STMT_CACHE) {
+    char *copy = strdup(sql);
+    if (copy) s->cache[s->n_cached++] = (cached_stmt){copy, *st, 1};
+  }
+  return STORE_OK;
+}
+
+/* Ends a statement from prepare(): a cached one is reset (dropping its read
+ * lock and bindings) for the next call, any other finalized. NULL is a no-op. */
+static void release(store *s, sqlite3_stmt *st) {
+  if (!st) return;
+  for (int i = 0; i < s->n_cached; i++) {
+    if (s->cache[i].st == st) {
+      sqlite3_reset(st);
+      sqlite3_clear_bindings(st);
+      s->cache[i].busy = 0;
+      return;
+    }
+  }
+  sqlite3_finalize(st);
 }
 
 static int tx_begin(store *s, const char *what) {
@@ -241,8 +283,12 @@ fail:
 
 void store_close(store *s) {
   if (!s) return;
-  /* Every statement is finalized by the call that prepared it, so close
-   * cannot be refused for busy statements. */
+  /* Every other statement is finalized by the call that prepared it, so
+   * close cannot be refused for busy statements. */
+  for (int i = 0; i < s->n_cached; i++) {
+    sqlite3_finalize(s->cache[i].st);
+    free(s->cache[i].sql);
+  }
   sqlite3_close(s->db);
   pthread_mutex_destroy(&s->db_lock);
   free(s);
@@ -340,7 +386,7 @@ static int insert_event(store *s, const char *job_id, int64_t time_ms, const cha
     db_error(s, "%s", what);
     rc = STORE_ERROR;
   }
-  sqlite3_finalize(st);
+  release(s, st);
   return rc;
 }
 
@@ -360,7 +406,7 @@ static int select_job(store *s, const char *id, store_job *out, const char *what
     db_error(s, "%s", what);
     rc = STORE_ERROR;
   }
-  sqlite3_finalize(st);
+  release(s, st);
   return rc;
 }
 
@@ -396,7 +442,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
       db_error(s, "%s: look up request_id %s", what, job->request_id);
       goto done;
     }
-    sqlite3_finalize(st);
+    release(s, st);
     st = NULL;
   }
   int64_t create_ms = job->create_ms ? job->create_ms : store_now_ms();
@@ -427,7 +473,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   return rc;
 }
@@ -496,7 +542,7 @@ static int job_list_locked(store *s, const char *state_filter, int64_t before_se
   jobs = NULL;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   store_job_list_free(jobs, used);
   return rc;
 }
@@ -542,7 +588,7 @@ static int job_transition_locked(store *s, const char *id, const char *from, con
     goto done;
   }
   copy_column(current, sizeof current, st, 0);
-  sqlite3_finalize(st);
+  release(s, st);
   st = NULL;
   if (from ? strcmp(current, from) != 0 : is_terminal_state(current)) {
     set_error(s, "%s: the job is %s, not %s", what, current, from ? from : "unfinished");
@@ -575,7 +621,7 @@ static int job_transition_locked(store *s, const char *id, const char *from, con
   if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   return rc;
 }
@@ -612,15 +658,19 @@ static int job_claim_locked(store *s, store_job *out) {
   /* Highest priority first; within it, fair share: the tenant with the
    * fewest starts in the last STORE_FAIR_SHARE_WINDOW_MS goes first, so one
    * tenant's burst of jobs cannot hold back another's; then oldest first.
-   * The candidates come from the jobs_claim index (state, priority DESC,
-   * seq), each tenant's count from jobs_tenant_start. */
+   * Each tenant's oldest ready job at the top priority comes from the
+   * covering index jobs_claim_tenant alone; the recent starts are counted
+   * once per tenant from jobs_tenant_start. */
   if (prepare(s, &st,
-              "SELECT q.id, q.attempt FROM jobs q WHERE q.state = 'QUEUED'"
-              " AND (q.not_before_ms IS NULL OR q.not_before_ms <= ?1)"
-              " AND q.priority = (SELECT max(priority) FROM jobs WHERE state = 'QUEUED'"
-              "  AND (not_before_ms IS NULL OR not_before_ms <= ?1))"
-              " ORDER BY (SELECT count(*) FROM jobs r WHERE r.tenant = q.tenant"
-              "  AND r.start_ms >= ?2), q.seq ASC LIMIT 1",
+              "SELECT j.id, j.attempt FROM"
+              " (SELECT tenant, min(seq) AS seq FROM jobs WHERE state = 'QUEUED'"
+              "   AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
+              "   AND priority = (SELECT priority FROM jobs WHERE state = 'QUEUED'"
+              "    AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
+              "    ORDER BY priority DESC LIMIT 1)"
+              "  GROUP BY tenant) AS c JOIN jobs j ON j.seq = c.seq"
+              " ORDER BY (SELECT count(*) FROM jobs r WHERE r.tenant = c.tenant"
+              "  AND r.start_ms >= ?2), c.seq ASC LIMIT 1",
               what) != STORE_OK)
     goto done;
   int64_t claim_now = store_now_ms();
@@ -638,7 +688,7 @@ static int job_claim_locked(store *s, store_job *out) {
   }
   copy_column(id, sizeof id, st, 0);
   int attempt = sqlite3_column_int(st, 1) + 1;
-  sqlite3_finalize(st);
+  release(s, st);
   st = NULL;
   snprintf(message, sizeof message, "starting attempt %d", attempt);
   int64_t now = store_now_ms();
@@ -666,7 +716,7 @@ static int job_claim_locked(store *s, store_job *out) {
   }
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   return rc;
 }
@@ -697,7 +747,7 @@ static int job_requeue_locked(store *s, int *n) {
     db_error(s, "%s: record events", what);
     goto done;
   }
-  sqlite3_finalize(st);
+  release(s, st);
   st = NULL;
   /* The right-hand sides see the old row, so message names the old state. */
   if (prepare(s, &st,
@@ -715,7 +765,7 @@ static int job_requeue_locked(store *s, int *n) {
   if (n) *n = changed;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   return rc;
 }
@@ -778,7 +828,7 @@ static int event_list_locked(store *s, const char *job_id, store_event **out, in
   events = NULL;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   store_event_list_free(events, used);
   return rc;
 }
@@ -828,7 +878,7 @@ static int metrics_append_locked(store *s, const char *job_id, const store_metri
     db_error(s, "%s", what);
     goto done;
   }
-  sqlite3_finalize(st);
+  release(s, st);
   st = NULL;
   if (prepare(s, &st,
               "INSERT OR IGNORE INTO metrics(job_id, attempt, step, epoch, name, value, time_ms)"
@@ -859,7 +909,7 @@ static int metrics_append_locked(store *s, const char *job_id, const store_metri
   if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   return rc;
 }
@@ -919,7 +969,7 @@ static int metrics_list_locked(store *s, const char *job_id, const char *name, s
   points = NULL;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   free(points);
   return rc;
 }
@@ -975,7 +1025,7 @@ static int checkpoint_add_locked(store *s, const store_checkpoint *c) {
   } else {
     db_error(s, "%s", what);
   }
-  sqlite3_finalize(st);
+  release(s, st);
   return rc;
 }
 
@@ -1043,7 +1093,7 @@ static int checkpoint_list_locked(store *s, const char *job_id, store_checkpoint
   list = NULL;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   store_checkpoint_list_free(list, used);
   return rc;
 }
@@ -1102,7 +1152,7 @@ static int job_query_locked(store *s, const store_job_query *q, store_job **out,
   jobs = NULL;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   store_job_list_free(jobs, used);
   return rc;
 }
@@ -1145,7 +1195,7 @@ static int job_delete_locked(store *s, const char *id) {
     goto done;
   }
   copy_column(state, sizeof state, st, 0);
-  sqlite3_finalize(st);
+  release(s, st);
   st = NULL;
   if (!is_terminal_state(state)) {
     set_error(s, "%s: the job is %s; only a SUCCEEDED, FAILED or CANCELLED job can be deleted",
@@ -1163,7 +1213,7 @@ static int job_delete_locked(store *s, const char *id) {
   if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   return rc;
 }
@@ -1203,7 +1253,7 @@ int store_job_count_by_state(store *s, int64_t counts[8]) {
   }
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1228,7 +1278,7 @@ int store_job_queue_ahead(store *s, const char *id, int64_t *ahead) {
   *ahead = sqlite3_column_int64(st, 0);
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1269,7 +1319,7 @@ int store_token_add(store *s, const store_token *t, const char *sha256_hex) {
     rc = STORE_OK;
   }
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1299,7 +1349,7 @@ int store_token_find(store *s, const char *sha256_hex, store_token *out) {
     db_error(s, "find token");
   }
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1319,7 +1369,7 @@ int store_token_count(store *s, int64_t *n) {
   *n = sqlite3_column_int64(st, 0);
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1368,7 +1418,7 @@ int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int lim
   points = NULL;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   free(points);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
@@ -1398,7 +1448,7 @@ int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char 
     goto done;
   }
   copy_column(state, sizeof state, st, 0);
-  sqlite3_finalize(st);
+  release(s, st);
   st = NULL;
   if (is_terminal_state(state)) {
     set_error(s, "%s: the job already ended %s", what, state);
@@ -1422,7 +1472,7 @@ int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char 
   if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
-  sqlite3_finalize(st);
+  release(s, st);
   tx_end(s);
   pthread_mutex_unlock(&s->db_lock);
   return rc;

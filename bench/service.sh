@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The service benchmark, one run on loopback: GET /v1/jobs/{id} under wrk
+# against nginx serving the same JSON as a static file, job creation per
+# second, metric ingestion per second, and one scheduling pass over 10,000
+# queued jobs. Needs a build (cmake --build build) and wrk + nginx-light.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build}
+tmp=$(mktemp -d)
+kilnd_pid=""
+nginx_conf="$tmp/nginx.conf"
+cleanup() {
+  [ -n "$kilnd_pid" ] && kill "$kilnd_pid" 2>/dev/null && wait "$kilnd_pid" 2>/dev/null || true
+  [ -f "$tmp/nginx.pid" ] && nginx -c "$nginx_conf" -s stop 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+echo "== store"
+"$build/bench/bench_service" store "$tmp" | tee "$tmp/store.out"
+
+echo "== kilnd (jobs queue behind one that never ends, so nothing trains)"
+printf '#!/bin/sh\nexec sleep 600\n' > "$tmp/trainer.sh"
+chmod +x "$tmp/trainer.sh"
+"$build/server/kilnd" --listen 127.0.0.1:0 --data-dir "$tmp/data" --port-file "$tmp/port" \
+  --trainer "$tmp/trainer.sh" 2> "$tmp/kilnd.log" &
+kilnd_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+url="http://127.0.0.1:$(cat "$tmp/port")"
+token=$(cat "$tmp/data/admin.token")
+"$build/bench/bench_service" http "$url" "$token" examples/fmnist-mlp.json 2000 | tee "$tmp/http.out"
+
+id=$(curl -s -H "Authorization: Bearer $token" -X POST --data-binary @examples/fmnist-mlp.json \
+  "$url/v1/jobs" | sed 's/.*"id":"\([^"]*\)".*/\1/')
+mkdir -p "$tmp/www"
+curl -s -H "Authorization: Bearer $token" "$url/v1/jobs/$id" > "$tmp/www/job.json"
+cat > "$nginx_conf" <<CONF
+worker_processes 2;
+pid $tmp/nginx.pid;
+error_log $tmp/nginx.err;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  server {
+    listen 127.0.0.1:18089;
+    root $tmp/www;
+    location / { default_type application/json; }
+  }
+}
+CONF
+nginx -c "$nginx_conf"
+sleep 0.5
+
+echo "== GET /v1/jobs/{id}: kilnd vs nginx (wrk -t2 -c32 -d5s)"
+kilnd_rps=$(wrk -t2 -c32 -d5s -H "Authorization: Bearer $token" "$url/v1/jobs/$id" |
+  awk '/Requests\/sec/ {print $2}')
+nginx_rps=$(wrk -t2 -c32 -d5s "http://127.0.0.1:18089/job.json" | awk '/Requests\/sec/ {print $2}')
+echo "kilnd_get_rps=$kilnd_rps"
+echo "nginx_get_rps=$nginx_rps"
+awk -v k="$kilnd_rps" -v n="$nginx_rps" 'BEGIN { printf "kilnd_over_nginx=%.2f\n", k / n }'
