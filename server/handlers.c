@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -105,11 +106,7 @@ json_t *http_job_json(store *st, const store_job *job, int with_metrics) {
 
 static int new_job_id(char out[40]) {
   unsigned char raw[8];
-  FILE *f = fopen("/dev/urandom", "rb");
-  if (!f) return -1;
-  size_t got = fread(raw, 1, sizeof raw, f);
-  fclose(f);
-  if (got != sizeof raw) return -1;
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) return -1;
   /* Time-ordered prefix so ids sort roughly by creation, then randomness. */
   time_t now = time(NULL);
   struct tm tm;

@@ -58,7 +58,6 @@ static void usage(FILE *to) {
           "  --trainer PATH         the kiln-train binary (default: $KILN_TRAINER, or found\n"
           "                         next to kilnd)\n"
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
-          "  --threads N            HTTP worker threads (default 4)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
           "  --insecure-no-auth     accept requests without a token, as the default\n"
           "                         tenant's admin (development only; loopback only)\n"
@@ -202,7 +201,6 @@ int main(int argc, char **argv) {
                                           {"datasets-dir", required_argument, NULL, 's'},
                                           {"trainer", required_argument, NULL, 't'},
                                           {"max-body-bytes", required_argument, NULL, 'b'},
-                                          {"threads", required_argument, NULL, 'n'},
                                           {"port-file", required_argument, NULL, 'p'},
                                           {"insecure-no-auth", no_argument, NULL, 'i'},
                                           {"help", no_argument, NULL, 'h'},
@@ -210,7 +208,7 @@ int main(int argc, char **argv) {
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
   const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL;
   char trainer[PATH_MAX] = "";
-  long max_body = DEFAULT_MAX_BODY, threads = 4;
+  long max_body = DEFAULT_MAX_BODY;
   int opt, no_auth = 0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
@@ -225,13 +223,6 @@ int main(int argc, char **argv) {
       max_body = strtol(optarg, &end, 10);
       if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
         fprintf(stderr, "kilnd: --max-body-bytes needs 1024..1073741824, got '%s'\n", optarg);
-        return 2;
-      }
-      break;
-    case 'n':
-      threads = strtol(optarg, &end, 10);
-      if (!*optarg || *end || threads < 1 || threads > 256) {
-        fprintf(stderr, "kilnd: --threads needs 1..256, got '%s'\n", optarg);
         return 2;
       }
       break;
@@ -318,7 +309,6 @@ int main(int argc, char **argv) {
   http_config hc = {.host = host,
                     .port = port,
                     .max_body_bytes = (size_t)max_body,
-                    .threads = (int)threads,
                     .datasets_dir = datasets_dir,
                     .jobs_dir = jobs_dir,
                     .insecure_no_auth = no_auth,

@@ -17,7 +17,6 @@ typedef struct http_config {
   const char *host;      /* numeric IPv4/IPv6 address to bind, e.g. "127.0.0.1" */
   int port;              /* 0 = any free port (see http_server_port) */
   size_t max_body_bytes; /* larger request bodies get 413 */
-  int threads;           /* unused: one thread per connection (streams and :wait block) */
   const char *datasets_dir;
   const char *jobs_dir;    /* one folder per job (train.log, checkpoints) */
   int insecure_no_auth;    /* every request acts as the default tenant's admin; loopback only */
