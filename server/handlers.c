@@ -189,26 +189,24 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   store_job existing;
   memset(&existing, 0, sizeof existing);
   int rc = store_job_create(cfg->st, &job, &existing);
-  free(job.spec_json);
   if (rc == STORE_EXISTS) {
     /* The same request again: the job it made, not a second one. */
+    free(job.spec_json);
     http_reply_json(res, 200, http_job_json(cfg->st, &existing, 1));
     store_job_clear(&existing);
     return;
   }
   if (rc != STORE_OK) {
+    free(job.spec_json);
     http_reply_store_failure(res, cfg->st);
     return;
   }
   sched_wake(cfg->scheduler);
-  store_job created;
-  memset(&created, 0, sizeof created);
-  if (store_job_get(cfg->st, job.id, &created) != STORE_OK) {
-    http_reply_store_failure(res, cfg->st);
-    return;
-  }
-  http_reply_json(res, 200, http_job_json(cfg->st, &created, 0));
-  store_job_clear(&created);
+  /* The job as committed (QUEUED, CREATED), without reading it back. */
+  snprintf(job.reason, sizeof job.reason, "CREATED");
+  job.message = "";
+  http_reply_json(res, 200, http_job_json(cfg->st, &job, 0));
+  free(job.spec_json);
 }
 
 static int parse_int_arg(const char *text, int lo, int hi, int *out) {
