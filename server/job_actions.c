@@ -153,8 +153,9 @@ void http_explain_job(const http_config *cfg, http_request *req, http_response *
     sched_get_stats(cfg->scheduler, &stats);
     if (ahead > 0) {
       add_reason(reasons, "JOBS_AHEAD",
-                 "%lld queued job(s) of higher priority, or of the same priority and older, run "
-                 "first (this job has priority %d)",
+                 "%lld queued job(s) of higher priority, or of the same priority and older, are "
+                 "ahead (this job has priority %d; fair share between tenants may move it up "
+                 "among those of its priority)",
                  (long long)ahead, job.priority);
     }
     if (stats.running_job[0]) {

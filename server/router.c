@@ -3,6 +3,7 @@
  * same table, so a route cannot exist without being documented. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "routes.h"
 
@@ -77,7 +78,7 @@ static int authenticate(const http_config *cfg, http_request *req, http_response
                       "this route needs an 'Authorization: Bearer TOKEN' header");
     return -1;
   }
-  if (strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
+  if (strncasecmp(auth, "Bearer ", 7) != 0 || !auth[7]) { /* the scheme is case-insensitive */
     http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
                       "the Authorization header must be 'Bearer TOKEN'");
     return -1;

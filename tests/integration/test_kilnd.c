@@ -81,6 +81,31 @@ static long http(const char *method, const char *path, const char *body, size_t 
   return status;
 }
 
+/* GET path as raw bytes (200 expected), NUL-terminated; *len without the NUL. */
+static unsigned char *http_bytes(const char *path, size_t *len) {
+  CURL *c = curl_easy_init();
+  assert_non_null(c);
+  char url[1024], auth[200];
+  snprintf(url, sizeof url, "%s%s", base_url, path);
+  snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
+  struct curl_slist *headers = curl_slist_append(NULL, auth);
+  buffer b = {0};
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  assert_int_equal(curl_easy_perform(c), CURLE_OK);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(c);
+  assert_int_equal(status, 200);
+  if (!b.data) b.data = calloc(1, 1);
+  *len = b.len;
+  return (unsigned char *)b.data;
+}
+
 static char *read_text(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
@@ -429,8 +454,36 @@ static void example_job_trains_to_085_with_metrics_and_checkpoint(void **state) 
   assert_int_equal(json_object_size(header), 4 + 1); /* the weights and __metadata__ */
   assert_int_equal(8 + hlen + data_bytes, len);
   json_decref(header);
+
+  /* The same checkpoint through the API: its resource, then its bytes. */
+  char ck_path[200];
+  snprintf(ck_path, sizeof ck_path, "/v1/jobs/%s/checkpoints/%lld", job_id,
+           (long long)json_integer_value(json_object_get(ck, "id")));
+  json_t *one;
+  assert_int_equal(http("GET", ck_path, NULL, 0, &one), 200);
+  assert_string_equal(json_string_value(json_object_get(one, "sha256")), sha);
+  json_decref(one);
+  strcat(ck_path, ":download");
+  size_t got_len = 0;
+  unsigned char *got = http_bytes(ck_path, &got_len);
+  assert_int_equal(got_len, len);
+  assert_memory_equal(got, raw, len);
+  free(got);
   free(raw);
   json_decref(doc);
+
+  /* The trainer's output (its stderr) is served as kept in the job's folder. */
+  snprintf(path, sizeof path, "/v1/jobs/%s/logs", job_id);
+  size_t log_len = 0;
+  char *log = (char *)http_bytes(path, &log_len);
+  char log_file[400];
+  snprintf(log_file, sizeof log_file, "%s/jobs/%s/train.log", data_dir, job_id);
+  size_t file_len = 0;
+  char *on_disk = read_text(log_file, &file_len);
+  assert_int_equal(log_len, file_len);
+  assert_memory_equal(log, on_disk, file_len);
+  free(on_disk);
+  free(log);
 
   /* The job's events tell its way through the states. */
   snprintf(path, sizeof path, "/v1/jobs/%s/events", job_id);
