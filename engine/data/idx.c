@@ -145,6 +145,7 @@ int kn_dataset_load_idx(const char *images_path, const char *labels_path, int no
     if (out->y[i] > max_label) max_label = out->y[i];
   }
   out->n_classes = max_label + 1;
+  out->value_range = normalize ? 1.0f : 255.0f;
 out:
   free(images.data);
   free(labels.data);
