@@ -60,15 +60,21 @@ static double throughput(const kn_dataset *ds, int threads, int epochs, kn_pipel
 static kn_model mlp(void) {
   static const kn_layer_config layers[] = {
       {.type = KN_LAYER_FLATTEN, .name = "flatten"},
-      {.type = KN_LAYER_DENSE, .name = "dense_1", .units = 256, .use_bias = 1,
+      {.type = KN_LAYER_DENSE,
+       .name = "dense_1",
+       .units = 256,
+       .use_bias = 1,
        .activation = KN_ACT_RELU},
       {.type = KN_LAYER_DENSE, .name = "dense_2", .units = 10, .use_bias = 1}};
-  kn_model_config mc = {.input_ndim = 3, .input_shape = {28, 28, 1}, .n_layers = 3,
-                        .layers = layers, .batch_size = BATCH};
+  kn_model_config mc = {.input_ndim = 3,
+                        .input_shape = {28, 28, 1},
+                        .n_layers = 3,
+                        .layers = layers,
+                        .batch_size = BATCH};
   kn_model m;
   char err[256];
-  if (kn_model_build(&mc, &m, err, sizeof err) || kn_graph_compile(m.graph, 42, NULL, err,
-                                                                    sizeof err)) {
+  if (kn_model_build(&mc, &m, err, sizeof err) ||
+      kn_graph_compile(m.graph, 42, NULL, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     exit(1);
   }
@@ -89,8 +95,11 @@ static void step(kn_model *m, kn_optimizer *opt, int rows) {
  * auto), or from every batch made beforehand and kept in memory. */
 static double train(const kn_dataset *ds, int epochs, int from_memory, kn_pipeline_stats *st) {
   kn_model m = mlp();
-  kn_optimizer_config oc = {.type = KN_OPT_ADAM, .learning_rate = 0.002f, .beta1 = 0.9f,
-                            .beta2 = 0.999f, .epsilon = 1e-7f};
+  kn_optimizer_config oc = {.type = KN_OPT_ADAM,
+                            .learning_rate = 0.002f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .epsilon = 1e-7f};
   kn_optimizer *opt = NULL;
   char err[256];
   kn_optimizer_new(&oc, kn_param_count(m.graph), &opt, err, sizeof err);

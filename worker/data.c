@@ -18,8 +18,7 @@
 
 /* out = a/b (or a alone when b is NULL), cut to outlen. Through a function
  * so that the compiler does not second-guess each path's length. */
-__attribute__((noinline)) static int join(char *out, size_t outlen, const char *a,
-                                          const char *b) {
+__attribute__((noinline)) static int join(char *out, size_t outlen, const char *a, const char *b) {
   int n = b ? snprintf(out, outlen, "%s/%s", a, b) : snprintf(out, outlen, "%s", a);
   return n >= 0 && (size_t)n < outlen ? 0 : -1; /* -1: cut short */
 }
@@ -106,8 +105,8 @@ int worker_untar(const char *archive, const char *dest, char *err, size_t errlen
       goto out;
     }
     if (type == 'L') { /* GNU long name: the next entry's name is this data */
-      if (size >= (long long)sizeof long_name || fread(long_name, 1, (size_t)padded, f) !=
-                                                      (size_t)padded) {
+      if (size >= (long long)sizeof long_name ||
+          fread(long_name, 1, (size_t)padded, f) != (size_t)padded) {
         snprintf(err, errlen, "%s: bad long name at byte %lld", archive, offset);
         goto out;
       }
@@ -118,8 +117,8 @@ int worker_untar(const char *archive, const char *dest, char *err, size_t errlen
     size_t len = strlen(name);
     while (len > 0 && name[len - 1] == '/') name[--len] = '\0';
     if ((type == '0' || type == '\0' || type == '5') && !safe_name(name)) {
-      snprintf(err, errlen, "%s: entry '%s' at byte %lld would land outside the data set",
-               archive, name, offset);
+      snprintf(err, errlen, "%s: entry '%s' at byte %lld would land outside the data set", archive,
+               name, offset);
       goto out;
     }
     char path[PATH_MAX * 2];
@@ -437,8 +436,9 @@ void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, fl
   kn_pipeline_config_default(pc);
   pc->batch_size = spec->batch_size;
   pc->drop_remainder = spec->drop_remainder;
-  pc->shuffle_buffer = !spec->shuffle ? 0 : spec->shuffle_buffer > 0 ? spec->shuffle_buffer
-                                                                     : INT64_MAX;
+  pc->shuffle_buffer = !spec->shuffle             ? 0
+                       : spec->shuffle_buffer > 0 ? spec->shuffle_buffer
+                                                  : INT64_MAX;
   pc->normalize = spec->normalize;
   pc->standardize = spec->standardize;
   if (spec->n_standardize > 0) {
@@ -458,7 +458,7 @@ void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, fl
   pc->brightness_delta = (float)spec->brightness_delta;
   pc->skip = spec->skip;
   pc->take = spec->take;
-  pc->num_parallel_calls = spec->num_parallel_calls == API_AUTO ? KN_AUTO
-                                                                : spec->num_parallel_calls;
+  pc->num_parallel_calls =
+      spec->num_parallel_calls == API_AUTO ? KN_AUTO : spec->num_parallel_calls;
   pc->prefetch = spec->prefetch == API_AUTO ? KN_AUTO : spec->prefetch;
 }

@@ -60,8 +60,7 @@ int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t e
   cache_header h;
   int rc = KN_EFORMAT;
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CACHE_MAGIC, 8) != 0 || h.n < 1 ||
-      h.ndim < 1 || h.ndim > KN_MAX_DIMS || h.example_size < 1 ||
-      h.example_size > (1ULL << 24)) {
+      h.ndim < 1 || h.ndim > KN_MAX_DIMS || h.example_size < 1 || h.example_size > (1ULL << 24)) {
     snprintf(err, errlen, "%s: not a kiln dataset cache (bad header)", path);
     goto out;
   }
@@ -74,8 +73,7 @@ int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t e
     goto out;
   }
   if (fread(out->x, sizeof(float), nx, f) != nx || fread(out->y, sizeof(int32_t), ny, f) != ny) {
-    snprintf(err, errlen, "%s: truncated: the header promises %lld examples", path,
-             (long long)h.n);
+    snprintf(err, errlen, "%s: truncated: the header promises %lld examples", path, (long long)h.n);
     goto out;
   }
   out->n = h.n;

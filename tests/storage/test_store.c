@@ -137,9 +137,10 @@ static void raw_exec(const char *path, const char *sql) {
 static void fresh_open_migrates_to_latest_and_reopen_is_a_noop(void **state) {
   fixture *f = *state;
   assert_int_equal(store_schema_version(f->s), STORE_SCHEMA_VERSION);
-  assert_int_equal(STORE_SCHEMA_VERSION, 1);
-  assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"), 1);
-  const char *tables[] = {"jobs", "job_events", "metrics", "checkpoints", "tokens", "workers"};
+  assert_true(STORE_SCHEMA_VERSION >= 2);
+  assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"), STORE_SCHEMA_VERSION);
+  const char *tables[] = {"jobs",   "job_events", "metrics", "checkpoints",
+                          "tokens", "workers",    "datasets"};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
     char sql[160];
     snprintf(sql, sizeof sql,
@@ -154,8 +155,8 @@ static void fresh_open_migrates_to_latest_and_reopen_is_a_noop(void **state) {
   f->s = NULL;
   char err[512];
   assert_int_equal(store_open(f->path, &f->s, err, sizeof err), STORE_OK);
-  assert_int_equal(store_schema_version(f->s), 1);
-  assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"), 1);
+  assert_int_equal(store_schema_version(f->s), STORE_SCHEMA_VERSION);
+  assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"), STORE_SCHEMA_VERSION);
   assert_int_equal(raw_int(f->path, "SELECT applied_ms FROM schema_version WHERE version = 1"),
                    applied);
   expect_state(f->s, "survivor", "QUEUED");
@@ -165,17 +166,23 @@ static void newer_schema_version_is_refused_and_left_untouched(void **state) {
   fixture *f = *state;
   store_close(f->s);
   f->s = NULL;
-  raw_exec(f->path, "INSERT INTO schema_version(version, applied_ms) VALUES (2, 1)");
+  char sql[128], want[64];
+  snprintf(sql, sizeof sql, "INSERT INTO schema_version(version, applied_ms) VALUES (%d, 1)",
+           STORE_SCHEMA_VERSION + 1);
+  raw_exec(f->path, sql);
 
   char err[512] = "";
   store *s = (store *)(uintptr_t)1; /* must be reset to NULL on failure */
   assert_int_equal(store_open(f->path, &s, err, sizeof err), STORE_ERROR);
   assert_null(s);
-  assert_non_null(strstr(err, "schema version 2 is newer"));
+  snprintf(want, sizeof want, "schema version %d is newer", STORE_SCHEMA_VERSION + 1);
+  assert_non_null(strstr(err, want));
   assert_non_null(strstr(err, f->path));
   assert_non_null(strstr(err, "never downgrades"));
-  assert_int_equal(raw_int(f->path, "SELECT max(version) FROM schema_version"), 2);
-  assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"), 2);
+  assert_int_equal(raw_int(f->path, "SELECT max(version) FROM schema_version"),
+                   STORE_SCHEMA_VERSION + 1);
+  assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"),
+                   STORE_SCHEMA_VERSION + 1);
 }
 
 static void open_of_unwritable_path_fails_with_a_sentence(void **state) {
