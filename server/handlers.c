@@ -1,5 +1,5 @@
 /* handlers.c — the REST routes of kilnd: jobs (create, get, list), a job's
- * metrics, checkpoints and events, built-in data sets and health. Every
+ * metrics, checkpoints and events, and health (data sets: datasets.c). Every
  * failure answers with the API error model. */
 #include <jansson.h>
 #include <stdarg.h>
@@ -161,6 +161,10 @@ static void create_job(const http_config *cfg, const http_request *req, http_res
   if (api_spec_parse(req->body, req->body_len, spec, &e) != 0) {
     free(spec);
     reply_error(res, &e);
+    return;
+  }
+  if (http_datasets_check_spec(cfg, spec, res) != 0) {
+    free(spec);
     return;
   }
   store_job job;
@@ -363,42 +367,6 @@ static void get_events(const http_config *cfg, const store_job *job, http_respon
   reply_json(res, 200, doc);
 }
 
-/* ---- /v1/datasets ---- */
-
-static void list_datasets(const http_config *cfg, http_response *res) {
-  json_t *arr = json_array();
-  for (int i = 0; i < api_builtin_dataset_count(); i++) {
-    const api_builtin_dataset *d = api_builtin_dataset_at(i);
-    const char *files[] = {d->train_images, d->train_labels, d->test_images, d->test_labels};
-    int ready = 1;
-    for (int f = 0; f < 4; f++) {
-      char path[4096];
-      struct stat sb;
-      snprintf(path, sizeof path, "%s/%s/%s", cfg->datasets_dir, d->dir, files[f]);
-      ready &= stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-    }
-    json_t *o = json_object();
-    char name[96];
-    snprintf(name, sizeof name, "datasets/%s", d->name);
-    json_object_set_new(o, "name", json_string(name));
-    json_object_set_new(o, "id", json_string(d->name));
-    json_object_set_new(o, "builtin", json_true());
-    json_object_set_new(o, "format", json_string("idx"));
-    json_object_set_new(o, "ready", json_boolean(ready));
-    json_object_set_new(o, "train_examples", json_integer(d->train_examples));
-    json_object_set_new(o, "test_examples", json_integer(d->test_examples));
-    json_object_set_new(o, "classes", json_integer(d->n_classes));
-    json_t *shape = json_array();
-    for (int k = 0; k < d->input_ndim; k++)
-      json_array_append_new(shape, json_integer(d->input_shape[k]));
-    json_object_set_new(o, "input_shape", shape);
-    json_array_append_new(arr, o);
-  }
-  json_t *doc = json_object();
-  json_object_set_new(doc, "datasets", arr);
-  reply_json(res, 200, doc);
-}
-
 /* ---- routing ---- */
 
 static int is(const http_request *req, const char *method) {
@@ -465,12 +433,8 @@ void http_dispatch(const http_config *cfg, const http_request *req, http_respons
     } else {
       method_not_allowed(req, res);
     }
-  } else if (strcmp(path, "/v1/datasets") == 0) {
-    if (is(req, "GET")) {
-      list_datasets(cfg, res);
-    } else {
-      method_not_allowed(req, res);
-    }
+  } else if (strcmp(path, "/v1/datasets") == 0 || strncmp(path, "/v1/datasets/", 13) == 0) {
+    http_datasets_route(cfg, req, res);
   } else if (strncmp(path, "/v1/jobs/", 9) == 0) {
     job_route(cfg, req, res, path + 9);
   } else {

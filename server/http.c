@@ -24,6 +24,8 @@ typedef struct request_ctx {
   char *body;
   size_t len, cap;
   int too_large;
+  http_upload *upload; /* POST /v1/datasets: streamed to disk, not to body */
+  int answered;        /* a response was queued before the body was read */
 } request_ctx;
 
 const char *http_query(const http_request *req, const char *key) {
@@ -65,6 +67,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     ctx = calloc(1, sizeof *ctx);
     if (!ctx) return MHD_NO;
     *con_cls = ctx;
+    if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/datasets") == 0) {
+      http_response res = {.status = 500};
+      if (http_upload_begin(&srv->cfg, c, &ctx->upload, &res) == 0) return MHD_YES;
+      ctx->answered = 1;
+      return send_response(c, &res);
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body_bytes) {
       /* Answer now: the body is never read. */
@@ -72,6 +80,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return send_too_large(c, srv->cfg.max_body_bytes);
     }
     return MHD_YES;
+  }
+  if (ctx->answered) {
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (ctx->upload) {
+    if (*upload_data_size > 0) {
+      http_upload_write(&srv->cfg, ctx->upload, upload_data, *upload_data_size);
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    http_response res = {.status = 500};
+    http_upload_finish(&srv->cfg, ctx->upload, &res);
+    ctx->answered = 1;
+    return send_response(c, &res);
   }
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
@@ -115,6 +138,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   (void)toe;
   request_ctx *ctx = *con_cls;
   if (ctx) {
+    http_upload_free(ctx->upload);
     free(ctx->body);
     free(ctx);
     *con_cls = NULL;

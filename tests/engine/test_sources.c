@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <jpeglib.h>
 #include <png.h>
 
@@ -218,6 +219,29 @@ static void image_that_does_not_decode_is_named(void **state) {
   assert_non_null(strstr(err, "notes.txt: not a PNG or JPEG image"));
 }
 
+static void cache_file_reads_back_the_same_dataset(void **state) {
+  (void)state;
+  char csv[300], cache[300], err[256];
+  snprintf(csv, sizeof csv, "%s/cache.csv", dir);
+  snprintf(cache, sizeof cache, "%s/data.kds", dir);
+  write_text(csv, "x,y,label\n1,2,0\n3,4,1\n5,6,1\n");
+  kn_dataset ds, back;
+  assert_int_equal(kn_dataset_load_csv(csv, "label", &ds, err, sizeof err), KN_OK);
+  assert_int_equal(kn_dataset_cache_write(&ds, cache, err, sizeof err), KN_OK);
+  assert_int_equal(kn_dataset_cache_read(cache, &back, err, sizeof err), KN_OK);
+  assert_int_equal(back.n, 3);
+  assert_int_equal(back.example_size, 2);
+  assert_int_equal(back.n_classes, 2);
+  assert_memory_equal(back.x, ds.x, 6 * sizeof(float));
+  assert_memory_equal(back.y, ds.y, 3 * sizeof(int32_t));
+  kn_dataset_free(&back);
+  /* A cut file is refused, not half read. */
+  assert_int_equal(truncate(cache, 80), 0);
+  assert_int_equal(kn_dataset_cache_read(cache, &back, err, sizeof err), KN_EFORMAT);
+  assert_non_null(strstr(err, "truncated"));
+  kn_dataset_free(&ds);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(csv_reads_features_and_integer_labels),
@@ -225,6 +249,7 @@ int main(void) {
       cmocka_unit_test(csv_cell_that_is_not_a_number_is_named_by_line_and_column),
       cmocka_unit_test(image_folder_decodes_resizes_and_labels_by_folder),
       cmocka_unit_test(image_that_does_not_decode_is_named),
+      cmocka_unit_test(cache_file_reads_back_the_same_dataset),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
