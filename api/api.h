@@ -124,6 +124,8 @@ typedef struct api_job_spec {
   int prefetch;            /* batches; -1 = "auto" (default) */
   int num_parallel_calls;  /* producer threads; -1 = "auto" (default) */
   int64_t take, skip;      /* on the training data: take -1 = all */
+  int interleave_cycle_length; /* 0 = no interleave; over an images upload's class folders */
+  int interleave_block_length; /* default 1 */
   /* optimizer */
   api_optimizer_type optimizer;
   double learning_rate;           /* default 0.01 for sgd, 0.001 for adam (Keras) */

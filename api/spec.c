@@ -647,19 +647,10 @@ static void parse_augment(checker *c, json_t *list, api_job_spec *spec) {
 
 static void parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "pipeline"};
-  static const char *const fields[] = {"batch_size",
-                                       "shuffle",
-                                       "shuffle_buffer",
-                                       "normalize",
-                                       "standardize",
-                                       "augment",
-                                       "drop_remainder",
-                                       "cache",
-                                       "prefetch",
-                                       "num_parallel_calls",
-                                       "take",
-                                       "skip",
-                                       NULL};
+  static const char *const fields[] = {
+      "batch_size", "shuffle",        "shuffle_buffer", "normalize", "standardize",
+      "augment",    "drop_remainder", "cache",          "prefetch",  "num_parallel_calls",
+      "take",       "skip",           "interleave",     NULL};
   static const char *const caches[] = {"memory", "file", NULL};
   refuse_unknown(&s, fields);
   get_int(&s, "batch_size", OPTIONAL, 1, 65536, &spec->batch_size);
@@ -683,6 +674,19 @@ static void parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
   get_auto_int(&s, "num_parallel_calls", 0, 64, &spec->num_parallel_calls);
   if (get_integer(&s, "take", OPTIONAL, 1, INT64_MAX, &number) == 1) spec->take = number;
   if (get_integer(&s, "skip", OPTIONAL, 0, INT64_MAX, &number) == 1) spec->skip = number;
+  json_t *interleave = get_object(&s, "interleave", OPTIONAL);
+  if (interleave) {
+    scope is = {c, interleave, "pipeline.interleave"};
+    static const char *const ifields[] = {"cycle_length", "block_length", NULL};
+    refuse_unknown(&is, ifields);
+    int cycle = 0, block = 1;
+    int ok = get_int(&is, "cycle_length", REQUIRED, 1, 1024, &cycle) == 1;
+    ok &= get_int(&is, "block_length", OPTIONAL, 1, 65536, &block) >= 0;
+    if (ok) {
+      spec->interleave_cycle_length = cycle;
+      spec->interleave_block_length = block;
+    }
+  }
 }
 
 /* Checks 0 <= value < 1 for momentum and the Adam betas. */
@@ -1093,6 +1097,12 @@ char *api_spec_to_json(const api_job_spec *spec) {
                                            : json_integer(spec->num_parallel_calls));
   if (spec->take >= 0) put(&b, pipeline, "take", json_integer((json_int_t)spec->take));
   if (spec->skip > 0) put(&b, pipeline, "skip", json_integer((json_int_t)spec->skip));
+  if (spec->interleave_cycle_length > 0) {
+    json_t *il = json_object();
+    put(&b, il, "cycle_length", json_integer(spec->interleave_cycle_length));
+    put(&b, il, "block_length", json_integer(spec->interleave_block_length));
+    put(&b, pipeline, "interleave", il);
+  }
   put(&b, root, "pipeline", pipeline);
 
   json_t *optimizer = json_object();

@@ -210,6 +210,15 @@ int kn_dataset_load_images(const char *dir, int height, int width, int channels,
 int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, size_t errlen);
 int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t errlen);
 
+/* src reordered as tf.data's interleave reads its parts (files, class
+ * folders): part i is examples [part_start[i], part_start[i + 1]), and
+ * part_start[n_parts] == src->n. cycle_length parts are open at once and
+ * block_length examples are taken from each in turn; a part that runs out
+ * is replaced by the next unopened one. */
+int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *part_start,
+                          int cycle_length, int block_length, kn_dataset *out, char *err,
+                          size_t errlen);
+
 /* Examples [start, start + count) of src as a new dataset (copied). */
 int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dataset *out,
                      char *err, size_t errlen);

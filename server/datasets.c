@@ -459,9 +459,18 @@ void http_datasets_route(const http_config *cfg, const http_request *req, http_r
 }
 
 int http_datasets_check_spec(const http_config *cfg, const api_job_spec *spec, http_response *res) {
-  if (!api_dataset_id_valid(spec->dataset)) return 0; /* built in: checked by the api layer */
+  const int uploaded = api_dataset_id_valid(spec->dataset);
   store_dataset d;
-  int rc = store_dataset_get(cfg->st, spec->dataset, &d);
+  int rc = uploaded ? store_dataset_get(cfg->st, spec->dataset, &d) : STORE_OK;
+  if (spec->interleave_cycle_length > 0 &&
+      (!uploaded || (rc == STORE_OK && strcmp(d.format, "images") != 0))) {
+    reply(res, 400, "INVALID_ARGUMENT", "pipeline.interleave",
+          "interleave needs a data set made of several parts: an images upload (one part per "
+          "class folder); '%s' is one file",
+          spec->dataset);
+    return -1;
+  }
+  if (!uploaded) return 0; /* built in: checked by the api layer */
   if (rc == STORE_NOT_FOUND) {
     reply(res, 400, "INVALID_ARGUMENT", "dataset.name", "no uploaded data set '%s'", spec->dataset);
     return -1;

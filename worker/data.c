@@ -351,6 +351,29 @@ static int exists(const char *path) {
   return stat(path, &sb) == 0;
 }
 
+/* Images load class folder by class folder (runs of one label): those
+ * runs are the parts interleave reads from. */
+static int interleave_folders(const api_job_spec *spec, kn_dataset *train, char *err,
+                              size_t errlen) {
+  int64_t *starts = malloc((size_t)(train->n + 1) * sizeof *starts);
+  if (!starts) {
+    snprintf(err, errlen, "interleave: out of memory");
+    return KN_ENOMEM;
+  }
+  int parts = 0;
+  for (int64_t i = 0; i < train->n; i++)
+    if (i == 0 || train->y[i] != train->y[i - 1]) starts[parts++] = i;
+  starts[parts] = train->n;
+  kn_dataset mixed;
+  int rc = kn_dataset_interleave(train, parts, starts, spec->interleave_cycle_length,
+                                 spec->interleave_block_length, &mixed, err, errlen);
+  free(starts);
+  if (rc) return rc;
+  kn_dataset_free(train);
+  *train = mixed;
+  return KN_OK;
+}
+
 int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_dataset *train,
                      kn_dataset *val, char *desc, size_t desclen, char *err, size_t errlen) {
   memset(train, 0, sizeof *train);
@@ -372,6 +395,19 @@ int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_datas
     if (spec->cache_file) snprintf(cache, sizeof cache, "%s/cache-%dx%dx%d.kds", dir, h, w, c);
     snprintf(desc, desclen, "uploaded data set %s from %s", spec->dataset, dir);
   }
+  api_dataset_manifest m = {.format = API_DATASET_IDX};
+  if (!bd) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", dirs->uploads_dir, spec->dataset);
+    if (read_manifest(dir, &m, err, errlen) != 0) return KN_EIO;
+  }
+  if (spec->interleave_cycle_length > 0 && (bd || m.format != API_DATASET_IMAGES)) {
+    snprintf(err, errlen,
+             "pipeline.interleave needs a data set made of several parts: an images upload "
+             "(one part per class folder); %s is one file",
+             spec->dataset);
+    return KN_EINVAL;
+  }
   int cached = cache[0] && exists(cache);
   if (cached) {
     rc = kn_dataset_cache_read(cache, train, err, errlen);
@@ -383,11 +419,10 @@ int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_datas
   } else {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/%s", dirs->uploads_dir, spec->dataset);
-    api_dataset_manifest m;
-    rc = read_manifest(dir, &m, err, errlen) ? KN_EIO : 0;
-    if (!rc) rc = load_upload(dir, &m, h, w, c, train, &test, err, errlen);
+    rc = load_upload(dir, &m, h, w, c, train, &test, err, errlen);
   }
   if (!rc && cache[0] && !cached) rc = kn_dataset_cache_write(train, cache, err, errlen);
+  if (!rc && spec->interleave_cycle_length > 0) rc = interleave_folders(spec, train, err, errlen);
   if (rc) goto fail;
 
   if (strcmp(spec->validation, "test") == 0) {

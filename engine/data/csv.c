@@ -274,3 +274,75 @@ int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dat
   memcpy(out->y, src->y + start, (size_t)count * sizeof *out->y);
   return KN_OK;
 }
+
+int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *part_start,
+                          int cycle_length, int block_length, kn_dataset *out, char *err,
+                          size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (n_parts < 1 || cycle_length < 1 || block_length < 1 || part_start[0] != 0 ||
+      part_start[n_parts] != src->n) {
+    snprintf(err, errlen,
+             "interleave: need parts covering the %lld examples, cycle_length and block_length "
+             ">= 1 (got %d parts, %d, %d)",
+             (long long)src->n, n_parts, cycle_length, block_length);
+    return KN_EINVAL;
+  }
+  for (int i = 0; i < n_parts; i++) {
+    if (part_start[i + 1] < part_start[i]) {
+      snprintf(err, errlen, "interleave: part %d ends before it starts", i);
+      return KN_EINVAL;
+    }
+  }
+  int cycle = cycle_length < n_parts ? cycle_length : n_parts;
+  int *slot_part = malloc((size_t)cycle * sizeof *slot_part);
+  int64_t *slot_pos = malloc((size_t)cycle * sizeof *slot_pos);
+  int64_t *order = malloc((size_t)src->n * sizeof *order);
+  if (!slot_part || !slot_pos || !order) {
+    free(slot_part), free(slot_pos), free(order);
+    snprintf(err, errlen, "interleave: out of memory for %lld examples", (long long)src->n);
+    return KN_ENOMEM;
+  }
+  int next_part = 0, active = 0;
+  for (int s = 0; s < cycle; s++) {
+    slot_part[s] = next_part;
+    slot_pos[s] = part_start[next_part++];
+    active++;
+  }
+  int64_t used = 0;
+  while (active > 0) {
+    for (int s = 0; s < cycle; s++) {
+      for (int b = 0; b < block_length && slot_part[s] >= 0; b++) {
+        /* A part that runs out is replaced by the next one at once. */
+        while (slot_part[s] >= 0 && slot_pos[s] == part_start[slot_part[s] + 1]) {
+          if (next_part < n_parts) {
+            slot_part[s] = next_part;
+            slot_pos[s] = part_start[next_part++];
+          } else {
+            slot_part[s] = -1;
+            active--;
+          }
+        }
+        if (slot_part[s] >= 0) order[used++] = slot_pos[s]++;
+      }
+    }
+  }
+  *out = *src;
+  out->x = malloc((size_t)src->n * src->example_size * sizeof *out->x);
+  out->y = malloc((size_t)src->n * sizeof *out->y);
+  int rc = KN_OK;
+  if (!out->x || !out->y) {
+    snprintf(err, errlen, "interleave: out of memory for %lld examples", (long long)src->n);
+    kn_dataset_free(out);
+    rc = KN_ENOMEM;
+  } else {
+    for (int64_t i = 0; i < used; i++) {
+      memcpy(out->x + (size_t)i * src->example_size, src->x + (size_t)order[i] * src->example_size,
+             src->example_size * sizeof *out->x);
+      out->y[i] = src->y[order[i]];
+    }
+  }
+  free(slot_part);
+  free(slot_pos);
+  free(order);
+  return rc;
+}

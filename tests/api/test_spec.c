@@ -208,6 +208,9 @@ static const struct CMUnitTest rules[] = {
          .field = "pipeline.prefetch", .description = "an integer or \"auto\", got 'max'"),
     RULE("num_parallel_calls_above_64_is_refused", "pipeline.num_parallel_calls", "65",
          .field = "pipeline.num_parallel_calls", .description = "between 0 and 64"),
+    RULE("interleave_without_cycle_length_is_refused", "pipeline.interleave",
+         "{\"block_length\":2}", .field = "pipeline.interleave.cycle_length",
+         .description = "is required"),
     RULE("unknown_cache_is_refused", "pipeline.cache", "\"disk\"", .field = "pipeline.cache",
          .description = "unknown cache 'disk'"),
     RULE("standardize_with_zero_std_is_refused", "pipeline.standardize",
@@ -772,7 +775,7 @@ static void every_pipeline_option_is_read_and_round_trips(void **state) {
                       "\"augment\":[{\"type\":\"random_brightness\",\"max_delta\":0.1},"
                       "\"flip_left_right\",{\"type\":\"random_crop\"}],"
                       "\"cache\":\"file\",\"prefetch\":4,\"num_parallel_calls\":2,"
-                      "\"take\":50000,\"skip\":100}",
+                      "\"take\":50000,\"skip\":100,\"interleave\":{\"cycle_length\":4}}",
                       "dataset", "{\"name\":\"ds-0123456789abcdef\",\"validation_split\":0.1}");
   api_job_spec spec;
   api_error err;
@@ -790,6 +793,8 @@ static void every_pipeline_option_is_read_and_round_trips(void **state) {
   assert_int_equal(spec.num_parallel_calls, 2);
   assert_int_equal(spec.take, 50000);
   assert_int_equal(spec.skip, 100);
+  assert_int_equal(spec.interleave_cycle_length, 4);
+  assert_int_equal(spec.interleave_block_length, 1);
   assert_string_equal(spec.dataset, "ds-0123456789abcdef");
   assert_string_equal(spec.validation, "split");
   assert_true(spec.validation_split == 0.1);

@@ -242,6 +242,31 @@ static void cache_file_reads_back_the_same_dataset(void **state) {
   kn_dataset_free(&ds);
 }
 
+static void interleave_takes_blocks_from_open_parts_in_turn(void **state) {
+  (void)state;
+  /* Parts a = {0, 1, 2}, b = {3}, c = {4, 5}: labels = example index. */
+  float x[6];
+  int32_t y[6];
+  for (int i = 0; i < 6; i++) x[i] = (float)(y[i] = i);
+  kn_dataset ds = {
+      .n = 6, .ndim = 1, .shape = {1}, .example_size = 1, .x = x, .y = y, .n_classes = 6};
+  const int64_t parts[] = {0, 3, 4, 6};
+  kn_dataset out;
+  char err[256];
+  assert_int_equal(kn_dataset_interleave(&ds, 3, parts, 2, 1, &out, err, sizeof err), KN_OK);
+  const int32_t want[] = {0, 3, 1, 4, 2, 5}; /* b runs out, c takes its place */
+  assert_memory_equal(out.y, want, sizeof want);
+  for (int i = 0; i < 6; i++) assert_true(out.x[i] == (float)want[i]);
+  kn_dataset_free(&out);
+  assert_int_equal(kn_dataset_interleave(&ds, 3, parts, 3, 2, &out, err, sizeof err), KN_OK);
+  const int32_t blocks[] = {0, 1, 3, 4, 5, 2};
+  assert_memory_equal(out.y, blocks, sizeof blocks);
+  kn_dataset_free(&out);
+  const int64_t bad[] = {0, 3, 5};
+  assert_int_equal(kn_dataset_interleave(&ds, 2, bad, 2, 1, &out, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "covering the 6 examples"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(csv_reads_features_and_integer_labels),
@@ -250,6 +275,7 @@ int main(void) {
       cmocka_unit_test(image_folder_decodes_resizes_and_labels_by_folder),
       cmocka_unit_test(image_that_does_not_decode_is_named),
       cmocka_unit_test(cache_file_reads_back_the_same_dataset),
+      cmocka_unit_test(interleave_takes_blocks_from_open_parts_in_turn),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,7 +26,7 @@
 
 static char data_dir[256], work[300], base_url[64];
 static pid_t kilnd_pid;
-static char csv_id[32];
+static char csv_id[32], images_id[32];
 
 typedef struct buffer {
   char *data;
@@ -351,6 +351,7 @@ static void image_that_does_not_decode_is_refused_by_name(void **state) {
   make_tar(d, tar);
   json_t *doc;
   assert_int_equal(upload("format=images", tar, 0, &doc), 200);
+  snprintf(images_id, sizeof images_id, "%s", json_string_value(json_object_get(doc, "id")));
   assert_int_equal(json_integer_value(json_object_get(doc, "train_examples")), 6);
   assert_int_equal(json_integer_value(json_object_get(doc, "classes")), 2);
   json_decref(doc);
@@ -409,6 +410,51 @@ static json_t *wait_terminal(const char *id) {
   }
   fail_msg("job %s did not finish", id);
   return NULL;
+}
+
+static void images_job_interleaves_augments_and_caches_the_decoded_data(void **state) {
+  (void)state;
+  char spec[1024];
+  snprintf(spec, sizeof spec,
+           "{\"model\":{\"input_shape\":[8,8,3],\"layers\":[{\"type\":\"flatten\"},"
+           "{\"type\":\"dense\",\"units\":2}]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
+           "\"dataset\":{\"name\":\"%s\",\"validation_split\":0.5},"
+           "\"pipeline\":{\"batch_size\":2,\"augment\":[\"flip_left_right\","
+           "{\"type\":\"random_crop\",\"padding\":1}],\"cache\":\"file\","
+           "\"interleave\":{\"cycle_length\":2}},"
+           "\"optimizer\":{\"type\":\"sgd\"},\"epochs\":2,\"seed\":3}",
+           images_id);
+  json_t *doc;
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 200);
+  char id[64];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  doc = wait_terminal(id);
+  if (strcmp(json_string_value(json_object_get(doc, "state")), "SUCCEEDED") != 0)
+    fail_msg("job failed: %s", json_string_value(json_object_get(doc, "message")));
+  /* 3 training and 3 validation images: interleaved, both classes in each. */
+  json_t *m = json_object_get(doc, "latest_metrics");
+  assert_non_null(json_object_get(m, "val_accuracy"));
+  json_decref(doc);
+  char cache[400];
+  struct stat sb;
+  snprintf(cache, sizeof cache, "%s/datasets/%s/cache-8x8x3.kds", data_dir, images_id);
+  assert_int_equal(stat(cache, &sb), 0);
+  assert_true(sb.st_size > 6 * 8 * 8 * 3 * 4);
+  /* Interleave on a one-file data set is refused at create, by field. */
+  snprintf(spec, sizeof spec,
+           "{\"model\":{\"input_shape\":[4],\"layers\":[{\"type\":\"dense\",\"units\":3}]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"%s\"},"
+           "\"pipeline\":{\"interleave\":{\"cycle_length\":2}},\"optimizer\":{\"type\":"
+           "\"sgd\"}}",
+           csv_id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 400);
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_array_get(json_object_get(json_object_get(doc, "error"), "details"), 0), "field")),
+      "pipeline.interleave");
+  json_decref(doc);
 }
 
 static void job_trains_on_an_upload_and_holds_it_until_done(void **state) {
@@ -497,6 +543,7 @@ int main(void) {
       cmocka_unit_test(bad_idx_uploads_are_refused_naming_the_file),
       cmocka_unit_test(image_that_does_not_decode_is_refused_by_name),
       cmocka_unit_test(upload_over_the_cap_gets_413),
+      cmocka_unit_test(images_job_interleaves_augments_and_caches_the_decoded_data),
       cmocka_unit_test(job_trains_on_an_upload_and_holds_it_until_done),
   };
   return cmocka_run_group_tests(tests, start, stop);
