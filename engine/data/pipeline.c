@@ -619,6 +619,13 @@ int kn_pipeline_next(kn_pipeline *p, kn_batch *out) {
     s->seq = p->consumed;
     p->held = 1;
   } else {
+    /* Started here, not in kn_pipeline_new, so a restore right after new
+     * has no threads to stop; and outside ring_lock, which a failed start
+     * needs to wind the started ones down. */
+    if (!p->started && start_threads(p) != KN_OK) {
+      p->n_threads = 0; /* no thread could start: make batches here instead of failing */
+      return kn_pipeline_next(p, out);
+    }
     pthread_mutex_lock(&p->ring_lock);
     if (p->held) {
       p->consumed++;
@@ -628,12 +635,6 @@ int kn_pipeline_next(kn_pipeline *p, kn_batch *out) {
     if (p->consumed >= p->total) {
       pthread_mutex_unlock(&p->ring_lock);
       return 0;
-    }
-    if (!p->started && start_threads(p) != KN_OK) {
-      /* No thread could start: make batches here instead of failing. */
-      p->n_threads = 0;
-      pthread_mutex_unlock(&p->ring_lock);
-      return kn_pipeline_next(p, out);
     }
     if ((p->auto_threads || p->auto_prefetch) && !p->tuned && p->handed >= WARMUP_BATCHES) tune(p);
     s = &p->slots[p->consumed % p->n_slots];

@@ -367,6 +367,51 @@ static void image_that_does_not_decode_is_refused_by_name(void **state) {
   assert_no_stray_upload_files();
 }
 
+/* A ustar archive of one file whose name climbs out of the folder. */
+static void write_escaping_tar(const char *path) {
+  unsigned char h[512] = {0};
+  const char body[] = "a,label\n1,0\n";
+  snprintf((char *)h, 100, "../evil.csv");
+  memcpy(h + 100, "0000644", 7);
+  memcpy(h + 108, "0000000", 7);
+  memcpy(h + 116, "0000000", 7);
+  snprintf((char *)h + 124, 12, "%011o", (unsigned)(sizeof body - 1));
+  memcpy(h + 136, "00000000000", 11);
+  h[156] = '0';
+  memcpy(h + 257, "ustar", 6);
+  memcpy(h + 263, "00", 2);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  unsigned char block[512] = {0};
+  memcpy(block, body, sizeof body - 1);
+  fwrite(h, 1, 512, f);
+  fwrite(block, 1, 512, f);
+  memset(block, 0, sizeof block);
+  fwrite(block, 1, 512, f);
+  fwrite(block, 1, 512, f);
+  fclose(f);
+}
+
+static void archive_entry_outside_the_folder_is_refused(void **state) {
+  (void)state;
+  char tar[400], escaped[400];
+  snprintf(tar, sizeof tar, "%s/escape.tar", work);
+  write_escaping_tar(tar);
+  json_t *doc;
+  assert_int_equal(upload("format=images", tar, 0, &doc), 400);
+  assert_non_null(strstr(error_message(doc), "'../evil.csv'"));
+  assert_non_null(strstr(error_message(doc), "would land outside the data set"));
+  json_decref(doc);
+  struct stat sb;
+  snprintf(escaped, sizeof escaped, "%s/datasets/evil.csv", data_dir);
+  assert_int_equal(stat(escaped, &sb), -1);
+  assert_no_stray_upload_files();
+}
+
 static void upload_over_the_cap_gets_413(void **state) {
   (void)state;
   char path[400];
@@ -542,6 +587,7 @@ int main(void) {
       cmocka_unit_test(csv_cell_that_is_not_a_number_is_refused_with_line_and_column),
       cmocka_unit_test(bad_idx_uploads_are_refused_naming_the_file),
       cmocka_unit_test(image_that_does_not_decode_is_refused_by_name),
+      cmocka_unit_test(archive_entry_outside_the_folder_is_refused),
       cmocka_unit_test(upload_over_the_cap_gets_413),
       cmocka_unit_test(images_job_interleaves_augments_and_caches_the_decoded_data),
       cmocka_unit_test(job_trains_on_an_upload_and_holds_it_until_done),
