@@ -390,6 +390,11 @@ typedef struct kn_train_config {
   /* The input pipeline; NULL = batch_size, shuffle (a full shuffle) and
    * drop_remainder above, no maps, batches made in the training thread. */
   const kn_pipeline_config *pipeline;
+  /* Where a resumed run's data picks up: the pipeline_state a checkpoint
+   * recorded (kn_pipeline_state_parse); NULL = from the start. Training
+   * goes on from that epoch and batch with exactly the batches the first
+   * run would have seen next. */
+  const kn_pipeline_state *resume;
   /* Called once when an auto-tuned pipeline has chosen (may be NULL). */
   void (*on_tuned)(const kn_pipeline_stats *stats, void *user);
 } kn_train_config;

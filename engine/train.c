@@ -146,15 +146,28 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     return rc;
   }
   const int64_t steps_per_epoch = kn_pipeline_batches_per_epoch(pipe);
-  int tuning_reported = 0;
+  int tuning_reported = 0, first_epoch = 1;
+  int64_t first_batch = 0, step = 0;
+  if (cfg->resume) {
+    rc = kn_pipeline_restore(pipe, cfg->resume, err, errlen);
+    if (rc) {
+      kn_pipeline_free(pipe);
+      kn_pipeline_free(val_pipe);
+      kn_optimizer_free(opt);
+      return rc;
+    }
+    first_epoch = (int)cfg->resume->epoch + 1;
+    first_batch = cfg->resume->batch;
+    step = cfg->resume->epoch * steps_per_epoch + first_batch;
+  }
   const double t0 = now_seconds();
-  int64_t step = 0;
   int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
   int stop = 0;
-  for (int epoch = 1; epoch <= cfg->epochs && !rc && !stop; epoch++) {
+  for (int epoch = first_epoch; epoch <= cfg->epochs && !rc && !stop; epoch++) {
     double epoch_loss = 0.0, interval_loss = 0.0;
     int64_t epoch_rows = 0, epoch_correct = 0, interval_rows = 0, interval_correct = 0;
-    for (int64_t s = 0; s < steps_per_epoch && !rc && !stop; s++) {
+    for (int64_t s = epoch == first_epoch ? first_batch : 0; s < steps_per_epoch && !rc && !stop;
+         s++) {
       kn_batch b;
       if (kn_pipeline_next(pipe, &b) != 1) {
         snprintf(err, errlen, "train: the pipeline ended early, at epoch %d step %lld", epoch,

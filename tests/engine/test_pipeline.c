@@ -525,6 +525,121 @@ static void auto_tuning_chooses_after_the_warm_up(void **state) {
   kn_dataset_free(&ds);
 }
 
+/* ---- resuming training ---- */
+
+typedef struct run_log {
+  double losses[64]; /* by step */
+  int64_t last_step;
+  int64_t copy_at; /* copy the parameters after this step */
+  float *params;
+  size_t n_params;
+  kn_model *model;
+} run_log;
+
+static int log_step(const kn_train_event *ev, void *user) {
+  run_log *r = user;
+  if (ev->kind != KN_EVENT_STEP) return 0;
+  assert_true(ev->step < 64);
+  r->losses[ev->step] = ev->values[0];
+  r->last_step = ev->step;
+  if (ev->step == r->copy_at)
+    memcpy(r->params, kn_params(r->model->graph), r->n_params * sizeof(float));
+  return 0;
+}
+
+static kn_model blob_model(void) {
+  static const kn_layer_config layers[] = {
+      {.type = KN_LAYER_FLATTEN, .name = "f"},
+      {.type = KN_LAYER_DENSE, .name = "h", .units = 8, .use_bias = 1, .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1}};
+  kn_model_config mc = {
+      .input_ndim = 3, .input_shape = {2, 2, 1}, .n_layers = 3, .layers = layers, .batch_size = 8};
+  kn_model m;
+  char err[256];
+  assert_int_equal(kn_model_build(&mc, &m, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(m.graph, 4, NULL, err, sizeof err), KN_OK);
+  return m;
+}
+
+static void resumed_training_sees_the_batches_it_would_have_seen(void **state) {
+  (void)state;
+  /* 100 images of 2x2, labels in 3 classes; 13 batches an epoch. */
+  kn_dataset ds = make_images(100, 2, 2, 1);
+  for (int i = 0; i < 100; i++) ds.y[i] = i % 3;
+  ds.n_classes = 3;
+  char dir[] = "/tmp/kiln-test-resume-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  kn_pipeline_config pc;
+  kn_pipeline_config_default(&pc);
+  pc.normalize = 1;
+  pc.shuffle_buffer = 30;
+  pc.augment = KN_AUG_FLIP_LEFT_RIGHT | KN_AUG_RANDOM_BRIGHTNESS;
+  pc.brightness_delta = 0.1f;
+  pc.num_parallel_calls = 2;
+  /* Plain SGD keeps no state, so the weights alone carry a run over. */
+  kn_train_config tc = {.epochs = 3,
+                        .batch_size = 8,
+                        .seed = 21,
+                        .log_every_steps = 1,
+                        .checkpoint_dir = dir,
+                        .checkpoint_prefix = "ckpt",
+                        .pipeline = &pc,
+                        .optimizer = {.type = KN_OPT_SGD, .learning_rate = 0.05f}};
+  kn_model a = blob_model();
+  const int64_t at = 13 + 5; /* epoch 1 (0-based), batch 5 */
+  run_log first = {.copy_at = at, .model = &a, .n_params = kn_param_count(a.graph)};
+  first.params = malloc(first.n_params * sizeof(float));
+  char err[256];
+  assert_int_equal(kn_train(&a, &ds, NULL, &tc, log_step, &first, err, sizeof err), KN_OK);
+  assert_int_equal(first.last_step, 39);
+
+  /* The checkpoint says where the stream stood; resume from mid-epoch 1. */
+  char path[300];
+  snprintf(path, sizeof path, "%s/ckpt-00000039.safetensors", dir);
+  size_t len = 0;
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  unsigned char head[8];
+  assert_int_equal(fread(head, 1, 8, f), 8);
+  for (int i = 0; i < 8; i++) len |= (size_t)head[i] << (8 * i);
+  char *header = calloc(1, len + 1);
+  assert_int_equal(fread(header, 1, len, f), len);
+  fclose(f);
+  const char *at_state = strstr(header, "\"pipeline_state\":\"");
+  assert_non_null(at_state);
+  char text[64];
+  assert_int_equal(sscanf(at_state + 18, "%63[^\"]", text), 1);
+  kn_pipeline_state resume;
+  assert_int_equal(kn_pipeline_state_parse(text, &resume, err, sizeof err), KN_OK);
+  assert_int_equal(resume.epoch, 3);
+  assert_int_equal(resume.batch, 0);
+  resume.epoch = 1;
+  resume.batch = 5;
+
+  kn_model b = blob_model();
+  memcpy(kn_params(b.graph), first.params, first.n_params * sizeof(float));
+  run_log second = {.copy_at = -1, .model = &b};
+  tc.resume = &resume;
+  tc.checkpoint_dir = NULL;
+  pc.num_parallel_calls = 1;
+  assert_int_equal(kn_train(&b, &ds, NULL, &tc, log_step, &second, err, sizeof err), KN_OK);
+  assert_int_equal(second.last_step, 39);
+  for (int64_t s = at + 1; s <= 39; s++) {
+    if (first.losses[s] != second.losses[s])
+      fail_msg("step %lld: loss %.9g after resuming, %.9g in one run", (long long)s,
+               second.losses[s], first.losses[s]);
+  }
+  assert_true(second.losses[at] == 0.0); /* nothing before the resume point ran */
+  free(first.params);
+  free(header);
+  kn_model_free(&a);
+  kn_model_free(&b);
+  kn_dataset_free(&ds);
+  char cmd[100];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void bad_configs_are_refused_by_name(void **state) {
   (void)state;
   float x[4] = {0};
@@ -571,6 +686,7 @@ int main(void) {
       cmocka_unit_test(shards_cover_every_example_once_per_epoch),
       cmocka_unit_test(restored_pipeline_yields_the_same_next_100_batches),
       cmocka_unit_test(auto_tuning_chooses_after_the_warm_up),
+      cmocka_unit_test(resumed_training_sees_the_batches_it_would_have_seen),
       cmocka_unit_test(bad_configs_are_refused_by_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
