@@ -1,6 +1,8 @@
 /* http.c — libmicrohttpd glue: binds the daemon, collects request bodies
  * under a size cap (413 before reading when Content-Length already says
  * too much), hands complete requests to the router and sends its answer.
+ * Data set uploads (POST /v1/datasets) are the exception: their bodies go
+ * to disk through datasets.c, under a cap of their own.
  *
  * Threads: MHD's worker threads call on_request; each request's state is its
  * own `request_ctx`; shared state is reached only through the config. */
