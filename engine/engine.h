@@ -205,8 +205,8 @@ int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *
 int kn_dataset_load_images(const char *dir, int height, int width, int channels, kn_dataset *out,
                            char *err, size_t errlen);
 
-/* A decoded dataset in a file (pipeline cache "file"): written to a temp
- * file and renamed into place; read back as it was. */
+/* A decoded dataset in a file (pipeline cache "file"): written to a
+ * per-process temp file and renamed into place; read back as it was. */
 int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, size_t errlen);
 int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t errlen);
 

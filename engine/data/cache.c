@@ -1,11 +1,13 @@
 /* cache.c — a decoded dataset kept in a file (pipeline cache "file"), so
  * a folder of images is decoded once, not on every run: a small header,
  * then the examples and labels as they sit in memory. Written to a temp
- * file and renamed, so a reader never sees half a cache. */
+ * file and renamed, so a reader never sees half a cache. The header is in
+ * the machine's byte order: a cache is read where it was written. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../engine.h"
 
@@ -22,8 +24,9 @@ typedef struct cache_header {
 } cache_header;
 
 int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, size_t errlen) {
+  /* One temp name per process: two jobs may fill the same cache at once. */
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) {
     snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
