@@ -63,6 +63,16 @@ int api_job_state_is_terminal(api_job_state state);
 #define API_NAME_LEN      128
 #define API_MAX_RESTARTS  100
 #define API_MAX_RUNTIME_S (366 * 24 * 3600)
+#define API_MAX_CHANNELS  16
+
+/* pipeline.augment, in the order they are applied */
+enum {
+  API_AUG_FLIP_LEFT_RIGHT = 1 << 0,
+  API_AUG_FLIP_UP_DOWN = 1 << 1,
+  API_AUG_RANDOM_CROP = 1 << 2,
+  API_AUG_RANDOM_BRIGHTNESS = 1 << 3,
+};
+#define API_AUTO (-1)
 
 typedef enum api_layer_type {
   API_LAYER_DENSE = 0,
@@ -98,12 +108,26 @@ typedef struct api_job_spec {
   char loss[64];
   int metric_accuracy;
   /* data */
-  char dataset[64];    /* built-in name, e.g. "fashion-mnist" */
-  char validation[16]; /* "test" (the held-out split) or "none" */
-  int batch_size;      /* default 32 (Keras) */
-  int shuffle;         /* default 1 */
-  int normalize;       /* scale u8 pixels to [0,1]; default 1 */
-  int drop_remainder;  /* default 0 */
+  char dataset[64];        /* built-in name ("fashion-mnist") or an uploaded id ("ds-...") */
+  char validation[16];     /* "test" (the held-out split), "split" or "none" */
+  double validation_split; /* with "split": this last fraction of the training data */
+  int batch_size;          /* default 32 (Keras) */
+  int shuffle;             /* default 1 */
+  int64_t shuffle_buffer;  /* 0 = the whole data set (a full shuffle) */
+  int normalize;           /* pixels / 255, other data min-max per feature; default 1 */
+  int standardize;         /* per channel (x - mean) / std, after normalize */
+  int n_standardize;       /* mean/std given for this many channels; 0 = computed */
+  double standardize_mean[API_MAX_CHANNELS], standardize_std[API_MAX_CHANNELS];
+  unsigned augment;        /* API_AUG_* */
+  int crop_padding;        /* random_crop; default 4 */
+  double brightness_delta; /* random_brightness max_delta; default 0.2 */
+  int drop_remainder;      /* default 0 */
+  int cache_file;          /* cache: "memory" (0, default) or "file" (decoded data kept on disk) */
+  int prefetch;            /* batches; -1 = "auto" (default) */
+  int num_parallel_calls;  /* producer threads; -1 = "auto" (default) */
+  int64_t take, skip;      /* on the training data: take -1 = all */
+  int interleave_cycle_length; /* 0 = no interleave; over an images upload's class folders */
+  int interleave_block_length; /* default 1 */
   /* optimizer */
   api_optimizer_type optimizer;
   double learning_rate;           /* default 0.01 for sgd, 0.001 for adam (Keras) */
@@ -202,5 +226,32 @@ typedef struct api_builtin_dataset {
 int api_builtin_dataset_count(void);
 const api_builtin_dataset *api_builtin_dataset_at(int i);
 const api_builtin_dataset *api_builtin_dataset_find(const char *name); /* NULL if unknown */
+
+/* ---- uploaded data sets ---- */
+
+/* An uploaded data set's id: "ds-" and 16 lowercase hex digits. */
+#define API_DATASET_ID_LEN 19
+int api_dataset_id_valid(const char *id);
+
+typedef enum api_dataset_format {
+  API_DATASET_CSV = 0, /* one CSV file with a header; label_column names the classes */
+  API_DATASET_IDX,     /* a tar of train-images/train-labels IDX files (gzip'd or raw) */
+  API_DATASET_IMAGES,  /* a tar of one folder per class holding PNG/JPEG images */
+} api_dataset_format;
+
+const char *api_dataset_format_name(api_dataset_format f); /* "csv", "idx", "images" */
+int api_dataset_format_parse(const char *name);            /* -1 when unknown */
+
+/* What kiln-train needs to read an upload, kept as dataset.json beside its
+ * files: {"id":..,"format":..,"label_column":..}. */
+typedef struct api_dataset_manifest {
+  char id[API_DATASET_ID_LEN + 1];
+  api_dataset_format format;
+  char label_column[64]; /* csv */
+} api_dataset_manifest;
+/* malloc'd JSON; NULL when out of memory. */
+char *api_dataset_manifest_format(const api_dataset_manifest *m);
+/* 0, or -1 with a sentence in err. */
+int api_dataset_manifest_parse(const char *json, api_dataset_manifest *m, char *err, size_t errlen);
 
 #endif

@@ -483,36 +483,210 @@ static void parse_model(checker *c, json_t *obj, api_job_spec *spec) {
 
 static void parse_dataset(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "dataset"};
-  static const char *const fields[] = {"name", "validation", NULL};
-  static const char *const validations[] = {"test", "none", NULL};
+  static const char *const fields[] = {"name", "validation", "validation_split", NULL};
+  static const char *const validations[] = {"test", "none", "split", NULL};
   refuse_unknown(&s, fields);
   const char *name = get_string(&s, "name", REQUIRED);
-  if (name && !api_builtin_dataset_find(name)) {
+  int uploaded = name && api_dataset_id_valid(name);
+  if (name && !uploaded && !api_builtin_dataset_find(name)) {
     char quoted[64], known[256] = "";
     size_t used = 0;
     for (int i = 0; i < api_builtin_dataset_count() && used < sizeof known; i++) {
       used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
                                api_builtin_dataset_at(i)->name);
     }
-    problem(c, "dataset.name", "unknown dataset '%s'; built-in data sets: %s",
+    problem(c, "dataset.name",
+            "unknown dataset '%s'; built-in data sets: %s; or the id of an uploaded data set "
+            "(ds- and 16 hex digits)",
             clip(name, quoted, sizeof quoted), known);
   } else if (name) {
     copy_text(spec->dataset, sizeof spec->dataset, name);
   }
+  /* An upload has no held-out split of its own: no validation unless asked. */
+  if (uploaded) copy_text(spec->validation, sizeof spec->validation, "none");
   int validation = get_choice(&s, "validation", OPTIONAL, "unknown validation split", validations);
   if (validation >= 0)
     copy_text(spec->validation, sizeof spec->validation, validations[validation]);
+  double split = 0;
+  if (get_number(&s, "validation_split", OPTIONAL, &split) == 1) {
+    if (!(split > 0 && split < 1)) {
+      problem(c, "dataset.validation_split", "must be > 0 and < 1, got %g", split);
+    } else if (validation >= 0 && strcmp(validations[validation], "split") != 0) {
+      problem(c, "dataset.validation_split", "needs validation 'split' (or none given), got '%s'",
+              validations[validation]);
+    } else {
+      spec->validation_split = split;
+      copy_text(spec->validation, sizeof spec->validation, "split");
+    }
+  } else if (validation >= 0 && strcmp(validations[validation], "split") == 0) {
+    problem(c, "dataset.validation_split", "is required with validation 'split'");
+  }
+}
+
+/* An integer in [min, max] or the string "auto" (API_AUTO). */
+static void get_auto_int(const scope *s, const char *key, int min, int max, int *out) {
+  json_t *value = member(s, key, OPTIONAL);
+  if (!value) return;
+  if (json_is_string(value)) {
+    if (strcmp(json_string_value(value), "auto") == 0) {
+      *out = API_AUTO;
+    } else {
+      char path[PATH_LEN], quoted[64];
+      join_path(path, s->path, key);
+      problem(s->c, path, "must be an integer or \"auto\", got '%s'",
+              clip(json_string_value(value), quoted, sizeof quoted));
+    }
+    return;
+  }
+  get_int(s, key, OPTIONAL, min, max, out);
+}
+
+static void parse_standardize(checker *c, json_t *value, api_job_spec *spec) {
+  if (json_is_boolean(value)) {
+    spec->standardize = json_is_true(value);
+    return;
+  }
+  if (!json_is_object(value)) {
+    problem(c, "pipeline.standardize",
+            "must be true, false or {\"mean\": [...], \"std\": [...]}, got %s",
+            api_json_type_name(value));
+    return;
+  }
+  scope s = {c, value, "pipeline.standardize"};
+  static const char *const fields[] = {"mean", "std", NULL};
+  refuse_unknown(&s, fields);
+  json_t *mean = get_array(&s, "mean", REQUIRED), *std = get_array(&s, "std", REQUIRED);
+  if (!mean || !std) return;
+  size_t n = json_array_size(mean);
+  if (n < 1 || n > API_MAX_CHANNELS || json_array_size(std) != n) {
+    problem(c, "pipeline.standardize",
+            "mean and std must list the same number of channels, 1 to %d; got %zu and %zu",
+            API_MAX_CHANNELS, n, json_array_size(std));
+    return;
+  }
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) {
+    json_t *m = json_array_get(mean, i), *d = json_array_get(std, i);
+    char path[PATH_LEN];
+    if (!json_is_number(m)) {
+      index_path(path, "pipeline.standardize.mean", i);
+      problem(c, path, "must be a number, got %s", api_json_type_name(m));
+      ok = 0;
+    }
+    if (!json_is_number(d) || !(json_number_value(d) > 0)) {
+      index_path(path, "pipeline.standardize.std", i);
+      if (json_is_number(d))
+        problem(c, path, "must be > 0, got %g", json_number_value(d));
+      else
+        problem(c, path, "must be a number, got %s", api_json_type_name(d));
+      ok = 0;
+    }
+    if (ok) {
+      spec->standardize_mean[i] = json_number_value(m);
+      spec->standardize_std[i] = json_number_value(d);
+    }
+  }
+  if (!ok) return;
+  spec->standardize = 1;
+  spec->n_standardize = (int)n;
+}
+
+static const char *const augment_names[] = {"flip_left_right", "flip_up_down", "random_crop",
+                                            "random_brightness", NULL};
+
+static void parse_augment(checker *c, json_t *list, api_job_spec *spec) {
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    json_t *item = json_array_get(list, i);
+    char path[PATH_LEN], quoted[64], known[128];
+    index_path(path, "pipeline.augment", i);
+    const char *type = NULL;
+    json_t *obj = NULL;
+    if (json_is_string(item)) {
+      type = json_string_value(item);
+    } else if (json_is_object(item)) {
+      obj = item;
+      scope s = {c, obj, path};
+      type = get_string(&s, "type", REQUIRED);
+    } else {
+      problem(c, path, "must be a name or an object with a type, got %s", api_json_type_name(item));
+      continue;
+    }
+    if (!type) continue;
+    int kind = pick(type, augment_names);
+    if (kind < 0) {
+      problem(c, path, "unknown augmentation '%s'; supported: %s",
+              clip(type, quoted, sizeof quoted), list_text(augment_names, known, sizeof known));
+      continue;
+    }
+    unsigned bit = 1u << kind;
+    if (spec->augment & bit) {
+      problem(c, path, "'%s' is listed twice", type);
+      continue;
+    }
+    spec->augment |= bit;
+    if (bit == API_AUG_RANDOM_CROP) spec->crop_padding = 4;
+    if (bit == API_AUG_RANDOM_BRIGHTNESS) spec->brightness_delta = 0.2;
+    if (!obj) continue;
+    scope s = {c, obj, path};
+    static const char *const crop_fields[] = {"type", "padding", NULL};
+    static const char *const brightness_fields[] = {"type", "max_delta", NULL};
+    static const char *const plain_fields[] = {"type", NULL};
+    refuse_unknown(&s, bit == API_AUG_RANDOM_CROP         ? crop_fields
+                       : bit == API_AUG_RANDOM_BRIGHTNESS ? brightness_fields
+                                                          : plain_fields);
+    if (bit == API_AUG_RANDOM_CROP) get_int(&s, "padding", OPTIONAL, 1, 1024, &spec->crop_padding);
+    if (bit == API_AUG_RANDOM_BRIGHTNESS &&
+        get_number(&s, "max_delta", OPTIONAL, &spec->brightness_delta) == 1 &&
+        !(spec->brightness_delta > 0 && spec->brightness_delta <= 255)) {
+      char field[PATH_LEN];
+      join_path(field, path, "max_delta");
+      problem(c, field, "must be > 0 and <= 255, got %g", spec->brightness_delta);
+    }
+  }
 }
 
 static void parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "pipeline"};
-  static const char *const fields[] = {"batch_size", "shuffle", "normalize", "drop_remainder",
-                                       NULL};
+  static const char *const fields[] = {
+      "batch_size", "shuffle",        "shuffle_buffer", "normalize", "standardize",
+      "augment",    "drop_remainder", "cache",          "prefetch",  "num_parallel_calls",
+      "take",       "skip",           "interleave",     NULL};
+  static const char *const caches[] = {"memory", "file", NULL};
   refuse_unknown(&s, fields);
   get_int(&s, "batch_size", OPTIONAL, 1, 65536, &spec->batch_size);
   get_bool(&s, "shuffle", &spec->shuffle);
+  long long number;
+  if (get_integer(&s, "shuffle_buffer", OPTIONAL, 1, 1LL << 31, &number) == 1) {
+    if (!spec->shuffle)
+      problem(c, "pipeline.shuffle_buffer", "has no effect with shuffle false; drop one of them");
+    else
+      spec->shuffle_buffer = number;
+  }
   get_bool(&s, "normalize", &spec->normalize);
+  json_t *standardize = member(&s, "standardize", OPTIONAL);
+  if (standardize) parse_standardize(c, standardize, spec);
+  json_t *augment = get_array(&s, "augment", OPTIONAL);
+  if (augment) parse_augment(c, augment, spec);
   get_bool(&s, "drop_remainder", &spec->drop_remainder);
+  int cache = get_choice(&s, "cache", OPTIONAL, "unknown cache", caches);
+  if (cache >= 0) spec->cache_file = cache == 1;
+  get_auto_int(&s, "prefetch", 1, 1024, &spec->prefetch);
+  get_auto_int(&s, "num_parallel_calls", 0, 64, &spec->num_parallel_calls);
+  if (get_integer(&s, "take", OPTIONAL, 1, INT64_MAX, &number) == 1) spec->take = number;
+  if (get_integer(&s, "skip", OPTIONAL, 0, INT64_MAX, &number) == 1) spec->skip = number;
+  json_t *interleave = get_object(&s, "interleave", OPTIONAL);
+  if (interleave) {
+    scope is = {c, interleave, "pipeline.interleave"};
+    static const char *const ifields[] = {"cycle_length", "block_length", NULL};
+    refuse_unknown(&is, ifields);
+    int cycle = 0, block = 1;
+    int ok = get_int(&is, "cycle_length", REQUIRED, 1, 1024, &cycle) == 1;
+    ok &= get_int(&is, "block_length", OPTIONAL, 1, 65536, &block) >= 0;
+    if (ok) {
+      spec->interleave_cycle_length = cycle;
+      spec->interleave_block_length = block;
+    }
+  }
 }
 
 /* Checks 0 <= value < 1 for momentum and the Adam betas. */
@@ -699,6 +873,9 @@ static void set_defaults(api_job_spec *spec) {
   spec->shuffle = 1;
   spec->normalize = 1;
   spec->drop_remainder = 0;
+  spec->prefetch = API_AUTO;
+  spec->num_parallel_calls = API_AUTO;
+  spec->take = -1;
   spec->epochs = 1;
   spec->log_every_steps = 50;
   spec->priority = 50;
@@ -874,13 +1051,60 @@ char *api_spec_to_json(const api_job_spec *spec) {
   json_t *dataset = json_object();
   put(&b, dataset, "name", bounded_string(spec->dataset, sizeof spec->dataset));
   put(&b, dataset, "validation", bounded_string(spec->validation, sizeof spec->validation));
+  if (spec->validation_split > 0)
+    put(&b, dataset, "validation_split", json_real(spec->validation_split));
   put(&b, root, "dataset", dataset);
 
   json_t *pipeline = json_object();
   put(&b, pipeline, "batch_size", json_integer(spec->batch_size));
   put(&b, pipeline, "shuffle", json_boolean(spec->shuffle));
+  if (spec->shuffle_buffer > 0)
+    put(&b, pipeline, "shuffle_buffer", json_integer((json_int_t)spec->shuffle_buffer));
   put(&b, pipeline, "normalize", json_boolean(spec->normalize));
+  if (spec->n_standardize > 0 && spec->n_standardize <= API_MAX_CHANNELS) {
+    json_t *st = json_object(), *mean = json_array(), *std = json_array();
+    for (int i = 0; i < spec->n_standardize; i++) {
+      push(&b, mean, json_real(spec->standardize_mean[i]));
+      push(&b, std, json_real(spec->standardize_std[i]));
+    }
+    put(&b, st, "mean", mean);
+    put(&b, st, "std", std);
+    put(&b, pipeline, "standardize", st);
+  } else {
+    put(&b, pipeline, "standardize", json_boolean(spec->standardize));
+  }
+  json_t *augment = json_array();
+  for (int k = 0; augment_names[k]; k++) {
+    unsigned bit = 1u << k;
+    if (!(spec->augment & bit)) continue;
+    if (bit == API_AUG_RANDOM_CROP || bit == API_AUG_RANDOM_BRIGHTNESS) {
+      json_t *item = json_object();
+      put(&b, item, "type", json_string(augment_names[k]));
+      if (bit == API_AUG_RANDOM_CROP)
+        put(&b, item, "padding", json_integer(spec->crop_padding));
+      else
+        put(&b, item, "max_delta", json_real(spec->brightness_delta));
+      push(&b, augment, item);
+    } else {
+      push(&b, augment, json_string(augment_names[k]));
+    }
+  }
+  put(&b, pipeline, "augment", augment);
   put(&b, pipeline, "drop_remainder", json_boolean(spec->drop_remainder));
+  put(&b, pipeline, "cache", json_string(spec->cache_file ? "file" : "memory"));
+  put(&b, pipeline, "prefetch",
+      spec->prefetch == API_AUTO ? json_string("auto") : json_integer(spec->prefetch));
+  put(&b, pipeline, "num_parallel_calls",
+      spec->num_parallel_calls == API_AUTO ? json_string("auto")
+                                           : json_integer(spec->num_parallel_calls));
+  if (spec->take >= 0) put(&b, pipeline, "take", json_integer((json_int_t)spec->take));
+  if (spec->skip > 0) put(&b, pipeline, "skip", json_integer((json_int_t)spec->skip));
+  if (spec->interleave_cycle_length > 0) {
+    json_t *il = json_object();
+    put(&b, il, "cycle_length", json_integer(spec->interleave_cycle_length));
+    put(&b, il, "block_length", json_integer(spec->interleave_block_length));
+    put(&b, pipeline, "interleave", il);
+  }
   put(&b, root, "pipeline", pipeline);
 
   json_t *optimizer = json_object();

@@ -1,7 +1,7 @@
-/* train.c — the training loop: seeded shuffling, batches gathered into the
- * graph's input, one forward+backward run and one optimizer step per batch,
- * interval and epoch metrics, validation, and the final checkpoint. All
- * buffers are allocated before the first step. */
+/* train.c — the training loop: batches from the input pipeline copied into
+ * the graph's input, one forward+backward run and one optimizer step per
+ * batch, interval and epoch metrics, validation, and the final checkpoint.
+ * All buffers are allocated before the first step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +16,10 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Copies examples idx[0..rows) into the model's inputs. */
-static void gather(kn_model *m, const kn_dataset *ds, const int64_t *idx, int rows) {
-  float *x = kn_node_data(m->graph, m->x);
-  int32_t *y = kn_node_data(m->graph, m->y);
-  const size_t ex = ds->example_size;
-  for (int r = 0; r < rows; r++) {
-    int64_t i = idx ? idx[r] : r;
-    memcpy(x + (size_t)r * ex, ds->x + (size_t)i * ex, ex * sizeof(float));
-    y[r] = ds->y[i];
-  }
+/* Copies a pipeline batch into the model's inputs. */
+static void feed(kn_model *m, const kn_batch *b) {
+  memcpy(kn_node_data(m->graph, m->x), b->x, (size_t)b->rows * m->example_size * sizeof(float));
+  memcpy(kn_node_data(m->graph, m->y), b->y, (size_t)b->rows * sizeof(int32_t));
 }
 
 /* Correct predictions in the current logits: argmax against the labels. */
@@ -91,13 +85,26 @@ int kn_evaluate(kn_model *m, const kn_dataset *ds, double *loss, double *accurac
   return KN_OK;
 }
 
-static void shuffle(int64_t *idx, int64_t n, kn_rng *rng) {
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)kn_rng_below(rng, (uint64_t)i + 1);
-    int64_t t = idx[i];
-    idx[i] = idx[j];
-    idx[j] = t;
+/* Loss and accuracy over one pass of an evaluation pipeline. */
+static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, double *loss, double *accuracy,
+                             char *err, size_t errlen) {
+  kn_pipeline_state start = {0, 0, 0};
+  int rc = kn_pipeline_restore(pipe, &start, err, errlen);
+  if (rc) return rc;
+  double loss_sum = 0.0;
+  int64_t correct = 0, rows = 0;
+  kn_batch b;
+  while (kn_pipeline_next(pipe, &b) == 1) {
+    feed(m, &b);
+    rc = kn_graph_run(m->graph, KN_RUN_FORWARD, b.rows, err, errlen);
+    if (rc) return rc;
+    loss_sum += (double)*(float *)kn_node_data(m->graph, m->loss) * b.rows;
+    correct += count_correct(m, b.rows);
+    rows += b.rows;
   }
+  *loss = rows ? loss_sum / (double)rows : 0.0;
+  *accuracy = rows ? (double)correct / (double)rows : 0.0;
+  return KN_OK;
 }
 
 int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
@@ -116,36 +123,68 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     snprintf(err, errlen, "train: need epochs >= 1 and a non-empty dataset");
     return KN_EINVAL;
   }
-  int64_t steps_per_epoch = cfg->drop_remainder ? train->n / batch : (train->n + batch - 1) / batch;
-  if (steps_per_epoch < 1) {
-    snprintf(err, errlen, "train: %lld examples make no full batch of %d with drop_remainder",
-             (long long)train->n, batch);
-    return KN_EINVAL;
+  kn_pipeline_config pc;
+  if (cfg->pipeline) {
+    pc = *cfg->pipeline;
+  } else {
+    kn_pipeline_config_default(&pc);
+    pc.shuffle_buffer = cfg->shuffle ? train->n : 0;
+    pc.drop_remainder = cfg->drop_remainder;
+    pc.num_parallel_calls = 0;
   }
+  pc.batch_size = batch;
+  pc.repeat = cfg->epochs;
+  pc.seed = cfg->seed ^ 0x5eedda7aULL; /* data order apart from the init stream */
+  kn_pipeline *pipe = NULL, *val_pipe = NULL;
   kn_optimizer *opt = NULL;
-  rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &opt, err, errlen);
-  if (rc) return rc;
-  int64_t *idx = malloc((size_t)train->n * sizeof *idx);
-  if (!idx) {
-    kn_optimizer_free(opt);
-    snprintf(err, errlen, "train: out of memory for %lld indices", (long long)train->n);
-    return KN_ENOMEM;
+  rc = kn_pipeline_new(train, &pc, &pipe, err, errlen);
+  if (!rc && val) rc = kn_pipeline_new_eval(pipe, val, &val_pipe, err, errlen);
+  if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &opt, err, errlen);
+  if (rc) {
+    kn_pipeline_free(pipe);
+    kn_pipeline_free(val_pipe);
+    return rc;
   }
-  for (int64_t i = 0; i < train->n; i++) idx[i] = i;
-  kn_rng rng;
-  kn_rng_seed(&rng, cfg->seed ^ 0x5eedda7aULL); /* data order apart from the init stream */
+  const int64_t steps_per_epoch = kn_pipeline_batches_per_epoch(pipe);
+  int tuning_reported = 0, first_epoch = 1;
+  int64_t first_batch = 0, step = 0;
+  if (cfg->resume) {
+    rc = kn_pipeline_restore(pipe, cfg->resume, err, errlen);
+    if (rc) {
+      kn_pipeline_free(pipe);
+      kn_pipeline_free(val_pipe);
+      kn_optimizer_free(opt);
+      return rc;
+    }
+    first_epoch = (int)cfg->resume->epoch + 1;
+    first_batch = cfg->resume->batch;
+    step = cfg->resume->epoch * steps_per_epoch + first_batch;
+  }
   const double t0 = now_seconds();
-  int64_t step = 0;
   int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
   int stop = 0;
-  for (int epoch = 1; epoch <= cfg->epochs && !rc && !stop; epoch++) {
-    if (cfg->shuffle) shuffle(idx, train->n, &rng);
+  for (int epoch = first_epoch; epoch <= cfg->epochs && !rc && !stop; epoch++) {
     double epoch_loss = 0.0, interval_loss = 0.0;
     int64_t epoch_rows = 0, epoch_correct = 0, interval_rows = 0, interval_correct = 0;
-    for (int64_t s = 0; s < steps_per_epoch && !rc && !stop; s++) {
-      int64_t start = s * batch;
-      int rows = (int)((train->n - start) < batch ? train->n - start : batch);
-      gather(m, train, idx + start, rows);
+    for (int64_t s = epoch == first_epoch ? first_batch : 0; s < steps_per_epoch && !rc && !stop;
+         s++) {
+      kn_batch b;
+      if (kn_pipeline_next(pipe, &b) != 1) {
+        snprintf(err, errlen, "train: the pipeline ended early, at epoch %d step %lld", epoch,
+                 (long long)s + 1);
+        rc = KN_ESTATE;
+        break;
+      }
+      const int rows = b.rows;
+      feed(m, &b);
+      if (cfg->on_tuned && !tuning_reported) {
+        kn_pipeline_stats ps;
+        kn_pipeline_stats_get(pipe, &ps);
+        if (ps.tuned) {
+          cfg->on_tuned(&ps, user);
+          tuning_reported = 1;
+        }
+      }
       rc = kn_graph_run(m->graph, KN_RUN_TRAIN, rows, err, errlen);
       if (rc) break;
       float loss = *(float *)kn_node_data(m->graph, m->loss);
@@ -184,7 +223,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     ev.values[ev.n_metrics++] = (double)epoch_correct / (double)epoch_rows;
     if (val) {
       double vloss, vacc;
-      rc = kn_evaluate(m, val, &vloss, &vacc, err, errlen);
+      rc = evaluate_pipeline(m, val_pipe, &vloss, &vacc, err, errlen);
       if (rc) break;
       ev.names[ev.n_metrics] = "val_loss";
       ev.values[ev.n_metrics++] = vloss;
@@ -199,10 +238,15 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     snprintf(path, sizeof path, "%s/%s-%08lld.safetensors", cfg->checkpoint_dir,
              cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)step);
     snprintf(step_str, sizeof step_str, "%lld", (long long)step);
-    const char *keys[] = {"format", "step"};
-    const char *values[] = {"pt", step_str};
+    /* Where the data stream stands, so a resume sees the batches that follow. */
+    kn_pipeline_state ps;
+    char state_str[96];
+    kn_pipeline_save(pipe, &ps);
+    kn_pipeline_state_format(&ps, state_str, sizeof state_str);
+    const char *keys[] = {"format", "step", "pipeline_state"};
+    const char *values[] = {"pt", step_str, state_str};
     kn_checkpoint_info info;
-    rc = kn_checkpoint_write(m->graph, path, 2, keys, values, &info, err, errlen);
+    rc = kn_checkpoint_write(m->graph, path, 3, keys, values, &info, err, errlen);
     if (!rc && cb) {
       kn_train_event ev = {.kind = KN_EVENT_CHECKPOINT, .step = step, .path = path};
       ev.checkpoint = &info;
@@ -210,7 +254,8 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       cb(&ev, user);
     }
   }
-  free(idx);
+  kn_pipeline_free(pipe);
+  kn_pipeline_free(val_pipe);
   kn_optimizer_free(opt);
   return rc;
 }

@@ -8,6 +8,7 @@ packages=(
   gcc make cmake pkg-config git clang-format
   libmicrohttpd-dev libjansson-dev libopenblas-dev libsqlite3-dev
   libcurl4-openssl-dev libcmocka-dev libopenmpi-dev openmpi-bin zlib1g-dev
+  libpng-dev libjpeg62-turbo-dev tar
   # tests, the demo and the reference data set
   curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
   # the service benchmark (bench/service.sh), side by side with nginx

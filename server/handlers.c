@@ -1,5 +1,5 @@
 /* handlers.c — the REST routes of kilnd: jobs (create, get, list), a job's
- * metrics, checkpoints and events, built-in data sets and health. Every
+ * metrics, checkpoints and events, and health (data sets: datasets.c). Every
  * failure answers with the API error model; every job read is scoped to the
  * caller's tenant. */
 #include <jansson.h>
@@ -159,6 +159,10 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   if (api_spec_parse(req->body, req->body_len, spec, &e) != 0) {
     free(spec);
     http_reply_error(res, &e);
+    return;
+  }
+  if (http_datasets_check_spec(cfg, spec, res) != 0) {
+    free(spec);
     return;
   }
   store_job job;
@@ -533,42 +537,5 @@ void http_healthz(const http_config *cfg, http_request *req, http_response *res)
   (void)req;
   json_t *doc = json_object();
   json_object_set_new(doc, "status", json_string("ok"));
-  http_reply_json(res, 200, doc);
-}
-
-/* ---- /v1/datasets ---- */
-
-void http_list_datasets(const http_config *cfg, http_request *req, http_response *res) {
-  (void)req;
-  json_t *arr = json_array();
-  for (int i = 0; i < api_builtin_dataset_count(); i++) {
-    const api_builtin_dataset *d = api_builtin_dataset_at(i);
-    const char *files[] = {d->train_images, d->train_labels, d->test_images, d->test_labels};
-    int ready = 1;
-    for (int f = 0; f < 4; f++) {
-      char path[4096];
-      struct stat sb;
-      snprintf(path, sizeof path, "%s/%s/%s", cfg->datasets_dir, d->dir, files[f]);
-      ready &= stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-    }
-    json_t *o = json_object();
-    char name[96];
-    snprintf(name, sizeof name, "datasets/%s", d->name);
-    json_object_set_new(o, "name", json_string(name));
-    json_object_set_new(o, "id", json_string(d->name));
-    json_object_set_new(o, "builtin", json_true());
-    json_object_set_new(o, "format", json_string("idx"));
-    json_object_set_new(o, "ready", json_boolean(ready));
-    json_object_set_new(o, "train_examples", json_integer(d->train_examples));
-    json_object_set_new(o, "test_examples", json_integer(d->test_examples));
-    json_object_set_new(o, "classes", json_integer(d->n_classes));
-    json_t *shape = json_array();
-    for (int k = 0; k < d->input_ndim; k++)
-      json_array_append_new(shape, json_integer(d->input_shape[k]));
-    json_object_set_new(o, "input_shape", shape);
-    json_array_append_new(arr, o);
-  }
-  json_t *doc = json_object();
-  json_object_set_new(doc, "datasets", arr);
   http_reply_json(res, 200, doc);
 }

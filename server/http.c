@@ -1,6 +1,8 @@
 /* http.c — libmicrohttpd glue: binds the daemon, collects request bodies
  * under a size cap (413 before reading when Content-Length already says
  * too much), hands complete requests to the router and sends its answer.
+ * Data set uploads (POST /v1/datasets) are the exception: their bodies go
+ * to disk through datasets.c, under a cap of their own.
  *
  * Threads: one MHD thread per connection calls on_request, so a handler may
  * block (:wait, SSE streams) without stalling other clients; each request's
@@ -46,6 +48,8 @@ typedef struct request_ctx {
   size_t len, cap;
   int too_large;
   struct timespec started;
+  http_upload *upload; /* POST /v1/datasets: streamed to disk, not to body */
+  int answered;        /* a response was queued before the body was read */
 } request_ctx;
 
 void http_counters_record(http_counters *c, int status, double seconds) {
@@ -176,6 +180,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!ctx) return MHD_NO;
     clock_gettime(CLOCK_MONOTONIC, &ctx->started);
     *con_cls = ctx;
+    if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/datasets") == 0) {
+      http_response res = {.status = 500};
+      /* The token is checked before a byte of the upload is taken. */
+      http_request who = {.method = method, .path = url, .body = "", .connection = c};
+      if (http_authenticate(&srv->cfg, &who, &res) == 0 &&
+          http_upload_begin(&srv->cfg, c, &ctx->upload, &res) == 0)
+        return MHD_YES;
+      ctx->answered = 1;
+      return send_response(c, &res);
+    }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body_bytes) {
       /* Answer now: the body is never read. */
@@ -184,6 +198,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return send_too_large(c, srv->cfg.max_body_bytes);
     }
     return MHD_YES;
+  }
+  if (ctx->answered) {
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (ctx->upload) {
+    if (*upload_data_size > 0) {
+      http_upload_write(&srv->cfg, ctx->upload, upload_data, *upload_data_size);
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    http_response res = {.status = 500};
+    http_upload_finish(&srv->cfg, ctx->upload, &res);
+    ctx->answered = 1;
+    return send_response(c, &res);
   }
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
@@ -231,6 +260,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   (void)toe;
   request_ctx *ctx = *con_cls;
   if (ctx) {
+    http_upload_free(ctx->upload);
     free(ctx->body);
     free(ctx);
     *con_cls = NULL;

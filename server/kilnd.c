@@ -58,6 +58,7 @@ static void usage(FILE *to) {
           "  --trainer PATH         the kiln-train binary (default: $KILN_TRAINER, or found\n"
           "                         next to kilnd)\n"
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
+          "  --max-upload-bytes N   largest data set upload accepted (default 1 GiB)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
           "  --insecure-no-auth     accept requests without a token, as the default\n"
           "                         tenant's admin (development only; loopback only)\n"
@@ -201,6 +202,7 @@ int main(int argc, char **argv) {
                                           {"datasets-dir", required_argument, NULL, 's'},
                                           {"trainer", required_argument, NULL, 't'},
                                           {"max-body-bytes", required_argument, NULL, 'b'},
+                                          {"max-upload-bytes", required_argument, NULL, 'u'},
                                           {"port-file", required_argument, NULL, 'p'},
                                           {"insecure-no-auth", no_argument, NULL, 'i'},
                                           {"help", no_argument, NULL, 'h'},
@@ -209,6 +211,7 @@ int main(int argc, char **argv) {
   const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL;
   char trainer[PATH_MAX] = "";
   long max_body = DEFAULT_MAX_BODY;
+  long long max_upload = 1LL << 30;
   int opt, no_auth = 0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
@@ -223,6 +226,13 @@ int main(int argc, char **argv) {
       max_body = strtol(optarg, &end, 10);
       if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
         fprintf(stderr, "kilnd: --max-body-bytes needs 1024..1073741824, got '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 'u':
+      max_upload = strtoll(optarg, &end, 10);
+      if (!*optarg || *end || max_upload < 1024 || max_upload > (1LL << 40)) {
+        fprintf(stderr, "kilnd: --max-upload-bytes needs 1024..1099511627776, got '%s'\n", optarg);
         return 2;
       }
       break;
@@ -280,8 +290,12 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   char db_path[PATH_MAX + 16], jobs_dir[PATH_MAX + 16], err[512], line[3 * PATH_MAX];
+  char uploads_dir[PATH_MAX + 16];
   snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
   snprintf(jobs_dir, sizeof jobs_dir, "%s/jobs", data_dir);
+  snprintf(uploads_dir, sizeof uploads_dir, "%s/datasets", data_dir);
+  /* kiln-train finds uploaded data sets here (it inherits the environment). */
+  setenv("KILN_UPLOADS_DIR", uploads_dir, 1);
   store *st = NULL;
   if (store_open(db_path, &st, err, sizeof err) != STORE_OK) {
     fprintf(stderr, "kilnd: %s\n", err);
@@ -312,6 +326,9 @@ int main(int argc, char **argv) {
                     .datasets_dir = datasets_dir,
                     .jobs_dir = jobs_dir,
                     .insecure_no_auth = no_auth,
+                    .uploads_dir = uploads_dir,
+                    .trainer_path = trainer,
+                    .max_upload_bytes = (size_t)max_upload,
                     .st = st,
                     .scheduler = scheduler};
   http_server *srv = NULL;

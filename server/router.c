@@ -31,8 +31,13 @@ static const http_route routes[] = {
     {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}", http_get_checkpoint, 0, "One checkpoint."},
     {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}:download", http_download_checkpoint, 0,
      "The checkpoint file (safetensors)."},
+    {"POST", "/v1/datasets", http_create_dataset, 0,
+     "Upload a data set (format=csv|idx|images, label_column, display_name); streamed."},
     {"GET", "/v1/datasets", http_list_datasets, 0,
-     "Built-in data sets and whether they are ready."},
+     "Built-in and uploaded data sets (page_size, page_token)."},
+    {"GET", "/v1/datasets/{dataset}", http_get_dataset, 0, "One data set."},
+    {"DELETE", "/v1/datasets/{dataset}", http_delete_dataset, 0,
+     "Delete an uploaded data set no unfinished job uses."},
     {"GET", "/v1/devices", http_list_devices, 0, "The device slots the scheduler hands out."},
     {"GET", "/v1/pools", http_list_pools, 0, "Worker pools and their devices."},
 };
@@ -65,8 +70,7 @@ static int match(const char *pattern, const char *path, char params[][128]) {
   return *path == '\0';
 }
 
-/* The caller from "Authorization: Bearer <token>"; 0, or -1 having answered 401. */
-static int authenticate(const http_config *cfg, http_request *req, http_response *res) {
+int http_authenticate(const http_config *cfg, http_request *req, http_response *res) {
   if (cfg->insecure_no_auth) {
     snprintf(req->who.tenant, sizeof req->who.tenant, "%s", STORE_DEFAULT_TENANT);
     req->who.admin = 1;
@@ -115,7 +119,7 @@ void http_dispatch(const http_config *cfg, http_request *req, http_response *res
       continue;
     }
     memcpy(req->params, params, sizeof params);
-    if (!r->public_route && authenticate(cfg, req, res) != 0) return;
+    if (!r->public_route && http_authenticate(cfg, req, res) != 0) return;
     r->handler(cfg, req, res);
     return;
   }

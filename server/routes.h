@@ -48,6 +48,9 @@ void http_get_metrics(const http_config *cfg, http_request *req, http_response *
 void http_get_checkpoints(const http_config *cfg, http_request *req, http_response *res);
 void http_get_events(const http_config *cfg, http_request *req, http_response *res);
 void http_list_datasets(const http_config *cfg, http_request *req, http_response *res);
+void http_get_dataset(const http_config *cfg, http_request *req, http_response *res);
+void http_delete_dataset(const http_config *cfg, http_request *req, http_response *res);
+void http_create_dataset(const http_config *cfg, http_request *req, http_response *res);
 void http_healthz(const http_config *cfg, http_request *req, http_response *res);
 /* job_actions.c */
 void http_delete_job(const http_config *cfg, http_request *req, http_response *res);

@@ -18,11 +18,14 @@ typedef struct http_config {
   int port;              /* 0 = any free port (see http_server_port) */
   size_t max_body_bytes; /* larger request bodies get 413 */
   const char *datasets_dir;
-  const char *jobs_dir;    /* one folder per job (train.log, checkpoints) */
-  int insecure_no_auth;    /* every request acts as the default tenant's admin; loopback only */
-  store *st;               /* shared with nobody else; the server locks through it */
-  sched *scheduler;        /* woken when a job is queued, asked to cancel */
-  http_counters *counters; /* set by http_server_start: request counts for /metrics */
+  const char *jobs_dir;     /* one folder per job (train.log, checkpoints) */
+  int insecure_no_auth;     /* every request acts as the default tenant's admin; loopback only */
+  store *st;                /* shared with nobody else; the server locks through it */
+  sched *scheduler;         /* woken when a job is queued, asked to cancel */
+  http_counters *counters;  /* set by http_server_start: request counts for /metrics */
+  const char *uploads_dir;  /* uploaded data sets, one folder per id */
+  const char *trainer_path; /* kiln-train, which checks each upload */
+  size_t max_upload_bytes;  /* larger data set uploads get 413 */
 } http_config;
 
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen);
@@ -79,6 +82,9 @@ const char *http_query(const http_request *req, const char *key);
 const char *http_header(const http_request *req, const char *key);
 /* Routes a complete request to its handler (router.c). */
 void http_dispatch(const http_config *cfg, http_request *req, http_response *res);
+/* The caller from "Authorization: Bearer <token>" into req->who; 0, or -1
+ * having answered 401 in res. */
+int http_authenticate(const http_config *cfg, http_request *req, http_response *res);
 
 /* 1 once the server is stopping: handlers that block (:wait, streams) return. */
 int http_stopping(const http_config *cfg);
@@ -88,5 +94,23 @@ int http_stopping(const http_config *cfg);
 void http_counters_record(http_counters *c, int status, double seconds);
 /* Appends the counters in Prometheus text format to a malloc'd buffer. */
 char *http_counters_prometheus(http_counters *c);
+
+/* ---- data sets (datasets.c) ---- */
+
+/* POST /v1/datasets streams its body to disk instead of memory: begin (0,
+ * or -1 with res filled and the body never read), write each chunk, finish
+ * (res filled), free (removes what was not kept; NULL is a no-op). */
+typedef struct http_upload http_upload;
+int http_upload_begin(const http_config *cfg, void *connection, http_upload **out,
+                      http_response *res);
+void http_upload_write(const http_config *cfg, http_upload *u, const char *data, size_t len);
+void http_upload_finish(const http_config *cfg, http_upload *u, http_response *res);
+void http_upload_free(http_upload *u);
+/* GET /v1/datasets, GET and DELETE /v1/datasets/{id}. */
+/* 0 when the spec's data set is built in, or uploaded and fits the spec;
+ * else -1 with res filled (400 naming the field). */
+struct api_job_spec;
+int http_datasets_check_spec(const http_config *cfg, const struct api_job_spec *spec,
+                             http_response *res);
 
 #endif

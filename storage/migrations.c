@@ -102,6 +102,22 @@ static const char *const migrations[] = {
     /* The claim: each tenant's oldest ready job at the top priority, read
      * from the index alone. */
     "CREATE INDEX jobs_claim_tenant ON jobs(state, priority, tenant, seq, not_before_ms);",
+    /* 3: uploaded data sets. */
+    "CREATE TABLE datasets ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* creation order, for page tokens */
+    "  id TEXT NOT NULL UNIQUE,"
+    "  display_name TEXT NOT NULL DEFAULT '',"
+    "  format TEXT NOT NULL,"
+    "  label_column TEXT NOT NULL DEFAULT '',"
+    "  path TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  sha256 TEXT NOT NULL,"
+    "  examples INTEGER NOT NULL,"
+    "  test_examples INTEGER NOT NULL DEFAULT 0,"
+    "  classes INTEGER NOT NULL,"
+    "  input_shape_json TEXT NOT NULL DEFAULT '[]',"
+    "  create_ms INTEGER NOT NULL"
+    ");",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -203,5 +203,36 @@ int store_checkpoint_add(store *s, const store_checkpoint *c);
 /* A job's checkpoints ordered by (attempt, step, id); *out NULL when *n is 0. */
 int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n);
 void store_checkpoint_list_free(store_checkpoint *list, int n);
+
+/* ---- uploaded data sets (datasets.c) ---- */
+
+typedef struct store_dataset {
+  int64_t seq; /* creation order, for page tokens */
+  char id[32];
+  char display_name[128];
+  char format[16]; /* "csv", "idx", "images" */
+  char label_column[64];
+  char path[512]; /* the folder holding upload.bin and dataset.json */
+  int64_t bytes;
+  char sha256[65];
+  int64_t examples, test_examples;
+  int classes;
+  char input_shape_json[128]; /* "[28,28,1]", "[]" when set by the model (images) */
+  int64_t create_ms;
+} store_dataset;
+
+/* Records a data set whose files are in place. A duplicate id is STORE_EXISTS. */
+int store_dataset_add(store *s, const store_dataset *d);
+int store_dataset_get(store *s, const char *id, store_dataset *out); /* STORE_NOT_FOUND */
+/* Newest first, seq < before_seq (0 = from the newest), at most limit; *out
+ * malloc'd (free()), NULL when *n is 0. */
+int store_dataset_list(store *s, int64_t before_seq, int limit, store_dataset **out, int *n);
+/* Deletes the row unless a job that is not finished names the data set:
+ * then STORE_CONFLICT, and *blocking_job (may be NULL, 40 bytes) gets one
+ * such job's id. Checked and deleted in one transaction. */
+int store_dataset_delete(store *s, const char *id, char *blocking_job);
+/* Adds a row to a job's events that is not a state change (from = to = the
+ * current state), e.g. the pipeline's auto-tuned settings. */
+int store_job_note(store *s, const char *job_id, const char *reason, const char *message);
 
 #endif

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "migrations.h"
+#include "store_internal.h"
 
 #define STORE_ERRLEN          512
 #define STORE_BUSY_TIMEOUT_MS 5000
@@ -1476,4 +1477,22 @@ done:
   tx_end(s);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
+}
+
+/* ---- for the other files of this module (store_internal.h) ------------- */
+
+sqlite3 *store_internal_lock(store *s) {
+  pthread_mutex_lock(&s->db_lock);
+  return s->db;
+}
+
+void store_internal_unlock(store *s) {
+  pthread_mutex_unlock(&s->db_lock);
+}
+
+void store_internal_error(store *s, int with_sqlite, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  set_verror(s, with_sqlite ? sqlite3_errmsg(s->db) : NULL, fmt, ap);
+  va_end(ap);
 }

@@ -14,6 +14,7 @@
 
 #include "api.h"
 #include "engine.h"
+#include "worker.h"
 
 enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5 };
 
@@ -110,6 +111,17 @@ static int on_event(const kn_train_event *ev, void *user) {
   return 0;
 }
 
+/* The auto-tuner's choice, as a status line kilnd records in the job's
+ * events (phase "pipeline"). */
+static void on_tuned(const kn_pipeline_stats *st, void *user) {
+  char msg[256];
+  snprintf(msg, sizeof msg,
+           "pipeline auto-tuned: %d producer threads, prefetch %d batches (producer %.2f ms per "
+           "batch, consumer %.2f ms per batch)",
+           st->threads, st->prefetch, st->produce_ms, st->consume_ms);
+  report_status(user, "pipeline", msg);
+}
+
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -177,7 +189,10 @@ static void usage(FILE *to) {
               "Trains one job from a kiln job spec.\n\n"
               "  --data-dir DIR        where built-in data sets live (default $KILN_DATASETS_DIR\n"
               "                        or " KILN_DEFAULT_DATASETS_DIR ")\n"
+              "  --uploads-dir DIR     where uploaded data sets live, one folder per id (default\n"
+              "                        $KILN_UPLOADS_DIR, or ./datasets)\n"
               "  --checkpoint-dir DIR  where checkpoints are written (default: current directory)\n"
+              "  --check-dataset DIR   check an uploaded data set folder, print a JSON summary\n"
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
               "  --threads N           compute threads (default: the spec's resources.devices)\n"
@@ -190,12 +205,15 @@ int main(int argc, char **argv) {
   static const struct option options[] = {{"spec", required_argument, NULL, 's'},
                                           {"data-dir", required_argument, NULL, 'd'},
                                           {"checkpoint-dir", required_argument, NULL, 'c'},
+                                          {"uploads-dir", required_argument, NULL, 'u'},
+                                          {"check-dataset", required_argument, NULL, 'k'},
                                           {"progress-fd", required_argument, NULL, 'p'},
                                           {"json", no_argument, NULL, 'j'},
                                           {"threads", required_argument, NULL, 't'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
+  const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL;
   reporter rep = {.progress_fd = -1};
   int threads = 0, opt;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -204,6 +222,8 @@ int main(int argc, char **argv) {
     case 's': spec_path = optarg; break;
     case 'd': data_dir = optarg; break;
     case 'c': ckpt_dir = optarg; break;
+    case 'u': uploads_dir = optarg; break;
+    case 'k': check_dir = optarg; break;
     case 'j': rep.progress_fd = STDOUT_FILENO; break;
     case 'p':
       rep.progress_fd = (int)strtol(optarg, &end, 10);
@@ -222,6 +242,15 @@ int main(int argc, char **argv) {
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return EXIT_USAGE;
     }
+  }
+  if (check_dir) {
+    /* kilnd's upload check: one JSON line, exit 0 or EXIT_DATA. */
+    char cerr[1024] = "", *summary = NULL;
+    int crc = worker_check_upload(check_dir, &summary, cerr, sizeof cerr);
+    if (crc) return fail(&(reporter){.progress_fd = STDOUT_FILENO}, EXIT_DATA, "DATA_ERROR", cerr);
+    printf("%s\n", summary);
+    free(summary);
+    return 0;
   }
   if (!spec_path && optind < argc) spec_path = argv[optind++];
   if (!spec_path || optind < argc) {
@@ -250,28 +279,17 @@ int main(int argc, char **argv) {
   }
   openblas_set_num_threads(threads ? threads : spec.devices);
 
-  const api_builtin_dataset *bd = api_builtin_dataset_find(spec.dataset);
-  if (!bd) {
-    snprintf(err, sizeof err, "unknown data set '%s'", spec.dataset);
-    return fail(&rep, EXIT_SPEC, "SPEC_INVALID", err);
-  }
-  char images[PATH_MAX], labels[PATH_MAX], msg[1024];
-  snprintf(msg, sizeof msg, "loading %s from %s/%s", bd->name, data_dir, bd->dir);
-  report_status(&rep, "loading", msg);
+  if (!uploads_dir || !*uploads_dir) uploads_dir = "datasets";
+  worker_dirs dirs = {.datasets_dir = data_dir, .uploads_dir = uploads_dir, .cache_dir = ckpt_dir};
+  char msg[1024], where[768];
+  report_status(&rep, "loading", "loading the data set");
   kn_dataset train = {0}, test = {0};
-  snprintf(images, sizeof images, "%s/%s/%s", data_dir, bd->dir, bd->train_images);
-  snprintf(labels, sizeof labels, "%s/%s/%s", data_dir, bd->dir, bd->train_labels);
-  rc = kn_dataset_load_idx(images, labels, spec.normalize, &train, err, sizeof err);
-  int use_val = strcmp(spec.validation, "test") == 0;
-  if (!rc && use_val) {
-    snprintf(images, sizeof images, "%s/%s/%s", data_dir, bd->dir, bd->test_images);
-    snprintf(labels, sizeof labels, "%s/%s/%s", data_dir, bd->dir, bd->test_labels);
-    rc = kn_dataset_load_idx(images, labels, spec.normalize, &test, err, sizeof err);
-  }
-  if (rc) {
-    kn_dataset_free(&train);
-    return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
-  }
+  rc = worker_load_data(&spec, &dirs, &train, &test, where, sizeof where, err, sizeof err);
+  if (rc) return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
+  int use_val = test.n > 0;
+  snprintf(msg, sizeof msg, "loaded %s: %lld training and %lld validation examples", where,
+           (long long)train.n, (long long)test.n);
+  report_status(&rep, "loaded", msg);
 
   kn_layer_config layers[API_MAX_LAYERS];
   to_engine_layers(&spec, layers);
@@ -302,6 +320,9 @@ int main(int argc, char **argv) {
     status = fail(&rep, 1, "IO_ERROR", err);
     goto out;
   }
+  kn_pipeline_config pc;
+  float mean[API_MAX_CHANNELS], std[API_MAX_CHANNELS];
+  worker_pipeline_config(&spec, &pc, mean, std);
   kn_train_config tc = {.epochs = spec.epochs,
                         .batch_size = spec.batch_size,
                         .shuffle = spec.shuffle,
@@ -309,7 +330,9 @@ int main(int argc, char **argv) {
                         .seed = spec.seed,
                         .log_every_steps = spec.log_every_steps,
                         .checkpoint_dir = ckpt_dir,
-                        .checkpoint_prefix = "ckpt"};
+                        .checkpoint_prefix = "ckpt",
+                        .pipeline = &pc,
+                        .on_tuned = on_tuned};
   tc.optimizer.type = spec.optimizer == API_OPT_ADAM ? KN_OPT_ADAM : KN_OPT_SGD;
   tc.optimizer.learning_rate = (float)spec.learning_rate;
   tc.optimizer.momentum = (float)spec.momentum;
@@ -318,10 +341,12 @@ int main(int argc, char **argv) {
   tc.optimizer.beta2 = (float)spec.beta_2;
   tc.optimizer.epsilon = (float)spec.epsilon;
   rep.epochs = spec.epochs;
-  rep.steps_per_epoch = spec.drop_remainder ? train.n / spec.batch_size
-                                            : (train.n + spec.batch_size - 1) / spec.batch_size;
+  int64_t n_train = train.n - spec.skip;
+  if (spec.take >= 0 && spec.take < n_train) n_train = spec.take;
+  rep.steps_per_epoch = spec.drop_remainder ? n_train / spec.batch_size
+                                            : (n_train + spec.batch_size - 1) / spec.batch_size;
   snprintf(msg, sizeof msg, "training %s on %s: %lld examples, %d epochs of %lld steps",
-           spec.display_name, bd->name, (long long)train.n, spec.epochs,
+           spec.display_name, spec.dataset, (long long)n_train, spec.epochs,
            (long long)rep.steps_per_epoch);
   report_status(&rep, "training", msg);
   rc = kn_train(&model, &train, use_val ? &test : NULL, &tc, on_event, &rep, err, sizeof err);

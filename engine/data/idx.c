@@ -96,9 +96,18 @@ static int idx_read(const char *path, int want_ndim, idx_file *out, char *err, s
   }
   if ((rc = read_full(f, out->data, out->count, path, "the data", err, errlen))) goto out;
   uint8_t extra;
-  if (gzread(f, &extra, 1) > 0) {
+  int extra_got = gzread(f, &extra, 1), zerr = Z_OK;
+  const char *zmsg = gzerror(f, &zerr);
+  if (extra_got > 0) {
     snprintf(err, errlen, "%s: trailing bytes after the %llu the header declares", path,
              (unsigned long long)out->count);
+    rc = KN_EFORMAT;
+    goto out;
+  }
+  if (extra_got < 0 || zerr != Z_OK) {
+    /* All the data came, but the gzip stream's end (its checksum) did not. */
+    snprintf(err, errlen, "%s: the gzip stream is truncated or corrupt after data byte %llu: %s",
+             path, (unsigned long long)out->count, zmsg);
     rc = KN_EFORMAT;
     goto out;
   }
@@ -145,6 +154,7 @@ int kn_dataset_load_idx(const char *images_path, const char *labels_path, int no
     if (out->y[i] > max_label) max_label = out->y[i];
   }
   out->n_classes = max_label + 1;
+  out->value_range = normalize ? 1.0f : 255.0f;
 out:
   free(images.data);
   free(labels.data);

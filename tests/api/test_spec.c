@@ -170,6 +170,14 @@ static const struct CMUnitTest rules[] = {
          .field = "dataset.validation", .description = "'train'"),
     RULE("unknown_dataset_field_is_refused", "dataset.split", "0.1", .field = "dataset.split",
          .description = "unknown field"),
+    RULE("validation_split_of_one_is_refused", "dataset.validation_split", "1",
+         .field = "dataset.validation_split", .description = "must be > 0 and < 1, got 1"),
+    RULE("validation_split_with_test_split_is_refused", "dataset.validation_split", "0.1",
+         .field = "dataset.validation_split", .description = "needs validation 'split'"),
+    RULE("validation_split_missing_for_split_is_refused", "dataset.validation", "\"split\"",
+         .field = "dataset.validation_split", .description = "is required"),
+    RULE("malformed_dataset_id_is_refused", "dataset.name", "\"ds-12345\"", .field = "dataset.name",
+         .description = "ds- and 16 hex digits"),
     /* pipeline */
     RULE("batch_size_zero_is_refused", "pipeline.batch_size", "0", .field = "pipeline.batch_size",
          .description = "must be between 1 and 65536, got 0"),
@@ -185,6 +193,35 @@ static const struct CMUnitTest rules[] = {
          .field = "pipeline.normalize", .description = "got string"),
     RULE("drop_remainder_null_is_refused", "pipeline.drop_remainder", "null",
          .field = "pipeline.drop_remainder", .description = "got null"),
+    RULE("unknown_augmentation_is_refused", "pipeline.augment", "[\"flip_left_right\",\"rotate\"]",
+         .field = "pipeline.augment[1]", .description = "unknown augmentation 'rotate'"),
+    RULE("repeated_augmentation_is_refused", "pipeline.augment",
+         "[\"flip_up_down\",\"flip_up_down\"]", .field = "pipeline.augment[1]",
+         .description = "listed twice"),
+    RULE("crop_padding_zero_is_refused", "pipeline.augment",
+         "[{\"type\":\"random_crop\",\"padding\":0}]", .field = "pipeline.augment[0].padding",
+         .description = "between 1 and 1024"),
+    RULE("brightness_option_on_crop_is_refused", "pipeline.augment",
+         "[{\"type\":\"random_crop\",\"max_delta\":0.1}]", .field = "pipeline.augment[0].max_delta",
+         .description = "unknown field"),
+    RULE("prefetch_word_other_than_auto_is_refused", "pipeline.prefetch", "\"max\"",
+         .field = "pipeline.prefetch", .description = "an integer or \"auto\", got 'max'"),
+    RULE("num_parallel_calls_above_64_is_refused", "pipeline.num_parallel_calls", "65",
+         .field = "pipeline.num_parallel_calls", .description = "between 0 and 64"),
+    RULE("interleave_without_cycle_length_is_refused", "pipeline.interleave",
+         "{\"block_length\":2}", .field = "pipeline.interleave.cycle_length",
+         .description = "is required"),
+    RULE("unknown_cache_is_refused", "pipeline.cache", "\"disk\"", .field = "pipeline.cache",
+         .description = "unknown cache 'disk'"),
+    RULE("standardize_with_zero_std_is_refused", "pipeline.standardize",
+         "{\"mean\":[0.5],\"std\":[0]}", .field = "pipeline.standardize.std[0]",
+         .description = "must be > 0, got 0"),
+    RULE("standardize_lists_of_different_lengths_are_refused", "pipeline.standardize",
+         "{\"mean\":[0.5,0.2],\"std\":[1]}", .field = "pipeline.standardize",
+         .description = "same number of channels"),
+    RULE("shuffle_buffer_without_shuffle_is_refused", "pipeline.shuffle", "false",
+         "pipeline.shuffle_buffer", "100", .field = "pipeline.shuffle_buffer",
+         .description = "no effect with shuffle false"),
     RULE("pipeline_that_is_not_an_object_is_refused", "pipeline", "true", .field = "pipeline",
          .description = "must be an object, got boolean"),
     /* optimizer */
@@ -701,7 +738,8 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
       "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
       "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
       "\"pipeline\":{\"batch_size\":128,\"shuffle\":true,\"normalize\":true,"
-      "\"drop_remainder\":false},"
+      "\"standardize\":false,\"augment\":[],\"drop_remainder\":false,\"cache\":\"memory\","
+      "\"prefetch\":\"auto\",\"num_parallel_calls\":\"auto\"},"
       "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"beta_1\":0.9,\"beta_2\":0.999,"
       "\"epsilon\":1e-7},"
       "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
@@ -735,6 +773,47 @@ static void canonical_json_parses_back_to_the_same_struct(void **state) {
   (void)state;
   assert_round_trip(EXAMPLE);
   assert_round_trip(MINIMAL);
+}
+
+static void every_pipeline_option_is_read_and_round_trips(void **state) {
+  (void)state;
+  char *text = edited("pipeline",
+                      "{\"batch_size\":64,\"shuffle_buffer\":10000,\"normalize\":true,"
+                      "\"standardize\":{\"mean\":[0.2860],\"std\":[0.3530]},"
+                      "\"augment\":[{\"type\":\"random_brightness\",\"max_delta\":0.1},"
+                      "\"flip_left_right\",{\"type\":\"random_crop\"}],"
+                      "\"cache\":\"file\",\"prefetch\":4,\"num_parallel_calls\":2,"
+                      "\"take\":50000,\"skip\":100,\"interleave\":{\"cycle_length\":4}}",
+                      "dataset", "{\"name\":\"ds-0123456789abcdef\",\"validation_split\":0.1}");
+  api_job_spec spec;
+  api_error err;
+  if (parse(text, &spec, &err) != 0)
+    fail_msg("%s: %s", err.message, err.n_details ? err.details[0].description : "");
+  assert_int_equal(spec.shuffle_buffer, 10000);
+  assert_int_equal(spec.n_standardize, 1);
+  assert_true(spec.standardize_mean[0] == 0.2860 && spec.standardize_std[0] == 0.3530);
+  assert_int_equal(spec.augment,
+                   API_AUG_FLIP_LEFT_RIGHT | API_AUG_RANDOM_CROP | API_AUG_RANDOM_BRIGHTNESS);
+  assert_int_equal(spec.crop_padding, 4);
+  assert_true(spec.brightness_delta == 0.1);
+  assert_int_equal(spec.cache_file, 1);
+  assert_int_equal(spec.prefetch, 4);
+  assert_int_equal(spec.num_parallel_calls, 2);
+  assert_int_equal(spec.take, 50000);
+  assert_int_equal(spec.skip, 100);
+  assert_int_equal(spec.interleave_cycle_length, 4);
+  assert_int_equal(spec.interleave_block_length, 1);
+  assert_string_equal(spec.dataset, "ds-0123456789abcdef");
+  assert_string_equal(spec.validation, "split");
+  assert_true(spec.validation_split == 0.1);
+  assert_round_trip(text);
+  free(text);
+  /* An upload has no test split: its default validation is none. */
+  text = edited("dataset.name", "\"ds-0123456789abcdef\"", "dataset.validation", DELETE);
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_string_equal(spec.validation, "none");
+  assert_int_equal(spec.prefetch, API_AUTO);
+  free(text);
 }
 
 static void awkward_doubles_round_trip_exactly(void **state) {
@@ -828,6 +907,7 @@ int main(void) {
       cmocka_unit_test(long_unknown_value_is_clipped_in_the_description),
       cmocka_unit_test(canonical_json_of_the_example_fills_every_default),
       cmocka_unit_test(canonical_json_parses_back_to_the_same_struct),
+      cmocka_unit_test(every_pipeline_option_is_read_and_round_trips),
       cmocka_unit_test(awkward_doubles_round_trip_exactly),
       cmocka_unit_test(named_and_activation_layers_round_trip),
       cmocka_unit_test(largest_seed_round_trips),

@@ -600,7 +600,10 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/jobs/{job}/checkpoints",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}:download",
+      "POST /v1/datasets",
       "GET /v1/datasets",
+      "GET /v1/datasets/{dataset}",
+      "DELETE /v1/datasets/{dataset}",
       "GET /v1/devices",
       "GET /v1/pools",
   };

@@ -137,8 +137,10 @@ static void raw_exec(const char *path, const char *sql) {
 static void fresh_open_migrates_to_latest_and_reopen_is_a_noop(void **state) {
   fixture *f = *state;
   assert_int_equal(store_schema_version(f->s), STORE_SCHEMA_VERSION);
+  assert_true(STORE_SCHEMA_VERSION >= 3);
   assert_int_equal(raw_int(f->path, "SELECT count(*) FROM schema_version"), STORE_SCHEMA_VERSION);
-  const char *tables[] = {"jobs", "job_events", "metrics", "checkpoints", "tokens", "workers"};
+  const char *tables[] = {"jobs",   "job_events", "metrics", "checkpoints",
+                          "tokens", "workers",    "datasets"};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
     char sql[160];
     snprintf(sql, sizeof sql,

@@ -1,0 +1,35 @@
+/* worker.h — private to kiln-train: finding, unpacking and checking data
+ * sets, and mapping a spec's pipeline onto the engine's. */
+#ifndef KILN_WORKER_H
+#define KILN_WORKER_H
+
+#include <stddef.h>
+
+#include "api.h"
+#include "engine.h"
+
+typedef struct worker_dirs {
+  const char *datasets_dir; /* built-in data sets */
+  const char *uploads_dir;  /* uploaded data sets, one folder per id (kilnd's data dir) */
+  const char *cache_dir;    /* cache "file" of a built-in data set */
+} worker_dirs;
+
+/* Unpacks a tar archive (ustar or GNU; regular files and folders) under
+ * dest, refusing names that would land outside it. 0 or -1 with err. */
+int worker_untar(const char *archive, const char *dest, char *err, size_t errlen);
+
+/* Checks an upload folder (dataset.json + upload.bin) by loading it as a
+ * job would; on success *summary is malloc'd JSON: format, examples,
+ * test_examples, classes, input_shape, bytes, sha256. */
+int worker_check_upload(const char *dir, char **summary, char *err, size_t errlen);
+
+/* The training data (and validation: the test split, a validation_split,
+ * or none = val->n 0) of a spec; desc says where it came from. */
+int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_dataset *train,
+                     kn_dataset *val, char *desc, size_t desclen, char *err, size_t errlen);
+
+/* mean and std hold API_MAX_CHANNELS floats that pc points into. */
+void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, float *mean,
+                            float *std);
+
+#endif
