@@ -24,7 +24,24 @@ const char *kn_strerror(int code);
 
 #define KN_MAX_DIMS 6
 
-typedef enum kn_dtype { KN_F32 = 0, KN_I32 } kn_dtype;
+/* Element types. Kernels compute in f32 (and f64 in the reference mode used
+ * by gradient checks); f16, bf16 and u8 are storage types for data and
+ * checkpoints, converted with kn_convert. */
+typedef enum kn_dtype { KN_F32 = 0, KN_I32, KN_F16, KN_BF16, KN_U8, KN_F64 } kn_dtype;
+const char *kn_dtype_name(kn_dtype dtype); /* "f32", "bf16", ... */
+/* Converts count elements between any two dtypes (round to nearest even
+ * for f16 / bf16, saturating for u8 and i32). */
+void kn_convert(kn_dtype from, const void *src, kn_dtype to, void *dst, size_t count);
+
+/* Where a graph runs: "cpu" or "cuda:N". */
+typedef enum kn_device_kind { KN_DEVICE_CPU = 0, KN_DEVICE_CUDA } kn_device_kind;
+typedef struct kn_device {
+  kn_device_kind kind;
+  int index; /* cuda device number; 0 for cpu */
+} kn_device;
+/* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". */
+int kn_device_parse(const char *text, kn_device *out, char *err, size_t errlen);
+void kn_device_format(kn_device d, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- graph -- */
 
@@ -35,6 +52,9 @@ typedef enum kn_init {
   KN_INIT_ZEROS = 0,
   KN_INIT_ONES,
   KN_INIT_GLOROT_UNIFORM, /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)) */
+  KN_INIT_GLOROT_NORMAL,  /* truncated N(0, 2 / (fan_in + fan_out)), as Keras */
+  KN_INIT_HE_UNIFORM,     /* U(-l, l), l = sqrt(6 / fan_in) */
+  KN_INIT_HE_NORMAL,      /* truncated N(0, 2 / fan_in) */
 } kn_init;
 
 kn_graph *kn_graph_new(void);
@@ -57,6 +77,72 @@ kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims); /* a view
 /* Mean over the batch of -log softmax(logits)[label]; logits (B, C) f32,
  * labels (B) i32. A scalar. */
 kn_node kn_softmax_xent(kn_graph *g, kn_node logits, kn_node labels);
+
+/* ---- the full op set (ops.c). Shapes: B is the batch, NHWC images. ---- */
+/* Non-trainable state (batch norm moving statistics): kept in a flat state
+ * buffer, written by the forward pass in training, checkpointed. */
+kn_node kn_state(kn_graph *g, const char *name, int ndim, const int *dims, kn_init init);
+/* Broadcasting elementwise ops (numpy rules, shapes aligned at the right). */
+kn_node kn_sub(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_mul(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_div(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_add_bcast(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_leaky_relu(kn_graph *g, kn_node x, float alpha); /* Keras default alpha 0.3 */
+kn_node kn_elu(kn_graph *g, kn_node x, float alpha);        /* Keras default 1.0 */
+kn_node kn_gelu(kn_graph *g, kn_node x);
+kn_node kn_sigmoid(kn_graph *g, kn_node x);
+kn_node kn_tanh(kn_graph *g, kn_node x);
+kn_node kn_scale(kn_graph *g, kn_node x, float alpha);
+kn_node kn_abs(kn_graph *g, kn_node x);
+kn_node kn_square(kn_graph *g, kn_node x);
+kn_node kn_log_softmax(kn_graph *g, kn_node x); /* over the last dim */
+/* Reductions over one axis (or all with axis -1, giving shape (1)). */
+kn_node kn_sum(kn_graph *g, kn_node x, int axis, int keepdims);
+kn_node kn_mean(kn_graph *g, kn_node x, int axis, int keepdims);
+kn_node kn_max(kn_graph *g, kn_node x, int axis, int keepdims);
+kn_node kn_transpose(kn_graph *g, kn_node x, const int *perm); /* perm[0] must be 0 if batched */
+kn_node kn_flatten(kn_graph *g, kn_node x);                    /* (B, ...) -> (B, prod) */
+kn_node kn_concat(kn_graph *g, kn_node a, kn_node b, int axis);
+kn_node kn_slice(kn_graph *g, kn_node x, int axis, int start, int len);
+typedef enum kn_padding { KN_PAD_VALID = 0, KN_PAD_SAME } kn_padding;
+typedef struct kn_window {
+  int kh, kw;                 /* kernel / pool size */
+  int stride_h, stride_w;     /* >= 1 */
+  int dilation_h, dilation_w; /* >= 1 (convolutions only) */
+  kn_padding padding;
+} kn_window;
+/* x (B, H, W, C), w (KH, KW, C, F) -> (B, OH, OW, F), by im2col + GEMM. */
+kn_node kn_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win);
+/* x (B, H, W, C), w (KH, KW, C, M) -> (B, OH, OW, C*M). */
+kn_node kn_depthwise_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win);
+kn_node kn_max_pool2d(kn_graph *g, kn_node x, const kn_window *win);
+kn_node kn_avg_pool2d(kn_graph *g, kn_node x, const kn_window *win); /* padding cells not counted */
+kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x);                /* (B, H, W, C) -> (B, C) */
+/* Batch norm over the last axis. Training runs use batch statistics and
+ * move moving_mean / moving_var (torch's rule: unbiased variance, new =
+ * (1 - m) * old + m * batch with m = 1 - momentum); other runs use them. */
+kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
+                      kn_node moving_var, float momentum, float epsilon);
+/* Inverted dropout with a per-step mask from (seed, step); identity
+ * outside training runs. */
+kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed);
+/* Losses, scalar means: softmax cross-entropy against probabilities (B, C);
+ * binary cross-entropy with logits; mean squared / absolute error. */
+kn_node kn_softmax_xent_dense(kn_graph *g, kn_node logits, kn_node probs);
+kn_node kn_bce_logits(kn_graph *g, kn_node logits, kn_node targets);
+kn_node kn_mse(kn_graph *g, kn_node pred, kn_node target);
+kn_node kn_mae(kn_graph *g, kn_node pred, kn_node target);
+/* Fraction of rows whose label is among the k largest logits (k = 1:
+ * accuracy). Not differentiable. */
+kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k);
+
+/* Computes every f32 node in double instead: the reference mode in which
+ * gradient checks compare autodiff with finite differences. Call before
+ * compile; the flat buffers and node data then hold doubles. */
+void kn_graph_use_f64(kn_graph *g);
+int kn_state_node_count(const kn_graph *g);
+kn_node kn_state_node(const kn_graph *g, int i);
+void *kn_state_data(kn_graph *g); /* the flat state buffer */
 
 int kn_graph_error(const kn_graph *g, char *err, size_t errlen); /* 0 or the first error */
 int kn_graph_node_count(const kn_graph *g);
@@ -97,6 +183,9 @@ void kn_node_lifetime(const kn_graph *g, kn_node n, int *first, int *last);
 typedef enum kn_run_mode {
   KN_RUN_FORWARD = 0, /* forward nodes only (evaluation) */
   KN_RUN_TRAIN = 1,   /* forward and backward: fills the gradient buffer */
+  /* Forward nodes only, with training behaviour (batch statistics, the
+   * last training run's dropout mask): the loss a TRAIN run differentiates. */
+  KN_RUN_FORWARD_TRAIN = 2,
 } kn_run_mode;
 
 /* Runs the compiled graph for a batch of `batch` rows (1..planned batch). */

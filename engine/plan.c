@@ -128,7 +128,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     if (n->storage != KN_STORE_ARENA) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(n));
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
     g->naive_bytes += bytes;
     n->arena_offset = plan_alloc(&plan, bytes);
     /* Values whose last reader is this node die after it runs. */
@@ -138,12 +138,21 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   g->arena_bytes = plan.peak;
 
-  /* One allocation each, touched now so no step pays for first touch. */
-  size_t pbytes = g->n_param_floats * sizeof(float);
+  /* One allocation each, touched now so no step pays for first touch. In
+   * the f64 reference mode the flat buffers hold doubles. */
+  if (g->f64) {
+    for (int i = 0; i < g->n_nodes; i++) {
+      if (g->nodes[i].dtype == KN_F32) g->nodes[i].dtype = KN_F64;
+    }
+  }
+  const size_t esize = g->f64 ? sizeof(double) : sizeof(float);
+  size_t pbytes = g->n_param_floats * esize;
+  size_t sbytes = g->n_state_floats * esize;
   g->arena = aligned_alloc(KN_ALIGN, align_up(g->arena_bytes ? g->arena_bytes : KN_ALIGN));
   g->param_buf = aligned_alloc(KN_ALIGN, align_up(pbytes ? pbytes : KN_ALIGN));
   g->grad_buf = aligned_alloc(KN_ALIGN, align_up(pbytes ? pbytes : KN_ALIGN));
-  if (!g->arena || !g->param_buf || !g->grad_buf) {
+  g->state_buf = aligned_alloc(KN_ALIGN, align_up(sbytes ? sbytes : KN_ALIGN));
+  if (!g->arena || !g->param_buf || !g->grad_buf || !g->state_buf) {
     kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu arena + 2 x %zu parameter bytes",
                   g->arena_bytes, pbytes);
     goto out;
@@ -157,8 +166,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_node_rec *n = &g->nodes[i];
     switch (n->storage) {
     case KN_STORE_ARENA: n->data = g->arena + n->arena_offset; break;
-    case KN_STORE_PARAM: n->data = g->param_buf + n->flat_offset; break;
-    case KN_STORE_GRAD: n->data = g->grad_buf + n->flat_offset; break;
+    case KN_STORE_PARAM: n->data = (unsigned char *)g->param_buf + n->flat_offset * esize; break;
+    case KN_STORE_GRAD: n->data = (unsigned char *)g->grad_buf + n->flat_offset * esize; break;
+    case KN_STORE_STATE: n->data = (unsigned char *)g->state_buf + n->flat_offset * esize; break;
     case KN_STORE_VIEW: break;
     }
   }
@@ -166,21 +176,34 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_node_rec *n = &g->nodes[i];
     if (n->storage == KN_STORE_VIEW) n->data = g->nodes[storage_root(g, i)].data;
   }
-  /* Parameters in creation order so a seed means the same weights everywhere. */
-  for (int p = 0; p < g->n_params; p++) {
-    kn_node_rec *n = &g->nodes[g->params[p]];
+  /* Parameters in creation order so a seed means the same weights everywhere
+   * (and the same in f64 mode: drawn as floats, then widened). */
+  for (int p = 0; p < g->n_params + g->n_states; p++) {
+    kn_node_rec *n = &g->nodes[p < g->n_params ? g->params[p] : g->states[p - g->n_params]];
     int fan_in = n->ndim >= 2 ? n->dims[n->ndim - 2] : n->dims[0];
     int fan_out = n->dims[n->ndim - 1];
     for (int d = 0; d + 2 < n->ndim; d++) {
       fan_in *= n->dims[d];
       fan_out *= n->dims[d];
     }
-    kn_init_fill(n->init, n->data, kn_node_elems(n, 0), fan_in, fan_out, &rng);
+    size_t count = kn_node_elems(n, 0);
+    if (!g->f64) {
+      kn_init_fill(n->init, n->data, count, fan_in, fan_out, &rng);
+      continue;
+    }
+    float *tmp = malloc(count * sizeof *tmp);
+    if (!tmp) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+      goto out;
+    }
+    kn_init_fill(n->init, tmp, count, fan_in, fan_out, &rng);
+    for (size_t k = 0; k < count; k++) ((double *)n->data)[k] = tmp[k];
+    free(tmp);
   }
   g->planned_batch = 0;
   for (int i = 0; i < g->n_nodes && !g->planned_batch; i++) {
     if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched)
-      g->planned_batch = g->nodes[i].dims[0];
+      g->planned_batch = kn_node_planned_rows_per_batch(&g->nodes[i]);
   }
   g->compiled = 1;
   g->batch = 0;
@@ -209,7 +232,7 @@ void *kn_node_data(kn_graph *g, kn_node n) {
 
 int64_t kn_node_arena_offset(const kn_graph *g, kn_node n, size_t *nbytes) {
   const kn_node_rec *r = &g->nodes[n];
-  if (nbytes) *nbytes = kn_node_planned_bytes(r);
+  if (nbytes) *nbytes = kn_node_planned_bytes(g, r);
   return r->storage == KN_STORE_ARENA ? (int64_t)r->arena_offset : -1;
 }
 
@@ -233,10 +256,12 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
     return KN_EINVAL;
   }
   g->batch = batch;
+  g->training = mode != KN_RUN_FORWARD;
+  if (mode == KN_RUN_TRAIN) g->train_runs++;
   /* Parameters that no gradient reaches keep the zero slot set at compile. */
   int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
   for (int i = 0; i < end; i++) {
-    int rc = kn_cpu_run_node(g, i, err, errlen);
+    int rc = g->f64 ? kn_cpu_run_node_f64(g, i, err, errlen) : kn_cpu_run_node(g, i, err, errlen);
     if (rc) return rc;
   }
   return KN_OK;
