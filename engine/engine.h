@@ -201,14 +201,26 @@ size_t kn_param_offset(const kn_graph *g, kn_node param); /* in floats */
 
 /* ------------------------------------------------------------ optimizers -- */
 
-typedef enum kn_optimizer_type { KN_OPT_SGD = 0, KN_OPT_ADAM } kn_optimizer_type;
+typedef enum kn_optimizer_type {
+  KN_OPT_SGD = 0,
+  KN_OPT_ADAM,
+  KN_OPT_ADAMW,
+  KN_OPT_RMSPROP,
+  KN_OPT_ADAGRAD
+} kn_optimizer_type;
 
+/* Update rules are torch.optim's, so parity runs compare iterate by
+ * iterate. weight_decay is L2 added to the gradient (torch's weight_decay)
+ * for every type but adamw, where it is decoupled (p *= 1 - lr * wd). */
 typedef struct kn_optimizer_config {
   kn_optimizer_type type;
   float learning_rate;
-  float momentum;              /* sgd */
+  float momentum;              /* sgd, rmsprop */
   int nesterov;                /* sgd */
-  float beta1, beta2, epsilon; /* adam */
+  float beta1, beta2, epsilon; /* adam, adamw; epsilon also rmsprop, adagrad */
+  float weight_decay;
+  float rho;                       /* rmsprop: moving average of squared gradients */
+  float initial_accumulator_value; /* adagrad */
 } kn_optimizer_config;
 
 typedef struct kn_optimizer kn_optimizer;
@@ -216,7 +228,7 @@ typedef struct kn_optimizer kn_optimizer;
 int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out, char *err,
                      size_t errlen);
 void kn_optimizer_free(kn_optimizer *opt);
-/* One fused update over the flat buffers (Keras update rules). */
+/* One fused update over the flat buffers. */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);
 
