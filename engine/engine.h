@@ -238,16 +238,55 @@ typedef enum kn_layer_type {
   KN_LAYER_DENSE = 0,
   KN_LAYER_FLATTEN,
   KN_LAYER_ACTIVATION,
+  KN_LAYER_CONV2D,
+  KN_LAYER_DEPTHWISE_CONV2D,
+  KN_LAYER_SEPARABLE_CONV2D,
+  KN_LAYER_BATCH_NORM,
+  KN_LAYER_DROPOUT,
+  KN_LAYER_MAX_POOL2D,
+  KN_LAYER_AVG_POOL2D,
+  KN_LAYER_GLOBAL_AVG_POOL2D,
+  KN_LAYER_ADD,
+  KN_LAYER_CONCATENATE,
 } kn_layer_type;
 
-typedef enum kn_activation { KN_ACT_LINEAR = 0, KN_ACT_RELU, KN_ACT_SOFTMAX } kn_activation;
+typedef enum kn_activation {
+  KN_ACT_LINEAR = 0,
+  KN_ACT_RELU,
+  KN_ACT_SOFTMAX,
+  KN_ACT_LEAKY_RELU, /* alpha 0.3 (Keras) unless the layer's alpha is set */
+  KN_ACT_ELU,
+  KN_ACT_GELU,
+  KN_ACT_SIGMOID,
+  KN_ACT_TANH,
+} kn_activation;
 
+#define KN_LAYER_MAX_INPUTS 8
+
+/* One Keras layer. Zero fields take Keras's defaults (noted), so a config
+ * needs only what a Keras call would spell out. */
 typedef struct kn_layer_config {
   kn_layer_type type;
   char name[64];
   int units; /* dense */
   int use_bias;
   kn_activation activation;
+  float alpha;                     /* leaky_relu slope (0: 0.3), elu alpha (0: 1.0) */
+  int filters;                     /* conv2d, separable_conv2d */
+  int kernel_size[2];              /* conv layers */
+  int strides[2];                  /* conv (0: 1), pools (0: pool_size) */
+  int dilation_rate[2];            /* conv (0: 1) */
+  kn_padding padding;              /* conv "valid", pools "valid" */
+  int depth_multiplier;            /* depthwise / separable (0: 1) */
+  int pool_size[2];                /* pools (0: 2) */
+  float rate;                      /* dropout */
+  float momentum, epsilon;         /* batch_norm (0: 0.99, 0.001) */
+  int axis;                        /* concatenate (0: -1, the channels) */
+  kn_init kernel_initializer;      /* glorot_uniform unless set (KN_INIT_ZEROS means "unset") */
+  int kernel_initializer_set;      /* so zeros can be chosen */
+  kn_init bias_initializer;        /* zeros */
+  int n_inputs;                    /* 0: the previous layer (or the model input) */
+  int inputs[KN_LAYER_MAX_INPUTS]; /* layer indices; -1 = the model input */
 } kn_layer_config;
 
 typedef struct kn_model_config {
@@ -256,12 +295,15 @@ typedef struct kn_model_config {
   int n_layers;
   const kn_layer_config *layers;
   int batch_size; /* planned rows */
+  uint64_t seed;  /* dropout masks */
 } kn_model_config;
 
 /* A classifier built from Keras-style layers: input x (B, ...) f32, labels
  * y (B) i32, logits (B, C) kept, loss = sparse categorical cross-entropy.
  * A softmax on the last layer is folded into the loss (as Keras does with
- * from_logits=False), so the loss is computed stably from the logits. */
+ * from_logits=False), so the loss is computed stably from the logits.
+ * Layers are a DAG: each reads the previous layer or names its inputs, so
+ * residual networks (add) and branches (concatenate) are configs too. */
 typedef struct kn_model {
   kn_graph *graph;
   kn_node x, y, logits, loss;
@@ -328,6 +370,8 @@ void kn_rng_seed(kn_rng *r, uint64_t seed);
 uint64_t kn_rng_next(kn_rng *r);
 float kn_rng_uniform(kn_rng *r);              /* [0, 1) */
 uint64_t kn_rng_below(kn_rng *r, uint64_t n); /* [0, n), unbiased */
+/* Fills a buffer with an initializer's values (Keras's definitions). */
+void kn_init_fill(kn_init init, float *data, size_t count, int fan_in, int fan_out, kn_rng *rng);
 
 /* --------------------------------------------------------------- training -- */
 

@@ -169,7 +169,5 @@ int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
 /* A node shaped like `like` (dims, dtype f32, batching) with op and inputs. */
 kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
                      kn_node in2);
-/* Fills a buffer with an initializer's values. */
-void kn_init_fill(kn_init init, float *data, size_t count, int fan_in, int fan_out, kn_rng *rng);
 
 #endif
