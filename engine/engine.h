@@ -164,7 +164,29 @@ typedef struct kn_plan_stats {
   size_t grad_bytes;  /* flat gradient buffer */
   int n_nodes;
   int n_forward; /* nodes run by a forward-only pass */
+  /* what the passes did */
+  int n_cse;     /* duplicate nodes merged */
+  int n_fused;   /* matmul/conv + bias (+ relu) groups fused into one kernel */
+  int n_folded;  /* constant nodes computed once at compile */
+  int n_dead;    /* nodes removed */
+  int n_inplace; /* nodes writing over an input that dies with them */
 } kn_plan_stats;
+
+/* Graph passes, each switchable before compile (all on by default). */
+enum {
+  KN_PASS_DCE = 1,        /* dead-node elimination */
+  KN_PASS_CONST_FOLD = 2, /* constant subgraphs computed once at compile */
+  KN_PASS_CSE = 4,        /* common-subexpression elimination */
+  KN_PASS_FUSION = 8,     /* matmul / conv GEMM + bias + relu in one kernel */
+  KN_PASS_INPLACE = 16,   /* elementwise ops reuse a dying input's buffer */
+  KN_PASS_ALL = 31
+};
+void kn_graph_set_passes(kn_graph *g, unsigned passes);
+/* Eager mode, for debugging and comparison: no passes and one buffer per
+ * node, each node run in turn. */
+void kn_graph_set_eager(kn_graph *g, int eager);
+/* A constant tensor filled with value (unbatched). */
+kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 
 /* Plans memory (liveness over the schedule, first-fit offsets in one arena),
  * allocates and first-touches the arena and the flat buffers, and

@@ -53,6 +53,7 @@ typedef enum kn_op {
   KN_OP_BCE_LOGITS,       /* (logits, targets) -> mean over all elements */
   KN_OP_BCE_LOGITS_GRAD,  /* (logits, targets, dloss) */
   KN_OP_TOPK_ACCURACY,    /* (logits (B, C), labels (B)) -> fraction with label in top attr_i[0] */
+  KN_OP_MATMUL_BIAS_ACT,  /* fused (a, w, bias): attr_i[0..1] transposes, attr_i[2] relu */
   KN_OP_COUNT
 } kn_op;
 
@@ -111,6 +112,8 @@ typedef struct kn_node_rec {
   char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
   int keep;          /* readable after a run: never reused */
+  int dead;          /* removed by a pass: not planned, not run */
+  int folded;        /* a constant: computed once at compile, not every run */
   kn_storage storage;
   size_t flat_offset;      /* floats, for PARAM and GRAD storage */
   size_t arena_offset;     /* bytes, for ARENA storage */
@@ -134,6 +137,9 @@ struct kn_graph {
   int f64;
   float *param_buf, *grad_buf, *state_buf; /* double * in f64 mode */
   int training;                            /* the current run uses batch statistics and dropout */
+  unsigned passes;                         /* KN_PASS_* flags (when passes_set; else all) */
+  int passes_set;
+  int eager;           /* no passes, one buffer per node */
   uint64_t train_runs; /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
@@ -166,6 +172,14 @@ int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
  * the op is not one of them. */
 int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
                      int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node));
+typedef struct kn_pass_stats {
+  int cse, fused, folded, dead;
+} kn_pass_stats;
+/* Runs the enabled passes; scratch holds n_nodes ints. */
+int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);
+unsigned kn_graph_passes(const kn_graph *g);
+/* Whether an op may write its output over an input that dies with it. */
+int kn_op_inplace_ok(kn_op op);
 /* A node shaped like `like` (dims, dtype f32, batching) with op and inputs. */
 kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
                      kn_node in2);

@@ -73,6 +73,21 @@ void kn_graph_use_f64(kn_graph *g) {
   g->f64 = 1;
 }
 
+kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value) {
+  if (g->error_code) return -1;
+  if (ndim < 1 || ndim > KN_MAX_DIMS) {
+    return kn_graph_fail(g, KN_EINVAL, "constant: rank must be 1..%d, got %d", KN_MAX_DIMS, ndim);
+  }
+  for (int d = 0; d < ndim; d++) {
+    if (dims[d] < 1) {
+      return kn_graph_fail(g, KN_EINVAL, "constant: dimension %d must be >= 1, got %d", d, dims[d]);
+    }
+  }
+  kn_node_rec p = proto(KN_OP_FILL, KN_F32, ndim, dims, 0);
+  p.attr_f[0] = value;
+  return push_inputs(g, &p, 0, -1, -1, -1, -1);
+}
+
 kn_node kn_state(kn_graph *g, const char *name, int ndim, const int *dims, kn_init init) {
   if (g->error_code) return -1;
   if (ndim < 1 || ndim > KN_MAX_DIMS) {

@@ -64,6 +64,7 @@ static void compute_liveness(kn_graph *g) {
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
+    if (n->dead) continue;
     for (int k = 0; k < n->n_inputs; k++) {
       kn_node root = storage_root(g, n->inputs[k]);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
@@ -77,6 +78,7 @@ static void compute_liveness(kn_graph *g) {
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     if (n->keep || n->op == KN_OP_INPUT) n->last_use = g->n_nodes; /* never reused */
+    if (n->folded) n->first_use = 0;                               /* computed at compile */
   }
 }
 
@@ -94,6 +96,18 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_graph_fail(g, KN_EINVAL, "compile: the graph is empty");
     goto out;
   }
+  kn_pass_stats pass_stats;
+  {
+    int *scratch = malloc((size_t)g->n_nodes * sizeof *scratch);
+    if (!scratch) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+      goto out;
+    }
+    kn_run_passes(g, scratch, &pass_stats);
+    free(scratch);
+  }
+  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
+  int n_inplace = 0;
   compute_liveness(g);
 
   /* Bucket nodes by last use so each step frees its dead values in O(1). */
@@ -106,7 +120,8 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
-    if (n->storage == KN_STORE_ARENA && n->last_use < g->n_nodes) bucket_start[n->last_use + 1]++;
+    if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes)
+      bucket_start[n->last_use + 1]++;
   }
   for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
   {
@@ -117,7 +132,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     }
     for (int i = 0; i < g->n_nodes; i++) {
       const kn_node_rec *n = &g->nodes[i];
-      if (n->storage == KN_STORE_ARENA && n->last_use < g->n_nodes) {
+      if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes) {
         order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
       }
     }
@@ -125,18 +140,45 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
 
   g->naive_bytes = 0;
+  /* Constants first: they hold their value from compile through every run,
+   * so no node before them in the schedule may borrow their bytes. */
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
-    if (n->storage != KN_STORE_ARENA) continue;
+    if (n->storage != KN_STORE_ARENA || n->dead || !n->folded) continue;
     size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    n->arena_offset = g->eager ? g->naive_bytes : plan_alloc(&plan, bytes);
     g->naive_bytes += bytes;
-    n->arena_offset = plan_alloc(&plan, bytes);
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->storage != KN_STORE_ARENA || n->dead || n->folded) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    /* In place: an elementwise op takes over the buffer of an input whose
+     * last reader it is (same size, not kept), so that buffer is not freed
+     * here but when this node dies. */
+    kn_node donor = -1;
+    for (int k = 0; inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
+      kn_node r = storage_root(g, n->inputs[k]);
+      const kn_node_rec *in = &g->nodes[r];
+      if (in->storage == KN_STORE_ARENA && !in->dead && !in->keep && in->op != KN_OP_INPUT &&
+          in->last_use == i && align_up(kn_node_planned_bytes(g, in)) == bytes)
+        donor = r;
+    }
+    if (g->eager) {
+      n->arena_offset = g->naive_bytes; /* one buffer per node */
+    } else if (donor >= 0) {
+      n->arena_offset = g->nodes[donor].arena_offset;
+      n_inplace++;
+    } else {
+      n->arena_offset = plan_alloc(&plan, bytes);
+    }
+    g->naive_bytes += bytes;
     /* Values whose last reader is this node die after it runs. */
-    for (int k = bucket_start[i]; k < bucket_start[i + 1]; k++) {
-      plan_free(&plan, g->nodes[order[k]].arena_offset);
+    for (int k = bucket_start[i]; !g->eager && k < bucket_start[i + 1]; k++) {
+      if (order[k] != donor) plan_free(&plan, g->nodes[order[k]].arena_offset);
     }
   }
-  g->arena_bytes = plan.peak;
+  g->arena_bytes = g->eager ? g->naive_bytes : plan.peak;
 
   /* One allocation each, touched now so no step pays for first touch. In
    * the f64 reference mode the flat buffers hold doubles. */
@@ -207,7 +249,24 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   g->compiled = 1;
   g->batch = 0;
+  /* Constants, once: no run computes them again. */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (!g->nodes[i].folded || g->nodes[i].dead) continue;
+    char ferr[256];
+    int frc = g->f64 ? kn_cpu_run_node_f64(g, i, ferr, sizeof ferr)
+                     : kn_cpu_run_node(g, i, ferr, sizeof ferr);
+    if (frc) {
+      g->compiled = 0;
+      kn_graph_fail(g, frc, "compile: folding constant '%s': %s", g->nodes[i].name, ferr);
+      goto out;
+    }
+  }
   if (stats) {
+    stats->n_cse = pass_stats.cse;
+    stats->n_fused = pass_stats.fused;
+    stats->n_folded = pass_stats.folded;
+    stats->n_dead = pass_stats.dead;
+    stats->n_inplace = n_inplace;
     stats->arena_bytes = g->arena_bytes;
     stats->naive_bytes = g->naive_bytes;
     stats->param_bytes = pbytes;
@@ -233,7 +292,7 @@ void *kn_node_data(kn_graph *g, kn_node n) {
 int64_t kn_node_arena_offset(const kn_graph *g, kn_node n, size_t *nbytes) {
   const kn_node_rec *r = &g->nodes[n];
   if (nbytes) *nbytes = kn_node_planned_bytes(g, r);
-  return r->storage == KN_STORE_ARENA ? (int64_t)r->arena_offset : -1;
+  return (r->storage == KN_STORE_ARENA && !r->dead) ? (int64_t)r->arena_offset : -1;
 }
 
 void kn_node_lifetime(const kn_graph *g, kn_node n, int *first, int *last) {
@@ -261,6 +320,7 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
   /* Parameters that no gradient reaches keep the zero slot set at compile. */
   int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
   for (int i = 0; i < end; i++) {
+    if (g->nodes[i].dead || g->nodes[i].folded) continue;
     int rc = g->f64 ? kn_cpu_run_node_f64(g, i, err, errlen) : kn_cpu_run_node(g, i, err, errlen);
     if (rc) return rc;
   }
