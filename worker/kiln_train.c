@@ -334,9 +334,11 @@ int main(int argc, char **argv) {
   }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "
-           "(%.2f MiB with one buffer per node)",
+           "(%.2f MiB with one buffer per node); passes fused %d, computed %d in place, "
+           "removed %d",
            kn_param_count(model.graph), stats.n_nodes, stats.arena_bytes / 1048576.0,
-           stats.naive_bytes / 1048576.0);
+           stats.naive_bytes / 1048576.0, stats.n_fused, stats.n_inplace,
+           stats.n_dead + stats.n_cse);
   report_status(&rep, "compiled", msg);
 
   if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST) {
