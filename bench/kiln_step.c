@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (eager) kn_graph_set_eager(m.graph, 1);
+  kn_graph_set_threads(m.graph, threads);
   kn_optimizer_config oc = {.type = KN_OPT_ADAM,
                             .learning_rate = 1e-3f,
                             .beta1 = 0.9f,

@@ -185,6 +185,10 @@ void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per
  * node, each node run in turn. */
 void kn_graph_set_eager(kn_graph *g, int eager);
+/* Threads for the engine's own kernels (im2col, pooling, elementwise),
+ * started at compile and kept for every run; results are the same for every
+ * thread count. GEMM threads are OpenBLAS's own (openblas_set_num_threads). */
+void kn_graph_set_threads(kn_graph *g, int threads);
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 

@@ -70,9 +70,14 @@ void kn_graph_free(kn_graph *g) {
   free(g->param_buf);
   free(g->grad_buf);
   free(g->state_buf);
+  kn_pool_free(g->pool);
   free(g->states);
   free(g->arena);
   free(g);
+}
+
+void kn_graph_set_threads(kn_graph *g, int threads) {
+  g->threads = threads < 1 ? 1 : threads > KN_POOL_MAX_THREADS ? KN_POOL_MAX_THREADS : threads;
 }
 
 int kn_graph_error(const kn_graph *g, char *err, size_t errlen) {

@@ -6,6 +6,8 @@
 
 #include "engine.h"
 
+typedef struct kn_pool kn_pool; /* pool.c */
+
 typedef enum kn_op {
   KN_OP_INPUT = 0,
   KN_OP_PARAM,
@@ -140,6 +142,8 @@ struct kn_graph {
   unsigned passes;                         /* KN_PASS_* flags (when passes_set; else all) */
   int passes_set;
   int eager;           /* no passes, one buffer per node */
+  int threads;         /* compute threads for own kernels (0/1: the calling thread) */
+  kn_pool *pool;       /* started at compile when threads > 1 */
   uint64_t train_runs; /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
@@ -172,6 +176,16 @@ int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
  * the op is not one of them. */
 int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
                      int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node));
+/* The persistent thread pool (pool.c). */
+#define KN_POOL_MAX_THREADS 256
+typedef void (*kn_range_fn)(void *ctx, int64_t begin, int64_t end);
+kn_pool *kn_pool_new(int threads); /* NULL for threads < 2 (or on failure): run inline */
+void kn_pool_free(kn_pool *p);
+int kn_pool_threads(const kn_pool *p);
+/* Runs fn over [0, n) cut into one contiguous range per thread; returns
+ * when all are done. */
+void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx);
+
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead;
 } kn_pass_stats;

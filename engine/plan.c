@@ -247,6 +247,13 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched)
       g->planned_batch = kn_node_planned_rows_per_batch(&g->nodes[i]);
   }
+  if (g->threads > 1 && !g->pool) {
+    g->pool = kn_pool_new(g->threads);
+    if (!g->pool) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: cannot start %d compute threads", g->threads);
+      goto out;
+    }
+  }
   g->compiled = 1;
   g->batch = 0;
   /* Constants, once: no run computes them again. */

@@ -327,6 +327,7 @@ int main(int argc, char **argv) {
   kn_plan_stats stats;
   int status = 0;
   rc = kn_model_build(&mc, &model, err, sizeof err);
+  if (!rc) kn_graph_set_threads(model.graph, threads ? threads : spec.devices);
   if (!rc) rc = kn_graph_compile(model.graph, spec.seed, &stats, err, sizeof err);
   if (rc) {
     status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);

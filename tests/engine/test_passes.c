@@ -58,7 +58,7 @@ typedef struct result {
 } result;
 
 /* eager: -1 = passes as given; 1 = eager mode. */
-static result train_once(int cnn, unsigned passes, int eager) {
+static result train_threaded(int cnn, unsigned passes, int eager, int threads) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
                          .n_layers = cnn ? 10 : 4,
@@ -73,6 +73,7 @@ static result train_once(int cnn, unsigned passes, int eager) {
   } else {
     kn_graph_set_passes(m.graph, passes);
   }
+  kn_graph_set_threads(m.graph, threads);
   result r;
   memset(&r, 0, sizeof r);
   if (kn_graph_compile(m.graph, 17, &r.st, err, sizeof err)) fail_msg("compile: %s", err);
@@ -103,6 +104,10 @@ static result train_once(int cnn, unsigned passes, int eager) {
   memcpy(r.logits, kn_node_data(m.graph, m.logits), sizeof r.logits);
   kn_model_free(&m);
   return r;
+}
+
+static result train_once(int cnn, unsigned passes, int eager) {
+  return train_threaded(cnn, passes, eager, 1);
 }
 
 static void assert_same(const result *a, const result *b, const char *what) {
@@ -207,6 +212,21 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
   kn_graph_free(g);
 }
 
+/* The pool cuts loops by index and no output element is summed across
+ * ranges, so every thread count gives the same bits. */
+static void thread_counts_give_identical_results(void **state) {
+  (void)state;
+  for (int cnn = 0; cnn <= 1; cnn++) {
+    result one = train_threaded(cnn, KN_PASS_ALL, 0, 1);
+    for (int threads = 2; threads <= 3; threads++) {
+      result r = train_threaded(cnn, KN_PASS_ALL, 0, threads);
+      assert_same(&one, &r, cnn ? "cnn threads" : "mlp threads");
+      release(&r);
+    }
+    release(&one);
+  }
+}
+
 static void a_cnn_training_step_allocates_nothing(void **state) {
   (void)state;
   kn_model_config cfg = {.input_ndim = 3,
@@ -217,6 +237,7 @@ static void a_cnn_training_step_allocates_nothing(void **state) {
   kn_model m;
   char err[512];
   assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+  kn_graph_set_threads(m.graph, 2); /* the pool's loops allocate nothing either */
   assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
   memset(kn_node_data(m.graph, m.x), 0, BATCH * m.example_size * sizeof(float));
   memset(kn_node_data(m.graph, m.y), 0, BATCH * sizeof(int32_t));
@@ -237,6 +258,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(each_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
+      cmocka_unit_test(thread_counts_give_identical_results),
       cmocka_unit_test(a_cnn_training_step_allocates_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
