@@ -97,6 +97,47 @@ static double dropout_uniform(uint64_t base, size_t i) {
 #undef TANH
 #undef FABS
 
+/* The same float kernels again for AVX2 and AVX-512, chosen at run time
+ * (kn_cpu_set_isa, or the best the CPU has). cpu.c is built with
+ * -ffp-contract=off and GCC never reorders float sums without
+ * -ffast-math, so every path gives the same bits: the paths differ in speed
+ * only, and a test holds them to it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KN_HAVE_ISA_PATHS 1
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#define T       float
+#define F(name) name##_f32_avx2
+#define GEMM    cblas_sgemm
+#define EXP     expf
+#define LOG     logf
+#define LOG1P   log1pf
+#define SQRT    sqrtf
+#define ERF     erff
+#define TANH    tanhf
+#define FABS    fabsf
+#include "cpu_kernels.inc"
+#undef T
+#undef F
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#define T       float
+#define F(name) name##_f32_avx512
+#include "cpu_kernels.inc"
+#pragma GCC pop_options
+#undef T
+#undef F
+#undef GEMM
+#undef EXP
+#undef LOG
+#undef LOG1P
+#undef SQRT
+#undef ERF
+#undef TANH
+#undef FABS
+#endif
+
 #define T       double
 #define F(name) name##_f64
 #define GEMM    cblas_dgemm
@@ -109,7 +150,57 @@ static double dropout_uniform(uint64_t base, size_t i) {
 #define FABS    fabs
 #include "cpu_kernels.inc"
 
+/* The path in use: set once by kn_cpu_set_isa (before graphs run) or
+ * picked on first use; read by the thread running a graph. */
+static kn_isa active_isa = KN_ISA_AUTO;
+
+static int cpu_has(kn_isa isa) {
+#ifdef KN_HAVE_ISA_PATHS
+  __builtin_cpu_init();
+  if (isa == KN_ISA_AVX2) return __builtin_cpu_supports("avx2");
+  if (isa == KN_ISA_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+  return isa == KN_ISA_BASELINE;
+}
+
+const char *kn_isa_name(kn_isa isa) {
+  switch (isa) {
+  case KN_ISA_AUTO: return "auto";
+  case KN_ISA_BASELINE: return "baseline";
+  case KN_ISA_AVX2: return "avx2";
+  case KN_ISA_AVX512: return "avx512";
+  }
+  return "?";
+}
+
+int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen) {
+  if (isa == KN_ISA_AUTO) {
+    active_isa = cpu_has(KN_ISA_AVX512) ? KN_ISA_AVX512
+                 : cpu_has(KN_ISA_AVX2) ? KN_ISA_AVX2
+                                        : KN_ISA_BASELINE;
+    return KN_OK;
+  }
+  if ((int)isa < 0 || isa > KN_ISA_AVX512 || !cpu_has(isa)) {
+    snprintf(err, errlen, "cpu: this CPU (or build) has no %s path", kn_isa_name(isa));
+    return KN_EINVAL;
+  }
+  active_isa = isa;
+  return KN_OK;
+}
+
+kn_isa kn_cpu_isa(void) {
+  if (active_isa == KN_ISA_AUTO) kn_cpu_set_isa(KN_ISA_AUTO, NULL, 0);
+  return active_isa;
+}
+
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen) {
+#ifdef KN_HAVE_ISA_PATHS
+  switch (kn_cpu_isa()) {
+  case KN_ISA_AVX512: return kn_cpu_run_f32_avx512(g, i, err, errlen);
+  case KN_ISA_AVX2: return kn_cpu_run_f32_avx2(g, i, err, errlen);
+  default: break;
+  }
+#endif
   return kn_cpu_run_f32(g, i, err, errlen);
 }
 

@@ -189,6 +189,14 @@ void kn_graph_set_eager(kn_graph *g, int eager);
  * started at compile and kept for every run; results are the same for every
  * thread count. GEMM threads are OpenBLAS's own (openblas_set_num_threads). */
 void kn_graph_set_threads(kn_graph *g, int threads);
+/* The CPU kernels' instruction-set path: baseline x86-64 (SSE2), AVX2 or
+ * AVX-512, all from one source and giving the same bits. AUTO (the
+ * default) takes the best the CPU has; forcing one it lacks is an error.
+ * Process-wide: set it before graphs run. */
+typedef enum kn_isa { KN_ISA_AUTO = 0, KN_ISA_BASELINE, KN_ISA_AVX2, KN_ISA_AVX512 } kn_isa;
+int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen);
+kn_isa kn_cpu_isa(void); /* the path in use */
+const char *kn_isa_name(kn_isa isa);
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 

@@ -227,6 +227,35 @@ static void thread_counts_give_identical_results(void **state) {
   }
 }
 
+/* Baseline, AVX2 and AVX-512 kernels come from one source and must give the
+ * same bits; paths this CPU lacks are refused by name and skipped. */
+static void isa_paths_give_identical_results(void **state) {
+  (void)state;
+  char err[128];
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+  assert_int_equal(kn_cpu_isa(), KN_ISA_BASELINE);
+  result base[2] = {train_threaded(0, KN_PASS_ALL, 0, 2), train_threaded(1, KN_PASS_ALL, 0, 2)};
+  int tested = 0;
+  for (kn_isa isa = KN_ISA_AVX2; isa <= KN_ISA_AVX512; isa++) {
+    if (kn_cpu_set_isa(isa, err, sizeof err) != KN_OK) {
+      assert_non_null(strstr(err, kn_isa_name(isa)));
+      printf("isa path %s: not on this CPU, skipped (%s)\n", kn_isa_name(isa), err);
+      continue;
+    }
+    for (int cnn = 0; cnn <= 1; cnn++) {
+      result r = train_threaded(cnn, KN_PASS_ALL, 0, 2);
+      assert_same(&base[cnn], &r, kn_isa_name(isa));
+      release(&r);
+    }
+    tested++;
+  }
+  printf("isa paths checked against the baseline: %d\n", tested);
+  release(&base[0]);
+  release(&base[1]);
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  assert_int_not_equal(kn_cpu_isa(), KN_ISA_AUTO);
+}
+
 static void a_cnn_training_step_allocates_nothing(void **state) {
   (void)state;
   kn_model_config cfg = {.input_ndim = 3,
@@ -259,6 +288,7 @@ int main(void) {
       cmocka_unit_test(each_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
       cmocka_unit_test(thread_counts_give_identical_results),
+      cmocka_unit_test(isa_paths_give_identical_results),
       cmocka_unit_test(a_cnn_training_step_allocates_nothing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
