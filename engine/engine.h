@@ -316,8 +316,8 @@ typedef struct kn_layer_config {
   float rate;                      /* dropout */
   float momentum, epsilon;         /* batch_norm (0: 0.99, 0.001) */
   int axis;                        /* concatenate (0: -1, the channels) */
-  kn_init kernel_initializer;      /* glorot_uniform unless set (KN_INIT_ZEROS means "unset") */
-  int kernel_initializer_set;      /* so zeros can be chosen */
+  kn_init kernel_initializer;      /* used when kernel_initializer_set, else glorot_uniform */
+  int kernel_initializer_set;      /* (a zeroed config means the Keras default) */
   kn_init bias_initializer;        /* zeros */
   int n_inputs;                    /* 0: the previous layer (or the model input) */
   int inputs[KN_LAYER_MAX_INPUTS]; /* layer indices; -1 = the model input */

@@ -46,8 +46,8 @@ typedef enum kn_op {
   KN_OP_POOL,             /* (x) attr_i[10] = 0 max / 1 avg */
   KN_OP_POOL_GRAD,        /* (dy, x, y) -> dx */
   KN_OP_BN_STATS,         /* (x, moving_mean, moving_var) -> (2, C): mean, 1/sqrt(var+eps) */
-  KN_OP_BN_APPLY,         /* (x, stats, gamma|beta packed as inputs 2) see ops.c */
-  KN_OP_BN_GRAD_X,        /* (dy, x, stats) with gamma in attr node inputs */
+  KN_OP_BN_APPLY,         /* (x, stats, gamma, beta) -> (x - mean) * invstd * gamma + beta */
+  KN_OP_BN_GRAD_X,        /* (dy, x, stats, gamma) -> dx through the batch statistics */
   KN_OP_BN_GRAD_GAMMA,    /* (dy, x, stats) -> (C) */
   KN_OP_DROPOUT_MASK,     /* (like x) -> 0 or 1/(1-rate); all ones outside training */
   KN_OP_XENT_DENSE,       /* (logits (B, C), probs (B, C)) -> mean -sum(p log softmax) */
