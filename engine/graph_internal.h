@@ -95,6 +95,9 @@ enum {
   KN_CA_OW,
   KN_CA_POOL_KIND
 };
+/* Set by the fusion pass on an elementwise node (bias_add, add, binary,
+ * bn_apply) that absorbed the relu reading it: relu runs in its loop. */
+#define KN_ATTR_RELU 11
 
 #define KN_MAX_INPUTS 4
 

@@ -1,6 +1,7 @@
 /* passes.c — graph optimizations run by compile, each switchable
  * (kn_graph_set_passes): common-subexpression elimination, fusion of
- * matmul (or a convolution's GEMM) + bias + relu into one kernel, constant
+ * matmul (or a convolution's GEMM) + bias + relu into one kernel and of
+ * elementwise chains ending in relu, constant
  * folding (constant subgraphs computed once at compile, not every step) and
  * dead-node elimination. In-place reuse is decided by the planner (plan.c)
  * for the whitelist in kn_op_inplace_ok. Passes never change values: tests
@@ -149,6 +150,40 @@ static int fuse(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* Elementwise chains: relu(bias_add | add | binary | bn_apply) becomes the
+ * producer with a relu in its loop, one pass over memory instead of two,
+ * when the producer's value has no other reader. The gradients of these
+ * producers read their inputs (and relu_grad the relu's output), never the
+ * producer's own value, so training graphs fuse too. */
+static int fuse_chains(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *top = &g->nodes[i];
+    if (top->dead || top->op != KN_OP_RELU || top->storage != KN_STORE_ARENA) continue;
+    kn_node p = top->inputs[0];
+    kn_node_rec *pr = &g->nodes[p];
+    int chain = pr->op == KN_OP_BIAS_ADD || pr->op == KN_OP_ADD || pr->op == KN_OP_BINARY ||
+                pr->op == KN_OP_BN_APPLY;
+    if (!chain || pr->dead || pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA ||
+        pr->attr_i[KN_ATTR_RELU])
+      continue;
+    /* The relu node takes the producer's op, inputs and attrs (its shape is
+     * the producer's), so relu_grad keeps reading the same value. */
+    kn_node_rec fused_node = *pr;
+    fused_node.attr_i[KN_ATTR_RELU] = 1;
+    fused_node.storage = top->storage;
+    fused_node.keep = top->keep;
+    fused_node.requires_grad = top->requires_grad;
+    memcpy(fused_node.name, top->name, sizeof fused_node.name);
+    *top = fused_node;
+    pr->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
 /* Constant subgraphs (fills and pure ops of constants, unbatched) are
  * computed once at compile and never again. */
 static int fold_constants(kn_graph *g) {
@@ -195,7 +230,10 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   unsigned passes = kn_graph_passes(g);
   memset(st, 0, sizeof *st);
   if (passes & KN_PASS_CSE) st->cse = cse(g);
-  if (passes & KN_PASS_FUSION) st->fused = fuse(g, scratch);
+  if (passes & KN_PASS_FUSION) {
+    st->fused = fuse(g, scratch);
+    st->fused += fuse_chains(g, scratch);
+  }
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead = eliminate_dead(g, scratch);
   return 0;

@@ -26,6 +26,7 @@ static const kn_layer_config cnn_layers[] = {
      .use_bias = 1,
      .activation = KN_ACT_RELU},
     {.type = KN_LAYER_BATCH_NORM, .name = "bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "bn_relu", .activation = KN_ACT_RELU},
     {.type = KN_LAYER_SEPARABLE_CONV2D,
      .name = "sep",
      .filters = 4,
@@ -33,8 +34,13 @@ static const kn_layer_config cnn_layers[] = {
      .padding = KN_PAD_SAME,
      .use_bias = 1,
      .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {1, 2}},
-    {.type = KN_LAYER_DEPTHWISE_CONV2D, .name = "dw", .kernel_size = {3, 3}, .use_bias = 1},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {2, 3}},
+    {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D,
+     .name = "dw",
+     .kernel_size = {3, 3},
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
     {.type = KN_LAYER_MAX_POOL2D, .name = "mp"},
     {.type = KN_LAYER_DROPOUT, .name = "drop", .rate = 0.2f},
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
@@ -61,7 +67,7 @@ typedef struct result {
 static result train_threaded(int cnn, unsigned passes, int eager, int threads) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
-                         .n_layers = cnn ? 10 : 4,
+                         .n_layers = cnn ? 12 : 4,
                          .layers = cnn ? cnn_layers : mlp_layers,
                          .batch_size = BATCH,
                          .seed = 3};
@@ -169,8 +175,9 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
   assert_true(all.st.arena_bytes < no_inplace.st.arena_bytes);
   result cnn = train_once(1, KN_PASS_ALL, 0);
   /* conv + bias + relu (via its GEMM), the separable pointwise GEMM + bias +
-   * relu, and the two dense layers. */
-  assert_int_equal(cnn.st.n_fused, 4);
+   * relu and the two dense layers; then the chains batch norm + relu, add +
+   * relu (residual) and bias_add + relu (depthwise). */
+  assert_int_equal(cnn.st.n_fused, 7);
   result eager = train_once(1, 0, 1);
   assert_int_equal(eager.st.n_fused + eager.st.n_inplace + eager.st.n_dead, 0);
   assert_int_equal(eager.st.arena_bytes, eager.st.naive_bytes);
@@ -260,7 +267,7 @@ static void a_cnn_training_step_allocates_nothing(void **state) {
   (void)state;
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
-                         .n_layers = 10,
+                         .n_layers = 12,
                          .layers = cnn_layers,
                          .batch_size = BATCH};
   kn_model m;
