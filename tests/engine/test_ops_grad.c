@@ -307,6 +307,12 @@ static kn_node c_max_pool(ctx *c) {
   kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_VALID};
   return kn_max_pool2d(c->g, param(c, "x", 4, xd), &w);
 }
+static kn_node c_max_pool_odd_tiles(ctx *c) {
+  /* 2x2 stride 2 on an odd image: the last row and column are in no window */
+  int xd[4] = {2, 5, 7, 3};
+  kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_VALID};
+  return kn_max_pool2d(c->g, param(c, "x", 4, xd), &w);
+}
 static kn_node c_max_pool_same(ctx *c) {
   int xd[4] = {1, 5, 5, 2};
   kn_window w = {3, 3, 2, 2, 1, 1, KN_PAD_SAME};
@@ -404,6 +410,7 @@ CASE(c_depthwise)
 CASE(c_depthwise_strided)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
+CASE(c_max_pool_odd_tiles)
 CASE(c_avg_pool_same)
 CASE(c_global_avg_pool)
 CASE(c_batch_norm_2d)
@@ -448,6 +455,7 @@ int main(void) {
       T(c_depthwise_strided),
       T(c_max_pool),
       T(c_max_pool_same),
+      T(c_max_pool_odd_tiles),
       T(c_avg_pool_same),
       T(c_global_avg_pool),
       T(c_batch_norm_2d),
