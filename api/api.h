@@ -79,23 +79,71 @@ typedef enum api_layer_type {
   API_LAYER_FLATTEN,
   API_LAYER_ACTIVATION, /* {"type":"activation","activation":"relu"} */
   API_LAYER_RELU,       /* shorthand for activation relu */
+  API_LAYER_CONV2D,
+  API_LAYER_DEPTHWISE_CONV2D,
+  API_LAYER_SEPARABLE_CONV2D,
+  API_LAYER_BATCH_NORM,
+  API_LAYER_DROPOUT,
+  API_LAYER_MAX_POOL2D,
+  API_LAYER_AVG_POOL2D,
+  API_LAYER_GLOBAL_AVG_POOL2D,
+  API_LAYER_ADD,
+  API_LAYER_CONCATENATE,
 } api_layer_type;
 
 typedef enum api_activation {
   API_ACT_LINEAR = 0, /* Keras "linear" / no activation */
   API_ACT_RELU,
   API_ACT_SOFTMAX,
+  API_ACT_LEAKY_RELU,
+  API_ACT_ELU,
+  API_ACT_GELU,
+  API_ACT_SIGMOID,
+  API_ACT_TANH,
 } api_activation;
 
+typedef enum api_initializer {
+  API_INIT_GLOROT_UNIFORM = 0, /* Keras's kernel default */
+  API_INIT_GLOROT_NORMAL,
+  API_INIT_HE_UNIFORM,
+  API_INIT_HE_NORMAL,
+  API_INIT_ZEROS, /* Keras's bias default */
+  API_INIT_ONES,
+} api_initializer;
+
+#define API_MAX_LAYER_INPUTS 8
+
+/* One layer, Keras's names and defaults; every default is filled in. */
 typedef struct api_layer {
   api_layer_type type;
   char name[64]; /* given, or "<type>_<index>": "flatten_0", "dense_1" */
   int units;     /* dense */
   api_activation activation;
-  int use_bias; /* dense; default 1 */
+  int use_bias;                       /* dense, convolutions; default 1 */
+  double alpha;                       /* activation layer: leaky_relu 0.3, elu 1.0 */
+  int filters;                        /* conv2d, separable_conv2d */
+  int kernel_size[2];                 /* convolutions */
+  int strides[2];                     /* convolutions (1), pools (the pool size) */
+  int dilation_rate[2];               /* convolutions; default 1 */
+  int padding_same;                   /* "valid" (0, the default) or "same" (1) */
+  int depth_multiplier;               /* depthwise / separable; default 1 */
+  int pool_size[2];                   /* pools; default 2 */
+  double rate;                        /* dropout */
+  double momentum, epsilon;           /* batch_norm; defaults 0.99, 0.001 */
+  int axis;                           /* concatenate; default -1 */
+  api_initializer kernel_initializer; /* dense, conv2d */
+  api_initializer bias_initializer;   /* dense, conv2d */
+  int n_inputs;                       /* 0: the previous layer */
+  int inputs[API_MAX_LAYER_INPUTS];   /* layer indices; -1 = the model input ("input") */
 } api_layer;
 
-typedef enum api_optimizer_type { API_OPT_SGD = 0, API_OPT_ADAM } api_optimizer_type;
+typedef enum api_optimizer_type {
+  API_OPT_SGD = 0,
+  API_OPT_ADAM,
+  API_OPT_ADAMW,
+  API_OPT_RMSPROP,
+  API_OPT_ADAGRAD
+} api_optimizer_type;
 
 typedef struct api_job_spec {
   char display_name[API_NAME_LEN];
@@ -130,10 +178,15 @@ typedef struct api_job_spec {
   int interleave_block_length; /* default 1 */
   /* optimizer */
   api_optimizer_type optimizer;
-  double learning_rate;           /* default 0.01 for sgd, 0.001 for adam (Keras) */
-  double momentum;                /* sgd; default 0 */
-  int nesterov;                   /* sgd; default 0 */
-  double beta_1, beta_2, epsilon; /* adam; defaults 0.9, 0.999, 1e-7 (Keras) */
+  double learning_rate;             /* default 0.01 for sgd, 0.001 for adam (Keras) */
+  double momentum;                  /* sgd, rmsprop; default 0 */
+  int nesterov;                     /* sgd; default 0 */
+  double beta_1, beta_2, epsilon;   /* adam, adamw; defaults 0.9, 0.999, 1e-7 (Keras);
+                                     * epsilon also rmsprop, adagrad (1e-7) */
+  double weight_decay;              /* all; default 0, adamw 0.004 (Keras) */
+  double rho;                       /* rmsprop; default 0.9 */
+  double initial_accumulator_value; /* adagrad; default 0.1 (Keras) */
+  int n_outputs;                    /* class scores the model emits (from the shape walk) */
   /* loop */
   int epochs;          /* default 1 */
   int log_every_steps; /* default 50 */

@@ -248,15 +248,98 @@ static void refuse_unknown(const scope *s, const char *const *allowed) {
 
 /* ---- sections ---- */
 
-static const char *const layer_types[] = {"dense", "flatten", "activation", "relu", NULL};
-static const char *const activations[] = {"linear", "relu", "softmax", NULL};
-static const char *const layer_fields[] = {"type", "name", "units", "activation", "use_bias", NULL};
-static const char *const fields_by_type[][6] = {
-    [API_LAYER_DENSE] = {"type", "name", "units", "activation", "use_bias", NULL},
-    [API_LAYER_FLATTEN] = {"type", "name", NULL},
-    [API_LAYER_ACTIVATION] = {"type", "name", "activation", NULL},
-    [API_LAYER_RELU] = {"type", "name", NULL},
+static const char *const layer_types[] = {"dense",
+                                          "flatten",
+                                          "activation",
+                                          "relu",
+                                          "conv2d",
+                                          "depthwise_conv2d",
+                                          "separable_conv2d",
+                                          "batch_norm",
+                                          "dropout",
+                                          "max_pool2d",
+                                          "avg_pool2d",
+                                          "global_avg_pool2d",
+                                          "add",
+                                          "concatenate",
+                                          NULL};
+static const char *const activations[] = {"linear", "relu",    "softmax", "leaky_relu", "elu",
+                                          "gelu",   "sigmoid", "tanh",    NULL};
+static const char *const paddings[] = {"valid", "same", NULL};
+static const char *const initializers[] = {
+    "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "zeros", "ones", NULL};
+static const char *const layer_fields[] = {"type",
+                                           "name",
+                                           "inputs",
+                                           "units",
+                                           "activation",
+                                           "use_bias",
+                                           "kernel_initializer",
+                                           "bias_initializer",
+                                           "filters",
+                                           "kernel_size",
+                                           "strides",
+                                           "padding",
+                                           "dilation_rate",
+                                           "depth_multiplier",
+                                           "pool_size",
+                                           "rate",
+                                           "momentum",
+                                           "epsilon",
+                                           "axis",
+                                           "alpha",
+                                           NULL};
+static const char *const fields_by_type[][14] = {
+    [API_LAYER_DENSE] = {"type", "name", "inputs", "units", "activation", "use_bias",
+                         "kernel_initializer", "bias_initializer", NULL},
+    [API_LAYER_FLATTEN] = {"type", "name", "inputs", NULL},
+    [API_LAYER_ACTIVATION] = {"type", "name", "inputs", "activation", "alpha", NULL},
+    [API_LAYER_RELU] = {"type", "name", "inputs", NULL},
+    [API_LAYER_CONV2D] = {"type", "name", "inputs", "filters", "kernel_size", "strides", "padding",
+                          "dilation_rate", "activation", "use_bias", "kernel_initializer",
+                          "bias_initializer", NULL},
+    [API_LAYER_DEPTHWISE_CONV2D] = {"type", "name", "inputs", "kernel_size", "strides", "padding",
+                                    "dilation_rate", "depth_multiplier", "activation", "use_bias",
+                                    NULL},
+    [API_LAYER_SEPARABLE_CONV2D] = {"type", "name", "inputs", "filters", "kernel_size", "strides",
+                                    "padding", "dilation_rate", "depth_multiplier", "activation",
+                                    "use_bias", NULL},
+    [API_LAYER_BATCH_NORM] = {"type", "name", "inputs", "momentum", "epsilon", NULL},
+    [API_LAYER_DROPOUT] = {"type", "name", "inputs", "rate", NULL},
+    [API_LAYER_MAX_POOL2D] = {"type", "name", "inputs", "pool_size", "strides", "padding", NULL},
+    [API_LAYER_AVG_POOL2D] = {"type", "name", "inputs", "pool_size", "strides", "padding", NULL},
+    [API_LAYER_GLOBAL_AVG_POOL2D] = {"type", "name", "inputs", NULL},
+    [API_LAYER_ADD] = {"type", "name", "inputs", NULL},
+    [API_LAYER_CONCATENATE] = {"type", "name", "inputs", "axis", NULL},
 };
+
+#define MAX_WINDOW 1024
+
+/* A Keras size pair: an integer n (meaning [n, n]) or [h, w], each in
+ * [1, MAX_WINDOW]. Returns 1 when present and valid. */
+static int get_pair(const scope *s, const char *key, int *out) {
+  json_t *v = member(s, key, OPTIONAL);
+  if (!v) return 0;
+  char path[PATH_LEN];
+  join_path(path, s->path, key);
+  long long a, b;
+  if (as_integer(v, &a)) {
+    b = a;
+  } else if (json_is_array(v) && json_array_size(v) == 2 && as_integer(json_array_get(v, 0), &a) &&
+             as_integer(json_array_get(v, 1), &b)) {
+  } else {
+    problem(s->c, path, "must be an integer or a pair [height, width] of integers, got %s",
+            api_json_type_name(v));
+    return -1;
+  }
+  if (a < 1 || b < 1 || a > MAX_WINDOW || b > MAX_WINDOW) {
+    problem(s->c, path, "must be between 1 and %d, got [%lld, %lld]", MAX_WINDOW, a, b);
+    return -1;
+  }
+  out[0] = (int)a;
+  out[1] = (int)b;
+  return 1;
+}
 
 static int valid_layer_name(const char *name) {
   size_t len = strlen(name);
@@ -272,7 +355,8 @@ static int valid_layer_name(const char *name) {
 
 /* Parses one layer object. Returns its type, or -1 when the type is missing
  * or unknown. *shape_known says whether the shape walk can go on past it
- * (a known type, and units for dense); *named whether the user gave a name. */
+ * (a known type and valid sizes); *named whether the user gave a name.
+ * "inputs" is resolved later, once every layer has its name. */
 static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *layer, int *named,
                        int *shape_known) {
   scope s = {c, obj, path};
@@ -282,7 +366,7 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
   const char *key;
   json_t *value;
   json_object_foreach(obj, key, value) {
-    char field[PATH_LEN], expected[80];
+    char field[PATH_LEN], expected[240];
     join_path(field, path, key);
     if (type >= 0 && pick(key, layer_fields) >= 0 && pick(key, fields_by_type[type]) < 0)
       problem(c, field, "not a field of a '%s' layer", layer_types[type]);
@@ -294,36 +378,167 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
 
   const char *name = get_string(&s, "name", OPTIONAL);
   *named = json_object_get(obj, "name") != NULL;
-  if (name && valid_layer_name(name)) {
+  char field[PATH_LEN];
+  if (name && valid_layer_name(name) && strcmp(name, "input") != 0) {
     copy_text(layer->name, sizeof layer->name, name);
   } else if (name) {
-    char field[PATH_LEN], quoted[80];
+    char quoted[80];
     join_path(field, path, "name");
-    problem(c, field, "must be 1 to 63 characters from A-Z a-z 0-9 _ . -, got '%s'",
-            clip(name, quoted, sizeof quoted));
+    if (strcmp(name, "input") == 0)
+      problem(c, field, "'input' names the model input in 'inputs'; choose another name");
+    else
+      problem(c, field, "must be 1 to 63 characters from A-Z a-z 0-9 _ . -, got '%s'",
+              clip(name, quoted, sizeof quoted));
   }
   if (type < 0) return -1;
 
   layer->type = (api_layer_type)type;
   *shape_known = 1;
+  /* Keras's defaults, then what the spec says. */
+  layer->use_bias = 1;
+  layer->strides[0] = layer->strides[1] = 1;
+  layer->dilation_rate[0] = layer->dilation_rate[1] = 1;
+  layer->depth_multiplier = 1;
+  layer->kernel_initializer = API_INIT_GLOROT_UNIFORM;
+  layer->bias_initializer = API_INIT_ZEROS;
+  int act = -1;
   switch (layer->type) {
-  case API_LAYER_DENSE: {
-    layer->use_bias = 1;
+  case API_LAYER_DENSE:
     if (get_int(&s, "units", REQUIRED, 1, MAX_UNITS, &layer->units) != 1) *shape_known = 0;
-    int act = get_choice(&s, "activation", OPTIONAL, "unknown activation", activations);
-    if (act >= 0) layer->activation = (api_activation)act;
+    act = get_choice(&s, "activation", OPTIONAL, "unknown activation", activations);
+    get_bool(&s, "use_bias", &layer->use_bias);
+    break;
+  case API_LAYER_ACTIVATION:
+    act = get_choice(&s, "activation", REQUIRED, "unknown activation", activations);
+    break;
+  case API_LAYER_RELU: layer->activation = API_ACT_RELU; break;
+  case API_LAYER_CONV2D:
+  case API_LAYER_SEPARABLE_CONV2D:
+    if (get_int(&s, "filters", REQUIRED, 1, MAX_UNITS, &layer->filters) != 1) *shape_known = 0;
+    /* fall through */
+  case API_LAYER_DEPTHWISE_CONV2D: {
+    json_t *ks = member(&s, "kernel_size", REQUIRED);
+    if (!ks || get_pair(&s, "kernel_size", layer->kernel_size) != 1) *shape_known = 0;
+    if (get_pair(&s, "strides", layer->strides) < 0) *shape_known = 0;
+    if (get_pair(&s, "dilation_rate", layer->dilation_rate) < 0) *shape_known = 0;
+    if ((layer->strides[0] > 1 || layer->strides[1] > 1) &&
+        (layer->dilation_rate[0] > 1 || layer->dilation_rate[1] > 1)) {
+      join_path(field, path, "dilation_rate");
+      problem(c, field, "dilation_rate > 1 needs strides 1 (as in Keras)");
+    }
+    if (layer->type != API_LAYER_CONV2D &&
+        get_int(&s, "depth_multiplier", OPTIONAL, 1, 1024, &layer->depth_multiplier) < 0)
+      *shape_known = 0;
+    act = get_choice(&s, "activation", OPTIONAL, "unknown activation", activations);
     get_bool(&s, "use_bias", &layer->use_bias);
     break;
   }
-  case API_LAYER_ACTIVATION: {
-    int act = get_choice(&s, "activation", REQUIRED, "unknown activation", activations);
-    if (act >= 0) layer->activation = (api_activation)act;
+  case API_LAYER_BATCH_NORM:
+    layer->momentum = 0.99;
+    layer->epsilon = 0.001;
+    if (get_number(&s, "momentum", OPTIONAL, &layer->momentum) == 1 &&
+        !(layer->momentum >= 0 && layer->momentum < 1)) {
+      join_path(field, path, "momentum");
+      problem(c, field, "must be >= 0 and < 1, got %g", layer->momentum);
+    }
+    if (get_number(&s, "epsilon", OPTIONAL, &layer->epsilon) == 1 &&
+        !(layer->epsilon > 0 && layer->epsilon < 1)) {
+      join_path(field, path, "epsilon");
+      problem(c, field, "must be > 0 and < 1, got %g", layer->epsilon);
+    }
+    break;
+  case API_LAYER_DROPOUT:
+    if (get_number(&s, "rate", REQUIRED, &layer->rate) == 1 &&
+        !(layer->rate >= 0 && layer->rate < 1)) {
+      join_path(field, path, "rate");
+      problem(c, field, "must be >= 0 and < 1, got %g", layer->rate);
+    }
+    break;
+  case API_LAYER_MAX_POOL2D:
+  case API_LAYER_AVG_POOL2D: {
+    layer->pool_size[0] = layer->pool_size[1] = 2;
+    if (get_pair(&s, "pool_size", layer->pool_size) < 0) *shape_known = 0;
+    layer->strides[0] = layer->pool_size[0]; /* Keras: strides default to pool_size */
+    layer->strides[1] = layer->pool_size[1];
+    if (get_pair(&s, "strides", layer->strides) < 0) *shape_known = 0;
     break;
   }
-  case API_LAYER_RELU: layer->activation = API_ACT_RELU; break;
-  case API_LAYER_FLATTEN: break;
+  case API_LAYER_CONCATENATE:
+    layer->axis = -1;
+    if (get_int(&s, "axis", OPTIONAL, -API_MAX_DIMS, API_MAX_DIMS, &layer->axis) == 1 &&
+        layer->axis == 0) {
+      join_path(field, path, "axis");
+      problem(c, field, "axis 0 is the batch; concatenate along a feature axis (1.. or -1)");
+    }
+    break;
+  case API_LAYER_FLATTEN:
+  case API_LAYER_GLOBAL_AVG_POOL2D:
+  case API_LAYER_ADD: break;
+  }
+  if (act >= 0) layer->activation = (api_activation)act;
+  int pad = get_choice(&s, "padding", OPTIONAL, "unknown padding", paddings);
+  if (pad >= 0) layer->padding_same = pad;
+  int ki = get_choice(&s, "kernel_initializer", OPTIONAL, "unknown initializer", initializers);
+  if (ki >= 0) layer->kernel_initializer = (api_initializer)ki;
+  int bi = get_choice(&s, "bias_initializer", OPTIONAL, "unknown initializer", initializers);
+  if (bi >= 0) layer->bias_initializer = (api_initializer)bi;
+  if (layer->type == API_LAYER_ACTIVATION) {
+    if (layer->activation == API_ACT_LEAKY_RELU) layer->alpha = 0.3;
+    if (layer->activation == API_ACT_ELU) layer->alpha = 1.0;
+    if (get_number(&s, "alpha", OPTIONAL, &layer->alpha) == 1) {
+      join_path(field, path, "alpha");
+      if (layer->activation != API_ACT_LEAKY_RELU && layer->activation != API_ACT_ELU)
+        problem(c, field, "alpha applies to leaky_relu and elu only");
+      else if (!(layer->alpha > 0 && layer->alpha <= 100))
+        problem(c, field, "must be > 0 and <= 100, got %g", layer->alpha);
+    }
   }
   return type;
+}
+
+/* Resolves a layer's "inputs" (names of earlier layers, or "input") into
+ * indices; add and concatenate must name two or more. */
+static int parse_inputs(checker *c, json_t *obj, const char *path, api_job_spec *spec, int i) {
+  api_layer *layer = &spec->layers[i];
+  json_t *inputs = json_object_get(obj, "inputs");
+  char field[PATH_LEN];
+  join_path(field, path, "inputs");
+  int multi = layer->type == API_LAYER_ADD || layer->type == API_LAYER_CONCATENATE;
+  if (!inputs) {
+    if (multi)
+      problem(c, field, "a '%s' layer must name at least 2 inputs", layer_types[layer->type]);
+    return !multi;
+  }
+  size_t n = json_is_array(inputs) ? json_array_size(inputs) : 0;
+  size_t lo = multi ? 2 : 1, hi = multi ? API_MAX_LAYER_INPUTS : 1;
+  if (!json_is_array(inputs) || n < lo || n > hi) {
+    problem(c, field, "must be a list of %zu%s layer names, got %s", lo, multi ? " to 8" : "",
+            json_is_array(inputs) ? "another count" : api_json_type_name(inputs));
+    return 0;
+  }
+  for (size_t k = 0; k < n; k++) {
+    json_t *item = json_array_get(inputs, k);
+    char at[PATH_LEN];
+    index_path(at, field, k);
+    const char *want = json_string_value(item);
+    if (!want) {
+      problem(c, at, "must be a layer name, got %s", api_json_type_name(item));
+      return 0;
+    }
+    int found = strcmp(want, "input") == 0 ? -1 : -2;
+    for (int j = 0; j < spec->n_layers && found == -2; j++)
+      if (strcmp(spec->layers[j].name, want) == 0) found = j;
+    char quoted[80];
+    if (found == -2 || found >= i) {
+      problem(c, at, "'%s' %s; name an earlier layer or \"input\"",
+              clip(want, quoted, sizeof quoted),
+              found == -2 ? "is no layer" : "is not an earlier layer");
+      return 0;
+    }
+    layer->inputs[k] = found;
+  }
+  layer->n_inputs = (int)n;
+  return 1;
 }
 
 static void format_shape(const long long *dims, int rank, char *out, size_t size) {
@@ -334,44 +549,134 @@ static void format_shape(const long long *dims, int rank, char *out, size_t size
   if (used < size) snprintf(out + used, size - used, ")");
 }
 
-/* Follows the per-example shape through the layers: dense needs a flat
- * input, and the model must end in a flat vector of class scores. */
-static void walk_shapes(checker *c, const api_job_spec *spec, const int *shape_known) {
+typedef struct layer_shape {
+  int rank;
   long long dims[API_MAX_DIMS];
-  int rank = spec->input_ndim;
-  for (int d = 0; d < rank; d++) dims[d] = spec->input_shape[d];
+} layer_shape;
+
+/* Output size of a window along one axis, TF's rules (same: ceil(n / s)). */
+static long long window_out(long long n, int k, int stride, int dilation, int same) {
+  long long span = (long long)dilation * (k - 1) + 1;
+  if (same) return (n + stride - 1) / stride;
+  return span > n ? 0 : (n - span) / stride + 1;
+}
+
+/* Follows per-example shapes through the layer graph: dense needs a flat
+ * input, image layers (height, width, channels), add equal shapes,
+ * concatenate equal shapes but on its axis; the model must end in a flat
+ * vector of class scores. */
+static void walk_shapes(checker *c, api_job_spec *spec, const int *shape_known) {
+  layer_shape out[API_MAX_LAYERS];
+  layer_shape input = {.rank = spec->input_ndim};
+  for (int d = 0; d < input.rank; d++) input.dims[d] = spec->input_shape[d];
 
   for (int i = 0; i < spec->n_layers; i++) {
     if (!shape_known[i]) return;
     const api_layer *layer = &spec->layers[i];
-    if (layer->type == API_LAYER_FLATTEN) {
+    char path[PATH_LEN], text[96];
+    index_path(path, "model.layers", (size_t)i);
+    const layer_shape *in = layer->n_inputs
+                                ? (layer->inputs[0] < 0 ? &input : &out[layer->inputs[0]])
+                                : (i ? &out[i - 1] : &input);
+    layer_shape s = *in;
+    format_shape(in->dims, in->rank, text, sizeof text);
+    const char *kind = layer_types[layer->type];
+    switch (layer->type) {
+    case API_LAYER_FLATTEN: {
       long long values = 1;
-      for (int d = 0; d < rank; d++) values *= dims[d];
-      dims[0] = values;
-      rank = 1;
-    } else if (layer->type == API_LAYER_DENSE) {
-      if (rank != 1) {
-        char path[PATH_LEN], shape[96];
-        index_path(path, "model.layers", (size_t)i);
-        format_shape(dims, rank, shape, sizeof shape);
+      for (int d = 0; d < s.rank; d++) values *= s.dims[d];
+      s.dims[0] = values;
+      s.rank = 1;
+      break;
+    }
+    case API_LAYER_DENSE:
+      if (s.rank != 1) {
         problem(c, path,
                 "dense expects a flat input (rank 1), got shape %s; add a flatten layer before it",
-                shape);
+                text);
+        return;
       }
-      dims[0] = layer->units;
-      rank = 1;
+      s.dims[0] = layer->units;
+      break;
+    case API_LAYER_CONV2D:
+    case API_LAYER_DEPTHWISE_CONV2D:
+    case API_LAYER_SEPARABLE_CONV2D:
+    case API_LAYER_MAX_POOL2D:
+    case API_LAYER_AVG_POOL2D:
+    case API_LAYER_GLOBAL_AVG_POOL2D: {
+      if (s.rank != 3) {
+        problem(c, path, "%s expects an image input (height, width, channels), got shape %s", kind,
+                text);
+        return;
+      }
+      if (layer->type == API_LAYER_GLOBAL_AVG_POOL2D) {
+        s.dims[0] = s.dims[2];
+        s.rank = 1;
+        break;
+      }
+      int pool = layer->type == API_LAYER_MAX_POOL2D || layer->type == API_LAYER_AVG_POOL2D;
+      const int *k = pool ? layer->pool_size : layer->kernel_size;
+      for (int d = 0; d < 2; d++) {
+        s.dims[d] = window_out(in->dims[d], k[d], layer->strides[d],
+                               pool ? 1 : layer->dilation_rate[d], layer->padding_same);
+      }
+      if (s.dims[0] < 1 || s.dims[1] < 1) {
+        problem(c, path,
+                "%s: a %dx%d window does not fit the input %s with valid padding; use "
+                "padding \"same\" or a smaller %s",
+                kind, k[0], k[1], text, pool ? "pool_size" : "kernel_size");
+        return;
+      }
+      if (layer->type == API_LAYER_CONV2D || layer->type == API_LAYER_SEPARABLE_CONV2D)
+        s.dims[2] = layer->filters;
+      else if (layer->type == API_LAYER_DEPTHWISE_CONV2D)
+        s.dims[2] = in->dims[2] * layer->depth_multiplier;
+      break;
     }
+    case API_LAYER_ADD:
+    case API_LAYER_CONCATENATE: {
+      int axis = layer->axis < 0 ? s.rank + layer->axis : layer->axis - 1; /* per example */
+      if (layer->type == API_LAYER_CONCATENATE && (axis < 0 || axis >= s.rank)) {
+        problem(c, path, "concatenate: axis %d is outside the inputs' rank %d (+1 for the batch)",
+                layer->axis, s.rank);
+        return;
+      }
+      for (int k = 1; k < layer->n_inputs; k++) {
+        const layer_shape *o = layer->inputs[k] < 0 ? &input : &out[layer->inputs[k]];
+        int same = o->rank == s.rank;
+        for (int d = 0; same && d < s.rank; d++)
+          same = o->dims[d] == s.dims[d] || (layer->type == API_LAYER_CONCATENATE && d == axis);
+        if (!same) {
+          char other[96];
+          format_shape(o->dims, o->rank, other, sizeof other);
+          problem(c, path, "%s: input shapes %s and %s differ%s", kind, text, other,
+                  layer->type == API_LAYER_CONCATENATE ? " off the concatenation axis" : "");
+          return;
+        }
+        if (layer->type == API_LAYER_CONCATENATE) s.dims[axis] += o->dims[axis];
+      }
+      break;
+    }
+    case API_LAYER_ACTIVATION:
+    case API_LAYER_RELU:
+    case API_LAYER_BATCH_NORM:
+    case API_LAYER_DROPOUT: break;
+    }
+    out[i] = s;
   }
 
-  if (rank != 1 || dims[0] < 2) {
-    char path[PATH_LEN], shape[96];
+  const layer_shape *last = &out[spec->n_layers - 1];
+  if (last->rank != 1 || last->dims[0] < 2) {
+    char path[PATH_LEN], text[96];
     index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
-    format_shape(dims, rank, shape, sizeof shape);
+    format_shape(last->dims, last->rank, text, sizeof text);
     problem(c, path,
             "the last layer must output the class scores, a flat vector (rank 1) of at least 2 "
             "units; got shape %s",
-            shape);
+            text);
+    return;
   }
+  spec->n_outputs = (int)last->dims[0];
 }
 
 static void parse_model(checker *c, json_t *obj, api_job_spec *spec) {
@@ -467,6 +772,13 @@ static void parse_model(checker *c, json_t *obj, api_job_spec *spec) {
                 other);
       break;
     }
+  }
+
+  for (size_t i = 0; i < n_layers; i++) {
+    char path[PATH_LEN];
+    index_path(path, "model.layers", i);
+    json_t *layer = json_array_get(layers, i);
+    if (types[i] >= 0 && !parse_inputs(c, layer, path, spec, (int)i)) shape_known[i] = 0;
   }
 
   /* Softmax turns scores into probabilities; only the output may do that. */
@@ -696,63 +1008,83 @@ static void check_unit_interval(checker *c, const char *path, double value) {
 
 static void parse_optimizer(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "optimizer"};
-  static const char *const types[] = {"sgd", "adam", NULL};
-  static const char *const common[] = {"type", "learning_rate", NULL};
-  static const char *const own[][4] = {
+  static const char *const types[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad", NULL};
+  static const char *const common[] = {"type", "learning_rate", "weight_decay", NULL};
+  static const char *const own[][5] = {
       [API_OPT_SGD] = {"momentum", "nesterov", NULL},
       [API_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", NULL},
+      [API_OPT_ADAMW] = {"beta_1", "beta_2", "epsilon", NULL},
+      [API_OPT_RMSPROP] = {"rho", "momentum", "epsilon", NULL},
+      [API_OPT_ADAGRAD] = {"initial_accumulator_value", "epsilon", NULL},
   };
   int type = get_choice(&s, "type", REQUIRED, "unknown optimizer type", types);
 
   const char *key;
   json_t *value;
   json_object_foreach(obj, key, value) {
-    if (pick(key, common) >= 0) continue;
+    if (pick(key, common) >= 0 || (type >= 0 && pick(key, own[type]) >= 0)) continue;
     char path[PATH_LEN];
     join_path(path, "optimizer", key);
-    int sgd_key = pick(key, own[API_OPT_SGD]) >= 0, adam_key = pick(key, own[API_OPT_ADAM]) >= 0;
-    if (type == API_OPT_SGD && adam_key)
-      problem(c, path, "is an option of optimizer type 'adam', not 'sgd'");
-    else if (type == API_OPT_ADAM && sgd_key)
-      problem(c, path, "is an option of optimizer type 'sgd', not 'adam'");
-    else if (!sgd_key && !adam_key)
+    int owner = -1;
+    for (int t = 0; t <= API_OPT_ADAGRAD && owner < 0; t++)
+      if (pick(key, own[t]) >= 0) owner = t;
+    if (owner >= 0 && type >= 0)
+      problem(c, path, "is an option of optimizer type '%s', not '%s'", types[owner], types[type]);
+    else if (owner < 0)
       problem(c, path,
-              "unknown field; expected one of: type, learning_rate, momentum, nesterov (sgd), "
-              "beta_1, beta_2, epsilon (adam)");
+              "unknown field; expected one of: type, learning_rate, weight_decay, momentum, "
+              "nesterov (sgd), beta_1, beta_2, epsilon (adam, adamw), rho (rmsprop), "
+              "initial_accumulator_value (adagrad)");
   }
+  if (type < 0) return;
 
-  if (type == API_OPT_SGD) {
-    spec->optimizer = API_OPT_SGD;
-    spec->learning_rate = 0.01;
-  } else if (type == API_OPT_ADAM) {
-    spec->optimizer = API_OPT_ADAM;
-    spec->learning_rate = 0.001;
+  /* Keras's defaults. */
+  spec->optimizer = (api_optimizer_type)type;
+  spec->learning_rate = type == API_OPT_SGD ? 0.01 : 0.001;
+  if (type != API_OPT_SGD) spec->epsilon = 1e-7;
+  if (type == API_OPT_ADAM || type == API_OPT_ADAMW) {
     spec->beta_1 = 0.9;
     spec->beta_2 = 0.999;
-    spec->epsilon = 1e-7;
   }
+  if (type == API_OPT_ADAMW) spec->weight_decay = 0.004;
+  if (type == API_OPT_RMSPROP) spec->rho = 0.9;
+  if (type == API_OPT_ADAGRAD) spec->initial_accumulator_value = 0.1;
+
   if (get_number(&s, "learning_rate", OPTIONAL, &spec->learning_rate) == 1 &&
       !(spec->learning_rate > 0 && spec->learning_rate <= 10))
     problem(c, "optimizer.learning_rate", "must be > 0 and <= 10, got %g", spec->learning_rate);
+  if (get_number(&s, "weight_decay", OPTIONAL, &spec->weight_decay) == 1 &&
+      !(spec->weight_decay >= 0 && spec->weight_decay <= 1))
+    problem(c, "optimizer.weight_decay", "must be >= 0 and <= 1, got %g", spec->weight_decay);
 
-  if (type == API_OPT_SGD) {
+  if (type == API_OPT_SGD || type == API_OPT_RMSPROP) {
     int momentum_ok = 1;
     if (get_number(&s, "momentum", OPTIONAL, &spec->momentum) == 1) {
       momentum_ok = spec->momentum >= 0 && spec->momentum < 1;
       check_unit_interval(c, "optimizer.momentum", spec->momentum);
     }
-    if (get_bool(&s, "nesterov", &spec->nesterov) == 1 && spec->nesterov && momentum_ok &&
-        spec->momentum == 0)
+    if (type == API_OPT_SGD && get_bool(&s, "nesterov", &spec->nesterov) == 1 && spec->nesterov &&
+        momentum_ok && spec->momentum == 0)
       problem(c, "optimizer.nesterov", "nesterov requires momentum > 0, got momentum %g",
               spec->momentum);
-  } else if (type == API_OPT_ADAM) {
+  }
+  if (type == API_OPT_ADAM || type == API_OPT_ADAMW) {
     if (get_number(&s, "beta_1", OPTIONAL, &spec->beta_1) == 1)
       check_unit_interval(c, "optimizer.beta_1", spec->beta_1);
     if (get_number(&s, "beta_2", OPTIONAL, &spec->beta_2) == 1)
       check_unit_interval(c, "optimizer.beta_2", spec->beta_2);
-    if (get_number(&s, "epsilon", OPTIONAL, &spec->epsilon) == 1 && !(spec->epsilon > 0))
-      problem(c, "optimizer.epsilon", "must be > 0, got %g", spec->epsilon);
   }
+  if (type == API_OPT_RMSPROP && get_number(&s, "rho", OPTIONAL, &spec->rho) == 1)
+    check_unit_interval(c, "optimizer.rho", spec->rho);
+  if (type == API_OPT_ADAGRAD &&
+      get_number(&s, "initial_accumulator_value", OPTIONAL, &spec->initial_accumulator_value) ==
+          1 &&
+      !(spec->initial_accumulator_value >= 0))
+    problem(c, "optimizer.initial_accumulator_value", "must be >= 0, got %g",
+            spec->initial_accumulator_value);
+  if (type != API_OPT_SGD && get_number(&s, "epsilon", OPTIONAL, &spec->epsilon) == 1 &&
+      !(spec->epsilon > 0))
+    problem(c, "optimizer.epsilon", "must be > 0, got %g", spec->epsilon);
 }
 
 static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
@@ -903,11 +1235,8 @@ static void check_fits_dataset(checker *c, const api_job_spec *spec) {
             "holds %lld values per example, but %s examples hold %lld; use [%s]", have, d->name,
             want, shape);
   }
-  long long outputs = have;
-  for (int i = 0; i < spec->n_layers; i++) {
-    if (spec->layers[i].type == API_LAYER_DENSE) outputs = spec->layers[i].units;
-  }
-  if (outputs < d->n_classes) {
+  long long outputs = spec->n_outputs;
+  if (outputs > 0 && outputs < d->n_classes) {
     char path[PATH_LEN];
     index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
     problem(c, path, "outputs %lld class scores, but %s has %d classes", outputs, d->name,
@@ -1004,21 +1333,85 @@ static json_t *bounded_string(const char *text, size_t size) {
   return json_stringn(text, strnlen(text, size));
 }
 
-static json_t *layer_to_json(builder *b, const api_layer *layer) {
+static json_t *pair_json(builder *b, const int *pair) {
+  json_t *arr = json_array();
+  for (int d = 0; arr && d < 2; d++) push(b, arr, json_integer(pair[d]));
+  return arr;
+}
+
+static json_t *layer_to_json(builder *b, const api_job_spec *spec, const api_layer *layer) {
   json_t *obj = json_object();
-  if (!obj || (int)layer->type < 0 || layer->type > API_LAYER_RELU || (int)layer->activation < 0 ||
-      layer->activation > API_ACT_SOFTMAX) {
+  if (!obj || (int)layer->type < 0 || layer->type > API_LAYER_CONCATENATE ||
+      (int)layer->activation < 0 || layer->activation > API_ACT_TANH ||
+      (int)layer->kernel_initializer < 0 || layer->kernel_initializer > API_INIT_ONES ||
+      (int)layer->bias_initializer < 0 || layer->bias_initializer > API_INIT_ONES ||
+      layer->n_inputs < 0 || layer->n_inputs > API_MAX_LAYER_INPUTS) {
     b->failed = 1;
     return obj;
   }
   put(b, obj, "type", json_string(layer_types[layer->type]));
   put(b, obj, "name", bounded_string(layer->name, sizeof layer->name));
-  if (layer->type == API_LAYER_DENSE) {
+  if (layer->n_inputs > 0) {
+    json_t *inputs = json_array();
+    for (int k = 0; inputs && k < layer->n_inputs; k++) {
+      int from = layer->inputs[k];
+      if (from < -1 || from >= spec->n_layers) {
+        b->failed = 1;
+        break;
+      }
+      push(b, inputs,
+           from < 0 ? json_string("input")
+                    : bounded_string(spec->layers[from].name, sizeof spec->layers[from].name));
+    }
+    put(b, obj, "inputs", inputs);
+  }
+  switch (layer->type) {
+  case API_LAYER_DENSE:
     put(b, obj, "units", json_integer(layer->units));
     put(b, obj, "activation", json_string(activations[layer->activation]));
     put(b, obj, "use_bias", json_boolean(layer->use_bias));
-  } else if (layer->type == API_LAYER_ACTIVATION) {
+    put(b, obj, "kernel_initializer", json_string(initializers[layer->kernel_initializer]));
+    put(b, obj, "bias_initializer", json_string(initializers[layer->bias_initializer]));
+    break;
+  case API_LAYER_ACTIVATION:
     put(b, obj, "activation", json_string(activations[layer->activation]));
+    if (layer->activation == API_ACT_LEAKY_RELU || layer->activation == API_ACT_ELU)
+      put(b, obj, "alpha", json_real(layer->alpha));
+    break;
+  case API_LAYER_CONV2D:
+  case API_LAYER_DEPTHWISE_CONV2D:
+  case API_LAYER_SEPARABLE_CONV2D:
+    if (layer->type != API_LAYER_DEPTHWISE_CONV2D)
+      put(b, obj, "filters", json_integer(layer->filters));
+    put(b, obj, "kernel_size", pair_json(b, layer->kernel_size));
+    put(b, obj, "strides", pair_json(b, layer->strides));
+    put(b, obj, "padding", json_string(paddings[layer->padding_same ? 1 : 0]));
+    put(b, obj, "dilation_rate", pair_json(b, layer->dilation_rate));
+    if (layer->type != API_LAYER_CONV2D)
+      put(b, obj, "depth_multiplier", json_integer(layer->depth_multiplier));
+    put(b, obj, "activation", json_string(activations[layer->activation]));
+    put(b, obj, "use_bias", json_boolean(layer->use_bias));
+    if (layer->type == API_LAYER_CONV2D) {
+      put(b, obj, "kernel_initializer", json_string(initializers[layer->kernel_initializer]));
+      put(b, obj, "bias_initializer", json_string(initializers[layer->bias_initializer]));
+    }
+    break;
+  case API_LAYER_BATCH_NORM:
+    put(b, obj, "momentum", json_real(layer->momentum));
+    put(b, obj, "epsilon", json_real(layer->epsilon));
+    break;
+  case API_LAYER_DROPOUT: put(b, obj, "rate", json_real(layer->rate)); break;
+  case API_LAYER_MAX_POOL2D:
+  case API_LAYER_AVG_POOL2D:
+    put(b, obj, "pool_size", pair_json(b, layer->pool_size));
+    put(b, obj, "strides", pair_json(b, layer->strides));
+    put(b, obj, "padding", json_string(paddings[layer->padding_same ? 1 : 0]));
+    break;
+  case API_LAYER_CONCATENATE: put(b, obj, "axis", json_integer(layer->axis)); break;
+  case API_LAYER_FLATTEN:
+  case API_LAYER_RELU:
+  case API_LAYER_GLOBAL_AVG_POOL2D:
+  case API_LAYER_ADD: break;
   }
   return obj;
 }
@@ -1038,7 +1431,7 @@ char *api_spec_to_json(const api_job_spec *spec) {
   for (int d = 0; shape && d < spec->input_ndim; d++)
     push(&b, shape, json_integer(spec->input_shape[d]));
   for (int i = 0; layers && i < spec->n_layers; i++)
-    push(&b, layers, layer_to_json(&b, &spec->layers[i]));
+    push(&b, layers, layer_to_json(&b, spec, &spec->layers[i]));
   put(&b, model, "input_shape", shape);
   put(&b, model, "layers", layers);
   put(&b, root, "model", model);
@@ -1108,19 +1501,25 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, root, "pipeline", pipeline);
 
   json_t *optimizer = json_object();
-  if (spec->optimizer == API_OPT_SGD) {
-    put(&b, optimizer, "type", json_string("sgd"));
-    put(&b, optimizer, "learning_rate", json_real(spec->learning_rate));
-    put(&b, optimizer, "momentum", json_real(spec->momentum));
-    put(&b, optimizer, "nesterov", json_boolean(spec->nesterov));
-  } else if (spec->optimizer == API_OPT_ADAM) {
-    put(&b, optimizer, "type", json_string("adam"));
-    put(&b, optimizer, "learning_rate", json_real(spec->learning_rate));
-    put(&b, optimizer, "beta_1", json_real(spec->beta_1));
-    put(&b, optimizer, "beta_2", json_real(spec->beta_2));
-    put(&b, optimizer, "epsilon", json_real(spec->epsilon));
-  } else {
+  static const char *const opt_names[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad"};
+  if ((int)spec->optimizer < 0 || spec->optimizer > API_OPT_ADAGRAD) {
     b.failed = 1;
+  } else {
+    api_optimizer_type t = spec->optimizer;
+    put(&b, optimizer, "type", json_string(opt_names[t]));
+    put(&b, optimizer, "learning_rate", json_real(spec->learning_rate));
+    put(&b, optimizer, "weight_decay", json_real(spec->weight_decay));
+    if (t == API_OPT_SGD || t == API_OPT_RMSPROP)
+      put(&b, optimizer, "momentum", json_real(spec->momentum));
+    if (t == API_OPT_SGD) put(&b, optimizer, "nesterov", json_boolean(spec->nesterov));
+    if (t == API_OPT_ADAM || t == API_OPT_ADAMW) {
+      put(&b, optimizer, "beta_1", json_real(spec->beta_1));
+      put(&b, optimizer, "beta_2", json_real(spec->beta_2));
+    }
+    if (t == API_OPT_RMSPROP) put(&b, optimizer, "rho", json_real(spec->rho));
+    if (t == API_OPT_ADAGRAD)
+      put(&b, optimizer, "initial_accumulator_value", json_real(spec->initial_accumulator_value));
+    if (t != API_OPT_SGD) put(&b, optimizer, "epsilon", json_real(spec->epsilon));
   }
   put(&b, root, "optimizer", optimizer);
 

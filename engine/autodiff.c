@@ -95,9 +95,14 @@ static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
       return accumulate(g, grads, a, push_op(g, KN_OP_SOFTMAX_XENT_GRAD, &logits, 3, a, b, dy));
     }
     return 0;
-  default:
-    return kn_graph_fail(g, KN_EINVAL, "autodiff: op %d of node '%s' has no gradient rule", n.op,
-                         n.name);
+  default: {
+    int rc = kn_grad_rule_ext(g, i, dy, grads, accumulate);
+    if (rc == 1) {
+      return kn_graph_fail(g, KN_EINVAL, "autodiff: op %d of node '%s' has no gradient rule", n.op,
+                           n.name);
+    }
+    return rc;
+  }
   }
 }
 

@@ -94,9 +94,16 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
     }
     sb_str(&hdr, "}");
   }
+  if (g->f64) {
+    free(hdr.data);
+    snprintf(err, errlen, "checkpoint: a graph in the f64 reference mode is not checkpointed");
+    return KN_ESTATE;
+  }
   size_t offset = 0;
-  for (int p = 0; p < g->n_params; p++) {
-    const kn_node_rec *n = &g->nodes[g->params[p]];
+  /* Parameters, then state (batch norm moving statistics), each in creation
+   * order: the same order as the two flat buffers. */
+  for (int p = 0; p < g->n_params + g->n_states; p++) {
+    const kn_node_rec *n = &g->nodes[p < g->n_params ? g->params[p] : g->states[p - g->n_params]];
     size_t bytes = kn_node_elems(n, 0) * sizeof(float);
     char num[64];
     if (p || n_meta > 0) sb_str(&hdr, ",");
@@ -134,7 +141,9 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
   int werr = write_all(fd, len_le, 8, &h) || write_all(fd, hdr.data, hdr.len, &h);
   /* Parameters are contiguous in creation order: one write. x86 and Arm
    * are little-endian, as safetensors requires. */
-  if (!werr) werr = write_all(fd, g->param_buf, offset, &h);
+  size_t param_bytes = g->n_param_floats * sizeof(float);
+  if (!werr) werr = write_all(fd, g->param_buf, param_bytes, &h);
+  if (!werr) werr = write_all(fd, g->state_buf, offset - param_bytes, &h);
   if (werr || fsync(fd) != 0) {
     snprintf(err, errlen, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
     rc = KN_EIO;

@@ -1,6 +1,8 @@
-/* cpu.c — the CPU backend: one kernel per op, GEMM through OpenBLAS, the
- * rest as plain loops the compiler vectorizes. Kernels read the run's batch
- * from the graph and never allocate. */
+/* cpu.c — the CPU backend: one kernel per op (cpu_kernels.inc), GEMM through
+ * OpenBLAS, the rest as plain loops the compiler vectorizes. The kernels are
+ * instantiated for float (training) and double (the gradient-check
+ * reference). Kernels read the run's batch from the graph and never
+ * allocate. */
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
@@ -10,7 +12,13 @@
 #include "graph_internal.h"
 
 static int rows_of(const kn_graph *g, const kn_node_rec *n) {
-  return (n->batched && g->batch > 0) ? g->batch : n->dims[0];
+  return (n->batched && g->batch > 0) ? g->batch * n->batched : n->dims[0];
+}
+
+/* A node's dims at the current batch. */
+static void run_dims(const kn_graph *g, const kn_node_rec *n, int *dims) {
+  for (int d = 0; d < n->ndim; d++) dims[d] = n->dims[d];
+  dims[0] = rows_of(g, n);
 }
 
 /* Rows x last-dim view of a node at the current batch. */
@@ -19,176 +27,183 @@ static void as_matrix(const kn_graph *g, const kn_node_rec *n, int *rows, int *c
   *rows = (int)(kn_node_elems(n, g->batch) / (size_t)*cols);
 }
 
-static void k_matmul(kn_graph *g, kn_node_rec *n) {
-  const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
-  int ta = n->attr_i[0], tb = n->attr_i[1];
-  int a_rows = rows_of(g, A), a_cols = A->dims[1];
-  int b_rows = rows_of(g, B), b_cols = B->dims[1];
-  int m = ta ? a_cols : a_rows, k = ta ? a_rows : a_cols, cols = tb ? b_rows : b_cols;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-              cols, k, 1.0f, A->data, a_cols, B->data, b_cols, 0.0f, n->data, cols);
-}
-
-static void k_bias_add(kn_graph *g, kn_node_rec *n) {
-  const kn_node_rec *X = &g->nodes[n->inputs[0]];
-  const float *bias = g->nodes[n->inputs[1]].data;
-  const float *x = X->data;
-  float *y = n->data;
-  int rows, cols;
-  as_matrix(g, n, &rows, &cols);
-  for (int r = 0; r < rows; r++) {
-    const float *xr = x + (size_t)r * cols;
-    float *yr = y + (size_t)r * cols;
-    for (int c = 0; c < cols; c++) yr[c] = xr[c] + bias[c];
+/* x as (outer, len, inner) around the reduced axis (-1: all of it). */
+static void reduce_split(kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
+                         size_t *inner) {
+  int dims[KN_MAX_DIMS];
+  run_dims(g, x, dims);
+  *outer = *inner = 1;
+  if (axis < 0) {
+    *len = kn_node_elems(x, g->batch);
+    return;
   }
+  *len = (size_t)dims[axis];
+  for (int d = 0; d < axis; d++) *outer *= (size_t)dims[d];
+  for (int d = axis + 1; d < x->ndim; d++) *inner *= (size_t)dims[d];
 }
 
-static void k_add(kn_graph *g, kn_node_rec *n) {
-  const float *a = g->nodes[n->inputs[0]].data, *b = g->nodes[n->inputs[1]].data;
-  float *y = n->data;
-  size_t count = kn_node_elems(n, g->batch);
-  for (size_t i = 0; i < count; i++) y[i] = a[i] + b[i];
-}
-
-static void k_relu(kn_graph *g, kn_node_rec *n) {
-  const float *x = g->nodes[n->inputs[0]].data;
-  float *y = n->data;
-  size_t count = kn_node_elems(n, g->batch);
-  for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
-
-static void k_relu_grad(kn_graph *g, kn_node_rec *n) {
-  const float *dy = g->nodes[n->inputs[0]].data, *y = g->nodes[n->inputs[1]].data;
-  float *dx = n->data;
-  size_t count = kn_node_elems(n, g->batch);
-  for (size_t i = 0; i < count; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-}
-
-static void softmax_row(const float *x, float *y, int cols) {
-  float max = -FLT_MAX;
-  for (int c = 0; c < cols; c++) max = x[c] > max ? x[c] : max;
-  float sum = 0.0f;
-  for (int c = 0; c < cols; c++) {
-    y[c] = expf(x[c] - max);
-    sum += y[c];
-  }
-  float inv = 1.0f / sum;
-  for (int c = 0; c < cols; c++) y[c] *= inv;
-}
-
-static void k_softmax(kn_graph *g, kn_node_rec *n) {
-  const float *x = g->nodes[n->inputs[0]].data;
-  float *y = n->data;
-  int rows, cols;
-  as_matrix(g, n, &rows, &cols);
-  for (int r = 0; r < rows; r++) softmax_row(x + (size_t)r * cols, y + (size_t)r * cols, cols);
-}
-
-static void k_softmax_grad(kn_graph *g, kn_node_rec *n) {
-  const float *dy = g->nodes[n->inputs[0]].data, *y = g->nodes[n->inputs[1]].data;
-  float *dx = n->data;
-  int rows, cols;
-  as_matrix(g, n, &rows, &cols);
-  for (int r = 0; r < rows; r++) {
-    const float *dyr = dy + (size_t)r * cols, *yr = y + (size_t)r * cols;
-    float *dxr = dx + (size_t)r * cols;
-    float dot = 0.0f;
-    for (int c = 0; c < cols; c++) dot += dyr[c] * yr[c];
-    for (int c = 0; c < cols; c++) dxr[c] = yr[c] * (dyr[c] - dot);
-  }
-}
-
-static void k_reduce_rows(kn_graph *g, kn_node_rec *n) {
-  const kn_node_rec *D = &g->nodes[n->inputs[0]];
-  const float *dy = D->data;
-  float *out = n->data;
-  int rows, cols;
-  as_matrix(g, D, &rows, &cols);
-  memset(out, 0, (size_t)cols * sizeof(float));
-  for (int r = 0; r < rows; r++) {
-    const float *dyr = dy + (size_t)r * cols;
-    for (int c = 0; c < cols; c++) out[c] += dyr[c];
-  }
+/* Rows before `axis` and elements per row from `axis` on. */
+static void axis_split(kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *row) {
+  int dims[KN_MAX_DIMS];
+  run_dims(g, x, dims);
+  *outer = 1;
+  *row = 1;
+  for (int d = 0; d < axis; d++) *outer *= (size_t)dims[d];
+  for (int d = axis; d < x->ndim; d++) *row *= (size_t)dims[d];
 }
 
 /* Labels outside [0, C) are a data error, reported rather than read past. */
-static int check_labels(const int32_t *labels, int rows, int cols, char *err, size_t errlen) {
+static int check_labels(const char *op, const int32_t *labels, int rows, int cols, char *err,
+                        size_t errlen) {
   for (int r = 0; r < rows; r++) {
     if (labels[r] < 0 || labels[r] >= cols) {
-      snprintf(err, errlen, "softmax_xent: label %d of row %d is outside [0, %d)", labels[r], r,
-               cols);
+      snprintf(err, errlen, "%s: label %d of row %d is outside [0, %d)", op, labels[r], r, cols);
       return KN_EINVAL;
     }
   }
   return KN_OK;
 }
 
-static int k_softmax_xent(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  const kn_node_rec *L = &g->nodes[n->inputs[0]];
-  const float *logits = L->data;
-  const int32_t *labels = g->nodes[n->inputs[1]].data;
-  int rows, cols;
-  as_matrix(g, L, &rows, &cols);
-  int rc = check_labels(labels, rows, cols, err, errlen);
-  if (rc) return rc;
-  double total = 0.0;
-  for (int r = 0; r < rows; r++) {
-    const float *x = logits + (size_t)r * cols;
-    float max = -FLT_MAX;
-    for (int c = 0; c < cols; c++) max = x[c] > max ? x[c] : max;
-    double sum = 0.0;
-    for (int c = 0; c < cols; c++) sum += exp((double)(x[c] - max));
-    total += log(sum) + max - x[labels[r]];
+/* A uniform [0, 1) draw for element i of a dropout mask: a stateless hash
+ * (splitmix64) of (seed, step, i), so a mask is the same whatever the thread
+ * count or precision, and no state needs saving for a resume. */
+static double dropout_uniform(uint64_t base, size_t i) {
+  uint64_t z = base + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+#define T       float
+#define F(name) name##_f32
+#define GEMM    cblas_sgemm
+#define EXP     expf
+#define LOG     logf
+#define LOG1P   log1pf
+#define SQRT    sqrtf
+#define ERF     erff
+#define TANH    tanhf
+#define FABS    fabsf
+#include "cpu_kernels.inc"
+#undef T
+#undef F
+#undef GEMM
+#undef EXP
+#undef LOG
+#undef LOG1P
+#undef SQRT
+#undef ERF
+#undef TANH
+#undef FABS
+
+/* The same float kernels again for AVX2 and AVX-512, chosen at run time
+ * (kn_cpu_set_isa, or the best the CPU has). cpu.c is built with
+ * -ffp-contract=off and GCC never reorders float sums without
+ * -ffast-math, so every path gives the same bits: the paths differ in speed
+ * only, and a test holds them to it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KN_HAVE_ISA_PATHS 1
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#define T       float
+#define F(name) name##_f32_avx2
+#define GEMM    cblas_sgemm
+#define EXP     expf
+#define LOG     logf
+#define LOG1P   log1pf
+#define SQRT    sqrtf
+#define ERF     erff
+#define TANH    tanhf
+#define FABS    fabsf
+#include "cpu_kernels.inc"
+#undef T
+#undef F
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#define T       float
+#define F(name) name##_f32_avx512
+#include "cpu_kernels.inc"
+#pragma GCC pop_options
+#undef T
+#undef F
+#undef GEMM
+#undef EXP
+#undef LOG
+#undef LOG1P
+#undef SQRT
+#undef ERF
+#undef TANH
+#undef FABS
+#endif
+
+#define T       double
+#define F(name) name##_f64
+#define GEMM    cblas_dgemm
+#define EXP     exp
+#define LOG     log
+#define LOG1P   log1p
+#define SQRT    sqrt
+#define ERF     erf
+#define TANH    tanh
+#define FABS    fabs
+#include "cpu_kernels.inc"
+
+/* The path in use: set once by kn_cpu_set_isa (before graphs run) or
+ * picked on first use; read by the thread running a graph. */
+static kn_isa active_isa = KN_ISA_AUTO;
+
+static int cpu_has(kn_isa isa) {
+#ifdef KN_HAVE_ISA_PATHS
+  __builtin_cpu_init();
+  if (isa == KN_ISA_AVX2) return __builtin_cpu_supports("avx2");
+  if (isa == KN_ISA_AVX512) return __builtin_cpu_supports("avx512f");
+#endif
+  return isa == KN_ISA_BASELINE;
+}
+
+const char *kn_isa_name(kn_isa isa) {
+  switch (isa) {
+  case KN_ISA_AUTO: return "auto";
+  case KN_ISA_BASELINE: return "baseline";
+  case KN_ISA_AVX2: return "avx2";
+  case KN_ISA_AVX512: return "avx512";
   }
-  *(float *)n->data = (float)(total / rows);
+  return "?";
+}
+
+int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen) {
+  if (isa == KN_ISA_AUTO) {
+    active_isa = cpu_has(KN_ISA_AVX512) ? KN_ISA_AVX512
+                 : cpu_has(KN_ISA_AVX2) ? KN_ISA_AVX2
+                                        : KN_ISA_BASELINE;
+    return KN_OK;
+  }
+  if ((int)isa < 0 || isa > KN_ISA_AVX512 || !cpu_has(isa)) {
+    snprintf(err, errlen, "cpu: this CPU (or build) has no %s path", kn_isa_name(isa));
+    return KN_EINVAL;
+  }
+  active_isa = isa;
   return KN_OK;
 }
 
-static void k_softmax_xent_grad(kn_graph *g, kn_node_rec *n) {
-  const kn_node_rec *L = &g->nodes[n->inputs[0]];
-  const float *logits = L->data;
-  const int32_t *labels = g->nodes[n->inputs[1]].data;
-  float dloss = *(const float *)g->nodes[n->inputs[2]].data;
-  float *dx = n->data;
-  int rows, cols;
-  as_matrix(g, L, &rows, &cols);
-  float scale = dloss / (float)rows;
-  for (int r = 0; r < rows; r++) {
-    float *d = dx + (size_t)r * cols;
-    softmax_row(logits + (size_t)r * cols, d, cols);
-    d[labels[r]] -= 1.0f;
-    for (int c = 0; c < cols; c++) d[c] *= scale;
-  }
+kn_isa kn_cpu_isa(void) {
+  if (active_isa == KN_ISA_AUTO) kn_cpu_set_isa(KN_ISA_AUTO, NULL, 0);
+  return active_isa;
 }
 
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen) {
-  kn_node_rec *n = &g->nodes[i];
-  switch (n->op) {
-  case KN_OP_INPUT:
-  case KN_OP_PARAM:
-  case KN_OP_RESHAPE: return KN_OK;
-  case KN_OP_FILL: {
-    float *y = n->data;
-    size_t count = kn_node_elems(n, g->batch);
-    for (size_t k = 0; k < count; k++) y[k] = n->attr_f[0];
-    return KN_OK;
+#ifdef KN_HAVE_ISA_PATHS
+  switch (kn_cpu_isa()) {
+  case KN_ISA_AVX512: return kn_cpu_run_f32_avx512(g, i, err, errlen);
+  case KN_ISA_AVX2: return kn_cpu_run_f32_avx2(g, i, err, errlen);
+  default: break;
   }
-  case KN_OP_MATMUL: k_matmul(g, n); return KN_OK;
-  case KN_OP_BIAS_ADD: k_bias_add(g, n); return KN_OK;
-  case KN_OP_ADD: k_add(g, n); return KN_OK;
-  case KN_OP_RELU: k_relu(g, n); return KN_OK;
-  case KN_OP_SOFTMAX: k_softmax(g, n); return KN_OK;
-  case KN_OP_SOFTMAX_XENT: return k_softmax_xent(g, n, err, errlen);
-  case KN_OP_RELU_GRAD: k_relu_grad(g, n); return KN_OK;
-  case KN_OP_SOFTMAX_GRAD: k_softmax_grad(g, n); return KN_OK;
-  case KN_OP_REDUCE_ROWS: k_reduce_rows(g, n); return KN_OK;
-  case KN_OP_SOFTMAX_XENT_GRAD: k_softmax_xent_grad(g, n); return KN_OK;
-  case KN_OP_COPY:
-    memcpy(n->data, g->nodes[n->inputs[0]].data, kn_node_elems(n, g->batch) * sizeof(float));
-    return KN_OK;
-  case KN_OP_COUNT: break;
-  }
-  snprintf(err, errlen, "run: node '%s' has an op the CPU backend does not know (%d)", n->name,
-           n->op);
-  return KN_EINVAL;
+#endif
+  return kn_cpu_run_f32(g, i, err, errlen);
+}
+
+int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen) {
+  return kn_cpu_run_f64(g, i, err, errlen);
 }

@@ -24,7 +24,24 @@ const char *kn_strerror(int code);
 
 #define KN_MAX_DIMS 6
 
-typedef enum kn_dtype { KN_F32 = 0, KN_I32 } kn_dtype;
+/* Element types. Kernels compute in f32 (and f64 in the reference mode used
+ * by gradient checks); f16, bf16 and u8 are storage types for data and
+ * checkpoints, converted with kn_convert. */
+typedef enum kn_dtype { KN_F32 = 0, KN_I32, KN_F16, KN_BF16, KN_U8, KN_F64 } kn_dtype;
+const char *kn_dtype_name(kn_dtype dtype); /* "f32", "bf16", ... */
+/* Converts count elements between any two dtypes (round to nearest even
+ * for f16 / bf16, saturating for u8 and i32). */
+void kn_convert(kn_dtype from, const void *src, kn_dtype to, void *dst, size_t count);
+
+/* Where a graph runs: "cpu" or "cuda:N". */
+typedef enum kn_device_kind { KN_DEVICE_CPU = 0, KN_DEVICE_CUDA } kn_device_kind;
+typedef struct kn_device {
+  kn_device_kind kind;
+  int index; /* cuda device number; 0 for cpu */
+} kn_device;
+/* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". */
+int kn_device_parse(const char *text, kn_device *out, char *err, size_t errlen);
+void kn_device_format(kn_device d, char *buf, size_t len);
 
 /* ---------------------------------------------------------------- graph -- */
 
@@ -35,6 +52,9 @@ typedef enum kn_init {
   KN_INIT_ZEROS = 0,
   KN_INIT_ONES,
   KN_INIT_GLOROT_UNIFORM, /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)) */
+  KN_INIT_GLOROT_NORMAL,  /* truncated N(0, 2 / (fan_in + fan_out)), as Keras */
+  KN_INIT_HE_UNIFORM,     /* U(-l, l), l = sqrt(6 / fan_in) */
+  KN_INIT_HE_NORMAL,      /* truncated N(0, 2 / fan_in) */
 } kn_init;
 
 kn_graph *kn_graph_new(void);
@@ -58,6 +78,72 @@ kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims); /* a view
  * labels (B) i32. A scalar. */
 kn_node kn_softmax_xent(kn_graph *g, kn_node logits, kn_node labels);
 
+/* ---- the full op set (ops.c). Shapes: B is the batch, NHWC images. ---- */
+/* Non-trainable state (batch norm moving statistics): kept in a flat state
+ * buffer, written by the forward pass in training, checkpointed. */
+kn_node kn_state(kn_graph *g, const char *name, int ndim, const int *dims, kn_init init);
+/* Broadcasting elementwise ops (numpy rules, shapes aligned at the right). */
+kn_node kn_sub(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_mul(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_div(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_add_bcast(kn_graph *g, kn_node a, kn_node b);
+kn_node kn_leaky_relu(kn_graph *g, kn_node x, float alpha); /* Keras default alpha 0.3 */
+kn_node kn_elu(kn_graph *g, kn_node x, float alpha);        /* Keras default 1.0 */
+kn_node kn_gelu(kn_graph *g, kn_node x);
+kn_node kn_sigmoid(kn_graph *g, kn_node x);
+kn_node kn_tanh(kn_graph *g, kn_node x);
+kn_node kn_scale(kn_graph *g, kn_node x, float alpha);
+kn_node kn_abs(kn_graph *g, kn_node x);
+kn_node kn_square(kn_graph *g, kn_node x);
+kn_node kn_log_softmax(kn_graph *g, kn_node x); /* over the last dim */
+/* Reductions over one axis (or all with axis -1, giving shape (1)). */
+kn_node kn_sum(kn_graph *g, kn_node x, int axis, int keepdims);
+kn_node kn_mean(kn_graph *g, kn_node x, int axis, int keepdims);
+kn_node kn_max(kn_graph *g, kn_node x, int axis, int keepdims);
+kn_node kn_transpose(kn_graph *g, kn_node x, const int *perm); /* perm[0] must be 0 if batched */
+kn_node kn_flatten(kn_graph *g, kn_node x);                    /* (B, ...) -> (B, prod) */
+kn_node kn_concat(kn_graph *g, kn_node a, kn_node b, int axis);
+kn_node kn_slice(kn_graph *g, kn_node x, int axis, int start, int len);
+typedef enum kn_padding { KN_PAD_VALID = 0, KN_PAD_SAME } kn_padding;
+typedef struct kn_window {
+  int kh, kw;                 /* kernel / pool size */
+  int stride_h, stride_w;     /* >= 1 */
+  int dilation_h, dilation_w; /* >= 1 (convolutions only) */
+  kn_padding padding;
+} kn_window;
+/* x (B, H, W, C), w (KH, KW, C, F) -> (B, OH, OW, F), by im2col + GEMM. */
+kn_node kn_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win);
+/* x (B, H, W, C), w (KH, KW, C, M) -> (B, OH, OW, C*M). */
+kn_node kn_depthwise_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win);
+kn_node kn_max_pool2d(kn_graph *g, kn_node x, const kn_window *win);
+kn_node kn_avg_pool2d(kn_graph *g, kn_node x, const kn_window *win); /* padding cells not counted */
+kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x);                /* (B, H, W, C) -> (B, C) */
+/* Batch norm over the last axis. Training runs use batch statistics and
+ * move moving_mean / moving_var (torch's rule: unbiased variance, new =
+ * (1 - m) * old + m * batch with m = 1 - momentum); other runs use them. */
+kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
+                      kn_node moving_var, float momentum, float epsilon);
+/* Inverted dropout with a per-step mask from (seed, step); identity
+ * outside training runs. */
+kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed);
+/* Losses, scalar means: softmax cross-entropy against probabilities (B, C);
+ * binary cross-entropy with logits; mean squared / absolute error. */
+kn_node kn_softmax_xent_dense(kn_graph *g, kn_node logits, kn_node probs);
+kn_node kn_bce_logits(kn_graph *g, kn_node logits, kn_node targets);
+kn_node kn_mse(kn_graph *g, kn_node pred, kn_node target);
+kn_node kn_mae(kn_graph *g, kn_node pred, kn_node target);
+/* Fraction of rows whose label is among the k largest logits (k = 1:
+ * accuracy). Not differentiable. */
+kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k);
+
+/* Computes every f32 node in double instead: the reference mode in which
+ * gradient checks compare autodiff with finite differences. Call before
+ * compile; the flat buffers and node data then hold doubles. */
+void kn_graph_use_f64(kn_graph *g);
+int kn_state_node_count(const kn_graph *g);
+kn_node kn_state_node(const kn_graph *g, int i);
+void *kn_state_data(kn_graph *g); /* the flat state buffer */
+
 int kn_graph_error(const kn_graph *g, char *err, size_t errlen); /* 0 or the first error */
 int kn_graph_node_count(const kn_graph *g);
 void kn_node_shape(const kn_graph *g, kn_node n, int *ndim, int *dims);
@@ -78,7 +164,41 @@ typedef struct kn_plan_stats {
   size_t grad_bytes;  /* flat gradient buffer */
   int n_nodes;
   int n_forward; /* nodes run by a forward-only pass */
+  /* what the passes did */
+  int n_cse;     /* duplicate nodes merged */
+  int n_fused;   /* matmul/conv + bias (+ relu) groups fused into one kernel */
+  int n_folded;  /* constant nodes computed once at compile */
+  int n_dead;    /* nodes removed */
+  int n_inplace; /* nodes writing over an input that dies with them */
 } kn_plan_stats;
+
+/* Graph passes, each switchable before compile (all on by default). */
+enum {
+  KN_PASS_DCE = 1,        /* dead-node elimination */
+  KN_PASS_CONST_FOLD = 2, /* constant subgraphs computed once at compile */
+  KN_PASS_CSE = 4,        /* common-subexpression elimination */
+  KN_PASS_FUSION = 8,     /* matmul / conv GEMM + bias + relu in one kernel */
+  KN_PASS_INPLACE = 16,   /* elementwise ops reuse a dying input's buffer */
+  KN_PASS_ALL = 31
+};
+void kn_graph_set_passes(kn_graph *g, unsigned passes);
+/* Eager mode, for debugging and comparison: no passes and one buffer per
+ * node, each node run in turn. */
+void kn_graph_set_eager(kn_graph *g, int eager);
+/* Threads for the engine's own kernels (im2col, pooling, elementwise),
+ * started at compile and kept for every run; results are the same for every
+ * thread count. GEMM threads are OpenBLAS's own (openblas_set_num_threads). */
+void kn_graph_set_threads(kn_graph *g, int threads);
+/* The CPU kernels' instruction-set path: baseline x86-64 (SSE2), AVX2 or
+ * AVX-512, all from one source and giving the same bits. AUTO (the
+ * default) takes the best the CPU has; forcing one it lacks is an error.
+ * Process-wide: set it before graphs run. */
+typedef enum kn_isa { KN_ISA_AUTO = 0, KN_ISA_BASELINE, KN_ISA_AVX2, KN_ISA_AVX512 } kn_isa;
+int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen);
+kn_isa kn_cpu_isa(void); /* the path in use */
+const char *kn_isa_name(kn_isa isa);
+/* A constant tensor filled with value (unbatched). */
+kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 
 /* Plans memory (liveness over the schedule, first-fit offsets in one arena),
  * allocates and first-touches the arena and the flat buffers, and
@@ -97,6 +217,9 @@ void kn_node_lifetime(const kn_graph *g, kn_node n, int *first, int *last);
 typedef enum kn_run_mode {
   KN_RUN_FORWARD = 0, /* forward nodes only (evaluation) */
   KN_RUN_TRAIN = 1,   /* forward and backward: fills the gradient buffer */
+  /* Forward nodes only, with training behaviour (batch statistics, the
+   * last training run's dropout mask): the loss a TRAIN run differentiates. */
+  KN_RUN_FORWARD_TRAIN = 2,
 } kn_run_mode;
 
 /* Runs the compiled graph for a batch of `batch` rows (1..planned batch). */
@@ -112,14 +235,26 @@ size_t kn_param_offset(const kn_graph *g, kn_node param); /* in floats */
 
 /* ------------------------------------------------------------ optimizers -- */
 
-typedef enum kn_optimizer_type { KN_OPT_SGD = 0, KN_OPT_ADAM } kn_optimizer_type;
+typedef enum kn_optimizer_type {
+  KN_OPT_SGD = 0,
+  KN_OPT_ADAM,
+  KN_OPT_ADAMW,
+  KN_OPT_RMSPROP,
+  KN_OPT_ADAGRAD
+} kn_optimizer_type;
 
+/* Update rules are torch.optim's, so parity runs compare iterate by
+ * iterate. weight_decay is L2 added to the gradient (torch's weight_decay)
+ * for every type but adamw, where it is decoupled (p *= 1 - lr * wd). */
 typedef struct kn_optimizer_config {
   kn_optimizer_type type;
   float learning_rate;
-  float momentum;              /* sgd */
+  float momentum;              /* sgd, rmsprop */
   int nesterov;                /* sgd */
-  float beta1, beta2, epsilon; /* adam */
+  float beta1, beta2, epsilon; /* adam, adamw; epsilon also rmsprop, adagrad */
+  float weight_decay;
+  float rho;                       /* rmsprop: moving average of squared gradients */
+  float initial_accumulator_value; /* adagrad */
 } kn_optimizer_config;
 
 typedef struct kn_optimizer kn_optimizer;
@@ -127,7 +262,7 @@ typedef struct kn_optimizer kn_optimizer;
 int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out, char *err,
                      size_t errlen);
 void kn_optimizer_free(kn_optimizer *opt);
-/* One fused update over the flat buffers (Keras update rules). */
+/* One fused update over the flat buffers. */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);
 
@@ -137,16 +272,55 @@ typedef enum kn_layer_type {
   KN_LAYER_DENSE = 0,
   KN_LAYER_FLATTEN,
   KN_LAYER_ACTIVATION,
+  KN_LAYER_CONV2D,
+  KN_LAYER_DEPTHWISE_CONV2D,
+  KN_LAYER_SEPARABLE_CONV2D,
+  KN_LAYER_BATCH_NORM,
+  KN_LAYER_DROPOUT,
+  KN_LAYER_MAX_POOL2D,
+  KN_LAYER_AVG_POOL2D,
+  KN_LAYER_GLOBAL_AVG_POOL2D,
+  KN_LAYER_ADD,
+  KN_LAYER_CONCATENATE,
 } kn_layer_type;
 
-typedef enum kn_activation { KN_ACT_LINEAR = 0, KN_ACT_RELU, KN_ACT_SOFTMAX } kn_activation;
+typedef enum kn_activation {
+  KN_ACT_LINEAR = 0,
+  KN_ACT_RELU,
+  KN_ACT_SOFTMAX,
+  KN_ACT_LEAKY_RELU, /* alpha 0.3 (Keras) unless the layer's alpha is set */
+  KN_ACT_ELU,
+  KN_ACT_GELU,
+  KN_ACT_SIGMOID,
+  KN_ACT_TANH,
+} kn_activation;
 
+#define KN_LAYER_MAX_INPUTS 8
+
+/* One Keras layer. Zero fields take Keras's defaults (noted), so a config
+ * needs only what a Keras call would spell out. */
 typedef struct kn_layer_config {
   kn_layer_type type;
   char name[64];
   int units; /* dense */
   int use_bias;
   kn_activation activation;
+  float alpha;                     /* leaky_relu slope (0: 0.3), elu alpha (0: 1.0) */
+  int filters;                     /* conv2d, separable_conv2d */
+  int kernel_size[2];              /* conv layers */
+  int strides[2];                  /* conv (0: 1), pools (0: pool_size) */
+  int dilation_rate[2];            /* conv (0: 1) */
+  kn_padding padding;              /* conv "valid", pools "valid" */
+  int depth_multiplier;            /* depthwise / separable (0: 1) */
+  int pool_size[2];                /* pools (0: 2) */
+  float rate;                      /* dropout */
+  float momentum, epsilon;         /* batch_norm (0: 0.99, 0.001) */
+  int axis;                        /* concatenate (0: -1, the channels) */
+  kn_init kernel_initializer;      /* used when kernel_initializer_set, else glorot_uniform */
+  int kernel_initializer_set;      /* (a zeroed config means the Keras default) */
+  kn_init bias_initializer;        /* zeros */
+  int n_inputs;                    /* 0: the previous layer (or the model input) */
+  int inputs[KN_LAYER_MAX_INPUTS]; /* layer indices; -1 = the model input */
 } kn_layer_config;
 
 typedef struct kn_model_config {
@@ -155,12 +329,15 @@ typedef struct kn_model_config {
   int n_layers;
   const kn_layer_config *layers;
   int batch_size; /* planned rows */
+  uint64_t seed;  /* dropout masks */
 } kn_model_config;
 
 /* A classifier built from Keras-style layers: input x (B, ...) f32, labels
  * y (B) i32, logits (B, C) kept, loss = sparse categorical cross-entropy.
  * A softmax on the last layer is folded into the loss (as Keras does with
- * from_logits=False), so the loss is computed stably from the logits. */
+ * from_logits=False), so the loss is computed stably from the logits.
+ * Layers are a DAG: each reads the previous layer or names its inputs, so
+ * residual networks (add) and branches (concatenate) are configs too. */
 typedef struct kn_model {
   kn_graph *graph;
   kn_node x, y, logits, loss;
@@ -351,6 +528,8 @@ void kn_rng_seed(kn_rng *r, uint64_t seed);
 uint64_t kn_rng_next(kn_rng *r);
 float kn_rng_uniform(kn_rng *r);              /* [0, 1) */
 uint64_t kn_rng_below(kn_rng *r, uint64_t n); /* [0, n), unbiased */
+/* Fills a buffer with an initializer's values (Keras's definitions). */
+void kn_init_fill(kn_init init, float *data, size_t count, int fan_in, int fan_out, kn_rng *rng);
 
 /* --------------------------------------------------------------- training -- */
 

@@ -21,19 +21,31 @@ const char *kn_strerror(int code) {
 }
 
 size_t kn_dtype_size(kn_dtype dtype) {
-  return dtype == KN_I32 ? sizeof(int32_t) : sizeof(float);
+  switch (dtype) {
+  case KN_F32:
+  case KN_I32: return 4;
+  case KN_F16:
+  case KN_BF16: return 2;
+  case KN_U8: return 1;
+  case KN_F64: return 8;
+  }
+  return 4;
+}
+
+size_t kn_graph_elem_size(const kn_graph *g, kn_dtype dtype) {
+  return (dtype == KN_F32 && g->f64) ? 8 : kn_dtype_size(dtype);
 }
 
 size_t kn_node_elems(const kn_node_rec *n, int batch) {
   size_t count = 1;
   for (int d = 0; d < n->ndim; d++) {
-    count *= (size_t)((d == 0 && n->batched && batch > 0) ? batch : n->dims[d]);
+    count *= (size_t)((d == 0 && n->batched && batch > 0) ? batch * n->batched : n->dims[d]);
   }
   return count;
 }
 
-size_t kn_node_planned_bytes(const kn_node_rec *n) {
-  return kn_node_elems(n, 0) * kn_dtype_size(n->dtype);
+size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n) {
+  return kn_node_elems(n, 0) * kn_graph_elem_size(g, n->dtype);
 }
 
 int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...) {
@@ -57,8 +69,15 @@ void kn_graph_free(kn_graph *g) {
   free(g->params);
   free(g->param_buf);
   free(g->grad_buf);
+  free(g->state_buf);
+  kn_pool_free(g->pool);
+  free(g->states);
   free(g->arena);
   free(g);
+}
+
+void kn_graph_set_threads(kn_graph *g, int threads) {
+  g->threads = threads < 1 ? 1 : threads > KN_POOL_MAX_THREADS ? KN_POOL_MAX_THREADS : threads;
 }
 
 int kn_graph_error(const kn_graph *g, char *err, size_t errlen) {
@@ -254,9 +273,16 @@ kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims) {
   const kn_node_rec *X = &g->nodes[x];
   kn_node_rec p = proto_of(KN_OP_RESHAPE, X->dtype, ndim, dims);
   p.batched = X->batched;
-  if (X->batched && dims[0] != X->dims[0]) {
-    return kn_graph_fail(g, KN_EINVAL, "reshape: the batch dim must stay %d, got %d", X->dims[0],
-                         dims[0]);
+  if (X->batched) {
+    /* The leading dim may fold rows per example in or out (im2col rows
+     * (B*OH*OW, K) <-> (B, OH, OW, K)) but must stay a multiple of B. */
+    int planned = kn_node_planned_rows_per_batch(X);
+    if (dims[0] % planned != 0) {
+      return kn_graph_fail(g, KN_EINVAL,
+                           "reshape: the leading dim must be a multiple of the batch %d, got %d",
+                           planned, dims[0]);
+    }
+    p.batched = dims[0] / planned;
   }
   if (kn_node_elems(&p, 0) != kn_node_elems(X, 0)) {
     char sx[64], sp[64];

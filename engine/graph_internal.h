@@ -6,6 +6,8 @@
 
 #include "engine.h"
 
+typedef struct kn_pool kn_pool; /* pool.c */
+
 typedef enum kn_op {
   KN_OP_INPUT = 0,
   KN_OP_PARAM,
@@ -23,6 +25,37 @@ typedef enum kn_op {
   KN_OP_REDUCE_ROWS,       /* (dy) -> sum over all but the last dim */
   KN_OP_SOFTMAX_XENT_GRAD, /* (logits, labels, dloss) -> dloss * (softmax - onehot) / B */
   KN_OP_COPY,
+  /* added with the full op set (ops.c); attrs are listed per op there */
+  KN_OP_STATE,            /* non-trainable state in the flat state buffer (moving stats) */
+  KN_OP_BINARY,           /* broadcast a (op) b; attr_i[0] = kn_binop */
+  KN_OP_SUM_TO,           /* (dy, like) -> dy summed over the dims `like` broadcast along */
+  KN_OP_UNARY,            /* attr_i[0] = kn_unop, attr_f[0] = alpha */
+  KN_OP_UNARY_GRAD,       /* (dy, x, y) -> dx for the same attrs */
+  KN_OP_LOG_SOFTMAX,      /* over the last dim */
+  KN_OP_LOG_SOFTMAX_GRAD, /* (dy, y) -> dy - exp(y) * sum(dy) */
+  KN_OP_REDUCE,           /* attr_i[0] = kn_reduce_kind, attr_i[1] = axis (-1: all) */
+  KN_OP_REDUCE_GRAD,      /* (dy, x, y) -> dx */
+  KN_OP_TRANSPOSE,        /* attr_i[0..ndim) = permutation */
+  KN_OP_CONCAT,           /* (a, b) along attr_i[0] */
+  KN_OP_SLICE,            /* (x) along attr_i[0] from attr_i[1], attr_i[2] long */
+  KN_OP_IM2COL,           /* (x NHWC) -> (B*OH*OW, KH*KW*C); attrs: see kn_conv_attrs */
+  KN_OP_COL2IM,           /* (dcols, like x) -> dx */
+  KN_OP_DWCONV,           /* (x, w (KH, KW, C, M)) -> (B, OH, OW, C*M) */
+  KN_OP_DWCONV_DX,        /* (dy, w, like x) */
+  KN_OP_DWCONV_DW,        /* (dy, x, like w) */
+  KN_OP_POOL,             /* (x) attr_i[10] = 0 max / 1 avg */
+  KN_OP_POOL_GRAD,        /* (dy, x, y) -> dx */
+  KN_OP_BN_STATS,         /* (x, moving_mean, moving_var) -> (2, C): mean, 1/sqrt(var+eps) */
+  KN_OP_BN_APPLY,         /* (x, stats, gamma, beta) -> (x - mean) * invstd * gamma + beta */
+  KN_OP_BN_GRAD_X,        /* (dy, x, stats, gamma) -> dx through the batch statistics */
+  KN_OP_BN_GRAD_GAMMA,    /* (dy, x, stats) -> (C) */
+  KN_OP_DROPOUT_MASK,     /* (like x) -> 0 or 1/(1-rate); all ones outside training */
+  KN_OP_XENT_DENSE,       /* (logits (B, C), probs (B, C)) -> mean -sum(p log softmax) */
+  KN_OP_XENT_DENSE_GRAD,  /* (logits, probs, dloss) */
+  KN_OP_BCE_LOGITS,       /* (logits, targets) -> mean over all elements */
+  KN_OP_BCE_LOGITS_GRAD,  /* (logits, targets, dloss) */
+  KN_OP_TOPK_ACCURACY,    /* (logits (B, C), labels (B)) -> fraction with label in top attr_i[0] */
+  KN_OP_MATMUL_BIAS_ACT,  /* fused (a, w, bias): attr_i[0..1] transposes, attr_i[2] relu */
   KN_OP_COUNT
 } kn_op;
 
@@ -31,24 +64,61 @@ typedef enum kn_storage {
   KN_STORE_PARAM,     /* a slot of the flat parameter buffer */
   KN_STORE_GRAD,      /* a slot of the flat gradient buffer */
   KN_STORE_VIEW,      /* shares the storage of inputs[0] */
+  KN_STORE_STATE,     /* a slot of the flat state buffer (not trained, checkpointed) */
 } kn_storage;
 
-#define KN_MAX_INPUTS 3
+typedef enum kn_binop { KN_BIN_ADD = 0, KN_BIN_SUB, KN_BIN_MUL, KN_BIN_DIV } kn_binop;
+typedef enum kn_unop {
+  KN_UN_LEAKY_RELU = 0, /* alpha = negative slope */
+  KN_UN_ELU,            /* alpha */
+  KN_UN_GELU,           /* exact, with erf (Keras and torch defaults) */
+  KN_UN_SIGMOID,
+  KN_UN_TANH,
+  KN_UN_SCALE, /* alpha * x */
+  KN_UN_ABS,
+  KN_UN_SQUARE,
+} kn_unop;
+typedef enum kn_reduce_kind { KN_RED_SUM = 0, KN_RED_MEAN, KN_RED_MAX } kn_reduce_kind;
+
+/* Convolution and pooling attrs in attr_i, shared by im2col, depthwise and
+ * pooling ops. */
+enum {
+  KN_CA_KH = 0,
+  KN_CA_KW,
+  KN_CA_SH,
+  KN_CA_SW,
+  KN_CA_DH,
+  KN_CA_DW,
+  KN_CA_PAD_TOP,
+  KN_CA_PAD_LEFT,
+  KN_CA_OH,
+  KN_CA_OW,
+  KN_CA_POOL_KIND
+};
+/* Set by the fusion pass on an elementwise node (bias_add, add, binary,
+ * bn_apply) that absorbed the relu reading it: relu runs in its loop. */
+#define KN_ATTR_RELU 11
+
+#define KN_MAX_INPUTS 4
 
 typedef struct kn_node_rec {
   kn_op op;
   kn_dtype dtype;
   int ndim;
   int dims[KN_MAX_DIMS]; /* dims[0] is the planned batch when batched */
-  int batched;           /* the leading dim follows the run's batch */
+  int batched;           /* 0: fixed; k > 0: dims[0] is k x the planned batch and follows the run's
+                          * batch (k > 1 for rows per example, e.g. im2col's OH*OW) */
   int n_inputs;
   kn_node inputs[KN_MAX_INPUTS];
-  int attr_i[2];
-  float attr_f[1];
+  int attr_i[12];
+  float attr_f[2];
+  uint64_t attr_u; /* dropout seed */
   kn_init init;
   char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
   int keep;          /* readable after a run: never reused */
+  int dead;          /* removed by a pass: not planned, not run */
+  int folded;        /* a constant: computed once at compile, not every run */
   kn_storage storage;
   size_t flat_offset;      /* floats, for PARAM and GRAD storage */
   size_t arena_offset;     /* bytes, for ARENA storage */
@@ -64,7 +134,20 @@ struct kn_graph {
   kn_node *params; /* parameter nodes in creation order */
   int n_params, cap_params;
   size_t n_param_floats;
-  float *param_buf, *grad_buf;
+  kn_node *states; /* state nodes (moving statistics) in creation order */
+  int n_states, cap_states;
+  size_t n_state_floats;
+  /* Element size of f32 nodes' storage: 4, or 8 in the double reference
+   * mode (kn_graph_use_f64), where every f32 node is computed in double. */
+  int f64;
+  float *param_buf, *grad_buf, *state_buf; /* double * in f64 mode */
+  int training;                            /* the current run uses batch statistics and dropout */
+  unsigned passes;                         /* KN_PASS_* flags (when passes_set; else all) */
+  int passes_set;
+  int eager;           /* no passes, one buffer per node */
+  int threads;         /* compute threads for own kernels (0/1: the calling thread) */
+  kn_pool *pool;       /* started at compile when threads > 1 */
+  uint64_t train_runs; /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
@@ -75,9 +158,15 @@ struct kn_graph {
 };
 
 size_t kn_dtype_size(kn_dtype dtype);
+/* Bytes of one element of a node of the graph (f32 nodes are 8 in f64 mode). */
+size_t kn_graph_elem_size(const kn_graph *g, kn_dtype dtype);
+/* The planned batch of a batched node: dims[0] / batched. */
+static inline int kn_node_planned_rows_per_batch(const struct kn_node_rec *n) {
+  return n->batched ? n->dims[0] / n->batched : n->dims[0];
+}
 /* Elements of a node at its planned size, or for `batch` rows when batched. */
 size_t kn_node_elems(const kn_node_rec *n, int batch);
-size_t kn_node_planned_bytes(const kn_node_rec *n);
+size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n);
 /* Records the first builder error; returns -1 for `return kn_graph_fail(...)`. */
 int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -85,7 +174,31 @@ int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
 /* Runs node i on the CPU for the graph's current batch. */
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen);
-/* Fills a buffer with an initializer's values. */
-void kn_init_fill(kn_init init, float *data, size_t count, int fan_in, int fan_out, kn_rng *rng);
+int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
+/* Emits the gradient of node i's inputs for the ops of ops.c; returns 1 when
+ * the op is not one of them. */
+int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
+                     int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node));
+/* The persistent thread pool (pool.c). */
+#define KN_POOL_MAX_THREADS 256
+typedef void (*kn_range_fn)(void *ctx, int64_t begin, int64_t end);
+kn_pool *kn_pool_new(int threads); /* NULL for threads < 2 (or on failure): run inline */
+void kn_pool_free(kn_pool *p);
+int kn_pool_threads(const kn_pool *p);
+/* Runs fn over [0, n) cut into one contiguous range per thread; returns
+ * when all are done. */
+void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx);
+
+typedef struct kn_pass_stats {
+  int cse, fused, folded, dead;
+} kn_pass_stats;
+/* Runs the enabled passes; scratch holds n_nodes ints. */
+int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);
+unsigned kn_graph_passes(const kn_graph *g);
+/* Whether an op may write its output over an input that dies with it. */
+int kn_op_inplace_ok(kn_op op);
+/* A node shaped like `like` (dims, dtype f32, batching) with op and inputs. */
+kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
+                     kn_node in2);
 
 #endif

@@ -64,6 +64,7 @@ static void compute_liveness(kn_graph *g) {
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
+    if (n->dead) continue;
     for (int k = 0; k < n->n_inputs; k++) {
       kn_node root = storage_root(g, n->inputs[k]);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
@@ -77,6 +78,7 @@ static void compute_liveness(kn_graph *g) {
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     if (n->keep || n->op == KN_OP_INPUT) n->last_use = g->n_nodes; /* never reused */
+    if (n->folded) n->first_use = 0;                               /* computed at compile */
   }
 }
 
@@ -94,6 +96,18 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_graph_fail(g, KN_EINVAL, "compile: the graph is empty");
     goto out;
   }
+  kn_pass_stats pass_stats;
+  {
+    int *scratch = malloc((size_t)g->n_nodes * sizeof *scratch);
+    if (!scratch) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+      goto out;
+    }
+    kn_run_passes(g, scratch, &pass_stats);
+    free(scratch);
+  }
+  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
+  int n_inplace = 0;
   compute_liveness(g);
 
   /* Bucket nodes by last use so each step frees its dead values in O(1). */
@@ -106,7 +120,8 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
-    if (n->storage == KN_STORE_ARENA && n->last_use < g->n_nodes) bucket_start[n->last_use + 1]++;
+    if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes)
+      bucket_start[n->last_use + 1]++;
   }
   for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
   {
@@ -117,7 +132,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     }
     for (int i = 0; i < g->n_nodes; i++) {
       const kn_node_rec *n = &g->nodes[i];
-      if (n->storage == KN_STORE_ARENA && n->last_use < g->n_nodes) {
+      if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes) {
         order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
       }
     }
@@ -125,25 +140,61 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
 
   g->naive_bytes = 0;
+  /* Constants first: they hold their value from compile through every run,
+   * so no node before them in the schedule may borrow their bytes. */
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
-    if (n->storage != KN_STORE_ARENA) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(n));
+    if (n->storage != KN_STORE_ARENA || n->dead || !n->folded) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    n->arena_offset = g->eager ? g->naive_bytes : plan_alloc(&plan, bytes);
     g->naive_bytes += bytes;
-    n->arena_offset = plan_alloc(&plan, bytes);
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->storage != KN_STORE_ARENA || n->dead || n->folded) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    /* In place: an elementwise op takes over the buffer of an input whose
+     * last reader it is (same size, not kept), so that buffer is not freed
+     * here but when this node dies. */
+    kn_node donor = -1;
+    for (int k = 0; inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
+      kn_node r = storage_root(g, n->inputs[k]);
+      const kn_node_rec *in = &g->nodes[r];
+      if (in->storage == KN_STORE_ARENA && !in->dead && !in->keep && in->op != KN_OP_INPUT &&
+          in->last_use == i && align_up(kn_node_planned_bytes(g, in)) == bytes)
+        donor = r;
+    }
+    if (g->eager) {
+      n->arena_offset = g->naive_bytes; /* one buffer per node */
+    } else if (donor >= 0) {
+      n->arena_offset = g->nodes[donor].arena_offset;
+      n_inplace++;
+    } else {
+      n->arena_offset = plan_alloc(&plan, bytes);
+    }
+    g->naive_bytes += bytes;
     /* Values whose last reader is this node die after it runs. */
-    for (int k = bucket_start[i]; k < bucket_start[i + 1]; k++) {
-      plan_free(&plan, g->nodes[order[k]].arena_offset);
+    for (int k = bucket_start[i]; !g->eager && k < bucket_start[i + 1]; k++) {
+      if (order[k] != donor) plan_free(&plan, g->nodes[order[k]].arena_offset);
     }
   }
-  g->arena_bytes = plan.peak;
+  g->arena_bytes = g->eager ? g->naive_bytes : plan.peak;
 
-  /* One allocation each, touched now so no step pays for first touch. */
-  size_t pbytes = g->n_param_floats * sizeof(float);
+  /* One allocation each, touched now so no step pays for first touch. In
+   * the f64 reference mode the flat buffers hold doubles. */
+  if (g->f64) {
+    for (int i = 0; i < g->n_nodes; i++) {
+      if (g->nodes[i].dtype == KN_F32) g->nodes[i].dtype = KN_F64;
+    }
+  }
+  const size_t esize = g->f64 ? sizeof(double) : sizeof(float);
+  size_t pbytes = g->n_param_floats * esize;
+  size_t sbytes = g->n_state_floats * esize;
   g->arena = aligned_alloc(KN_ALIGN, align_up(g->arena_bytes ? g->arena_bytes : KN_ALIGN));
   g->param_buf = aligned_alloc(KN_ALIGN, align_up(pbytes ? pbytes : KN_ALIGN));
   g->grad_buf = aligned_alloc(KN_ALIGN, align_up(pbytes ? pbytes : KN_ALIGN));
-  if (!g->arena || !g->param_buf || !g->grad_buf) {
+  g->state_buf = aligned_alloc(KN_ALIGN, align_up(sbytes ? sbytes : KN_ALIGN));
+  if (!g->arena || !g->param_buf || !g->grad_buf || !g->state_buf) {
     kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu arena + 2 x %zu parameter bytes",
                   g->arena_bytes, pbytes);
     goto out;
@@ -157,8 +208,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_node_rec *n = &g->nodes[i];
     switch (n->storage) {
     case KN_STORE_ARENA: n->data = g->arena + n->arena_offset; break;
-    case KN_STORE_PARAM: n->data = g->param_buf + n->flat_offset; break;
-    case KN_STORE_GRAD: n->data = g->grad_buf + n->flat_offset; break;
+    case KN_STORE_PARAM: n->data = (unsigned char *)g->param_buf + n->flat_offset * esize; break;
+    case KN_STORE_GRAD: n->data = (unsigned char *)g->grad_buf + n->flat_offset * esize; break;
+    case KN_STORE_STATE: n->data = (unsigned char *)g->state_buf + n->flat_offset * esize; break;
     case KN_STORE_VIEW: break;
     }
   }
@@ -166,25 +218,62 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_node_rec *n = &g->nodes[i];
     if (n->storage == KN_STORE_VIEW) n->data = g->nodes[storage_root(g, i)].data;
   }
-  /* Parameters in creation order so a seed means the same weights everywhere. */
-  for (int p = 0; p < g->n_params; p++) {
-    kn_node_rec *n = &g->nodes[g->params[p]];
+  /* Parameters in creation order so a seed means the same weights everywhere
+   * (and the same in f64 mode: drawn as floats, then widened). */
+  for (int p = 0; p < g->n_params + g->n_states; p++) {
+    kn_node_rec *n = &g->nodes[p < g->n_params ? g->params[p] : g->states[p - g->n_params]];
     int fan_in = n->ndim >= 2 ? n->dims[n->ndim - 2] : n->dims[0];
     int fan_out = n->dims[n->ndim - 1];
     for (int d = 0; d + 2 < n->ndim; d++) {
       fan_in *= n->dims[d];
       fan_out *= n->dims[d];
     }
-    kn_init_fill(n->init, n->data, kn_node_elems(n, 0), fan_in, fan_out, &rng);
+    size_t count = kn_node_elems(n, 0);
+    if (!g->f64) {
+      kn_init_fill(n->init, n->data, count, fan_in, fan_out, &rng);
+      continue;
+    }
+    float *tmp = malloc(count * sizeof *tmp);
+    if (!tmp) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+      goto out;
+    }
+    kn_init_fill(n->init, tmp, count, fan_in, fan_out, &rng);
+    for (size_t k = 0; k < count; k++) ((double *)n->data)[k] = tmp[k];
+    free(tmp);
   }
   g->planned_batch = 0;
   for (int i = 0; i < g->n_nodes && !g->planned_batch; i++) {
     if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched)
-      g->planned_batch = g->nodes[i].dims[0];
+      g->planned_batch = kn_node_planned_rows_per_batch(&g->nodes[i]);
+  }
+  if (g->threads > 1 && !g->pool) {
+    g->pool = kn_pool_new(g->threads);
+    if (!g->pool) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: cannot start %d compute threads", g->threads);
+      goto out;
+    }
   }
   g->compiled = 1;
   g->batch = 0;
+  /* Constants, once: no run computes them again. */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (!g->nodes[i].folded || g->nodes[i].dead) continue;
+    char ferr[256];
+    int frc = g->f64 ? kn_cpu_run_node_f64(g, i, ferr, sizeof ferr)
+                     : kn_cpu_run_node(g, i, ferr, sizeof ferr);
+    if (frc) {
+      g->compiled = 0;
+      kn_graph_fail(g, frc, "compile: folding constant '%s': %s", g->nodes[i].name, ferr);
+      goto out;
+    }
+  }
   if (stats) {
+    stats->n_cse = pass_stats.cse;
+    stats->n_fused = pass_stats.fused;
+    stats->n_folded = pass_stats.folded;
+    stats->n_dead = pass_stats.dead;
+    stats->n_inplace = n_inplace;
     stats->arena_bytes = g->arena_bytes;
     stats->naive_bytes = g->naive_bytes;
     stats->param_bytes = pbytes;
@@ -209,8 +298,8 @@ void *kn_node_data(kn_graph *g, kn_node n) {
 
 int64_t kn_node_arena_offset(const kn_graph *g, kn_node n, size_t *nbytes) {
   const kn_node_rec *r = &g->nodes[n];
-  if (nbytes) *nbytes = kn_node_planned_bytes(r);
-  return r->storage == KN_STORE_ARENA ? (int64_t)r->arena_offset : -1;
+  if (nbytes) *nbytes = kn_node_planned_bytes(g, r);
+  return (r->storage == KN_STORE_ARENA && !r->dead) ? (int64_t)r->arena_offset : -1;
 }
 
 void kn_node_lifetime(const kn_graph *g, kn_node n, int *first, int *last) {
@@ -233,10 +322,13 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
     return KN_EINVAL;
   }
   g->batch = batch;
+  g->training = mode != KN_RUN_FORWARD;
+  if (mode == KN_RUN_TRAIN) g->train_runs++;
   /* Parameters that no gradient reaches keep the zero slot set at compile. */
   int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
   for (int i = 0; i < end; i++) {
-    int rc = kn_cpu_run_node(g, i, err, errlen);
+    if (g->nodes[i].dead || g->nodes[i].folded) continue;
+    int rc = g->f64 ? kn_cpu_run_node_f64(g, i, err, errlen) : kn_cpu_run_node(g, i, err, errlen);
     if (rc) return rc;
   }
   return KN_OK;

@@ -55,9 +55,28 @@ void kn_init_fill(kn_init init, float *data, size_t count, int fan_in, int fan_o
   case KN_INIT_ONES:
     for (size_t i = 0; i < count; i++) data[i] = 1.0f;
     return;
-  case KN_INIT_GLOROT_UNIFORM: {
-    float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
+  case KN_INIT_GLOROT_UNIFORM:
+  case KN_INIT_HE_UNIFORM: {
+    float denom = (float)(init == KN_INIT_HE_UNIFORM ? fan_in : fan_in + fan_out) / 2.0f;
+    float limit = sqrtf(3.0f / denom);
     for (size_t i = 0; i < count; i++) data[i] = (2.0f * kn_rng_uniform(rng) - 1.0f) * limit;
+    return;
+  }
+  case KN_INIT_GLOROT_NORMAL:
+  case KN_INIT_HE_NORMAL: {
+    /* Keras: a normal truncated at 2 standard deviations, its stddev
+     * corrected (/ 0.8796...) so the truncated draw has variance 2/fan. */
+    double denom = (init == KN_INIT_HE_NORMAL ? fan_in : fan_in + fan_out) / 2.0;
+    double stddev = sqrt(1.0 / denom) / 0.87962566103423978;
+    for (size_t i = 0; i < count; i++) {
+      double z;
+      do {
+        /* Box-Muller from two 24-bit uniforms; u1 in (0, 1]. */
+        double u1 = 1.0 - kn_rng_uniform(rng), u2 = kn_rng_uniform(rng);
+        z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+      } while (z < -2.0 || z > 2.0);
+      data[i] = (float)(z * stddev);
+    }
     return;
   }
   }

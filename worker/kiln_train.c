@@ -161,26 +161,68 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
   return buf;
 }
 
+static kn_init to_engine_init(api_initializer init) {
+  switch (init) {
+  case API_INIT_GLOROT_UNIFORM: return KN_INIT_GLOROT_UNIFORM;
+  case API_INIT_GLOROT_NORMAL: return KN_INIT_GLOROT_NORMAL;
+  case API_INIT_HE_UNIFORM: return KN_INIT_HE_UNIFORM;
+  case API_INIT_HE_NORMAL: return KN_INIT_HE_NORMAL;
+  case API_INIT_ZEROS: return KN_INIT_ZEROS;
+  case API_INIT_ONES: return KN_INIT_ONES;
+  }
+  return KN_INIT_GLOROT_UNIFORM;
+}
+
+/* The spec's layers (every default already filled in by the api) as the
+ * engine's; the enums line up name for name. */
 static void to_engine_layers(const api_job_spec *spec, kn_layer_config *layers) {
+  static const kn_activation acts[] = {
+      [API_ACT_LINEAR] = KN_ACT_LINEAR,   [API_ACT_RELU] = KN_ACT_RELU,
+      [API_ACT_SOFTMAX] = KN_ACT_SOFTMAX, [API_ACT_LEAKY_RELU] = KN_ACT_LEAKY_RELU,
+      [API_ACT_ELU] = KN_ACT_ELU,         [API_ACT_GELU] = KN_ACT_GELU,
+      [API_ACT_SIGMOID] = KN_ACT_SIGMOID, [API_ACT_TANH] = KN_ACT_TANH};
+  static const kn_layer_type types[] = {[API_LAYER_DENSE] = KN_LAYER_DENSE,
+                                        [API_LAYER_FLATTEN] = KN_LAYER_FLATTEN,
+                                        [API_LAYER_ACTIVATION] = KN_LAYER_ACTIVATION,
+                                        [API_LAYER_RELU] = KN_LAYER_ACTIVATION,
+                                        [API_LAYER_CONV2D] = KN_LAYER_CONV2D,
+                                        [API_LAYER_DEPTHWISE_CONV2D] = KN_LAYER_DEPTHWISE_CONV2D,
+                                        [API_LAYER_SEPARABLE_CONV2D] = KN_LAYER_SEPARABLE_CONV2D,
+                                        [API_LAYER_BATCH_NORM] = KN_LAYER_BATCH_NORM,
+                                        [API_LAYER_DROPOUT] = KN_LAYER_DROPOUT,
+                                        [API_LAYER_MAX_POOL2D] = KN_LAYER_MAX_POOL2D,
+                                        [API_LAYER_AVG_POOL2D] = KN_LAYER_AVG_POOL2D,
+                                        [API_LAYER_GLOBAL_AVG_POOL2D] = KN_LAYER_GLOBAL_AVG_POOL2D,
+                                        [API_LAYER_ADD] = KN_LAYER_ADD,
+                                        [API_LAYER_CONCATENATE] = KN_LAYER_CONCATENATE};
   for (int i = 0; i < spec->n_layers; i++) {
     const api_layer *a = &spec->layers[i];
     kn_layer_config *k = &layers[i];
     memset(k, 0, sizeof *k);
     snprintf(k->name, sizeof k->name, "%s", a->name);
+    k->type = types[a->type];
     k->units = a->units;
     k->use_bias = a->use_bias;
-    k->activation = a->activation == API_ACT_RELU      ? KN_ACT_RELU
-                    : a->activation == API_ACT_SOFTMAX ? KN_ACT_SOFTMAX
-                                                       : KN_ACT_LINEAR;
-    switch (a->type) {
-    case API_LAYER_DENSE: k->type = KN_LAYER_DENSE; break;
-    case API_LAYER_FLATTEN: k->type = KN_LAYER_FLATTEN; break;
-    case API_LAYER_ACTIVATION: k->type = KN_LAYER_ACTIVATION; break;
-    case API_LAYER_RELU:
-      k->type = KN_LAYER_ACTIVATION;
-      k->activation = KN_ACT_RELU;
-      break;
+    k->activation = a->type == API_LAYER_RELU ? KN_ACT_RELU : acts[a->activation];
+    k->alpha = (float)a->alpha;
+    k->filters = a->filters;
+    k->depth_multiplier = a->depth_multiplier;
+    k->padding = a->padding_same ? KN_PAD_SAME : KN_PAD_VALID;
+    for (int d = 0; d < 2; d++) {
+      k->kernel_size[d] = a->kernel_size[d];
+      k->strides[d] = a->strides[d];
+      k->dilation_rate[d] = a->dilation_rate[d];
+      k->pool_size[d] = a->pool_size[d];
     }
+    k->rate = (float)a->rate;
+    k->momentum = (float)a->momentum;
+    k->epsilon = (float)a->epsilon;
+    k->axis = a->axis;
+    k->kernel_initializer = to_engine_init(a->kernel_initializer);
+    k->kernel_initializer_set = 1;
+    k->bias_initializer = to_engine_init(a->bias_initializer);
+    k->n_inputs = a->n_inputs;
+    for (int j = 0; j < a->n_inputs && j < KN_LAYER_MAX_INPUTS; j++) k->inputs[j] = a->inputs[j];
   }
 }
 
@@ -296,12 +338,14 @@ int main(int argc, char **argv) {
   kn_model_config mc = {.input_ndim = spec.input_ndim,
                         .n_layers = spec.n_layers,
                         .layers = layers,
-                        .batch_size = spec.batch_size};
+                        .batch_size = spec.batch_size,
+                        .seed = spec.seed};
   memcpy(mc.input_shape, spec.input_shape, sizeof mc.input_shape);
   kn_model model;
   kn_plan_stats stats;
   int status = 0;
   rc = kn_model_build(&mc, &model, err, sizeof err);
+  if (!rc) kn_graph_set_threads(model.graph, threads ? threads : spec.devices);
   if (!rc) rc = kn_graph_compile(model.graph, spec.seed, &stats, err, sizeof err);
   if (rc) {
     status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);
@@ -309,9 +353,11 @@ int main(int argc, char **argv) {
   }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "
-           "(%.2f MiB with one buffer per node)",
+           "(%.2f MiB with one buffer per node); passes fused %d, computed %d in place, "
+           "removed %d",
            kn_param_count(model.graph), stats.n_nodes, stats.arena_bytes / 1048576.0,
-           stats.naive_bytes / 1048576.0);
+           stats.naive_bytes / 1048576.0, stats.n_fused, stats.n_inplace,
+           stats.n_dead + stats.n_cse);
   report_status(&rep, "compiled", msg);
 
   if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST) {
@@ -333,7 +379,15 @@ int main(int argc, char **argv) {
                         .checkpoint_prefix = "ckpt",
                         .pipeline = &pc,
                         .on_tuned = on_tuned};
-  tc.optimizer.type = spec.optimizer == API_OPT_ADAM ? KN_OPT_ADAM : KN_OPT_SGD;
+  static const kn_optimizer_type opt_types[] = {[API_OPT_SGD] = KN_OPT_SGD,
+                                                [API_OPT_ADAM] = KN_OPT_ADAM,
+                                                [API_OPT_ADAMW] = KN_OPT_ADAMW,
+                                                [API_OPT_RMSPROP] = KN_OPT_RMSPROP,
+                                                [API_OPT_ADAGRAD] = KN_OPT_ADAGRAD};
+  tc.optimizer.type = opt_types[spec.optimizer];
+  tc.optimizer.weight_decay = (float)spec.weight_decay;
+  tc.optimizer.rho = (float)spec.rho;
+  tc.optimizer.initial_accumulator_value = (float)spec.initial_accumulator_value;
   tc.optimizer.learning_rate = (float)spec.learning_rate;
   tc.optimizer.momentum = (float)spec.momentum;
   tc.optimizer.nesterov = spec.nesterov;

@@ -229,9 +229,10 @@ static const struct CMUnitTest rules[] = {
          .description = "is required"),
     RULE("missing_optimizer_type_is_refused", "optimizer.type", DELETE, .field = "optimizer.type",
          .description = "is required"),
-    RULE("unknown_optimizer_type_lists_the_supported_ones", "optimizer.type", "\"rmsprop\"",
+    RULE("unknown_optimizer_type_lists_the_supported_ones", "optimizer.type", "\"lamb\"",
          .field = "optimizer.type",
-         .description = "unknown optimizer type 'rmsprop'; supported: sgd, adam"),
+         .description = "unknown optimizer type 'lamb'; supported: sgd, adam, adamw, rmsprop, "
+                        "adagrad"),
     RULE("zero_learning_rate_is_refused", "optimizer.learning_rate", "0",
          .field = "optimizer.learning_rate", .description = "must be > 0 and <= 10, got 0"),
     RULE("learning_rate_above_10_is_refused", "optimizer.learning_rate", "10.5",
@@ -341,14 +342,15 @@ static const struct CMUnitTest rules[] = {
     RULE("dense_with_units_above_65536_is_refused", "model.layers[1].units", "65537",
          .field = "model.layers[1].units", .description = "got 65537"),
     RULE("dense_with_unknown_activation_lists_the_supported_ones", "model.layers[1].activation",
-         "\"tanh\"", .field = "model.layers[1].activation",
-         .description = "unknown activation 'tanh'; supported: linear, relu, softmax"),
+         "\"swish\"", .field = "model.layers[1].activation",
+         .description = "unknown activation 'swish'; supported: linear, relu, softmax, leaky_relu, "
+                        "elu, gelu, sigmoid, tanh"),
     RULE("use_bias_as_string_is_refused", "model.layers[1].use_bias", "\"no\"",
          .field = "model.layers[1].use_bias", .description = "must be a boolean"),
     RULE("field_of_another_layer_type_is_refused", "model.layers[0].units", "3",
          .field = "model.layers[0].units", .description = "not a field of a 'flatten' layer"),
-    RULE("unknown_layer_field_is_refused", "model.layers[1].kernel_size", "3",
-         .field = "model.layers[1].kernel_size", .description = "unknown field"),
+    RULE("unknown_layer_field_is_refused", "model.layers[1].kernel_sizes", "3",
+         .field = "model.layers[1].kernel_sizes", .description = "unknown field"),
     RULE("activation_layer_without_activation_is_refused", "model.layers[3]",
          "{\"type\":\"activation\"}", .field = "model.layers[3].activation",
          .description = "is required"),
@@ -702,7 +704,8 @@ static void rejected_spec_renders_as_an_error_body(void **state) {
       body, "{\"error\":{\"code\":400,\"status\":\"INVALID_ARGUMENT\",\"message\":\"job spec is "
             "invalid: 1 problem\",\"details\":[{\"field\":\"model.layers[1].type\","
             "\"description\":\"unknown layer type 'conv3d'; supported: dense, flatten, "
-            "activation, relu\"}]}}");
+            "activation, relu, conv2d, depthwise_conv2d, separable_conv2d, batch_norm, dropout, "
+            "max_pool2d, avg_pool2d, glob\"}]}}");
   free(body);
   free(text);
 }
@@ -728,24 +731,25 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
   assert_int_equal(parse(EXAMPLE, &spec, &err), 0);
   char *text = api_spec_to_json(&spec);
   assert_string_equal(
-      text,
-      "{\"display_name\":\"fmnist-mlp\",\"model\":{\"input_shape\":[28,28,1],\"layers\":["
-      "{\"type\":\"flatten\",\"name\":\"flatten_0\"},"
-      "{\"type\":\"dense\",\"name\":\"dense_1\",\"units\":256,\"activation\":\"relu\","
-      "\"use_bias\":true},"
-      "{\"type\":\"dense\",\"name\":\"dense_2\",\"units\":10,\"activation\":\"linear\","
-      "\"use_bias\":true}]},"
-      "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
-      "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
-      "\"pipeline\":{\"batch_size\":128,\"shuffle\":true,\"normalize\":true,"
-      "\"standardize\":false,\"augment\":[],\"drop_remainder\":false,\"cache\":\"memory\","
-      "\"prefetch\":\"auto\",\"num_parallel_calls\":\"auto\"},"
-      "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"beta_1\":0.9,\"beta_2\":0.999,"
-      "\"epsilon\":1e-7},"
-      "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
-      "\"max_restarts\":0,\"max_runtime\":0,"
-      "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
-      "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}");
+      text, "{\"display_name\":\"fmnist-mlp\",\"model\":{\"input_shape\":[28,28,1],\"layers\":["
+            "{\"type\":\"flatten\",\"name\":\"flatten_0\"},"
+            "{\"type\":\"dense\",\"name\":\"dense_1\",\"units\":256,\"activation\":\"relu\","
+            "\"use_bias\":true,\"kernel_initializer\":\"glorot_uniform\","
+            "\"bias_initializer\":\"zeros\"},"
+            "{\"type\":\"dense\",\"name\":\"dense_2\",\"units\":10,\"activation\":\"linear\","
+            "\"use_bias\":true,\"kernel_initializer\":\"glorot_uniform\","
+            "\"bias_initializer\":\"zeros\"}]},"
+            "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
+            "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
+            "\"pipeline\":{\"batch_size\":128,\"shuffle\":true,\"normalize\":true,"
+            "\"standardize\":false,\"augment\":[],\"drop_remainder\":false,\"cache\":\"memory\","
+            "\"prefetch\":\"auto\",\"num_parallel_calls\":\"auto\"},"
+            "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"weight_decay\":0.0,"
+            "\"beta_1\":0.9,\"beta_2\":0.999,\"epsilon\":1e-7},"
+            "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
+            "\"max_restarts\":0,\"max_runtime\":0,"
+            "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
+            "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}");
   free(text);
 }
 

@@ -802,7 +802,7 @@ static void bad_inputs_get_the_right_4xx_and_change_nothing(void **state) {
       /* unknown fields and values */
       {"unknown top-level field", "POST", "/v1/jobs", "SPEC:epoch=2", NULL, NULL, 400,
        "INVALID_ARGUMENT", "epoch"},
-      {"unknown optimizer", "POST", "/v1/jobs", "SPEC:optimizer.type=\"rmsprop\"", NULL, NULL, 400,
+      {"unknown optimizer", "POST", "/v1/jobs", "SPEC:optimizer.type=\"lbfgs\"", NULL, NULL, 400,
        "INVALID_ARGUMENT", "optimizer.type"},
       {"unknown device type", "POST", "/v1/jobs", "SPEC:resources.device_type=\"tpu\"", NULL, NULL,
        400, "INVALID_ARGUMENT", "resources.device_type"},

@@ -1,0 +1,711 @@
+/* ops.c — the engine's full op set beyond the first cut (graph.c): shape
+ * inference and checks for broadcasting arithmetic, activations,
+ * reductions, layout ops, convolution, pooling, batch norm, dropout, losses
+ * and metrics, and the gradient rule of each (kn_grad_rule_ext), which
+ * autodiff calls. Kernels are in cpu_kernels.inc. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+static int valid(kn_graph *g, kn_node n, const char *op) {
+  if (g->error_code) return 0;
+  if (n < 0 || n >= g->n_nodes) {
+    kn_graph_fail(g, KN_EINVAL, "%s: input node %d does not exist", op, n);
+    return 0;
+  }
+  return 1;
+}
+
+static void shape_str(const kn_node_rec *n, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "(");
+  for (int d = 0; d < n->ndim && used < len; d++) {
+    used += (size_t)snprintf(buf + used, len - used, d ? ", %d" : "%d", n->dims[d]);
+  }
+  if (used < len) snprintf(buf + used, len - used, ")");
+}
+
+static kn_node_rec proto(kn_op op, kn_dtype dtype, int ndim, const int *dims, int batched) {
+  kn_node_rec p;
+  memset(&p, 0, sizeof p);
+  p.op = op;
+  p.dtype = dtype;
+  p.ndim = ndim;
+  for (int d = 0; d < ndim; d++) p.dims[d] = dims[d];
+  p.batched = batched;
+  return p;
+}
+
+static kn_node push_inputs(kn_graph *g, kn_node_rec *p, int n_inputs, kn_node in0, kn_node in1,
+                           kn_node in2, kn_node in3) {
+  p->n_inputs = n_inputs;
+  p->inputs[0] = in0;
+  p->inputs[1] = in1;
+  p->inputs[2] = in2;
+  p->inputs[3] = in3;
+  return kn_graph_push(g, p);
+}
+
+kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
+                     kn_node in2) {
+  if (like < 0 || g->error_code) return -1;
+  const kn_node_rec *L = &g->nodes[like];
+  kn_node_rec p = proto(op, KN_F32, L->ndim, L->dims, L->batched);
+  return push_inputs(g, &p, n_inputs, in0, in1, in2, -1);
+}
+
+static int need_f32(kn_graph *g, kn_node x, const char *what) {
+  if (!valid(g, x, what)) return 0;
+  if (g->nodes[x].dtype != KN_F32) {
+    kn_graph_fail(g, KN_EINVAL, "%s: needs an f32 input, got %s", what,
+                  kn_dtype_name(g->nodes[x].dtype));
+    return 0;
+  }
+  return 1;
+}
+
+void kn_graph_use_f64(kn_graph *g) {
+  if (g->compiled) {
+    kn_graph_fail(g, KN_ESTATE, "use_f64: the graph is already compiled");
+    return;
+  }
+  g->f64 = 1;
+}
+
+kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value) {
+  if (g->error_code) return -1;
+  if (ndim < 1 || ndim > KN_MAX_DIMS) {
+    return kn_graph_fail(g, KN_EINVAL, "constant: rank must be 1..%d, got %d", KN_MAX_DIMS, ndim);
+  }
+  for (int d = 0; d < ndim; d++) {
+    if (dims[d] < 1) {
+      return kn_graph_fail(g, KN_EINVAL, "constant: dimension %d must be >= 1, got %d", d, dims[d]);
+    }
+  }
+  kn_node_rec p = proto(KN_OP_FILL, KN_F32, ndim, dims, 0);
+  p.attr_f[0] = value;
+  return push_inputs(g, &p, 0, -1, -1, -1, -1);
+}
+
+kn_node kn_state(kn_graph *g, const char *name, int ndim, const int *dims, kn_init init) {
+  if (g->error_code) return -1;
+  if (ndim < 1 || ndim > KN_MAX_DIMS) {
+    return kn_graph_fail(g, KN_EINVAL, "state: rank must be 1..%d, got %d", KN_MAX_DIMS, ndim);
+  }
+  kn_node_rec p = proto(KN_OP_STATE, KN_F32, ndim, dims, 0);
+  p.storage = KN_STORE_STATE;
+  p.init = init;
+  p.keep = 1;
+  snprintf(p.name, sizeof p.name, "%s", name ? name : "");
+  if (g->n_states == g->cap_states) {
+    int cap = g->cap_states ? g->cap_states * 2 : 8;
+    kn_node *states = realloc(g->states, (size_t)cap * sizeof *states);
+    if (!states) return kn_graph_fail(g, KN_ENOMEM, "state: out of memory");
+    g->states = states;
+    g->cap_states = cap;
+  }
+  kn_node id = kn_graph_push(g, &p);
+  if (id < 0) return -1;
+  g->nodes[id].flat_offset = g->n_state_floats;
+  g->n_state_floats += kn_node_elems(&g->nodes[id], 0);
+  g->states[g->n_states++] = id;
+  return id;
+}
+
+int kn_state_node_count(const kn_graph *g) {
+  return g->n_states;
+}
+
+kn_node kn_state_node(const kn_graph *g, int i) {
+  return (i >= 0 && i < g->n_states) ? g->states[i] : -1;
+}
+
+void *kn_state_data(kn_graph *g) {
+  return g->state_buf;
+}
+
+/* ---- broadcasting arithmetic ---- */
+
+static kn_node binary(kn_graph *g, kn_binop op, kn_node a, kn_node b, const char *what) {
+  if (!need_f32(g, a, what) || !need_f32(g, b, what)) return -1;
+  const kn_node_rec *A = &g->nodes[a], *B = &g->nodes[b];
+  int ndim = A->ndim > B->ndim ? A->ndim : B->ndim;
+  int dims[KN_MAX_DIMS];
+  char sa[64], sb[64];
+  shape_str(A, sa, sizeof sa);
+  shape_str(B, sb, sizeof sb);
+  for (int d = 0; d < ndim; d++) {
+    int ia = d - (ndim - A->ndim), ib = d - (ndim - B->ndim);
+    int da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) {
+      return kn_graph_fail(g, KN_EINVAL, "%s: shapes %s and %s don't broadcast (dim %d: %d vs %d)",
+                           what, sa, sb, d, da, db);
+    }
+    dims[d] = da > db ? da : db;
+  }
+  /* A batched operand must span the full rank, so its batch dim is the
+   * output's first; the other must be batched alike there or have size 1. */
+  int batched = 0;
+  for (int k = 0; k < 2; k++) {
+    const kn_node_rec *X = k ? B : A, *O = k ? A : B;
+    if (!X->batched) continue;
+    int clash = X->ndim != ndim || (O->batched && O->batched != X->batched) ||
+                (!O->batched && O->ndim == ndim && O->dims[0] != 1);
+    if (clash) {
+      return kn_graph_fail(g, KN_EINVAL,
+                           "%s: %s and %s: the batch dim broadcasts only against size 1 or an "
+                           "equally batched dim",
+                           what, sa, sb);
+    }
+    batched = X->batched;
+  }
+  kn_node_rec p = proto(KN_OP_BINARY, KN_F32, ndim, dims, batched);
+  p.attr_i[0] = op;
+  return push_inputs(g, &p, 2, a, b, -1, -1);
+}
+
+kn_node kn_add_bcast(kn_graph *g, kn_node a, kn_node b) {
+  return binary(g, KN_BIN_ADD, a, b, "add");
+}
+kn_node kn_sub(kn_graph *g, kn_node a, kn_node b) {
+  return binary(g, KN_BIN_SUB, a, b, "sub");
+}
+kn_node kn_mul(kn_graph *g, kn_node a, kn_node b) {
+  return binary(g, KN_BIN_MUL, a, b, "mul");
+}
+kn_node kn_div(kn_graph *g, kn_node a, kn_node b) {
+  return binary(g, KN_BIN_DIV, a, b, "div");
+}
+
+static int same_shape(const kn_node_rec *a, const kn_node_rec *b) {
+  if (a->ndim != b->ndim || a->batched != b->batched) return 0;
+  for (int d = 0; d < a->ndim; d++) {
+    if (a->dims[d] != b->dims[d]) return 0;
+  }
+  return 1;
+}
+
+/* dy reduced to the shape of `like` (a no-op when they already agree). */
+static kn_node sum_to(kn_graph *g, kn_node dy, kn_node like) {
+  if (dy < 0) return -1;
+  if (same_shape(&g->nodes[dy], &g->nodes[like])) return dy;
+  return kn_push_like(g, KN_OP_SUM_TO, like, 2, dy, like, -1);
+}
+
+/* ---- unary ---- */
+
+static kn_node unary(kn_graph *g, kn_unop op, kn_node x, float alpha, const char *what) {
+  if (!need_f32(g, x, what)) return -1;
+  kn_node_rec p =
+      proto(KN_OP_UNARY, KN_F32, g->nodes[x].ndim, g->nodes[x].dims, g->nodes[x].batched);
+  p.attr_i[0] = op;
+  p.attr_f[0] = alpha;
+  return push_inputs(g, &p, 1, x, -1, -1, -1);
+}
+
+kn_node kn_leaky_relu(kn_graph *g, kn_node x, float alpha) {
+  return unary(g, KN_UN_LEAKY_RELU, x, alpha, "leaky_relu");
+}
+kn_node kn_elu(kn_graph *g, kn_node x, float alpha) {
+  return unary(g, KN_UN_ELU, x, alpha, "elu");
+}
+kn_node kn_gelu(kn_graph *g, kn_node x) {
+  return unary(g, KN_UN_GELU, x, 0.0f, "gelu");
+}
+kn_node kn_sigmoid(kn_graph *g, kn_node x) {
+  return unary(g, KN_UN_SIGMOID, x, 0.0f, "sigmoid");
+}
+kn_node kn_tanh(kn_graph *g, kn_node x) {
+  return unary(g, KN_UN_TANH, x, 0.0f, "tanh");
+}
+kn_node kn_scale(kn_graph *g, kn_node x, float alpha) {
+  return unary(g, KN_UN_SCALE, x, alpha, "scale");
+}
+kn_node kn_abs(kn_graph *g, kn_node x) {
+  return unary(g, KN_UN_ABS, x, 0.0f, "abs");
+}
+kn_node kn_square(kn_graph *g, kn_node x) {
+  return unary(g, KN_UN_SQUARE, x, 0.0f, "square");
+}
+
+kn_node kn_log_softmax(kn_graph *g, kn_node x) {
+  if (!need_f32(g, x, "log_softmax")) return -1;
+  return kn_push_like(g, KN_OP_LOG_SOFTMAX, x, 1, x, -1, -1);
+}
+
+/* ---- reductions and layout ---- */
+
+static kn_node reduce(kn_graph *g, kn_reduce_kind kind, kn_node x, int axis, int keepdims,
+                      const char *what) {
+  if (!need_f32(g, x, what)) return -1;
+  const kn_node_rec *X = &g->nodes[x];
+  if (axis < -1 || axis >= X->ndim) {
+    return kn_graph_fail(g, KN_EINVAL, "%s: axis must be -1 (all) or 0..%d, got %d", what,
+                         X->ndim - 1, axis);
+  }
+  int dims[KN_MAX_DIMS], ndim = 0;
+  if (axis >= 0) {
+    for (int d = 0; d < X->ndim; d++) {
+      if (d != axis) {
+        dims[ndim++] = X->dims[d];
+      } else if (keepdims) {
+        dims[ndim++] = 1;
+      }
+    }
+  }
+  if (ndim == 0) dims[ndim++] = 1;
+  int batched = (axis > 0 && X->batched) ? X->batched : 0;
+  kn_node_rec p = proto(KN_OP_REDUCE, KN_F32, ndim, dims, batched);
+  p.attr_i[0] = kind;
+  p.attr_i[1] = axis;
+  return push_inputs(g, &p, 1, x, -1, -1, -1);
+}
+
+kn_node kn_sum(kn_graph *g, kn_node x, int axis, int keepdims) {
+  return reduce(g, KN_RED_SUM, x, axis, keepdims, "sum");
+}
+kn_node kn_mean(kn_graph *g, kn_node x, int axis, int keepdims) {
+  return reduce(g, KN_RED_MEAN, x, axis, keepdims, "mean");
+}
+kn_node kn_max(kn_graph *g, kn_node x, int axis, int keepdims) {
+  return reduce(g, KN_RED_MAX, x, axis, keepdims, "max");
+}
+
+kn_node kn_transpose(kn_graph *g, kn_node x, const int *perm) {
+  if (!need_f32(g, x, "transpose")) return -1;
+  const kn_node_rec *X = &g->nodes[x];
+  int seen[KN_MAX_DIMS] = {0}, dims[KN_MAX_DIMS];
+  for (int d = 0; d < X->ndim; d++) {
+    if (perm[d] < 0 || perm[d] >= X->ndim || seen[perm[d]]++) {
+      return kn_graph_fail(g, KN_EINVAL, "transpose: perm[%d] = %d makes no permutation of %d dims",
+                           d, perm[d], X->ndim);
+    }
+    dims[d] = X->dims[perm[d]];
+  }
+  if (X->batched && perm[0] != 0) {
+    return kn_graph_fail(g, KN_EINVAL, "transpose: the batch dim must stay first (perm[0] = 0)");
+  }
+  kn_node_rec p = proto(KN_OP_TRANSPOSE, KN_F32, X->ndim, dims, X->batched);
+  for (int d = 0; d < X->ndim; d++) p.attr_i[d] = perm[d];
+  return push_inputs(g, &p, 1, x, -1, -1, -1);
+}
+
+kn_node kn_flatten(kn_graph *g, kn_node x) {
+  if (!valid(g, x, "flatten")) return -1;
+  const kn_node_rec *X = &g->nodes[x];
+  if (X->ndim == 2) return x;
+  int flat[2] = {X->dims[0], 1};
+  for (int d = 1; d < X->ndim; d++) flat[1] *= X->dims[d];
+  return kn_reshape(g, x, 2, flat);
+}
+
+kn_node kn_concat(kn_graph *g, kn_node a, kn_node b, int axis) {
+  if (!need_f32(g, a, "concat") || !need_f32(g, b, "concat")) return -1;
+  const kn_node_rec *A = &g->nodes[a], *B = &g->nodes[b];
+  char sa[64], sb[64];
+  shape_str(A, sa, sizeof sa);
+  shape_str(B, sb, sizeof sb);
+  if (axis < 0) axis += A->ndim;
+  int ok = A->ndim == B->ndim && A->batched == B->batched && axis >= 0 && axis < A->ndim &&
+           !(axis == 0 && A->batched);
+  for (int d = 0; ok && d < A->ndim; d++) ok = d == axis || A->dims[d] == B->dims[d];
+  if (!ok) {
+    return kn_graph_fail(g, KN_EINVAL,
+                         "concat: %s and %s must agree on every dim but the (non-batch) axis %d",
+                         sa, sb, axis);
+  }
+  int dims[KN_MAX_DIMS];
+  memcpy(dims, A->dims, sizeof dims);
+  dims[axis] += B->dims[axis];
+  kn_node_rec p = proto(KN_OP_CONCAT, KN_F32, A->ndim, dims, A->batched);
+  p.attr_i[0] = axis;
+  return push_inputs(g, &p, 2, a, b, -1, -1);
+}
+
+kn_node kn_slice(kn_graph *g, kn_node x, int axis, int start, int len) {
+  if (!need_f32(g, x, "slice")) return -1;
+  const kn_node_rec *X = &g->nodes[x];
+  if (axis < 0 || axis >= X->ndim || (axis == 0 && X->batched) || start < 0 || len < 1 ||
+      start + len > X->dims[axis]) {
+    return kn_graph_fail(g, KN_EINVAL,
+                         "slice: [%d, %d) along axis %d is outside the tensor or on its batch dim",
+                         start, start + len, axis);
+  }
+  int dims[KN_MAX_DIMS];
+  memcpy(dims, X->dims, sizeof dims);
+  dims[axis] = len;
+  kn_node_rec p = proto(KN_OP_SLICE, KN_F32, X->ndim, dims, X->batched);
+  p.attr_i[0] = axis;
+  p.attr_i[1] = start;
+  p.attr_i[2] = len;
+  return push_inputs(g, &p, 1, x, -1, -1, -1);
+}
+
+/* ---- convolution and pooling ---- */
+
+/* Output size and padding of a window over x (B, H, W, C), TF's rules: same
+ * gives ceil(H / stride) with the odd padding cell at the bottom/right. */
+static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, int *attrs,
+                        const char *what) {
+  if (X->ndim != 4) {
+    char sx[64];
+    shape_str(X, sx, sizeof sx);
+    kn_graph_fail(g, KN_EINVAL, "%s: needs an NHWC input (B, H, W, C), got %s", what, sx);
+    return 0;
+  }
+  if (w->kh < 1 || w->kw < 1 || w->stride_h < 1 || w->stride_w < 1 || w->dilation_h < 1 ||
+      w->dilation_w < 1) {
+    kn_graph_fail(g, KN_EINVAL,
+                  "%s: kernel %dx%d, strides %dx%d and dilation %dx%d must all be >= 1", what,
+                  w->kh, w->kw, w->stride_h, w->stride_w, w->dilation_h, w->dilation_w);
+    return 0;
+  }
+  int in[2] = {X->dims[1], X->dims[2]}, k[2] = {w->kh, w->kw};
+  int s[2] = {w->stride_h, w->stride_w}, dl[2] = {w->dilation_h, w->dilation_w};
+  for (int i = 0; i < 2; i++) {
+    int span = dl[i] * (k[i] - 1) + 1;
+    int out, pad = 0;
+    if (w->padding == KN_PAD_SAME) {
+      out = (in[i] + s[i] - 1) / s[i];
+      int total = (out - 1) * s[i] + span - in[i];
+      pad = total > 0 ? total / 2 : 0;
+    } else {
+      if (span > in[i]) {
+        kn_graph_fail(g, KN_EINVAL,
+                      "%s: a window of %d (kernel %d, dilation %d) does not fit an input of %d "
+                      "with valid padding",
+                      what, span, k[i], dl[i], in[i]);
+        return 0;
+      }
+      out = (in[i] - span) / s[i] + 1;
+    }
+    attrs[i ? KN_CA_OW : KN_CA_OH] = out;
+    attrs[i ? KN_CA_PAD_LEFT : KN_CA_PAD_TOP] = pad;
+  }
+  attrs[KN_CA_KH] = w->kh;
+  attrs[KN_CA_KW] = w->kw;
+  attrs[KN_CA_SH] = w->stride_h;
+  attrs[KN_CA_SW] = w->stride_w;
+  attrs[KN_CA_DH] = w->dilation_h;
+  attrs[KN_CA_DW] = w->dilation_w;
+  return 1;
+}
+
+kn_node kn_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win) {
+  if (!need_f32(g, x, "conv2d") || !need_f32(g, w, "conv2d")) return -1;
+  const kn_node_rec *X = &g->nodes[x], *Wn = &g->nodes[w];
+  int attrs[12] = {0};
+  if (!window_attrs(g, X, win, attrs, "conv2d")) return -1;
+  if (Wn->ndim != 4 || Wn->dims[0] != win->kh || Wn->dims[1] != win->kw ||
+      Wn->dims[2] != X->dims[3]) {
+    char sw[64];
+    shape_str(Wn, sw, sizeof sw);
+    return kn_graph_fail(g, KN_EINVAL, "conv2d: kernel must be (%d, %d, %d, filters), got %s",
+                         win->kh, win->kw, X->dims[3], sw);
+  }
+  int B = X->dims[0], C = X->dims[3], Fo = Wn->dims[3];
+  int per = attrs[KN_CA_OH] * attrs[KN_CA_OW], k = win->kh * win->kw * C;
+  /* (B*OH*OW, KH*KW*C) x (KH*KW*C, F) = (B*OH*OW, F), which is NHWC. */
+  int cdims[2] = {B * per, k};
+  kn_node_rec p = proto(KN_OP_IM2COL, KN_F32, 2, cdims, X->batched ? X->batched * per : 0);
+  memcpy(p.attr_i, attrs, sizeof attrs);
+  kn_node cols = push_inputs(g, &p, 1, x, -1, -1, -1);
+  int wdims[2] = {k, Fo};
+  kn_node w2 = kn_reshape(g, w, 2, wdims);
+  kn_node y = kn_matmul(g, cols, w2, 0, 0);
+  int ydims[4] = {B, attrs[KN_CA_OH], attrs[KN_CA_OW], Fo};
+  return kn_reshape(g, y, 4, ydims);
+}
+
+kn_node kn_depthwise_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win) {
+  if (!need_f32(g, x, "depthwise_conv2d") || !need_f32(g, w, "depthwise_conv2d")) return -1;
+  const kn_node_rec *X = &g->nodes[x], *Wn = &g->nodes[w];
+  int attrs[12] = {0};
+  if (!window_attrs(g, X, win, attrs, "depthwise_conv2d")) return -1;
+  if (Wn->ndim != 4 || Wn->dims[0] != win->kh || Wn->dims[1] != win->kw ||
+      Wn->dims[2] != X->dims[3]) {
+    char sw[64];
+    shape_str(Wn, sw, sizeof sw);
+    return kn_graph_fail(g, KN_EINVAL,
+                         "depthwise_conv2d: kernel must be (%d, %d, %d, depth_multiplier), got %s",
+                         win->kh, win->kw, X->dims[3], sw);
+  }
+  int dims[4] = {X->dims[0], attrs[KN_CA_OH], attrs[KN_CA_OW], X->dims[3] * Wn->dims[3]};
+  kn_node_rec p = proto(KN_OP_DWCONV, KN_F32, 4, dims, X->batched);
+  memcpy(p.attr_i, attrs, sizeof attrs);
+  return push_inputs(g, &p, 2, x, w, -1, -1);
+}
+
+static kn_node pool(kn_graph *g, kn_node x, const kn_window *win, int kind, const char *what) {
+  if (!need_f32(g, x, what)) return -1;
+  kn_window w = *win;
+  w.dilation_h = w.dilation_w = 1;
+  const kn_node_rec *X = &g->nodes[x];
+  int attrs[12] = {0};
+  if (!window_attrs(g, X, &w, attrs, what)) return -1;
+  attrs[KN_CA_POOL_KIND] = kind;
+  int dims[4] = {X->dims[0], attrs[KN_CA_OH], attrs[KN_CA_OW], X->dims[3]};
+  kn_node_rec p = proto(KN_OP_POOL, KN_F32, 4, dims, X->batched);
+  memcpy(p.attr_i, attrs, sizeof attrs);
+  return push_inputs(g, &p, 1, x, -1, -1, -1);
+}
+
+kn_node kn_max_pool2d(kn_graph *g, kn_node x, const kn_window *win) {
+  return pool(g, x, win, 0, "max_pool2d");
+}
+kn_node kn_avg_pool2d(kn_graph *g, kn_node x, const kn_window *win) {
+  return pool(g, x, win, 1, "avg_pool2d");
+}
+
+kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x) {
+  if (!need_f32(g, x, "global_avg_pool2d")) return -1;
+  const kn_node_rec *X = &g->nodes[x];
+  if (X->ndim != 4) {
+    char sx[64];
+    shape_str(X, sx, sizeof sx);
+    return kn_graph_fail(g, KN_EINVAL, "global_avg_pool2d: needs (B, H, W, C), got %s", sx);
+  }
+  int dims[3] = {X->dims[0], X->dims[1] * X->dims[2], X->dims[3]};
+  return kn_mean(g, kn_reshape(g, x, 3, dims), 1, 0);
+}
+
+/* ---- batch norm and dropout ---- */
+
+kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
+                      kn_node moving_var, float momentum, float epsilon) {
+  if (!need_f32(g, x, "batch_norm") || !valid(g, gamma, "batch_norm") ||
+      !valid(g, beta, "batch_norm") || !valid(g, moving_mean, "batch_norm") ||
+      !valid(g, moving_var, "batch_norm"))
+    return -1;
+  const kn_node_rec *X = &g->nodes[x];
+  int C = X->dims[X->ndim - 1];
+  kn_node vecs[4] = {gamma, beta, moving_mean, moving_var};
+  for (int i = 0; i < 4; i++) {
+    const kn_node_rec *v = &g->nodes[vecs[i]];
+    if (v->ndim != 1 || v->dims[0] != C || v->batched) {
+      return kn_graph_fail(g, KN_EINVAL,
+                           "batch_norm: gamma, beta and moving statistics must be (%d), "
+                           "the last dim of the input",
+                           C);
+    }
+  }
+  if (!(momentum >= 0.0f && momentum < 1.0f) || !(epsilon > 0.0f)) {
+    return kn_graph_fail(g, KN_EINVAL,
+                         "batch_norm: momentum must be in [0, 1) and epsilon > 0, got %g and %g",
+                         momentum, epsilon);
+  }
+  int sdims[2] = {2, C};
+  kn_node_rec p = proto(KN_OP_BN_STATS, KN_F32, 2, sdims, 0);
+  p.attr_f[0] = momentum;
+  p.attr_f[1] = epsilon;
+  kn_node stats = push_inputs(g, &p, 3, x, moving_mean, moving_var, -1);
+  if (stats < 0) return -1;
+  kn_node_rec a = proto(KN_OP_BN_APPLY, KN_F32, X->ndim, X->dims, X->batched);
+  return push_inputs(g, &a, 4, x, stats, gamma, beta);
+}
+
+kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed) {
+  if (!need_f32(g, x, "dropout")) return -1;
+  if (!(rate >= 0.0f && rate < 1.0f)) {
+    return kn_graph_fail(g, KN_EINVAL, "dropout: rate must be in [0, 1), got %g", rate);
+  }
+  const kn_node_rec *X = &g->nodes[x];
+  kn_node_rec p = proto(KN_OP_DROPOUT_MASK, KN_F32, X->ndim, X->dims, X->batched);
+  p.attr_f[0] = rate;
+  p.attr_u = seed;
+  kn_node mask = push_inputs(g, &p, 0, -1, -1, -1, -1);
+  return kn_mul(g, x, mask);
+}
+
+/* ---- losses and metrics ---- */
+
+static kn_node scalar_of(kn_graph *g, kn_op op, kn_node a, kn_node b, int n_inputs) {
+  int one = 1;
+  kn_node_rec p = proto(op, KN_F32, 1, &one, 0);
+  return push_inputs(g, &p, n_inputs, a, b, -1, -1);
+}
+
+static int same_f32_pair(kn_graph *g, kn_node a, kn_node b, const char *what) {
+  if (!need_f32(g, a, what) || !need_f32(g, b, what)) return 0;
+  if (!same_shape(&g->nodes[a], &g->nodes[b])) {
+    char sa[64], sb[64];
+    shape_str(&g->nodes[a], sa, sizeof sa);
+    shape_str(&g->nodes[b], sb, sizeof sb);
+    kn_graph_fail(g, KN_EINVAL, "%s: predictions %s and targets %s must have one shape", what, sa,
+                  sb);
+    return 0;
+  }
+  return 1;
+}
+
+kn_node kn_softmax_xent_dense(kn_graph *g, kn_node logits, kn_node probs) {
+  if (!same_f32_pair(g, logits, probs, "categorical_crossentropy")) return -1;
+  if (g->nodes[logits].ndim != 2) {
+    return kn_graph_fail(g, KN_EINVAL, "categorical_crossentropy: needs (B, C) logits");
+  }
+  return scalar_of(g, KN_OP_XENT_DENSE, logits, probs, 2);
+}
+
+kn_node kn_bce_logits(kn_graph *g, kn_node logits, kn_node targets) {
+  if (!same_f32_pair(g, logits, targets, "binary_crossentropy")) return -1;
+  return scalar_of(g, KN_OP_BCE_LOGITS, logits, targets, 2);
+}
+
+kn_node kn_mse(kn_graph *g, kn_node pred, kn_node target) {
+  if (!same_f32_pair(g, pred, target, "mean_squared_error")) return -1;
+  return kn_mean(g, kn_square(g, kn_sub(g, pred, target)), -1, 0);
+}
+
+kn_node kn_mae(kn_graph *g, kn_node pred, kn_node target) {
+  if (!same_f32_pair(g, pred, target, "mean_absolute_error")) return -1;
+  return kn_mean(g, kn_abs(g, kn_sub(g, pred, target)), -1, 0);
+}
+
+kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k) {
+  if (!need_f32(g, logits, "top_k_accuracy") || !valid(g, labels, "top_k_accuracy")) return -1;
+  const kn_node_rec *L = &g->nodes[logits], *Y = &g->nodes[labels];
+  if (L->ndim != 2 || Y->ndim != 1 || Y->dtype != KN_I32 || Y->dims[0] != L->dims[0]) {
+    return kn_graph_fail(g, KN_EINVAL, "top_k_accuracy: needs logits (B, C) and i32 labels (B)");
+  }
+  if (k < 1 || k > L->dims[1]) {
+    return kn_graph_fail(g, KN_EINVAL, "top_k_accuracy: k must be 1..%d, got %d", L->dims[1], k);
+  }
+  kn_node id = scalar_of(g, KN_OP_TOPK_ACCURACY, logits, labels, 2);
+  if (id >= 0) {
+    g->nodes[id].attr_i[0] = k;
+    g->nodes[id].requires_grad = 0; /* a metric: nothing flows back */
+  }
+  return id;
+}
+
+/* ---- gradient rules ---- */
+
+static kn_node with_attrs(kn_graph *g, kn_node id, const int *attrs) {
+  if (id >= 0) memcpy(g->nodes[id].attr_i, attrs, sizeof g->nodes[id].attr_i);
+  return id;
+}
+
+int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
+                     int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node)) {
+  kn_node_rec n = g->nodes[i]; /* a copy: pushing nodes may move g->nodes */
+  kn_node a = n.inputs[0], b = n.inputs[1];
+  int need_a = n.n_inputs > 0 && g->nodes[a].requires_grad;
+  int need_b = n.n_inputs > 1 && g->nodes[b].requires_grad;
+  switch (n.op) {
+  case KN_OP_STATE:
+  case KN_OP_DROPOUT_MASK:
+  case KN_OP_TOPK_ACCURACY: return 0;
+  case KN_OP_BINARY: {
+    kn_node da = -1, db = -1;
+    switch ((kn_binop)n.attr_i[0]) {
+    case KN_BIN_ADD:
+      da = dy;
+      db = dy;
+      break;
+    case KN_BIN_SUB:
+      da = dy;
+      if (need_b) db = kn_scale(g, dy, -1.0f);
+      break;
+    case KN_BIN_MUL:
+      if (need_a) da = kn_mul(g, dy, b);
+      if (need_b) db = kn_mul(g, dy, a);
+      break;
+    case KN_BIN_DIV:
+      if (need_a) da = kn_div(g, dy, b);
+      /* d(a/b)/db = -y / b */
+      if (need_b) db = kn_scale(g, kn_div(g, kn_mul(g, dy, i), b), -1.0f);
+      break;
+    }
+    if (need_a && accumulate(g, grads, a, sum_to(g, da, a))) return -1;
+    if (need_b && accumulate(g, grads, b, sum_to(g, db, b))) return -1;
+    return 0;
+  }
+  case KN_OP_SUM_TO:
+    return kn_graph_fail(g, KN_EINVAL, "autodiff: sum_to is a gradient op; it has no gradient");
+  case KN_OP_UNARY:
+    if (!need_a) return 0;
+    {
+      kn_node d = kn_push_like(g, KN_OP_UNARY_GRAD, i, 3, dy, a, i);
+      if (d >= 0) {
+        g->nodes[d].attr_i[0] = n.attr_i[0];
+        g->nodes[d].attr_f[0] = n.attr_f[0];
+      }
+      return accumulate(g, grads, a, d);
+    }
+  case KN_OP_LOG_SOFTMAX:
+    if (!need_a) return 0;
+    return accumulate(g, grads, a, kn_push_like(g, KN_OP_LOG_SOFTMAX_GRAD, i, 2, dy, i, -1));
+  case KN_OP_REDUCE:
+    if (!need_a) return 0;
+    return accumulate(g, grads, a,
+                      with_attrs(g, kn_push_like(g, KN_OP_REDUCE_GRAD, a, 3, dy, a, i), n.attr_i));
+  case KN_OP_TRANSPOSE:
+    if (!need_a) return 0;
+    {
+      int inv[KN_MAX_DIMS];
+      for (int d = 0; d < n.ndim; d++) inv[n.attr_i[d]] = d;
+      return accumulate(g, grads, a, kn_transpose(g, dy, inv));
+    }
+  case KN_OP_CONCAT: {
+    int axis = n.attr_i[0], la = g->nodes[a].dims[axis], lb = g->nodes[b].dims[axis];
+    if (need_a && accumulate(g, grads, a, kn_slice(g, dy, axis, 0, la))) return -1;
+    if (need_b && accumulate(g, grads, b, kn_slice(g, dy, axis, la, lb))) return -1;
+    return 0;
+  }
+  case KN_OP_IM2COL:
+    if (!need_a) return 0;
+    return accumulate(g, grads, a,
+                      with_attrs(g, kn_push_like(g, KN_OP_COL2IM, a, 1, dy, -1, -1), n.attr_i));
+  case KN_OP_DWCONV:
+    if (need_a) {
+      kn_node dx = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DX, a, 2, dy, b, -1), n.attr_i);
+      if (accumulate(g, grads, a, dx)) return -1;
+    }
+    if (need_b) {
+      kn_node dw = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DW, b, 2, dy, a, -1), n.attr_i);
+      if (accumulate(g, grads, b, dw)) return -1;
+    }
+    return 0;
+  case KN_OP_POOL:
+    if (!need_a) return 0;
+    return accumulate(g, grads, a, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i));
+  case KN_OP_BN_STATS: return 0; /* BN_APPLY's rule covers the path through the statistics */
+  case KN_OP_BN_APPLY: {
+    kn_node stats = b, gamma = n.inputs[2], beta = n.inputs[3];
+    if (need_a) {
+      kn_node dx = kn_push_like(g, KN_OP_BN_GRAD_X, a, 3, dy, a, stats);
+      if (dx >= 0) {
+        g->nodes[dx].n_inputs = 4;
+        g->nodes[dx].inputs[3] = gamma;
+      }
+      if (accumulate(g, grads, a, dx)) return -1;
+    }
+    if (g->nodes[gamma].requires_grad &&
+        accumulate(g, grads, gamma, kn_push_like(g, KN_OP_BN_GRAD_GAMMA, gamma, 3, dy, a, stats)))
+      return -1;
+    if (g->nodes[beta].requires_grad &&
+        accumulate(g, grads, beta, kn_push_like(g, KN_OP_REDUCE_ROWS, beta, 1, dy, -1, -1)))
+      return -1;
+    return 0;
+  }
+  case KN_OP_XENT_DENSE:
+  case KN_OP_BCE_LOGITS:
+    if (need_b) {
+      return kn_graph_fail(g, KN_EINVAL,
+                           "autodiff: the targets of '%s' depend on a parameter; only the "
+                           "predictions are differentiated",
+                           n.name);
+    }
+    if (!need_a) return 0;
+    return accumulate(
+        g, grads, a,
+        kn_push_like(g, n.op == KN_OP_XENT_DENSE ? KN_OP_XENT_DENSE_GRAD : KN_OP_BCE_LOGITS_GRAD, a,
+                     3, a, b, dy));
+  case KN_OP_SLICE:
+    return kn_graph_fail(g, KN_EINVAL,
+                         "autodiff: slice '%s' is a gradient op; differentiate through concat",
+                         n.name);
+  default: return 1;
+  }
+}

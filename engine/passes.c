@@ -1,0 +1,240 @@
+/* passes.c — graph optimizations run by compile, each switchable
+ * (kn_graph_set_passes): common-subexpression elimination, fusion of
+ * matmul (or a convolution's GEMM) + bias + relu into one kernel and of
+ * elementwise chains ending in relu, constant
+ * folding (constant subgraphs computed once at compile, not every step) and
+ * dead-node elimination. In-place reuse is decided by the planner (plan.c)
+ * for the whitelist in kn_op_inplace_ok. Passes never change values: tests
+ * run every graph with each pass on and off and compare. */
+#include <string.h>
+
+#include "graph_internal.h"
+
+void kn_graph_set_passes(kn_graph *g, unsigned passes) {
+  g->passes = passes & KN_PASS_ALL;
+  g->passes_set = 1;
+}
+
+void kn_graph_set_eager(kn_graph *g, int eager) {
+  g->eager = eager != 0;
+}
+
+unsigned kn_graph_passes(const kn_graph *g) {
+  if (g->eager) return 0;
+  return g->passes_set ? g->passes : KN_PASS_ALL;
+}
+
+int kn_op_inplace_ok(kn_op op) {
+  switch (op) {
+  case KN_OP_RELU:
+  case KN_OP_UNARY:
+  case KN_OP_BIAS_ADD:
+  case KN_OP_ADD:
+  case KN_OP_BINARY:
+  case KN_OP_RELU_GRAD:
+  case KN_OP_UNARY_GRAD:
+  case KN_OP_BN_APPLY: return 1;
+  default: return 0;
+  }
+}
+
+/* Consumers of each node among live nodes. */
+static void count_consumers(kn_graph *g, int *uses) {
+  memset(uses, 0, (size_t)g->n_nodes * sizeof *uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++) uses[n->inputs[k]]++;
+  }
+}
+
+/* Ops whose value depends on more than their inputs and attrs, or that
+ * write somewhere else: never merged, folded or removed as duplicates. */
+static int pure(kn_op op) {
+  switch (op) {
+  case KN_OP_INPUT:
+  case KN_OP_PARAM:
+  case KN_OP_STATE:
+  case KN_OP_BN_STATS:     /* moves the moving statistics */
+  case KN_OP_DROPOUT_MASK: /* changes every training step */
+  case KN_OP_COPY: return 0;
+  default: return 1;
+  }
+}
+
+static int same_node(const kn_node_rec *a, const kn_node_rec *b) {
+  if (a->op != b->op || a->dtype != b->dtype || a->ndim != b->ndim || a->batched != b->batched ||
+      a->n_inputs != b->n_inputs || a->storage != b->storage)
+    return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  for (int k = 0; k < a->n_inputs; k++)
+    if (a->inputs[k] != b->inputs[k]) return 0;
+  return memcmp(a->attr_i, b->attr_i, sizeof a->attr_i) == 0 &&
+         memcmp(a->attr_f, b->attr_f, sizeof a->attr_f) == 0 && a->attr_u == b->attr_u;
+}
+
+/* A later node equal to an earlier one (same op, attrs and inputs) is
+ * replaced by it in every consumer; DCE then drops it. */
+static int cse(kn_graph *g) {
+  int merged = 0;
+  for (int j = 0; j < g->n_nodes; j++) {
+    kn_node_rec *b = &g->nodes[j];
+    if (b->dead || b->keep || !pure(b->op) ||
+        (b->storage != KN_STORE_ARENA && b->storage != KN_STORE_VIEW))
+      continue;
+    for (int i = 0; i < j; i++) {
+      kn_node_rec *a = &g->nodes[i];
+      if (a->dead || !same_node(a, b)) continue;
+      /* Forward values stay in the forward part, so a forward-only run still
+       * computes every value it reads. */
+      if (i >= g->n_forward && j < g->n_forward) continue;
+      for (int c = j + 1; c < g->n_nodes; c++) {
+        kn_node_rec *n = &g->nodes[c];
+        for (int k = 0; k < n->n_inputs; k++)
+          if (n->inputs[k] == j) n->inputs[k] = i;
+      }
+      b->dead = 1;
+      merged++;
+      break;
+    }
+  }
+  return merged;
+}
+
+/* relu(bias_add(matmul(a, w), b)), with the matmul possibly under a reshape
+ * (a convolution's GEMM), becomes one matmul with a bias + relu epilogue
+ * written straight into the relu's storage; bias_add(matmul) alone fuses
+ * the same way. The inner values must have no other reader: backward needs
+ * only the relu's output (relu_grad) and the matmul's inputs. */
+static int fuse(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *top = &g->nodes[i];
+    if (top->dead || top->storage != KN_STORE_ARENA) continue;
+    int act = top->op == KN_OP_RELU;
+    kn_node bias_node = act ? top->inputs[0] : i;
+    kn_node_rec *bn = &g->nodes[bias_node];
+    if (bn->op != KN_OP_BIAS_ADD || bn->dead) continue;
+    if (act && (uses[bias_node] != 1 || bn->keep || bn->storage != KN_STORE_ARENA)) continue;
+    kn_node mm = bn->inputs[0], view = -1;
+    if (g->nodes[mm].op == KN_OP_RESHAPE) {
+      view = mm;
+      mm = g->nodes[view].inputs[0];
+      if (uses[view] != 1 || g->nodes[view].keep) continue;
+    }
+    kn_node_rec *m = &g->nodes[mm];
+    if (m->op != KN_OP_MATMUL || m->dead || m->keep || uses[mm] != 1 ||
+        m->storage != KN_STORE_ARENA)
+      continue;
+    /* The bias runs along the matmul's columns. */
+    if (m->dims[1] != bn->dims[bn->ndim - 1]) continue;
+    kn_node a = m->inputs[0], w = m->inputs[1], bias = bn->inputs[1];
+    int ta = m->attr_i[0], tb = m->attr_i[1];
+    top->op = KN_OP_MATMUL_BIAS_ACT;
+    top->n_inputs = 3;
+    top->inputs[0] = a;
+    top->inputs[1] = w;
+    top->inputs[2] = bias;
+    memset(top->attr_i, 0, sizeof top->attr_i);
+    top->attr_i[0] = ta;
+    top->attr_i[1] = tb;
+    top->attr_i[2] = act;
+    m->dead = 1;
+    if (view >= 0) g->nodes[view].dead = 1;
+    if (act) bn->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
+/* Elementwise chains: relu(bias_add | add | binary | bn_apply) becomes the
+ * producer with a relu in its loop, one pass over memory instead of two,
+ * when the producer's value has no other reader. The gradients of these
+ * producers read their inputs (and relu_grad the relu's output), never the
+ * producer's own value, so training graphs fuse too. */
+static int fuse_chains(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *top = &g->nodes[i];
+    if (top->dead || top->op != KN_OP_RELU || top->storage != KN_STORE_ARENA) continue;
+    kn_node p = top->inputs[0];
+    kn_node_rec *pr = &g->nodes[p];
+    int chain = pr->op == KN_OP_BIAS_ADD || pr->op == KN_OP_ADD || pr->op == KN_OP_BINARY ||
+                pr->op == KN_OP_BN_APPLY;
+    if (!chain || pr->dead || pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA ||
+        pr->attr_i[KN_ATTR_RELU])
+      continue;
+    /* The relu node takes the producer's op, inputs and attrs (its shape is
+     * the producer's), so relu_grad keeps reading the same value. */
+    kn_node_rec fused_node = *pr;
+    fused_node.attr_i[KN_ATTR_RELU] = 1;
+    fused_node.storage = top->storage;
+    fused_node.keep = top->keep;
+    fused_node.requires_grad = top->requires_grad;
+    memcpy(fused_node.name, top->name, sizeof fused_node.name);
+    *top = fused_node;
+    pr->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
+/* Constant subgraphs (fills and pure ops of constants, unbatched) are
+ * computed once at compile and never again. */
+static int fold_constants(kn_graph *g) {
+  int folded = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead || n->batched || !pure(n->op) || n->storage == KN_STORE_GRAD) continue;
+    int constant = n->op == KN_OP_FILL;
+    if (n->op != KN_OP_FILL && n->n_inputs > 0) {
+      constant = 1;
+      for (int k = 0; k < n->n_inputs; k++) constant &= g->nodes[n->inputs[k]].folded;
+    }
+    if (!constant) continue;
+    n->folded = 1;
+    n->keep = 1; /* its storage holds the value for every run */
+    folded++;
+  }
+  return folded;
+}
+
+/* Nodes no kept value, gradient or side effect depends on are dropped. */
+static int eliminate_dead(kn_graph *g, int *live) {
+  memset(live, 0, (size_t)g->n_nodes * sizeof *live);
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->dead) continue;
+    if (n->keep || n->storage == KN_STORE_GRAD || n->op == KN_OP_INPUT || n->op == KN_OP_PARAM ||
+        n->op == KN_OP_STATE)
+      live[i] = 1;
+    if (!live[i]) continue;
+    for (int k = 0; k < n->n_inputs; k++) live[n->inputs[k]] = 1;
+  }
+  int removed = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (!live[i] && !g->nodes[i].dead) {
+      g->nodes[i].dead = 1;
+      removed++;
+    }
+  }
+  return removed;
+}
+
+int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
+  unsigned passes = kn_graph_passes(g);
+  memset(st, 0, sizeof *st);
+  if (passes & KN_PASS_CSE) st->cse = cse(g);
+  if (passes & KN_PASS_FUSION) {
+    st->fused = fuse(g, scratch);
+    st->fused += fuse_chains(g, scratch);
+  }
+  if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
+  if (passes & KN_PASS_DCE) st->dead = eliminate_dead(g, scratch);
+  return 0;
+}

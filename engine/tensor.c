@@ -1,0 +1,138 @@
+/* tensor.c — element types and device tags: names, conversions between
+ * storage types (f16 / bf16 with round-to-nearest-even, saturating u8 and
+ * i32), and parsing "cpu" / "cuda:N". */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+const char *kn_dtype_name(kn_dtype dtype) {
+  switch (dtype) {
+  case KN_F32: return "f32";
+  case KN_I32: return "i32";
+  case KN_F16: return "f16";
+  case KN_BF16: return "bf16";
+  case KN_U8: return "u8";
+  case KN_F64: return "f64";
+  }
+  return "?";
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);                                          /* nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+  return bits_f32((uint32_t)h << 16);
+}
+
+static uint16_t f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
+  if (abs >= 0x477ff000u) return sign | 0x7c00u; /* rounds to inf */
+  if (abs < 0x38800000u) {                       /* subnormal or zero in f16 */
+    /* Scale into the subnormal range, letting the FPU round to nearest even. */
+    float scaled = bits_f32(abs) * 16777216.0f; /* 2^24 */
+    return sign | (uint16_t)lrintf(scaled);
+  }
+  uint32_t mant = abs & 0x7fffffu;
+  int32_t exp = (int32_t)(abs >> 23) - 127 + 15;
+  uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* carries into the exponent fine */
+  return sign | (uint16_t)h;
+}
+
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    float v = (float)mant / 16777216.0f; /* mant * 2^-24 */
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
+  return bits_f32(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+static double load(kn_dtype t, const void *src, size_t i) {
+  switch (t) {
+  case KN_F32: return ((const float *)src)[i];
+  case KN_I32: return ((const int32_t *)src)[i];
+  case KN_F16: return f16_to_f32(((const uint16_t *)src)[i]);
+  case KN_BF16: return bf16_to_f32(((const uint16_t *)src)[i]);
+  case KN_U8: return ((const uint8_t *)src)[i];
+  case KN_F64: return ((const double *)src)[i];
+  }
+  return 0.0;
+}
+
+static void store(kn_dtype t, void *dst, size_t i, double v) {
+  switch (t) {
+  case KN_F32: ((float *)dst)[i] = (float)v; return;
+  case KN_I32:
+    ((int32_t *)dst)[i] = isnan(v)         ? 0
+                          : v >= INT32_MAX ? INT32_MAX
+                          : v <= INT32_MIN ? INT32_MIN
+                                           : (int32_t)lrint(v);
+    return;
+  case KN_F16: ((uint16_t *)dst)[i] = f32_to_f16((float)v); return;
+  case KN_BF16: ((uint16_t *)dst)[i] = f32_to_bf16((float)v); return;
+  case KN_U8:
+    ((uint8_t *)dst)[i] = isnan(v) ? 0 : v >= 255.0 ? 255 : v <= 0.0 ? 0 : (uint8_t)lrint(v);
+    return;
+  case KN_F64: ((double *)dst)[i] = v; return;
+  }
+}
+
+void kn_convert(kn_dtype from, const void *src, kn_dtype to, void *dst, size_t count) {
+  for (size_t i = 0; i < count; i++) store(to, dst, i, load(from, src, i));
+}
+
+int kn_device_parse(const char *text, kn_device *out, char *err, size_t errlen) {
+  if (strcmp(text, "cpu") == 0) {
+    *out = (kn_device){KN_DEVICE_CPU, 0};
+    return KN_OK;
+  }
+  if (strcmp(text, "cuda") == 0) {
+    *out = (kn_device){KN_DEVICE_CUDA, 0};
+    return KN_OK;
+  }
+  if (strncmp(text, "cuda:", 5) == 0 && text[5] >= '0' && text[5] <= '9') {
+    char *end = NULL;
+    long index = strtol(text + 5, &end, 10);
+    if (*end == '\0' && index <= 1024) {
+      *out = (kn_device){KN_DEVICE_CUDA, (int)index};
+      return KN_OK;
+    }
+  }
+  snprintf(err, errlen, "device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", text);
+  return KN_EINVAL;
+}
+
+void kn_device_format(kn_device d, char *buf, size_t len) {
+  if (d.kind == KN_DEVICE_CPU) {
+    snprintf(buf, len, "cpu");
+  } else {
+    snprintf(buf, len, "cuda:%d", d.index);
+  }
+}

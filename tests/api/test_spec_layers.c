@@ -1,0 +1,191 @@
+/* The spec's Keras layers beyond dense: image layers, batch norm, dropout,
+ * pools, residual add and concatenate by named inputs; their shape walk and
+ * field-path errors; the new optimizers; and the canonical form of all of
+ * them reading back to the same struct. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api.h"
+
+/* A spec around the given layers and optimizer. */
+static char *spec_with(const char *layers, const char *optimizer) {
+  char *text = malloc(8192);
+  snprintf(text, 8192,
+           "{\"model\":{\"input_shape\":[28,28,1],\"layers\":[%s]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
+           "\"dataset\":{\"name\":\"fashion-mnist\"},\"optimizer\":%s}",
+           layers, optimizer);
+  return text;
+}
+
+static const char *const RESNET =
+    "{\"type\":\"conv2d\",\"name\":\"stem\",\"filters\":8,\"kernel_size\":3,\"padding\":\"same\","
+    "\"activation\":\"relu\",\"kernel_initializer\":\"he_normal\"},"
+    "{\"type\":\"batch_norm\",\"name\":\"bn\",\"momentum\":0.9},"
+    "{\"type\":\"separable_conv2d\",\"filters\":8,\"kernel_size\":[3,3],\"padding\":\"same\"},"
+    "{\"type\":\"add\",\"name\":\"res\",\"inputs\":[\"bn\",\"separable_conv2d_2\"]},"
+    "{\"type\":\"depthwise_conv2d\",\"kernel_size\":3,\"depth_multiplier\":2,\"strides\":2},"
+    "{\"type\":\"max_pool2d\",\"pool_size\":2,\"inputs\":[\"res\"]},"
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":2,\"dilation_rate\":2},"
+    "{\"type\":\"activation\",\"activation\":\"leaky_relu\",\"alpha\":0.1},"
+    "{\"type\":\"avg_pool2d\",\"pool_size\":3,\"strides\":1,\"padding\":\"same\"},"
+    "{\"type\":\"dropout\",\"rate\":0.25},"
+    "{\"type\":\"global_avg_pool2d\"},"
+    "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}";
+
+static void residual_cnn_parses_with_keras_defaults(void **state) {
+  (void)state;
+  char *text = spec_with(RESNET, "{\"type\":\"rmsprop\"}");
+  api_job_spec spec;
+  api_error err;
+  memset(&err, 0, sizeof err);
+  int rc = api_spec_parse(text, strlen(text), &spec, &err);
+  if (rc) fail_msg("%s: %s", err.details[0].field, err.details[0].description);
+  assert_int_equal(spec.n_layers, 12);
+  const api_layer *stem = &spec.layers[0], *bn = &spec.layers[1], *res = &spec.layers[3];
+  assert_int_equal(stem->type, API_LAYER_CONV2D);
+  assert_int_equal(stem->kernel_size[0] * 10 + stem->kernel_size[1], 33);
+  assert_int_equal(stem->strides[0], 1);
+  assert_int_equal(stem->padding_same, 1);
+  assert_int_equal(stem->kernel_initializer, API_INIT_HE_NORMAL);
+  assert_int_equal(stem->bias_initializer, API_INIT_ZEROS);
+  assert_float_equal(bn->momentum, 0.9, 0);
+  assert_float_equal(bn->epsilon, 0.001, 0);
+  assert_int_equal(res->n_inputs, 2);
+  assert_int_equal(res->inputs[0], 1);
+  assert_int_equal(res->inputs[1], 2);
+  const api_layer *dw = &spec.layers[4], *pool = &spec.layers[5];
+  assert_int_equal(dw->depth_multiplier, 2);
+  assert_int_equal(dw->strides[1], 2);
+  assert_int_equal(pool->strides[0], 2); /* Keras: the pool size */
+  assert_int_equal(pool->inputs[0], 3);
+  assert_float_equal(spec.layers[7].alpha, 0.1, 0);
+  assert_float_equal(spec.layers[9].rate, 0.25, 0);
+  assert_int_equal(spec.n_outputs, 10);
+  assert_int_equal(spec.optimizer, API_OPT_RMSPROP);
+  assert_float_equal(spec.rho, 0.9, 0);
+  assert_float_equal(spec.epsilon, 1e-7, 0);
+  assert_float_equal(spec.learning_rate, 0.001, 0);
+
+  /* The canonical form reads back to the same struct. */
+  char *canon = api_spec_to_json(&spec);
+  assert_non_null(canon);
+  api_job_spec again;
+  assert_int_equal(api_spec_parse(canon, strlen(canon), &again, &err), 0);
+  assert_memory_equal(&spec, &again, sizeof spec);
+  assert_non_null(strstr(canon, "\"inputs\":[\"bn\",\"separable_conv2d_2\"]"));
+  free(canon);
+  free(text);
+}
+
+/* Each bad layer spec gets a 400 naming the field and saying what is wrong. */
+static void bad_layers_are_refused_with_their_field_paths(void **state) {
+  (void)state;
+  static const struct {
+    const char *layers, *field, *description;
+  } cases[] = {
+      {"{\"type\":\"flatten\"},{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3},"
+       "{\"type\":\"dense\",\"units\":10}",
+       "model.layers[1]",
+       "conv2d expects an image input (height, width, channels), got shape "
+       "(784)"},
+      {"{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":0},{\"type\":\"flatten\"},"
+       "{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0].kernel_size", "must be between 1 and 1024, got [0, 0]"},
+      {"{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":[3]},{\"type\":\"flatten\"},"
+       "{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0].kernel_size", "must be an integer or a pair [height, width]"},
+      {"{\"type\":\"max_pool2d\",\"pool_size\":29},{\"type\":\"flatten\"},"
+       "{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0]", "max_pool2d: a 29x29 window does not fit the input (28, 28, 1)"},
+      {"{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3},{\"type\":\"add\"},"
+       "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}",
+       "model.layers[1].inputs", "a 'add' layer must name at least 2 inputs"},
+      {"{\"type\":\"flatten\",\"inputs\":[\"dense_1\"]},{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0].inputs[0]", "'dense_1' is not an earlier layer"},
+      {"{\"type\":\"flatten\",\"name\":\"f\"},{\"type\":\"dense\",\"units\":10},"
+       "{\"type\":\"add\",\"inputs\":[\"f\",\"dense_1\"]}",
+       "model.layers[2]", "add: input shapes (784) and (10) differ"},
+      {"{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"padding\":\"full\"},"
+       "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0].padding", "unknown padding 'full'; supported: valid, same"},
+      {"{\"type\":\"flatten\"},{\"type\":\"dropout\",\"rate\":1},{\"type\":\"dense\",\"units\":10}",
+       "model.layers[1].rate", "must be >= 0 and < 1, got 1"},
+      {"{\"type\":\"flatten\"},{\"type\":\"activation\",\"activation\":\"relu\",\"alpha\":0.2},"
+       "{\"type\":\"dense\",\"units\":10}",
+       "model.layers[1].alpha", "alpha applies to leaky_relu and elu only"},
+      {"{\"type\":\"flatten\",\"name\":\"input\"},{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0].name", "'input' names the model input"},
+      {"{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"strides\":2,\"dilation_rate\":2},"
+       "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}",
+       "model.layers[0].dilation_rate", "dilation_rate > 1 needs strides 1"},
+      {"{\"type\":\"global_avg_pool2d\"},{\"type\":\"dense\",\"units\":10,\"pool_size\":2}",
+       "model.layers[1].pool_size", "not a field of a 'dense' layer"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = spec_with(cases[i].layers, "{\"type\":\"sgd\"}");
+    api_job_spec spec;
+    api_error err;
+    memset(&err, 0, sizeof err);
+    if (api_spec_parse(text, strlen(text), &spec, &err) == 0) fail_msg("accepted: %s", text);
+    int found = 0;
+    for (int d = 0; d < err.n_details; d++) {
+      found |= strcmp(err.details[d].field, cases[i].field) == 0 &&
+               strstr(err.details[d].description, cases[i].description) != NULL;
+    }
+    if (!found) {
+      fail_msg("case %zu: no '%s' at %s; first detail %s: %s", i, cases[i].description,
+               cases[i].field, err.details[0].field, err.details[0].description);
+    }
+    free(text);
+  }
+}
+
+static void new_optimizers_take_keras_defaults_and_check_their_options(void **state) {
+  (void)state;
+  const char *layers = "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}";
+  api_job_spec spec;
+  api_error err;
+  char *text = spec_with(layers, "{\"type\":\"adamw\"}");
+  assert_int_equal(api_spec_parse(text, strlen(text), &spec, &err), 0);
+  assert_int_equal(spec.optimizer, API_OPT_ADAMW);
+  assert_float_equal(spec.weight_decay, 0.004, 0);
+  assert_float_equal(spec.beta_2, 0.999, 0);
+  free(text);
+  text = spec_with(layers, "{\"type\":\"adagrad\",\"weight_decay\":0.01}");
+  assert_int_equal(api_spec_parse(text, strlen(text), &spec, &err), 0);
+  assert_float_equal(spec.initial_accumulator_value, 0.1, 0);
+  assert_float_equal(spec.weight_decay, 0.01, 0);
+  char *canon = api_spec_to_json(&spec);
+  api_job_spec again;
+  assert_int_equal(api_spec_parse(canon, strlen(canon), &again, &err), 0);
+  assert_memory_equal(&spec, &again, sizeof spec);
+  free(canon);
+  free(text);
+  text = spec_with(layers, "{\"type\":\"adagrad\",\"rho\":0.5}");
+  assert_int_equal(api_spec_parse(text, strlen(text), &spec, &err), -1);
+  assert_string_equal(err.details[0].field, "optimizer.rho");
+  assert_string_equal(err.details[0].description,
+                      "is an option of optimizer type 'rmsprop', not 'adagrad'");
+  free(text);
+  text = spec_with(layers, "{\"type\":\"rmsprop\",\"rho\":1}");
+  assert_int_equal(api_spec_parse(text, strlen(text), &spec, &err), -1);
+  assert_string_equal(err.details[0].field, "optimizer.rho");
+  assert_string_equal(err.details[0].description, "must be >= 0 and < 1, got 1");
+  free(text);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(residual_cnn_parses_with_keras_defaults),
+      cmocka_unit_test(bad_layers_are_refused_with_their_field_paths),
+      cmocka_unit_test(new_optimizers_take_keras_defaults_and_check_their_options),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

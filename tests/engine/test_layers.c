@@ -1,0 +1,429 @@
+/* Keras layers end to end: a CNN using every layer type (with a residual
+ * add and a concatenate branch) checked against finite differences in the
+ * double reference mode; Keras parameter names and shapes; batch norm's
+ * moving statistics and inference mode; dropout; conv2d against a direct
+ * loop; initializers; dtype conversions and device tags. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+/* input (6, 6, 2) -> conv 3x3 same relu (4) -> batch_norm -> separable 3x3 same (4) ->
+ * add(bn, separable) -> depthwise 3x3 valid x2 -> concatenate(dw, avg_pool of dw) ->
+ * max_pool 2 -> dropout -> global_avg_pool -> dense 3 softmax. */
+static int every_layer(kn_layer_config *L) {
+  memset(L, 0, 11 * sizeof *L);
+  int n = 0;
+  L[n] = (kn_layer_config){.type = KN_LAYER_CONV2D,
+                           .name = "conv",
+                           .filters = 4,
+                           .kernel_size = {3, 3},
+                           .padding = KN_PAD_SAME,
+                           .use_bias = 1,
+                           .activation = KN_ACT_ELU};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_BATCH_NORM, .name = "bn"};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_SEPARABLE_CONV2D,
+                           .name = "sep",
+                           .filters = 4,
+                           .kernel_size = {3, 3},
+                           .padding = KN_PAD_SAME,
+                           .use_bias = 1,
+                           .activation = KN_ACT_TANH};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {1, 2}};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_DEPTHWISE_CONV2D,
+                           .name = "dw",
+                           .kernel_size = {3, 3},
+                           .depth_multiplier = 2,
+                           .use_bias = 1,
+                           .activation = KN_ACT_GELU};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_AVG_POOL2D,
+                           .name = "avg",
+                           .pool_size = {3, 3},
+                           .strides = {1, 1},
+                           .padding = KN_PAD_SAME};
+  n++;
+  L[n] = (kn_layer_config){
+      .type = KN_LAYER_CONCATENATE, .name = "cat", .n_inputs = 2, .inputs = {4, 5}};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_MAX_POOL2D, .name = "pool"};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_DROPOUT, .name = "drop", .rate = 0.25f};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"};
+  n++;
+  L[n] = (kn_layer_config){.type = KN_LAYER_DENSE,
+                           .name = "out",
+                           .units = 3,
+                           .use_bias = 1,
+                           .activation = KN_ACT_SOFTMAX};
+  n++;
+  return n;
+}
+
+static kn_model build(const kn_layer_config *layers, int n, int batch, int f64) {
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {6, 6, 2},
+                         .n_layers = n,
+                         .layers = layers,
+                         .batch_size = batch,
+                         .seed = 5};
+  kn_model m;
+  char err[512] = "";
+  if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
+  if (f64) kn_graph_use_f64(m.graph);
+  if (kn_graph_compile(m.graph, 3, NULL, err, sizeof err)) fail_msg("compile: %s", err);
+  return m;
+}
+
+static void fill_batch(kn_model *m, int rows, int f64) {
+  kn_rng rng;
+  kn_rng_seed(&rng, 21);
+  for (size_t i = 0; i < (size_t)rows * m->example_size; i++) {
+    double v = 2.0 * kn_rng_uniform(&rng) - 1.0;
+    if (f64) {
+      ((double *)kn_node_data(m->graph, m->x))[i] = v;
+    } else {
+      ((float *)kn_node_data(m->graph, m->x))[i] = (float)v;
+    }
+  }
+  int32_t *y = kn_node_data(m->graph, m->y);
+  for (int r = 0; r < rows; r++) y[r] = (int32_t)kn_rng_below(&rng, 3);
+}
+
+static double loss_of(kn_model *m, kn_run_mode mode, int rows) {
+  char err[512];
+  if (kn_graph_run(m->graph, mode, rows, err, sizeof err)) fail_msg("run: %s", err);
+  return *(double *)kn_node_data(m->graph, m->loss);
+}
+
+static void cnn_with_every_layer_type_matches_finite_differences(void **state) {
+  (void)state;
+  kn_layer_config layers[11];
+  int n = every_layer(layers);
+  kn_model m = build(layers, n, 4, 1);
+  fill_batch(&m, 3, 1); /* a partial batch: 3 of 4 planned rows */
+  loss_of(&m, KN_RUN_TRAIN, 3);
+  size_t np = kn_param_count(m.graph);
+  double *p = (double *)(void *)kn_params(m.graph);
+  double *analytic = malloc(np * sizeof *analytic);
+  memcpy(analytic, kn_grads(m.graph), np * sizeof *analytic);
+  int nonzero = 0;
+  for (size_t i = 0; i < np; i++) {
+    double saved = p[i], h = 1e-6;
+    p[i] = saved + h;
+    double up = loss_of(&m, KN_RUN_FORWARD_TRAIN, 3);
+    p[i] = saved - h;
+    double down = loss_of(&m, KN_RUN_FORWARD_TRAIN, 3);
+    p[i] = saved;
+    double fd = (up - down) / (2 * h);
+    if (fabs(fd - analytic[i]) > 1e-6 + 1e-4 * fabs(fd)) {
+      fail_msg("param %zu: autodiff %.10f vs finite differences %.10f", i, analytic[i], fd);
+    }
+    nonzero += fabs(analytic[i]) > 1e-9;
+  }
+  /* Every layer's parameters take part: almost no gradient is exactly 0. */
+  assert_true(nonzero * 10 >= (int)np * 9);
+  free(analytic);
+  kn_model_free(&m);
+}
+
+static void layers_use_keras_parameter_names_and_shapes(void **state) {
+  (void)state;
+  kn_layer_config layers[11];
+  int n = every_layer(layers);
+  kn_model m = build(layers, n, 2, 0);
+  const char *expect[] = {"conv.kernel",
+                          "conv.bias",
+                          "bn.gamma",
+                          "bn.beta",
+                          "sep.depthwise_kernel",
+                          "sep.pointwise_kernel",
+                          "sep.bias",
+                          "dw.depthwise_kernel",
+                          "dw.bias",
+                          "out.kernel",
+                          "out.bias"};
+  assert_int_equal(kn_param_node_count(m.graph), 11);
+  for (int i = 0; i < 11; i++) {
+    assert_string_equal(kn_node_name(m.graph, kn_param_node(m.graph, i)), expect[i]);
+  }
+  int nd, dims[KN_MAX_DIMS];
+  kn_node_shape(m.graph, kn_param_node(m.graph, 0), &nd, dims);
+  assert_int_equal(nd, 4);
+  assert_int_equal(dims[0] * 1000 + dims[1] * 100 + dims[2] * 10 + dims[3], 3324);
+  kn_node_shape(m.graph, kn_param_node(m.graph, 7), &nd, dims); /* (3, 3, 4, 2) */
+  assert_int_equal(dims[2] * 10 + dims[3], 42);
+  kn_node_shape(m.graph, kn_param_node(m.graph, 9), &nd, dims); /* concat: 8 + 8 channels */
+  assert_int_equal(dims[0], 16);
+  assert_int_equal(kn_state_node_count(m.graph), 2);
+  assert_string_equal(kn_node_name(m.graph, kn_state_node(m.graph, 0)), "bn.moving_mean");
+  assert_string_equal(kn_node_name(m.graph, kn_state_node(m.graph, 1)), "bn.moving_variance");
+  kn_model_free(&m);
+}
+
+/* Moving statistics move toward the batch's by (1 - momentum) per training
+ * step; a forward (inference) run normalizes with them, not the batch's. */
+static void batch_norm_moves_statistics_and_infers_with_them(void **state) {
+  (void)state;
+  kn_layer_config layers[3] = {
+      {.type = KN_LAYER_FLATTEN, .name = "f"},
+      {.type = KN_LAYER_BATCH_NORM, .name = "bn", .momentum = 0.9f, .epsilon = 1e-3f},
+      {.type = KN_LAYER_ACTIVATION, .name = "a"}};
+  kn_model_config cfg = {
+      .input_ndim = 1, .input_shape = {2}, .n_layers = 3, .layers = layers, .batch_size = 4};
+  kn_model m;
+  char err[512];
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+  float *x = kn_node_data(m.graph, m.x);
+  const float xs[8] = {1, 10, 2, 20, 3, 30, 6, 40}; /* column means 3 and 25 */
+  memcpy(x, xs, sizeof xs);
+  int32_t *y = kn_node_data(m.graph, m.y);
+  for (int r = 0; r < 4; r++) y[r] = r % 2;
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, 4, err, sizeof err), KN_OK);
+  const float *st = kn_state_data(m.graph);
+  assert_float_equal(st[0], 0.1 * 3.0, 1e-6);
+  assert_float_equal(st[1], 0.1 * 25.0, 1e-5);
+  /* unbiased variance of {1,2,3,6} = 14/3 */
+  assert_float_equal(st[2], 0.9 + 0.1 * 14.0 / 3.0, 1e-5);
+  const float *logits = kn_node_data(m.graph, m.logits);
+  /* Training output: batch-normalized, so each column has mean 0. */
+  assert_float_equal(logits[0] + logits[2] + logits[4] + logits[6], 0.0, 1e-5);
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_FORWARD, 4, err, sizeof err), KN_OK);
+  double expect = (1.0 - st[0]) / sqrt(st[2] + 1e-3);
+  assert_float_equal(logits[0], expect, 1e-5);
+  kn_model_free(&m);
+}
+
+static void dropout_drops_at_its_rate_only_in_training(void **state) {
+  (void)state;
+  kn_graph *g = kn_graph_new();
+  int d[2] = {100, 100};
+  kn_node x = kn_input(g, "x", KN_F32, 2, d);
+  kn_node y = kn_dropout(g, x, 0.3f, 7);
+  kn_graph_keep(g, y);
+  char err[256];
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  float *xd = kn_node_data(g, x);
+  for (int i = 0; i < 10000; i++) xd[i] = 1.0f;
+  assert_int_equal(kn_graph_run(g, KN_RUN_FORWARD_TRAIN, 100, err, sizeof err), KN_OK);
+  const float *yd = kn_node_data(g, y);
+  int zeros = 0;
+  double sum = 0.0;
+  for (int i = 0; i < 10000; i++) {
+    zeros += yd[i] == 0.0f;
+    sum += yd[i];
+    if (yd[i] != 0.0f) assert_float_equal(yd[i], 1.0 / 0.7, 1e-6);
+  }
+  assert_in_range(zeros, 2800, 3200); /* 3000 expected, 4.6 sigma either side */
+  assert_float_equal(sum / 10000.0, 1.0, 0.05);
+  assert_int_equal(kn_graph_run(g, KN_RUN_FORWARD, 100, err, sizeof err), KN_OK);
+  for (int i = 0; i < 10000; i++) assert_float_equal(yd[i], 1.0, 0.0);
+  kn_graph_free(g);
+}
+
+/* conv2d (stride 2, same, dilation 1) against the definition, in float. */
+static void conv2d_matches_a_direct_loop(void **state) {
+  (void)state;
+  enum { B = 2, H = 7, W = 6, C = 3, K = 3, Fo = 4, S = 2 };
+  kn_graph *g = kn_graph_new();
+  int xd[4] = {B, H, W, C}, wd[4] = {K, K, C, Fo};
+  kn_node x = kn_input(g, "x", KN_F32, 4, xd);
+  kn_node w = kn_param(g, "w", 4, wd, KN_INIT_GLOROT_UNIFORM);
+  kn_window win = {K, K, S, S, 1, 1, KN_PAD_SAME};
+  kn_node y = kn_conv2d(g, x, w, &win);
+  kn_graph_keep(g, y);
+  char err[256];
+  assert_int_equal(kn_graph_compile(g, 4, NULL, err, sizeof err), KN_OK);
+  int nd, yd[KN_MAX_DIMS];
+  kn_node_shape(g, y, &nd, yd);
+  const int OH = 4, OW = 3; /* ceil(7/2), ceil(6/2) */
+  assert_int_equal(yd[1], OH);
+  assert_int_equal(yd[2], OW);
+  float *xv = kn_node_data(g, x);
+  kn_rng rng;
+  kn_rng_seed(&rng, 2);
+  for (int i = 0; i < B * H * W * C; i++) xv[i] = kn_rng_uniform(&rng) - 0.5f;
+  assert_int_equal(kn_graph_run(g, KN_RUN_FORWARD, B, err, sizeof err), KN_OK);
+  const float *wv = kn_node_data(g, w), *out = kn_node_data(g, y);
+  /* TF same padding: total (OH-1)*S + K - H = 2, top 1; width: 2*2+3-6 = 1, left 0. */
+  const int pt = 1, pl = 0;
+  for (int b = 0; b < B; b++)
+    for (int oh = 0; oh < OH; oh++)
+      for (int ow = 0; ow < OW; ow++)
+        for (int f = 0; f < Fo; f++) {
+          double acc = 0.0;
+          for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++)
+              for (int c = 0; c < C; c++) {
+                int ih = oh * S - pt + ki, iw = ow * S - pl + kj;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += (double)xv[((b * H + ih) * W + iw) * C + c] *
+                       wv[((ki * K + kj) * C + c) * Fo + f];
+              }
+          assert_float_equal(out[((b * OH + oh) * OW + ow) * Fo + f], acc, 1e-5);
+        }
+  kn_graph_free(g);
+}
+
+static void pools_and_top_k_give_known_values(void **state) {
+  (void)state;
+  kn_graph *g = kn_graph_new();
+  int xd[4] = {2, 2, 4, 1}, ld[2] = {2, 3}; /* one batch of 2 for every input */
+  kn_node x = kn_input(g, "x", KN_F32, 4, xd);
+  kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_VALID};
+  kn_node mx = kn_max_pool2d(g, x, &w), av = kn_avg_pool2d(g, x, &w);
+  kn_node logits = kn_input(g, "l", KN_F32, 2, ld);
+  kn_node labels = kn_input(g, "y", KN_I32, 1, ld);
+  kn_node top1 = kn_top_k_accuracy(g, logits, labels, 1);
+  kn_node top2 = kn_top_k_accuracy(g, logits, labels, 2);
+  kn_node keep[] = {mx, av, top1, top2};
+  for (int i = 0; i < 4; i++) kn_graph_keep(g, keep[i]);
+  char err[256];
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  const float xs[16] = {1, 5, 2, 0, 3, -1, 8, 4, 0, 0, 0, 0, 0, 0, 0, 0};
+  memcpy(kn_node_data(g, x), xs, sizeof xs);
+  const float ls[6] = {0.1f, 0.7f, 0.2f, 0.5f, 0.1f, 0.4f};
+  memcpy(kn_node_data(g, logits), ls, sizeof ls);
+  int32_t ys[2] = {2, 1}; /* row 0: label ranked 2nd; row 1: ranked 3rd */
+  memcpy(kn_node_data(g, labels), ys, sizeof ys);
+  assert_int_equal(kn_graph_run(g, KN_RUN_FORWARD, 2, err, sizeof err), KN_OK);
+  const float *m = kn_node_data(g, mx), *a = kn_node_data(g, av);
+  assert_float_equal(m[0], 5, 0);
+  assert_float_equal(m[1], 8, 0);
+  assert_float_equal(a[0], 2, 1e-6);
+  assert_float_equal(a[1], 3.5, 1e-6);
+  assert_float_equal(*(float *)kn_node_data(g, top1), 0.0, 0);
+  assert_float_equal(*(float *)kn_node_data(g, top2), 0.5, 0);
+  kn_graph_free(g);
+}
+
+static void initializers_have_keras_scales(void **state) {
+  (void)state;
+  enum { N = 200000 };
+  float *v = malloc(N * sizeof *v);
+  kn_rng rng;
+  kn_rng_seed(&rng, 9);
+  const struct {
+    kn_init init;
+    double var;
+  } cases[] = {{KN_INIT_GLOROT_UNIFORM, 2.0 / 300},
+               {KN_INIT_GLOROT_NORMAL, 2.0 / 300},
+               {KN_INIT_HE_UNIFORM, 2.0 / 100},
+               {KN_INIT_HE_NORMAL, 2.0 / 100}};
+  for (int c = 0; c < 4; c++) {
+    kn_init_fill(cases[c].init, v, N, 100, 200, &rng);
+    double sum = 0, sq = 0, maxabs = 0;
+    for (int i = 0; i < N; i++) {
+      sum += v[i];
+      sq += (double)v[i] * v[i];
+      maxabs = fabs(v[i]) > maxabs ? fabs(v[i]) : maxabs;
+    }
+    double var = sq / N - (sum / N) * (sum / N);
+    assert_float_equal(var / cases[c].var, 1.0, 0.02);
+    /* uniform: |v| <= sqrt(3 var); truncated normal: |v| <= 2 stddev / 0.8796 */
+    double bound = (c % 2 == 0) ? sqrt(3 * cases[c].var) : 2 * sqrt(cases[c].var) / 0.8796;
+    assert_true(maxabs <= bound * 1.0001);
+  }
+  kn_init_fill(KN_INIT_ONES, v, 4, 1, 1, &rng);
+  assert_float_equal(v[3], 1.0, 0);
+  free(v);
+}
+
+static void dtypes_convert_with_rounding_and_devices_parse(void **state) {
+  (void)state;
+  const float src[6] = {1.0f, -2.5f, 65504.0f, 1e-8f, 3.14159265f, 70000.0f};
+  uint16_t h[6];
+  float back[6];
+  kn_convert(KN_F32, src, KN_F16, h, 6);
+  kn_convert(KN_F16, h, KN_F32, back, 6);
+  assert_int_equal(h[0], 0x3c00);
+  assert_int_equal(h[1], 0xc100);
+  assert_int_equal(h[2], 0x7bff);           /* f16 max */
+  assert_float_equal(back[3], 0.0, 6e-8);   /* below the smallest subnormal / 2 */
+  assert_float_equal(back[4], 3.140625, 0); /* nearest f16 */
+  assert_int_equal(h[5], 0x7c00);           /* overflow -> inf */
+  kn_convert(KN_F32, src, KN_BF16, h, 6);
+  kn_convert(KN_BF16, h, KN_F32, back, 6);
+  assert_int_equal(h[0], 0x3f80);
+  assert_float_equal(back[4], 3.140625, 0);
+  uint8_t u[3];
+  const float s8[3] = {-4.0f, 127.6f, 300.0f};
+  kn_convert(KN_F32, s8, KN_U8, u, 3);
+  assert_int_equal(u[0], 0);
+  assert_int_equal(u[1], 128);
+  assert_int_equal(u[2], 255);
+  assert_string_equal(kn_dtype_name(KN_BF16), "bf16");
+
+  kn_device dev;
+  char err[128], buf[32];
+  assert_int_equal(kn_device_parse("cuda:3", &dev, err, sizeof err), KN_OK);
+  assert_int_equal(dev.kind, KN_DEVICE_CUDA);
+  assert_int_equal(dev.index, 3);
+  kn_device_format(dev, buf, sizeof buf);
+  assert_string_equal(buf, "cuda:3");
+  assert_int_equal(kn_device_parse("cpu", &dev, err, sizeof err), KN_OK);
+  assert_int_equal(dev.kind, KN_DEVICE_CPU);
+  assert_int_equal(kn_device_parse("gpu0", &dev, err, sizeof err), KN_EINVAL);
+  assert_string_equal(err, "device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu0\"");
+}
+
+static void bad_layer_graphs_are_refused_with_the_layer(void **state) {
+  (void)state;
+  kn_layer_config layers[2] = {
+      {.type = KN_LAYER_FLATTEN, .name = "f"},
+      {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {0, 1}}};
+  kn_model_config cfg = {
+      .input_ndim = 1, .input_shape = {4}, .n_layers = 2, .layers = layers, .batch_size = 2};
+  kn_model m;
+  char err[512];
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_EINVAL);
+  assert_string_equal(err, "layer 1 (res): input 1 must be an earlier layer (or -1, the model "
+                           "input), got 1");
+  kn_layer_config conv[1] = {
+      {.type = KN_LAYER_CONV2D, .name = "c", .filters = 2, .kernel_size = {3, 3}}};
+  cfg.layers = conv;
+  cfg.n_layers = 1;
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_EINVAL);
+  assert_string_equal(err, "layer 0 (c): conv2d needs an image input (height, width, channels), "
+                           "got (4)");
+  kn_layer_config big[2] = {
+      {.type = KN_LAYER_CONV2D, .name = "c", .filters = 2, .kernel_size = {5, 5}},
+      {.type = KN_LAYER_FLATTEN, .name = "f"}};
+  cfg.layers = big;
+  cfg.n_layers = 2;
+  cfg.input_ndim = 3;
+  cfg.input_shape[0] = 3;
+  cfg.input_shape[1] = 3;
+  cfg.input_shape[2] = 1;
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_EINVAL);
+  assert_string_equal(err, "conv2d: a window of 5 (kernel 5, dilation 1) does not fit an input of "
+                           "3 with valid padding");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(cnn_with_every_layer_type_matches_finite_differences),
+      cmocka_unit_test(layers_use_keras_parameter_names_and_shapes),
+      cmocka_unit_test(batch_norm_moves_statistics_and_infers_with_them),
+      cmocka_unit_test(dropout_drops_at_its_rate_only_in_training),
+      cmocka_unit_test(conv2d_matches_a_direct_loop),
+      cmocka_unit_test(pools_and_top_k_give_known_values),
+      cmocka_unit_test(initializers_have_keras_scales),
+      cmocka_unit_test(dtypes_convert_with_rounding_and_devices_parse),
+      cmocka_unit_test(bad_layer_graphs_are_refused_with_the_layer),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,302 @@
+/* Graph passes: each on alone, all on, none, and eager mode give bit-for-bit
+ * the same losses, logits, gradients and moving statistics on an MLP and a
+ * CNN with every layer type; each pass does its work (counts in the plan
+ * stats); in-place reuse shrinks the arena; eager mode plans one buffer per
+ * node; and a training step of the CNN allocates nothing. */
+#include <malloc.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+enum { BATCH = 6 };
+
+static const kn_layer_config cnn_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv",
+     .filters = 4,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_BATCH_NORM, .name = "bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "bn_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_SEPARABLE_CONV2D,
+     .name = "sep",
+     .filters = 4,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {2, 3}},
+    {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D,
+     .name = "dw",
+     .kernel_size = {3, 3},
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "mp"},
+    {.type = KN_LAYER_DROPOUT, .name = "drop", .rate = 0.2f},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "d1", .units = 8, .use_bias = 1, .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+static const kn_layer_config mlp_layers[] = {
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "d1", .units = 16, .use_bias = 1, .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DENSE, .name = "d2", .units = 12, .use_bias = 1, .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+typedef struct result {
+  float loss, eval_loss;
+  float logits[BATCH * 3];
+  float *grads, *states;
+  size_t n_grads, n_states;
+  kn_plan_stats st;
+} result;
+
+/* eager: -1 = passes as given; 1 = eager mode. */
+static result train_threaded(int cnn, unsigned passes, int eager, int threads) {
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {8, 8, 2},
+                         .n_layers = cnn ? 12 : 4,
+                         .layers = cnn ? cnn_layers : mlp_layers,
+                         .batch_size = BATCH,
+                         .seed = 3};
+  kn_model m;
+  char err[512] = "";
+  if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
+  if (eager) {
+    kn_graph_set_eager(m.graph, 1);
+  } else {
+    kn_graph_set_passes(m.graph, passes);
+  }
+  kn_graph_set_threads(m.graph, threads);
+  result r;
+  memset(&r, 0, sizeof r);
+  if (kn_graph_compile(m.graph, 17, &r.st, err, sizeof err)) fail_msg("compile: %s", err);
+  kn_rng rng;
+  kn_rng_seed(&rng, 5);
+  float *x = kn_node_data(m.graph, m.x);
+  for (size_t i = 0; i < BATCH * m.example_size; i++) x[i] = 2 * kn_rng_uniform(&rng) - 1;
+  int32_t *y = kn_node_data(m.graph, m.y);
+  for (int i = 0; i < BATCH; i++) y[i] = i % 3;
+  /* Two training steps (the second sees moved statistics), then evaluation. */
+  for (int s = 0; s < 2; s++) {
+    if (kn_graph_run(m.graph, KN_RUN_TRAIN, BATCH - s, err, sizeof err)) fail_msg("%s", err);
+  }
+  r.loss = *(float *)kn_node_data(m.graph, m.loss);
+  r.n_grads = kn_param_count(m.graph);
+  r.grads = malloc(r.n_grads * sizeof(float));
+  memcpy(r.grads, kn_grads(m.graph), r.n_grads * sizeof(float));
+  r.n_states = 0;
+  for (int i = 0; i < kn_state_node_count(m.graph); i++) {
+    int nd, dims[KN_MAX_DIMS];
+    kn_node_shape(m.graph, kn_state_node(m.graph, i), &nd, dims);
+    r.n_states += (size_t)dims[0];
+  }
+  r.states = malloc((r.n_states + 1) * sizeof(float));
+  memcpy(r.states, kn_state_data(m.graph), r.n_states * sizeof(float));
+  if (kn_graph_run(m.graph, KN_RUN_FORWARD, BATCH, err, sizeof err)) fail_msg("%s", err);
+  r.eval_loss = *(float *)kn_node_data(m.graph, m.loss);
+  memcpy(r.logits, kn_node_data(m.graph, m.logits), sizeof r.logits);
+  kn_model_free(&m);
+  return r;
+}
+
+static result train_once(int cnn, unsigned passes, int eager) {
+  return train_threaded(cnn, passes, eager, 1);
+}
+
+static void assert_same(const result *a, const result *b, const char *what) {
+  if (memcmp(&a->loss, &b->loss, sizeof a->loss) != 0 ||
+      memcmp(&a->eval_loss, &b->eval_loss, sizeof a->eval_loss) != 0) {
+    fail_msg("%s: losses %.9g / %.9g vs %.9g / %.9g", what, a->loss, a->eval_loss, b->loss,
+             b->eval_loss);
+  }
+  if (memcmp(a->logits, b->logits, sizeof a->logits) != 0) fail_msg("%s: logits differ", what);
+  assert_int_equal(a->n_grads, b->n_grads);
+  for (size_t i = 0; i < a->n_grads; i++) {
+    if (memcmp(&a->grads[i], &b->grads[i], sizeof(float)) != 0) {
+      fail_msg("%s: gradient %zu: %.9g vs %.9g", what, i, a->grads[i], b->grads[i]);
+    }
+  }
+  assert_int_equal(a->n_states, b->n_states);
+  assert_memory_equal(a->states, b->states, a->n_states * sizeof(float));
+}
+
+static void release(result *r) {
+  free(r->grads);
+  free(r->states);
+}
+
+static void each_pass_on_or_off_gives_identical_results(void **state) {
+  (void)state;
+  static const struct {
+    unsigned passes;
+    const char *name;
+  } configs[] = {{KN_PASS_DCE, "dce"},         {KN_PASS_CONST_FOLD, "const_fold"},
+                 {KN_PASS_CSE, "cse"},         {KN_PASS_FUSION, "fusion"},
+                 {KN_PASS_INPLACE, "inplace"}, {KN_PASS_ALL, "all"}};
+  for (int cnn = 0; cnn <= 1; cnn++) {
+    result none = train_once(cnn, 0, 0);
+    assert_true(none.loss > 0.5f); /* 3 classes from random weights: about log 3 */
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+      result r = train_once(cnn, configs[c].passes, 0);
+      char what[64];
+      snprintf(what, sizeof what, "%s, %s on vs off", cnn ? "cnn" : "mlp", configs[c].name);
+      assert_same(&none, &r, what);
+      release(&r);
+    }
+    result eager = train_once(cnn, 0, 1);
+    assert_same(&none, &eager, cnn ? "cnn eager" : "mlp eager");
+    release(&eager);
+    release(&none);
+  }
+}
+
+static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
+  (void)state;
+  result all = train_once(0, KN_PASS_ALL, 0);
+  /* Three dense layers: two matmul + bias + relu and one matmul + bias. */
+  assert_int_equal(all.st.n_fused, 3);
+  assert_true(all.st.n_inplace > 0);
+  assert_true(all.st.n_folded >= 1); /* the loss gradient's seed */
+  result no_inplace = train_once(0, KN_PASS_ALL & ~KN_PASS_INPLACE, 0);
+  assert_int_equal(no_inplace.st.n_inplace, 0);
+  assert_true(all.st.arena_bytes < no_inplace.st.arena_bytes);
+  result cnn = train_once(1, KN_PASS_ALL, 0);
+  /* conv + bias + relu (via its GEMM), the separable pointwise GEMM + bias +
+   * relu and the two dense layers; then the chains batch norm + relu, add +
+   * relu (residual) and bias_add + relu (depthwise). */
+  assert_int_equal(cnn.st.n_fused, 7);
+  result eager = train_once(1, 0, 1);
+  assert_int_equal(eager.st.n_fused + eager.st.n_inplace + eager.st.n_dead, 0);
+  assert_int_equal(eager.st.arena_bytes, eager.st.naive_bytes);
+  printf("cnn arena %zu bytes planned, %zu eager (one buffer per node)\n", cnn.st.arena_bytes,
+         eager.st.arena_bytes);
+  assert_true(cnn.st.arena_bytes * 3 < eager.st.arena_bytes * 2); /* 1.71x seen */
+  release(&all);
+  release(&no_inplace);
+  release(&cnn);
+  release(&eager);
+
+  /* A hand-made graph: a duplicate, a constant subgraph and a dead branch. */
+  kn_graph *g = kn_graph_new();
+  int d[2] = {4, 3};
+  kn_node x = kn_input(g, "x", KN_F32, 2, d);
+  kn_node w = kn_param(g, "w", 2, (int[]){3, 3}, KN_INIT_GLOROT_UNIFORM);
+  kn_node a1 = kn_matmul(g, x, w, 0, 0), a2 = kn_matmul(g, x, w, 0, 0); /* duplicates */
+  kn_node c = kn_scale(g, kn_constant(g, 1, (int[]){3}, 2.0f), 0.5f);   /* constant 1.0 */
+  kn_node out = kn_mul(g, kn_add(g, a1, a2), c);
+  kn_relu(g, x); /* read by nothing and not kept: dead */
+  kn_node loss = kn_sum(g, out, -1, 0);
+  char err[256];
+  assert_int_equal(kn_autodiff(g, loss, err, sizeof err), KN_OK);
+  kn_plan_stats st;
+  assert_int_equal(kn_graph_compile(g, 1, &st, err, sizeof err), KN_OK);
+  assert_true(st.n_cse >= 1);
+  assert_true(st.n_folded >= 2);
+  assert_true(st.n_dead >= 1);
+  float *xd = kn_node_data(g, x);
+  for (int i = 0; i < 12; i++) xd[i] = (float)i;
+  assert_int_equal(kn_graph_run(g, KN_RUN_TRAIN, 4, err, sizeof err), KN_OK);
+  /* loss = sum(2 x w): d loss / d w[k][j] = 2 sum_r x[r][k] */
+  const float *gw = kn_grads(g);
+  for (int k = 0; k < 3; k++) {
+    float col = 0;
+    for (int r = 0; r < 4; r++) col += xd[r * 3 + k];
+    for (int j = 0; j < 3; j++) assert_float_equal(gw[k * 3 + j], 2 * col, 1e-4);
+  }
+  kn_graph_free(g);
+}
+
+/* The pool cuts loops by index and no output element is summed across
+ * ranges, so every thread count gives the same bits. */
+static void thread_counts_give_identical_results(void **state) {
+  (void)state;
+  for (int cnn = 0; cnn <= 1; cnn++) {
+    result one = train_threaded(cnn, KN_PASS_ALL, 0, 1);
+    for (int threads = 2; threads <= 3; threads++) {
+      result r = train_threaded(cnn, KN_PASS_ALL, 0, threads);
+      assert_same(&one, &r, cnn ? "cnn threads" : "mlp threads");
+      release(&r);
+    }
+    release(&one);
+  }
+}
+
+/* Baseline, AVX2 and AVX-512 kernels come from one source and must give the
+ * same bits; paths this CPU lacks are refused by name and skipped. */
+static void isa_paths_give_identical_results(void **state) {
+  (void)state;
+  char err[128];
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+  assert_int_equal(kn_cpu_isa(), KN_ISA_BASELINE);
+  result base[2] = {train_threaded(0, KN_PASS_ALL, 0, 2), train_threaded(1, KN_PASS_ALL, 0, 2)};
+  int tested = 0;
+  for (kn_isa isa = KN_ISA_AVX2; isa <= KN_ISA_AVX512; isa++) {
+    if (kn_cpu_set_isa(isa, err, sizeof err) != KN_OK) {
+      assert_non_null(strstr(err, kn_isa_name(isa)));
+      printf("isa path %s: not on this CPU, skipped (%s)\n", kn_isa_name(isa), err);
+      continue;
+    }
+    for (int cnn = 0; cnn <= 1; cnn++) {
+      result r = train_threaded(cnn, KN_PASS_ALL, 0, 2);
+      assert_same(&base[cnn], &r, kn_isa_name(isa));
+      release(&r);
+    }
+    tested++;
+  }
+  printf("isa paths checked against the baseline: %d\n", tested);
+  release(&base[0]);
+  release(&base[1]);
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  assert_int_not_equal(kn_cpu_isa(), KN_ISA_AUTO);
+}
+
+static void a_cnn_training_step_allocates_nothing(void **state) {
+  (void)state;
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {8, 8, 2},
+                         .n_layers = 12,
+                         .layers = cnn_layers,
+                         .batch_size = BATCH};
+  kn_model m;
+  char err[512];
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+  kn_graph_set_threads(m.graph, 2); /* the pool's loops allocate nothing either */
+  assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+  memset(kn_node_data(m.graph, m.x), 0, BATCH * m.example_size * sizeof(float));
+  memset(kn_node_data(m.graph, m.y), 0, BATCH * sizeof(int32_t));
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, BATCH, err, sizeof err), KN_OK);
+  struct mallinfo2 before = mallinfo2();
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(
+        kn_graph_run(m.graph, i % 2 ? KN_RUN_TRAIN : KN_RUN_FORWARD, BATCH - i, err, sizeof err),
+        KN_OK);
+  }
+  struct mallinfo2 after = mallinfo2();
+  assert_int_equal(after.uordblks, before.uordblks);
+  assert_int_equal(after.hblkhd, before.hblkhd);
+  kn_model_free(&m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(each_pass_on_or_off_gives_identical_results),
+      cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
+      cmocka_unit_test(thread_counts_give_identical_results),
+      cmocka_unit_test(isa_paths_give_identical_results),
+      cmocka_unit_test(a_cnn_training_step_allocates_nothing),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

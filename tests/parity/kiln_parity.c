@@ -1,0 +1,188 @@
+/* kiln_parity.c — the kiln side of the PyTorch parity test: builds the
+ * reference MLP or the every-layer CNN, writes its initial weights as
+ * safetensors, generates seeded batches (written out so torch trains on the
+ * same ones), trains STEPS steps with one optimizer and writes the losses
+ * and the final weights.
+ *
+ *   kiln-parity mlp|cnn sgd|sgd_nesterov|adam|adamw|rmsprop|adagrad STEPS OUTDIR
+ *
+ * OUTDIR gets init.safetensors, final.safetensors, x.bin (f32), y.bin (i32)
+ * and losses.txt (one per line). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+enum { MLP_BATCH = 32, CNN_BATCH = 16 };
+
+/* The MLP 784-512-256-10 relu. */
+static const kn_layer_config mlp_layers[] = {
+    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+    {.type = KN_LAYER_DENSE, .name = "d1", .units = 512, .use_bias = 1, .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DENSE, .name = "d2", .units = 256, .use_bias = 1, .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DENSE, .name = "d3", .units = 10, .use_bias = 1},
+};
+
+/* Every layer type of the issue's parity CNN on (10, 10, 3) inputs:
+ * conv -> batch norm -> separable conv -> residual add -> depthwise conv ->
+ * max pool -> avg pool -> global average pool -> flatten -> dense. Stride-1
+ * "same" convolutions pad symmetrically, as torch's padding=1 does. */
+static const kn_layer_config cnn_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_BATCH_NORM, .name = "bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_SEPARABLE_CONV2D,
+     .name = "sep",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .depth_multiplier = 2,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {1, 2}},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D, .name = "dw", .kernel_size = {3, 3}, .use_bias = 1},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "mp", .pool_size = {2, 2}},
+    {.type = KN_LAYER_AVG_POOL2D, .name = "ap", .pool_size = {2, 2}, .strides = {1, 1}},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
+};
+
+/* Hyperparameters the torch side mirrors by name. */
+static int optimizer_by_name(const char *name, kn_optimizer_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  if (strcmp(name, "sgd") == 0) {
+    *cfg = (kn_optimizer_config){.type = KN_OPT_SGD, .learning_rate = 0.02f};
+  } else if (strcmp(name, "sgd_nesterov") == 0) {
+    *cfg = (kn_optimizer_config){.type = KN_OPT_SGD,
+                                 .learning_rate = 0.02f,
+                                 .momentum = 0.9f,
+                                 .nesterov = 1,
+                                 .weight_decay = 1e-4f};
+  } else if (strcmp(name, "adam") == 0) {
+    *cfg = (kn_optimizer_config){.type = KN_OPT_ADAM,
+                                 .learning_rate = 1e-3f,
+                                 .beta1 = 0.9f,
+                                 .beta2 = 0.999f,
+                                 .epsilon = 1e-7f};
+  } else if (strcmp(name, "adamw") == 0) {
+    *cfg = (kn_optimizer_config){.type = KN_OPT_ADAMW,
+                                 .learning_rate = 1e-3f,
+                                 .beta1 = 0.9f,
+                                 .beta2 = 0.999f,
+                                 .epsilon = 1e-7f,
+                                 .weight_decay = 0.01f};
+  } else if (strcmp(name, "rmsprop") == 0) {
+    *cfg = (kn_optimizer_config){.type = KN_OPT_RMSPROP,
+                                 .learning_rate = 3e-4f,
+                                 .rho = 0.9f,
+                                 .momentum = 0.5f,
+                                 .epsilon = 1e-7f};
+  } else if (strcmp(name, "adagrad") == 0) {
+    *cfg = (kn_optimizer_config){.type = KN_OPT_ADAGRAD,
+                                 .learning_rate = 0.01f,
+                                 .epsilon = 1e-7f,
+                                 .initial_accumulator_value = 0.1f};
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+static int write_file(const char *dir, const char *name, const void *data, size_t bytes) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t wrote = fwrite(data, 1, bytes, f);
+  return (fclose(f) == 0 && wrote == bytes) ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: kiln-parity mlp|cnn OPTIMIZER STEPS OUTDIR\n");
+    return 2;
+  }
+  const char *which = argv[1], *dir = argv[4];
+  int steps = atoi(argv[3]);
+  int cnn = strcmp(which, "cnn") == 0;
+  kn_optimizer_config oc;
+  if ((!cnn && strcmp(which, "mlp") != 0) || optimizer_by_name(argv[2], &oc) || steps < 1) {
+    fprintf(stderr, "kiln-parity: bad model '%s', optimizer '%s' or steps '%s'\n", which, argv[2],
+            argv[3]);
+    return 2;
+  }
+  kn_model_config mc = {.input_ndim = 3, .batch_size = cnn ? CNN_BATCH : MLP_BATCH};
+  if (cnn) {
+    mc.input_shape[0] = 10;
+    mc.input_shape[1] = 10;
+    mc.input_shape[2] = 3;
+    mc.layers = cnn_layers;
+    mc.n_layers = (int)(sizeof cnn_layers / sizeof cnn_layers[0]);
+  } else {
+    mc.input_shape[0] = 28;
+    mc.input_shape[1] = 28;
+    mc.input_shape[2] = 1;
+    mc.layers = mlp_layers;
+    mc.n_layers = (int)(sizeof mlp_layers / sizeof mlp_layers[0]);
+  }
+  char err[1024];
+  kn_model m;
+  int rc = kn_model_build(&mc, &m, err, sizeof err);
+  if (!rc) rc = kn_graph_compile(m.graph, 1234, NULL, err, sizeof err);
+  kn_optimizer *opt = NULL;
+  if (!rc) rc = kn_optimizer_new(&oc, kn_param_count(m.graph), &opt, err, sizeof err);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/init.safetensors", dir);
+  if (!rc) rc = kn_checkpoint_write(m.graph, path, 0, NULL, NULL, NULL, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "kiln-parity: %s\n", err);
+    return 1;
+  }
+  const int batch = mc.batch_size, classes = cnn ? 5 : 10;
+  const size_t ex = m.example_size;
+  float *xs = malloc((size_t)steps * batch * ex * sizeof *xs);
+  int32_t *ys = malloc((size_t)steps * batch * sizeof *ys);
+  double *losses = malloc((size_t)steps * sizeof *losses);
+  kn_rng rng;
+  kn_rng_seed(&rng, 99);
+  for (size_t i = 0; i < (size_t)steps * batch * ex; i++) xs[i] = kn_rng_uniform(&rng);
+  for (size_t i = 0; i < (size_t)steps * batch; i++) ys[i] = (int32_t)kn_rng_below(&rng, classes);
+  for (int s = 0; s < steps && !rc; s++) {
+    memcpy(kn_node_data(m.graph, m.x), xs + (size_t)s * batch * ex, batch * ex * sizeof *xs);
+    memcpy(kn_node_data(m.graph, m.y), ys + (size_t)s * batch, batch * sizeof *ys);
+    rc = kn_graph_run(m.graph, KN_RUN_TRAIN, batch, err, sizeof err);
+    if (rc) break;
+    losses[s] = *(float *)kn_node_data(m.graph, m.loss);
+    kn_optimizer_step(opt, kn_params(m.graph), kn_grads(m.graph));
+  }
+  snprintf(path, sizeof path, "%s/final.safetensors", dir);
+  if (!rc) rc = kn_checkpoint_write(m.graph, path, 0, NULL, NULL, NULL, err, sizeof err);
+  if (!rc && (write_file(dir, "x.bin", xs, (size_t)steps * batch * ex * sizeof *xs) ||
+              write_file(dir, "y.bin", ys, (size_t)steps * batch * sizeof *ys))) {
+    snprintf(err, sizeof err, "cannot write the batches to %s", dir);
+    rc = 1;
+  }
+  if (!rc) {
+    snprintf(path, sizeof path, "%s/losses.txt", dir);
+    FILE *f = fopen(path, "w");
+    for (int s = 0; f && s < steps; s++) fprintf(f, "%.9g\n", losses[s]);
+    if (!f || fclose(f) != 0) {
+      snprintf(err, sizeof err, "cannot write losses.txt in %s", dir);
+      rc = 1;
+    }
+  }
+  if (rc) fprintf(stderr, "kiln-parity: %s\n", err);
+  free(xs);
+  free(ys);
+  free(losses);
+  kn_optimizer_free(opt);
+  kn_model_free(&m);
+  return rc ? 1 : 0;
+}
