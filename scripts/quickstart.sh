@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 
 bash scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=OFF
 cmake --build build -j "$jobs"
 
 listen="${KILN_LISTEN:-127.0.0.1:8080}"

@@ -10,12 +10,14 @@ echo "== format (clang-format)"
 files=$(git ls-files '*.c' '*.h' '*.cu' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
 clang-format --dry-run -Werror $files
 
+# Its own build folders, so the quick start's Release build in build/ and
+# this one never reconfigure each other.
 echo "== build (-Werror)"
-cmake -S . -B build -DKILN_WERROR=ON
-cmake --build build -j "$jobs"
+cmake -S . -B build-test -DKILN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build-test -j "$jobs"
 
 echo "== tests"
-ctest --test-dir build --output-on-failure
+ctest --test-dir build-test --output-on-failure
 
 echo "== build (ASan + UBSan)"
 cmake -S . -B build-sanitize -DKILN_SANITIZE=ON -DKILN_WERROR=ON -DKILN_CUDA=OFF \

@@ -45,8 +45,8 @@ static int list_dir(const char *dir, int want_dirs, name_list *out, char *err, s
     if (e->d_name[0] == '.') continue;
     char path[4096];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (stat(path, &sb) != 0) continue;
+    int used = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (used < 0 || (size_t)used >= sizeof path || stat(path, &sb) != 0) continue;
     if (want_dirs ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode)) continue;
     if (out->n == out->cap) {
       int cap = out->cap ? out->cap * 2 : 64;
