@@ -424,7 +424,7 @@ int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dat
 /* ------------------------------------------------------------- pipeline -- */
 
 /* A tf.data-style input pipeline over an in-memory dataset: skip/take,
- * shard, shuffle (buffer, reshuffled each epoch), map (normalize,
+ * shard, shuffle (buffer, reshuffled each epoch), map (cast, normalize,
  * standardize, one-hot), augment, batch, repeat, with background producer
  * threads filling a bounded ring of batches. Every example's randomness is
  * drawn from (seed, epoch, position), so the batches are byte-identical
@@ -451,8 +451,8 @@ typedef struct kn_pipeline_config {
   int one_hot;             /* also fill kn_batch.y_onehot */
   int one_hot_depth;       /* its width; 0 = the dataset's classes */
   /* Storage type of the examples the pipeline reads: KN_F32 (0, as given),
-   * or KN_F16 / KN_BF16: held at that precision (half the bytes) and
-   * converted back to f32 for the maps and the model. */
+   * or KN_F16 / KN_BF16: read from a copy at that precision, converted
+   * back to f32 for the maps and the model. */
   kn_dtype cast;
   unsigned augment;             /* KN_AUG_* */
   int crop_padding;             /* random_crop: zeros on each side */

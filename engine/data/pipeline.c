@@ -529,7 +529,7 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
 
   if (cfg->cast != KN_F32) {
     /* The examples at the cast's precision: what the model sees is what
-     * f16 / bf16 storage keeps, in half the bytes of the f32 source. */
+     * f16 / bf16 storage keeps. */
     const size_t count = (size_t)ds->n * (size_t)p->ex;
     p->stored = malloc(count * sizeof *p->stored);
     if (!p->stored) goto oom;
