@@ -628,6 +628,30 @@ static void regression_csv_job_stores_loss_and_mae_with_validation(void **state)
   assert_int_equal(n, 40);
   assert_true(values[39] < 0.5 * values[0]);
   assert_true(values[39] == val_mae);
+
+  /* Shard 0 of 3 trains on its third: 60 of the 180 rows, 4 steps an
+   * epoch where the whole set takes 12. */
+  snprintf(spec, sizeof spec,
+           "{\"model\":{\"input_shape\":[2],\"layers\":[{\"type\":\"dense\",\"units\":1}]},"
+           "\"loss\":\"mae\",\"dataset\":{\"name\":\"%s\",\"validation_split\":0.25},"
+           "\"pipeline\":{\"batch_size\":16,\"shard\":{\"num_shards\":3,\"index\":0}},"
+           "\"optimizer\":{\"type\":\"sgd\"},\"epochs\":2,\"seed\":4}",
+           id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 200);
+  snprintf(job, sizeof job, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  doc = wait_terminal(job);
+  if (strcmp(json_string_value(json_object_get(doc, "state")), "SUCCEEDED") != 0)
+    fail_msg("sharded job failed: %s", json_string_value(json_object_get(doc, "message")));
+  json_decref(doc);
+  char route[200];
+  snprintf(route, sizeof route, "/v1/jobs/%s/metrics?name=epoch_loss", job);
+  assert_int_equal(http("GET", route, NULL, 0, 0, &doc), 200);
+  json_t *pts = json_object_get(doc, "metrics");
+  assert_int_equal(json_array_size(pts), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 0), "step")), 4);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 1), "step")), 8);
+  json_decref(doc);
 }
 
 static void job_trains_on_an_upload_and_holds_it_until_done(void **state) {
