@@ -145,6 +145,23 @@ typedef enum api_optimizer_type {
   API_OPT_ADAGRAD
 } api_optimizer_type;
 
+/* The spec's loss, by Keras's name. */
+typedef enum api_loss {
+  API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 0, /* class ids */
+  API_LOSS_CATEGORICAL_CROSSENTROPY,            /* one-hot labels: needs pipeline.one_hot */
+  API_LOSS_BINARY_CROSSENTROPY, /* from logits; one output: labels 0/1, more: one-hot */
+  API_LOSS_MEAN_SQUARED_ERROR,  /* "mse": regression on numeric labels */
+  API_LOSS_MEAN_ABSOLUTE_ERROR, /* "mae" */
+} api_loss;
+/* 1 for the two regression losses. */
+int api_loss_is_regression(api_loss loss);
+
+/* spec.metrics */
+enum { API_METRIC_ACCURACY = 1, API_METRIC_MSE = 2, API_METRIC_MAE = 4 };
+
+/* pipeline.cast: the examples' storage type */
+typedef enum api_cast { API_CAST_FLOAT32 = 0, API_CAST_FLOAT16, API_CAST_BFLOAT16 } api_cast;
+
 typedef struct api_job_spec {
   char display_name[API_NAME_LEN];
   /* model */
@@ -152,8 +169,12 @@ typedef struct api_job_spec {
   int input_shape[API_MAX_DIMS]; /* per example, e.g. {28, 28, 1} */
   int n_layers;
   api_layer layers[API_MAX_LAYERS];
-  /* loss and metrics: "sparse_categorical_crossentropy"; accuracy on/off */
+  /* loss and metrics: the loss's canonical Keras name ("mse" is stored as
+   * "mean_squared_error") and kind; API_METRIC_* bits, accuracy also as
+   * metric_accuracy */
   char loss[64];
+  api_loss loss_type;
+  unsigned metrics;
   int metric_accuracy;
   /* data */
   char dataset[64];        /* built-in name ("fashion-mnist") or an uploaded id ("ds-...") */
@@ -176,6 +197,10 @@ typedef struct api_job_spec {
   int64_t take, skip;      /* on the training data: take -1 = all */
   int interleave_cycle_length; /* 0 = no interleave; over an images upload's class folders */
   int interleave_block_length; /* default 1 */
+  int one_hot;                 /* labels as one-hot rows (categorical_crossentropy); default 0 */
+  api_cast cast;               /* default float32 */
+  int num_shards, shard_index; /* shard: this job reads positions p % num_shards == index;
+                                * default 1, 0 */
   /* optimizer */
   api_optimizer_type optimizer;
   double learning_rate;             /* default 0.01 for sgd, 0.001 for adam (Keras) */
@@ -186,7 +211,7 @@ typedef struct api_job_spec {
   double weight_decay;              /* all; default 0, adamw 0.004 (Keras) */
   double rho;                       /* rmsprop; default 0.9 */
   double initial_accumulator_value; /* adagrad; default 0.1 (Keras) */
-  int n_outputs;                    /* class scores the model emits (from the shape walk) */
+  int n_outputs; /* class scores or predictions the model emits (from the shape walk) */
   /* loop */
   int epochs;          /* default 1 */
   int log_every_steps; /* default 50 */

@@ -665,14 +665,15 @@ static void walk_shapes(checker *c, api_job_spec *spec, const int *shape_known) 
     out[i] = s;
   }
 
+  /* How many outputs the loss needs is checked with the loss (check_loss). */
   const layer_shape *last = &out[spec->n_layers - 1];
-  if (last->rank != 1 || last->dims[0] < 2) {
+  if (last->rank != 1 || last->dims[0] < 1) {
     char path[PATH_LEN], text[96];
     index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
     format_shape(last->dims, last->rank, text, sizeof text);
     problem(c, path,
-            "the last layer must output the class scores, a flat vector (rank 1) of at least 2 "
-            "units; got shape %s",
+            "the last layer must output the class scores or predictions, a flat vector (rank "
+            "1); got shape %s",
             text);
     return;
   }
@@ -959,10 +960,24 @@ static void parse_augment(checker *c, json_t *list, api_job_spec *spec) {
 
 static void parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "pipeline"};
-  static const char *const fields[] = {
-      "batch_size", "shuffle",        "shuffle_buffer", "normalize", "standardize",
-      "augment",    "drop_remainder", "cache",          "prefetch",  "num_parallel_calls",
-      "take",       "skip",           "interleave",     NULL};
+  static const char *const fields[] = {"batch_size",
+                                       "shuffle",
+                                       "shuffle_buffer",
+                                       "normalize",
+                                       "standardize",
+                                       "augment",
+                                       "drop_remainder",
+                                       "cache",
+                                       "prefetch",
+                                       "num_parallel_calls",
+                                       "take",
+                                       "skip",
+                                       "interleave",
+                                       "one_hot",
+                                       "cast",
+                                       "shard",
+                                       NULL};
+  static const char *const casts[] = {"float32", "float16", "bfloat16", NULL};
   static const char *const caches[] = {"memory", "file", NULL};
   refuse_unknown(&s, fields);
   get_int(&s, "batch_size", OPTIONAL, 1, 65536, &spec->batch_size);
@@ -999,6 +1014,100 @@ static void parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
       spec->interleave_block_length = block;
     }
   }
+  get_bool(&s, "one_hot", &spec->one_hot);
+  int cast = get_choice(&s, "cast", OPTIONAL, "unsupported cast", casts);
+  if (cast >= 0) spec->cast = (api_cast)cast;
+  json_t *shard = get_object(&s, "shard", OPTIONAL);
+  if (shard) {
+    scope ss = {c, shard, "pipeline.shard"};
+    static const char *const sfields[] = {"num_shards", "index", NULL};
+    refuse_unknown(&ss, sfields);
+    int shards = 1, index = 0;
+    int ok = get_int(&ss, "num_shards", REQUIRED, 1, 65536, &shards) == 1;
+    ok &= get_int(&ss, "index", REQUIRED, 0, 65535, &index) == 1;
+    if (ok && index >= shards) {
+      problem(c, "pipeline.shard.index", "must be below num_shards %d, got %d", shards, index);
+    } else if (ok) {
+      spec->num_shards = shards;
+      spec->shard_index = index;
+    }
+  }
+}
+
+int api_loss_is_regression(api_loss loss) {
+  return loss == API_LOSS_MEAN_SQUARED_ERROR || loss == API_LOSS_MEAN_ABSOLUTE_ERROR;
+}
+
+/* Keras's names; the short aliases map to the same loss. */
+static const char *const loss_names[] = {"sparse_categorical_crossentropy",
+                                         "categorical_crossentropy",
+                                         "binary_crossentropy",
+                                         "mean_squared_error",
+                                         "mean_absolute_error",
+                                         "mse",
+                                         "mae",
+                                         NULL};
+static const api_loss loss_of_name[] = {API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+                                        API_LOSS_CATEGORICAL_CROSSENTROPY,
+                                        API_LOSS_BINARY_CROSSENTROPY,
+                                        API_LOSS_MEAN_SQUARED_ERROR,
+                                        API_LOSS_MEAN_ABSOLUTE_ERROR,
+                                        API_LOSS_MEAN_SQUARED_ERROR,
+                                        API_LOSS_MEAN_ABSOLUTE_ERROR};
+
+/* The loss against the model's outputs, the metrics and the label maps:
+ * each mismatch is named at the field that would have to change. */
+static void check_loss(checker *c, api_job_spec *spec, int has_loss, const int metric_at[3]) {
+  if (!has_loss) return;
+  const api_loss loss = spec->loss_type;
+  const int regression = api_loss_is_regression(loss);
+  char last[PATH_LEN];
+  index_path(last, "model.layers", (size_t)(spec->n_layers > 0 ? spec->n_layers - 1 : 0));
+  if (spec->n_outputs > 0) {
+    if ((loss == API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ||
+         loss == API_LOSS_CATEGORICAL_CROSSENTROPY) &&
+        spec->n_outputs < 2)
+      problem(c, last,
+              "%s needs a score per class, at least 2 units; got %d (one output: use "
+              "binary_crossentropy, numbers: mean_squared_error)",
+              spec->loss, spec->n_outputs);
+    if (loss == API_LOSS_BINARY_CROSSENTROPY && spec->n_outputs > 1 && !spec->one_hot)
+      problem(c, "pipeline.one_hot",
+              "binary_crossentropy with %d outputs reads one-hot labels; set one_hot to true, "
+              "or use 1 unit for labels 0/1",
+              spec->n_outputs);
+  }
+  if (loss == API_LOSS_CATEGORICAL_CROSSENTROPY && !spec->one_hot)
+    problem(c, "pipeline.one_hot",
+            "categorical_crossentropy reads one-hot labels; set one_hot to true (or use "
+            "sparse_categorical_crossentropy for class ids)");
+  if (spec->one_hot && (loss == API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY || regression ||
+                        (loss == API_LOSS_BINARY_CROSSENTROPY && spec->n_outputs == 1)))
+    problem(c, "pipeline.one_hot",
+            "%s reads %s, not one-hot rows; drop one_hot or use categorical_crossentropy",
+            spec->loss,
+            regression                                         ? "numeric labels"
+            : loss == API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? "class ids"
+                                                               : "labels 0/1 (one unit)");
+  static const char *const metric_names[] = {"accuracy", "mse", "mae"};
+  for (int bit = 0; bit < 3; bit++) {
+    if (!(spec->metrics & (1u << bit))) continue;
+    const int needs_regression = bit > 0;
+    char path[PATH_LEN];
+    index_path(path, "metrics", (size_t)metric_at[bit]);
+    if (needs_regression != regression)
+      problem(c, path, "'%s' needs a %s loss, and '%s' is a %s loss; supported with it: %s",
+              metric_names[bit], needs_regression ? "regression" : "classification", spec->loss,
+              regression ? "regression" : "classification", regression ? "mse, mae" : "accuracy");
+  }
+}
+
+/* A metric's index in API_METRIC_* bits, by Keras's names and aliases. */
+static unsigned metric_bit(const char *name) {
+  if (strcmp(name, "accuracy") == 0 || strcmp(name, "acc") == 0) return API_METRIC_ACCURACY;
+  if (strcmp(name, "mse") == 0 || strcmp(name, "mean_squared_error") == 0) return API_METRIC_MSE;
+  if (strcmp(name, "mae") == 0 || strcmp(name, "mean_absolute_error") == 0) return API_METRIC_MAE;
+  return 0;
 }
 
 /* Checks 0 <= value < 1 for momentum and the Adam betas. */
@@ -1146,25 +1255,35 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   if (model) parse_model(c, model, spec);
 
   const char *loss = get_string(&s, "loss", REQUIRED);
-  if (loss && strcmp(loss, "sparse_categorical_crossentropy") != 0)
-    problem(c, "loss", "unsupported loss '%s'; supported: sparse_categorical_crossentropy",
+  int loss_index = loss ? pick(loss, loss_names) : -1;
+  if (loss && loss_index < 0) {
+    problem(c, "loss",
+            "unsupported loss '%s'; supported: sparse_categorical_crossentropy, "
+            "categorical_crossentropy, binary_crossentropy, mse, mae",
             clip(loss, quoted, sizeof quoted));
-  else if (loss)
-    copy_text(spec->loss, sizeof spec->loss, loss);
+  } else if (loss) {
+    spec->loss_type = loss_of_name[loss_index];
+    copy_text(spec->loss, sizeof spec->loss, loss_names[spec->loss_type]);
+  }
 
   json_t *metrics = get_array(&s, "metrics", OPTIONAL);
+  int metric_at[3] = {0, 0, 0}; /* where each metric was named, for messages */
   for (size_t i = 0; metrics && i < json_array_size(metrics); i++) {
     json_t *metric = json_array_get(metrics, i);
     char path[PATH_LEN];
     index_path(path, "metrics", i);
     if (!json_is_string(metric))
       problem(c, path, "must be a string, got %s", api_json_type_name(metric));
-    else if (strcmp(json_string_value(metric), "accuracy") != 0)
-      problem(c, path, "unsupported metric '%s'; supported: accuracy",
+    else if (!metric_bit(json_string_value(metric)))
+      problem(c, path, "unsupported metric '%s'; supported: accuracy, mse, mae",
               clip(json_string_value(metric), quoted, sizeof quoted));
-    else
-      spec->metric_accuracy = 1;
+    else {
+      unsigned bit = metric_bit(json_string_value(metric));
+      spec->metrics |= bit;
+      metric_at[bit == API_METRIC_ACCURACY ? 0 : bit == API_METRIC_MSE ? 1 : 2] = (int)i;
+    }
   }
+  spec->metric_accuracy = (spec->metrics & API_METRIC_ACCURACY) != 0;
 
   json_t *dataset = get_object(&s, "dataset", REQUIRED);
   if (dataset) parse_dataset(c, dataset, spec);
@@ -1196,6 +1315,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
             clip(precision, quoted, sizeof quoted));
   json_t *strategy = get_object(&s, "strategy", OPTIONAL);
   if (strategy) parse_strategy(c, strategy);
+  check_loss(c, spec, loss_index >= 0, metric_at);
 }
 
 static void set_defaults(api_job_spec *spec) {
@@ -1208,6 +1328,7 @@ static void set_defaults(api_job_spec *spec) {
   spec->prefetch = API_AUTO;
   spec->num_parallel_calls = API_AUTO;
   spec->take = -1;
+  spec->num_shards = 1;
   spec->epochs = 1;
   spec->log_every_steps = 50;
   spec->priority = 50;
@@ -1236,6 +1357,22 @@ static void check_fits_dataset(checker *c, const api_job_spec *spec) {
             want, shape);
   }
   long long outputs = spec->n_outputs;
+  if (api_loss_is_regression(spec->loss_type)) {
+    problem(c, "loss",
+            "%s needs numeric labels, and %s's labels are classes; upload a CSV with a numeric "
+            "label column for a regression",
+            spec->loss, d->name);
+    return;
+  }
+  if (spec->loss_type == API_LOSS_BINARY_CROSSENTROPY && outputs == 1 && d->n_classes > 2) {
+    char path[PATH_LEN];
+    index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
+    problem(c, path,
+            "binary_crossentropy with 1 unit scores labels 0 and 1, but %s has %d classes; use "
+            "%d units with one_hot",
+            d->name, d->n_classes, d->n_classes);
+    return;
+  }
   if (outputs > 0 && outputs < d->n_classes) {
     char path[PATH_LEN];
     index_path(path, "model.layers", (size_t)(spec->n_layers - 1));
@@ -1438,7 +1575,9 @@ char *api_spec_to_json(const api_job_spec *spec) {
 
   put(&b, root, "loss", bounded_string(spec->loss, sizeof spec->loss));
   json_t *metrics = json_array();
-  if (spec->metric_accuracy) push(&b, metrics, json_string("accuracy"));
+  if (spec->metrics & API_METRIC_ACCURACY) push(&b, metrics, json_string("accuracy"));
+  if (spec->metrics & API_METRIC_MSE) push(&b, metrics, json_string("mse"));
+  if (spec->metrics & API_METRIC_MAE) push(&b, metrics, json_string("mae"));
   put(&b, root, "metrics", metrics);
 
   json_t *dataset = json_object();
@@ -1497,6 +1636,18 @@ char *api_spec_to_json(const api_job_spec *spec) {
     put(&b, il, "cycle_length", json_integer(spec->interleave_cycle_length));
     put(&b, il, "block_length", json_integer(spec->interleave_block_length));
     put(&b, pipeline, "interleave", il);
+  }
+  put(&b, pipeline, "one_hot", json_boolean(spec->one_hot));
+  static const char *const cast_names[] = {"float32", "float16", "bfloat16"};
+  if ((int)spec->cast < 0 || spec->cast > API_CAST_BFLOAT16)
+    b.failed = 1;
+  else
+    put(&b, pipeline, "cast", json_string(cast_names[spec->cast]));
+  if (spec->num_shards > 1) {
+    json_t *sh = json_object();
+    put(&b, sh, "num_shards", json_integer(spec->num_shards));
+    put(&b, sh, "index", json_integer(spec->shard_index));
+    put(&b, pipeline, "shard", sh);
   }
   put(&b, root, "pipeline", pipeline);
 

@@ -323,6 +323,17 @@ typedef struct kn_layer_config {
   int inputs[KN_LAYER_MAX_INPUTS]; /* layer indices; -1 = the model input */
 } kn_layer_config;
 
+/* What a model's loss compares its last layer with (Keras's losses). */
+typedef enum kn_loss {
+  KN_LOSS_SPARSE_XENT = 0, /* softmax cross-entropy; y (B) i32 class ids */
+  KN_LOSS_XENT,            /* softmax cross-entropy; y (B, C) f32 one-hot rows */
+  KN_LOSS_BCE,             /* sigmoid cross-entropy from logits; y (B, C) f32 in [0, 1] */
+  KN_LOSS_MSE,             /* regression, mean squared error; y (B, outputs) f32 */
+  KN_LOSS_MAE,             /* regression, mean absolute error; y (B, outputs) f32 */
+} kn_loss;
+/* 1 for mean squared / absolute error: the model predicts numbers, not classes. */
+int kn_loss_is_regression(kn_loss loss);
+
 typedef struct kn_model_config {
   int input_ndim;
   int input_shape[KN_MAX_DIMS]; /* per example */
@@ -330,18 +341,24 @@ typedef struct kn_model_config {
   const kn_layer_config *layers;
   int batch_size; /* planned rows */
   uint64_t seed;  /* dropout masks */
+  kn_loss loss;   /* zero: sparse categorical cross-entropy */
 } kn_model_config;
 
-/* A classifier built from Keras-style layers: input x (B, ...) f32, labels
- * y (B) i32, logits (B, C) kept, loss = sparse categorical cross-entropy.
- * A softmax on the last layer is folded into the loss (as Keras does with
- * from_logits=False), so the loss is computed stably from the logits.
+/* A model built from Keras-style layers: input x (B, ...) f32, the loss's
+ * target y (shape and type by kn_loss), the last layer's output `logits`
+ * (B, outputs) kept, and a scalar loss. A softmax on the last layer is
+ * folded into a softmax cross-entropy, and a sigmoid into binary
+ * cross-entropy (as Keras does with from_logits=False), so the loss is
+ * computed stably from the logits. Classification losses need >= 2
+ * outputs (binary cross-entropy >= 1); regression any number >= 1.
  * Layers are a DAG: each reads the previous layer or names its inputs, so
  * residual networks (add) and branches (concatenate) are configs too. */
 typedef struct kn_model {
   kn_graph *graph;
   kn_node x, y, logits, loss;
-  int n_classes;
+  kn_loss loss_kind;
+  int n_outputs;       /* the last layer's units */
+  int n_classes;       /* n_outputs for classification losses, 0 for regression */
   size_t example_size; /* floats per example */
 } kn_model;
 
@@ -358,7 +375,9 @@ typedef struct kn_dataset {
   float *x;            /* (n, example_size) */
   int32_t *y;          /* (n) */
   int n_classes;       /* max label + 1 */
-  float value_range;   /* pixels: 255 (normalize divides by it); 0 = unknown (min-max) */
+  float *targets;      /* (n, n_targets) regression targets, or NULL (CSV numeric labels) */
+  int n_targets;
+  float value_range; /* pixels: 255 (normalize divides by it); 0 = unknown (min-max) */
 } kn_dataset;
 
 /* Reads an IDX images file and an IDX labels file (raw or gzip'd), checking
@@ -371,7 +390,9 @@ void kn_dataset_free(kn_dataset *ds); /* frees the arrays; NULL is a no-op */
 /* A CSV file with a header row: label_column names the class column
  * (integers >= 0, or names mapped to classes in sorted order), every other
  * column is a numeric feature; examples are flat (shape {features}). A cell
- * that is not a number is refused naming the file, row and column. */
+ * that is not a number is refused naming the file, row and column. When
+ * every label is a number (3.7 too), it is also kept as a regression
+ * target (targets, n_targets 1). */
 int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *out, char *err,
                         size_t errlen);
 
@@ -403,7 +424,7 @@ int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dat
 /* ------------------------------------------------------------- pipeline -- */
 
 /* A tf.data-style input pipeline over an in-memory dataset: skip/take,
- * shard, shuffle (buffer, reshuffled each epoch), map (normalize,
+ * shard, shuffle (buffer, reshuffled each epoch), map (cast, normalize,
  * standardize, one-hot), augment, batch, repeat, with background producer
  * threads filling a bounded ring of batches. Every example's randomness is
  * drawn from (seed, epoch, position), so the batches are byte-identical
@@ -426,8 +447,13 @@ typedef struct kn_pipeline_config {
   int normalize;   /* x / value_range, or per-feature min-max when value_range is 0 */
   int standardize; /* per channel (last dim): (x - mean) / std, after normalize */
   int n_channels_given;
-  const float *mean, *std;      /* given (n_channels_given values each); NULL = computed */
-  int one_hot;                  /* also fill kn_batch.y_onehot */
+  const float *mean, *std; /* given (n_channels_given values each); NULL = computed */
+  int one_hot;             /* also fill kn_batch.y_onehot */
+  int one_hot_depth;       /* its width; 0 = the dataset's classes */
+  /* Storage type of the examples the pipeline reads: KN_F32 (0, as given),
+   * or KN_F16 / KN_BF16: read from a copy at that precision, converted
+   * back to f32 for the maps and the model. */
+  kn_dtype cast;
   unsigned augment;             /* KN_AUG_* */
   int crop_padding;             /* random_crop: zeros on each side */
   float brightness_delta;       /* random_brightness */
@@ -447,7 +473,8 @@ typedef struct kn_batch {
   int64_t index;         /* batch within its epoch */
   const float *x;        /* (rows, example_size) */
   const int32_t *y;      /* (rows) */
-  const float *y_onehot; /* (rows, n_classes), only with one_hot */
+  const float *y_onehot; /* (rows, one_hot_depth), only with one_hot */
+  const float *targets;  /* (rows, n_targets), when the dataset has regression targets */
 } kn_batch;
 
 typedef struct kn_pipeline kn_pipeline;
@@ -576,7 +603,16 @@ typedef struct kn_train_config {
   const kn_pipeline_state *resume;
   /* Called once when an auto-tuned pipeline has chosen (may be NULL). */
   void (*on_tuned)(const kn_pipeline_stats *stats, void *user);
+  /* KN_METRIC_* reported beside the loss; 0 = accuracy for classification
+   * losses, nothing more for regression. */
+  unsigned metrics;
 } kn_train_config;
+
+enum {
+  KN_METRIC_ACCURACY = 1, /* classification: argmax (or logit > 0 for one output) hits */
+  KN_METRIC_MSE = 2,      /* regression: mean squared error over every output */
+  KN_METRIC_MAE = 4,      /* regression: mean absolute error */
+};
 
 /* Trains model on train for cfg->epochs, evaluating on val (may be NULL)
  * after each epoch, and writes a final checkpoint when checkpoint_dir is set. */
@@ -584,7 +620,8 @@ int kn_train(kn_model *model, const kn_dataset *train, const kn_dataset *val,
              const kn_train_config *cfg, kn_train_callback cb, void *user, char *err,
              size_t errlen);
 
-/* Loss and accuracy of the model on a whole dataset, in batches. */
+/* Loss and accuracy of a classification model on a whole dataset, in
+ * batches (a regression model is refused: it has no accuracy). */
 int kn_evaluate(kn_model *model, const kn_dataset *ds, double *loss, double *accuracy, char *err,
                 size_t errlen);
 

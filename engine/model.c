@@ -1,5 +1,5 @@
-/* model.c — Keras-style layers turned into graph nodes: a classifier with a
- * sparse categorical cross-entropy loss, differentiated and compiled. Layers
+/* model.c — Keras-style layers turned into graph nodes: a classifier or a
+ * regressor with one of Keras's losses, differentiated and compiled. Layers
  * form a DAG (each reads the previous layer or the layers it names), with
  * Keras's names, defaults and parameter names ("<layer>.kernel", ...). */
 #include <stdio.h>
@@ -27,17 +27,24 @@ static const char *layer_kind(kn_layer_type t) {
   return "?";
 }
 
-static kn_node activate(kn_graph *g, kn_node x, const kn_layer_config *L, int is_last) {
+int kn_loss_is_regression(kn_loss loss) {
+  return loss == KN_LOSS_MSE || loss == KN_LOSS_MAE;
+}
+
+static kn_node activate(kn_graph *g, kn_node x, const kn_layer_config *L, int is_last,
+                        kn_loss loss) {
   switch (L->activation) {
   case KN_ACT_LINEAR: return x;
   case KN_ACT_RELU: return kn_relu(g, x);
   case KN_ACT_SOFTMAX:
     /* On the last layer the loss applies softmax itself, from the logits. */
-    return is_last ? x : kn_softmax(g, x);
+    return is_last && (loss == KN_LOSS_SPARSE_XENT || loss == KN_LOSS_XENT) ? x : kn_softmax(g, x);
   case KN_ACT_LEAKY_RELU: return kn_leaky_relu(g, x, L->alpha > 0.0f ? L->alpha : 0.3f);
   case KN_ACT_ELU: return kn_elu(g, x, L->alpha > 0.0f ? L->alpha : 1.0f);
   case KN_ACT_GELU: return kn_gelu(g, x);
-  case KN_ACT_SIGMOID: return kn_sigmoid(g, x);
+  case KN_ACT_SIGMOID:
+    /* Likewise binary cross-entropy applies the sigmoid from the logits. */
+    return is_last && loss == KN_LOSS_BCE ? x : kn_sigmoid(g, x);
   case KN_ACT_TANH: return kn_tanh(g, x);
   }
   return x;
@@ -100,16 +107,16 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
     int wdims[2] = {shape[1], L->units};
     snprintf(pname, sizeof pname, "%s.kernel", L->name);
     h = kn_matmul(g, h, kn_param(g, pname, 2, wdims, kernel_init(L)), 0, 0);
-    return activate(g, add_bias(g, h, L, L->units), L, is_last);
+    return activate(g, add_bias(g, h, L, L->units), L, is_last, cfg->loss);
   }
-  case KN_LAYER_ACTIVATION: return activate(g, h, L, is_last);
+  case KN_LAYER_ACTIVATION: return activate(g, h, L, is_last, cfg->loss);
   case KN_LAYER_CONV2D: {
     if (ndim != 4) break;
     kn_window w = conv_window(L);
     int wdims[4] = {w.kh, w.kw, shape[3], L->filters};
     snprintf(pname, sizeof pname, "%s.kernel", L->name);
     h = kn_conv2d(g, h, kn_param(g, pname, 4, wdims, kernel_init(L)), &w);
-    return activate(g, add_bias(g, h, L, L->filters), L, is_last);
+    return activate(g, add_bias(g, h, L, L->filters), L, is_last, cfg->loss);
   }
   case KN_LAYER_DEPTHWISE_CONV2D:
   case KN_LAYER_SEPARABLE_CONV2D: {
@@ -133,7 +140,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
       h = kn_reshape(g, h, 4, back);
       out = L->filters;
     }
-    return activate(g, add_bias(g, h, L, out), L, is_last);
+    return activate(g, add_bias(g, h, L, out), L, is_last, cfg->loss);
   }
   case KN_LAYER_BATCH_NORM: {
     int c = shape[ndim - 1];
@@ -212,7 +219,10 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     example *= (size_t)cfg->input_shape[d];
   }
   kn_node x = kn_input(g, "x", KN_F32, cfg->input_ndim + 1, dims);
-  kn_node y = kn_input(g, "y", KN_I32, 1, dims);
+  /* Class ids are known now; the other losses' targets take the last
+   * layer's width, made once the layers are built. */
+  const int sparse = cfg->loss == KN_LOSS_SPARSE_XENT;
+  kn_node y = sparse ? kn_input(g, "y", KN_I32, 1, dims) : -1;
   kn_node h = x;
   for (int i = 0; i < cfg->n_layers && !g->error_code; i++) {
     const kn_layer_config *L = &cfg->layers[i];
@@ -243,19 +253,35 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     outputs[i] = h;
   }
   free(outputs);
-  if (!g->error_code) {
+  const int min_outputs = cfg->loss == KN_LOSS_SPARSE_XENT || cfg->loss == KN_LOSS_XENT ? 2 : 1;
+  if ((int)cfg->loss < (int)KN_LOSS_SPARSE_XENT || (int)cfg->loss > (int)KN_LOSS_MAE) {
+    kn_graph_fail(g, KN_EINVAL, "model: unknown loss %d", (int)cfg->loss);
+  } else if (!g->error_code) {
     int ndim, shape[KN_MAX_DIMS];
     kn_node_shape(g, h, &ndim, shape);
-    if (ndim != 2 || shape[1] < 2) {
-      kn_graph_fail(g, KN_EINVAL, "model: the last layer must give (batch, classes >= 2) scores");
+    if (ndim != 2 || shape[1] < min_outputs) {
+      kn_graph_fail(g, KN_EINVAL, "model: the last layer must give (batch, %s >= %d) %s",
+                    kn_loss_is_regression(cfg->loss) ? "outputs" : "classes", min_outputs,
+                    kn_loss_is_regression(cfg->loss) ? "predictions" : "scores");
     } else {
-      out->n_classes = shape[1];
+      out->n_outputs = shape[1];
+      out->n_classes = kn_loss_is_regression(cfg->loss) ? 0 : shape[1];
     }
   }
   kn_node loss = -1;
   if (!g->error_code) {
     kn_graph_keep(g, h);
-    loss = kn_softmax_xent(g, h, y);
+    if (!sparse) {
+      int ydims[2] = {cfg->batch_size, out->n_outputs};
+      y = kn_input(g, "y", KN_F32, 2, ydims);
+    }
+    switch (cfg->loss) {
+    case KN_LOSS_SPARSE_XENT: loss = kn_softmax_xent(g, h, y); break;
+    case KN_LOSS_XENT: loss = kn_softmax_xent_dense(g, h, y); break;
+    case KN_LOSS_BCE: loss = kn_bce_logits(g, h, y); break;
+    case KN_LOSS_MSE: loss = kn_mse(g, h, y); break;
+    case KN_LOSS_MAE: loss = kn_mae(g, h, y); break;
+    }
   }
   int rc = kn_graph_error(g, err, errlen);
   if (!rc) rc = kn_autodiff(g, loss, err, errlen);
@@ -269,6 +295,7 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
   out->y = y;
   out->logits = h;
   out->loss = loss;
+  out->loss_kind = cfg->loss;
   out->example_size = example;
   return KN_OK;
 }

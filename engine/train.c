@@ -16,24 +16,133 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Copies a pipeline batch into the model's inputs. */
-static void feed(kn_model *m, const kn_batch *b) {
-  memcpy(kn_node_data(m->graph, m->x), b->x, (size_t)b->rows * m->example_size * sizeof(float));
-  memcpy(kn_node_data(m->graph, m->y), b->y, (size_t)b->rows * sizeof(int32_t));
+/* Copies a batch into the model's inputs: the examples, and the loss's
+ * target made from the labels (class ids, one-hot rows, 0/1 for one
+ * sigmoid output) or the regression targets. onehot may be NULL: the rows
+ * are then made here. */
+static void feed_rows(kn_model *m, int rows, const float *x, const int32_t *labels,
+                      const float *onehot, const float *targets) {
+  memcpy(kn_node_data(m->graph, m->x), x, (size_t)rows * m->example_size * sizeof(float));
+  void *y = kn_node_data(m->graph, m->y);
+  const size_t width = (size_t)m->n_outputs;
+  switch (m->loss_kind) {
+  case KN_LOSS_SPARSE_XENT: memcpy(y, labels, (size_t)rows * sizeof(int32_t)); break;
+  case KN_LOSS_MSE:
+  case KN_LOSS_MAE: memcpy(y, targets, (size_t)rows * width * sizeof(float)); break;
+  case KN_LOSS_XENT:
+  case KN_LOSS_BCE: {
+    float *t = y; /* (rows, outputs) */
+    if (width == 1) {
+      for (int r = 0; r < rows; r++) t[r] = (float)labels[r];
+    } else if (onehot) {
+      memcpy(t, onehot, (size_t)rows * width * sizeof(float));
+    } else {
+      memset(t, 0, (size_t)rows * width * sizeof(float));
+      for (int r = 0; r < rows; r++)
+        if (labels[r] >= 0 && (size_t)labels[r] < width) t[(size_t)r * width + labels[r]] = 1.0f;
+    }
+    break;
+  }
+  }
 }
 
-/* Correct predictions in the current logits: argmax against the labels. */
-static int count_correct(kn_model *m, int rows) {
+static void feed(kn_model *m, const kn_batch *b) {
+  feed_rows(m, b->rows, b->x, b->y, b->y_onehot, b->targets);
+}
+
+/* Correct predictions in the current logits: the argmax against the
+ * labels, or for a single output (binary cross-entropy) logit > 0. */
+static int count_correct(kn_model *m, const int32_t *labels, int rows) {
   const float *logits = kn_node_data(m->graph, m->logits);
-  const int32_t *y = kn_node_data(m->graph, m->y);
+  const int width = m->n_outputs;
   int correct = 0;
   for (int r = 0; r < rows; r++) {
-    const float *row = logits + (size_t)r * m->n_classes;
+    const float *row = logits + (size_t)r * width;
     int best = 0;
-    for (int c = 1; c < m->n_classes; c++) best = row[c] > row[best] ? c : best;
-    correct += best == y[r];
+    if (width == 1) {
+      best = row[0] > 0.0f;
+    } else {
+      for (int c = 1; c < width; c++) best = row[c] > row[best] ? c : best;
+    }
+    correct += best == labels[r];
   }
   return correct;
+}
+
+/* Sums of squared and absolute errors of the current predictions against
+ * the regression targets, over rows x outputs values. */
+static void add_errors(kn_model *m, const float *targets, int rows, double *sq, double *abs_sum) {
+  const float *pred = kn_node_data(m->graph, m->logits);
+  const size_t count = (size_t)rows * (size_t)m->n_outputs;
+  for (size_t i = 0; i < count; i++) {
+    double d = (double)pred[i] - (double)targets[i];
+    *sq += d * d;
+    *abs_sum += fabs(d);
+  }
+}
+
+/* Running sums for one reporting window (an interval, an epoch, a
+ * validation pass). */
+typedef struct tally {
+  double loss;  /* loss x rows */
+  int64_t rows; /* examples */
+  int64_t correct;
+  double sq, abs; /* regression errors, over rows x outputs values */
+} tally;
+
+static void tally_batch(kn_model *m, tally *t, const kn_batch *b, float loss, unsigned metrics) {
+  t->loss += (double)loss * b->rows;
+  t->rows += b->rows;
+  if (metrics & KN_METRIC_ACCURACY) t->correct += count_correct(m, b->y, b->rows);
+  if (metrics & (KN_METRIC_MSE | KN_METRIC_MAE))
+    add_errors(m, b->targets, b->rows, &t->sq, &t->abs);
+}
+
+/* Appends prefix+loss and prefix+each metric to the event. */
+static void put_metrics(kn_model *m, kn_train_event *ev, const tally *t, unsigned metrics,
+                        const char *const names[4]) {
+  const double rows = t->rows > 0 ? (double)t->rows : 1.0;
+  const double values = rows * (double)m->n_outputs;
+  ev->names[ev->n_metrics] = names[0];
+  ev->values[ev->n_metrics++] = t->loss / rows;
+  if (metrics & KN_METRIC_ACCURACY) {
+    ev->names[ev->n_metrics] = names[1];
+    ev->values[ev->n_metrics++] = (double)t->correct / rows;
+  }
+  if (metrics & KN_METRIC_MSE) {
+    ev->names[ev->n_metrics] = names[2];
+    ev->values[ev->n_metrics++] = t->sq / values;
+  }
+  if (metrics & KN_METRIC_MAE) {
+    ev->names[ev->n_metrics] = names[3];
+    ev->values[ev->n_metrics++] = t->abs / values;
+  }
+}
+
+static const char *const step_names[4] = {"loss", "accuracy", "mse", "mae"};
+static const char *const epoch_names[4] = {"epoch_loss", "epoch_accuracy", "epoch_mse",
+                                           "epoch_mae"};
+static const char *const val_names[4] = {"val_loss", "val_accuracy", "val_mse", "val_mae"};
+
+/* The metrics a run reports: the asked ones, checked against the loss. */
+static int resolve_metrics(const kn_model *m, unsigned asked, unsigned *out, char *err,
+                           size_t errlen) {
+  const int regression = kn_loss_is_regression(m->loss_kind);
+  if (asked == 0) asked = regression ? 0u : KN_METRIC_ACCURACY;
+  if (asked & ~(unsigned)(KN_METRIC_ACCURACY | KN_METRIC_MSE | KN_METRIC_MAE)) {
+    snprintf(err, errlen, "train: unknown metrics 0x%x", asked);
+    return KN_EINVAL;
+  }
+  if (regression && (asked & KN_METRIC_ACCURACY)) {
+    snprintf(err, errlen, "train: accuracy needs a classification loss; this model regresses");
+    return KN_EINVAL;
+  }
+  if (!regression && (asked & (KN_METRIC_MSE | KN_METRIC_MAE))) {
+    snprintf(err, errlen, "train: mse and mae need a regression loss; this model classifies");
+    return KN_EINVAL;
+  }
+  *out = asked;
+  return KN_OK;
 }
 
 static int check_fit(kn_model *m, const kn_dataset *ds, const char *what, char *err,
@@ -47,9 +156,26 @@ static int check_fit(kn_model *m, const kn_dataset *ds, const char *what, char *
              ds->example_size, m->example_size);
     return KN_EINVAL;
   }
-  if (ds->n_classes > m->n_classes) {
+  if (kn_loss_is_regression(m->loss_kind)) {
+    if (!ds->targets) {
+      snprintf(err, errlen,
+               "%s: a regression loss needs numeric targets, and this dataset's labels are "
+               "classes",
+               what);
+      return KN_EINVAL;
+    }
+    if (ds->n_targets != m->n_outputs) {
+      snprintf(err, errlen, "%s: dataset has %d regression targets, the model %d outputs", what,
+               ds->n_targets, m->n_outputs);
+      return KN_EINVAL;
+    }
+    return KN_OK;
+  }
+  /* One sigmoid output scores classes 0 and 1. */
+  const int classes = m->n_outputs == 1 ? 2 : m->n_classes;
+  if (ds->n_classes > classes) {
     snprintf(err, errlen, "%s: dataset has labels up to %d, the model only %d classes", what,
-             ds->n_classes - 1, m->n_classes);
+             ds->n_classes - 1, classes);
     return KN_EINVAL;
   }
   return KN_OK;
@@ -65,45 +191,42 @@ int kn_evaluate(kn_model *m, const kn_dataset *ds, double *loss, double *accurac
                 size_t errlen) {
   int rc = check_fit(m, ds, "evaluate", err, errlen);
   if (rc) return rc;
+  if (kn_loss_is_regression(m->loss_kind)) {
+    snprintf(err, errlen,
+             "evaluate: a regression model has no accuracy; train with a validation "
+             "set to get val_loss and val_mae");
+    return KN_EINVAL;
+  }
   int batch = planned_batch(m);
   double loss_sum = 0.0;
   int64_t correct = 0;
   for (int64_t start = 0; start < ds->n; start += batch) {
     int rows = (int)((ds->n - start) < batch ? ds->n - start : batch);
-    float *x = kn_node_data(m->graph, m->x);
-    int32_t *y = kn_node_data(m->graph, m->y);
-    memcpy(x, ds->x + (size_t)start * ds->example_size,
-           (size_t)rows * ds->example_size * sizeof(float));
-    memcpy(y, ds->y + start, (size_t)rows * sizeof(int32_t));
+    feed_rows(m, rows, ds->x + (size_t)start * ds->example_size, ds->y + start, NULL, NULL);
     rc = kn_graph_run(m->graph, KN_RUN_FORWARD, rows, err, errlen);
     if (rc) return rc;
     loss_sum += (double)*(float *)kn_node_data(m->graph, m->loss) * rows;
-    correct += count_correct(m, rows);
+    correct += count_correct(m, ds->y + start, rows);
   }
   *loss = ds->n ? loss_sum / (double)ds->n : 0.0;
   *accuracy = ds->n ? (double)correct / (double)ds->n : 0.0;
   return KN_OK;
 }
 
-/* Loss and accuracy over one pass of an evaluation pipeline. */
-static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, double *loss, double *accuracy,
-                             char *err, size_t errlen) {
+/* Loss and metrics over one pass of an evaluation pipeline. */
+static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, tally *t, char *err,
+                             size_t errlen) {
   kn_pipeline_state start = {0, 0, 0};
   int rc = kn_pipeline_restore(pipe, &start, err, errlen);
   if (rc) return rc;
-  double loss_sum = 0.0;
-  int64_t correct = 0, rows = 0;
+  memset(t, 0, sizeof *t);
   kn_batch b;
   while (kn_pipeline_next(pipe, &b) == 1) {
     feed(m, &b);
     rc = kn_graph_run(m->graph, KN_RUN_FORWARD, b.rows, err, errlen);
     if (rc) return rc;
-    loss_sum += (double)*(float *)kn_node_data(m->graph, m->loss) * b.rows;
-    correct += count_correct(m, b.rows);
-    rows += b.rows;
+    tally_batch(m, t, &b, *(float *)kn_node_data(m->graph, m->loss), metrics);
   }
-  *loss = rows ? loss_sum / (double)rows : 0.0;
-  *accuracy = rows ? (double)correct / (double)rows : 0.0;
   return KN_OK;
 }
 
@@ -123,6 +246,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     snprintf(err, errlen, "train: need epochs >= 1 and a non-empty dataset");
     return KN_EINVAL;
   }
+  unsigned metrics = 0;
+  rc = resolve_metrics(m, cfg->metrics, &metrics, err, errlen);
+  if (rc) return rc;
   kn_pipeline_config pc;
   if (cfg->pipeline) {
     pc = *cfg->pipeline;
@@ -134,6 +260,13 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   }
   pc.batch_size = batch;
   pc.repeat = cfg->epochs;
+  /* Several sigmoid or softmax outputs read one-hot rows of their width. */
+  if ((m->loss_kind == KN_LOSS_XENT || m->loss_kind == KN_LOSS_BCE) && m->n_outputs > 1) {
+    pc.one_hot = 1;
+    pc.one_hot_depth = m->n_outputs;
+  } else if (pc.one_hot && pc.one_hot_depth == 0) {
+    pc.one_hot_depth = m->n_outputs > 1 ? m->n_outputs : 0;
+  }
   pc.seed = cfg->seed ^ 0x5eedda7aULL; /* data order apart from the init stream */
   kn_pipeline *pipe = NULL, *val_pipe = NULL;
   kn_optimizer *opt = NULL;
@@ -164,8 +297,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
   int stop = 0;
   for (int epoch = first_epoch; epoch <= cfg->epochs && !rc && !stop; epoch++) {
-    double epoch_loss = 0.0, interval_loss = 0.0;
-    int64_t epoch_rows = 0, epoch_correct = 0, interval_rows = 0, interval_correct = 0;
+    tally epoch_t = {0}, interval_t = {0};
     for (int64_t s = epoch == first_epoch ? first_batch : 0; s < steps_per_epoch && !rc && !stop;
          s++) {
       kn_batch b;
@@ -196,39 +328,24 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       }
       kn_optimizer_step(opt, kn_params(m->graph), kn_grads(m->graph));
       step++;
-      int correct = count_correct(m, rows);
-      epoch_loss += (double)loss * rows;
-      interval_loss += (double)loss * rows;
-      epoch_rows += rows;
-      interval_rows += rows;
-      epoch_correct += correct;
-      interval_correct += correct;
+      tally_batch(m, &epoch_t, &b, loss, metrics);
+      tally_batch(m, &interval_t, &b, loss, metrics);
       if (cb && step % log_every == 0) {
-        kn_train_event ev = {.kind = KN_EVENT_STEP, .epoch = epoch, .step = step, .n_metrics = 2};
-        ev.names[0] = "loss";
-        ev.values[0] = interval_loss / (double)interval_rows;
-        ev.names[1] = "accuracy";
-        ev.values[1] = (double)interval_correct / (double)interval_rows;
+        kn_train_event ev = {.kind = KN_EVENT_STEP, .epoch = epoch, .step = step};
+        put_metrics(m, &ev, &interval_t, metrics, step_names);
         ev.seconds = now_seconds() - t0;
         stop = cb(&ev, user);
-        interval_loss = 0.0;
-        interval_rows = interval_correct = 0;
+        memset(&interval_t, 0, sizeof interval_t);
       }
     }
     if (rc || stop) break;
     kn_train_event ev = {.kind = KN_EVENT_EPOCH, .epoch = epoch, .step = step};
-    ev.names[ev.n_metrics] = "epoch_loss";
-    ev.values[ev.n_metrics++] = epoch_loss / (double)epoch_rows;
-    ev.names[ev.n_metrics] = "epoch_accuracy";
-    ev.values[ev.n_metrics++] = (double)epoch_correct / (double)epoch_rows;
+    put_metrics(m, &ev, &epoch_t, metrics, epoch_names);
     if (val) {
-      double vloss, vacc;
-      rc = evaluate_pipeline(m, val_pipe, &vloss, &vacc, err, errlen);
+      tally val_t;
+      rc = evaluate_pipeline(m, val_pipe, metrics, &val_t, err, errlen);
       if (rc) break;
-      ev.names[ev.n_metrics] = "val_loss";
-      ev.values[ev.n_metrics++] = vloss;
-      ev.names[ev.n_metrics] = "val_accuracy";
-      ev.values[ev.n_metrics++] = vacc;
+      put_metrics(m, &ev, &val_t, metrics, val_names);
     }
     ev.seconds = now_seconds() - t0;
     if (cb) stop = cb(&ev, user);

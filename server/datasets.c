@@ -492,10 +492,26 @@ int http_datasets_check_spec(const http_config *cfg, const api_job_spec *spec, h
                       "an images data set needs input_shape [height, width, 1 or 3]");
     return -1;
   }
-  long long outputs = 0;
-  for (int i = 0; i < spec->n_layers; i++)
-    if (spec->layers[i].type == API_LAYER_DENSE) outputs = spec->layers[i].units;
-  if (outputs < d.classes) {
+  long long outputs = spec->n_outputs;
+  if (api_loss_is_regression(spec->loss_type)) {
+    /* A regression predicts the one label column's number. */
+    if (outputs != 1) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "model.layers",
+                        "a regression on data set '%s' predicts its one label column: the last "
+                        "layer needs 1 unit, got %lld",
+                        d.id, outputs);
+      return -1;
+    }
+    return 0;
+  }
+  if (spec->loss_type == API_LOSS_BINARY_CROSSENTROPY && outputs == 1 && d.classes > 2) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "model.layers",
+                      "binary_crossentropy with 1 unit scores labels 0 and 1, but data set '%s' "
+                      "has %d classes",
+                      d.id, d.classes);
+    return -1;
+  }
+  if (outputs > 1 && outputs < d.classes) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "model.layers",
                       "the model outputs %lld class scores, but data set '%s' has %d classes",
                       outputs, d.id, d.classes);

@@ -496,4 +496,10 @@ void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, fl
   pc->num_parallel_calls =
       spec->num_parallel_calls == API_AUTO ? KN_AUTO : spec->num_parallel_calls;
   pc->prefetch = spec->prefetch == API_AUTO ? KN_AUTO : spec->prefetch;
+  pc->one_hot = spec->one_hot;
+  pc->cast = spec->cast == API_CAST_FLOAT16    ? KN_F16
+             : spec->cast == API_CAST_BFLOAT16 ? KN_BF16
+                                               : KN_F32;
+  pc->shard_count = spec->num_shards;
+  pc->shard_index = spec->shard_index;
 }

@@ -328,6 +328,15 @@ int main(int argc, char **argv) {
   kn_dataset train = {0}, test = {0};
   rc = worker_load_data(&spec, &dirs, &train, &test, where, sizeof where, err, sizeof err);
   if (rc) return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
+  if (api_loss_is_regression(spec.loss_type) && !train.targets) {
+    snprintf(err, sizeof err,
+             "loss %s needs numeric labels, and the labels of %s are class names; use "
+             "sparse_categorical_crossentropy, or a label column of numbers",
+             spec.loss, spec.dataset);
+    kn_dataset_free(&train);
+    kn_dataset_free(&test);
+    return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
+  }
   int use_val = test.n > 0;
   snprintf(msg, sizeof msg, "loaded %s: %lld training and %lld validation examples", where,
            (long long)train.n, (long long)test.n);
@@ -335,11 +344,17 @@ int main(int argc, char **argv) {
 
   kn_layer_config layers[API_MAX_LAYERS];
   to_engine_layers(&spec, layers);
+  static const kn_loss losses[] = {[API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = KN_LOSS_SPARSE_XENT,
+                                   [API_LOSS_CATEGORICAL_CROSSENTROPY] = KN_LOSS_XENT,
+                                   [API_LOSS_BINARY_CROSSENTROPY] = KN_LOSS_BCE,
+                                   [API_LOSS_MEAN_SQUARED_ERROR] = KN_LOSS_MSE,
+                                   [API_LOSS_MEAN_ABSOLUTE_ERROR] = KN_LOSS_MAE};
   kn_model_config mc = {.input_ndim = spec.input_ndim,
                         .n_layers = spec.n_layers,
                         .layers = layers,
                         .batch_size = spec.batch_size,
-                        .seed = spec.seed};
+                        .seed = spec.seed,
+                        .loss = losses[spec.loss_type]};
   memcpy(mc.input_shape, spec.input_shape, sizeof mc.input_shape);
   kn_model model;
   kn_plan_stats stats;
@@ -378,7 +393,10 @@ int main(int argc, char **argv) {
                         .checkpoint_dir = ckpt_dir,
                         .checkpoint_prefix = "ckpt",
                         .pipeline = &pc,
-                        .on_tuned = on_tuned};
+                        .on_tuned = on_tuned,
+                        .metrics = (spec.metrics & API_METRIC_ACCURACY ? KN_METRIC_ACCURACY : 0u) |
+                                   (spec.metrics & API_METRIC_MSE ? KN_METRIC_MSE : 0u) |
+                                   (spec.metrics & API_METRIC_MAE ? KN_METRIC_MAE : 0u)};
   static const kn_optimizer_type opt_types[] = {[API_OPT_SGD] = KN_OPT_SGD,
                                                 [API_OPT_ADAM] = KN_OPT_ADAM,
                                                 [API_OPT_ADAMW] = KN_OPT_ADAMW,
@@ -397,6 +415,8 @@ int main(int argc, char **argv) {
   rep.epochs = spec.epochs;
   int64_t n_train = train.n - spec.skip;
   if (spec.take >= 0 && spec.take < n_train) n_train = spec.take;
+  /* This job's shard: positions p with p % num_shards == shard_index. */
+  n_train = n_train / spec.num_shards + (spec.shard_index < n_train % spec.num_shards ? 1 : 0);
   rep.steps_per_epoch = spec.drop_remainder ? n_train / spec.batch_size
                                             : (n_train + spec.batch_size - 1) / spec.batch_size;
   snprintf(msg, sizeof msg, "training %s on %s: %lld examples, %d epochs of %lld steps",

@@ -19,7 +19,7 @@ typedef struct cache_header {
   int32_t ndim, n_classes;
   int32_t shape[KN_MAX_DIMS];
   float value_range;
-  uint32_t reserved;
+  uint32_t n_targets; /* regression targets per example, after the labels; 0 = none */
   uint64_t example_size;
 } cache_header;
 
@@ -41,9 +41,12 @@ int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, si
   for (int d = 0; d < KN_MAX_DIMS; d++) h.shape[d] = ds->shape[d];
   h.value_range = ds->value_range;
   h.example_size = ds->example_size;
+  h.n_targets = ds->targets ? (uint32_t)ds->n_targets : 0u;
   size_t nx = (size_t)ds->n * ds->example_size, ny = (size_t)ds->n;
+  size_t nt = (size_t)ds->n * h.n_targets;
   int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(ds->x, sizeof(float), nx, f) == nx &&
-           fwrite(ds->y, sizeof(int32_t), ny, f) == ny;
+           fwrite(ds->y, sizeof(int32_t), ny, f) == ny &&
+           (nt == 0 || fwrite(ds->targets, sizeof(float), nt, f) == nt);
   ok &= fclose(f) == 0;
   if (!ok || rename(tmp, path) != 0) {
     snprintf(err, errlen, "%s: cannot write the cache: %s", path, strerror(errno));
@@ -63,19 +66,22 @@ int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t e
   cache_header h;
   int rc = KN_EFORMAT;
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CACHE_MAGIC, 8) != 0 || h.n < 1 ||
-      h.ndim < 1 || h.ndim > KN_MAX_DIMS || h.example_size < 1 || h.example_size > (1ULL << 24)) {
+      h.ndim < 1 || h.ndim > KN_MAX_DIMS || h.example_size < 1 || h.example_size > (1ULL << 24) ||
+      h.n_targets > 65536) {
     snprintf(err, errlen, "%s: not a kiln dataset cache (bad header)", path);
     goto out;
   }
-  size_t nx = (size_t)h.n * h.example_size, ny = (size_t)h.n;
+  size_t nx = (size_t)h.n * h.example_size, ny = (size_t)h.n, nt = (size_t)h.n * h.n_targets;
   out->x = malloc(nx * sizeof(float));
   out->y = malloc(ny * sizeof(int32_t));
-  if (!out->x || !out->y) {
+  if (nt) out->targets = malloc(nt * sizeof(float));
+  if (!out->x || !out->y || (nt && !out->targets)) {
     snprintf(err, errlen, "%s: out of memory for %lld examples", path, (long long)h.n);
     rc = KN_ENOMEM;
     goto out;
   }
-  if (fread(out->x, sizeof(float), nx, f) != nx || fread(out->y, sizeof(int32_t), ny, f) != ny) {
+  if (fread(out->x, sizeof(float), nx, f) != nx || fread(out->y, sizeof(int32_t), ny, f) != ny ||
+      (nt && fread(out->targets, sizeof(float), nt, f) != nt)) {
     snprintf(err, errlen, "%s: truncated: the header promises %lld examples", path, (long long)h.n);
     goto out;
   }
@@ -85,6 +91,7 @@ int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t e
   out->example_size = (size_t)h.example_size;
   out->n_classes = h.n_classes;
   out->value_range = h.value_range;
+  out->n_targets = (int)h.n_targets;
   rc = KN_OK;
 out:
   fclose(f);

@@ -1,7 +1,7 @@
-/* csv.c — CSV with a header row as a classification dataset: one label
- * column named by the caller (integers, or class names mapped in sorted
- * order), every other column a numeric feature. Every cell is checked, and
- * a bad one is named by file, line and column. */
+/* csv.c — CSV with a header row as a dataset: one label column named by
+ * the caller (integers, or class names mapped in sorted order; numbers are
+ * also kept as regression targets), every other column a numeric feature.
+ * Every cell is checked, and a bad one is named by file, line and column. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,14 +171,15 @@ int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *
   out->example_size = (size_t)n_feat;
   out->x = malloc((size_t)n * n_feat * sizeof *out->x);
   out->y = malloc((size_t)n * sizeof *out->y);
+  out->targets = malloc((size_t)n * sizeof *out->targets);
   labels = malloc((size_t)n * sizeof *labels);
-  if (!out->x || !out->y || !labels) {
+  if (!out->x || !out->y || !out->targets || !labels) {
     rc = KN_ENOMEM;
     snprintf(err, errlen, "%s: out of memory for %lld rows of %d features", path, (long long)n,
              n_feat);
     goto out;
   }
-  int numeric_labels = 1;
+  int numeric_labels = 1, real_labels = 1;
   for (int64_t r = 0; r < n; r++) {
     const long long line_no = r + 2;
     int got = split(lines[r + 1], cells, CSV_MAX_COLUMNS);
@@ -199,6 +200,10 @@ int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *
         errno = 0;
         long v = strtol(cells[c], &end, 10);
         if (!cells[c][0] || *end || errno || v < 0 || v > 1000000) numeric_labels = 0;
+        errno = 0;
+        float t = strtof(cells[c], &end);
+        if (!cells[c][0] || *end || errno == ERANGE || !(t - t == 0.0f)) real_labels = 0;
+        out->targets[r] = t;
         continue;
       }
       char *end = NULL;
@@ -240,6 +245,12 @@ int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *
   }
   out->n_classes = max_label + 1;
   out->value_range = 0.0f; /* unknown: normalize is min-max per feature */
+  if (real_labels) {
+    out->n_targets = 1;
+  } else {
+    free(out->targets);
+    out->targets = NULL;
+  }
   rc = KN_OK;
 out:
   free(lines);
@@ -264,7 +275,9 @@ int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dat
   out->n = count;
   out->x = malloc((size_t)count * src->example_size * sizeof *out->x);
   out->y = malloc((size_t)count * sizeof *out->y);
-  if (!out->x || !out->y) {
+  const size_t nt = src->targets ? (size_t)src->n_targets : 0;
+  out->targets = nt ? malloc((size_t)count * nt * sizeof *out->targets) : NULL;
+  if (!out->x || !out->y || (nt && !out->targets)) {
     kn_dataset_free(out);
     snprintf(err, errlen, "dataset: out of memory for %lld examples", (long long)count);
     return KN_ENOMEM;
@@ -272,6 +285,9 @@ int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dat
   memcpy(out->x, src->x + (size_t)start * src->example_size,
          (size_t)count * src->example_size * sizeof *out->x);
   memcpy(out->y, src->y + start, (size_t)count * sizeof *out->y);
+  if (nt)
+    memcpy(out->targets, src->targets + (size_t)start * nt,
+           (size_t)count * nt * sizeof *out->targets);
   return KN_OK;
 }
 
@@ -329,8 +345,10 @@ int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *par
   *out = *src;
   out->x = malloc((size_t)src->n * src->example_size * sizeof *out->x);
   out->y = malloc((size_t)src->n * sizeof *out->y);
+  const size_t nt = src->targets ? (size_t)src->n_targets : 0;
+  out->targets = nt ? malloc((size_t)src->n * nt * sizeof *out->targets) : NULL;
   int rc = KN_OK;
-  if (!out->x || !out->y) {
+  if (!out->x || !out->y || (nt && !out->targets)) {
     snprintf(err, errlen, "interleave: out of memory for %lld examples", (long long)src->n);
     kn_dataset_free(out);
     rc = KN_ENOMEM;
@@ -339,6 +357,9 @@ int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *par
       memcpy(out->x + (size_t)i * src->example_size, src->x + (size_t)order[i] * src->example_size,
              src->example_size * sizeof *out->x);
       out->y[i] = src->y[order[i]];
+      if (nt)
+        memcpy(out->targets + (size_t)i * nt, src->targets + (size_t)order[i] * nt,
+               nt * sizeof *out->targets);
     }
   }
   free(slot_part);

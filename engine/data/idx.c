@@ -166,7 +166,9 @@ void kn_dataset_free(kn_dataset *ds) {
   if (!ds) return;
   free(ds->x);
   free(ds->y);
+  free(ds->targets);
   ds->x = NULL;
   ds->y = NULL;
+  ds->targets = NULL;
   ds->n = 0;
 }

@@ -32,6 +32,7 @@ typedef struct slot {
   float *x;        /* (batch, example_size) */
   int32_t *y;      /* (batch) */
   float *y_onehot; /* (batch, n_classes) or NULL */
+  float *targets;  /* (batch, n_targets) or NULL */
   int64_t seq;     /* the batch in it, -1 = none */
   int rows;
 } slot;
@@ -45,7 +46,7 @@ typedef struct producer {
   kn_pipeline *p;
   pthread_t tid;
   int id;
-  float *scratch; /* (example_size) for random_crop */
+  float *scratch; /* (example_size) for random_crop and cast */
 } producer;
 
 struct kn_pipeline {
@@ -55,7 +56,8 @@ struct kn_pipeline {
   int64_t n;
   int64_t bpe;   /* batches per epoch */
   int64_t total; /* batches over all epochs; INT64_MAX = forever */
-  int ex, n_classes;
+  int ex, n_classes, n_targets;
+  uint16_t *stored;            /* (ds->n, ex) examples held as cfg.cast (f16 / bf16), or NULL */
   int height, width, channels; /* example layout for augmentation */
   float *scale, *shift;        /* (ex) normalize and standardize as one affine map */
   int64_t *shuffle_buf;        /* (shuffle_buffer) when smaller than n */
@@ -207,10 +209,18 @@ static void produce(const kn_pipeline *p, int64_t seq, const int64_t *order, slo
     const int64_t row = order[start + r];
     const float *restrict src = p->ds->x + (size_t)row * ex;
     float *restrict dst = s->x + (size_t)r * ex;
+    if (p->stored) {
+      /* Back to f32 for the maps and the model. */
+      kn_convert(p->cfg.cast, p->stored + (size_t)row * ex, KN_F32, scratch, (size_t)ex);
+      src = scratch;
+    }
     /* restrict: no aliasing, so this vectorizes. */
     for (int f = 0; f < ex; f++) dst[f] = src[f] * scale[f] + shift[f];
     if (p->cfg.augment) augment(p, dst, scratch, epoch, start + r);
     s->y[r] = p->ds->y[row];
+    if (s->targets)
+      memcpy(s->targets + (size_t)r * p->n_targets, p->ds->targets + (size_t)row * p->n_targets,
+             (size_t)p->n_targets * sizeof *s->targets);
     if (s->y_onehot) {
       float *hot = s->y_onehot + (size_t)r * p->n_classes;
       memset(hot, 0, (size_t)p->n_classes * sizeof *hot);
@@ -280,6 +290,7 @@ void kn_pipeline_free(kn_pipeline *p) {
     free(p->slots[i].x);
     free(p->slots[i].y);
     free(p->slots[i].y_onehot);
+    free(p->slots[i].targets);
   }
   for (int i = 0; p->orders && i < p->n_orders; i++) free(p->orders[i].idx);
   for (int i = 0; p->prods && i < p->n_prods; i++) free(p->prods[i].scratch);
@@ -290,6 +301,7 @@ void kn_pipeline_free(kn_pipeline *p) {
   free(p->scale);
   free(p->shift);
   free(p->shuffle_buf);
+  free(p->stored);
   pthread_cond_destroy(&p->ready_cond);
   pthread_cond_destroy(&p->space_cond);
   pthread_mutex_destroy(&p->ring_lock);
@@ -334,6 +346,21 @@ static int check_config(const kn_dataset *ds, const kn_pipeline_config *c, char 
   }
   if ((c->prefetch < 1 && c->prefetch != KN_AUTO) || c->prefetch > 1024) {
     snprintf(err, errlen, "pipeline: prefetch must be 1..1024 or auto, got %d", c->prefetch);
+    return KN_EINVAL;
+  }
+  if (c->cast != KN_F32 && c->cast != KN_F16 && c->cast != KN_BF16) {
+    snprintf(err, errlen, "pipeline: cast must be to f32, f16 or bf16, got %s",
+             kn_dtype_name(c->cast));
+    return KN_EINVAL;
+  }
+  if (c->one_hot && (c->one_hot_depth < 0 || c->one_hot_depth > (1 << 20))) {
+    snprintf(err, errlen, "pipeline: one_hot depth must be 0 (the classes) .. %d, got %d", 1 << 20,
+             c->one_hot_depth);
+    return KN_EINVAL;
+  }
+  if (c->one_hot && c->one_hot_depth > 0 && ds->n_classes > c->one_hot_depth) {
+    snprintf(err, errlen, "pipeline: one_hot depth %d is too small for labels up to %d",
+             c->one_hot_depth, ds->n_classes - 1);
     return KN_EINVAL;
   }
   if (c->augment && !(ds->ndim == 2 || ds->ndim == 3)) {
@@ -449,8 +476,11 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
   p->ds = ds;
   p->cfg = *cfg;
   p->ex = (int)ds->example_size;
-  p->n_classes = ds->n_classes > 0 ? ds->n_classes : 1;
+  p->n_classes = cfg->one_hot_depth > 0 ? cfg->one_hot_depth
+                 : ds->n_classes > 0    ? ds->n_classes
+                                        : 1;
   if (stats_from && p->n_classes < stats_from->n_classes) p->n_classes = stats_from->n_classes;
+  p->n_targets = ds->targets ? ds->n_targets : 0;
   p->height = ds->ndim >= 2 ? ds->shape[0] : 1;
   p->width = ds->ndim >= 2 ? ds->shape[1] : p->ex;
   p->channels = ds->ndim == 3 ? ds->shape[2] : 1;
@@ -497,6 +527,15 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     return rc;
   }
 
+  if (cfg->cast != KN_F32) {
+    /* The examples at the cast's precision: what the model sees is what
+     * f16 / bf16 storage keeps. */
+    const size_t count = (size_t)ds->n * (size_t)p->ex;
+    p->stored = malloc(count * sizeof *p->stored);
+    if (!p->stored) goto oom;
+    kn_convert(KN_F32, ds->x, cfg->cast, p->stored, count);
+  }
+
   /* Threads and ring. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 1) cpus = 1;
@@ -529,7 +568,9 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     s->x = malloc((size_t)cfg->batch_size * p->ex * sizeof *s->x);
     s->y = malloc((size_t)cfg->batch_size * sizeof *s->y);
     if (cfg->one_hot) s->y_onehot = malloc((size_t)cfg->batch_size * p->n_classes * sizeof(float));
-    if (!s->x || !s->y || (cfg->one_hot && !s->y_onehot)) goto oom;
+    if (p->n_targets)
+      s->targets = malloc((size_t)cfg->batch_size * p->n_targets * sizeof *s->targets);
+    if (!s->x || !s->y || (cfg->one_hot && !s->y_onehot) || (p->n_targets && !s->targets)) goto oom;
     /* First touch now, not in the first training steps. */
     memset(s->x, 0, (size_t)cfg->batch_size * p->ex * sizeof *s->x);
   }
@@ -576,6 +617,8 @@ int kn_pipeline_new_eval(const kn_pipeline *train, const kn_dataset *ds, kn_pipe
   kn_pipeline_config_default(&c);
   c.batch_size = train->cfg.batch_size;
   c.one_hot = train->cfg.one_hot;
+  c.one_hot_depth = train->n_classes;
+  c.cast = train->cfg.cast;
   c.num_parallel_calls = 0;
   return pipeline_create(ds, &c, train, out, err, errlen);
 }
@@ -650,6 +693,7 @@ int kn_pipeline_next(kn_pipeline *p, kn_batch *out) {
   out->x = s->x;
   out->y = s->y;
   out->y_onehot = s->y_onehot;
+  out->targets = s->targets;
   p->handed++;
   p->last_return = now_s();
   return 1;

@@ -154,8 +154,43 @@ static const struct CMUnitTest rules[] = {
     RULE("model_that_is_not_an_object_is_refused", "model", "[]", .field = "model",
          .description = "must be an object, got array"),
     RULE("missing_loss_is_refused", "loss", DELETE, .field = "loss", .description = "is required"),
-    RULE("unsupported_loss_is_refused", "loss", "\"mse\"", .field = "loss",
-         .description = "unsupported loss 'mse'; supported: sparse_categorical_crossentropy"),
+    RULE("unsupported_loss_is_refused", "loss", "\"hinge\"", .field = "loss",
+         .description = "unsupported loss 'hinge'; supported: sparse_categorical_crossentropy, "
+                        "categorical_crossentropy, binary_crossentropy"),
+    RULE("categorical_crossentropy_without_one_hot_labels_is_refused", "loss",
+         "\"categorical_crossentropy\"", .field = "pipeline.one_hot",
+         .description = "categorical_crossentropy reads one-hot labels; set one_hot to true"),
+    RULE("one_hot_with_the_sparse_loss_is_refused", "pipeline.one_hot", "true",
+         .field = "pipeline.one_hot",
+         .description = "sparse_categorical_crossentropy reads class ids, not one-hot rows"),
+    RULE("accuracy_with_a_regression_loss_is_refused_at_its_index", "loss", "\"mse\"",
+         "model.layers[2].units", "1", .field = "metrics[0]",
+         .description = "'accuracy' needs a classification loss, and 'mean_squared_error' is a "
+                        "regression loss; supported with it: mse, mae"),
+    RULE("mae_with_a_classification_loss_is_refused_at_its_index", "metrics",
+         "[\"accuracy\",\"mae\"]", .field = "metrics[1]",
+         .description = "'mae' needs a regression loss"),
+    RULE("regression_on_a_built_in_classification_set_is_refused", "loss", "\"mse\"", "metrics",
+         "[\"mae\"]", .field = "loss",
+         .description = "mean_squared_error needs numeric labels, and fashion-mnist's labels are "
+                        "classes"),
+    RULE("binary_crossentropy_with_one_unit_on_ten_classes_is_refused", "loss",
+         "\"binary_crossentropy\"", "model.layers[2].units", "1", .field = "model.layers[2]",
+         .description = "scores labels 0 and 1, but fashion-mnist has 10 classes"),
+    RULE("binary_crossentropy_with_ten_units_needs_one_hot", "loss", "\"binary_crossentropy\"",
+         .field = "pipeline.one_hot",
+         .description = "binary_crossentropy with 10 outputs reads "
+                        "one-hot labels"),
+    RULE("shard_index_at_num_shards_is_refused", "pipeline.shard", "{\"num_shards\":2,\"index\":2}",
+         .field = "pipeline.shard.index", .description = "must be below num_shards 2, got 2"),
+    RULE("shard_without_num_shards_is_refused", "pipeline.shard", "{\"index\":0}",
+         .field = "pipeline.shard.num_shards", .description = "is required"),
+    RULE("shard_with_an_unknown_field_is_refused", "pipeline.shard",
+         "{\"num_shards\":2,\"index\":0,\"count\":2}", .field = "pipeline.shard.count",
+         .description = "unknown field"),
+    RULE("cast_to_an_unsupported_type_is_refused", "pipeline.cast", "\"int8\"",
+         .field = "pipeline.cast",
+         .description = "unsupported cast 'int8'; supported: float32, float16, bfloat16"),
     RULE("unsupported_metric_is_refused_at_its_index", "metrics", "[\"accuracy\",\"f1\"]",
          .field = "metrics[1]", .description = "unsupported metric 'f1'"),
     RULE("metrics_that_is_not_an_array_is_refused", "metrics", "\"accuracy\"", .field = "metrics",
@@ -378,7 +413,9 @@ static const struct CMUnitTest rules[] = {
          .description = "dense expects a flat input (rank 1), got shape (28, 28, 1); add a "
                         "flatten layer before it"),
     RULE("last_layer_with_one_unit_is_refused", "model.layers[2].units", "1",
-         .field = "model.layers[2]", .description = "at least 2 units; got shape (1)"),
+         .field = "model.layers[2]",
+         .description = "sparse_categorical_crossentropy needs a score per class, at least 2 "
+                        "units; got 1"),
     RULE("model_ending_in_an_image_shape_is_refused", "model.layers", "[{\"type\":\"relu\"}]",
          .field = "model.layers[0]", .description = "got shape (28, 28, 1)"),
     RULE("input_shape_that_does_not_fit_the_dataset_is_refused", "model.input_shape", "[27,28,1]",
@@ -743,7 +780,8 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
             "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
             "\"pipeline\":{\"batch_size\":128,\"shuffle\":true,\"normalize\":true,"
             "\"standardize\":false,\"augment\":[],\"drop_remainder\":false,\"cache\":\"memory\","
-            "\"prefetch\":\"auto\",\"num_parallel_calls\":\"auto\"},"
+            "\"prefetch\":\"auto\",\"num_parallel_calls\":\"auto\",\"one_hot\":false,"
+            "\"cast\":\"float32\"},"
             "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"weight_decay\":0.0,"
             "\"beta_1\":0.9,\"beta_2\":0.999,\"epsilon\":1e-7},"
             "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
@@ -891,6 +929,77 @@ static void to_json_refuses_what_json_cannot_carry(void **state) {
   assert_null(api_spec_to_json(NULL));
 }
 
+static void regression_spec_reads_keras_names_and_aliases(void **state) {
+  (void)state;
+  /* A regression on an upload: one unit, mse as the loss, both metrics. */
+  char *text = edited("loss", "\"mse\"", "metrics", "[\"mae\",\"mean_squared_error\"]");
+  json_t *root = json_loads(text, 0, NULL);
+  free(text);
+  edit(root, "model.layers[2].units", "1");
+  edit(root, "dataset", "{\"name\":\"ds-0123456789abcdef\",\"validation_split\":0.2}");
+  text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  api_job_spec spec;
+  api_error err;
+  if (parse(text, &spec, &err) != 0)
+    fail_msg("%s: %s: %s", err.message, err.n_details ? err.details[0].field : "",
+             err.n_details ? err.details[0].description : "");
+  assert_string_equal(spec.loss, "mean_squared_error");
+  assert_int_equal(spec.loss_type, API_LOSS_MEAN_SQUARED_ERROR);
+  assert_int_equal(spec.metrics, API_METRIC_MSE | API_METRIC_MAE);
+  assert_int_equal(spec.metric_accuracy, 0);
+  assert_int_equal(spec.n_outputs, 1);
+  assert_true(api_loss_is_regression(spec.loss_type));
+  assert_round_trip(text);
+  free(text);
+  /* categorical_crossentropy with one-hot labels, cast and shard. */
+  text = edited("loss", "\"categorical_crossentropy\"", "pipeline",
+                "{\"one_hot\":true,\"cast\":\"bfloat16\",\"shard\":{\"num_shards\":3,"
+                "\"index\":2}}");
+  if (parse(text, &spec, &err) != 0)
+    fail_msg("%s: %s: %s", err.message, err.n_details ? err.details[0].field : "",
+             err.n_details ? err.details[0].description : "");
+  assert_int_equal(spec.loss_type, API_LOSS_CATEGORICAL_CROSSENTROPY);
+  assert_int_equal(spec.one_hot, 1);
+  assert_int_equal(spec.cast, API_CAST_BFLOAT16);
+  assert_int_equal(spec.num_shards, 3);
+  assert_int_equal(spec.shard_index, 2);
+  assert_int_equal(spec.metrics, API_METRIC_ACCURACY);
+  assert_false(api_loss_is_regression(spec.loss_type));
+  assert_round_trip(text);
+  free(text);
+  /* mae is mean_absolute_error; binary_crossentropy with one unit on an upload. */
+  text = edited("loss", "\"mae\"", "metrics", "[]");
+  root = json_loads(text, 0, NULL);
+  free(text);
+  edit(root, "model.layers[2].units", "1");
+  edit(root, "dataset.name", "\"ds-0123456789abcdef\"");
+  text = json_dumps(root, JSON_COMPACT);
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_string_equal(spec.loss, "mean_absolute_error");
+  assert_int_equal(spec.metrics, 0);
+  free(text);
+  /* One-hot rows are no regression target. */
+  edit(root, "pipeline.one_hot", "true");
+  text = json_dumps(root, JSON_COMPACT);
+  assert_int_equal(parse(text, &spec, &err), -1);
+  assert_int_equal(err.n_details, 1);
+  assert_string_equal(err.details[0].field, "pipeline.one_hot");
+  assert_non_null(strstr(err.details[0].description,
+                         "mean_absolute_error reads numeric labels, not one-hot rows"));
+  free(text);
+  edit(root, "pipeline.one_hot", "false");
+  edit(root, "loss", "\"binary_crossentropy\"");
+  edit(root, "metrics", "[\"accuracy\"]");
+  text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_int_equal(spec.loss_type, API_LOSS_BINARY_CROSSENTROPY);
+  assert_int_equal(spec.num_shards, 1);
+  assert_int_equal(spec.cast, API_CAST_FLOAT32);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(example_parses_with_its_fields_and_defaults),
@@ -912,6 +1021,7 @@ int main(void) {
       cmocka_unit_test(canonical_json_of_the_example_fills_every_default),
       cmocka_unit_test(canonical_json_parses_back_to_the_same_struct),
       cmocka_unit_test(every_pipeline_option_is_read_and_round_trips),
+      cmocka_unit_test(regression_spec_reads_keras_names_and_aliases),
       cmocka_unit_test(awkward_doubles_round_trip_exactly),
       cmocka_unit_test(named_and_activation_layers_round_trip),
       cmocka_unit_test(largest_seed_round_trips),

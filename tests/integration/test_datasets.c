@@ -534,6 +534,126 @@ static void images_job_interleaves_augments_and_caches_the_decoded_data(void **s
   json_decref(doc);
 }
 
+/* 240 rows of x1, x2 in [0, 1): price = 3 x1 - 2 x2 + 1 + noise in
+ * [-0.05, 0.05). */
+static void write_regression_csv(const char *path) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "x1,x2,price\n");
+  kn_rng rng;
+  kn_rng_seed(&rng, 21);
+  for (int i = 0; i < 240; i++) {
+    float a = kn_rng_uniform(&rng), b = kn_rng_uniform(&rng);
+    float noise = 0.1f * (kn_rng_uniform(&rng) - 0.5f);
+    fprintf(f, "%.4f,%.4f,%.4f\n", a, b, 3.0f * a - 2.0f * b + 1.0f + noise);
+  }
+  fclose(f);
+}
+
+static const char *first_detail_field(json_t *doc) {
+  return json_string_value(json_object_get(
+      json_array_get(json_object_get(json_object_get(doc, "error"), "details"), 0), "field"));
+}
+
+/* The points of one metric, in step order. */
+static size_t metric_values(const char *id, const char *name, double *values, size_t max) {
+  char route[200];
+  snprintf(route, sizeof route, "/v1/jobs/%s/metrics?name=%s", id, name);
+  json_t *doc;
+  assert_int_equal(http("GET", route, NULL, 0, 0, &doc), 200);
+  json_t *pts = json_object_get(doc, "metrics");
+  size_t n = json_array_size(pts) < max ? json_array_size(pts) : max;
+  for (size_t i = 0; i < n; i++)
+    values[i] = json_real_value(json_object_get(json_array_get(pts, i), "value"));
+  json_decref(doc);
+  return n;
+}
+
+static void regression_csv_job_stores_loss_and_mae_with_validation(void **state) {
+  (void)state;
+  char path[400];
+  snprintf(path, sizeof path, "%s/prices.csv", work);
+  write_regression_csv(path);
+  json_t *doc;
+  assert_int_equal(upload("format=csv&label_column=price", path, 0, &doc), 200);
+  char id[32], spec[1200], job[64];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  const char *fmt = "{\"model\":{\"input_shape\":[2],\"layers\":[{\"type\":\"dense\",\"units\":"
+                    "16,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":%d}]},"
+                    "\"loss\":\"%s\",\"metrics\":[\"%s\"],"
+                    "\"dataset\":{\"name\":\"%s\",\"validation_split\":0.25},"
+                    "\"pipeline\":{\"batch_size\":16,\"normalize\":false,\"cast\":\"float32\"},"
+                    "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.02},\"epochs\":40,"
+                    "\"log_every_steps\":5,\"seed\":4}";
+  /* Mismatches are refused at create, each at its field. */
+  snprintf(spec, sizeof spec, fmt, 3, "mse", "mae", id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 400);
+  assert_string_equal(first_detail_field(doc), "model.layers");
+  assert_non_null(strstr(error_message(doc), "the last layer needs 1 unit, got 3"));
+  json_decref(doc);
+  snprintf(spec, sizeof spec, fmt, 1, "mean_squared_error", "accuracy", id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 400);
+  assert_string_equal(first_detail_field(doc), "metrics[0]");
+  json_decref(doc);
+  snprintf(spec, sizeof spec, fmt, 1, "sparse_categorical_crossentropy", "accuracy", id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 400);
+  assert_string_equal(first_detail_field(doc), "model.layers[1]");
+  json_decref(doc);
+
+  snprintf(spec, sizeof spec, fmt, 1, "mse", "mae", id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 200);
+  snprintf(job, sizeof job, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  doc = wait_terminal(job);
+  if (strcmp(json_string_value(json_object_get(doc, "state")), "SUCCEEDED") != 0)
+    fail_msg("job failed: %s", json_string_value(json_object_get(doc, "message")));
+  json_t *latest = json_object_get(doc, "latest_metrics");
+  assert_null(json_object_get(latest, "val_accuracy"));
+  double val_mae = json_real_value(json_object_get(latest, "val_mae"));
+  double val_loss = json_real_value(json_object_get(latest, "val_loss"));
+  print_message("regression: val_loss %.4f val_mae %.4f\n", val_loss, val_mae);
+  json_decref(doc);
+  /* Predicting the mean would leave an mae near 0.9: the model learned. */
+  assert_true(val_mae > 0.0 && val_mae < 0.25);
+  assert_true(val_loss > 0.0 && val_loss < 0.1);
+  double values[512];
+  size_t n = metric_values(job, "loss", values, 512);
+  /* 180 training rows in batches of 16: 12 steps an epoch, 480 in all. */
+  assert_int_equal(n, 480 / 5);
+  size_t n_mae = metric_values(job, "mae", values + 256, 256);
+  assert_int_equal(n_mae, n);
+  assert_true(values[n - 1] < values[0]);
+  n = metric_values(job, "val_mae", values, 512);
+  assert_int_equal(n, 40);
+  assert_true(values[39] < 0.5 * values[0]);
+  assert_true(values[39] == val_mae);
+
+  /* Shard 0 of 3 trains on its third: 60 of the 180 rows, 4 steps an
+   * epoch where the whole set takes 12. */
+  snprintf(spec, sizeof spec,
+           "{\"model\":{\"input_shape\":[2],\"layers\":[{\"type\":\"dense\",\"units\":1}]},"
+           "\"loss\":\"mae\",\"dataset\":{\"name\":\"%s\",\"validation_split\":0.25},"
+           "\"pipeline\":{\"batch_size\":16,\"shard\":{\"num_shards\":3,\"index\":0}},"
+           "\"optimizer\":{\"type\":\"sgd\"},\"epochs\":2,\"seed\":4}",
+           id);
+  assert_int_equal(http("POST", "/v1/jobs", spec, strlen(spec), 0, &doc), 200);
+  snprintf(job, sizeof job, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  doc = wait_terminal(job);
+  if (strcmp(json_string_value(json_object_get(doc, "state")), "SUCCEEDED") != 0)
+    fail_msg("sharded job failed: %s", json_string_value(json_object_get(doc, "message")));
+  json_decref(doc);
+  char route[200];
+  snprintf(route, sizeof route, "/v1/jobs/%s/metrics?name=epoch_loss", job);
+  assert_int_equal(http("GET", route, NULL, 0, 0, &doc), 200);
+  json_t *pts = json_object_get(doc, "metrics");
+  assert_int_equal(json_array_size(pts), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 0), "step")), 4);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(pts, 1), "step")), 8);
+  json_decref(doc);
+}
+
 static void job_trains_on_an_upload_and_holds_it_until_done(void **state) {
   (void)state;
   /* A first job keeps the scheduler busy, so the second waits queued. */
@@ -623,6 +743,7 @@ int main(void) {
       cmocka_unit_test(archive_entry_outside_the_folder_is_refused),
       cmocka_unit_test(upload_over_the_cap_gets_413),
       cmocka_unit_test(images_job_interleaves_augments_and_caches_the_decoded_data),
+      cmocka_unit_test(regression_csv_job_stores_loss_and_mae_with_validation),
       cmocka_unit_test(job_trains_on_an_upload_and_holds_it_until_done),
   };
   return cmocka_run_group_tests(tests, start, stop);
