@@ -203,6 +203,14 @@ int store_checkpoint_add(store *s, const store_checkpoint *c);
 /* A job's checkpoints ordered by (attempt, step, id); *out NULL when *n is 0. */
 int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n);
 void store_checkpoint_list_free(store_checkpoint *list, int n);
+/* Retention: keeps the job's keep_last (>= 1) newest checkpoints (in the
+ * order they were recorded) and deletes the rest in one transaction. For
+ * each, remove_file(path, user) runs first and returns 0 when the file is
+ * gone (one already gone counts as gone) or non-zero to keep the row for a
+ * later pass. *n_deleted (may be NULL) counts the rows deleted. */
+int store_checkpoint_retain(store *s, const char *job_id, int keep_last,
+                            int (*remove_file)(const char *path, void *user), void *user,
+                            int *n_deleted);
 
 /* ---- uploaded data sets (datasets.c) ---- */
 
