@@ -108,6 +108,8 @@ typedef struct run {
   int64_t n_points, n_checkpoints;
   int64_t deadline_ms; /* monotonic; 0 = no max_runtime */
   int keep_last;       /* checkpoint retention; 0 = keep all */
+  int64_t next_preempt_check_ms, last_checkpoint_step;
+  int preempted_by; /* the priority that outranked this job */
 } run;
 
 /* Removes a checkpoint file and the training state beside it; a file that
@@ -167,6 +169,7 @@ static void handle_line(run *r, const char *line) {
     snprintf(c.job_id, sizeof c.job_id, "%s", r->job->id);
     c.attempt = r->job->attempt;
     c.step = p.step;
+    r->last_checkpoint_step = p.step;
     snprintf(c.path, sizeof c.path, "%s", p.path);
     c.bytes = p.bytes;
     memcpy(c.sha256, p.sha256, sizeof c.sha256);
@@ -234,7 +237,23 @@ static void finish(sched *s, const store_job *job, const char *to, const char *r
        "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, message);
 }
 
-enum { PUMP_ENDED = 0, PUMP_SHUTDOWN = 1, PUMP_CANCELLED = 2, PUMP_DEADLINE = 3 };
+enum {
+  PUMP_ENDED = 0,
+  PUMP_SHUTDOWN = 1,
+  PUMP_CANCELLED = 2,
+  PUMP_DEADLINE = 3,
+  PUMP_PREEMPTED = 4
+};
+
+#define PREEMPT_CHECK_MS 200
+
+/* A queued job that may start now outranks the running one. */
+static int outranked(run *r, int *by) {
+  int top = 0;
+  if (store_job_top_queued_priority(r->s->st, store_now_ms(), &top) != STORE_OK) return 0;
+  *by = top;
+  return top > r->job->priority;
+}
 
 /* Reads progress until the child closes the pipe; stops the child when the
  * scheduler is stopping or the job is cancelled. Returns PUMP_*: why we
@@ -262,6 +281,14 @@ static int pump(run *r, int fd, pid_t pid) {
       }
       kill(-pid, SIGTERM);
       kill_at = monotonic_ms() + STOP_GRACE_MS;
+    }
+    if (!stopped && r->s->cfg.preempt && monotonic_ms() >= r->next_preempt_check_ms) {
+      r->next_preempt_check_ms = monotonic_ms() + PREEMPT_CHECK_MS;
+      if (outranked(r, &r->preempted_by)) {
+        stopped = PUMP_PREEMPTED;
+        kill(-pid, SIGTERM);
+        kill_at = monotonic_ms() + STOP_GRACE_MS;
+      }
     }
     if (stopped && monotonic_ms() > kill_at) kill(-pid, SIGKILL);
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -477,6 +504,17 @@ static void run_job(sched *s, const store_job *job) {
   if (stopped == PUMP_SHUTDOWN) {
     finish(s, job, "QUEUED", "SERVER_SHUTDOWN",
            "kilnd stopped while the job ran; it runs again when kilnd starts");
+  } else if (stopped == PUMP_PREEMPTED) {
+    if (r->n_checkpoints > 0)
+      snprintf(msg, sizeof msg,
+               "a queued job of priority %d outranks this one (%d); checkpointed at step %lld",
+               r->preempted_by, job->priority, (long long)r->last_checkpoint_step);
+    else
+      snprintf(msg, sizeof msg,
+               "a queued job of priority %d outranks this one (%d); it wrote no checkpoint",
+               r->preempted_by, job->priority);
+    finish(s, job, "PREEMPTED", "PREEMPTED", msg);
+    finish(s, job, "QUEUED", "REQUEUED", "waits to resume from its newest checkpoint");
   } else if (stopped == PUMP_CANCELLED) {
     finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
   } else if (stopped == PUMP_DEADLINE) {

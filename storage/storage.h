@@ -101,6 +101,9 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
  * attempt and fills out (may be NULL). Safe across handles and processes:
  * a job is claimed once. STORE_EMPTY when no job is queued. */
 int store_job_claim_next(store *s, store_job *out);
+/* The highest priority among QUEUED jobs that may start at now_ms (their
+ * retry backoff has passed); STORE_EMPTY when there is none. */
+int store_job_top_queued_priority(store *s, int64_t now_ms, int *priority);
 /* Puts an unfinished job back in the queue to be claimed no earlier than
  * not_before_ms (a retry's backoff), with an event. STORE_CONFLICT when it
  * already ended, STORE_NOT_FOUND when absent. */
