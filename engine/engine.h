@@ -620,7 +620,11 @@ typedef struct kn_train_config {
 } kn_train_config;
 
 /* Trains model on train for cfg->epochs, evaluating on val (may be NULL)
- * after each epoch, and writes a final checkpoint when checkpoint_dir is set. */
+ * after each epoch. With checkpoint_dir set it writes
+ * "<prefix>-<step 8 digits>.safetensors" (weights) after
+ * "<prefix>-<step>.state" (training state) every checkpoint_every_steps
+ * steps, on a stop request and at the end. KN_ESTOPPED after a stop
+ * request, with the checkpoint written. */
 int kn_train(kn_model *model, const kn_dataset *train, const kn_dataset *val,
              const kn_train_config *cfg, kn_train_callback cb, void *user, char *err,
              size_t errlen);
