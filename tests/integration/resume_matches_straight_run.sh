@@ -2,7 +2,8 @@
 # kiln-train --resume end to end: a run on 640 Fashion-MNIST examples with a
 # checkpoint every 5 steps, then a second run resumed from the step-5
 # checkpoint must print the same loss for every later step, to the last
-# digit, and end with the same weights, byte for byte.
+# digit, and end with the same weights, byte for byte. Then SIGTERM to a
+# long run: it checkpoints the step it is on and exits with status 6.
 # Usage: resume_matches_straight_run.sh KILN_TRAIN
 set -eu
 trainer="$1"
@@ -35,3 +36,22 @@ fi
 # The final weights are the same bytes.
 cmp "$d/a/ckpt-00000020.safetensors" "$d/b/ckpt-00000020.safetensors"
 echo "steps 6..20 match after resuming from step 5"
+
+# SIGTERM: a long run checkpoints the step it is on and exits with 6.
+sed -e 's/"take": 640/"take": 6400/' -e 's/"epochs": 2/"epochs": 200/' "$d/spec.json" > "$d/long.json"
+"$trainer" --json --threads 1 --checkpoint-dir "$d/c" "$d/long.json" > "$d/c.out" 2> "$d/c.err" &
+pid=$!
+i=0
+while [ ! -e "$d/c/ckpt-00000005.safetensors" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+kill -TERM $pid
+status=0
+wait $pid || status=$?
+cat "$d/c.err"
+test $status -eq 6
+step=$(sed -n 's/.*stopped on request at step \([0-9]*\), checkpoint written.*/\1/p' "$d/c.err")
+test -n "$step" && test "$step" -gt 5 && test "$step" -lt 20000
+last=$(printf '%08d' "$step")
+ls "$d/c/ckpt-$last.safetensors" "$d/c/ckpt-$last.state"
+grep -q "\"checkpoint\":{\"step\":$step," "$d/c.out"
+grep -q '"reason":"STOPPED"' "$d/c.out"
+echo "SIGTERM at step $step: checkpointed, exit status 6"
