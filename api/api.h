@@ -221,6 +221,9 @@ typedef struct api_job_spec {
   /* service */
   int max_restarts;  /* retries after a trainer crash, 0..API_MAX_RESTARTS; default 0 */
   int max_runtime_s; /* seconds a run may take before it is stopped; 0 = no limit */
+  /* checkpoint: {"every_steps": N, "keep_last": K} */
+  int checkpoint_every_steps; /* 0 (default) = only the final checkpoint */
+  int checkpoint_keep_last;   /* newest K kept, older ones deleted; 0 (default) = keep all */
   /* resources */
   char device_type[8]; /* "cpu" */
   int devices;         /* default 1 */

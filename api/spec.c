@@ -1232,12 +1232,23 @@ static void parse_strategy(checker *c, json_t *obj) {
             clip(type, quoted, sizeof quoted));
 }
 
+/* When checkpoints are written and how many are kept: a resume (after a
+ * crash, a retry, a preemption or :resume) starts from the newest. */
+static void parse_checkpoint(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "checkpoint"};
+  static const char *const fields[] = {"every_steps", "keep_last", NULL};
+  refuse_unknown(&s, fields);
+  get_int(&s, "every_steps", OPTIONAL, 1, 1000000000, &spec->checkpoint_every_steps);
+  get_int(&s, "keep_last", OPTIONAL, 1, 1000000, &spec->checkpoint_keep_last);
+}
+
 static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   scope s = {c, root, ""};
-  static const char *const fields[] = {
-      "display_name", "model",           "loss", "metrics",  "dataset",   "pipeline",  "optimizer",
-      "epochs",       "log_every_steps", "seed", "priority", "resources", "precision", "strategy",
-      "max_restarts", "max_runtime",     NULL};
+  static const char *const fields[] = {"display_name",    "model",    "loss",         "metrics",
+                                       "dataset",         "pipeline", "optimizer",    "epochs",
+                                       "log_every_steps", "seed",     "priority",     "resources",
+                                       "precision",       "strategy", "max_restarts", "max_runtime",
+                                       "checkpoint",      NULL};
   refuse_unknown(&s, fields);
   char quoted[64];
 
@@ -1316,6 +1327,8 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   json_t *strategy = get_object(&s, "strategy", OPTIONAL);
   if (strategy) parse_strategy(c, strategy);
   check_loss(c, spec, loss_index >= 0, metric_at);
+  json_t *checkpoint = get_object(&s, "checkpoint", OPTIONAL);
+  if (checkpoint) parse_checkpoint(c, checkpoint, spec);
 }
 
 static void set_defaults(api_job_spec *spec) {
@@ -1680,6 +1693,14 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, root, "priority", json_integer(spec->priority));
   put(&b, root, "max_restarts", json_integer(spec->max_restarts));
   put(&b, root, "max_runtime", json_integer(spec->max_runtime_s));
+  if (spec->checkpoint_every_steps || spec->checkpoint_keep_last) {
+    json_t *checkpoint = json_object();
+    if (spec->checkpoint_every_steps)
+      put(&b, checkpoint, "every_steps", json_integer(spec->checkpoint_every_steps));
+    if (spec->checkpoint_keep_last)
+      put(&b, checkpoint, "keep_last", json_integer(spec->checkpoint_keep_last));
+    put(&b, root, "checkpoint", checkpoint);
+  }
 
   /* Fields with a single accepted value are written out all the same, so
    * the canonical form shows every setting a job ran with. */

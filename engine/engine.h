@@ -8,17 +8,19 @@
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 enum {
   KN_OK = 0,
-  KN_EINVAL = -1,  /* bad argument or shape */
-  KN_ENOMEM = -2,  /* allocation failed */
-  KN_EIO = -3,     /* file could not be read or written */
-  KN_EFORMAT = -4, /* file content is not what it claims to be */
-  KN_ESTATE = -5,  /* call out of order (e.g. run before compile) */
-  KN_ENUMERIC = -6 /* a loss or gradient became NaN or infinite */
+  KN_EINVAL = -1,   /* bad argument or shape */
+  KN_ENOMEM = -2,   /* allocation failed */
+  KN_EIO = -3,      /* file could not be read or written */
+  KN_EFORMAT = -4,  /* file content is not what it claims to be */
+  KN_ESTATE = -5,   /* call out of order (e.g. run before compile) */
+  KN_ENUMERIC = -6, /* a loss or gradient became NaN or infinite */
+  KN_ESTOPPED = -7  /* training stopped on request (kn_train_config.stop_request) */
 };
 const char *kn_strerror(int code);
 
@@ -265,6 +267,11 @@ void kn_optimizer_free(kn_optimizer *opt);
 /* One fused update over the flat buffers. */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);
+/* The optimizer's state for saving and restoring a run: its type, the
+ * length n of the flat moment arrays m and v (each (n), NULL where this
+ * optimizer keeps none) and the step count, all writable in place. */
+void kn_optimizer_moments(kn_optimizer *opt, kn_optimizer_type *type, size_t *n, float **m,
+                          float **v, int64_t **iterations);
 
 /* --------------------------------------------------------------- models -- */
 
@@ -532,6 +539,26 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
                         const char *const *values, kn_checkpoint_info *info, char *err,
                         size_t errlen);
 
+/* A checkpoint's string metadata, as kn_checkpoint_read found it. */
+#define KN_CHECKPOINT_MAX_META 16
+typedef struct kn_checkpoint_meta {
+  int n;
+  char keys[KN_CHECKPOINT_MAX_META][64];
+  char values[KN_CHECKPOINT_MAX_META][256];
+} kn_checkpoint_meta;
+/* The value of key, or NULL. */
+const char *kn_checkpoint_meta_get(const kn_checkpoint_meta *meta, const char *key);
+
+/* Loads a safetensors file into a compiled graph: every parameter and state
+ * tensor (batch norm moving statistics) by name, its shape checked against
+ * the graph's; F32, F16, BF16 and F64 data are converted to f32. A tensor
+ * missing from the file, one the graph lacks, a shape or dtype mismatch or
+ * a byte range outside the file is an error naming the file and tensor, and
+ * leaves the graph's values as they were. meta (may be NULL) gets the
+ * file's __metadata__. */
+int kn_checkpoint_read(kn_graph *g, const char *path, kn_checkpoint_meta *meta, char *err,
+                       size_t errlen);
+
 /* SHA-256 of a buffer, incremental. */
 typedef struct kn_sha256 {
   uint32_t state[8];
@@ -601,6 +628,20 @@ typedef struct kn_train_config {
    * goes on from that epoch and batch with exactly the batches the first
    * run would have seen next. */
   const kn_pipeline_state *resume;
+  /* A checkpoint written by a run of the same spec (weights, and the
+   * training-state file beside it: optimizer moments, step, epoch, dropout
+   * stream, pipeline position, the partial epoch's sums); NULL = start
+   * afresh. Training then goes on exactly as the first run would have:
+   * the same batches, losses and weights. Wins over resume. */
+  const char *resume_from;
+  /* A checkpoint every N optimizer steps (0 = only the final one). One
+   * that falls on the last step of an epoch is written after the epoch's
+   * validation, so a resume never repeats or loses an epoch's metrics. */
+  int checkpoint_every_steps;
+  /* Polled between steps (may be NULL): when it becomes non-zero, training
+   * writes a checkpoint (if checkpoint_dir is set) and returns KN_ESTOPPED.
+   * A signal handler may set it. */
+  const volatile sig_atomic_t *stop_request;
   /* Called once when an auto-tuned pipeline has chosen (may be NULL). */
   void (*on_tuned)(const kn_pipeline_stats *stats, void *user);
   /* KN_METRIC_* reported beside the loss; 0 = accuracy for classification
@@ -615,7 +656,11 @@ enum {
 };
 
 /* Trains model on train for cfg->epochs, evaluating on val (may be NULL)
- * after each epoch, and writes a final checkpoint when checkpoint_dir is set. */
+ * after each epoch. With checkpoint_dir set it writes
+ * "<prefix>-<step 8 digits>.safetensors" (weights) after
+ * "<prefix>-<step>.state" (training state) every checkpoint_every_steps
+ * steps, on a stop request and at the end. KN_ESTOPPED after a stop
+ * request, with the checkpoint written. */
 int kn_train(kn_model *model, const kn_dataset *train, const kn_dataset *val,
              const kn_train_config *cfg, kn_train_callback cb, void *user, char *err,
              size_t errlen);

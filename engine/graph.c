@@ -16,6 +16,7 @@ const char *kn_strerror(int code) {
   case KN_EFORMAT: return "bad file format";
   case KN_ESTATE: return "call out of order";
   case KN_ENUMERIC: return "non-finite value";
+  case KN_ESTOPPED: return "stopped on request";
   default: return "unknown error";
   }
 }

@@ -112,6 +112,15 @@ int64_t kn_optimizer_iterations(const kn_optimizer *opt) {
   return opt->iterations;
 }
 
+void kn_optimizer_moments(kn_optimizer *opt, kn_optimizer_type *type, size_t *n, float **m,
+                          float **v, int64_t **iterations) {
+  *type = opt->cfg.type;
+  *n = opt->n;
+  *m = opt->m;
+  *v = opt->v;
+  *iterations = &opt->iterations;
+}
+
 static void sgd_step(kn_optimizer *opt, float *restrict p, const float *restrict g) {
   const float lr = opt->cfg.learning_rate, mu = opt->cfg.momentum, wd = opt->cfg.weight_decay;
   const size_t n = opt->n;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "graph_internal.h"
+#include "train_state.h"
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -230,6 +231,57 @@ static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, t
   return KN_OK;
 }
 
+/* Writes the training state, then the weights beside it, and reports the
+ * checkpoint: the weights file appears last, so a checkpoint that can be
+ * seen can be resumed. */
+static int save_checkpoint(kn_model *m, const kn_train_config *cfg, kn_pipeline *pipe,
+                           kn_optimizer *opt, const kn_train_state *st_in, kn_train_callback cb,
+                           void *user, double t0, char *err, size_t errlen) {
+  char path[4096], state_path[4200], step_str[32], state_str[96];
+  snprintf(path, sizeof path, "%s/%s-%08lld.safetensors", cfg->checkpoint_dir,
+           cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)st_in->step);
+  kn_train_state st = *st_in;
+  /* Where the data stream stands, so a resume sees the batches that follow. */
+  kn_pipeline_save(pipe, &st.pipeline);
+  st.train_runs = m->graph->train_runs;
+  kn_train_state_path(path, state_path, sizeof state_path);
+  int rc = kn_train_state_write(state_path, &st, opt, err, errlen);
+  if (rc) return rc;
+  snprintf(step_str, sizeof step_str, "%lld", (long long)st.step);
+  kn_pipeline_state_format(&st.pipeline, state_str, sizeof state_str);
+  const char *slash = strrchr(state_path, '/');
+  const char *keys[] = {"format", "step", "pipeline_state", "train_state"};
+  const char *values[] = {"pt", step_str, state_str, slash ? slash + 1 : state_path};
+  kn_checkpoint_info info;
+  rc = kn_checkpoint_write(m->graph, path, 4, keys, values, &info, err, errlen);
+  if (!rc && cb) {
+    kn_train_event ev = {.kind = KN_EVENT_CHECKPOINT, .step = st.step, .path = path};
+    ev.checkpoint = &info;
+    ev.seconds = now_seconds() - t0;
+    cb(&ev, user);
+  }
+  return rc;
+}
+
+/* Loads a checkpoint's weights and its training state (into st and opt). */
+static int load_checkpoint(kn_model *m, const char *path, kn_optimizer *opt, kn_train_state *st,
+                           char *err, size_t errlen) {
+  char state_path[4200];
+  kn_train_state_path(path, state_path, sizeof state_path);
+  kn_checkpoint_meta meta;
+  int rc = kn_train_state_read(state_path, st, opt, err, errlen);
+  if (!rc) rc = kn_checkpoint_read(m->graph, path, &meta, err, errlen);
+  if (rc) return rc;
+  const char *step = kn_checkpoint_meta_get(&meta, "step");
+  if (!step || strtoll(step, NULL, 10) != st->step) {
+    snprintf(err, errlen, "resume: %s is at step %s but its training state %s at step %lld", path,
+             step ? step : "(none)", state_path, (long long)st->step);
+    return KN_EFORMAT;
+  }
+  m->graph->train_runs = st->train_runs;
+  return KN_OK;
+}
+
 int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
              const kn_train_config *cfg, kn_train_callback cb, void *user, char *err,
              size_t errlen) {
@@ -281,23 +333,50 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   const int64_t steps_per_epoch = kn_pipeline_batches_per_epoch(pipe);
   int tuning_reported = 0, first_epoch = 1;
   int64_t first_batch = 0, step = 0;
-  if (cfg->resume) {
-    rc = kn_pipeline_restore(pipe, cfg->resume, err, errlen);
+  kn_train_state saved = {0};
+  kn_pipeline_state resume_at;
+  const kn_pipeline_state *resume = cfg->resume;
+  if (cfg->resume_from) {
+    rc = load_checkpoint(m, cfg->resume_from, opt, &saved, err, errlen);
+    resume_at = saved.pipeline;
+    resume = &resume_at;
+  }
+  if (!rc && resume) {
+    rc = kn_pipeline_restore(pipe, resume, err, errlen);
     if (rc) {
       kn_pipeline_free(pipe);
       kn_pipeline_free(val_pipe);
       kn_optimizer_free(opt);
       return rc;
     }
-    first_epoch = (int)cfg->resume->epoch + 1;
-    first_batch = cfg->resume->batch;
-    step = cfg->resume->epoch * steps_per_epoch + first_batch;
+    first_epoch = (int)resume->epoch + 1;
+    first_batch = resume->batch;
+    step = resume->epoch * steps_per_epoch + first_batch;
+  } else if (rc) {
+    kn_pipeline_free(pipe);
+    kn_pipeline_free(val_pipe);
+    kn_optimizer_free(opt);
+    return rc;
   }
   const double t0 = now_seconds();
   int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
-  int stop = 0;
+  int stop = 0, stop_requested = 0;
+  int64_t last_checkpoint = -1;
+  const int every = cfg->checkpoint_dir ? cfg->checkpoint_every_steps : 0;
   for (int epoch = first_epoch; epoch <= cfg->epochs && !rc && !stop; epoch++) {
     tally epoch_t = {0}, interval_t = {0};
+    if (cfg->resume_from && epoch == first_epoch && first_batch > 0) {
+      epoch_t = (tally){.loss = saved.epoch_loss,
+                        .rows = saved.epoch_rows,
+                        .correct = saved.epoch_correct,
+                        .sq = saved.epoch_sq,
+                        .abs = saved.epoch_abs};
+      interval_t = (tally){.loss = saved.interval_loss,
+                           .rows = saved.interval_rows,
+                           .correct = saved.interval_correct,
+                           .sq = saved.interval_sq,
+                           .abs = saved.interval_abs};
+    }
     for (int64_t s = epoch == first_epoch ? first_batch : 0; s < steps_per_epoch && !rc && !stop;
          s++) {
       kn_batch b;
@@ -337,6 +416,25 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         stop = cb(&ev, user);
         memset(&interval_t, 0, sizeof interval_t);
       }
+      if (cfg->stop_request && *cfg->stop_request) stop_requested = 1;
+      /* A checkpoint on an epoch's last step waits for the epoch's end. */
+      if ((stop_requested || (every > 0 && step % every == 0)) && s + 1 < steps_per_epoch &&
+          cfg->checkpoint_dir) {
+        kn_train_state st = {.step = step,
+                             .epoch_loss = epoch_t.loss,
+                             .interval_loss = interval_t.loss,
+                             .epoch_rows = epoch_t.rows,
+                             .epoch_correct = epoch_t.correct,
+                             .interval_rows = interval_t.rows,
+                             .interval_correct = interval_t.correct,
+                             .epoch_sq = epoch_t.sq,
+                             .epoch_abs = epoch_t.abs,
+                             .interval_sq = interval_t.sq,
+                             .interval_abs = interval_t.abs};
+        rc = save_checkpoint(m, cfg, pipe, opt, &st, cb, user, t0, err, errlen);
+        last_checkpoint = step;
+      }
+      if (stop_requested && s + 1 < steps_per_epoch) stop = 1;
     }
     if (rc || stop) break;
     kn_train_event ev = {.kind = KN_EVENT_EPOCH, .epoch = epoch, .step = step};
@@ -349,27 +447,23 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     }
     ev.seconds = now_seconds() - t0;
     if (cb) stop = cb(&ev, user);
-  }
-  if (!rc && cfg->checkpoint_dir) {
-    char path[4096], step_str[32];
-    snprintf(path, sizeof path, "%s/%s-%08lld.safetensors", cfg->checkpoint_dir,
-             cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)step);
-    snprintf(step_str, sizeof step_str, "%lld", (long long)step);
-    /* Where the data stream stands, so a resume sees the batches that follow. */
-    kn_pipeline_state ps;
-    char state_str[96];
-    kn_pipeline_save(pipe, &ps);
-    kn_pipeline_state_format(&ps, state_str, sizeof state_str);
-    const char *keys[] = {"format", "step", "pipeline_state"};
-    const char *values[] = {"pt", step_str, state_str};
-    kn_checkpoint_info info;
-    rc = kn_checkpoint_write(m->graph, path, 3, keys, values, &info, err, errlen);
-    if (!rc && cb) {
-      kn_train_event ev = {.kind = KN_EVENT_CHECKPOINT, .step = step, .path = path};
-      ev.checkpoint = &info;
-      ev.seconds = now_seconds() - t0;
-      cb(&ev, user);
+    if (cfg->stop_request && *cfg->stop_request) stop_requested = stop = 1;
+    if ((stop_requested || (every > 0 && step % every == 0)) && epoch < cfg->epochs &&
+        cfg->checkpoint_dir) {
+      kn_train_state st = {.step = step};
+      rc = save_checkpoint(m, cfg, pipe, opt, &st, cb, user, t0, err, errlen);
+      last_checkpoint = step;
     }
+  }
+  /* A request that came after the last step stops nothing: the run is done. */
+  if (!rc && stop_requested && step < (int64_t)cfg->epochs * steps_per_epoch) {
+    snprintf(err, errlen, "train: stopped on request at step %lld%s", (long long)step,
+             last_checkpoint == step ? ", checkpoint written" : "");
+    rc = KN_ESTOPPED;
+  }
+  if (!rc && cfg->checkpoint_dir && last_checkpoint != step) {
+    kn_train_state st = {.step = step};
+    rc = save_checkpoint(m, cfg, pipe, opt, &st, cb, user, t0, err, errlen);
   }
   kn_pipeline_free(pipe);
   kn_pipeline_free(val_pipe);

@@ -31,6 +31,8 @@ extern char **environ;
 #define METRIC_BATCH         512
 #define STOP_GRACE_MS        5000
 #define RETRY_BACKOFF_MAX_MS 60000
+/* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
+#define TRAINER_EXIT_STOPPED 6
 
 struct sched {
   sched_config cfg;
@@ -105,7 +107,25 @@ typedef struct run {
   char error_message[512];
   int64_t n_points, n_checkpoints;
   int64_t deadline_ms; /* monotonic; 0 = no max_runtime */
+  int keep_last;       /* checkpoint retention; 0 = keep all */
+  int64_t next_preempt_check_ms, last_checkpoint_step;
+  int preempted_by; /* the priority that outranked this job */
 } run;
+
+/* Removes a checkpoint file and the training state beside it; a file that
+ * is already gone counts as removed. */
+static int remove_checkpoint_files(const char *path, void *user) {
+  (void)user;
+  char state[600];
+  size_t n = strlen(path);
+  static const char ext[] = ".safetensors";
+  if (n >= sizeof ext - 1 && strcmp(path + n - (sizeof ext - 1), ext) == 0) n -= sizeof ext - 1;
+  snprintf(state, sizeof state, "%.*s.state", (int)n, path);
+  int rc = 0;
+  if (unlink(path) != 0 && errno != ENOENT) rc = -1;
+  if (unlink(state) != 0 && errno != ENOENT) rc = -1;
+  return rc;
+}
 
 static void flush_metrics(run *r) {
   if (r->n_pending == 0) return;
@@ -149,6 +169,7 @@ static void handle_line(run *r, const char *line) {
     snprintf(c.job_id, sizeof c.job_id, "%s", r->job->id);
     c.attempt = r->job->attempt;
     c.step = p.step;
+    r->last_checkpoint_step = p.step;
     snprintf(c.path, sizeof c.path, "%s", p.path);
     c.bytes = p.bytes;
     memcpy(c.sha256, p.sha256, sizeof c.sha256);
@@ -159,6 +180,17 @@ static void handle_line(run *r, const char *line) {
            store_errmsg(r->s->st));
     }
     r->n_checkpoints++;
+    if (r->keep_last > 0) {
+      int removed = 0;
+      if (store_checkpoint_retain(r->s->st, r->job->id, r->keep_last, remove_checkpoint_files, NULL,
+                                  &removed) != STORE_OK) {
+        slog(r->s, SCHED_LOG_WARN, "msg=\"checkpoint retention failed\" job=%s error=\"%s\"",
+             r->job->id, store_errmsg(r->s->st));
+      } else if (removed > 0) {
+        slog(r->s, SCHED_LOG_INFO, "job=%s checkpoints_removed=%d keep_last=%d", r->job->id,
+             removed, r->keep_last);
+      }
+    }
     break;
   }
   case API_PROGRESS_ERROR:
@@ -205,7 +237,23 @@ static void finish(sched *s, const store_job *job, const char *to, const char *r
        "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, message);
 }
 
-enum { PUMP_ENDED = 0, PUMP_SHUTDOWN = 1, PUMP_CANCELLED = 2, PUMP_DEADLINE = 3 };
+enum {
+  PUMP_ENDED = 0,
+  PUMP_SHUTDOWN = 1,
+  PUMP_CANCELLED = 2,
+  PUMP_DEADLINE = 3,
+  PUMP_PREEMPTED = 4
+};
+
+#define PREEMPT_CHECK_MS 200
+
+/* A queued job that may start now outranks the running one. */
+static int outranked(run *r, int *by) {
+  int top = 0;
+  if (store_job_top_queued_priority(r->s->st, store_now_ms(), &top) != STORE_OK) return 0;
+  *by = top;
+  return top > r->job->priority;
+}
 
 /* Reads progress until the child closes the pipe; stops the child when the
  * scheduler is stopping or the job is cancelled. Returns PUMP_*: why we
@@ -233,6 +281,14 @@ static int pump(run *r, int fd, pid_t pid) {
       }
       kill(-pid, SIGTERM);
       kill_at = monotonic_ms() + STOP_GRACE_MS;
+    }
+    if (!stopped && r->s->cfg.preempt && monotonic_ms() >= r->next_preempt_check_ms) {
+      r->next_preempt_check_ms = monotonic_ms() + PREEMPT_CHECK_MS;
+      if (outranked(r, &r->preempted_by)) {
+        stopped = PUMP_PREEMPTED;
+        kill(-pid, SIGTERM);
+        kill_at = monotonic_ms() + STOP_GRACE_MS;
+      }
     }
     if (stopped && monotonic_ms() > kill_at) kill(-pid, SIGKILL);
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
@@ -268,13 +324,13 @@ static int pump(run *r, int fd, pid_t pid) {
 }
 
 typedef struct job_limits {
-  int devices, max_restarts, max_runtime_s;
+  int devices, max_restarts, max_runtime_s, keep_last;
 } job_limits;
 
 /* The service fields of the job's stored spec; a spec that does not parse
  * (it was valid when stored, so only a hand-made row) gets the defaults. */
 static job_limits limits_of(const store_job *job) {
-  job_limits l = {1, 0, 0};
+  job_limits l = {1, 0, 0, 0};
   api_job_spec *spec = malloc(sizeof *spec);
   api_error e;
   if (spec && job->spec_json &&
@@ -282,6 +338,7 @@ static job_limits limits_of(const store_job *job) {
     l.devices = spec->devices > 0 ? spec->devices : 1;
     l.max_restarts = spec->max_restarts;
     l.max_runtime_s = spec->max_runtime_s;
+    l.keep_last = spec->checkpoint_keep_last;
   }
   free(spec);
   return l;
@@ -308,6 +365,27 @@ static void fail_or_retry(sched *s, const store_job *job, const job_limits *l, c
     return;
   }
   slog(s, SCHED_LOG_WARN, "job=%s state=QUEUED reason=RETRYING msg=\"%s\"", job->id, msg);
+}
+
+/* The newest checkpoint of the job whose file is still there: a re-queued
+ * job (crash, retry, shutdown, :resume) goes on from it. 1 and its path
+ * and step, or 0 when there is none. */
+static int resume_point(sched *s, const store_job *job, char *path, size_t len, int64_t *step) {
+  store_checkpoint *list = NULL;
+  int n = 0, found = 0;
+  if (store_checkpoint_list(s->st, job->id, &list, &n) != STORE_OK) {
+    slog(s, SCHED_LOG_WARN, "msg=\"cannot list checkpoints; starting afresh\" job=%s error=\"%s\"",
+         job->id, store_errmsg(s->st));
+    return 0;
+  }
+  for (int i = n - 1; i >= 0 && !found; i--) {
+    if (access(list[i].path, R_OK) != 0) continue;
+    snprintf(path, len, "%s", list[i].path);
+    *step = list[i].step;
+    found = 1;
+  }
+  store_checkpoint_list_free(list, n);
+  return found;
 }
 
 static void run_job(sched *s, const store_job *job) {
@@ -358,6 +436,9 @@ static void run_job(sched *s, const store_job *job) {
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
+  char resume_path[600];
+  int64_t resume_step = 0;
+  int resuming = resume_point(s, job, resume_path, sizeof resume_path, &resume_step);
   char *argv[] = {(char *)s->cfg.trainer_path,
                   "--spec",
                   spec_path,
@@ -367,6 +448,8 @@ static void run_job(sched *s, const store_job *job) {
                   (char *)s->cfg.datasets_dir,
                   "--checkpoint-dir",
                   ckpt_dir,
+                  resuming ? "--resume" : NULL,
+                  resume_path,
                   NULL};
   pid_t pid;
   int spawn_rc = posix_spawn(&pid, s->cfg.trainer_path, &fa, &attr, argv, environ);
@@ -379,7 +462,11 @@ static void run_job(sched *s, const store_job *job) {
     finish(s, job, "FAILED", "TRAINER_NOT_STARTED", msg);
     return;
   }
-  snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d)", (int)pid, job->attempt);
+  if (resuming)
+    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d), resuming from step %lld",
+             (int)pid, job->attempt, (long long)resume_step);
+  else
+    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d)", (int)pid, job->attempt);
   if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK) {
     slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
          store_errmsg(s->st));
@@ -399,6 +486,7 @@ static void run_job(sched *s, const store_job *job) {
     r->s = s;
     r->job = job;
     r->last_flush_ms = monotonic_ms();
+    r->keep_last = limits.keep_last;
     if (limits.max_runtime_s > 0)
       r->deadline_ms = monotonic_ms() + (int64_t)limits.max_runtime_s * 1000;
     stopped = pump(r, fds[0], pid);
@@ -416,6 +504,17 @@ static void run_job(sched *s, const store_job *job) {
   if (stopped == PUMP_SHUTDOWN) {
     finish(s, job, "QUEUED", "SERVER_SHUTDOWN",
            "kilnd stopped while the job ran; it runs again when kilnd starts");
+  } else if (stopped == PUMP_PREEMPTED) {
+    if (r->n_checkpoints > 0)
+      snprintf(msg, sizeof msg,
+               "a queued job of priority %d outranks this one (%d); checkpointed at step %lld",
+               r->preempted_by, job->priority, (long long)r->last_checkpoint_step);
+    else
+      snprintf(msg, sizeof msg,
+               "a queued job of priority %d outranks this one (%d); it wrote no checkpoint",
+               r->preempted_by, job->priority);
+    finish(s, job, "PREEMPTED", "PREEMPTED", msg);
+    finish(s, job, "QUEUED", "REQUEUED", "waits to resume from its newest checkpoint");
   } else if (stopped == PUMP_CANCELLED) {
     finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
   } else if (stopped == PUMP_DEADLINE) {
@@ -428,6 +527,11 @@ static void run_job(sched *s, const store_job *job) {
     snprintf(msg, sizeof msg, "trained: %lld metric points, %lld checkpoint(s)",
              (long long)r->n_points, (long long)r->n_checkpoints);
     finish(s, job, "SUCCEEDED", "COMPLETED", msg);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_STOPPED) {
+    /* SIGTERM from outside kilnd: kiln-train checkpointed and stopped, so
+     * a retry loses nothing. */
+    snprintf(msg, sizeof msg, "kiln-train was stopped by SIGTERM: %.700s", r->error_message);
+    fail_or_retry(s, job, &limits, "TRAINER_STOPPED", msg);
   } else if (r->error_reason[0]) {
     finish(s, job, "FAILED", r->error_reason, r->error_message);
   } else if (WIFSIGNALED(status)) {

@@ -26,7 +26,11 @@ typedef struct sched_config {
   const char *datasets_dir; /* passed to kiln-train */
   int flush_interval_ms;    /* metric lines are written at most this late (default 250) */
   int poll_interval_ms;     /* how often the queue is looked at without a wake (default 1000) */
-  sched_log_fn log;         /* may be NULL */
+  /* Preemption: a queued job of higher priority than the running one stops
+   * it (SIGTERM, so kiln-train checkpoints first); the stopped job goes
+   * PREEMPTED, then back to QUEUED, and resumes from that checkpoint. */
+  int preempt;
+  sched_log_fn log; /* may be NULL */
   void *log_user;
 } sched_config;
 

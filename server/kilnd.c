@@ -60,6 +60,8 @@ static void usage(FILE *to) {
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
           "  --max-upload-bytes N   largest data set upload accepted (default 1 GiB)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
+          "  --preempt              a queued job of higher priority stops the running one\n"
+          "                         (it checkpoints, goes PREEMPTED, then QUEUED and resumes)\n"
           "  --insecure-no-auth     accept requests without a token, as the default\n"
           "                         tenant's admin (development only; loopback only)\n"
           "  -h, --help             this help\n\n"
@@ -205,6 +207,7 @@ int main(int argc, char **argv) {
                                           {"max-upload-bytes", required_argument, NULL, 'u'},
                                           {"port-file", required_argument, NULL, 'p'},
                                           {"insecure-no-auth", no_argument, NULL, 'i'},
+                                          {"preempt", no_argument, NULL, 'P'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
@@ -212,7 +215,7 @@ int main(int argc, char **argv) {
   char trainer[PATH_MAX] = "";
   long max_body = DEFAULT_MAX_BODY;
   long long max_upload = 1LL << 30;
-  int opt, no_auth = 0;
+  int opt, no_auth = 0, preempt = 0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
     switch (opt) {
@@ -222,6 +225,7 @@ int main(int argc, char **argv) {
     case 't': snprintf(trainer, sizeof trainer, "%s", optarg); break;
     case 'p': port_file = optarg; break;
     case 'i': no_auth = 1; break;
+    case 'P': preempt = 1; break;
     case 'b':
       max_body = strtol(optarg, &end, 10);
       if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
@@ -313,6 +317,7 @@ int main(int argc, char **argv) {
                      .jobs_dir = jobs_dir,
                      .trainer_path = trainer,
                      .datasets_dir = datasets_dir,
+                     .preempt = preempt,
                      .log = sched_log};
   sched *scheduler = NULL;
   if (sched_start(&sc, &scheduler, err, sizeof err) != 0) {

@@ -18,6 +18,8 @@ static const http_route routes[] = {
     {"GET", "/v1/jobs/{job}", http_get_job, 0, "Get a job with its latest metrics."},
     {"DELETE", "/v1/jobs/{job}", http_delete_job, 0, "Delete a finished job and its records."},
     {"POST", "/v1/jobs/{job}:cancel", http_cancel_job, 0, "Cancel a queued or running job."},
+    {"POST", "/v1/jobs/{job}:resume", http_resume_job, 0,
+     "Queue a cancelled or failed job again; it continues from its newest checkpoint."},
     {"POST", "/v1/jobs/{job}:wait", http_wait_job, 0,
      "Block until the job ends or timeout (e.g. 60s) passes."},
     {"GET", "/v1/jobs/{job}:explain", http_explain_job, 0, "Why a job waits, or where it is."},

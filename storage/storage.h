@@ -101,6 +101,9 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
  * attempt and fills out (may be NULL). Safe across handles and processes:
  * a job is claimed once. STORE_EMPTY when no job is queued. */
 int store_job_claim_next(store *s, store_job *out);
+/* The highest priority among QUEUED jobs that may start at now_ms (their
+ * retry backoff has passed); STORE_EMPTY when there is none. */
+int store_job_top_queued_priority(store *s, int64_t now_ms, int *priority);
 /* Puts an unfinished job back in the queue to be claimed no earlier than
  * not_before_ms (a retry's backoff), with an event. STORE_CONFLICT when it
  * already ended, STORE_NOT_FOUND when absent. */
@@ -203,6 +206,14 @@ int store_checkpoint_add(store *s, const store_checkpoint *c);
 /* A job's checkpoints ordered by (attempt, step, id); *out NULL when *n is 0. */
 int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n);
 void store_checkpoint_list_free(store_checkpoint *list, int n);
+/* Retention: keeps the job's keep_last (>= 1) newest checkpoints (in the
+ * order they were recorded) and deletes the rest in one transaction. For
+ * each, remove_file(path, user) runs first and returns 0 when the file is
+ * gone (one already gone counts as gone) or non-zero to keep the row for a
+ * later pass. *n_deleted (may be NULL) counts the rows deleted. */
+int store_checkpoint_retain(store *s, const char *job_id, int keep_last,
+                            int (*remove_file)(const char *path, void *user), void *user,
+                            int *n_deleted);
 
 /* ---- uploaded data sets (datasets.c) ---- */
 

@@ -1,11 +1,13 @@
 /* kiln_train.c — main() of kiln-train: trains ONE job from a job spec. kilnd
  * runs it with --progress-fd to read JSON progress lines; run alone it
  * prints progress for a person. Exit status: 0 trained, 2 usage, 3 invalid
- * spec, 4 data error, 5 numeric error (NaN/inf loss), 1 anything else. */
+ * spec, 4 data error, 5 numeric error (NaN/inf loss), 6 stopped by SIGTERM
+ * after writing a checkpoint, 1 anything else. */
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,17 @@
 #include "engine.h"
 #include "worker.h"
 
-enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5 };
+enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5, EXIT_STOPPED = 6 };
+
+/* Set by SIGTERM (cancel, preemption, kilnd stopping): the training loop
+ * checkpoints after the step in flight and returns, so no finished step is
+ * thrown away; kilnd kills whatever is left after its grace period. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigterm(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
 
 typedef struct reporter {
   int progress_fd; /* JSON lines here; -1 = human text on stdout */
@@ -234,13 +246,16 @@ static void usage(FILE *to) {
               "  --uploads-dir DIR     where uploaded data sets live, one folder per id (default\n"
               "                        $KILN_UPLOADS_DIR, or ./datasets)\n"
               "  --checkpoint-dir DIR  where checkpoints are written (default: current directory)\n"
+              "  --resume CHECKPOINT   continue the run that wrote CHECKPOINT (a .safetensors\n"
+              "                        file with its .state file beside it) where it stopped\n"
               "  --check-dataset DIR   check an uploaded data set folder, print a JSON summary\n"
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
               "  --threads N           compute threads (default: the spec's resources.devices)\n"
               "  -h, --help            this help\n\n"
               "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
-              "5 numeric error (loss became NaN or infinite)\n");
+              "5 numeric error (loss became NaN or infinite), 6 stopped by SIGTERM (a\n"
+              "checkpoint of the last finished step was written first)\n");
 }
 
 int main(int argc, char **argv) {
@@ -252,10 +267,11 @@ int main(int argc, char **argv) {
                                           {"progress-fd", required_argument, NULL, 'p'},
                                           {"json", no_argument, NULL, 'j'},
                                           {"threads", required_argument, NULL, 't'},
+                                          {"resume", required_argument, NULL, 'r'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
-  const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL;
+  const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL, *resume = NULL;
   reporter rep = {.progress_fd = -1};
   int threads = 0, opt;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -266,6 +282,7 @@ int main(int argc, char **argv) {
     case 'c': ckpt_dir = optarg; break;
     case 'u': uploads_dir = optarg; break;
     case 'k': check_dir = optarg; break;
+    case 'r': resume = optarg; break;
     case 'j': rep.progress_fd = STDOUT_FILENO; break;
     case 'p':
       rep.progress_fd = (int)strtol(optarg, &end, 10);
@@ -300,6 +317,12 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (!data_dir || !*data_dir) data_dir = KILN_DEFAULT_DATASETS_DIR;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
 
   char err[1024] = "";
   size_t len = 0;
@@ -393,6 +416,9 @@ int main(int argc, char **argv) {
                         .checkpoint_dir = ckpt_dir,
                         .checkpoint_prefix = "ckpt",
                         .pipeline = &pc,
+                        .resume_from = resume,
+                        .checkpoint_every_steps = spec.checkpoint_every_steps,
+                        .stop_request = &stop_requested,
                         .on_tuned = on_tuned,
                         .metrics = (spec.metrics & API_METRIC_ACCURACY ? KN_METRIC_ACCURACY : 0u) |
                                    (spec.metrics & API_METRIC_MSE ? KN_METRIC_MSE : 0u) |
@@ -423,8 +449,18 @@ int main(int argc, char **argv) {
            spec.display_name, spec.dataset, (long long)n_train, spec.epochs,
            (long long)rep.steps_per_epoch);
   report_status(&rep, "training", msg);
+  if (resume) {
+    snprintf(msg, sizeof msg, "resuming from %s", resume);
+    report_status(&rep, "resuming", msg);
+  }
+  if (stop_requested) { /* nothing trained yet, so nothing to save */
+    status = fail(&rep, EXIT_STOPPED, "STOPPED", "stopped by SIGTERM before the first step");
+    goto out;
+  }
   rc = kn_train(&model, &train, use_val ? &test : NULL, &tc, on_event, &rep, err, sizeof err);
-  if (rc == KN_ENUMERIC) {
+  if (rc == KN_ESTOPPED) {
+    status = fail(&rep, EXIT_STOPPED, "STOPPED", err);
+  } else if (rc == KN_ENUMERIC) {
     status = fail(&rep, EXIT_NUMERIC, "NUMERIC_ERROR", err);
   } else if (rc == KN_EIO) {
     status = fail(&rep, 1, "IO_ERROR", err);

@@ -192,9 +192,10 @@ static void final_checkpoint_is_safetensors_with_every_weight(void **state) {
   assert_non_null(strstr(header, "\"out.kernel\":{\"dtype\":\"F32\",\"shape\":[16,3]"));
   assert_non_null(strstr(header, "\"out.bias\":{\"dtype\":\"F32\",\"shape\":[3]"));
   /* The data stream's position rides along: after one epoch, epoch 1 batch 0. */
-  char meta[200];
+  char meta[300];
   snprintf(meta, sizeof meta,
-           "\"__metadata__\":{\"format\":\"pt\",\"step\":\"4\",\"pipeline_state\":\"1:0:%llu\"}",
+           "\"__metadata__\":{\"format\":\"pt\",\"step\":\"4\",\"pipeline_state\":\"1:0:%llu\","
+           "\"train_state\":\"ckpt-00000004.state\"}",
            (unsigned long long)(5 ^ 0x5eedda7aULL));
   assert_non_null(strstr(header, meta));
   size_t data_bytes = kn_param_count(m.graph) * sizeof(float);

@@ -29,18 +29,37 @@ static pid_t kilnd_pid;
 static char admin_token[128], acme_token[128], beta_token[128], pager_token[128];
 static char *small_spec; /* the example with display_name "NAME" to fill in */
 
+#define SHA_ZEROS "0000000000000000000000000000000000000000000000000000000000000000"
+
 /* The stand-in trainer: "sleeper*" jobs run until signalled, "emitter*"
- * jobs report 30 loss points over about 1.5 s ("emitter-slow" 4.5 s), every
- * other job reports one point and succeeds. */
+ * jobs report 30 loss points over about 1.5 s ("emitter-slow" 4.5 s, with a
+ * checkpoint every 5 steps whose file holds its step, and one more at the
+ * current step on SIGTERM, as kiln-train does; given --resume FILE it goes
+ * on from the step after the one in FILE), every other job reports one
+ * point and succeeds. */
 static const char trainer_script[] =
     "#!/bin/sh\n"
-    "spec=\"$2\"\n"
+    "spec=\"$2\"; resume=''; ckdir=''; prev=''\n"
+    "for a in \"$@\"; do\n"
+    "  [ \"$prev\" = --resume ] && resume=\"$a\"\n"
+    "  [ \"$prev\" = --checkpoint-dir ] && ckdir=\"$a\"\n"
+    "  prev=\"$a\"\n"
+    "done\n"
     "if grep -q '\"display_name\":\"sleeper' \"$spec\"; then exec sleep 600; fi\n"
     "if grep -q '\"display_name\":\"emitter' \"$spec\"; then\n"
+    "  stop=''; trap 'stop=1' TERM\n"
     "  i=1\n"
+    "  if [ -n \"$resume\" ]; then i=$(( $(cat \"$resume\") + 1 )); fi\n"
     "  while [ $i -le 30 ]; do\n"
     "    if grep -q 'emitter-slow' \"$spec\"; then sleep 0.1; fi\n"
     "    echo \"{\\\"step\\\":$i,\\\"epoch\\\":1,\\\"metrics\\\":{\\\"loss\\\":$i}}\" >&3\n"
+    "    halt=\"$stop\"\n"
+    "    if grep -q 'emitter-slow' \"$spec\" && [ $((i % 5)) -eq 0 -o -n \"$halt\" ]; then\n"
+    "      f=\"$ckdir/ckpt-$i.safetensors\"; echo $i > \"$f\"\n"
+    "      echo \"{\\\"checkpoint\\\":{\\\"step\\\":$i,\\\"path\\\":\\\"$f\\\",\\\"bytes\\\":3,"
+    "\\\"sha256\\\":\\\"" SHA_ZEROS "\\\"}}\" >&3\n"
+    "    fi\n"
+    "    if [ -n \"$halt\" ]; then exit 6; fi\n"
     "    i=$((i+1)); sleep 0.05\n"
     "  done\n"
     "  exit 0\n"
@@ -591,6 +610,7 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/jobs/{job}",
       "DELETE /v1/jobs/{job}",
       "POST /v1/jobs/{job}:cancel",
+      "POST /v1/jobs/{job}:resume",
       "POST /v1/jobs/{job}:wait",
       "GET /v1/jobs/{job}:explain",
       "GET /v1/jobs/{job}/metrics",
@@ -866,6 +886,8 @@ static void bad_inputs_get_the_right_4xx_and_change_nothing(void **state) {
        400, "INVALID_ARGUMENT", "Last-Event-ID"},
       {"cancel a finished job", "POST", "/v1/jobs/{job}:cancel", NULL, NULL, NULL, 409,
        "FAILED_PRECONDITION", "state"},
+      {"resume a succeeded job", "POST", "/v1/jobs/{job}:resume", NULL, NULL, NULL, 409,
+       "FAILED_PRECONDITION", "state"},
   };
   size_t n_cases = sizeof cases / sizeof cases[0];
   assert_true(n_cases >= 40);
@@ -942,21 +964,80 @@ static int64_t db_int(const char *sql, const char *bind) {
   return v;
 }
 
-static void sigkill_of_kilnd_requeues_the_running_job_and_it_succeeds(void **state) {
+/* :resume of a cancelled job: cancel checkpoints the step in flight, and
+ * the resumed attempt continues from the step after it. */
+static void cancelled_job_resumes_from_the_checkpoint_its_stop_wrote(void **state) {
+  (void)state;
+  char id[64], path[160];
+  create(acme_token, "emitter-slow-resume", 50, id);
+  wait_state(acme_token, id, "RUNNING");
+  for (int i = 0; i < 200; i++) {
+    if (db_int("SELECT count(*) FROM metrics WHERE job_id = ?1", id) >= 7) break;
+    usleep(50 * 1000);
+  }
+  json_t *doc;
+  snprintf(path, sizeof path, "/v1/jobs/%s:resume", id);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 409); /* still running */
+  assert_error(doc, 409, "FAILED_PRECONDITION", "state");
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", id);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 200);
+  json_decref(doc);
+  doc = wait_job(acme_token, id);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "CANCELLED");
+  json_decref(doc);
+  int64_t last = db_int("SELECT max(step) FROM metrics WHERE job_id = ?1 AND attempt = 1", id);
+  int64_t ckpt = db_int("SELECT max(step) FROM checkpoints WHERE job_id = ?1", id);
+  assert_true(last >= 7 && last < 30);
+  assert_int_equal(ckpt, last); /* the stop's own checkpoint: no step is lost */
+
+  snprintf(path, sizeof path, "/v1/jobs/%s:resume", id);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 200);
+  /* Queued again; the scheduler may have claimed it by the time we read it. */
+  const char *now = json_string_value(json_object_get(doc, "state"));
+  assert_true(!strcmp(now, "QUEUED") || !strcmp(now, "STARTING") || !strcmp(now, "RUNNING"));
+  json_decref(doc);
+  doc = wait_job(acme_token, id);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "SUCCEEDED");
+  assert_int_equal(json_integer_value(json_object_get(doc, "attempt")), 2);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  char *text = json_dumps(doc, 0), want[96];
+  assert_non_null(strstr(text, "RESUME_REQUESTED"));
+  snprintf(want, sizeof want, "resuming from step %lld", (long long)ckpt);
+  assert_non_null(strstr(text, want));
+  free(text);
+  json_decref(doc);
+  assert_int_equal(db_int("SELECT min(step) FROM metrics WHERE job_id = ?1 AND attempt = 2", id),
+                   ckpt + 1);
+  assert_int_equal(db_int("SELECT count(DISTINCT step) FROM metrics WHERE job_id = ?1", id), 30);
+  assert_int_equal(db_int("SELECT count(*) FROM (SELECT 1 FROM metrics WHERE job_id = ?1 GROUP BY"
+                          " attempt, step, name HAVING count(*) > 1)",
+                          id),
+                   0);
+}
+
+static void sigkill_of_kilnd_requeues_the_running_job_and_it_resumes(void **state) {
   (void)state;
   char id[64];
   create(acme_token, "emitter-slow", 50, id);
   wait_state(acme_token, id, "RUNNING");
-  /* Let some points reach the store, then crash the server under the job. */
-  for (int i = 0; i < 100; i++) {
-    if (db_int("SELECT count(*) FROM metrics WHERE job_id = ?1", id) >= 5) break;
+  /* Let a checkpoint and some points after it reach the store, then crash
+   * the server under the job. */
+  for (int i = 0; i < 200; i++) {
+    if (db_int("SELECT count(*) FROM checkpoints WHERE job_id = ?1", id) >= 1 &&
+        db_int("SELECT count(*) FROM metrics WHERE job_id = ?1", id) >= 7)
+      break;
     usleep(50 * 1000);
   }
   kill(kilnd_pid, SIGKILL);
   waitpid(kilnd_pid, NULL, 0);
   kilnd_pid = 0;
   int64_t before = db_int("SELECT count(*) FROM metrics WHERE job_id = ?1 AND attempt = 1", id);
+  int64_t ckpt = db_int("SELECT max(step) FROM checkpoints WHERE job_id = ?1", id);
   assert_true(before >= 5 && before < 30);
+  assert_true(ckpt >= 5 && ckpt % 5 == 0 && ckpt <= before);
   assert_int_equal(launch_kilnd(), 0);
   json_t *doc = wait_job(acme_token, id);
   assert_string_equal(json_string_value(json_object_get(doc, "state")), "SUCCEEDED");
@@ -967,10 +1048,14 @@ static void sigkill_of_kilnd_requeues_the_running_job_and_it_succeeds(void **sta
   assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
   char *text = json_dumps(doc, 0);
   assert_non_null(strstr(text, "SERVER_RESTARTED"));
+  char resumed[64];
+  snprintf(resumed, sizeof resumed, "attempt 2), resuming from step %lld", (long long)ckpt);
+  assert_non_null(strstr(text, resumed));
   free(text);
   json_decref(doc);
   /* Nothing duplicated; attempt 1 kept every point it flushed (steps 1..k,
-   * no gaps), attempt 2 all 30. */
+   * no gaps); attempt 2 starts right after the checkpoint and runs to 30,
+   * so every step is in the store and none before the checkpoint twice. */
   assert_int_equal(db_int("SELECT count(*) FROM (SELECT 1 FROM metrics GROUP BY job_id, attempt,"
                           " step, name HAVING count(*) > 1)",
                           NULL),
@@ -980,8 +1065,12 @@ static void sigkill_of_kilnd_requeues_the_running_job_and_it_succeeds(void **sta
   assert_int_equal(
       db_int("SELECT max(step) - min(step) + 1 FROM metrics WHERE job_id = ?1 AND attempt = 1", id),
       before);
+  assert_int_equal(db_int("SELECT min(step) FROM metrics WHERE job_id = ?1 AND attempt = 2", id),
+                   ckpt + 1);
   assert_int_equal(
-      db_int("SELECT count(DISTINCT step) FROM metrics WHERE job_id = ?1 AND attempt = 2", id), 30);
+      db_int("SELECT count(DISTINCT step) FROM metrics WHERE job_id = ?1 AND attempt = 2", id),
+      30 - ckpt);
+  assert_int_equal(db_int("SELECT count(DISTINCT step) FROM metrics WHERE job_id = ?1", id), 30);
 }
 
 int main(void) {
@@ -995,7 +1084,8 @@ int main(void) {
       cmocka_unit_test(openapi_and_router_agree),
       cmocka_unit_test(metrics_and_readyz_report_the_service),
       cmocka_unit_test(bad_inputs_get_the_right_4xx_and_change_nothing),
-      cmocka_unit_test(sigkill_of_kilnd_requeues_the_running_job_and_it_succeeds),
+      cmocka_unit_test(cancelled_job_resumes_from_the_checkpoint_its_stop_wrote),
+      cmocka_unit_test(sigkill_of_kilnd_requeues_the_running_job_and_it_resumes),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
 }

@@ -1,0 +1,204 @@
+/* train_state.c — the training-state file beside each checkpoint: step,
+ * data position, dropout stream, partial epoch sums, and the optimizer's
+ * step count and flat moment arrays. Layout (little-endian, as x86 and Arm
+ * are): the 8-byte magic "KILNTS01", 17 int64 fields, then m (n floats) and
+ * v (n floats) where the optimizer keeps them, then the SHA-256 of all that
+ * came before, so a torn or altered file is refused rather than half-used. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train_state.h"
+
+#define STATE_MAGIC "KILNTS01"
+enum { N_FIELDS = 21 };
+
+void kn_train_state_path(const char *checkpoint_path, char *out, size_t len) {
+  static const char ext[] = ".safetensors";
+  size_t n = strlen(checkpoint_path), e = sizeof ext - 1;
+  if (n >= e && strcmp(checkpoint_path + n - e, ext) == 0) n -= e;
+  snprintf(out, len, "%.*s.state", (int)n, checkpoint_path);
+}
+
+static int write_all(int fd, const void *buf, size_t len, kn_sha256 *h) {
+  const char *p = buf;
+  if (h) kn_sha256_update(h, buf, len);
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS]) {
+  kn_optimizer_type type;
+  size_t n;
+  float *m, *v;
+  int64_t *iterations;
+  kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
+  double losses[6] = {st->epoch_loss, st->interval_loss, st->epoch_sq,
+                      st->epoch_abs,  st->interval_sq,   st->interval_abs};
+  int64_t bits[6];
+  memcpy(bits, losses, sizeof bits); /* doubles kept bit for bit */
+  int64_t fields[N_FIELDS] = {1,     /* version */
+                              st->step,
+                              st->pipeline.epoch,
+                              st->pipeline.batch,
+                              (int64_t)st->pipeline.seed,
+                              (int64_t)st->train_runs,
+                              bits[0],
+                              bits[1],
+                              st->epoch_rows,
+                              st->epoch_correct,
+                              st->interval_rows,
+                              st->interval_correct,
+                              (int64_t)type,
+                              *iterations,
+                              (int64_t)n,
+                              m != NULL,
+                              v != NULL,
+                              bits[2],
+                              bits[3],
+                              bits[4],
+                              bits[5]};
+  memcpy(f, fields, sizeof fields);
+}
+
+int kn_train_state_write(const char *path, const kn_train_state *st, kn_optimizer *opt, char *err,
+                         size_t errlen) {
+  int64_t f[N_FIELDS];
+  pack(st, opt, f);
+  kn_optimizer_type type;
+  size_t n;
+  float *m, *v;
+  int64_t *iterations;
+  kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    snprintf(err, errlen, "training state: cannot create %s: %s", tmp, strerror(errno));
+    return KN_EIO;
+  }
+  kn_sha256 h;
+  kn_sha256_init(&h);
+  int werr = write_all(fd, STATE_MAGIC, 8, &h) || write_all(fd, f, sizeof f, &h);
+  if (!werr && m) werr = write_all(fd, m, n * sizeof(float), &h);
+  if (!werr && v) werr = write_all(fd, v, n * sizeof(float), &h);
+  uint8_t digest[32];
+  kn_sha256_final(&h, digest);
+  if (!werr) werr = write_all(fd, digest, sizeof digest, NULL);
+  int rc = KN_OK;
+  if (werr || fsync(fd) != 0) {
+    snprintf(err, errlen, "training state: cannot write %s: %s", tmp, strerror(errno));
+    rc = KN_EIO;
+  }
+  if (close(fd) != 0 && !rc) {
+    snprintf(err, errlen, "training state: cannot close %s: %s", tmp, strerror(errno));
+    rc = KN_EIO;
+  }
+  if (!rc && rename(tmp, path) != 0) {
+    snprintf(err, errlen, "training state: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    rc = KN_EIO;
+  }
+  if (rc) {
+    unlink(tmp);
+    return rc;
+  }
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return KN_OK;
+}
+
+int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt, char *err,
+                        size_t errlen) {
+  kn_optimizer_type type;
+  size_t n;
+  float *m, *v;
+  int64_t *iterations;
+  kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
+  const size_t head = 8 + N_FIELDS * sizeof(int64_t);
+  const size_t want = head + ((m != NULL) + (v != NULL)) * n * sizeof(float) + 32;
+  FILE *file = fopen(path, "rb");
+  if (!file) {
+    snprintf(err, errlen, "training state %s: cannot open: %s", path, strerror(errno));
+    return KN_EIO;
+  }
+  uint8_t *buf = malloc(want + 1);
+  size_t got = buf ? fread(buf, 1, want + 1, file) : 0;
+  fclose(file);
+  int rc = KN_OK;
+  int64_t f[N_FIELDS];
+  if (!buf) {
+    snprintf(err, errlen, "training state %s: out of memory for %zu bytes", path, want);
+    return KN_ENOMEM;
+  }
+  if (got < head || memcmp(buf, STATE_MAGIC, 8) != 0) {
+    snprintf(err, errlen, "training state %s: not a kiln training-state file", path);
+    rc = KN_EFORMAT;
+    goto out;
+  }
+  memcpy(f, buf + 8, sizeof f);
+  if (f[0] != 1) {
+    snprintf(err, errlen, "training state %s: version %lld, this kiln reads version 1", path,
+             (long long)f[0]);
+    rc = KN_EFORMAT;
+  } else if (f[12] != (int64_t)type || f[14] != (int64_t)n || f[15] != (m != NULL) ||
+             f[16] != (v != NULL)) {
+    snprintf(err, errlen,
+             "training state %s: saved for optimizer type %lld over %lld parameters, this run "
+             "has type %d over %zu: resume with the spec the checkpoint was made with",
+             path, (long long)f[12], (long long)f[14], (int)type, n);
+    rc = KN_EINVAL;
+  } else if (got != want) {
+    snprintf(err, errlen, "training state %s: %zu bytes, expected %zu (truncated?)", path, got,
+             want);
+    rc = KN_EFORMAT;
+  }
+  if (rc) goto out;
+  kn_sha256 h;
+  uint8_t digest[32];
+  kn_sha256_init(&h);
+  kn_sha256_update(&h, buf, want - 32);
+  kn_sha256_final(&h, digest);
+  if (memcmp(digest, buf + want - 32, 32) != 0) {
+    snprintf(err, errlen, "training state %s: checksum mismatch (the file is damaged)", path);
+    rc = KN_EFORMAT;
+    goto out;
+  }
+  st->step = f[1];
+  st->pipeline.epoch = f[2];
+  st->pipeline.batch = f[3];
+  st->pipeline.seed = (uint64_t)f[4];
+  st->train_runs = (uint64_t)f[5];
+  memcpy(&st->epoch_loss, &f[6], sizeof(double));
+  memcpy(&st->interval_loss, &f[7], sizeof(double));
+  st->epoch_rows = f[8];
+  st->epoch_correct = f[9];
+  st->interval_rows = f[10];
+  st->interval_correct = f[11];
+  memcpy(&st->epoch_sq, &f[17], sizeof(double));
+  memcpy(&st->epoch_abs, &f[18], sizeof(double));
+  memcpy(&st->interval_sq, &f[19], sizeof(double));
+  memcpy(&st->interval_abs, &f[20], sizeof(double));
+  *iterations = f[13];
+  if (m) memcpy(m, buf + head, n * sizeof(float));
+  if (v) memcpy(v, buf + head + (m ? n * sizeof(float) : 0), n * sizeof(float));
+out:
+  free(buf);
+  return rc;
+}

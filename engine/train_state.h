@@ -1,0 +1,32 @@
+/* train_state.h — private to the engine: the training-state file written
+ * beside each checkpoint, which with the weights lets a run resume exactly. */
+#ifndef KILN_ENGINE_TRAIN_STATE_H
+#define KILN_ENGINE_TRAIN_STATE_H
+
+#include "engine.h"
+
+typedef struct kn_train_state {
+  int64_t step;               /* optimizer steps done */
+  kn_pipeline_state pipeline; /* the next batch the data stream hands out */
+  uint64_t train_runs;        /* the graph's training runs: the dropout stream */
+  /* Sums of the epoch and log interval in progress, so the metrics of a
+   * resumed epoch cover the steps from before the stop as well. */
+  double epoch_loss, interval_loss;
+  int64_t epoch_rows, epoch_correct, interval_rows, interval_correct;
+  double epoch_sq, epoch_abs, interval_sq, interval_abs; /* regression errors */
+} kn_train_state;
+
+/* The state file's name for a checkpoint path: "X.safetensors" -> "X.state". */
+void kn_train_state_path(const char *checkpoint_path, char *out, size_t len);
+
+/* Writes st and the optimizer's moments and step count: to path.tmp, fsync,
+ * rename, fsync the directory. */
+int kn_train_state_write(const char *path, const kn_train_state *st, kn_optimizer *opt, char *err,
+                         size_t errlen);
+/* Reads a state file into st and opt, checking its magic, version,
+ * checksum and that opt is the same optimizer over the same number of
+ * parameters; opt is untouched on any error. */
+int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt, char *err,
+                        size_t errlen);
+
+#endif

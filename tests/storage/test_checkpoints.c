@@ -1,0 +1,157 @@
+/* test_checkpoints.c — checkpoint retention: the newest keep_last stay, the
+ * rest go with their files; a file already gone counts as removed, one that
+ * cannot be removed keeps its row; other jobs are untouched. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "storage.h"
+
+typedef struct fixture {
+  char dir[256];
+  char path[320];
+  store *s;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  if (!f) return -1;
+  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-retain-XXXXXX");
+  if (!mkdtemp(f->dir)) {
+    free(f);
+    return -1;
+  }
+  snprintf(f->path, sizeof f->path, "%s/kiln.db", f->dir);
+  char err[512];
+  if (store_open(f->path, &f->s, err, sizeof err) != STORE_OK) {
+    fprintf(stderr, "setup: %s\n", err);
+    free(f);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  store_close(f->s);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+  int rc = system(cmd);
+  free(f);
+  return rc == 0 ? 0 : -1;
+}
+
+static void add(fixture *f, const char *job, int attempt, int64_t step, char *path_out) {
+  store_checkpoint c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.job_id, sizeof c.job_id, "%s", job);
+  c.attempt = attempt;
+  c.step = step;
+  snprintf(c.path, sizeof c.path, "%s/%s-%lld.safetensors", f->dir, job, (long long)step);
+  snprintf(c.sha256, sizeof c.sha256, "%064d", 0);
+  assert_int_equal(store_checkpoint_add(f->s, &c), STORE_OK);
+  if (path_out) snprintf(path_out, 512, "%s", c.path);
+}
+
+static void create(fixture *f, const char *id) {
+  store_job job;
+  memset(&job, 0, sizeof job);
+  snprintf(job.id, sizeof job.id, "%s", id);
+  snprintf(job.tenant, sizeof job.tenant, "acme");
+  job.spec_json = "{}";
+  job.priority = 50;
+  assert_int_equal(store_job_create(f->s, &job, NULL), STORE_OK);
+}
+
+typedef struct removals {
+  char paths[8][512];
+  int n;
+  const char *refuse; /* a path whose removal fails */
+} removals;
+
+/* Removes the file; one already gone counts as removed. */
+static int remove_file(const char *path, void *user) {
+  removals *r = user;
+  if (r->refuse && strcmp(path, r->refuse) == 0) return -1;
+  if (r->n < 8) snprintf(r->paths[r->n++], sizeof r->paths[0], "%s", path);
+  return unlink(path) == 0 || access(path, F_OK) != 0 ? 0 : -1;
+}
+
+static void retention_keeps_the_newest_and_removes_the_rest_with_their_files(void **state) {
+  fixture *f = *state;
+  create(f, "j");
+  create(f, "other");
+  char paths[5][512];
+  /* Attempt 2 resumed from step 20 and checkpointed at 25 and 30. */
+  const int attempts[] = {1, 1, 1, 2, 2};
+  const int64_t steps[] = {10, 15, 20, 25, 30};
+  for (int i = 0; i < 5; i++) {
+    add(f, "j", attempts[i], steps[i], paths[i]);
+    if (i != 1) { /* step 15's file is already gone */
+      FILE *fp = fopen(paths[i], "w");
+      assert_non_null(fp);
+      fclose(fp);
+    }
+  }
+  add(f, "other", 1, 5, NULL);
+  removals r = {0};
+  int n = -1;
+  assert_int_equal(store_checkpoint_retain(f->s, "j", 2, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 3);
+  assert_int_equal(r.n, 3);
+  for (int i = 0; i < 3; i++) assert_string_equal(r.paths[i], paths[2 - i]);
+  for (int i = 0; i < 5; i++) assert_int_equal(access(paths[i], F_OK) == 0, i >= 3);
+  store_checkpoint *list = NULL;
+  assert_int_equal(store_checkpoint_list(f->s, "j", &list, &n), STORE_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(list[0].step, 25);
+  assert_int_equal(list[1].step, 30);
+  store_checkpoint_list_free(list, n);
+  assert_int_equal(store_checkpoint_list(f->s, "other", &list, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  store_checkpoint_list_free(list, n);
+
+  /* Nothing beyond keep_last: nothing to do. */
+  assert_int_equal(store_checkpoint_retain(f->s, "j", 2, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 0);
+}
+
+static void a_file_that_cannot_be_removed_keeps_its_row(void **state) {
+  fixture *f = *state;
+  create(f, "k");
+  char paths[3][512];
+  for (int i = 0; i < 3; i++) add(f, "k", 1, 100 * (i + 1), paths[i]);
+  removals r = {.refuse = paths[0]};
+  int n = -1;
+  assert_int_equal(store_checkpoint_retain(f->s, "k", 1, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  store_checkpoint *list = NULL;
+  assert_int_equal(store_checkpoint_list(f->s, "k", &list, &n), STORE_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(list[0].step, 100);
+  assert_int_equal(list[1].step, 300);
+  store_checkpoint_list_free(list, n);
+  /* The next pass, with the file removable, finishes the job. */
+  r.refuse = NULL;
+  assert_int_equal(store_checkpoint_retain(f->s, "k", 1, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(store_checkpoint_retain(f->s, "k", 0, remove_file, &r, &n), STORE_ERROR);
+  assert_non_null(strstr(store_errmsg(f->s), "keep_last >= 1"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(
+          retention_keeps_the_newest_and_removes_the_rest_with_their_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_file_that_cannot_be_removed_keeps_its_row, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
