@@ -286,12 +286,6 @@ void api_page_token_encode(int64_t position, char out[API_PAGE_TOKEN_LEN]);
 /* 0 and the position, or -1 when the token is not one we issued. */
 int api_page_token_decode(const char *token, int64_t *position);
 
-/* ---- hashing ---- */
-
-/* SHA-256 of len bytes as 64 lowercase hex digits: how bearer tokens are
- * stored and looked up, so the database never holds a usable secret. */
-void api_sha256_hex(const void *data, size_t len, char hex[65]);
-
 /* ---- built-in data sets ---- */
 
 typedef struct api_builtin_dataset {

@@ -60,9 +60,9 @@ static void sb_json_string(strbuf *b, const char *s) {
   sb_put(b, "\"", 1);
 }
 
-static int write_all(int fd, const void *buf, size_t len, kn_sha256 *h) {
+static int write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
   const char *p = buf;
-  kn_sha256_update(h, buf, len);
+  kc_sha256_update(h, buf, len);
   while (len > 0) {
     ssize_t w = write(fd, p, len);
     if (w < 0) {
@@ -134,8 +134,8 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
     free(hdr.data);
     return KN_EIO;
   }
-  kn_sha256 h;
-  kn_sha256_init(&h);
+  kc_sha256 h;
+  kc_sha256_init(&h);
   uint8_t len_le[8];
   for (int i = 0; i < 8; i++) len_le[i] = (uint8_t)((uint64_t)hdr.len >> (8 * i));
   int werr = write_all(fd, len_le, 8, &h) || write_all(fd, hdr.data, hdr.len, &h);
@@ -168,9 +168,9 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
       close(dfd);
     }
     uint8_t digest[32];
-    kn_sha256_final(&h, digest);
+    kc_sha256_final(&h, digest);
     if (info) {
-      kn_sha256_hex(digest, info->sha256);
+      kc_sha256_hex(digest, info->sha256);
       info->bytes = (int64_t)(8 + hdr.len + offset);
     }
   }

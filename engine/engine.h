@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h" /* kc_sha256 for checkpoint digests */
+
 enum {
   KN_OK = 0,
   KN_EINVAL = -1,   /* bad argument or shape */
@@ -558,18 +560,6 @@ const char *kn_checkpoint_meta_get(const kn_checkpoint_meta *meta, const char *k
  * file's __metadata__. */
 int kn_checkpoint_read(kn_graph *g, const char *path, kn_checkpoint_meta *meta, char *err,
                        size_t errlen);
-
-/* SHA-256 of a buffer, incremental. */
-typedef struct kn_sha256 {
-  uint32_t state[8];
-  uint64_t length;
-  uint8_t block[64];
-  size_t used;
-} kn_sha256;
-void kn_sha256_init(kn_sha256 *h);
-void kn_sha256_update(kn_sha256 *h, const void *data, size_t len);
-void kn_sha256_final(kn_sha256 *h, uint8_t digest[32]);
-void kn_sha256_hex(const uint8_t digest[32], char hex[65]);
 
 /* ------------------------------------------------------------------ rng -- */
 

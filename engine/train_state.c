@@ -24,9 +24,9 @@ void kn_train_state_path(const char *checkpoint_path, char *out, size_t len) {
   snprintf(out, len, "%.*s.state", (int)n, checkpoint_path);
 }
 
-static int write_all(int fd, const void *buf, size_t len, kn_sha256 *h) {
+static int write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
   const char *p = buf;
-  if (h) kn_sha256_update(h, buf, len);
+  if (h) kc_sha256_update(h, buf, len);
   while (len > 0) {
     ssize_t w = write(fd, p, len);
     if (w < 0) {
@@ -89,13 +89,13 @@ int kn_train_state_write(const char *path, const kn_train_state *st, kn_optimize
     snprintf(err, errlen, "training state: cannot create %s: %s", tmp, strerror(errno));
     return KN_EIO;
   }
-  kn_sha256 h;
-  kn_sha256_init(&h);
+  kc_sha256 h;
+  kc_sha256_init(&h);
   int werr = write_all(fd, STATE_MAGIC, 8, &h) || write_all(fd, f, sizeof f, &h);
   if (!werr && m) werr = write_all(fd, m, n * sizeof(float), &h);
   if (!werr && v) werr = write_all(fd, v, n * sizeof(float), &h);
   uint8_t digest[32];
-  kn_sha256_final(&h, digest);
+  kc_sha256_final(&h, digest);
   if (!werr) werr = write_all(fd, digest, sizeof digest, NULL);
   int rc = KN_OK;
   if (werr || fsync(fd) != 0) {
@@ -170,11 +170,11 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
     rc = KN_EFORMAT;
   }
   if (rc) goto out;
-  kn_sha256 h;
+  kc_sha256 h;
   uint8_t digest[32];
-  kn_sha256_init(&h);
-  kn_sha256_update(&h, buf, want - 32);
-  kn_sha256_final(&h, digest);
+  kc_sha256_init(&h);
+  kc_sha256_update(&h, buf, want - 32);
+  kc_sha256_final(&h, digest);
   if (memcmp(digest, buf + want - 32, 32) != 0) {
     snprintf(err, errlen, "training state %s: checksum mismatch (the file is damaged)", path);
     rc = KN_EFORMAT;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common.h"
 #include "routes.h"
 
 static const http_route routes[] = {
@@ -90,7 +91,7 @@ int http_authenticate(const http_config *cfg, http_request *req, http_response *
     return -1;
   }
   char hash[65];
-  api_sha256_hex(auth + 7, strlen(auth + 7), hash);
+  kc_sha256_hex_of(auth + 7, strlen(auth + 7), hash);
   store_token token;
   int rc = store_token_find(cfg->st, hash, &token);
   if (rc == STORE_NOT_FOUND) {

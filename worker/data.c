@@ -314,21 +314,21 @@ int worker_check_upload(const char *dir, char **summary, char *err, size_t errle
   if (rc) return rc;
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/upload.bin", dir);
-  kn_sha256 h;
-  kn_sha256_init(&h);
+  kc_sha256 h;
+  kc_sha256_init(&h);
   FILE *f = fopen(path, "rb");
   long long bytes = 0;
   char buf[65536];
   size_t got;
   while (f && (got = fread(buf, 1, sizeof buf, f)) > 0) {
-    kn_sha256_update(&h, buf, got);
+    kc_sha256_update(&h, buf, got);
     bytes += (long long)got;
   }
   if (f) fclose(f);
   uint8_t digest[32];
   char hex[65];
-  kn_sha256_final(&h, digest);
-  kn_sha256_hex(digest, hex);
+  kc_sha256_final(&h, digest);
+  kc_sha256_hex(digest, hex);
   json_t *o = json_object(), *shape = json_array();
   json_object_set_new(o, "format", json_string(api_dataset_format_name(m.format)));
   json_object_set_new(o, "examples", json_integer(train.n));

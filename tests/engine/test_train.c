@@ -202,13 +202,13 @@ static void final_checkpoint_is_safetensors_with_every_weight(void **state) {
   assert_int_equal((uint64_t)r.bytes, 8 + hlen + data_bytes);
   assert_memory_equal(buf + 8 + hlen, kn_params(m.graph), data_bytes);
   /* The digest is the file's, and no temp file is left behind. */
-  kn_sha256 h;
+  kc_sha256 h;
   uint8_t digest[32];
   char hex[65];
-  kn_sha256_init(&h);
-  kn_sha256_update(&h, buf, (size_t)r.bytes);
-  kn_sha256_final(&h, digest);
-  kn_sha256_hex(digest, hex);
+  kc_sha256_init(&h);
+  kc_sha256_update(&h, buf, (size_t)r.bytes);
+  kc_sha256_final(&h, digest);
+  kc_sha256_hex(digest, hex);
   assert_string_equal(hex, r.sha256);
   char tmp[700];
   snprintf(tmp, sizeof tmp, "%s.tmp", r.checkpoint);
@@ -234,14 +234,14 @@ static void sha256_matches_published_vectors(void **state) {
        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    kn_sha256 h;
+    kc_sha256 h;
     uint8_t d[32];
     char hex[65];
-    kn_sha256_init(&h);
+    kc_sha256_init(&h);
     /* Byte by byte, to cross block boundaries the hard way. */
-    for (const char *p = cases[i].text; *p; p++) kn_sha256_update(&h, p, 1);
-    kn_sha256_final(&h, d);
-    kn_sha256_hex(d, hex);
+    for (const char *p = cases[i].text; *p; p++) kc_sha256_update(&h, p, 1);
+    kc_sha256_final(&h, d);
+    kc_sha256_hex(d, hex);
     assert_string_equal(hex, cases[i].hex);
   }
 }

@@ -293,13 +293,13 @@ static void csv_upload_is_checked_recorded_and_listed(void **state) {
   /* The recorded digest is the file's. */
   size_t len;
   char *bytes = read_file(path, &len);
-  kn_sha256 h;
+  kc_sha256 h;
   uint8_t digest[32];
   char hex[65];
-  kn_sha256_init(&h);
-  kn_sha256_update(&h, bytes, len);
-  kn_sha256_final(&h, digest);
-  kn_sha256_hex(digest, hex);
+  kc_sha256_init(&h);
+  kc_sha256_update(&h, bytes, len);
+  kc_sha256_final(&h, digest);
+  kc_sha256_hex(digest, hex);
   free(bytes);
   assert_string_equal(json_string_value(json_object_get(doc, "sha256")), hex);
   assert_int_equal(json_integer_value(json_object_get(doc, "bytes")), (json_int_t)len);

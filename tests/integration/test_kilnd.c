@@ -413,13 +413,13 @@ static void example_job_trains_to_085_with_metrics_and_checkpoint(void **state) 
   size_t len;
   unsigned char *raw = (unsigned char *)read_text(file, &len);
   assert_int_equal((int64_t)len, bytes);
-  kn_sha256 h;
+  kc_sha256 h;
   uint8_t digest[32];
   char hex[65];
-  kn_sha256_init(&h);
-  kn_sha256_update(&h, raw, len);
-  kn_sha256_final(&h, digest);
-  kn_sha256_hex(digest, hex);
+  kc_sha256_init(&h);
+  kc_sha256_update(&h, raw, len);
+  kc_sha256_final(&h, digest);
+  kc_sha256_hex(digest, hex);
   assert_string_equal(hex, sha);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | raw[i];

@@ -1,9 +1,8 @@
-/* sha256.c — one-shot SHA-256 (FIPS 180-4) of a short string, for bearer
- * token hashes. The engine has its own streaming copy for checkpoints; the
- * module arrows (server -> api, never -> engine) keep them apart. */
+/* sha256.c — SHA-256 (FIPS 180-4): incremental, for checkpoint files hashed
+ * while written, and in one call, for bearer tokens. */
 #include <string.h>
 
-#include "api.h"
+#include "common.h"
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -52,27 +51,61 @@ static void compress(uint32_t state[8], const uint8_t block[64]) {
   state[7] += h;
 }
 
-void api_sha256_hex(const void *data, size_t len, char hex[65]) {
-  uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+void kc_sha256_init(kc_sha256 *h) {
+  static const uint32_t init[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(h->state, init, sizeof init);
+  h->length = 0;
+  h->used = 0;
+}
+
+void kc_sha256_update(kc_sha256 *h, const void *data, size_t len) {
   const uint8_t *p = data;
-  size_t left = len;
-  for (; left >= 64; left -= 64, p += 64) compress(state, p);
-  /* The tail, the 0x80 marker and the bit length fill one or two blocks. */
-  uint8_t tail[128];
-  memset(tail, 0, sizeof tail);
-  memcpy(tail, p, left);
-  tail[left] = 0x80;
-  size_t tail_len = left + 1 + 8 <= 64 ? 64 : 128;
-  uint64_t bits = (uint64_t)len * 8;
-  for (int i = 0; i < 8; i++) tail[tail_len - 1 - (size_t)i] = (uint8_t)(bits >> (8 * i));
-  compress(state, tail);
-  if (tail_len == 128) compress(state, tail + 64);
+  h->length += len;
+  while (len > 0) {
+    size_t take = 64 - h->used < len ? 64 - h->used : len;
+    memcpy(h->block + h->used, p, take);
+    h->used += take;
+    p += take;
+    len -= take;
+    if (h->used == 64) {
+      compress(h->state, h->block);
+      h->used = 0;
+    }
+  }
+}
+
+void kc_sha256_final(kc_sha256 *h, uint8_t digest[32]) {
+  uint64_t bits = h->length * 8;
+  uint8_t pad = 0x80;
+  kc_sha256_update(h, &pad, 1);
+  uint8_t zero = 0;
+  while (h->used != 56) kc_sha256_update(h, &zero, 1);
+  uint8_t len_be[8];
+  for (int i = 0; i < 8; i++) len_be[i] = (uint8_t)(bits >> (56 - 8 * i));
+  kc_sha256_update(h, len_be, 8);
+  for (int i = 0; i < 8; i++) {
+    digest[4 * i] = (uint8_t)(h->state[i] >> 24);
+    digest[4 * i + 1] = (uint8_t)(h->state[i] >> 16);
+    digest[4 * i + 2] = (uint8_t)(h->state[i] >> 8);
+    digest[4 * i + 3] = (uint8_t)h->state[i];
+  }
+}
+
+void kc_sha256_hex(const uint8_t digest[32], char hex[65]) {
   static const char digits[] = "0123456789abcdef";
   for (int i = 0; i < 32; i++) {
-    uint8_t byte = (uint8_t)(state[i / 4] >> (24 - 8 * (i % 4)));
-    hex[2 * i] = digits[byte >> 4];
-    hex[2 * i + 1] = digits[byte & 15];
+    hex[2 * i] = digits[digest[i] >> 4];
+    hex[2 * i + 1] = digits[digest[i] & 15];
   }
   hex[64] = '\0';
+}
+
+void kc_sha256_hex_of(const void *data, size_t len, char hex[65]) {
+  kc_sha256 h;
+  uint8_t digest[32];
+  kc_sha256_init(&h);
+  kc_sha256_update(&h, data, len);
+  kc_sha256_final(&h, digest);
+  kc_sha256_hex(digest, hex);
 }
