@@ -159,6 +159,23 @@ kn_node kn_input(kn_graph *g, const char *name, kn_dtype dtype, int ndim, const 
   return kn_graph_push(g, &p);
 }
 
+kn_node kn_graph_push_flat(kn_graph *g, const kn_node_rec *proto, kn_node **list, int *n, int *cap,
+                           size_t *floats, const char *what) {
+  if (*n == *cap) {
+    int bigger = *cap ? *cap * 2 : 16;
+    kn_node *grown = realloc(*list, (size_t)bigger * sizeof *grown);
+    if (!grown) return kn_graph_fail(g, KN_ENOMEM, "%s: out of memory", what);
+    *list = grown;
+    *cap = bigger;
+  }
+  kn_node id = kn_graph_push(g, proto);
+  if (id < 0) return -1;
+  g->nodes[id].flat_offset = *floats;
+  *floats += kn_node_elems(&g->nodes[id], 0);
+  (*list)[(*n)++] = id;
+  return id;
+}
+
 kn_node kn_param(kn_graph *g, const char *name, int ndim, const int *dims, kn_init init) {
   if (g->error_code || !check_dims(g, "param", ndim, dims)) return -1;
   kn_node_rec p = proto_of(KN_OP_PARAM, KN_F32, ndim, dims);
@@ -166,19 +183,8 @@ kn_node kn_param(kn_graph *g, const char *name, int ndim, const int *dims, kn_in
   p.init = init;
   p.keep = 1;
   snprintf(p.name, sizeof p.name, "%s", name ? name : "");
-  if (g->n_params == g->cap_params) {
-    int cap = g->cap_params ? g->cap_params * 2 : 16;
-    kn_node *params = realloc(g->params, (size_t)cap * sizeof *params);
-    if (!params) return kn_graph_fail(g, KN_ENOMEM, "param: out of memory");
-    g->params = params;
-    g->cap_params = cap;
-  }
-  kn_node id = kn_graph_push(g, &p);
-  if (id < 0) return -1;
-  g->nodes[id].flat_offset = g->n_param_floats;
-  g->n_param_floats += kn_node_elems(&g->nodes[id], 0);
-  g->params[g->n_params++] = id;
-  return id;
+  return kn_graph_push_flat(g, &p, &g->params, &g->n_params, &g->cap_params, &g->n_param_floats,
+                            "param");
 }
 
 kn_node kn_matmul(kn_graph *g, kn_node a, kn_node b, int trans_a, int trans_b) {

@@ -172,6 +172,11 @@ int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Appends a node (copying *proto), returning its index or -1. */
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
+/* Appends a node that lives in a flat buffer (parameters, non-trainable
+ * state): recorded in *list in creation order, its offset taken from and
+ * added to *floats. Returns its index or -1. */
+kn_node kn_graph_push_flat(kn_graph *g, const kn_node_rec *proto, kn_node **list, int *n, int *cap,
+                           size_t *floats, const char *what);
 /* Runs node i on the CPU for the graph's current batch. */
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen);
 int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);

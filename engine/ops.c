@@ -98,19 +98,8 @@ kn_node kn_state(kn_graph *g, const char *name, int ndim, const int *dims, kn_in
   p.init = init;
   p.keep = 1;
   snprintf(p.name, sizeof p.name, "%s", name ? name : "");
-  if (g->n_states == g->cap_states) {
-    int cap = g->cap_states ? g->cap_states * 2 : 8;
-    kn_node *states = realloc(g->states, (size_t)cap * sizeof *states);
-    if (!states) return kn_graph_fail(g, KN_ENOMEM, "state: out of memory");
-    g->states = states;
-    g->cap_states = cap;
-  }
-  kn_node id = kn_graph_push(g, &p);
-  if (id < 0) return -1;
-  g->nodes[id].flat_offset = g->n_state_floats;
-  g->n_state_floats += kn_node_elems(&g->nodes[id], 0);
-  g->states[g->n_states++] = id;
-  return id;
+  return kn_graph_push_flat(g, &p, &g->states, &g->n_states, &g->cap_states, &g->n_state_floats,
+                            "state");
 }
 
 int kn_state_node_count(const kn_graph *g) {
