@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
+
 static char data_dir[256];
 static char base_url[64];
 static pid_t kilnd_pid;
@@ -68,22 +70,6 @@ static const char trainer_script[] =
 
 /* ---- HTTP ---- */
 
-typedef struct buffer {
-  char *data;
-  size_t len;
-} buffer;
-
-static size_t on_body(char *ptr, size_t size, size_t n, void *user) {
-  buffer *b = user;
-  char *grown = realloc(b->data, b->len + size * n + 1);
-  if (!grown) return 0;
-  b->data = grown;
-  memcpy(b->data + b->len, ptr, size * n);
-  b->len += size * n;
-  b->data[b->len] = '\0';
-  return size * n;
-}
-
 /* One request with an optional raw Authorization value and extra header;
  * returns the status, the body text in *text (may be NULL) and JSON in *out. */
 static long request(const char *method, const char *path, const char *body, size_t body_len,
@@ -93,7 +79,7 @@ static long request(const char *method, const char *path, const char *body, size
   assert_non_null(c);
   char url[2048], auth[256];
   snprintf(url, sizeof url, "%s%s", base_url, path);
-  buffer b = {0};
+  it_buffer b = {0};
   struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Expect:");
   if (authorization) {
@@ -104,7 +90,7 @@ static long request(const char *method, const char *path, const char *body, size
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
   if (body) {
@@ -201,14 +187,6 @@ static void assert_error(json_t *doc, long code, const char *status, const char 
 
 /* ---- kilnd ---- */
 
-static void read_line(const char *path, char *out, size_t len) {
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  assert_non_null(fgets(out, (int)len, f));
-  fclose(f);
-  out[strcspn(out, "\n")] = '\0';
-}
-
 static void make_token(const char *tenant, char *out, size_t len) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "%s token create --tenant %s --data-dir %s", KILND_PATH, tenant,
@@ -223,37 +201,10 @@ static void make_token(const char *tenant, char *out, size_t len) {
 
 /* Starts kilnd on data_dir with the stand-in trainer; 0 once it serves. */
 static int launch_kilnd(void) {
-  char trainer[300], port_file[300], log_file[300];
+  char trainer[300];
   snprintf(trainer, sizeof trainer, "%s/trainer.sh", data_dir);
-  snprintf(port_file, sizeof port_file, "%s/port", data_dir);
-  unlink(port_file);
-  snprintf(log_file, sizeof log_file, "%s/kilnd.log", data_dir);
-  kilnd_pid = fork();
-  if (kilnd_pid == 0) {
-    FILE *log = freopen(log_file, "a", stderr);
-    (void)log;
-    execl(KILND_PATH, "kilnd", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--port-file",
-          port_file, "--trainer", trainer, (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 200; i++) {
-    FILE *pf = fopen(port_file, "r");
-    int port = 0;
-    if (pf) {
-      int got = fscanf(pf, "%d", &port);
-      fclose(pf);
-      if (got == 1 && port > 0) {
-        snprintf(base_url, sizeof base_url, "http://127.0.0.1:%d", port);
-        char token_file[300];
-        snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
-        read_line(token_file, admin_token, sizeof admin_token);
-        return 0;
-      }
-    }
-    if (waitpid(kilnd_pid, NULL, WNOHANG) == kilnd_pid) return -1;
-    usleep(100 * 1000);
-  }
-  return -1;
+  return it_launch_kilnd(KILND_PATH, data_dir, trainer, NULL, NULL, &kilnd_pid, base_url,
+                         sizeof base_url, admin_token, sizeof admin_token);
 }
 
 static int start_kilnd(void **state) {

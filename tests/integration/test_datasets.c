@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
+
 #include "engine.h"
 
 #define UPLOAD_CAP 65536
@@ -29,22 +31,6 @@ static char admin_token[128]; /* made by kilnd on first start */
 static pid_t kilnd_pid;
 static char csv_id[32], images_id[32];
 
-typedef struct buffer {
-  char *data;
-  size_t len;
-} buffer;
-
-static size_t on_body(char *ptr, size_t size, size_t n, void *user) {
-  buffer *b = user;
-  char *grown = realloc(b->data, b->len + size * n + 1);
-  if (!grown) return 0;
-  b->data = grown;
-  memcpy(b->data + b->len, ptr, size * n);
-  b->len += size * n;
-  b->data[b->len] = '\0';
-  return size * n;
-}
-
 /* Sends body (or nothing); chunked = no Content-Length. Returns the status
  * and the parsed JSON body. */
 static long http(const char *method, const char *path, const char *body, size_t len, int chunked,
@@ -53,7 +39,7 @@ static long http(const char *method, const char *path, const char *body, size_t 
   assert_non_null(c);
   char url[1024];
   snprintf(url, sizeof url, "%s%s", base_url, path);
-  buffer b = {0};
+  it_buffer b = {0};
   struct curl_slist *headers = curl_slist_append(NULL, "Expect:");
   char auth[200];
   snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
@@ -62,7 +48,7 @@ static long http(const char *method, const char *path, const char *body, size_t 
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
   if (body) {
@@ -141,41 +127,9 @@ static int start(void **state) {
   if (!mkdtemp(data_dir)) return -1;
   snprintf(work, sizeof work, "%s/work", data_dir);
   mkdir(work, 0755);
-  char port_file[300], log_file[300];
-  snprintf(port_file, sizeof port_file, "%s/port", data_dir);
-  snprintf(log_file, sizeof log_file, "%s/kilnd.log", data_dir);
-  kilnd_pid = fork();
-  if (kilnd_pid == 0) {
-    FILE *log = freopen(log_file, "a", stderr);
-    (void)log;
-    execl(KILND_PATH, "kilnd", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--port-file",
-          port_file, "--trainer", KILN_TRAIN_PATH, "--max-upload-bytes", "65536", (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 200; i++) {
-    FILE *f = fopen(port_file, "r");
-    int port = 0;
-    if (f) {
-      int got = fscanf(f, "%d", &port);
-      fclose(f);
-      if (got == 1 && port > 0) {
-        snprintf(base_url, sizeof base_url, "http://127.0.0.1:%d", port);
-        /* Every /v1 route needs the admin token kilnd wrote on first start. */
-        char token_file[300];
-        snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
-        FILE *t = fopen(token_file, "r");
-        if (!t || !fgets(admin_token, sizeof admin_token, t)) {
-          if (t) fclose(t);
-          return -1;
-        }
-        fclose(t);
-        admin_token[strcspn(admin_token, "\n")] = '\0';
-        return 0;
-      }
-    }
-    usleep(100 * 1000);
-  }
-  return -1;
+  /* Every /v1 route needs the admin token kilnd writes on first start. */
+  return it_launch_kilnd(KILND_PATH, data_dir, KILN_TRAIN_PATH, "--max-upload-bytes", "65536",
+                         &kilnd_pid, base_url, sizeof base_url, admin_token, sizeof admin_token);
 }
 
 static int stop(void **state) {

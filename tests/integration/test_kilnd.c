@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
+
 #include "engine.h"
 
 #define TRAIN_TIMEOUT_S 600
@@ -31,22 +33,6 @@ static char admin_token[128]; /* made by kilnd on first start */
 
 /* ---- a small HTTP client ---- */
 
-typedef struct buffer {
-  char *data;
-  size_t len;
-} buffer;
-
-static size_t on_body(char *ptr, size_t size, size_t n, void *user) {
-  buffer *b = user;
-  char *grown = realloc(b->data, b->len + size * n + 1);
-  if (!grown) return 0;
-  b->data = grown;
-  memcpy(b->data + b->len, ptr, size * n);
-  b->len += size * n;
-  b->data[b->len] = '\0';
-  return size * n;
-}
-
 /* Sends a request; returns the HTTP status and the parsed JSON body (or NULL). */
 static long http(const char *method, const char *path, const char *body, size_t body_len,
                  json_t **out) {
@@ -54,7 +40,7 @@ static long http(const char *method, const char *path, const char *body, size_t 
   assert_non_null(c);
   char url[1024];
   snprintf(url, sizeof url, "%s%s", base_url, path);
-  buffer b = {0};
+  it_buffer b = {0};
   struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Expect:");
   char auth[200];
@@ -63,7 +49,7 @@ static long http(const char *method, const char *path, const char *body, size_t 
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
   if (body) {
@@ -89,10 +75,10 @@ static unsigned char *http_bytes(const char *path, size_t *len) {
   snprintf(url, sizeof url, "%s%s", base_url, path);
   snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
   struct curl_slist *headers = curl_slist_append(NULL, auth);
-  buffer b = {0};
+  it_buffer b = {0};
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
   assert_int_equal(curl_easy_perform(c), CURLE_OK);
@@ -149,46 +135,8 @@ static void assert_error(json_t *doc, long http_status, const char *status, cons
 
 /* Starts kilnd on data_dir and waits until it serves; 0 when it does. */
 static int launch_kilnd(void) {
-  char port_file[300], log_file[300];
-  snprintf(port_file, sizeof port_file, "%s/port", data_dir);
-  snprintf(log_file, sizeof log_file, "%s/kilnd.log", data_dir);
-  unlink(port_file);
-  kilnd_pid = fork();
-  if (kilnd_pid == 0) {
-    FILE *log = freopen(log_file, "a", stderr);
-    (void)log;
-    execl(KILND_PATH, "kilnd", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--port-file",
-          port_file, "--trainer", KILN_TRAIN_PATH, (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 200; i++) { /* up to 20 s */
-    FILE *f = fopen(port_file, "r");
-    int port = 0;
-    if (f) {
-      int got = fscanf(f, "%d", &port);
-      fclose(f);
-      if (got == 1 && port > 0) {
-        snprintf(base_url, sizeof base_url, "http://127.0.0.1:%d", port);
-        /* The first start wrote the admin token, owner-only. */
-        char token_file[300];
-        snprintf(token_file, sizeof token_file, "%s/admin.token", data_dir);
-        struct stat sb;
-        FILE *t = fopen(token_file, "r");
-        if (!t || stat(token_file, &sb) != 0 || (sb.st_mode & 0777) != 0600 ||
-            !fgets(admin_token, sizeof admin_token, t)) {
-          if (t) fclose(t);
-          return -1;
-        }
-        fclose(t);
-        admin_token[strcspn(admin_token, "\n")] = '\0';
-        return 0;
-      }
-    }
-    int status;
-    if (waitpid(kilnd_pid, &status, WNOHANG) == kilnd_pid) return -1;
-    usleep(100 * 1000);
-  }
-  return -1;
+  return it_launch_kilnd(KILND_PATH, data_dir, KILN_TRAIN_PATH, NULL, NULL, &kilnd_pid, base_url,
+                         sizeof base_url, admin_token, sizeof admin_token);
 }
 
 static int start_kilnd(void **state) {
