@@ -269,6 +269,9 @@ void kn_optimizer_free(kn_optimizer *opt);
 /* One fused update over the flat buffers. */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);
+/* The learning rate the next steps use (schedules and callbacks set it). */
+void kn_optimizer_set_learning_rate(kn_optimizer *opt, float lr);
+float kn_optimizer_learning_rate(const kn_optimizer *opt);
 /* The optimizer's state for saving and restoring a run: its type, the
  * length n of the flat moment arrays m and v (each (n), NULL where this
  * optimizer keeps none) and the step count, all writable in place. */
@@ -581,6 +584,8 @@ typedef enum kn_event_kind {
   KN_EVENT_STEP = 0,   /* every log_every_steps steps: loss over the interval */
   KN_EVENT_EPOCH,      /* end of an epoch: epoch means and validation */
   KN_EVENT_CHECKPOINT, /* a checkpoint file is in place */
+  KN_EVENT_EVAL,       /* a validation pass every eval_every_steps, inside an epoch */
+  KN_EVENT_NOTICE,     /* a callback acted: message says what (lr reduced, early stop) */
 } kn_event_kind;
 
 #define KN_EVENT_MAX_METRICS 8
@@ -594,11 +599,66 @@ typedef struct kn_train_event {
   double values[KN_EVENT_MAX_METRICS];
   const char *path; /* checkpoint */
   const kn_checkpoint_info *checkpoint;
-  double seconds; /* since training started */
+  const char *message; /* notice */
+  double seconds;      /* since training started */
 } kn_train_event;
 
 /* Returns 0 to go on, non-zero to stop training early (not an error). */
 typedef int (*kn_train_callback)(const kn_train_event *ev, void *user);
+
+/* Learning rate over optimizer steps t = 0, 1, ...: an optional linear
+ * warmup (lr x (t+1) / warmup_steps for t < warmup_steps), then a decay
+ * counted from the warmup's end, d = t - warmup_steps:
+ *   constant     lr
+ *   step         lr x gamma^floor(d / step_size)              (torch StepLR)
+ *   exponential  lr x decay_rate^(d / decay_steps), the exponent floored
+ *                with staircase                   (Keras ExponentialDecay)
+ *   cosine       lr x (alpha + (1 - alpha) x (1 + cos(pi x min(d, decay_steps)
+ *                / decay_steps)) / 2)                  (Keras CosineDecay) */
+typedef enum kn_schedule_type {
+  KN_SCHEDULE_CONSTANT = 0,
+  KN_SCHEDULE_STEP,
+  KN_SCHEDULE_EXPONENTIAL,
+  KN_SCHEDULE_COSINE,
+} kn_schedule_type;
+
+typedef struct kn_lr_schedule {
+  kn_schedule_type type;
+  int64_t warmup_steps;
+  int64_t step_size; /* step */
+  double gamma;      /* step */
+  int64_t decay_steps; /* exponential, cosine */
+  double decay_rate;   /* exponential */
+  int staircase;       /* exponential */
+  double alpha;        /* cosine: the final lr as a fraction of lr */
+} kn_lr_schedule;
+
+/* The learning rate the schedule gives at optimizer step t (0-based). */
+double kn_lr_at(const kn_lr_schedule *s, double lr, int64_t t);
+
+typedef enum kn_monitor_mode { KN_MODE_MIN = 0, KN_MODE_MAX } kn_monitor_mode;
+
+/* Callbacks on a metric of each epoch's end (an epoch event's name:
+ * "val_loss", "val_accuracy", "epoch_loss", ...), as Keras's: a value
+ * improves when it beats the best so far by more than min_delta. */
+typedef struct kn_early_stopping {
+  int enabled;
+  char monitor[32];
+  kn_monitor_mode mode;
+  double min_delta;
+  int patience; /* epochs without improvement before training stops */
+} kn_early_stopping;
+
+typedef struct kn_reduce_on_plateau {
+  int enabled;
+  char monitor[32];
+  kn_monitor_mode mode;
+  double min_delta;
+  int patience; /* epochs without improvement before lr x= factor */
+  double factor;
+  int cooldown; /* epochs after a reduction before counting again */
+  double min_lr;
+} kn_reduce_on_plateau;
 
 typedef struct kn_train_config {
   int epochs;
@@ -637,12 +697,30 @@ typedef struct kn_train_config {
   /* KN_METRIC_* reported beside the loss; 0 = accuracy for classification
    * losses, nothing more for regression. */
   unsigned metrics;
+  int top_k; /* KN_METRIC_TOP_K's k; 0 = 5 */
+  /* Gradient accumulation: this many batches (micro-batches of batch_size)
+   * per optimizer step, their gradients averaged weighted by rows, so the
+   * update equals one over the k x batch_size examples (batch norm's batch
+   * statistics aside). An epoch's last window may be shorter. 0 or 1 =
+   * one step per batch. Steps, logging and checkpoints count optimizer
+   * steps. */
+  int accumulation_steps;
+  /* Scale the gradients down to this global L2 norm when above it (Keras's
+   * global_clipnorm); 0 = no clipping. */
+  double clip_global_norm;
+  kn_lr_schedule schedule;
+  kn_reduce_on_plateau plateau; /* not with a schedule other than constant */
+  kn_early_stopping early_stopping;
+  /* A validation pass every N optimizer steps as well as at each epoch's
+   * end (KN_EVENT_EVAL, val_* names); 0 = at epoch ends only. */
+  int eval_every_steps;
 } kn_train_config;
 
 enum {
   KN_METRIC_ACCURACY = 1, /* classification: argmax (or logit > 0 for one output) hits */
   KN_METRIC_MSE = 2,      /* regression: mean squared error over every output */
   KN_METRIC_MAE = 4,      /* regression: mean absolute error */
+  KN_METRIC_TOP_K = 8,    /* classification: the label among the k highest scores */
 };
 
 /* Trains model on train for cfg->epochs, evaluating on val (may be NULL)

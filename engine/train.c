@@ -87,54 +87,81 @@ static void add_errors(kn_model *m, const float *targets, int rows, double *sq, 
 typedef struct tally {
   double loss;  /* loss x rows */
   int64_t rows; /* examples */
-  int64_t correct;
+  int64_t correct, top_k;
   double sq, abs; /* regression errors, over rows x outputs values */
 } tally;
 
-static void tally_batch(kn_model *m, tally *t, const kn_batch *b, float loss, unsigned metrics) {
+/* Rows whose label is among the k highest scores: fewer than k scores
+ * beat the label's (ties count for the label, as tf.math.in_top_k). */
+static int count_top_k(kn_model *m, const int32_t *labels, int rows, int k) {
+  const float *logits = kn_node_data(m->graph, m->logits);
+  const int width = m->n_outputs;
+  int hits = 0;
+  for (int r = 0; r < rows; r++) {
+    const float *row = logits + (size_t)r * width;
+    if (labels[r] < 0 || labels[r] >= width) continue;
+    const float mine = row[labels[r]];
+    int above = 0;
+    for (int c = 0; c < width; c++) above += row[c] > mine;
+    hits += above < k;
+  }
+  return hits;
+}
+
+static void tally_batch(kn_model *m, tally *t, const kn_batch *b, float loss, unsigned metrics,
+                        int top_k) {
   t->loss += (double)loss * b->rows;
   t->rows += b->rows;
   if (metrics & KN_METRIC_ACCURACY) t->correct += count_correct(m, b->y, b->rows);
+  if (metrics & KN_METRIC_TOP_K) t->top_k += count_top_k(m, b->y, b->rows, top_k);
   if (metrics & (KN_METRIC_MSE | KN_METRIC_MAE))
     add_errors(m, b->targets, b->rows, &t->sq, &t->abs);
 }
 
+enum { N_NAMES = 5 };
+static const char *const step_names[N_NAMES] = {"loss", "accuracy", "mse", "mae",
+                                                "top_k_accuracy"};
+static const char *const epoch_names[N_NAMES] = {"epoch_loss", "epoch_accuracy", "epoch_mse",
+                                                 "epoch_mae", "epoch_top_k_accuracy"};
+static const char *const val_names[N_NAMES] = {"val_loss", "val_accuracy", "val_mse", "val_mae",
+                                               "val_top_k_accuracy"};
+static const unsigned name_bits[N_NAMES] = {0, KN_METRIC_ACCURACY, KN_METRIC_MSE, KN_METRIC_MAE,
+                                            KN_METRIC_TOP_K};
+
 /* Appends prefix+loss and prefix+each metric to the event. */
 static void put_metrics(kn_model *m, kn_train_event *ev, const tally *t, unsigned metrics,
-                        const char *const names[4]) {
+                        const char *const names[N_NAMES]) {
   const double rows = t->rows > 0 ? (double)t->rows : 1.0;
   const double values = rows * (double)m->n_outputs;
-  ev->names[ev->n_metrics] = names[0];
-  ev->values[ev->n_metrics++] = t->loss / rows;
-  if (metrics & KN_METRIC_ACCURACY) {
-    ev->names[ev->n_metrics] = names[1];
-    ev->values[ev->n_metrics++] = (double)t->correct / rows;
-  }
-  if (metrics & KN_METRIC_MSE) {
-    ev->names[ev->n_metrics] = names[2];
-    ev->values[ev->n_metrics++] = t->sq / values;
-  }
-  if (metrics & KN_METRIC_MAE) {
-    ev->names[ev->n_metrics] = names[3];
-    ev->values[ev->n_metrics++] = t->abs / values;
+  const double value[N_NAMES] = {t->loss / rows, (double)t->correct / rows, t->sq / values,
+                                 t->abs / values, (double)t->top_k / rows};
+  for (int i = 0; i < N_NAMES && ev->n_metrics < KN_EVENT_MAX_METRICS; i++) {
+    if (i > 0 && !(metrics & name_bits[i])) continue;
+    ev->names[ev->n_metrics] = names[i];
+    ev->values[ev->n_metrics++] = value[i];
   }
 }
 
-static const char *const step_names[4] = {"loss", "accuracy", "mse", "mae"};
-static const char *const epoch_names[4] = {"epoch_loss", "epoch_accuracy", "epoch_mse",
-                                           "epoch_mae"};
-static const char *const val_names[4] = {"val_loss", "val_accuracy", "val_mse", "val_mae"};
+/* Whether an epoch event carries name (a callback's monitor). */
+static int epoch_reports(unsigned metrics, int has_val, const char *name) {
+  for (int i = 0; i < N_NAMES; i++) {
+    if (i > 0 && !(metrics & name_bits[i])) continue;
+    if (strcmp(name, epoch_names[i]) == 0 || (has_val && strcmp(name, val_names[i]) == 0))
+      return 1;
+  }
+  return 0;
+}
 
 /* The metrics a run reports: the asked ones, checked against the loss. */
 static int resolve_metrics(const kn_model *m, unsigned asked, unsigned *out, char *err,
                            size_t errlen) {
   const int regression = kn_loss_is_regression(m->loss_kind);
   if (asked == 0) asked = regression ? 0u : KN_METRIC_ACCURACY;
-  if (asked & ~(unsigned)(KN_METRIC_ACCURACY | KN_METRIC_MSE | KN_METRIC_MAE)) {
+  if (asked & ~(unsigned)(KN_METRIC_ACCURACY | KN_METRIC_MSE | KN_METRIC_MAE | KN_METRIC_TOP_K)) {
     snprintf(err, errlen, "train: unknown metrics 0x%x", asked);
     return KN_EINVAL;
   }
-  if (regression && (asked & KN_METRIC_ACCURACY)) {
+  if (regression && (asked & (KN_METRIC_ACCURACY | KN_METRIC_TOP_K))) {
     snprintf(err, errlen, "train: accuracy needs a classification loss; this model regresses");
     return KN_EINVAL;
   }
@@ -215,8 +242,8 @@ int kn_evaluate(kn_model *m, const kn_dataset *ds, double *loss, double *accurac
 }
 
 /* Loss and metrics over one pass of an evaluation pipeline. */
-static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, tally *t, char *err,
-                             size_t errlen) {
+static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, int top_k, tally *t,
+                             char *err, size_t errlen) {
   kn_pipeline_state start = {0, 0, 0};
   int rc = kn_pipeline_restore(pipe, &start, err, errlen);
   if (rc) return rc;
@@ -226,26 +253,67 @@ static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, t
     feed(m, &b);
     rc = kn_graph_run(m->graph, KN_RUN_FORWARD, b.rows, err, errlen);
     if (rc) return rc;
-    tally_batch(m, t, &b, *(float *)kn_node_data(m->graph, m->loss), metrics);
+    tally_batch(m, t, &b, *(float *)kn_node_data(m->graph, m->loss), metrics, top_k);
   }
   return KN_OK;
 }
 
+/* One run of kn_train: what the steps share. */
+typedef struct run {
+  kn_model *m;
+  const kn_train_config *cfg;
+  kn_train_callback cb;
+  void *user;
+  kn_pipeline *pipe, *val_pipe;
+  kn_optimizer *opt;
+  unsigned metrics;
+  int top_k;
+  int accum;    /* batches per optimizer step */
+  float *acc;   /* (n_params) row-weighted gradient sums of the window; NULL when accum is 1 */
+  int64_t window_rows;
+  int window_batches;
+  int64_t step; /* optimizer steps done */
+  int report_lr;
+  double t0;
+  tally epoch_t, interval_t;
+  kn_callback_state callbacks;
+  int64_t last_checkpoint;
+  char last_checkpoint_name[256]; /* for a numerics error: where to resume from */
+  char *err;
+  size_t errlen;
+} run;
+
+static double elapsed(const run *r) { return now_seconds() - r->t0; }
+
 /* Writes the training state, then the weights beside it, and reports the
  * checkpoint: the weights file appears last, so a checkpoint that can be
- * seen can be resumed. */
-static int save_checkpoint(kn_model *m, const kn_train_config *cfg, kn_pipeline *pipe,
-                           kn_optimizer *opt, const kn_train_state *st_in, kn_train_callback cb,
-                           void *user, double t0, char *err, size_t errlen) {
+ * seen can be resumed. A mid-epoch checkpoint carries the partial epoch's
+ * and interval's sums. */
+static int save_checkpoint(run *r, int mid_epoch) {
+  const kn_train_config *cfg = r->cfg;
   char path[4096], state_path[4200], step_str[32], state_str[96];
   snprintf(path, sizeof path, "%s/%s-%08lld.safetensors", cfg->checkpoint_dir,
-           cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)st_in->step);
-  kn_train_state st = *st_in;
+           cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)r->step);
+  kn_train_state st = {.step = r->step, .callbacks = r->callbacks};
+  if (mid_epoch) {
+    st.epoch_loss = r->epoch_t.loss;
+    st.epoch_rows = r->epoch_t.rows;
+    st.epoch_correct = r->epoch_t.correct;
+    st.epoch_top_k = r->epoch_t.top_k;
+    st.epoch_sq = r->epoch_t.sq;
+    st.epoch_abs = r->epoch_t.abs;
+    st.interval_loss = r->interval_t.loss;
+    st.interval_rows = r->interval_t.rows;
+    st.interval_correct = r->interval_t.correct;
+    st.interval_top_k = r->interval_t.top_k;
+    st.interval_sq = r->interval_t.sq;
+    st.interval_abs = r->interval_t.abs;
+  }
   /* Where the data stream stands, so a resume sees the batches that follow. */
-  kn_pipeline_save(pipe, &st.pipeline);
-  st.train_runs = m->graph->train_runs;
+  kn_pipeline_save(r->pipe, &st.pipeline);
+  st.train_runs = r->m->graph->train_runs;
   kn_train_state_path(path, state_path, sizeof state_path);
-  int rc = kn_train_state_write(state_path, &st, opt, err, errlen);
+  int rc = kn_train_state_write(state_path, &st, r->opt, r->err, r->errlen);
   if (rc) return rc;
   snprintf(step_str, sizeof step_str, "%lld", (long long)st.step);
   kn_pipeline_state_format(&st.pipeline, state_str, sizeof state_str);
@@ -253,14 +321,19 @@ static int save_checkpoint(kn_model *m, const kn_train_config *cfg, kn_pipeline 
   const char *keys[] = {"format", "step", "pipeline_state", "train_state"};
   const char *values[] = {"pt", step_str, state_str, slash ? slash + 1 : state_path};
   kn_checkpoint_info info;
-  rc = kn_checkpoint_write(m->graph, path, 4, keys, values, &info, err, errlen);
-  if (!rc && cb) {
+  rc = kn_checkpoint_write(r->m->graph, path, 4, keys, values, &info, r->err, r->errlen);
+  if (rc) return rc;
+  r->last_checkpoint = r->step;
+  slash = strrchr(path, '/');
+  snprintf(r->last_checkpoint_name, sizeof r->last_checkpoint_name, "%.200s",
+           slash ? slash + 1 : path);
+  if (r->cb) {
     kn_train_event ev = {.kind = KN_EVENT_CHECKPOINT, .step = st.step, .path = path};
     ev.checkpoint = &info;
-    ev.seconds = now_seconds() - t0;
-    cb(&ev, user);
+    ev.seconds = elapsed(r);
+    r->cb(&ev, r->user);
   }
-  return rc;
+  return KN_OK;
 }
 
 /* Loads a checkpoint's weights and its training state (into st and opt). */
@@ -282,6 +355,141 @@ static int load_checkpoint(kn_model *m, const char *path, kn_optimizer *opt, kn_
   return KN_OK;
 }
 
+/* Checks the loop options against the model and data. */
+static int check_loop_options(const kn_train_config *cfg, unsigned metrics, int has_val, char *err,
+                              size_t errlen) {
+  if (cfg->accumulation_steps < 0 || !(cfg->clip_global_norm >= 0) || cfg->eval_every_steps < 0 ||
+      cfg->top_k < 0) {
+    snprintf(err, errlen,
+             "train: accumulation_steps, clip_global_norm, eval_every_steps and top_k must be "
+             ">= 0");
+    return KN_EINVAL;
+  }
+  const kn_early_stopping *e = &cfg->early_stopping;
+  const kn_reduce_on_plateau *p = &cfg->plateau;
+  if (e->enabled && !epoch_reports(metrics, has_val, e->monitor)) {
+    snprintf(err, errlen, "train: early stopping monitors '%s', which this run does not report",
+             e->monitor);
+    return KN_EINVAL;
+  }
+  if (p->enabled && !epoch_reports(metrics, has_val, p->monitor)) {
+    snprintf(err, errlen,
+             "train: reduce-on-plateau monitors '%s', which this run does not report", p->monitor);
+    return KN_EINVAL;
+  }
+  if (p->enabled && (cfg->schedule.type != KN_SCHEDULE_CONSTANT || cfg->schedule.warmup_steps)) {
+    snprintf(err, errlen, "train: reduce-on-plateau cannot be combined with a schedule");
+    return KN_EINVAL;
+  }
+  return KN_OK;
+}
+
+/* The rate for the next update: the schedule's at this step, or what
+ * reduce-on-plateau has set. */
+static float current_lr(const run *r) {
+  if (r->cfg->plateau.enabled) return (float)r->callbacks.lr;
+  return (float)kn_lr_at(&r->cfg->schedule, r->cfg->optimizer.learning_rate, r->step);
+}
+
+/* Scales g in place to the global L2 norm max_norm when it is above it. */
+static void clip_global_norm(float *g, size_t n, double max_norm) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+  const double norm = sqrt(sum);
+  if (!(norm > max_norm)) return; /* NaN norms pass through to the optimizer unchanged */
+  const float scale = (float)(max_norm / norm);
+  for (size_t i = 0; i < n; i++) g[i] *= scale;
+}
+
+/* Adds the batch just run to the window's gradient sums. */
+static void accumulate(run *r, int rows) {
+  const float *g = kn_grads(r->m->graph);
+  const size_t n = kn_param_count(r->m->graph);
+  const float w = (float)rows;
+  if (r->window_batches == 0) {
+    for (size_t i = 0; i < n; i++) r->acc[i] = g[i] * w;
+  } else {
+    for (size_t i = 0; i < n; i++) r->acc[i] += g[i] * w;
+  }
+  r->window_rows += rows;
+  r->window_batches++;
+}
+
+/* One optimizer step from the window's gradients. */
+static void update(run *r) {
+  kn_graph *g = r->m->graph;
+  float *grads = kn_grads(g);
+  const size_t n = kn_param_count(g);
+  if (r->acc) { /* the row-weighted mean over the window, as one big batch's */
+    const float inv = 1.0f / (float)r->window_rows;
+    for (size_t i = 0; i < n; i++) grads[i] = r->acc[i] * inv;
+  }
+  if (r->cfg->clip_global_norm > 0) clip_global_norm(grads, n, r->cfg->clip_global_norm);
+  kn_optimizer_set_learning_rate(r->opt, current_lr(r));
+  kn_optimizer_step(r->opt, kn_params(g), grads);
+  r->step++;
+  r->window_rows = 0;
+  r->window_batches = 0;
+}
+
+static void notice(run *r, int epoch, const char *message) {
+  if (!r->cb) return;
+  kn_train_event ev = {
+      .kind = KN_EVENT_NOTICE, .epoch = epoch, .step = r->step, .message = message};
+  ev.seconds = elapsed(r);
+  r->cb(&ev, r->user);
+}
+
+static double event_value(const kn_train_event *ev, const char *name) {
+  for (int i = 0; i < ev->n_metrics; i++)
+    if (strcmp(ev->names[i], name) == 0) return ev->values[i];
+  return NAN;
+}
+
+/* The callbacks at an epoch's end; returns 1 when early stopping ends the
+ * run. */
+static int end_of_epoch_callbacks(run *r, const kn_train_event *ev) {
+  const kn_train_config *cfg = r->cfg;
+  char msg[256];
+  if (kn_plateau_update(&cfg->plateau, &r->callbacks,
+                        event_value(ev, cfg->plateau.monitor))) {
+    snprintf(msg, sizeof msg,
+             "reduce-on-plateau: %s has not improved for %d epochs; learning rate now %g",
+             cfg->plateau.monitor, cfg->plateau.patience, r->callbacks.lr);
+    notice(r, ev->epoch, msg);
+  }
+  if (kn_early_stopping_update(&cfg->early_stopping, &r->callbacks,
+                               event_value(ev, cfg->early_stopping.monitor))) {
+    snprintf(msg, sizeof msg,
+             "early stopping at epoch %d: %s has not improved by more than %g for %d epochs "
+             "(best %g)",
+             ev->epoch, cfg->early_stopping.monitor, cfg->early_stopping.min_delta,
+             cfg->early_stopping.patience, r->callbacks.stop_best);
+    notice(r, ev->epoch, msg);
+    return 1;
+  }
+  return 0;
+}
+
+static void free_run(run *r) {
+  kn_pipeline_free(r->pipe);
+  kn_pipeline_free(r->val_pipe);
+  kn_optimizer_free(r->opt);
+  free(r->acc);
+}
+
+static int numeric_error(run *r, float loss, int epoch) {
+  char where[320];
+  if (r->last_checkpoint >= 0)
+    snprintf(where, sizeof where, "the last good checkpoint is %s (step %lld)",
+             r->last_checkpoint_name, (long long)r->last_checkpoint);
+  else
+    snprintf(where, sizeof where, "no checkpoint was written before it");
+  snprintf(r->err, r->errlen, "loss became %f at step %lld (epoch %d); %s", loss,
+           (long long)r->step + 1, epoch, where);
+  return KN_ENUMERIC;
+}
+
 int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
              const kn_train_config *cfg, kn_train_callback cb, void *user, char *err,
              size_t errlen) {
@@ -298,8 +506,14 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     snprintf(err, errlen, "train: need epochs >= 1 and a non-empty dataset");
     return KN_EINVAL;
   }
-  unsigned metrics = 0;
-  rc = resolve_metrics(m, cfg->metrics, &metrics, err, errlen);
+  run r = {.m = m, .cfg = cfg, .cb = cb, .user = user, .err = err, .errlen = errlen};
+  r.last_checkpoint = -1;
+  r.top_k = cfg->top_k > 0 ? cfg->top_k : 5;
+  r.accum = cfg->accumulation_steps > 1 ? cfg->accumulation_steps : 1;
+  r.report_lr = cfg->plateau.enabled || cfg->schedule.type != KN_SCHEDULE_CONSTANT ||
+                cfg->schedule.warmup_steps > 0;
+  rc = resolve_metrics(m, cfg->metrics, &r.metrics, err, errlen);
+  if (!rc) rc = check_loop_options(cfg, r.metrics, val != NULL, err, errlen);
   if (rc) return rc;
   kn_pipeline_config pc;
   if (cfg->pipeline) {
@@ -320,68 +534,73 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     pc.one_hot_depth = m->n_outputs > 1 ? m->n_outputs : 0;
   }
   pc.seed = cfg->seed ^ 0x5eedda7aULL; /* data order apart from the init stream */
-  kn_pipeline *pipe = NULL, *val_pipe = NULL;
-  kn_optimizer *opt = NULL;
-  rc = kn_pipeline_new(train, &pc, &pipe, err, errlen);
-  if (!rc && val) rc = kn_pipeline_new_eval(pipe, val, &val_pipe, err, errlen);
-  if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &opt, err, errlen);
+  rc = kn_pipeline_new(train, &pc, &r.pipe, err, errlen);
+  if (!rc && val) rc = kn_pipeline_new_eval(r.pipe, val, &r.val_pipe, err, errlen);
+  if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &r.opt, err, errlen);
+  if (!rc && r.accum > 1) {
+    r.acc = malloc(kn_param_count(m->graph) * sizeof(float));
+    if (!r.acc) {
+      snprintf(err, errlen, "train: out of memory for the accumulated gradients");
+      rc = KN_ENOMEM;
+    }
+  }
   if (rc) {
-    kn_pipeline_free(pipe);
-    kn_pipeline_free(val_pipe);
+    free_run(&r);
     return rc;
   }
-  const int64_t steps_per_epoch = kn_pipeline_batches_per_epoch(pipe);
-  int tuning_reported = 0, first_epoch = 1;
-  int64_t first_batch = 0, step = 0;
+  /* Batches per epoch, and optimizer steps: an epoch's last window may be
+   * shorter than accum. */
+  const int64_t batches = kn_pipeline_batches_per_epoch(r.pipe);
+  const int64_t steps_per_epoch = (batches + r.accum - 1) / r.accum;
+  int first_epoch = 1, tuning_reported = 0;
+  int64_t first_batch = 0;
   kn_train_state saved = {0};
+  kn_callbacks_init(cfg, &saved.callbacks);
   kn_pipeline_state resume_at;
   const kn_pipeline_state *resume = cfg->resume;
   if (cfg->resume_from) {
-    rc = load_checkpoint(m, cfg->resume_from, opt, &saved, err, errlen);
+    rc = load_checkpoint(m, cfg->resume_from, r.opt, &saved, err, errlen);
     resume_at = saved.pipeline;
     resume = &resume_at;
   }
-  if (!rc && resume) {
-    rc = kn_pipeline_restore(pipe, resume, err, errlen);
-    if (rc) {
-      kn_pipeline_free(pipe);
-      kn_pipeline_free(val_pipe);
-      kn_optimizer_free(opt);
-      return rc;
-    }
-    first_epoch = (int)resume->epoch + 1;
-    first_batch = resume->batch;
-    step = resume->epoch * steps_per_epoch + first_batch;
-  } else if (rc) {
-    kn_pipeline_free(pipe);
-    kn_pipeline_free(val_pipe);
-    kn_optimizer_free(opt);
+  if (!rc && resume) rc = kn_pipeline_restore(r.pipe, resume, err, errlen);
+  if (rc) {
+    free_run(&r);
     return rc;
   }
-  const double t0 = now_seconds();
-  int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
-  int stop = 0, stop_requested = 0;
-  int64_t last_checkpoint = -1;
+  r.callbacks = saved.callbacks;
+  if (resume) {
+    first_epoch = (int)resume->epoch + 1;
+    first_batch = resume->batch;
+    r.step = cfg->resume_from ? saved.step
+                              : resume->epoch * steps_per_epoch + (first_batch + r.accum - 1) /
+                                                                      r.accum;
+  }
+  r.t0 = now_seconds();
+  const int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
   const int every = cfg->checkpoint_dir ? cfg->checkpoint_every_steps : 0;
+  int stop = 0, stop_requested = 0;
   for (int epoch = first_epoch; epoch <= cfg->epochs && !rc && !stop; epoch++) {
-    tally epoch_t = {0}, interval_t = {0};
+    memset(&r.epoch_t, 0, sizeof r.epoch_t);
+    memset(&r.interval_t, 0, sizeof r.interval_t);
     if (cfg->resume_from && epoch == first_epoch && first_batch > 0) {
-      epoch_t = (tally){.loss = saved.epoch_loss,
-                        .rows = saved.epoch_rows,
-                        .correct = saved.epoch_correct,
-                        .sq = saved.epoch_sq,
-                        .abs = saved.epoch_abs};
-      interval_t = (tally){.loss = saved.interval_loss,
-                           .rows = saved.interval_rows,
-                           .correct = saved.interval_correct,
-                           .sq = saved.interval_sq,
-                           .abs = saved.interval_abs};
+      r.epoch_t = (tally){.loss = saved.epoch_loss,
+                          .rows = saved.epoch_rows,
+                          .correct = saved.epoch_correct,
+                          .top_k = saved.epoch_top_k,
+                          .sq = saved.epoch_sq,
+                          .abs = saved.epoch_abs};
+      r.interval_t = (tally){.loss = saved.interval_loss,
+                             .rows = saved.interval_rows,
+                             .correct = saved.interval_correct,
+                             .top_k = saved.interval_top_k,
+                             .sq = saved.interval_sq,
+                             .abs = saved.interval_abs};
     }
-    for (int64_t s = epoch == first_epoch ? first_batch : 0; s < steps_per_epoch && !rc && !stop;
-         s++) {
+    for (int64_t s = epoch == first_epoch ? first_batch : 0; s < batches && !rc && !stop; s++) {
       kn_batch b;
-      if (kn_pipeline_next(pipe, &b) != 1) {
-        snprintf(err, errlen, "train: the pipeline ended early, at epoch %d step %lld", epoch,
+      if (kn_pipeline_next(r.pipe, &b) != 1) {
+        snprintf(err, errlen, "train: the pipeline ended early, at epoch %d batch %lld", epoch,
                  (long long)s + 1);
         rc = KN_ESTATE;
         break;
@@ -390,7 +609,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       feed(m, &b);
       if (cfg->on_tuned && !tuning_reported) {
         kn_pipeline_stats ps;
-        kn_pipeline_stats_get(pipe, &ps);
+        kn_pipeline_stats_get(r.pipe, &ps);
         if (ps.tuned) {
           cfg->on_tuned(&ps, user);
           tuning_reported = 1;
@@ -400,73 +619,67 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       if (rc) break;
       float loss = *(float *)kn_node_data(m->graph, m->loss);
       if (!isfinite(loss)) {
-        snprintf(err, errlen, "loss became %f at step %lld (epoch %d)", loss, (long long)step + 1,
-                 epoch);
-        rc = KN_ENUMERIC;
+        rc = numeric_error(&r, loss, epoch);
         break;
       }
-      kn_optimizer_step(opt, kn_params(m->graph), kn_grads(m->graph));
-      step++;
-      tally_batch(m, &epoch_t, &b, loss, metrics);
-      tally_batch(m, &interval_t, &b, loss, metrics);
-      if (cb && step % log_every == 0) {
-        kn_train_event ev = {.kind = KN_EVENT_STEP, .epoch = epoch, .step = step};
-        put_metrics(m, &ev, &interval_t, metrics, step_names);
-        ev.seconds = now_seconds() - t0;
+      tally_batch(m, &r.epoch_t, &b, loss, r.metrics, r.top_k);
+      tally_batch(m, &r.interval_t, &b, loss, r.metrics, r.top_k);
+      const int last_batch = s + 1 == batches;
+      if (r.acc) accumulate(&r, rows);
+      if (r.acc && r.window_batches < r.accum && !last_batch) continue;
+      update(&r);
+      if (cb && r.step % log_every == 0) {
+        kn_train_event ev = {.kind = KN_EVENT_STEP, .epoch = epoch, .step = r.step};
+        put_metrics(m, &ev, &r.interval_t, r.metrics, step_names);
+        if (r.report_lr) {
+          ev.names[ev.n_metrics] = "learning_rate";
+          ev.values[ev.n_metrics++] = kn_optimizer_learning_rate(r.opt);
+        }
+        ev.seconds = elapsed(&r);
         stop = cb(&ev, user);
-        memset(&interval_t, 0, sizeof interval_t);
+        memset(&r.interval_t, 0, sizeof r.interval_t);
+      }
+      /* A pass at an epoch's last step is the epoch's own validation. */
+      if (val && cfg->eval_every_steps > 0 && r.step % cfg->eval_every_steps == 0 && !last_batch) {
+        tally val_t;
+        rc = evaluate_pipeline(m, r.val_pipe, r.metrics, r.top_k, &val_t, err, errlen);
+        if (rc) break;
+        kn_train_event ev = {.kind = KN_EVENT_EVAL, .epoch = epoch, .step = r.step};
+        put_metrics(m, &ev, &val_t, r.metrics, val_names);
+        ev.seconds = elapsed(&r);
+        if (cb && cb(&ev, user)) stop = 1;
       }
       if (cfg->stop_request && *cfg->stop_request) stop_requested = 1;
       /* A checkpoint on an epoch's last step waits for the epoch's end. */
-      if ((stop_requested || (every > 0 && step % every == 0)) && s + 1 < steps_per_epoch &&
-          cfg->checkpoint_dir) {
-        kn_train_state st = {.step = step,
-                             .epoch_loss = epoch_t.loss,
-                             .interval_loss = interval_t.loss,
-                             .epoch_rows = epoch_t.rows,
-                             .epoch_correct = epoch_t.correct,
-                             .interval_rows = interval_t.rows,
-                             .interval_correct = interval_t.correct,
-                             .epoch_sq = epoch_t.sq,
-                             .epoch_abs = epoch_t.abs,
-                             .interval_sq = interval_t.sq,
-                             .interval_abs = interval_t.abs};
-        rc = save_checkpoint(m, cfg, pipe, opt, &st, cb, user, t0, err, errlen);
-        last_checkpoint = step;
-      }
-      if (stop_requested && s + 1 < steps_per_epoch) stop = 1;
+      if ((stop_requested || (every > 0 && r.step % every == 0)) && !last_batch &&
+          cfg->checkpoint_dir)
+        rc = save_checkpoint(&r, 1);
+      if (stop_requested && !last_batch) stop = 1;
     }
     if (rc || stop) break;
-    kn_train_event ev = {.kind = KN_EVENT_EPOCH, .epoch = epoch, .step = step};
-    put_metrics(m, &ev, &epoch_t, metrics, epoch_names);
+    kn_train_event ev = {.kind = KN_EVENT_EPOCH, .epoch = epoch, .step = r.step};
+    put_metrics(m, &ev, &r.epoch_t, r.metrics, epoch_names);
     if (val) {
       tally val_t;
-      rc = evaluate_pipeline(m, val_pipe, metrics, &val_t, err, errlen);
+      rc = evaluate_pipeline(m, r.val_pipe, r.metrics, r.top_k, &val_t, err, errlen);
       if (rc) break;
-      put_metrics(m, &ev, &val_t, metrics, val_names);
+      put_metrics(m, &ev, &val_t, r.metrics, val_names);
     }
-    ev.seconds = now_seconds() - t0;
+    ev.seconds = elapsed(&r);
     if (cb) stop = cb(&ev, user);
+    if (end_of_epoch_callbacks(&r, &ev)) stop = 1;
     if (cfg->stop_request && *cfg->stop_request) stop_requested = stop = 1;
-    if ((stop_requested || (every > 0 && step % every == 0)) && epoch < cfg->epochs &&
-        cfg->checkpoint_dir) {
-      kn_train_state st = {.step = step};
-      rc = save_checkpoint(m, cfg, pipe, opt, &st, cb, user, t0, err, errlen);
-      last_checkpoint = step;
-    }
+    if ((stop_requested || (every > 0 && r.step % every == 0)) && epoch < cfg->epochs &&
+        cfg->checkpoint_dir)
+      rc = save_checkpoint(&r, 0);
   }
   /* A request that came after the last step stops nothing: the run is done. */
-  if (!rc && stop_requested && step < (int64_t)cfg->epochs * steps_per_epoch) {
-    snprintf(err, errlen, "train: stopped on request at step %lld%s", (long long)step,
-             last_checkpoint == step ? ", checkpoint written" : "");
+  if (!rc && stop_requested && r.step < (int64_t)cfg->epochs * steps_per_epoch) {
+    snprintf(err, errlen, "train: stopped on request at step %lld%s", (long long)r.step,
+             r.last_checkpoint == r.step ? ", checkpoint written" : "");
     rc = KN_ESTOPPED;
   }
-  if (!rc && cfg->checkpoint_dir && last_checkpoint != step) {
-    kn_train_state st = {.step = step};
-    rc = save_checkpoint(m, cfg, pipe, opt, &st, cb, user, t0, err, errlen);
-  }
-  kn_pipeline_free(pipe);
-  kn_pipeline_free(val_pipe);
-  kn_optimizer_free(opt);
+  if (!rc && cfg->checkpoint_dir && r.last_checkpoint != r.step) rc = save_checkpoint(&r, 0);
+  free_run(&r);
   return rc;
 }

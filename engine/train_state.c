@@ -1,9 +1,11 @@
 /* train_state.c — the training-state file beside each checkpoint: step,
  * data position, dropout stream, partial epoch sums, and the optimizer's
  * step count and flat moment arrays. Layout (little-endian, as x86 and Arm
- * are): the 8-byte magic "KILNTS01", 17 int64 fields, then m (n floats) and
- * v (n floats) where the optimizer keeps them, then the SHA-256 of all that
- * came before, so a torn or altered file is refused rather than half-used. */
+ * are): the 8-byte magic "KILNTS01", int64 fields (21 in version 1; 29 in
+ * version 2, which adds top-k hit counts and the callbacks' state), then m
+ * (n floats) and v (n floats) where the optimizer keeps them, then the
+ * SHA-256 of all that came before, so a torn or altered file is refused
+ * rather than half-used. Version 1 files still resume. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -15,7 +17,7 @@
 #include "train_state.h"
 
 #define STATE_MAGIC "KILNTS01"
-enum { N_FIELDS = 21 };
+enum { N_FIELDS_V1 = 21, N_FIELDS = 29, VERSION = 2 };
 
 void kn_train_state_path(const char *checkpoint_path, char *out, size_t len) {
   static const char ext[] = ".safetensors";
@@ -45,11 +47,13 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
   float *m, *v;
   int64_t *iterations;
   kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
-  double losses[6] = {st->epoch_loss, st->interval_loss, st->epoch_sq,
-                      st->epoch_abs,  st->interval_sq,   st->interval_abs};
-  int64_t bits[6];
+  const kn_callback_state *cs = &st->callbacks;
+  double losses[9] = {st->epoch_loss,  st->interval_loss,  st->epoch_sq,
+                      st->epoch_abs,   st->interval_sq,    st->interval_abs,
+                      cs->lr,          cs->plateau_best,   cs->stop_best};
+  int64_t bits[9];
   memcpy(bits, losses, sizeof bits); /* doubles kept bit for bit */
-  int64_t fields[N_FIELDS] = {1,     /* version */
+  int64_t fields[N_FIELDS] = {VERSION,
                               st->step,
                               st->pipeline.epoch,
                               st->pipeline.batch,
@@ -69,7 +73,15 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
                               bits[2],
                               bits[3],
                               bits[4],
-                              bits[5]};
+                              bits[5],
+                              st->epoch_top_k,
+                              st->interval_top_k,
+                              bits[6],
+                              bits[7],
+                              cs->plateau_wait,
+                              cs->plateau_cooldown,
+                              bits[8],
+                              cs->stop_wait};
   memcpy(f, fields, sizeof fields);
 }
 
@@ -131,8 +143,8 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
   float *m, *v;
   int64_t *iterations;
   kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
-  const size_t head = 8 + N_FIELDS * sizeof(int64_t);
-  const size_t want = head + ((m != NULL) + (v != NULL)) * n * sizeof(float) + 32;
+  const size_t moments = ((m != NULL) + (v != NULL)) * n * sizeof(float) + 32;
+  size_t head = 8 + N_FIELDS * sizeof(int64_t), want = head + moments;
   FILE *file = fopen(path, "rb");
   if (!file) {
     snprintf(err, errlen, "training state %s: cannot open: %s", path, strerror(errno));
@@ -142,20 +154,26 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
   size_t got = buf ? fread(buf, 1, want + 1, file) : 0;
   fclose(file);
   int rc = KN_OK;
-  int64_t f[N_FIELDS];
+  int64_t f[N_FIELDS] = {0};
   if (!buf) {
     snprintf(err, errlen, "training state %s: out of memory for %zu bytes", path, want);
     return KN_ENOMEM;
   }
-  if (got < head || memcmp(buf, STATE_MAGIC, 8) != 0) {
+  if (got < 8 + N_FIELDS_V1 * sizeof(int64_t) || memcmp(buf, STATE_MAGIC, 8) != 0) {
     snprintf(err, errlen, "training state %s: not a kiln training-state file", path);
     rc = KN_EFORMAT;
     goto out;
   }
-  memcpy(f, buf + 8, sizeof f);
-  if (f[0] != 1) {
-    snprintf(err, errlen, "training state %s: version %lld, this kiln reads version 1", path,
-             (long long)f[0]);
+  memcpy(f, buf + 8, N_FIELDS_V1 * sizeof(int64_t));
+  if (f[0] == 1) { /* the shorter header of version 1 */
+    head = 8 + N_FIELDS_V1 * sizeof(int64_t);
+    want = head + moments;
+  } else if (f[0] == VERSION && got >= head) {
+    memcpy(f, buf + 8, sizeof f);
+  }
+  if (f[0] != 1 && f[0] != VERSION) {
+    snprintf(err, errlen, "training state %s: version %lld, this kiln reads versions 1 and %d",
+             path, (long long)f[0], VERSION);
     rc = KN_EFORMAT;
   } else if (f[12] != (int64_t)type || f[14] != (int64_t)n || f[15] != (m != NULL) ||
              f[16] != (v != NULL)) {
@@ -195,6 +213,17 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
   memcpy(&st->epoch_abs, &f[18], sizeof(double));
   memcpy(&st->interval_sq, &f[19], sizeof(double));
   memcpy(&st->interval_abs, &f[20], sizeof(double));
+  if (f[0] >= 2) {
+    kn_callback_state *cs = &st->callbacks;
+    st->epoch_top_k = f[21];
+    st->interval_top_k = f[22];
+    memcpy(&cs->lr, &f[23], sizeof(double));
+    memcpy(&cs->plateau_best, &f[24], sizeof(double));
+    cs->plateau_wait = f[25];
+    cs->plateau_cooldown = f[26];
+    memcpy(&cs->stop_best, &f[27], sizeof(double));
+    cs->stop_wait = f[28];
+  }
   *iterations = f[13];
   if (m) memcpy(m, buf + head, n * sizeof(float));
   if (v) memcpy(v, buf + head + (m ? n * sizeof(float) : 0), n * sizeof(float));

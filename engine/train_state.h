@@ -5,6 +5,22 @@
 
 #include "engine.h"
 
+/* The callbacks' running state (callbacks.c). */
+typedef struct kn_callback_state {
+  double lr; /* the rate reduce-on-plateau has set; the base rate until then */
+  double plateau_best;
+  int64_t plateau_wait, plateau_cooldown;
+  double stop_best;
+  int64_t stop_wait;
+} kn_callback_state;
+
+void kn_callbacks_init(const kn_train_config *cfg, kn_callback_state *cs);
+/* After an epoch: returns 1 when the rate was just cut (cs->lr holds the
+ * new one). */
+int kn_plateau_update(const kn_reduce_on_plateau *p, kn_callback_state *cs, double value);
+/* After an epoch: returns 1 when training should stop. */
+int kn_early_stopping_update(const kn_early_stopping *e, kn_callback_state *cs, double value);
+
 typedef struct kn_train_state {
   int64_t step;               /* optimizer steps done */
   kn_pipeline_state pipeline; /* the next batch the data stream hands out */
@@ -14,6 +30,8 @@ typedef struct kn_train_state {
   double epoch_loss, interval_loss;
   int64_t epoch_rows, epoch_correct, interval_rows, interval_correct;
   double epoch_sq, epoch_abs, interval_sq, interval_abs; /* regression errors */
+  int64_t epoch_top_k, interval_top_k;                   /* top-k hits */
+  kn_callback_state callbacks;
 } kn_train_state;
 
 /* The state file's name for a checkpoint path: "X.safetensors" -> "X.state". */

@@ -84,6 +84,10 @@ static int fail(const reporter *r, int status, const char *reason, const char *m
 
 static int on_event(const kn_train_event *ev, void *user) {
   const reporter *r = user;
+  if (ev->kind == KN_EVENT_NOTICE) { /* a callback acted: into the job's events */
+    report_status(r, "callback", ev->message);
+    return 0;
+  }
   if (r->progress_fd >= 0) {
     api_progress p = {.step = ev->step, .epoch = ev->epoch};
     if (ev->kind == KN_EVENT_CHECKPOINT) {
@@ -112,6 +116,10 @@ static int on_event(const kn_train_event *ev, void *user) {
   case KN_EVENT_EPOCH:
     printf("epoch %d/%d  done at step %lld", ev->epoch, r->epochs, (long long)ev->step);
     break;
+  case KN_EVENT_EVAL:
+    printf("epoch %d/%d  validation at step %lld", ev->epoch, r->epochs, (long long)ev->step);
+    break;
+  case KN_EVENT_NOTICE: break; /* handled above */
   case KN_EVENT_CHECKPOINT:
     printf("checkpoint %s (%lld bytes, sha256 %s)", ev->path, (long long)ev->checkpoint->bytes,
            ev->checkpoint->sha256);
