@@ -34,7 +34,9 @@ static int improved(kn_monitor_mode mode, double min_delta, double best, double 
   return mode == KN_MODE_MAX ? value - min_delta > best : value + min_delta < best;
 }
 
-static double worst(kn_monitor_mode mode) { return mode == KN_MODE_MAX ? -INFINITY : INFINITY; }
+static double worst(kn_monitor_mode mode) {
+  return mode == KN_MODE_MAX ? -INFINITY : INFINITY;
+}
 
 void kn_callbacks_init(const kn_train_config *cfg, kn_callback_state *cs) {
   cs->lr = cfg->optimizer.learning_rate;
@@ -46,8 +48,9 @@ void kn_callbacks_init(const kn_train_config *cfg, kn_callback_state *cs) {
 
 int kn_plateau_update(const kn_reduce_on_plateau *p, kn_callback_state *cs, double value) {
   if (!p->enabled || isnan(value)) return 0;
-  const int cooling = cs->plateau_cooldown > 0;
-  if (cooling) {
+  /* As Keras: a cooldown epoch resets the wait, and the epoch that ends
+   * the cooldown already counts. */
+  if (cs->plateau_cooldown > 0) {
     cs->plateau_cooldown--;
     cs->plateau_wait = 0;
   }
@@ -56,12 +59,12 @@ int kn_plateau_update(const kn_reduce_on_plateau *p, kn_callback_state *cs, doub
     cs->plateau_wait = 0;
     return 0;
   }
-  if (cooling || ++cs->plateau_wait < p->patience) return 0;
-  cs->plateau_wait = 0;
-  if (!(cs->lr > p->min_lr)) return 0;
+  if (cs->plateau_cooldown > 0 || ++cs->plateau_wait < p->patience || !(cs->lr > p->min_lr))
+    return 0;
   double lr = cs->lr * p->factor;
   cs->lr = lr > p->min_lr ? lr : p->min_lr;
   cs->plateau_cooldown = p->cooldown;
+  cs->plateau_wait = 0;
   return 1;
 }
 

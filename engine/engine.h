@@ -625,8 +625,8 @@ typedef enum kn_schedule_type {
 typedef struct kn_lr_schedule {
   kn_schedule_type type;
   int64_t warmup_steps;
-  int64_t step_size; /* step */
-  double gamma;      /* step */
+  int64_t step_size;   /* step */
+  double gamma;        /* step */
   int64_t decay_steps; /* exponential, cosine */
   double decay_rate;   /* exponential */
   int staircase;       /* exponential */

@@ -108,9 +108,13 @@ void kn_optimizer_free(kn_optimizer *opt) {
   free(opt);
 }
 
-void kn_optimizer_set_learning_rate(kn_optimizer *opt, float lr) { opt->cfg.learning_rate = lr; }
+void kn_optimizer_set_learning_rate(kn_optimizer *opt, float lr) {
+  opt->cfg.learning_rate = lr;
+}
 
-float kn_optimizer_learning_rate(const kn_optimizer *opt) { return opt->cfg.learning_rate; }
+float kn_optimizer_learning_rate(const kn_optimizer *opt) {
+  return opt->cfg.learning_rate;
+}
 
 int64_t kn_optimizer_iterations(const kn_optimizer *opt) {
   return opt->iterations;

@@ -119,8 +119,7 @@ static void tally_batch(kn_model *m, tally *t, const kn_batch *b, float loss, un
 }
 
 enum { N_NAMES = 5 };
-static const char *const step_names[N_NAMES] = {"loss", "accuracy", "mse", "mae",
-                                                "top_k_accuracy"};
+static const char *const step_names[N_NAMES] = {"loss", "accuracy", "mse", "mae", "top_k_accuracy"};
 static const char *const epoch_names[N_NAMES] = {"epoch_loss", "epoch_accuracy", "epoch_mse",
                                                  "epoch_mae", "epoch_top_k_accuracy"};
 static const char *const val_names[N_NAMES] = {"val_loss", "val_accuracy", "val_mse", "val_mae",
@@ -146,8 +145,7 @@ static void put_metrics(kn_model *m, kn_train_event *ev, const tally *t, unsigne
 static int epoch_reports(unsigned metrics, int has_val, const char *name) {
   for (int i = 0; i < N_NAMES; i++) {
     if (i > 0 && !(metrics & name_bits[i])) continue;
-    if (strcmp(name, epoch_names[i]) == 0 || (has_val && strcmp(name, val_names[i]) == 0))
-      return 1;
+    if (strcmp(name, epoch_names[i]) == 0 || (has_val && strcmp(name, val_names[i]) == 0)) return 1;
   }
   return 0;
 }
@@ -268,8 +266,8 @@ typedef struct run {
   kn_optimizer *opt;
   unsigned metrics;
   int top_k;
-  int accum;    /* batches per optimizer step */
-  float *acc;   /* (n_params) row-weighted gradient sums of the window; NULL when accum is 1 */
+  int accum;  /* batches per optimizer step */
+  float *acc; /* (n_params) row-weighted gradient sums of the window; NULL when accum is 1 */
   int64_t window_rows;
   int window_batches;
   int64_t step; /* optimizer steps done */
@@ -283,7 +281,9 @@ typedef struct run {
   size_t errlen;
 } run;
 
-static double elapsed(const run *r) { return now_seconds() - r->t0; }
+static double elapsed(const run *r) {
+  return now_seconds() - r->t0;
+}
 
 /* Writes the training state, then the weights beside it, and reports the
  * checkpoint: the weights file appears last, so a checkpoint that can be
@@ -373,8 +373,8 @@ static int check_loop_options(const kn_train_config *cfg, unsigned metrics, int 
     return KN_EINVAL;
   }
   if (p->enabled && !epoch_reports(metrics, has_val, p->monitor)) {
-    snprintf(err, errlen,
-             "train: reduce-on-plateau monitors '%s', which this run does not report", p->monitor);
+    snprintf(err, errlen, "train: reduce-on-plateau monitors '%s', which this run does not report",
+             p->monitor);
     return KN_EINVAL;
   }
   if (p->enabled && (cfg->schedule.type != KN_SCHEDULE_CONSTANT || cfg->schedule.warmup_steps)) {
@@ -451,8 +451,7 @@ static double event_value(const kn_train_event *ev, const char *name) {
 static int end_of_epoch_callbacks(run *r, const kn_train_event *ev) {
   const kn_train_config *cfg = r->cfg;
   char msg[256];
-  if (kn_plateau_update(&cfg->plateau, &r->callbacks,
-                        event_value(ev, cfg->plateau.monitor))) {
+  if (kn_plateau_update(&cfg->plateau, &r->callbacks, event_value(ev, cfg->plateau.monitor))) {
     snprintf(msg, sizeof msg,
              "reduce-on-plateau: %s has not improved for %d epochs; learning rate now %g",
              cfg->plateau.monitor, cfg->plateau.patience, r->callbacks.lr);
@@ -572,9 +571,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   if (resume) {
     first_epoch = (int)resume->epoch + 1;
     first_batch = resume->batch;
-    r.step = cfg->resume_from ? saved.step
-                              : resume->epoch * steps_per_epoch + (first_batch + r.accum - 1) /
-                                                                      r.accum;
+    r.step = cfg->resume_from
+                 ? saved.step
+                 : resume->epoch * steps_per_epoch + (first_batch + r.accum - 1) / r.accum;
   }
   r.t0 = now_seconds();
   const int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;

@@ -48,9 +48,9 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
   int64_t *iterations;
   kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
   const kn_callback_state *cs = &st->callbacks;
-  double losses[9] = {st->epoch_loss,  st->interval_loss,  st->epoch_sq,
-                      st->epoch_abs,   st->interval_sq,    st->interval_abs,
-                      cs->lr,          cs->plateau_best,   cs->stop_best};
+  double losses[9] = {st->epoch_loss, st->interval_loss, st->epoch_sq,
+                      st->epoch_abs,  st->interval_sq,   st->interval_abs,
+                      cs->lr,         cs->plateau_best,  cs->stop_best};
   int64_t bits[9];
   memcpy(bits, losses, sizeof bits); /* doubles kept bit for bit */
   int64_t fields[N_FIELDS] = {VERSION,

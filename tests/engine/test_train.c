@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "train_state.h"
 
 #define CLASSES  3
 #define FEATURES 8
@@ -259,6 +260,265 @@ static void mismatched_dataset_is_refused(void **state) {
   kn_dataset_free(&train);
 }
 
+/* ---- the loop's options ---- */
+
+typedef struct seen {
+  int64_t last_step;
+  int n_epochs, n_evals, n_notices;
+  char notice[256];
+  double top_k, accuracy, lr[64];
+  int n_lr;
+} seen;
+
+static int watch(const kn_train_event *ev, void *user) {
+  seen *w = user;
+  if (ev->step > w->last_step) w->last_step = ev->step;
+  if (ev->kind == KN_EVENT_EPOCH) w->n_epochs++;
+  if (ev->kind == KN_EVENT_EVAL) w->n_evals++;
+  if (ev->kind == KN_EVENT_NOTICE) {
+    w->n_notices++;
+    snprintf(w->notice, sizeof w->notice, "%s", ev->message);
+  }
+  for (int i = 0; i < ev->n_metrics; i++) {
+    if (strcmp(ev->names[i], "val_top_k_accuracy") == 0) w->top_k = ev->values[i];
+    if (strcmp(ev->names[i], "val_accuracy") == 0) w->accuracy = ev->values[i];
+    if (strcmp(ev->names[i], "learning_rate") == 0 && w->n_lr < 64)
+      w->lr[w->n_lr++] = ev->values[i];
+  }
+  return 0;
+}
+
+/* k = 4 micro-batches of 32 make the same 20 updates as batches of 128. */
+static void accumulation_matches_one_big_batch(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(20 * 128, 11);
+  kn_model big = make_model(128), small = make_model(32);
+  kn_train_config a = config(NULL), b = config(NULL);
+  a.epochs = b.epochs = 1;
+  a.batch_size = 128;
+  b.accumulation_steps = 4;
+  seen wa = {0}, wb = {0};
+  char err[256];
+  assert_int_equal(kn_train(&big, &train, NULL, &a, watch, &wa, err, sizeof err), KN_OK);
+  assert_int_equal(kn_train(&small, &train, NULL, &b, watch, &wb, err, sizeof err), KN_OK);
+  assert_int_equal(wa.last_step, 20);
+  assert_int_equal(wb.last_step, 20);
+  const float *p = kn_params(big.graph), *q = kn_params(small.graph);
+  double worst = 0;
+  for (size_t i = 0; i < kn_param_count(big.graph); i++) {
+    double d = fabs((double)p[i] - q[i]);
+    worst = d > worst ? d : worst;
+  }
+  print_message("largest weight difference after 20 steps: %.3g\n", worst);
+  assert_true(worst <= 1e-5);
+  /* And accumulation changes the result: one step per batch of 32 differs. */
+  kn_model plain = make_model(32);
+  kn_train_config c = config(NULL);
+  c.epochs = 1;
+  assert_int_equal(kn_train(&plain, &train, NULL, &c, NULL, NULL, err, sizeof err), KN_OK);
+  assert_true(fabs(kn_params(plain.graph)[0] - p[0]) > 1e-4);
+  kn_model_free(&big);
+  kn_model_free(&small);
+  kn_model_free(&plain);
+  kn_dataset_free(&train);
+}
+
+/* Plain SGD at lr 1 with a clip of 0.001: the step moves the weights by
+ * exactly that norm. */
+static void global_norm_clipping_caps_the_update(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(32, 12);
+  kn_model m = make_model(32);
+  kn_train_config tc = config(NULL);
+  tc.epochs = 1;
+  tc.optimizer = (kn_optimizer_config){.type = KN_OPT_SGD, .learning_rate = 1.0f};
+  tc.clip_global_norm = 1e-3;
+  size_t n = kn_param_count(m.graph);
+  float *before = malloc(n * sizeof(float));
+  memcpy(before, kn_params(m.graph), n * sizeof(float));
+  char err[256];
+  assert_int_equal(kn_train(&m, &train, NULL, &tc, NULL, NULL, err, sizeof err), KN_OK);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)kn_params(m.graph)[i] - before[i];
+    sum += d * d;
+  }
+  assert_float_equal(sqrt(sum), 1e-3, 1e-6);
+  free(before);
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+}
+
+static void learning_rate_schedules_follow_their_formulas(void **state) {
+  (void)state;
+  kn_lr_schedule constant = {.type = KN_SCHEDULE_CONSTANT, .warmup_steps = 4};
+  assert_float_equal(kn_lr_at(&constant, 0.1, 0), 0.025, 1e-15);
+  assert_float_equal(kn_lr_at(&constant, 0.1, 3), 0.1, 1e-15);
+  assert_float_equal(kn_lr_at(&constant, 0.1, 100), 0.1, 1e-15);
+  kn_lr_schedule step = {.type = KN_SCHEDULE_STEP, .step_size = 10, .gamma = 0.5};
+  assert_float_equal(kn_lr_at(&step, 0.1, 9), 0.1, 1e-15);
+  assert_float_equal(kn_lr_at(&step, 0.1, 10), 0.05, 1e-15);
+  assert_float_equal(kn_lr_at(&step, 0.1, 25), 0.025, 1e-15);
+  kn_lr_schedule expo = {.type = KN_SCHEDULE_EXPONENTIAL, .decay_steps = 100, .decay_rate = 0.9};
+  assert_float_equal(kn_lr_at(&expo, 1.0, 50), pow(0.9, 0.5), 1e-12);
+  expo.staircase = 1;
+  assert_float_equal(kn_lr_at(&expo, 1.0, 150), 0.9, 1e-12);
+  kn_lr_schedule cosine = {
+      .type = KN_SCHEDULE_COSINE, .decay_steps = 100, .alpha = 0.1, .warmup_steps = 10};
+  assert_float_equal(kn_lr_at(&cosine, 1.0, 4), 0.5, 1e-12);   /* warming up */
+  assert_float_equal(kn_lr_at(&cosine, 1.0, 10), 1.0, 1e-12);  /* decay starts */
+  assert_float_equal(kn_lr_at(&cosine, 1.0, 60), 0.55, 1e-12); /* half way: alpha + (1-alpha)/2 */
+  assert_float_equal(kn_lr_at(&cosine, 1.0, 500), 0.1, 1e-12); /* held at alpha */
+}
+
+/* The rate each update used is reported and follows the schedule. */
+static void training_reports_the_scheduled_rate(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(320, 13);
+  kn_model m = make_model(32);
+  kn_train_config tc = config(NULL);
+  tc.epochs = 2;
+  tc.log_every_steps = 1;
+  tc.schedule = (kn_lr_schedule){.type = KN_SCHEDULE_STEP, .step_size = 5, .gamma = 0.1};
+  seen w = {0};
+  char err[256];
+  assert_int_equal(kn_train(&m, &train, NULL, &tc, watch, &w, err, sizeof err), KN_OK);
+  assert_int_equal(w.n_lr, 20);
+  for (int t = 0; t < 20; t++) assert_float_equal(w.lr[t], (float)(0.01 * pow(0.1, t / 5)), 1e-12);
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+}
+
+/* Keras's ReduceLROnPlateau and EarlyStopping, value by value. */
+static void plateau_and_early_stopping_follow_keras(void **state) {
+  (void)state;
+  kn_train_config tc = {0};
+  tc.optimizer.learning_rate = 1.0f;
+  tc.plateau = (kn_reduce_on_plateau){.enabled = 1,
+                                      .mode = KN_MODE_MIN,
+                                      .patience = 2,
+                                      .factor = 0.5,
+                                      .cooldown = 1,
+                                      .min_lr = 0.2};
+  tc.early_stopping =
+      (kn_early_stopping){.enabled = 1, .mode = KN_MODE_MIN, .patience = 3, .min_delta = 0.01};
+  kn_callback_state cs;
+  kn_callbacks_init(&tc, &cs);
+  /* plateau: 1.0 best; wait 1; wait 2 -> cut to 0.5, cooldown 1; the
+   * cooldown ends and that epoch counts (wait 1); wait 2 -> 0.25; ...;
+   * 0.125 is floored at min_lr 0.2, which is then never cut again. */
+  const double values[] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+  const int cut[] = {0, 0, 1, 0, 1, 0, 1, 0, 0};
+  const double lr[] = {1, 1, 0.5, 0.5, 0.25, 0.25, 0.2, 0.2, 0.2};
+  for (int i = 0; i < 9; i++) {
+    assert_int_equal(kn_plateau_update(&tc.plateau, &cs, values[i]), cut[i]);
+    assert_float_equal(cs.lr, lr[i], 1e-15);
+  }
+  /* early stopping: 1.0 best; 0.995 is not better by more than 0.01
+   * (wait 1); 0.98 is (best, wait 0); then three misses stop it. */
+  const double losses[] = {1.0, 0.995, 0.98, 0.975, 0.99, 0.971};
+  const int stop[] = {0, 0, 0, 0, 0, 1};
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(kn_early_stopping_update(&tc.early_stopping, &cs, losses[i]), stop[i]);
+  assert_float_equal(cs.stop_best, 0.98, 1e-15);
+  /* mode max: higher is better */
+  kn_early_stopping up = {.enabled = 1, .mode = KN_MODE_MAX, .patience = 1};
+  cs.stop_best = -INFINITY;
+  cs.stop_wait = 0;
+  assert_int_equal(kn_early_stopping_update(&up, &cs, 0.5), 0);
+  assert_int_equal(kn_early_stopping_update(&up, &cs, 0.6), 0);
+  assert_int_equal(kn_early_stopping_update(&up, &cs, 0.6), 1);
+}
+
+/* Early stopping ends a run after patience epochs without improvement and
+ * says so; reduce-on-plateau's cut rate is the one the next steps use. */
+static void early_stopping_ends_the_run(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(320, 14), val = make_blobs(96, 15);
+  kn_model m = make_model(32);
+  kn_train_config tc = config(NULL);
+  tc.epochs = 10;
+  /* Loss falls every epoch, so under mode max only epoch 1 is "best". */
+  tc.early_stopping =
+      (kn_early_stopping){.enabled = 1, .monitor = "val_loss", .mode = KN_MODE_MAX, .patience = 2};
+  seen w = {0};
+  char err[256];
+  assert_int_equal(kn_train(&m, &train, &val, &tc, watch, &w, err, sizeof err), KN_OK);
+  assert_int_equal(w.n_epochs, 3);
+  assert_int_equal(w.n_notices, 1);
+  assert_non_null(strstr(w.notice, "early stopping at epoch 3: val_loss"));
+  /* A monitor the run does not report is refused up front. */
+  strcpy(tc.early_stopping.monitor, "val_mae");
+  assert_int_equal(kn_train(&m, &train, &val, &tc, NULL, NULL, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "'val_mae'"));
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+  kn_dataset_free(&val);
+}
+
+/* Top-k accuracy with k = every class is 1; with k = 1 it is accuracy. */
+static void top_k_accuracy_brackets_accuracy(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(128, 16), val = make_blobs(96, 17);
+  char err[256];
+  for (int k = 1; k <= CLASSES; k += CLASSES - 1) {
+    kn_model m = make_model(32);
+    kn_train_config tc = config(NULL);
+    tc.epochs = 1;
+    tc.metrics = KN_METRIC_ACCURACY | KN_METRIC_TOP_K;
+    tc.top_k = k;
+    seen w = {0};
+    assert_int_equal(kn_train(&m, &train, &val, &tc, watch, &w, err, sizeof err), KN_OK);
+    if (k == 1) assert_float_equal(w.top_k, w.accuracy, 1e-12);
+    if (k == CLASSES) assert_float_equal(w.top_k, 1.0, 1e-12);
+    kn_model_free(&m);
+  }
+  kn_dataset_free(&train);
+  kn_dataset_free(&val);
+}
+
+/* Validation every 3 steps inside 2 epochs of 10 steps: steps 3, 6, 9,
+ * 12, 15, 18 (an epoch's last step has its own validation). */
+static void validation_every_n_steps(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(320, 18), val = make_blobs(64, 19);
+  kn_model m = make_model(32);
+  kn_train_config tc = config(NULL);
+  tc.epochs = 2;
+  tc.eval_every_steps = 3;
+  seen w = {0};
+  char err[256];
+  assert_int_equal(kn_train(&m, &train, &val, &tc, watch, &w, err, sizeof err), KN_OK);
+  assert_int_equal(w.n_evals, 6);
+  assert_int_equal(w.n_epochs, 2);
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+  kn_dataset_free(&val);
+}
+
+/* A loss that overflows fails the run with the step and the last good
+ * checkpoint named. */
+static void non_finite_loss_names_the_last_good_checkpoint(void **state) {
+  (void)state;
+  char dir[] = "/tmp/kiln-test-nan-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  kn_dataset train = make_blobs(320, 20);
+  kn_model m = make_model(32);
+  kn_train_config tc = config(dir);
+  tc.checkpoint_every_steps = 1;
+  tc.optimizer = (kn_optimizer_config){.type = KN_OPT_SGD, .learning_rate = 1e30f};
+  char err[512];
+  assert_int_equal(kn_train(&m, &train, NULL, &tc, NULL, NULL, err, sizeof err), KN_ENUMERIC);
+  print_message("%s\n", err);
+  assert_non_null(strstr(err, "loss became"));
+  assert_non_null(strstr(err, "the last good checkpoint is ckpt-0000000"));
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(training_learns_separable_blobs),
@@ -267,6 +527,15 @@ int main(void) {
       cmocka_unit_test(final_checkpoint_is_safetensors_with_every_weight),
       cmocka_unit_test(sha256_matches_published_vectors),
       cmocka_unit_test(mismatched_dataset_is_refused),
+      cmocka_unit_test(accumulation_matches_one_big_batch),
+      cmocka_unit_test(global_norm_clipping_caps_the_update),
+      cmocka_unit_test(learning_rate_schedules_follow_their_formulas),
+      cmocka_unit_test(training_reports_the_scheduled_rate),
+      cmocka_unit_test(plateau_and_early_stopping_follow_keras),
+      cmocka_unit_test(early_stopping_ends_the_run),
+      cmocka_unit_test(top_k_accuracy_brackets_accuracy),
+      cmocka_unit_test(validation_every_n_steps),
+      cmocka_unit_test(non_finite_loss_names_the_last_good_checkpoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
