@@ -157,7 +157,41 @@ typedef enum api_loss {
 int api_loss_is_regression(api_loss loss);
 
 /* spec.metrics */
-enum { API_METRIC_ACCURACY = 1, API_METRIC_MSE = 2, API_METRIC_MAE = 4 };
+enum { API_METRIC_ACCURACY = 1, API_METRIC_MSE = 2, API_METRIC_MAE = 4, API_METRIC_TOP_K = 8 };
+
+/* optimizer.schedule: the learning rate over optimizer steps (see the
+ * engine's kn_lr_schedule for the formulas). */
+typedef enum api_schedule_type {
+  API_SCHEDULE_CONSTANT = 0,
+  API_SCHEDULE_STEP,
+  API_SCHEDULE_EXPONENTIAL,
+  API_SCHEDULE_COSINE,
+} api_schedule_type;
+
+typedef struct api_schedule {
+  api_schedule_type type;
+  int warmup_steps;  /* linear warmup first; 0 = none */
+  int step_size;     /* step */
+  double gamma;      /* step; default 0.1 */
+  int decay_steps;   /* exponential, cosine */
+  double decay_rate; /* exponential */
+  int staircase;     /* exponential */
+  double alpha;      /* cosine; default 0 */
+} api_schedule;
+
+/* callbacks.early_stopping and callbacks.reduce_lr_on_plateau, Keras's
+ * options; monitor is the metric's name as reported at an epoch's end
+ * ("val_loss", "epoch_accuracy", ...: "loss" is stored as "epoch_loss"). */
+typedef struct api_callback {
+  int enabled;
+  char monitor[32];
+  int mode_max; /* from mode: "max", or "auto" for an accuracy */
+  double min_delta;
+  int patience;
+  double factor; /* plateau: default 0.1 */
+  int cooldown;  /* plateau */
+  double min_lr; /* plateau */
+} api_callback;
 
 /* pipeline.cast: the examples' storage type */
 typedef enum api_cast { API_CAST_FLOAT32 = 0, API_CAST_FLOAT16, API_CAST_BFLOAT16 } api_cast;
@@ -221,6 +255,13 @@ typedef struct api_job_spec {
   /* service */
   int max_restarts;  /* retries after a trainer crash, 0..API_MAX_RESTARTS; default 0 */
   int max_runtime_s; /* seconds a run may take before it is stopped; 0 = no limit */
+  int top_k;         /* top_k_accuracy's k; default 5 */
+  /* training loop */
+  int accumulation_steps; /* gradient_accumulation_steps; default 1 */
+  double global_clipnorm; /* optimizer.global_clipnorm; 0 = no clipping */
+  api_schedule schedule;  /* optimizer.schedule; default constant */
+  api_callback early_stopping, plateau;
+  int validation_every_steps; /* 0 (default) = at each epoch's end only */
   /* checkpoint: {"every_steps": N, "keep_last": K} */
   int checkpoint_every_steps; /* 0 (default) = only the final checkpoint */
   int checkpoint_keep_last;   /* newest K kept, older ones deleted; 0 (default) = keep all */

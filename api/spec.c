@@ -1057,7 +1057,7 @@ static const api_loss loss_of_name[] = {API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
 
 /* The loss against the model's outputs, the metrics and the label maps:
  * each mismatch is named at the field that would have to change. */
-static void check_loss(checker *c, api_job_spec *spec, int has_loss, const int metric_at[3]) {
+static void check_loss(checker *c, api_job_spec *spec, int has_loss, const int metric_at[4]) {
   if (!has_loss) return;
   const api_loss loss = spec->loss_type;
   const int regression = api_loss_is_regression(loss);
@@ -1089,16 +1089,17 @@ static void check_loss(checker *c, api_job_spec *spec, int has_loss, const int m
             regression                                         ? "numeric labels"
             : loss == API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY ? "class ids"
                                                                : "labels 0/1 (one unit)");
-  static const char *const metric_names[] = {"accuracy", "mse", "mae"};
-  for (int bit = 0; bit < 3; bit++) {
+  static const char *const metric_names[] = {"accuracy", "mse", "mae", "top_k_accuracy"};
+  for (int bit = 0; bit < 4; bit++) {
     if (!(spec->metrics & (1u << bit))) continue;
-    const int needs_regression = bit > 0;
+    const int needs_regression = bit == 1 || bit == 2;
     char path[PATH_LEN];
     index_path(path, "metrics", (size_t)metric_at[bit]);
     if (needs_regression != regression)
       problem(c, path, "'%s' needs a %s loss, and '%s' is a %s loss; supported with it: %s",
               metric_names[bit], needs_regression ? "regression" : "classification", spec->loss,
-              regression ? "regression" : "classification", regression ? "mse, mae" : "accuracy");
+              regression ? "regression" : "classification",
+              regression ? "mse, mae" : "accuracy, top_k_accuracy");
   }
 }
 
@@ -1107,6 +1108,10 @@ static unsigned metric_bit(const char *name) {
   if (strcmp(name, "accuracy") == 0 || strcmp(name, "acc") == 0) return API_METRIC_ACCURACY;
   if (strcmp(name, "mse") == 0 || strcmp(name, "mean_squared_error") == 0) return API_METRIC_MSE;
   if (strcmp(name, "mae") == 0 || strcmp(name, "mean_absolute_error") == 0) return API_METRIC_MAE;
+  if (strcmp(name, "top_k_accuracy") == 0 ||
+      strcmp(name, "sparse_top_k_categorical_accuracy") == 0 ||
+      strcmp(name, "top_k_categorical_accuracy") == 0)
+    return API_METRIC_TOP_K;
   return 0;
 }
 
@@ -1115,10 +1120,80 @@ static void check_unit_interval(checker *c, const char *path, double value) {
   if (!(value >= 0 && value < 1)) problem(c, path, "must be >= 0 and < 1, got %g", value);
 }
 
+/* A metrics entry: a name, or {"type": "top_k_accuracy", "k": K}. Returns
+ * the name, NULL after a problem. */
+static const char *parse_metric(checker *c, json_t *metric, const char *path, api_job_spec *spec) {
+  if (json_is_string(metric)) return json_string_value(metric);
+  if (!json_is_object(metric)) {
+    problem(c, path, "must be a metric name or an object with type and k, got %s",
+            api_json_type_name(metric));
+    return NULL;
+  }
+  scope s = {c, metric, path};
+  static const char *const fields[] = {"type", "k", NULL};
+  refuse_unknown(&s, fields);
+  const char *type = get_string(&s, "type", REQUIRED);
+  if (type && metric_bit(type) != API_METRIC_TOP_K) {
+    char quoted[64], at[PATH_LEN];
+    join_path(at, path, "type");
+    problem(c, at, "only top_k_accuracy takes options, got '%s'",
+            clip(type, quoted, sizeof quoted));
+    return NULL;
+  }
+  get_int(&s, "k", OPTIONAL, 1, 1000, &spec->top_k);
+  return type;
+}
+
+static void parse_schedule(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "optimizer.schedule"};
+  static const char *const types[] = {"constant", "step", "exponential", "cosine", NULL};
+  static const char *const own[][4] = {
+      [API_SCHEDULE_CONSTANT] = {NULL},
+      [API_SCHEDULE_STEP] = {"step_size", "gamma", NULL},
+      [API_SCHEDULE_EXPONENTIAL] = {"decay_steps", "decay_rate", "staircase", NULL},
+      [API_SCHEDULE_COSINE] = {"decay_steps", "alpha", NULL},
+  };
+  api_schedule *sc = &spec->schedule;
+  int type = get_choice(&s, "type", REQUIRED, "unknown schedule type", types);
+  const char *key;
+  json_t *value;
+  json_object_foreach(obj, key, value) {
+    if (strcmp(key, "type") == 0 || strcmp(key, "warmup_steps") == 0 ||
+        (type >= 0 && pick(key, own[type]) >= 0))
+      continue;
+    char path[PATH_LEN];
+    join_path(path, "optimizer.schedule", key);
+    problem(c, path,
+            "unknown field for this schedule; expected: type, warmup_steps, and step_size, gamma "
+            "(step); decay_steps, decay_rate, staircase (exponential); decay_steps, alpha "
+            "(cosine)");
+  }
+  if (type < 0) return;
+  sc->type = (api_schedule_type)type;
+  get_int(&s, "warmup_steps", OPTIONAL, 0, 1000000000, &sc->warmup_steps);
+  if (type == API_SCHEDULE_STEP) {
+    get_int(&s, "step_size", REQUIRED, 1, 1000000000, &sc->step_size);
+    sc->gamma = 0.1;
+    if (get_number(&s, "gamma", OPTIONAL, &sc->gamma) == 1 && !(sc->gamma > 0 && sc->gamma <= 1))
+      problem(c, "optimizer.schedule.gamma", "must be > 0 and <= 1, got %g", sc->gamma);
+  } else if (type == API_SCHEDULE_EXPONENTIAL) {
+    get_int(&s, "decay_steps", REQUIRED, 1, 1000000000, &sc->decay_steps);
+    if (get_number(&s, "decay_rate", REQUIRED, &sc->decay_rate) == 1 &&
+        !(sc->decay_rate > 0 && sc->decay_rate <= 1))
+      problem(c, "optimizer.schedule.decay_rate", "must be > 0 and <= 1, got %g", sc->decay_rate);
+    get_bool(&s, "staircase", &sc->staircase);
+  } else if (type == API_SCHEDULE_COSINE) {
+    get_int(&s, "decay_steps", REQUIRED, 1, 1000000000, &sc->decay_steps);
+    if (get_number(&s, "alpha", OPTIONAL, &sc->alpha) == 1 && !(sc->alpha >= 0 && sc->alpha <= 1))
+      problem(c, "optimizer.schedule.alpha", "must be >= 0 and <= 1, got %g", sc->alpha);
+  }
+}
+
 static void parse_optimizer(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "optimizer"};
   static const char *const types[] = {"sgd", "adam", "adamw", "rmsprop", "adagrad", NULL};
-  static const char *const common[] = {"type", "learning_rate", "weight_decay", NULL};
+  static const char *const common[] = {
+      "type", "learning_rate", "weight_decay", "global_clipnorm", "schedule", NULL};
   static const char *const own[][5] = {
       [API_OPT_SGD] = {"momentum", "nesterov", NULL},
       [API_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", NULL},
@@ -1141,9 +1216,9 @@ static void parse_optimizer(checker *c, json_t *obj, api_job_spec *spec) {
       problem(c, path, "is an option of optimizer type '%s', not '%s'", types[owner], types[type]);
     else if (owner < 0)
       problem(c, path,
-              "unknown field; expected one of: type, learning_rate, weight_decay, momentum, "
-              "nesterov (sgd), beta_1, beta_2, epsilon (adam, adamw), rho (rmsprop), "
-              "initial_accumulator_value (adagrad)");
+              "unknown field; expected one of: type, learning_rate, weight_decay, "
+              "global_clipnorm, schedule, momentum, nesterov (sgd), beta_1, beta_2, epsilon "
+              "(adam, adamw), rho (rmsprop), initial_accumulator_value (adagrad)");
   }
   if (type < 0) return;
 
@@ -1194,6 +1269,92 @@ static void parse_optimizer(checker *c, json_t *obj, api_job_spec *spec) {
   if (type != API_OPT_SGD && get_number(&s, "epsilon", OPTIONAL, &spec->epsilon) == 1 &&
       !(spec->epsilon > 0))
     problem(c, "optimizer.epsilon", "must be > 0, got %g", spec->epsilon);
+  if (get_number(&s, "global_clipnorm", OPTIONAL, &spec->global_clipnorm) == 1 &&
+      !(spec->global_clipnorm > 0 && spec->global_clipnorm <= 1e6))
+    problem(c, "optimizer.global_clipnorm", "must be > 0 and <= 1e6, got %g",
+            spec->global_clipnorm);
+  json_t *schedule = get_object(&s, "schedule", OPTIONAL);
+  if (schedule) parse_schedule(c, schedule, spec);
+}
+
+/* A callback's monitor: the name an epoch's end reports, from a Keras
+ * name ("loss" is the epoch's mean loss, "val_loss" validation's), which
+ * this job must report. */
+static void parse_monitor(checker *c, const scope *s, const char *path, api_job_spec *spec,
+                          api_callback *cb) {
+  const char *name = get_string(s, "monitor", OPTIONAL);
+  if (!name) name = "val_loss";
+  char quoted[64], at[PATH_LEN];
+  join_path(at, path, "monitor");
+  const int val = strncmp(name, "val_", 4) == 0;
+  const char *base = val ? name + 4 : strncmp(name, "epoch_", 6) == 0 ? name + 6 : name;
+  unsigned bit = strcmp(base, "loss") == 0 ? 0u : metric_bit(base);
+  if (strcmp(base, "loss") != 0 && !bit) {
+    problem(c, at, "unknown metric '%s'; monitor loss, val_loss, or a metric of this job",
+            clip(name, quoted, sizeof quoted));
+    return;
+  }
+  static const char *const canonical[] = {"loss", "accuracy", "mse", "mae", "top_k_accuracy"};
+  const char *stem = canonical[bit == 0                     ? 0
+                               : bit == API_METRIC_ACCURACY ? 1
+                               : bit == API_METRIC_MSE      ? 2
+                               : bit == API_METRIC_MAE      ? 3
+                                                            : 4];
+  if (bit && !(spec->metrics & bit)) {
+    problem(c, at, "'%s' is not reported: add '%s' to metrics", clip(name, quoted, sizeof quoted),
+            stem);
+    return;
+  }
+  if (val && strcmp(spec->validation, "none") == 0) {
+    problem(c, at, "'%s' needs validation data, and dataset.validation is 'none'",
+            clip(name, quoted, sizeof quoted));
+    return;
+  }
+  snprintf(cb->monitor, sizeof cb->monitor, "%s_%s", val ? "val" : "epoch", stem);
+  static const char *const modes[] = {"auto", "min", "max", NULL};
+  int mode = get_choice(s, "mode", OPTIONAL, "unknown mode", modes);
+  /* Keras's auto: higher is better for an accuracy, lower for the rest. */
+  cb->mode_max = mode == 2 || (mode <= 0 && strstr(stem, "accuracy") != NULL);
+}
+
+static void parse_callback(checker *c, json_t *obj, const char *path, api_job_spec *spec,
+                           api_callback *cb, int plateau) {
+  scope s = {c, obj, path};
+  static const char *const stop_fields[] = {"monitor", "mode", "min_delta", "patience", NULL};
+  static const char *const plateau_fields[] = {"monitor", "mode",     "min_delta", "patience",
+                                               "factor",  "cooldown", "min_lr",    NULL};
+  refuse_unknown(&s, plateau ? plateau_fields : stop_fields);
+  cb->enabled = 1;
+  cb->min_delta = plateau ? 1e-4 : 0.0; /* Keras's defaults */
+  cb->patience = plateau ? 10 : 0;
+  cb->factor = plateau ? 0.1 : 0.0;
+  parse_monitor(c, &s, path, spec, cb);
+  char at[PATH_LEN];
+  join_path(at, path, "min_delta");
+  if (get_number(&s, "min_delta", OPTIONAL, &cb->min_delta) == 1 && !(cb->min_delta >= 0))
+    problem(c, at, "must be >= 0, got %g", cb->min_delta);
+  get_int(&s, "patience", OPTIONAL, 0, 100000, &cb->patience);
+  if (!plateau) return;
+  join_path(at, path, "factor");
+  if (get_number(&s, "factor", OPTIONAL, &cb->factor) == 1 && !(cb->factor > 0 && cb->factor < 1))
+    problem(c, at, "must be > 0 and < 1, got %g", cb->factor);
+  get_int(&s, "cooldown", OPTIONAL, 0, 100000, &cb->cooldown);
+  join_path(at, path, "min_lr");
+  if (get_number(&s, "min_lr", OPTIONAL, &cb->min_lr) == 1 && !(cb->min_lr >= 0))
+    problem(c, at, "must be >= 0, got %g", cb->min_lr);
+  if (spec->schedule.type != API_SCHEDULE_CONSTANT || spec->schedule.warmup_steps > 0)
+    problem(c, path, "cannot be combined with optimizer.schedule; use one or the other");
+}
+
+static void parse_callbacks(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "callbacks"};
+  static const char *const fields[] = {"early_stopping", "reduce_lr_on_plateau", NULL};
+  refuse_unknown(&s, fields);
+  json_t *stop = get_object(&s, "early_stopping", OPTIONAL);
+  if (stop) parse_callback(c, stop, "callbacks.early_stopping", spec, &spec->early_stopping, 0);
+  json_t *plateau = get_object(&s, "reduce_lr_on_plateau", OPTIONAL);
+  if (plateau)
+    parse_callback(c, plateau, "callbacks.reduce_lr_on_plateau", spec, &spec->plateau, 1);
 }
 
 static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
@@ -1244,11 +1405,27 @@ static void parse_checkpoint(checker *c, json_t *obj, api_job_spec *spec) {
 
 static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   scope s = {c, root, ""};
-  static const char *const fields[] = {"display_name",    "model",    "loss",         "metrics",
-                                       "dataset",         "pipeline", "optimizer",    "epochs",
-                                       "log_every_steps", "seed",     "priority",     "resources",
-                                       "precision",       "strategy", "max_restarts", "max_runtime",
-                                       "checkpoint",      NULL};
+  static const char *const fields[] = {"display_name",
+                                       "model",
+                                       "loss",
+                                       "metrics",
+                                       "dataset",
+                                       "pipeline",
+                                       "optimizer",
+                                       "epochs",
+                                       "log_every_steps",
+                                       "seed",
+                                       "priority",
+                                       "resources",
+                                       "precision",
+                                       "strategy",
+                                       "max_restarts",
+                                       "max_runtime",
+                                       "checkpoint",
+                                       "callbacks",
+                                       "gradient_accumulation_steps",
+                                       "validation_every_steps",
+                                       NULL};
   refuse_unknown(&s, fields);
   char quoted[64];
 
@@ -1278,20 +1455,25 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   }
 
   json_t *metrics = get_array(&s, "metrics", OPTIONAL);
-  int metric_at[3] = {0, 0, 0}; /* where each metric was named, for messages */
+  int metric_at[4] = {0, 0, 0, 0}; /* where each metric was named, for messages */
   for (size_t i = 0; metrics && i < json_array_size(metrics); i++) {
     json_t *metric = json_array_get(metrics, i);
     char path[PATH_LEN];
     index_path(path, "metrics", i);
-    if (!json_is_string(metric))
-      problem(c, path, "must be a string, got %s", api_json_type_name(metric));
-    else if (!metric_bit(json_string_value(metric)))
-      problem(c, path, "unsupported metric '%s'; supported: accuracy, mse, mae",
-              clip(json_string_value(metric), quoted, sizeof quoted));
-    else {
-      unsigned bit = metric_bit(json_string_value(metric));
+    const char *name = parse_metric(c, metric, path, spec);
+    if (!name) continue;
+    if (!metric_bit(name)) {
+      problem(c, path,
+              "unsupported metric '%s'; supported: accuracy, mse, mae, top_k_accuracy (or "
+              "{\"type\": \"top_k_accuracy\", \"k\": K})",
+              clip(name, quoted, sizeof quoted));
+    } else {
+      unsigned bit = metric_bit(name);
       spec->metrics |= bit;
-      metric_at[bit == API_METRIC_ACCURACY ? 0 : bit == API_METRIC_MSE ? 1 : 2] = (int)i;
+      metric_at[bit == API_METRIC_ACCURACY ? 0
+                : bit == API_METRIC_MSE    ? 1
+                : bit == API_METRIC_MAE    ? 2
+                                           : 3] = (int)i;
     }
   }
   spec->metric_accuracy = (spec->metrics & API_METRIC_ACCURACY) != 0;
@@ -1329,6 +1511,13 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   check_loss(c, spec, loss_index >= 0, metric_at);
   json_t *checkpoint = get_object(&s, "checkpoint", OPTIONAL);
   if (checkpoint) parse_checkpoint(c, checkpoint, spec);
+  get_int(&s, "gradient_accumulation_steps", OPTIONAL, 1, 4096, &spec->accumulation_steps);
+  if (get_int(&s, "validation_every_steps", OPTIONAL, 1, 1000000000,
+              &spec->validation_every_steps) == 1 &&
+      strcmp(spec->validation, "none") == 0)
+    problem(c, "validation_every_steps", "needs validation data, and dataset.validation is 'none'");
+  json_t *callbacks = get_object(&s, "callbacks", OPTIONAL);
+  if (callbacks) parse_callbacks(c, callbacks, spec);
 }
 
 static void set_defaults(api_job_spec *spec) {
@@ -1345,6 +1534,8 @@ static void set_defaults(api_job_spec *spec) {
   spec->epochs = 1;
   spec->log_every_steps = 50;
   spec->priority = 50;
+  spec->top_k = 5;
+  spec->accumulation_steps = 1;
   copy_text(spec->device_type, sizeof spec->device_type, "cpu");
   spec->devices = 1;
 }
@@ -1489,6 +1680,44 @@ static json_t *pair_json(builder *b, const int *pair) {
   return arr;
 }
 
+static void put_schedule(builder *b, json_t *optimizer, const api_schedule *sc) {
+  static const char *const names[] = {"constant", "step", "exponential", "cosine"};
+  if (sc->type == API_SCHEDULE_CONSTANT && sc->warmup_steps == 0) return;
+  if ((int)sc->type < 0 || sc->type > API_SCHEDULE_COSINE) {
+    b->failed = 1;
+    return;
+  }
+  json_t *o = json_object();
+  put(b, o, "type", json_string(names[sc->type]));
+  if (sc->warmup_steps > 0) put(b, o, "warmup_steps", json_integer(sc->warmup_steps));
+  if (sc->type == API_SCHEDULE_STEP) {
+    put(b, o, "step_size", json_integer(sc->step_size));
+    put(b, o, "gamma", json_real(sc->gamma));
+  } else if (sc->type == API_SCHEDULE_EXPONENTIAL) {
+    put(b, o, "decay_steps", json_integer(sc->decay_steps));
+    put(b, o, "decay_rate", json_real(sc->decay_rate));
+    put(b, o, "staircase", json_boolean(sc->staircase));
+  } else if (sc->type == API_SCHEDULE_COSINE) {
+    put(b, o, "decay_steps", json_integer(sc->decay_steps));
+    put(b, o, "alpha", json_real(sc->alpha));
+  }
+  put(b, optimizer, "schedule", o);
+}
+
+static json_t *callback_json(builder *b, const api_callback *cb, int plateau) {
+  json_t *o = json_object();
+  put(b, o, "monitor", bounded_string(cb->monitor, sizeof cb->monitor));
+  put(b, o, "mode", json_string(cb->mode_max ? "max" : "min"));
+  put(b, o, "min_delta", json_real(cb->min_delta));
+  put(b, o, "patience", json_integer(cb->patience));
+  if (plateau) {
+    put(b, o, "factor", json_real(cb->factor));
+    put(b, o, "cooldown", json_integer(cb->cooldown));
+    put(b, o, "min_lr", json_real(cb->min_lr));
+  }
+  return o;
+}
+
 static json_t *layer_to_json(builder *b, const api_job_spec *spec, const api_layer *layer) {
   json_t *obj = json_object();
   if (!obj || (int)layer->type < 0 || layer->type > API_LAYER_CONCATENATE ||
@@ -1591,6 +1820,14 @@ char *api_spec_to_json(const api_job_spec *spec) {
   if (spec->metrics & API_METRIC_ACCURACY) push(&b, metrics, json_string("accuracy"));
   if (spec->metrics & API_METRIC_MSE) push(&b, metrics, json_string("mse"));
   if (spec->metrics & API_METRIC_MAE) push(&b, metrics, json_string("mae"));
+  if ((spec->metrics & API_METRIC_TOP_K) && spec->top_k == 5) {
+    push(&b, metrics, json_string("top_k_accuracy"));
+  } else if (spec->metrics & API_METRIC_TOP_K) {
+    json_t *top_k = json_object();
+    put(&b, top_k, "type", json_string("top_k_accuracy"));
+    put(&b, top_k, "k", json_integer(spec->top_k));
+    push(&b, metrics, top_k);
+  }
   put(&b, root, "metrics", metrics);
 
   json_t *dataset = json_object();
@@ -1684,9 +1921,23 @@ char *api_spec_to_json(const api_job_spec *spec) {
     if (t == API_OPT_ADAGRAD)
       put(&b, optimizer, "initial_accumulator_value", json_real(spec->initial_accumulator_value));
     if (t != API_OPT_SGD) put(&b, optimizer, "epsilon", json_real(spec->epsilon));
+    if (spec->global_clipnorm > 0)
+      put(&b, optimizer, "global_clipnorm", json_real(spec->global_clipnorm));
+    put_schedule(&b, optimizer, &spec->schedule);
   }
   put(&b, root, "optimizer", optimizer);
 
+  put(&b, root, "gradient_accumulation_steps", json_integer(spec->accumulation_steps));
+  if (spec->validation_every_steps > 0)
+    put(&b, root, "validation_every_steps", json_integer(spec->validation_every_steps));
+  if (spec->early_stopping.enabled || spec->plateau.enabled) {
+    json_t *callbacks = json_object();
+    if (spec->early_stopping.enabled)
+      put(&b, callbacks, "early_stopping", callback_json(&b, &spec->early_stopping, 0));
+    if (spec->plateau.enabled)
+      put(&b, callbacks, "reduce_lr_on_plateau", callback_json(&b, &spec->plateau, 1));
+    put(&b, root, "callbacks", callbacks);
+  }
   put(&b, root, "epochs", json_integer(spec->epochs));
   put(&b, root, "log_every_steps", json_integer(spec->log_every_steps));
   if (spec->has_seed) put(&b, root, "seed", json_integer((json_int_t)spec->seed));

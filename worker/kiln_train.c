@@ -82,6 +82,42 @@ static int fail(const reporter *r, int status, const char *reason, const char *m
   return status;
 }
 
+static void copy_callback(const api_callback *from, kn_monitor_mode *mode, char *monitor,
+                          size_t monitor_len, double *min_delta, int *patience) {
+  snprintf(monitor, monitor_len, "%s", from->monitor);
+  *mode = from->mode_max ? KN_MODE_MAX : KN_MODE_MIN;
+  *min_delta = from->min_delta;
+  *patience = from->patience;
+}
+
+/* The spec's schedule and callbacks, in the engine's terms. */
+static void worker_loop_options(const api_job_spec *spec, kn_train_config *tc) {
+  static const kn_schedule_type types[] = {[API_SCHEDULE_CONSTANT] = KN_SCHEDULE_CONSTANT,
+                                           [API_SCHEDULE_STEP] = KN_SCHEDULE_STEP,
+                                           [API_SCHEDULE_EXPONENTIAL] = KN_SCHEDULE_EXPONENTIAL,
+                                           [API_SCHEDULE_COSINE] = KN_SCHEDULE_COSINE};
+  const api_schedule *sc = &spec->schedule;
+  tc->schedule = (kn_lr_schedule){.type = types[sc->type],
+                                  .warmup_steps = sc->warmup_steps,
+                                  .step_size = sc->step_size,
+                                  .gamma = sc->gamma,
+                                  .decay_steps = sc->decay_steps,
+                                  .decay_rate = sc->decay_rate,
+                                  .staircase = sc->staircase,
+                                  .alpha = sc->alpha};
+  kn_early_stopping *e = &tc->early_stopping;
+  e->enabled = spec->early_stopping.enabled;
+  copy_callback(&spec->early_stopping, &e->mode, e->monitor, sizeof e->monitor, &e->min_delta,
+                &e->patience);
+  kn_reduce_on_plateau *p = &tc->plateau;
+  p->enabled = spec->plateau.enabled;
+  copy_callback(&spec->plateau, &p->mode, p->monitor, sizeof p->monitor, &p->min_delta,
+                &p->patience);
+  p->factor = spec->plateau.factor;
+  p->cooldown = spec->plateau.cooldown;
+  p->min_lr = spec->plateau.min_lr;
+}
+
 static int on_event(const kn_train_event *ev, void *user) {
   const reporter *r = user;
   if (ev->kind == KN_EVENT_NOTICE) { /* a callback acted: into the job's events */
@@ -430,7 +466,13 @@ int main(int argc, char **argv) {
                         .on_tuned = on_tuned,
                         .metrics = (spec.metrics & API_METRIC_ACCURACY ? KN_METRIC_ACCURACY : 0u) |
                                    (spec.metrics & API_METRIC_MSE ? KN_METRIC_MSE : 0u) |
-                                   (spec.metrics & API_METRIC_MAE ? KN_METRIC_MAE : 0u)};
+                                   (spec.metrics & API_METRIC_MAE ? KN_METRIC_MAE : 0u) |
+                                   (spec.metrics & API_METRIC_TOP_K ? KN_METRIC_TOP_K : 0u),
+                        .top_k = spec.top_k,
+                        .accumulation_steps = spec.accumulation_steps,
+                        .clip_global_norm = spec.global_clipnorm,
+                        .eval_every_steps = spec.validation_every_steps};
+  worker_loop_options(&spec, &tc);
   static const kn_optimizer_type opt_types[] = {[API_OPT_SGD] = KN_OPT_SGD,
                                                 [API_OPT_ADAM] = KN_OPT_ADAM,
                                                 [API_OPT_ADAMW] = KN_OPT_ADAMW,
@@ -451,8 +493,10 @@ int main(int argc, char **argv) {
   if (spec.take >= 0 && spec.take < n_train) n_train = spec.take;
   /* This job's shard: positions p with p % num_shards == shard_index. */
   n_train = n_train / spec.num_shards + (spec.shard_index < n_train % spec.num_shards ? 1 : 0);
-  rep.steps_per_epoch = spec.drop_remainder ? n_train / spec.batch_size
-                                            : (n_train + spec.batch_size - 1) / spec.batch_size;
+  const int64_t batches = spec.drop_remainder ? n_train / spec.batch_size
+                                              : (n_train + spec.batch_size - 1) / spec.batch_size;
+  /* Steps are optimizer updates: one per gradient_accumulation_steps batches. */
+  rep.steps_per_epoch = (batches + spec.accumulation_steps - 1) / spec.accumulation_steps;
   snprintf(msg, sizeof msg, "training %s on %s: %lld examples, %d epochs of %lld steps",
            spec.display_name, spec.dataset, (long long)n_train, spec.epochs,
            (long long)rep.steps_per_epoch);

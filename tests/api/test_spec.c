@@ -784,7 +784,8 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
             "\"cast\":\"float32\"},"
             "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001,\"weight_decay\":0.0,"
             "\"beta_1\":0.9,\"beta_2\":0.999,\"epsilon\":1e-7},"
-            "\"epochs\":2,\"log_every_steps\":50,\"seed\":42,\"priority\":50,"
+            "\"gradient_accumulation_steps\":1,\"epochs\":2,\"log_every_steps\":50,\"seed\":42,"
+            "\"priority\":50,"
             "\"max_restarts\":0,\"max_runtime\":0,"
             "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
             "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}");
