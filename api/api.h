@@ -196,6 +196,8 @@ typedef struct api_callback {
 /* pipeline.cast: the examples' storage type */
 typedef enum api_cast { API_CAST_FLOAT32 = 0, API_CAST_FLOAT16, API_CAST_BFLOAT16 } api_cast;
 
+#define API_MAX_PROFILE_STEPS 1000 /* steps one profile may cover */
+
 typedef struct api_job_spec {
   char display_name[API_NAME_LEN];
   /* model */
@@ -261,7 +263,8 @@ typedef struct api_job_spec {
   double global_clipnorm; /* optimizer.global_clipnorm; 0 = no clipping */
   api_schedule schedule;  /* optimizer.schedule; default constant */
   api_callback early_stopping, plateau;
-  int validation_every_steps; /* 0 (default) = at each epoch's end only */
+  int validation_every_steps;      /* 0 (default) = at each epoch's end only */
+  int profile_first, profile_last; /* profile.steps: [first, last], 1-based; 0 = no profile */
   /* checkpoint: {"every_steps": N, "keep_last": K} */
   int checkpoint_every_steps; /* 0 (default) = only the final checkpoint */
   int checkpoint_keep_last;   /* newest K kept, older ones deleted; 0 (default) = keep all */

@@ -1403,6 +1403,29 @@ static void parse_checkpoint(checker *c, json_t *obj, api_job_spec *spec) {
   get_int(&s, "keep_last", OPTIONAL, 1, 1000000, &spec->checkpoint_keep_last);
 }
 
+/* profile: {"steps": [first, last]}, optimizer steps to record. */
+static void parse_profile(checker *c, json_t *obj, api_job_spec *spec) {
+  scope s = {c, obj, "profile"};
+  static const char *const fields[] = {"steps", NULL};
+  refuse_unknown(&s, fields);
+  json_t *steps = get_array(&s, "steps", REQUIRED);
+  if (!steps) return;
+  long long first, last;
+  if (json_array_size(steps) != 2 || !as_integer(json_array_get(steps, 0), &first) ||
+      !as_integer(json_array_get(steps, 1), &last)) {
+    problem(c, "profile.steps", "must be [first, last], two step numbers");
+    return;
+  }
+  if (first < 1 || last < first || last - first >= API_MAX_PROFILE_STEPS || last > 1000000000)
+    problem(c, "profile.steps",
+            "must be 1 <= first <= last with at most %d steps, got [%lld, %lld]",
+            API_MAX_PROFILE_STEPS, first, last);
+  else {
+    spec->profile_first = (int)first;
+    spec->profile_last = (int)last;
+  }
+}
+
 static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   scope s = {c, root, ""};
   static const char *const fields[] = {"display_name",
@@ -1425,6 +1448,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
                                        "callbacks",
                                        "gradient_accumulation_steps",
                                        "validation_every_steps",
+                                       "profile",
                                        NULL};
   refuse_unknown(&s, fields);
   char quoted[64];
@@ -1518,6 +1542,8 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
     problem(c, "validation_every_steps", "needs validation data, and dataset.validation is 'none'");
   json_t *callbacks = get_object(&s, "callbacks", OPTIONAL);
   if (callbacks) parse_callbacks(c, callbacks, spec);
+  json_t *profile = get_object(&s, "profile", OPTIONAL);
+  if (profile) parse_profile(c, profile, spec);
 }
 
 static void set_defaults(api_job_spec *spec) {
@@ -1937,6 +1963,13 @@ char *api_spec_to_json(const api_job_spec *spec) {
     if (spec->plateau.enabled)
       put(&b, callbacks, "reduce_lr_on_plateau", callback_json(&b, &spec->plateau, 1));
     put(&b, root, "callbacks", callbacks);
+  }
+  if (spec->profile_first > 0) {
+    json_t *profile = json_object(), *steps = json_array();
+    push(&b, steps, json_integer(spec->profile_first));
+    push(&b, steps, json_integer(spec->profile_last));
+    put(&b, profile, "steps", steps);
+    put(&b, root, "profile", profile);
   }
   put(&b, root, "epochs", json_integer(spec->epochs));
   put(&b, root, "log_every_steps", json_integer(spec->log_every_steps));

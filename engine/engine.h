@@ -578,6 +578,34 @@ uint64_t kn_rng_below(kn_rng *r, uint64_t n); /* [0, n), unbiased */
 /* Fills a buffer with an initializer's values (Keras's definitions). */
 void kn_init_fill(kn_init init, float *data, size_t count, int fan_in, int fan_out, kn_rng *rng);
 
+/* --------------------------------------------------------------- profiler -- */
+
+/* Per-node time and output bytes of the graph runs made while recording,
+ * plus the phases of each training step the loop marks. */
+typedef struct kn_profile kn_profile;
+kn_profile *kn_profile_new(void); /* NULL when out of memory */
+void kn_profile_free(kn_profile *p);
+/* Room for this many events up front, so recording never allocates. */
+int kn_profile_reserve(kn_profile *p, size_t events);
+/* Runs of a graph with this profile attached are timed while recording
+ * (NULL detaches). */
+void kn_graph_set_profile(kn_graph *g, kn_profile *p);
+/* Starts (on = 1) or stops recording; events are tagged with step. */
+void kn_profile_record(kn_profile *p, int64_t step, int on);
+int kn_profile_recording(const kn_profile *p);
+/* Marks a phase of the step being recorded ("step", "data", "feed",
+ * "metrics", "optimizer"), times from kn_profile_now's clock. */
+void kn_profile_phase(kn_profile *p, const char *phase, double start, double end);
+/* Chrome trace-event JSON: the steps on one track, their phases and nodes
+ * (forward, backward) on another, each with its step, op and bytes. */
+int kn_profile_write_trace(const kn_profile *p, const kn_graph *g, const char *path, char *err,
+                           size_t errlen);
+/* The top_n costliest nodes and phases: calls, total and mean time, share
+ * of the step, output bytes. */
+int kn_profile_write_table(const kn_profile *p, const kn_graph *g, const char *path, int top_n,
+                           char *err, size_t errlen);
+const char *kn_op_name(int op);
+
 /* --------------------------------------------------------------- training -- */
 
 typedef enum kn_event_kind {
@@ -711,6 +739,11 @@ typedef struct kn_train_config {
   kn_lr_schedule schedule;
   kn_reduce_on_plateau plateau; /* not with a schedule other than constant */
   kn_early_stopping early_stopping;
+  /* Profile optimizer steps profile_first..profile_last (1-based; 0 = no
+   * profile): written when the last is done, as profile_path (trace JSON)
+   * and profile_table_path (the top nodes), and announced by a notice. */
+  int64_t profile_first, profile_last;
+  const char *profile_path, *profile_table_path;
   /* A validation pass every N optimizer steps as well as at each epoch's
    * end (KN_EVENT_EVAL, val_* names); 0 = at epoch ends only. */
   int eval_every_steps;

@@ -77,6 +77,10 @@ void kn_graph_free(kn_graph *g) {
   free(g);
 }
 
+void kn_graph_set_profile(kn_graph *g, kn_profile *p) {
+  g->profile = p;
+}
+
 void kn_graph_set_threads(kn_graph *g, int threads) {
   g->threads = threads < 1 ? 1 : threads > KN_POOL_MAX_THREADS ? KN_POOL_MAX_THREADS : threads;
 }

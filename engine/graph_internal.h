@@ -151,8 +151,9 @@ struct kn_graph {
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
-  int batch;         /* rows of the current run */
-  int planned_batch; /* rows memory was planned for (0: no batched input) */
+  int batch;           /* rows of the current run */
+  int planned_batch;   /* rows memory was planned for (0: no batched input) */
+  kn_profile *profile; /* while recording, each node run is timed (profile.c) */
   char error[256];
   int error_code;
 };
@@ -193,6 +194,10 @@ int kn_pool_threads(const kn_pool *p);
 /* Runs fn over [0, n) cut into one contiguous range per thread; returns
  * when all are done. */
 void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx);
+
+/* The profiler's hooks (profile.c). */
+double kn_profile_now(void);
+void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead;

@@ -326,10 +326,13 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
   if (mode == KN_RUN_TRAIN) g->train_runs++;
   /* Parameters that no gradient reaches keep the zero slot set at compile. */
   int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
+  const int profiling = kn_profile_recording(g->profile);
   for (int i = 0; i < end; i++) {
     if (g->nodes[i].dead || g->nodes[i].folded) continue;
+    const double start = profiling ? kn_profile_now() : 0.0;
     int rc = g->f64 ? kn_cpu_run_node_f64(g, i, err, errlen) : kn_cpu_run_node(g, i, err, errlen);
     if (rc) return rc;
+    if (profiling) kn_profile_node(g->profile, g, i, start, kn_profile_now());
   }
   return KN_OK;
 }

@@ -277,6 +277,9 @@ typedef struct run {
   kn_callback_state callbacks;
   int64_t last_checkpoint;
   char last_checkpoint_name[256]; /* for a numerics error: where to resume from */
+  kn_profile *profile;            /* while profiling steps */
+  int profile_written;
+  double step_start;
   char *err;
   size_t errlen;
 } run;
@@ -470,7 +473,46 @@ static int end_of_epoch_callbacks(run *r, const kn_train_event *ev) {
   return 0;
 }
 
+/* Writes the profile's trace and table and says where. */
+static int write_profile(run *r, int epoch) {
+  const kn_train_config *cfg = r->cfg;
+  r->profile_written = 1;
+  kn_profile_record(r->profile, r->step, 0);
+  int rc = kn_profile_write_trace(r->profile, r->m->graph, cfg->profile_path, r->err, r->errlen);
+  if (!rc && cfg->profile_table_path)
+    rc = kn_profile_write_table(r->profile, r->m->graph, cfg->profile_table_path, 30, r->err,
+                                r->errlen);
+  if (rc) return rc;
+  char msg[512];
+  snprintf(msg, sizeof msg, "profile of steps %lld to %lld written to %.200s",
+           (long long)cfg->profile_first,
+           (long long)(r->step < cfg->profile_last ? r->step : cfg->profile_last),
+           cfg->profile_path);
+  notice(r, epoch, msg);
+  return KN_OK;
+}
+
+/* Events a profile will hold (nodes and phases of every run of every
+ * profiled step), capped: past the cap recording grows as it goes. */
+static size_t profile_events(const kn_train_config *cfg, const kn_graph *g, int accum) {
+  const double want =
+      (double)(cfg->profile_last - cfg->profile_first + 1) * accum * (g->n_nodes + 8);
+  return want < (double)(1 << 20) ? (size_t)want : (size_t)1 << 20;
+}
+
+/* Recording follows the step about to be made: on inside the profiled
+ * range, off outside it. */
+static void profile_step_begins(run *r) {
+  if (!r->profile || r->window_batches > 0) return;
+  const int64_t next = r->step + 1;
+  kn_profile_record(r->profile, next,
+                    next >= r->cfg->profile_first && next <= r->cfg->profile_last);
+  r->step_start = kn_profile_now();
+}
+
 static void free_run(run *r) {
+  if (r->profile) kn_graph_set_profile(r->m->graph, NULL);
+  kn_profile_free(r->profile);
   kn_pipeline_free(r->pipe);
   kn_pipeline_free(r->val_pipe);
   kn_optimizer_free(r->opt);
@@ -536,6 +578,18 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   rc = kn_pipeline_new(train, &pc, &r.pipe, err, errlen);
   if (!rc && val) rc = kn_pipeline_new_eval(r.pipe, val, &r.val_pipe, err, errlen);
   if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &r.opt, err, errlen);
+  if (!rc && cfg->profile_first > 0) {
+    if (!cfg->profile_path || cfg->profile_last < cfg->profile_first) {
+      snprintf(err, errlen, "train: a profile needs a path and profile_last >= profile_first");
+      rc = KN_EINVAL;
+    } else if (!(r.profile = kn_profile_new()) ||
+               kn_profile_reserve(r.profile, profile_events(cfg, m->graph, r.accum)) != 0) {
+      snprintf(err, errlen, "train: out of memory for the profile");
+      rc = KN_ENOMEM;
+    } else {
+      kn_graph_set_profile(m->graph, r.profile);
+    }
+  }
   if (!rc && r.accum > 1) {
     r.acc = malloc(kn_param_count(m->graph) * sizeof(float));
     if (!r.acc) {
@@ -598,14 +652,19 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     }
     for (int64_t s = epoch == first_epoch ? first_batch : 0; s < batches && !rc && !stop; s++) {
       kn_batch b;
+      profile_step_begins(&r);
+      double t = kn_profile_now();
       if (kn_pipeline_next(r.pipe, &b) != 1) {
         snprintf(err, errlen, "train: the pipeline ended early, at epoch %d batch %lld", epoch,
                  (long long)s + 1);
         rc = KN_ESTATE;
         break;
       }
+      kn_profile_phase(r.profile, "data", t, kn_profile_now());
       const int rows = b.rows;
+      t = kn_profile_now();
       feed(m, &b);
+      kn_profile_phase(r.profile, "feed", t, kn_profile_now());
       if (cfg->on_tuned && !tuning_reported) {
         kn_pipeline_stats ps;
         kn_pipeline_stats_get(r.pipe, &ps);
@@ -621,12 +680,25 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         rc = numeric_error(&r, loss, epoch);
         break;
       }
+      t = kn_profile_now();
       tally_batch(m, &r.epoch_t, &b, loss, r.metrics, r.top_k);
       tally_batch(m, &r.interval_t, &b, loss, r.metrics, r.top_k);
+      kn_profile_phase(r.profile, "metrics", t, kn_profile_now());
       const int last_batch = s + 1 == batches;
+      t = kn_profile_now();
       if (r.acc) accumulate(&r, rows);
-      if (r.acc && r.window_batches < r.accum && !last_batch) continue;
+      if (r.acc && r.window_batches < r.accum && !last_batch) {
+        kn_profile_phase(r.profile, "optimizer", t, kn_profile_now());
+        continue;
+      }
       update(&r);
+      if (kn_profile_recording(r.profile)) {
+        const double end = kn_profile_now();
+        kn_profile_phase(r.profile, "optimizer", t, end);
+        kn_profile_phase(r.profile, "step", r.step_start, end);
+        kn_profile_record(r.profile, r.step, 0); /* validation after a step is not the step's */
+        if (r.step == cfg->profile_last && (rc = write_profile(&r, epoch)) != 0) break;
+      }
       if (cb && r.step % log_every == 0) {
         kn_train_event ev = {.kind = KN_EVENT_STEP, .epoch = epoch, .step = r.step};
         put_metrics(m, &ev, &r.interval_t, r.metrics, step_names);
@@ -679,6 +751,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     rc = KN_ESTOPPED;
   }
   if (!rc && cfg->checkpoint_dir && r.last_checkpoint != r.step) rc = save_checkpoint(&r, 0);
+  /* A run that ended inside the profiled range still leaves its profile. */
+  if (!rc && r.profile && !r.profile_written && r.step >= cfg->profile_first)
+    rc = write_profile(&r, cfg->epochs);
   free_run(&r);
   return rc;
 }

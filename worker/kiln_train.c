@@ -473,6 +473,16 @@ int main(int argc, char **argv) {
                         .clip_global_norm = spec.global_clipnorm,
                         .eval_every_steps = spec.validation_every_steps};
   worker_loop_options(&spec, &tc);
+  /* A profile lands beside the checkpoints, where kilnd serves it from. */
+  char profile_path[4200], profile_table[4200];
+  snprintf(profile_path, sizeof profile_path, "%s/profile.json", ckpt_dir);
+  snprintf(profile_table, sizeof profile_table, "%s/profile.txt", ckpt_dir);
+  if (spec.profile_first > 0) {
+    tc.profile_first = spec.profile_first;
+    tc.profile_last = spec.profile_last;
+    tc.profile_path = profile_path;
+    tc.profile_table_path = profile_table;
+  }
   static const kn_optimizer_type opt_types[] = {[API_OPT_SGD] = KN_OPT_SGD,
                                                 [API_OPT_ADAM] = KN_OPT_ADAM,
                                                 [API_OPT_ADAMW] = KN_OPT_ADAMW,

@@ -116,6 +116,10 @@ static void every_loop_option_is_read_and_round_trips(void **state) {
   free(round_trip(&spec));
   parse_ok("", ",\"schedule\":{\"type\":\"constant\",\"warmup_steps\":50}", &spec);
   free(round_trip(&spec));
+  parse_ok(",\"profile\":{\"steps\":[10,20]}", "", &spec);
+  assert_int_equal(spec.profile_first, 10);
+  assert_int_equal(spec.profile_last, 20);
+  free(round_trip(&spec));
 }
 
 static void bad_loop_options_are_refused_by_path(void **state) {
@@ -160,6 +164,11 @@ static void bad_loop_options_are_refused_by_path(void **state) {
       {",\"metrics\":[{\"type\":\"top_k_accuracy\",\"k\":0}]", "", "metrics[0].k", "between 1 and"},
       {",\"metrics\":[{\"type\":\"accuracy\",\"k\":2}]", "", "metrics[0].type",
        "only top_k_accuracy"},
+      {",\"profile\":{\"steps\":[5]}", "", "profile.steps", "[first, last]"},
+      {",\"profile\":{\"steps\":[0,3]}", "", "profile.steps", "1 <= first <= last"},
+      {",\"profile\":{\"steps\":[9,3]}", "", "profile.steps", "1 <= first <= last"},
+      {",\"profile\":{\"steps\":[1,5000]}", "", "profile.steps", "at most 1000 steps"},
+      {",\"profile\":{\"every\":3}", "", "profile.every", "unknown"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     api_job_spec spec;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "engine.h"
 #include "train_state.h"
@@ -519,6 +520,100 @@ static void non_finite_loss_names_the_last_good_checkpoint(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* Steps 3 to 5 profiled: the trace is trace-event JSON, every node and
+ * phase of a step lies inside it, and they add up to the step's time
+ * within 10%; the table ranks the nodes. */
+static void profile_trace_adds_up_to_the_step_time(void **state) {
+  (void)state;
+  char dir[] = "/tmp/kiln-test-profile-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char trace[600], table[600];
+  snprintf(trace, sizeof trace, "%s/profile.json", dir);
+  snprintf(table, sizeof table, "%s/profile.txt", dir);
+  kn_dataset train = make_blobs(1024, 21);
+  static const kn_layer_config layers[2] = {
+      {.type = KN_LAYER_DENSE,
+       .name = "wide",
+       .units = 512,
+       .use_bias = 1,
+       .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = CLASSES, .use_bias = 1}};
+  kn_model_config mc = {.input_ndim = 1,
+                        .input_shape = {FEATURES},
+                        .n_layers = 2,
+                        .layers = layers,
+                        .batch_size = 128};
+  kn_model m;
+  char err[512];
+  assert_int_equal(kn_model_build(&mc, &m, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(m.graph, 3, NULL, err, sizeof err), KN_OK);
+  kn_train_config tc = config(NULL);
+  tc.epochs = 1;
+  tc.batch_size = 128;
+  tc.profile_first = 3;
+  tc.profile_last = 5;
+  tc.profile_path = trace;
+  tc.profile_table_path = table;
+  seen w = {0};
+  assert_int_equal(kn_train(&m, &train, NULL, &tc, watch, &w, err, sizeof err), KN_OK);
+  assert_non_null(strstr(w.notice, "profile of steps 3 to 5 written to"));
+
+  json_error_t jerr;
+  json_t *root = json_load_file(trace, 0, &jerr);
+  if (!root) fail_msg("trace is not JSON: %s at line %d", jerr.text, jerr.line);
+  json_t *events = json_object_get(root, "traceEvents");
+  assert_true(json_is_array(events));
+  double step_us[8] = {0}, parts_us[8] = {0}, start_us[8], end_us[8];
+  int nodes = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(events, i, ev) {
+    const char *ph = json_string_value(json_object_get(ev, "ph"));
+    assert_non_null(ph);
+    if (strcmp(ph, "X") != 0) continue;
+    int step = (int)json_integer_value(json_object_get(json_object_get(ev, "args"), "step"));
+    assert_true(step >= 3 && step <= 5);
+    double ts = json_number_value(json_object_get(ev, "ts"));
+    double dur = json_number_value(json_object_get(ev, "dur"));
+    assert_true(dur >= 0);
+    if (strcmp(json_string_value(json_object_get(ev, "cat")), "step") == 0) {
+      step_us[step] = dur;
+      start_us[step] = ts;
+      end_us[step] = ts + dur;
+    } else {
+      parts_us[step] += dur;
+      nodes += json_object_get(json_object_get(ev, "args"), "node") != NULL;
+    }
+  }
+  assert_true(nodes > 0);
+  json_array_foreach(events, i, ev) { /* every part inside its step's span */
+    if (strcmp(json_string_value(json_object_get(ev, "ph")), "X") != 0) continue;
+    int step = (int)json_integer_value(json_object_get(json_object_get(ev, "args"), "step"));
+    double ts = json_number_value(json_object_get(ev, "ts"));
+    assert_true(ts >= start_us[step] - 0.5 && ts <= end_us[step] + 0.5);
+  }
+  for (int s = 3; s <= 5; s++) {
+    print_message("step %d: %.1f us, its parts %.1f us\n", s, step_us[s], parts_us[s]);
+    assert_true(step_us[s] > 0);
+    assert_true(fabs(parts_us[s] - step_us[s]) <= 0.1 * step_us[s]);
+  }
+  json_decref(root);
+  FILE *f = fopen(table, "r");
+  assert_non_null(f);
+  char line[256];
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_non_null(strstr(line, "3 profiled steps"));
+  assert_non_null(fgets(line, sizeof line, f)); /* the header */
+  assert_non_null(fgets(line, sizeof line, f)); /* rank 1: the heaviest */
+  assert_true(strncmp(line, "1 ", 2) == 0);
+  fclose(f);
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(training_learns_separable_blobs),
@@ -536,6 +631,7 @@ int main(void) {
       cmocka_unit_test(top_k_accuracy_brackets_accuracy),
       cmocka_unit_test(validation_every_n_steps),
       cmocka_unit_test(non_finite_loss_names_the_last_good_checkpoint),
+      cmocka_unit_test(profile_trace_adds_up_to_the_step_time),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
