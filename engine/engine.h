@@ -627,6 +627,7 @@ typedef struct kn_train_event {
   double values[KN_EVENT_MAX_METRICS];
   const char *path; /* checkpoint */
   const kn_checkpoint_info *checkpoint;
+  const char *code;    /* notice: EARLY_STOPPED, LR_REDUCED or PROFILE_WRITTEN */
   const char *message; /* notice */
   double seconds;      /* since training started */
 } kn_train_event;

@@ -435,10 +435,10 @@ static void update(run *r) {
   r->window_batches = 0;
 }
 
-static void notice(run *r, int epoch, const char *message) {
+static void notice(run *r, int epoch, const char *code, const char *message) {
   if (!r->cb) return;
   kn_train_event ev = {
-      .kind = KN_EVENT_NOTICE, .epoch = epoch, .step = r->step, .message = message};
+      .kind = KN_EVENT_NOTICE, .epoch = epoch, .step = r->step, .code = code, .message = message};
   ev.seconds = elapsed(r);
   r->cb(&ev, r->user);
 }
@@ -458,7 +458,7 @@ static int end_of_epoch_callbacks(run *r, const kn_train_event *ev) {
     snprintf(msg, sizeof msg,
              "reduce-on-plateau: %s has not improved for %d epochs; learning rate now %g",
              cfg->plateau.monitor, cfg->plateau.patience, r->callbacks.lr);
-    notice(r, ev->epoch, msg);
+    notice(r, ev->epoch, "LR_REDUCED", msg);
   }
   if (kn_early_stopping_update(&cfg->early_stopping, &r->callbacks,
                                event_value(ev, cfg->early_stopping.monitor))) {
@@ -467,7 +467,7 @@ static int end_of_epoch_callbacks(run *r, const kn_train_event *ev) {
              "(best %g)",
              ev->epoch, cfg->early_stopping.monitor, cfg->early_stopping.min_delta,
              cfg->early_stopping.patience, r->callbacks.stop_best);
-    notice(r, ev->epoch, msg);
+    notice(r, ev->epoch, "EARLY_STOPPED", msg);
     return 1;
   }
   return 0;
@@ -488,7 +488,7 @@ static int write_profile(run *r, int epoch) {
            (long long)cfg->profile_first,
            (long long)(r->step < cfg->profile_last ? r->step : cfg->profile_last),
            cfg->profile_path);
-  notice(r, epoch, msg);
+  notice(r, epoch, "PROFILE_WRITTEN", msg);
   return KN_OK;
 }
 

@@ -202,6 +202,10 @@ static void handle_line(run *r, const char *line) {
     /* The pipeline's auto-tuned settings belong in the job's own events. */
     if (strcmp(p.reason, "pipeline") == 0)
       store_job_note(r->s->st, r->job->id, "PIPELINE_TUNED", p.message);
+    /* So do the loop's own decisions: early stopping, a cut rate, a profile. */
+    if (strcmp(p.reason, "EARLY_STOPPED") == 0 || strcmp(p.reason, "LR_REDUCED") == 0 ||
+        strcmp(p.reason, "PROFILE_WRITTEN") == 0)
+      store_job_note(r->s->st, r->job->id, p.reason, p.message);
     break;
   }
 }

@@ -210,6 +210,22 @@ void http_get_logs(const http_config *cfg, http_request *req, http_response *res
   fclose(f);
 }
 
+/* Answers 200 with the file at path; -1 (nothing answered) when it cannot
+ * be opened. */
+static int reply_file(http_response *res, const char *path, const char *content_type) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  res->status = 200;
+  res->content_type = content_type;
+  res->fd = fd;
+  res->fd_size = (uint64_t)sb.st_size;
+  return 0;
+}
+
 /* The checkpoint of path parameter 1 in job; 0, or -1 having answered 404. */
 static int load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
                            store_checkpoint *out, http_response *res) {
@@ -260,16 +276,30 @@ void http_download_checkpoint(const http_config *cfg, http_request *req, http_re
     return;
   }
   store_job_clear(&job);
-  int fd = open(c.path, O_RDONLY | O_CLOEXEC);
-  struct stat sb;
-  if (fd < 0 || fstat(fd, &sb) != 0) {
-    if (fd >= 0) close(fd);
+  if (reply_file(res, c.path, "application/octet-stream") != 0)
     http_reply_status(res, 404, "NOT_FOUND", "checkpoint",
                       "checkpoint %lld is recorded but its file is gone", (long long)c.id);
+}
+
+/* The job's step profile: Chrome trace-event JSON, or with format=table
+ * the costliest nodes as text. */
+void http_get_profile(const http_config *cfg, http_request *req, http_response *res) {
+  const char *format = http_query(req, "format");
+  if (format && strcmp(format, "trace") != 0 && strcmp(format, "table") != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "format",
+                      "format must be 'trace' (the default) or 'table', got '%.40s'", format);
     return;
   }
-  res->status = 200;
-  res->content_type = "application/octet-stream";
-  res->fd = fd;
-  res->fd_size = (uint64_t)sb.st_size;
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  const int table = format && strcmp(format, "table") == 0;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s/checkpoints/%s", cfg->jobs_dir ? cfg->jobs_dir : ".", job.id,
+           table ? "profile.txt" : "profile.json");
+  if (reply_file(res, path, table ? "text/plain; charset=utf-8" : "application/json") != 0)
+    http_reply_status(res, 404, "NOT_FOUND", "profile",
+                      "job %s has no profile yet: the spec's profile.steps names the steps to "
+                      "record, and the profile appears once the last of them is done",
+                      job.id);
+  store_job_clear(&job);
 }

@@ -30,6 +30,8 @@ static const http_route routes[] = {
      "Metric points as server-sent events; resumes after Last-Event-ID."},
     {"GET", "/v1/jobs/{job}/events", http_get_events, 0, "State changes with reason codes."},
     {"GET", "/v1/jobs/{job}/logs", http_get_logs, 0, "The trainer's output, kept after it ends."},
+    {"GET", "/v1/jobs/{job}/profile", http_get_profile, 0,
+     "The step profile: Chrome trace-event JSON, or ?format=table."},
     {"GET", "/v1/jobs/{job}/checkpoints", http_get_checkpoints, 0, "A job's checkpoints."},
     {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}", http_get_checkpoint, 0, "One checkpoint."},
     {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}:download", http_download_checkpoint, 0,

@@ -58,6 +58,7 @@ void http_cancel_job(const http_config *cfg, http_request *req, http_response *r
 void http_wait_job(const http_config *cfg, http_request *req, http_response *res);
 void http_explain_job(const http_config *cfg, http_request *req, http_response *res);
 void http_get_logs(const http_config *cfg, http_request *req, http_response *res);
+void http_get_profile(const http_config *cfg, http_request *req, http_response *res);
 void http_get_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_download_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 /* job_resume.c */

@@ -121,7 +121,7 @@ static void worker_loop_options(const api_job_spec *spec, kn_train_config *tc) {
 static int on_event(const kn_train_event *ev, void *user) {
   const reporter *r = user;
   if (ev->kind == KN_EVENT_NOTICE) { /* a callback acted: into the job's events */
-    report_status(r, "callback", ev->message);
+    report_status(r, ev->code, ev->message);
     return 0;
   }
   if (r->progress_fd >= 0) {

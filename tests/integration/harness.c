@@ -1,6 +1,7 @@
 /* harness.c — the integration suites' shared pieces (see harness.h). */
 #include "harness.h"
 
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,46 @@ size_t it_on_body(char *ptr, size_t size, size_t n, void *user) {
   b->len += size * n;
   b->data[b->len] = '\0';
   return size * n;
+}
+
+long it_request(const char *base_url, const char *token, const char *method, const char *path,
+                const char *body, size_t body_len, char **body_out) {
+  CURL *c = curl_easy_init();
+  if (!c) return 0;
+  char url[2048], auth[300];
+  snprintf(url, sizeof url, "%s%s", base_url, path);
+  it_buffer b = {0};
+  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+  headers = curl_slist_append(headers, "Expect:");
+  if (token) {
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+    headers = curl_slist_append(headers, auth);
+  }
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  if (body) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+  }
+  CURLcode rc = curl_easy_perform(c);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(c);
+  if (rc != CURLE_OK) {
+    free(b.data);
+    b.data = strdup(curl_easy_strerror(rc));
+    status = 0;
+  }
+  if (body_out)
+    *body_out = b.data;
+  else
+    free(b.data);
+  return status;
 }
 
 static int read_token(const char *data_dir, char *token, size_t len) {

@@ -14,6 +14,13 @@ typedef struct it_buffer {
 /* CURLOPT_WRITEFUNCTION collecting the body into the it_buffer at user. */
 size_t it_on_body(char *ptr, size_t size, size_t n, void *user);
 
+/* Sends method path (body may be NULL) to base_url with the bearer token
+ * (NULL: none) and a JSON content type; returns the HTTP status, 0 when
+ * the request could not be made (curl's reason in *body_out then), and the
+ * body, malloc'd and NUL-terminated, in *body_out (may be NULL). */
+long it_request(const char *base_url, const char *token, const char *method, const char *path,
+                const char *body, size_t body_len, char **body_out);
+
 /* Starts kilnd_path on data_dir (port 0, stderr appended to
  * data_dir/kilnd.log) with --trainer trainer and an optional extra flag and
  * value, and waits until it serves. Then base_url is "http://127.0.0.1:PORT"

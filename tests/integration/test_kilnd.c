@@ -36,34 +36,11 @@ static char admin_token[128]; /* made by kilnd on first start */
 /* Sends a request; returns the HTTP status and the parsed JSON body (or NULL). */
 static long http(const char *method, const char *path, const char *body, size_t body_len,
                  json_t **out) {
-  CURL *c = curl_easy_init();
-  assert_non_null(c);
-  char url[1024];
-  snprintf(url, sizeof url, "%s%s", base_url, path);
-  it_buffer b = {0};
-  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Expect:");
-  char auth[200];
-  snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
-  headers = curl_slist_append(headers, auth);
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-  if (body) {
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-  }
-  CURLcode rc = curl_easy_perform(c);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(c);
-  if (rc != CURLE_OK) fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
-  if (out) *out = b.data ? json_loads(b.data, 0, NULL) : NULL;
-  free(b.data);
+  char *text = NULL;
+  long status = it_request(base_url, admin_token, method, path, body, body_len, &text);
+  if (status == 0) fail_msg("%s %s: %s", method, path, text ? text : "no answer");
+  if (out) *out = text ? json_loads(text, 0, NULL) : NULL;
+  free(text);
   return status;
 }
 

@@ -1,0 +1,145 @@
+/* The training loop's options through a real kilnd and kiln-train:
+ * gradient accumulation, a warmup + cosine schedule, top-k accuracy,
+ * validation every N steps, early stopping that ends the job (said in its
+ * events) and a profile served at /v1/jobs/{id}/profile. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+static char data_dir[256], base_url[64], token[128];
+static pid_t kilnd_pid;
+
+static long get(const char *path, char **body) {
+  long status = it_request(base_url, token, "GET", path, NULL, 0, body);
+  if (status == 0) fail_msg("GET %s: %s", path, body && *body ? *body : "no answer");
+  return status;
+}
+
+static json_t *get_json(const char *path, long want) {
+  char *text = NULL;
+  long status = get(path, &text);
+  if (status != want) fail_msg("GET %s: %ld, wanted %ld: %s", path, status, want, text);
+  json_t *doc = json_loads(text, 0, NULL);
+  if (!doc) fail_msg("GET %s: not JSON: %.200s", path, text);
+  free(text);
+  return doc;
+}
+
+static int start(void **state) {
+  (void)state;
+  snprintf(data_dir, sizeof data_dir, "/tmp/kiln-it-loop-XXXXXX");
+  if (!mkdtemp(data_dir)) return -1;
+  return it_launch_kilnd(KILND_PATH, data_dir, KILN_TRAIN_PATH, NULL, NULL, &kilnd_pid, base_url,
+                         sizeof base_url, token, sizeof token);
+}
+
+static int stop(void **state) {
+  (void)state;
+  if (kilnd_pid > 0) {
+    kill(kilnd_pid, SIGTERM);
+    waitpid(kilnd_pid, NULL, 0);
+  }
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char spec[] =
+    "{\"display_name\":\"loop-options\","
+    "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},"
+    "{\"type\":\"dense\",\"units\":32,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10}]},"
+    "\"loss\":\"sparse_categorical_crossentropy\","
+    "\"metrics\":[\"accuracy\",{\"type\":\"top_k_accuracy\",\"k\":3}],"
+    "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"test\"},"
+    "\"pipeline\":{\"batch_size\":32,\"take\":2048},"
+    "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.002,\"global_clipnorm\":5,"
+    "\"schedule\":{\"type\":\"cosine\",\"decay_steps\":64,\"warmup_steps\":4}},"
+    "\"gradient_accumulation_steps\":4,\"validation_every_steps\":10,\"log_every_steps\":4,"
+    "\"callbacks\":{\"early_stopping\":{\"monitor\":\"val_loss\",\"mode\":\"max\","
+    "\"patience\":1}},"
+    "\"profile\":{\"steps\":[2,4]},\"epochs\":6,\"seed\":3}";
+
+static void loop_options_run_end_to_end(void **state) {
+  (void)state;
+  char *text = NULL;
+  long status = it_request(base_url, token, "POST", "/v1/jobs", spec, strlen(spec), &text);
+  if (status != 200) fail_msg("create: %ld %s", status, text);
+  json_t *job = json_loads(text, 0, NULL);
+  free(text);
+  char id[64], path[256];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
+  json_decref(job);
+
+  /* 2048 examples, batches of 32 four to a step: 16 steps an epoch.
+   * Under mode max a falling val_loss never improves: epoch 2 ends it. */
+  snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=240s", id);
+  status = it_request(base_url, token, "POST", path, "", 0, &text);
+  free(text);
+  snprintf(path, sizeof path, "/v1/jobs/%s", id);
+  job = get_json(path, 200);
+  assert_string_equal(json_string_value(json_object_get(job, "state")), "SUCCEEDED");
+  json_decref(job);
+
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+  char *events = NULL;
+  assert_int_equal(get(path, &events), 200);
+  if (!strstr(events, "early stopping at epoch 2: val_loss"))
+    fail_msg("no early-stopping event: %.2000s", events);
+  assert_non_null(strstr(events, "profile of steps 2 to 4 written"));
+  free(events);
+
+  /* Steps count updates; the rate follows warmup then cosine; top-3 and
+   * the mid-epoch validation are recorded. */
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=learning_rate", id);
+  json_t *m = get_json(path, 200);
+  text = json_dumps(m, 0);
+  assert_non_null(strstr(text, "\"step\": 4"));
+  assert_non_null(strstr(text, "\"step\": 32"));
+  assert_null(strstr(text, "\"step\": 36"));
+  free(text);
+  json_decref(m);
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=val_top_k_accuracy", id);
+  m = get_json(path, 200);
+  text = json_dumps(m, 0);
+  assert_non_null(strstr(text, "\"step\": 10")); /* every 10 steps */
+  assert_non_null(strstr(text, "\"step\": 16")); /* and each epoch's end */
+  free(text);
+  json_decref(m);
+
+  /* The profile, as a trace and as a table; a bad format is a 400. */
+  snprintf(path, sizeof path, "/v1/jobs/%s/profile", id);
+  json_t *trace = get_json(path, 200);
+  json_t *list = json_object_get(trace, "traceEvents");
+  assert_true(json_is_array(list) && json_array_size(list) > 10);
+  json_decref(trace);
+  snprintf(path, sizeof path, "/v1/jobs/%s/profile?format=table", id);
+  assert_int_equal(get(path, &text), 200);
+  assert_non_null(strstr(text, "3 profiled steps"));
+  free(text);
+  snprintf(path, sizeof path, "/v1/jobs/%s/profile?format=svg", id);
+  json_t *bad = get_json(path, 400);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(bad, "error"), "status")),
+                      "INVALID_ARGUMENT");
+  json_decref(bad);
+  json_t *missing = get_json("/v1/jobs/no-such-job/profile", 404);
+  json_decref(missing);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(loop_options_run_end_to_end),
+  };
+  return cmocka_run_group_tests(tests, start, stop);
+}
