@@ -568,6 +568,7 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/jobs/{job}/metrics:watch",
       "GET /v1/jobs/{job}/events",
       "GET /v1/jobs/{job}/logs",
+      "GET /v1/jobs/{job}/profile",
       "GET /v1/jobs/{job}/checkpoints",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}:download",
