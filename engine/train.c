@@ -84,12 +84,7 @@ static void add_errors(kn_model *m, const float *targets, int rows, double *sq, 
 
 /* Running sums for one reporting window (an interval, an epoch, a
  * validation pass). */
-typedef struct tally {
-  double loss;  /* loss x rows */
-  int64_t rows; /* examples */
-  int64_t correct, top_k;
-  double sq, abs; /* regression errors, over rows x outputs values */
-} tally;
+typedef kn_metric_sums tally;
 
 /* Rows whose label is among the k highest scores: fewer than k scores
  * beat the label's (ties count for the label, as tf.math.in_top_k). */
@@ -299,18 +294,8 @@ static int save_checkpoint(run *r, int mid_epoch) {
            cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)r->step);
   kn_train_state st = {.step = r->step, .callbacks = r->callbacks};
   if (mid_epoch) {
-    st.epoch_loss = r->epoch_t.loss;
-    st.epoch_rows = r->epoch_t.rows;
-    st.epoch_correct = r->epoch_t.correct;
-    st.epoch_top_k = r->epoch_t.top_k;
-    st.epoch_sq = r->epoch_t.sq;
-    st.epoch_abs = r->epoch_t.abs;
-    st.interval_loss = r->interval_t.loss;
-    st.interval_rows = r->interval_t.rows;
-    st.interval_correct = r->interval_t.correct;
-    st.interval_top_k = r->interval_t.top_k;
-    st.interval_sq = r->interval_t.sq;
-    st.interval_abs = r->interval_t.abs;
+    st.epoch = r->epoch_t;
+    st.interval = r->interval_t;
   }
   /* Where the data stream stands, so a resume sees the batches that follow. */
   kn_pipeline_save(r->pipe, &st.pipeline);
@@ -637,18 +622,8 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     memset(&r.epoch_t, 0, sizeof r.epoch_t);
     memset(&r.interval_t, 0, sizeof r.interval_t);
     if (cfg->resume_from && epoch == first_epoch && first_batch > 0) {
-      r.epoch_t = (tally){.loss = saved.epoch_loss,
-                          .rows = saved.epoch_rows,
-                          .correct = saved.epoch_correct,
-                          .top_k = saved.epoch_top_k,
-                          .sq = saved.epoch_sq,
-                          .abs = saved.epoch_abs};
-      r.interval_t = (tally){.loss = saved.interval_loss,
-                             .rows = saved.interval_rows,
-                             .correct = saved.interval_correct,
-                             .top_k = saved.interval_top_k,
-                             .sq = saved.interval_sq,
-                             .abs = saved.interval_abs};
+      r.epoch_t = saved.epoch;
+      r.interval_t = saved.interval;
     }
     for (int64_t s = epoch == first_epoch ? first_batch : 0; s < batches && !rc && !stop; s++) {
       kn_batch b;

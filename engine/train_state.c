@@ -48,8 +48,8 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
   int64_t *iterations;
   kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
   const kn_callback_state *cs = &st->callbacks;
-  double losses[9] = {st->epoch_loss, st->interval_loss, st->epoch_sq,
-                      st->epoch_abs,  st->interval_sq,   st->interval_abs,
+  double losses[9] = {st->epoch.loss, st->interval.loss, st->epoch.sq,
+                      st->epoch.abs,  st->interval.sq,   st->interval.abs,
                       cs->lr,         cs->plateau_best,  cs->stop_best};
   int64_t bits[9];
   memcpy(bits, losses, sizeof bits); /* doubles kept bit for bit */
@@ -61,10 +61,10 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
                               (int64_t)st->train_runs,
                               bits[0],
                               bits[1],
-                              st->epoch_rows,
-                              st->epoch_correct,
-                              st->interval_rows,
-                              st->interval_correct,
+                              st->epoch.rows,
+                              st->epoch.correct,
+                              st->interval.rows,
+                              st->interval.correct,
                               (int64_t)type,
                               *iterations,
                               (int64_t)n,
@@ -74,8 +74,8 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
                               bits[3],
                               bits[4],
                               bits[5],
-                              st->epoch_top_k,
-                              st->interval_top_k,
+                              st->epoch.top_k,
+                              st->interval.top_k,
                               bits[6],
                               bits[7],
                               cs->plateau_wait,
@@ -203,20 +203,20 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
   st->pipeline.batch = f[3];
   st->pipeline.seed = (uint64_t)f[4];
   st->train_runs = (uint64_t)f[5];
-  memcpy(&st->epoch_loss, &f[6], sizeof(double));
-  memcpy(&st->interval_loss, &f[7], sizeof(double));
-  st->epoch_rows = f[8];
-  st->epoch_correct = f[9];
-  st->interval_rows = f[10];
-  st->interval_correct = f[11];
-  memcpy(&st->epoch_sq, &f[17], sizeof(double));
-  memcpy(&st->epoch_abs, &f[18], sizeof(double));
-  memcpy(&st->interval_sq, &f[19], sizeof(double));
-  memcpy(&st->interval_abs, &f[20], sizeof(double));
+  memcpy(&st->epoch.loss, &f[6], sizeof(double));
+  memcpy(&st->interval.loss, &f[7], sizeof(double));
+  st->epoch.rows = f[8];
+  st->epoch.correct = f[9];
+  st->interval.rows = f[10];
+  st->interval.correct = f[11];
+  memcpy(&st->epoch.sq, &f[17], sizeof(double));
+  memcpy(&st->epoch.abs, &f[18], sizeof(double));
+  memcpy(&st->interval.sq, &f[19], sizeof(double));
+  memcpy(&st->interval.abs, &f[20], sizeof(double));
   if (f[0] >= 2) {
     kn_callback_state *cs = &st->callbacks;
-    st->epoch_top_k = f[21];
-    st->interval_top_k = f[22];
+    st->epoch.top_k = f[21];
+    st->interval.top_k = f[22];
     memcpy(&cs->lr, &f[23], sizeof(double));
     memcpy(&cs->plateau_best, &f[24], sizeof(double));
     cs->plateau_wait = f[25];

@@ -5,6 +5,15 @@
 
 #include "engine.h"
 
+/* Running sums over a reporting window (a log interval, an epoch, a
+ * validation pass). */
+typedef struct kn_metric_sums {
+  double loss;  /* loss x rows */
+  int64_t rows; /* examples */
+  int64_t correct, top_k;
+  double sq, abs; /* regression errors, over rows x outputs values */
+} kn_metric_sums;
+
 /* The callbacks' running state (callbacks.c). */
 typedef struct kn_callback_state {
   double lr; /* the rate reduce-on-plateau has set; the base rate until then */
@@ -27,10 +36,7 @@ typedef struct kn_train_state {
   uint64_t train_runs;        /* the graph's training runs: the dropout stream */
   /* Sums of the epoch and log interval in progress, so the metrics of a
    * resumed epoch cover the steps from before the stop as well. */
-  double epoch_loss, interval_loss;
-  int64_t epoch_rows, epoch_correct, interval_rows, interval_correct;
-  double epoch_sq, epoch_abs, interval_sq, interval_abs; /* regression errors */
-  int64_t epoch_top_k, interval_top_k;                   /* top-k hits */
+  kn_metric_sums epoch, interval;
   kn_callback_state callbacks;
 } kn_train_state;
 
