@@ -222,6 +222,13 @@ static void draw(watch *w, int final) {
   w->drawn_s = now_s();
 }
 
+static void print_json_line(const json_t *value) {
+  char *text = json_dumps(value, JSON_COMPACT);
+  if (text) puts(text);
+  free(text);
+  fflush(stdout);
+}
+
 static void on_metric(watch *w, const char *data) {
   json_t *p = json_loads(data, 0, NULL);
   const char *name = cli_string_at(p, "name");
@@ -229,12 +236,7 @@ static void on_metric(watch *w, const char *data) {
     json_decref(p);
     return;
   }
-  if (w->json_lines) { /* -o json: the points as they come, one JSON object a line */
-    char *text = json_dumps(p, JSON_COMPACT);
-    if (text) puts(text);
-    free(text);
-    fflush(stdout);
-  }
+  if (w->json_lines) print_json_line(p); /* watch -o json: the points as they come */
   int64_t step = json_integer_value(json_object_get(p, "step"));
   int64_t epoch = json_integer_value(json_object_get(p, "epoch"));
   int64_t attempt = json_integer_value(json_object_get(p, "attempt"));
@@ -411,7 +413,7 @@ static void print_summary(const json_t *job) {
 }
 
 /* Reads the job once more and decides the exit code. */
-static int finish(cli_client *client, const cli_options *opts, watch *w, int timed_out) {
+static int finish(cli_client *client, const cli_options *opts, watch *w) {
   char *path = cli_printf("/v1/jobs/%s", w->job_id);
   json_t *job = NULL;
   int exit_code =
@@ -420,8 +422,15 @@ static int finish(cli_client *client, const cli_options *opts, watch *w, int tim
   if (exit_code != CLI_EXIT_OK) return exit_code;
   const char *state = cli_string_at(job, "state");
   const char *id = cli_job_id_of(job);
+  /* A job that ended just as the time ran out counts as ended. */
   exit_code = cli_exit_for_state(state);
-  if (exit_code < 0 || timed_out) {
+  if (opts->output == CLI_OUTPUT_JSON && opts->wait)
+    cli_print_json(job);
+  else if (opts->output == CLI_OUTPUT_JSON) /* one more JSON line after the points */
+    print_json_line(job);
+  else
+    print_summary(job);
+  if (exit_code < 0) {
     fprintf(stderr, "kiln: timed out after %gs; job ", opts->timeout_s);
     cli_put_clean(stderr, id ? id : "-");
     fprintf(stderr, " is %s and goes on ('kiln cancel ", state ? state : "-");
@@ -430,10 +439,6 @@ static int finish(cli_client *client, const cli_options *opts, watch *w, int tim
     json_decref(job);
     return CLI_EXIT_TIMEOUT;
   }
-  if (opts->output == CLI_OUTPUT_JSON)
-    cli_print_json(job);
-  else
-    print_summary(job);
   if (exit_code == CLI_EXIT_OK && opts->n_requires > 0) {
     int unmet = check_requires(opts, job);
     if (unmet) {
@@ -470,7 +475,9 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
   json_int_t epochs = json_integer_value(json_object_get(json_object_get(job, "spec"), "epochs"));
   w->epochs = epochs > 0 && epochs < 1000000 ? (int)epochs : 1;
   w->tty = isatty(fileno(stderr));
-  w->json_lines = opts->output == CLI_OUTPUT_JSON;
+  /* watch -o json streams the points; submit --wait -o json prints only the
+   * final job, one document a script can read. */
+  w->json_lines = opts->output == CLI_OUTPUT_JSON && !opts->wait;
   if (!w->json_lines) {
     const char *state = cli_string_at(job, "state");
     fputs("watching job ", stderr);
@@ -480,15 +487,12 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
   read_plan(w);
 
   double start = now_s(), deadline = opts->timeout_s > 0 ? start + opts->timeout_s : 0;
-  int failures = 0, timed_out = 0;
+  int failures = 0;
   while (!w->ended) {
     long timeout_ms = 0;
     if (deadline > 0) {
       double left = deadline - now_s();
-      if (left <= 0) {
-        timed_out = 1;
-        break;
-      }
+      if (left <= 0) break; /* finish() tells a job that has not ended */
       timeout_ms = (long)(left * 1000) + 1;
     }
     char last_id[64] = "";
@@ -501,10 +505,7 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
     w->event[0] = w->id[0] = '\0';
     int rc = cli_client_stream(client, stream_path, last_id[0] ? last_id : NULL, timeout_ms,
                                on_stream_data, w, &resp, err, sizeof err);
-    if (rc == CLI_ERR_TIMEOUT && deadline > 0 && now_s() >= deadline - 0.01) {
-      timed_out = 1;
-      break;
-    }
+    if (rc == CLI_ERR_TIMEOUT && deadline > 0 && now_s() >= deadline - 0.01) break;
     if (rc == CLI_OK && (resp.status < 200 || resp.status >= 300)) {
       exit_code = cli_report_answer(client, "GET", stream_path, &resp);
       cli_response_clear(&resp);
@@ -523,7 +524,7 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
     sleep(1);
   }
   if (!w->json_lines && w->n_names > 0) draw(w, 1); /* where it ended */
-  exit_code = finish(client, opts, w, timed_out);
+  exit_code = finish(client, opts, w);
 
 cleanup:
   if (w) cli_client_free(w->side);

@@ -67,7 +67,7 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
 
 int it_run(char *out, size_t outlen, const char *command) {
   char line[8192];
-  snprintf(line, sizeof line, "%s 2>&1", command);
+  snprintf(line, sizeof line, "(%s) 2>&1", command); /* its own redirections apply first */
   FILE *p = popen(line, "r");
   if (!p) return -1;
   size_t used = 0;

@@ -233,6 +233,21 @@ static void a_job_that_meets_its_requirements_exits_0(void **state) {
   /* watch on a job that has ended: the history, then its end at once. */
   assert_int_equal(cli(out, sizeof out, "watch %s", done_job), 0);
   assert_non_null(strstr(out, "SUCCEEDED"));
+  /* watch -o json: one JSON object a line, the points, then the job. */
+  assert_int_equal(cli(out, sizeof out, "watch %s -o json > points.jsonl", done_job), 0);
+  char *lines = read_file("points.jsonl");
+  int points = 0;
+  json_t *last = NULL;
+  for (char *line = strtok(lines, "\n"); line; line = strtok(NULL, "\n")) {
+    json_decref(last);
+    last = json_loads(line, 0, NULL);
+    assert_non_null(last);
+    points += json_object_get(last, "step") != NULL;
+  }
+  free(lines);
+  assert_true(points >= 20 * 4); /* each epoch's loss, mae and validation at least */
+  assert_string_equal(json_string_value(json_object_get(last, "state")), "SUCCEEDED");
+  json_decref(last);
   assert_int_equal(cli(out, sizeof out, "get %s -o json", done_job), 0);
   json_t *job = json_loads(out, 0, NULL);
   assert_non_null(job);
@@ -245,11 +260,21 @@ static void a_job_that_meets_its_requirements_exits_0(void **state) {
 static void a_job_below_its_bar_exits_5(void **state) {
   (void)state;
   char out[65536];
-  int status = cli(out, sizeof out, "submit quick.json --wait --require 'val_mae<=0.001'");
+  /* -o json: standard output is the finished job alone; the verdict on stderr. */
+  int status = cli(out, sizeof out,
+                   "submit quick.json --wait -o json --require 'val_mae<=0.001' > below.json");
   if (status != 5) fail_msg("exit %d: %s", status, out);
-  assert_non_null(strstr(out, "SUCCEEDED"));
   assert_non_null(strstr(out, "require val_mae<=0.001: NOT MET (val_mae = "));
   assert_non_null(strstr(out, "1 of 1 requirement(s) not met"));
+  char *text = read_file("below.json");
+  json_t *job = json_loads(text, 0, NULL);
+  free(text);
+  assert_non_null(job);
+  assert_string_equal(json_string_value(json_object_get(job, "state")), "SUCCEEDED");
+  double val_mae =
+      json_real_value(json_object_get(json_object_get(job, "latest_metrics"), "val_mae"));
+  assert_true(val_mae > 0.001 && val_mae < 0.5);
+  json_decref(job);
   status = cli(out, sizeof out, "watch %s --require 'val_accuracy>=0.88' --require 'val_mae<1'",
                done_job);
   assert_int_equal(status, 5);
