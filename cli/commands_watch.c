@@ -116,6 +116,7 @@ typedef struct watch {
   /* rate for the ETA: a baseline taken after the history burst */
   double connected_s, base_s;
   int64_t base_step;
+  int have_base;
   /* the SSE parser */
   char line[SSE_LINE_BYTES];
   size_t line_len;
@@ -250,7 +251,10 @@ static void on_metric(watch *w, const char *data) {
   w->attempt = attempt;
   w->step = step;
   w->epoch = epoch;
-  if (now - w->connected_s < BURST_S || step < w->base_step) {
+  /* The rate counts from the first point seen live: a replayed history
+   * (the burst after connecting) moves the baseline along with it. */
+  if (!w->have_base || now - w->connected_s < BURST_S || step < w->base_step) {
+    w->have_base = 1;
     w->base_s = now;
     w->base_step = step;
   }
