@@ -231,7 +231,7 @@ static void a_job_that_meets_its_requirements_exits_0(void **state) {
   assert_non_null(strstr(out, "require loss<1: met"));
   assert_non_null(strstr(out, "100%  epoch 20/20  step 1000/1000"));
   /* watch on a job that has ended: the history, then its end at once. */
-  assert_int_equal(cli(out, sizeof out, "watch %s", done_job), 0);
+  assert_int_equal(cli(out, sizeof out, "watch %s --timeout 1h30m", done_job), 0);
   assert_non_null(strstr(out, "SUCCEEDED"));
   /* watch -o json: one JSON object a line, the points, then the job. */
   assert_int_equal(cli(out, sizeof out, "watch %s -o json > points.jsonl", done_job), 0);
