@@ -67,8 +67,9 @@ typedef int (*cli_data_fn)(const char *data, size_t len, void *user);
 
 /* A GET whose 2xx body goes to on_data instead of memory: a server-sent
  * event stream or a file download. extra_header ("Last-Event-ID: 42") may
- * be NULL; timeout_ms 0 means no limit once connected. Any other status is
- * collected into resp->body as cli_client_request does, for its message. */
+ * be NULL; timeout_ms 0 means no limit once connected, but a minute without
+ * a byte ends it (CLI_ERR_TIMEOUT). Any other status is collected into
+ * resp->body as cli_client_request does, for its message. */
 int cli_client_stream(cli_client *client, const char *path, const char *extra_header,
                       long timeout_ms, cli_data_fn on_data, void *user, cli_response *resp,
                       char *err, size_t errlen);

@@ -33,6 +33,7 @@ typedef struct request_body {
   int64_t file_size;
   const char *extra_header;
   long timeout_ms;
+  long stall_s; /* give up when nothing arrives for this long; 0 = never */
 } request_body;
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -244,6 +245,8 @@ static int perform(cli_client *client, const char *method, const char *path,
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, NULL);
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, body->timeout_ms);
+  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, body->stall_s ? 1L : 0L);
+  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, body->stall_s);
   if (!rc && strcmp(method, "GET") == 0) {
     rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
   } else if (!rc && strcmp(method, "POST") == 0 && body->file) {
@@ -313,7 +316,9 @@ int cli_client_request(cli_client *client, const char *method, const char *path,
 int cli_client_stream(cli_client *client, const char *path, const char *extra_header,
                       long timeout_ms, cli_data_fn on_data, void *user, cli_response *resp,
                       char *err, size_t errlen) {
-  request_body b = {.extra_header = extra_header, .timeout_ms = timeout_ms};
+  /* kilnd's streams send a keep-alive every 15 s: a minute of silence is a
+   * dead connection, not a quiet job. */
+  request_body b = {.extra_header = extra_header, .timeout_ms = timeout_ms, .stall_s = 60};
   client->on_data = on_data;
   client->on_data_user = user;
   int rc = perform(client, "GET", path, &b, resp, err, errlen);
