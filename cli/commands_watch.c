@@ -126,7 +126,6 @@ typedef struct watch {
   char id[32];
   /* the end */
   int ended;
-  char end_state[32];
   int stream_error;
   /* drawing */
   int tty, json_lines;
@@ -288,11 +287,7 @@ static int dispatch(watch *w) {
   if (w->id[0]) w->last_event_id = strtoll(w->id, NULL, 10);
   if (strcmp(w->event, "metric") == 0) {
     on_metric(w, w->data);
-  } else if (strcmp(w->event, "end") == 0) {
-    json_t *doc = json_loads(w->data, 0, NULL);
-    const char *state = cli_string_at(doc, "state");
-    snprintf(w->end_state, sizeof w->end_state, "%s", state ? state : "");
-    json_decref(doc);
+  } else if (strcmp(w->event, "end") == 0) { /* finish() reads the job's end state */
     w->ended = 1;
     stop = 1;
   } else if (strcmp(w->event, "error") == 0) {
@@ -464,8 +459,12 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
   char err[CURL_ERROR_SIZE + 256];
   json_t *job = NULL;
   int exit_code = CLI_EXIT_FAILED;
-  if (!w || !stream_path || !job_path || strlen(escaped) >= sizeof w->job_id) {
+  if (!w || !stream_path || !job_path) {
     exit_code = cli_fail("out of memory");
+    goto cleanup;
+  }
+  if (strlen(escaped) >= sizeof w->job_id) {
+    exit_code = cli_usage_error("'%s' is too long for a job id", job_id);
     goto cleanup;
   }
   snprintf(w->job_id, sizeof w->job_id, "%s", escaped);
@@ -503,6 +502,7 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
     if (w->last_event_id > 0)
       snprintf(last_id, sizeof last_id, "Last-Event-ID: %lld", (long long)w->last_event_id);
     cli_response resp;
+    int64_t seen_before = w->last_event_id;
     w->connected_s = now_s();
     w->line_len = 0;
     w->data_len = 0;
@@ -517,6 +517,7 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
     }
     if (rc == CLI_OK) cli_response_clear(&resp);
     if (w->ended) break;
+    if (w->last_event_id != seen_before) failures = 0; /* it was working: count afresh */
     /* The stream broke off (the server restarted, the network blinked):
      * reconnect and go on after the last event seen. */
     if (rc == CLI_ERR_INTERNAL || rc == CLI_ERR_RESPONSE || ++failures > RECONNECTS) {
