@@ -1,6 +1,8 @@
-/* http.c — the CLI's HTTP client: one libcurl easy handle reused for every
- * request of a command (so `kiln ls` pages share one connection), fixed
- * timeouts, JSON headers, and error bodies read like any other answer. */
+/* http.c — the CLI's one HTTP layer: a libcurl easy handle reused for every
+ * request of a command (so `kiln ls` pages share one connection), JSON
+ * requests with a fixed time limit, streams (server-sent events, downloads)
+ * through a data callback, uploads from a file, and error bodies read like
+ * any other answer. */
 #include "cli.h"
 
 #include <curl/curl.h>
@@ -11,13 +13,28 @@
 
 struct cli_client {
   CURL *curl;
-  struct curl_slist *headers;
-  char *server; /* normalised base URL, no trailing '/' */
+  char *auth_header; /* "Authorization: Bearer ..." or NULL */
+  char *server;      /* normalised base URL, no trailing '/' */
+  char *user_agent;
   char curl_error[CURL_ERROR_SIZE];
   cli_response *current; /* the response being filled by write_body */
   size_t body_cap;       /* bytes allocated for current->body */
   int too_large;         /* write_body refused a body past CLI_MAX_RESPONSE_BYTES */
+  cli_data_fn on_data;   /* streams: where a 2xx body goes */
+  void *on_data_user;
+  int stopped; /* on_data asked to end the request */
 };
+
+/* What one request sends besides its method and path. */
+typedef struct request_body {
+  const char *data; /* a JSON body, or NULL */
+  size_t len;
+  FILE *file; /* an upload's body instead, application/octet-stream */
+  int64_t file_size;
+  const char *extra_header;
+  long timeout_ms;
+  long stall_s; /* give up when nothing arrives for this long; 0 = never */
+} request_body;
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -70,6 +87,15 @@ static size_t write_body(char *data, size_t size, size_t nmemb, void *userdata) 
   cli_client *client = userdata;
   cli_response *resp = client->current;
   size_t n = size * nmemb;
+  if (client->on_data) {
+    long status = 0;
+    curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300) {
+      if (client->on_data(data, n, client->on_data_user) == 0) return n;
+      client->stopped = 1;
+      return 0;
+    }
+  }
   if (n > CLI_MAX_RESPONSE_BYTES - resp->len) {
     client->too_large = 1;
     return 0; /* makes curl_easy_perform fail with CURLE_WRITE_ERROR */
@@ -93,7 +119,8 @@ cli_client *cli_client_new(const char *server, const char *user_agent, char *err
   cli_client *client = calloc(1, sizeof *client);
   if (!client) goto oom;
   client->server = strdup(server);
-  if (!client->server) goto oom;
+  client->user_agent = strdup(user_agent);
+  if (!client->server || !client->user_agent) goto oom;
   size_t len = strlen(client->server);
   while (len > 0 && client->server[len - 1] == '/') client->server[--len] = '\0';
 
@@ -102,22 +129,11 @@ cli_client *cli_client_new(const char *server, const char *user_agent, char *err
     set_err(err, errlen, "cannot start libcurl (curl_easy_init failed)");
     goto fail;
   }
-  const char *header_lines[] = {"Content-Type: application/json", "Accept: application/json",
-                                /* no "100-continue" round trip before a large spec */
-                                "Expect:"};
-  for (size_t i = 0; i < sizeof header_lines / sizeof header_lines[0]; i++) {
-    struct curl_slist *next = curl_slist_append(client->headers, header_lines[i]);
-    if (!next) goto oom;
-    client->headers = next;
-  }
-
   CURL *curl = client->curl;
   CURLcode rc = CURLE_OK;
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_FAILONERROR, 0L); /* read API error bodies */
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLI_CONNECT_TIMEOUT_S);
-  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_TIMEOUT, CLI_TOTAL_TIMEOUT_S);
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_HTTPHEADER, client->headers);
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_USERAGENT, user_agent);
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write_body);
@@ -145,26 +161,33 @@ int cli_client_set_token(cli_client *client, const char *token, char *err, size_
     set_err(err, errlen, "the token must be one line");
     return CLI_ERR_INTERNAL;
   }
-  char *line = cli_printf("Authorization: Bearer %s", token);
-  struct curl_slist *next = line ? curl_slist_append(client->headers, line) : NULL;
-  free(line);
-  if (!next) {
+  free(client->auth_header);
+  client->auth_header = cli_printf("Authorization: Bearer %s", token);
+  if (!client->auth_header) {
     set_err(err, errlen, "out of memory");
-    return CLI_ERR_INTERNAL;
-  }
-  client->headers = next;
-  CURLcode rc = curl_easy_setopt(client->curl, CURLOPT_HTTPHEADER, client->headers);
-  if (rc) {
-    set_err(err, errlen, "cannot configure libcurl: %s", curl_easy_strerror(rc));
     return CLI_ERR_INTERNAL;
   }
   return CLI_OK;
 }
 
+cli_client *cli_client_clone(const cli_client *client, char *err, size_t errlen) {
+  cli_client *copy = cli_client_new(client->server, client->user_agent, err, errlen);
+  if (copy && client->auth_header) {
+    copy->auth_header = strdup(client->auth_header);
+    if (!copy->auth_header) {
+      set_err(err, errlen, "out of memory");
+      cli_client_free(copy);
+      return NULL;
+    }
+  }
+  return copy;
+}
+
 void cli_client_free(cli_client *client) {
   if (!client) return;
   if (client->curl) curl_easy_cleanup(client->curl);
-  curl_slist_free_all(client->headers);
+  free(client->auth_header);
+  free(client->user_agent);
   free(client->server);
   free(client);
 }
@@ -179,14 +202,40 @@ void cli_response_clear(cli_response *resp) {
   memset(resp, 0, sizeof *resp);
 }
 
-int cli_client_request(cli_client *client, const char *method, const char *path, const char *body,
-                       size_t body_len, cli_response *resp, char *err, size_t errlen) {
+/* The headers of one request: JSON, or an octet stream for an upload. */
+static struct curl_slist *request_headers(const cli_client *client, const request_body *body) {
+  const char *lines[] = {body->file ? "Content-Type: application/octet-stream"
+                                    : "Content-Type: application/json",
+                         "Accept: application/json",
+                         /* no "100-continue" round trip before a large body */
+                         "Expect:", client->auth_header, body->extra_header};
+  struct curl_slist *list = NULL;
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+    if (!lines[i]) continue;
+    struct curl_slist *next = curl_slist_append(list, lines[i]);
+    if (!next) {
+      curl_slist_free_all(list);
+      return NULL;
+    }
+    list = next;
+  }
+  return list;
+}
+
+static size_t read_file(char *buffer, size_t size, size_t nitems, void *userdata) {
+  size_t got = fread(buffer, 1, size * nitems, userdata);
+  return got == 0 && ferror((FILE *)userdata) ? CURL_READFUNC_ABORT : got;
+}
+
+static int perform(cli_client *client, const char *method, const char *path,
+                   const request_body *body, cli_response *resp, char *err, size_t errlen) {
   CURL *curl = client->curl;
   int result = CLI_ERR_INTERNAL;
   memset(resp, 0, sizeof *resp);
   char *url = cli_printf("%s%s", client->server, path);
   resp->body = calloc(1, 1);
-  if (!url || !resp->body) {
+  struct curl_slist *headers = request_headers(client, body);
+  if (!url || !resp->body || !headers) {
     set_err(err, errlen, "out of memory");
     goto cleanup;
   }
@@ -194,12 +243,22 @@ int cli_client_request(cli_client *client, const char *method, const char *path,
   CURLcode rc = curl_easy_setopt(curl, CURLOPT_URL, url);
   /* The handle is reused: undo what the previous request's method set. */
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, NULL);
+  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, body->timeout_ms);
+  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, body->stall_s ? 1L : 0L);
+  if (!rc) rc = curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, body->stall_s);
   if (!rc && strcmp(method, "GET") == 0) {
     rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+  } else if (!rc && strcmp(method, "POST") == 0 && body->file) {
+    rc = curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_file);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_READDATA, body->file);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->file_size);
   } else if (!rc && strcmp(method, "POST") == 0) {
     rc = curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "");
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data ? body->data : "");
   } else if (!rc) {
     rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
@@ -212,6 +271,7 @@ int cli_client_request(cli_client *client, const char *method, const char *path,
   client->current = resp;
   client->body_cap = 1;
   client->too_large = 0;
+  client->stopped = 0;
   client->curl_error[0] = '\0';
   rc = curl_easy_perform(curl);
   client->current = NULL;
@@ -221,10 +281,14 @@ int cli_client_request(cli_client *client, const char *method, const char *path,
     result = CLI_ERR_RESPONSE;
     goto cleanup;
   }
-  if (rc) {
+  if (rc && !(rc == CURLE_WRITE_ERROR && client->stopped)) {
     set_err(err, errlen, "%s", client->curl_error[0] ? client->curl_error : curl_easy_strerror(rc));
-    result =
-        rc == CURLE_WRITE_ERROR || rc == CURLE_OUT_OF_MEMORY ? CLI_ERR_INTERNAL : CLI_ERR_TRANSPORT;
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+      result = CLI_ERR_TIMEOUT;
+    else if (rc == CURLE_WRITE_ERROR || rc == CURLE_OUT_OF_MEMORY)
+      result = CLI_ERR_INTERNAL;
+    else
+      result = CLI_ERR_TRANSPORT;
     goto cleanup;
   }
 
@@ -235,7 +299,36 @@ int cli_client_request(cli_client *client, const char *method, const char *path,
   result = CLI_OK;
 
 cleanup:
+  /* The list dies here: the handle must not keep pointing at it. */
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, NULL);
+  curl_slist_free_all(headers);
   free(url);
   if (result != CLI_OK) cli_response_clear(resp);
   return result;
+}
+
+int cli_client_request(cli_client *client, const char *method, const char *path, const char *body,
+                       size_t body_len, cli_response *resp, char *err, size_t errlen) {
+  request_body b = {.data = body, .len = body_len, .timeout_ms = CLI_TOTAL_TIMEOUT_S * 1000};
+  return perform(client, method, path, &b, resp, err, errlen);
+}
+
+int cli_client_stream(cli_client *client, const char *path, const char *extra_header,
+                      long timeout_ms, cli_data_fn on_data, void *user, cli_response *resp,
+                      char *err, size_t errlen) {
+  /* kilnd's streams send a keep-alive every 15 s: a minute of silence is a
+   * dead connection, not a quiet job. */
+  request_body b = {.extra_header = extra_header, .timeout_ms = timeout_ms, .stall_s = 60};
+  client->on_data = on_data;
+  client->on_data_user = user;
+  int rc = perform(client, "GET", path, &b, resp, err, errlen);
+  client->on_data = NULL;
+  client->on_data_user = NULL;
+  return rc;
+}
+
+int cli_client_upload(cli_client *client, const char *path, FILE *file, int64_t size,
+                      cli_response *resp, char *err, size_t errlen) {
+  request_body b = {.file = file, .file_size = size, .timeout_ms = 0};
+  return perform(client, "POST", path, &b, resp, err, errlen);
 }

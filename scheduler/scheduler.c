@@ -199,9 +199,13 @@ static void handle_line(run *r, const char *line) {
     break;
   case API_PROGRESS_STATUS:
     slog(r->s, SCHED_LOG_INFO, "job=%s phase=%s msg=\"%s\"", r->job->id, p.reason, p.message);
-    /* The pipeline's auto-tuned settings belong in the job's own events. */
+    /* The pipeline's auto-tuned settings belong in the job's own events,
+     * and so does the plan ("..., 5 epochs of 469 steps"): a client shows
+     * progress against it. */
     if (strcmp(p.reason, "pipeline") == 0)
       store_job_note(r->s->st, r->job->id, "PIPELINE_TUNED", p.message);
+    else if (strcmp(p.reason, "training") == 0)
+      store_job_note(r->s->st, r->job->id, "TRAINING", p.message);
     /* So do the loop's own decisions: early stopping, a cut rate, a profile. */
     if (strcmp(p.reason, "EARLY_STOPPED") == 0 || strcmp(p.reason, "LR_REDUCED") == 0 ||
         strcmp(p.reason, "PROFILE_WRITTEN") == 0)

@@ -19,6 +19,12 @@ cmake --build build-test -j "$jobs"
 echo "== tests"
 ctest --test-dir build-test --output-on-failure
 
+# The CLI alone, as a CI runner builds it (docs/ci.md): libcurl and jansson only.
+echo "== build (the kiln CLI alone)"
+cmake -S cli -B build-cli -DCMAKE_C_FLAGS=-Werror
+cmake --build build-cli -j "$jobs"
+build-cli/kiln --version
+
 echo "== build (ASan + UBSan)"
 cmake -S . -B build-sanitize -DKILN_SANITIZE=ON -DKILN_WERROR=ON -DKILN_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=Debug

@@ -481,6 +481,7 @@ json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c) {
   json_object_set_new(o, "bytes", json_integer(c->bytes));
   json_object_set_new(o, "sha256", json_string(c->sha256));
   json_object_set_new(o, "format", json_string("safetensors"));
+  json_object_set_new(o, "pinned", json_boolean(c->pinned));
   json_object_set_new(o, "create_time", http_rfc3339(c->create_ms));
   return o;
 }

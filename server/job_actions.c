@@ -1,6 +1,6 @@
 /* job_actions.c — what a client does to one job beyond reading it: delete,
  * :cancel, :wait (a CI gate in one request), :explain (why it waits), its
- * trainer log, and one checkpoint or its file. */
+ * trainer log, and one checkpoint, its file, :pin and :unpin. */
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -302,4 +302,34 @@ void http_get_profile(const http_config *cfg, http_request *req, http_response *
                       "record, and the profile appears once the last of them is done",
                       job.id);
   store_job_clear(&job);
+}
+
+/* :pin and :unpin: a pinned checkpoint outlives checkpoint.keep_last. */
+static void set_pinned(const http_config *cfg, http_request *req, http_response *res, int pinned) {
+  store_job job;
+  if (http_load_job(cfg, req, &job, res) != 0) return;
+  store_checkpoint c;
+  if (load_checkpoint(cfg, req, &job, &c, res) != 0) {
+    store_job_clear(&job);
+    return;
+  }
+  int rc = store_checkpoint_set_pinned(cfg->st, job.id, c.id, pinned);
+  if (rc == STORE_NOT_FOUND) { /* retention removed it since it was read */
+    http_reply_status(res, 404, "NOT_FOUND", "checkpoint", "job %s has no checkpoint %lld", job.id,
+                      (long long)c.id);
+  } else if (rc != STORE_OK) {
+    http_reply_store_failure(res, cfg->st);
+  } else {
+    c.pinned = pinned;
+    http_reply_json(res, 200, http_checkpoint_json(job.id, &c));
+  }
+  store_job_clear(&job);
+}
+
+void http_pin_checkpoint(const http_config *cfg, http_request *req, http_response *res) {
+  set_pinned(cfg, req, res, 1);
+}
+
+void http_unpin_checkpoint(const http_config *cfg, http_request *req, http_response *res) {
+  set_pinned(cfg, req, res, 0);
 }

@@ -61,6 +61,8 @@ void http_get_logs(const http_config *cfg, http_request *req, http_response *res
 void http_get_profile(const http_config *cfg, http_request *req, http_response *res);
 void http_get_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_download_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+void http_pin_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+void http_unpin_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 /* job_resume.c */
 void http_resume_job(const http_config *cfg, http_request *req, http_response *res);
 /* sse.c */

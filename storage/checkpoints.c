@@ -1,5 +1,6 @@
 /* checkpoints.c — checkpoint retention: a job keeps its newest keep_last
- * checkpoints; older rows go in one transaction, each after its file. */
+ * unpinned checkpoints and every pinned one; older rows go in one
+ * transaction, each after its file. Pinning and unpinning. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,7 @@ int store_checkpoint_retain(store *s, const char *job_id, int keep_last,
   /* Newest = recorded last: a resumed attempt's checkpoints follow the
    * one it resumed from. */
   if (sqlite3_prepare_v2(db,
-                         "SELECT id, path FROM checkpoints WHERE job_id = ?1"
+                         "SELECT id, path FROM checkpoints WHERE job_id = ?1 AND pinned = 0"
                          " ORDER BY id DESC LIMIT -1 OFFSET ?2",
                          -1, &old, NULL) != SQLITE_OK ||
       sqlite3_prepare_v2(db, "DELETE FROM checkpoints WHERE id = ?1", -1, &del, NULL) !=
@@ -61,6 +62,39 @@ done:
   sqlite3_finalize(old);
   sqlite3_finalize(del);
   if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  store_internal_unlock(s);
+  return rc;
+}
+
+int store_checkpoint_set_pinned(store *s, const char *job_id, int64_t id, int pinned) {
+  if (!s) return STORE_ERROR;
+  sqlite3 *db = store_internal_lock(s);
+  int rc = STORE_ERROR;
+  sqlite3_stmt *st = NULL;
+  if (!job_id) {
+    store_internal_error(s, 0, "pin checkpoint: need a job id");
+    goto done;
+  }
+  if (sqlite3_prepare_v2(db, "UPDATE checkpoints SET pinned = ?1 WHERE job_id = ?2 AND id = ?3", -1,
+                         &st, NULL) != SQLITE_OK) {
+    store_internal_error(s, 1, "pin checkpoint %lld of job %s", (long long)id, job_id);
+    goto done;
+  }
+  sqlite3_bind_int(st, 1, pinned ? 1 : 0);
+  sqlite3_bind_text(st, 2, job_id, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 3, id);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    store_internal_error(s, 1, "pin checkpoint %lld of job %s", (long long)id, job_id);
+    goto done;
+  }
+  if (sqlite3_changes(db) == 0) {
+    store_internal_error(s, 0, "job %s has no checkpoint %lld", job_id, (long long)id);
+    rc = STORE_NOT_FOUND;
+    goto done;
+  }
+  rc = STORE_OK;
+done:
+  sqlite3_finalize(st);
   store_internal_unlock(s);
   return rc;
 }

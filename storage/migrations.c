@@ -118,6 +118,8 @@ static const char *const migrations[] = {
     "  input_shape_json TEXT NOT NULL DEFAULT '[]',"
     "  create_ms INTEGER NOT NULL"
     ");",
+    /* 4: pinned checkpoints: retention (keep_last) never removes one. */
+    "ALTER TABLE checkpoints ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -197,6 +197,7 @@ typedef struct store_checkpoint {
   char sha256[65];
   char *metrics_json; /* owned; "{}" when none */
   int64_t create_ms;
+  int pinned; /* 1: retention never removes it (ignored by store_checkpoint_add) */
 } store_checkpoint;
 
 /* Records a checkpoint file that is already on disk (renamed into place).
@@ -206,8 +207,12 @@ int store_checkpoint_add(store *s, const store_checkpoint *c);
 /* A job's checkpoints ordered by (attempt, step, id); *out NULL when *n is 0. */
 int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, int *n);
 void store_checkpoint_list_free(store_checkpoint *list, int n);
-/* Retention: keeps the job's keep_last (>= 1) newest checkpoints (in the
- * order they were recorded) and deletes the rest in one transaction. For
+/* Pins (pinned 1) or unpins (0) checkpoint id of job_id. STORE_NOT_FOUND
+ * when the job has no such checkpoint. */
+int store_checkpoint_set_pinned(store *s, const char *job_id, int64_t id, int pinned);
+/* Retention: keeps the job's keep_last (>= 1) newest unpinned checkpoints
+ * (in the order they were recorded) and every pinned one, and deletes the
+ * rest in one transaction. For
  * each, remove_file(path, user) runs first and returns 0 when the file is
  * gone (one already gone counts as gone) or non-zero to keep the row for a
  * later pass. *n_deleted (may be NULL) counts the rows deleted. */

@@ -1057,8 +1057,8 @@ static int checkpoint_list_locked(store *s, const char *job_id, store_checkpoint
   int used = 0, cap = 0, rc = STORE_ERROR;
   snprintf(what, sizeof what, "list checkpoints of job %s", job_id);
   if (prepare(s, &st,
-              "SELECT id, job_id, attempt, step, path, bytes, sha256, metrics_json, create_ms"
-              " FROM checkpoints WHERE job_id = ?1 ORDER BY attempt, step, id",
+              "SELECT id, job_id, attempt, step, path, bytes, sha256, metrics_json, create_ms,"
+              " pinned FROM checkpoints WHERE job_id = ?1 ORDER BY attempt, step, id",
               what) != STORE_OK)
     goto done;
   bind_text(st, 1, job_id);
@@ -1079,6 +1079,7 @@ static int checkpoint_list_locked(store *s, const char *job_id, store_checkpoint
     copy_column(c->sha256, sizeof c->sha256, st, 6);
     c->metrics_json = dup_column(st, 7);
     c->create_ms = sqlite3_column_int64(st, 8);
+    c->pinned = sqlite3_column_int(st, 9) != 0;
     if (!c->metrics_json) {
       set_error(s, "%s: out of memory", what);
       goto done;

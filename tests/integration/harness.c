@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <curl/curl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,5 +103,43 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
     if (waitpid(*pid, NULL, WNOHANG) == *pid) return -1;
     usleep(100 * 1000);
   }
+  return -1;
+}
+
+int it_run(char *out, size_t outlen, const char *command) {
+  char line[8192];
+  snprintf(line, sizeof line, "(%s) 2>&1", command); /* its own redirections apply first */
+  FILE *p = popen(line, "r");
+  if (!p) return -1;
+  size_t used = 0;
+  char sink[4096];
+  /* Reads to the end even past outlen, so the command never blocks on a full pipe. */
+  for (;;) {
+    int room = used + 1 < outlen;
+    size_t got = fread(room ? out + used : sink, 1, room ? outlen - 1 - used : sizeof sink, p);
+    if (got == 0) break;
+    if (room) used += got;
+  }
+  out[used] = '\0';
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+pid_t it_spawn(const char *command, const char *out_file) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (!freopen(out_file, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(127);
+  execl("/bin/sh", "sh", "-c", command, (char *)NULL);
+  _exit(127);
+}
+
+int it_wait_exit(pid_t pid, int limit_s) {
+  int status = 0;
+  for (int i = 0; i < limit_s * 10; i++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    usleep(100 * 1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
   return -1;
 }

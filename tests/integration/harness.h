@@ -31,4 +31,18 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
                     const char *extra_flag, const char *extra_value, pid_t *pid, char *base_url,
                     size_t url_len, char *token, size_t token_len);
 
+/* Runs a shell command line with stderr merged into stdout (after the
+ * line's own redirections: "kiln ... > job.json" leaves stderr); the output
+ * (cut to outlen - 1 bytes) in out, the exit status returned (-1 when it
+ * did not exit normally). */
+int it_run(char *out, size_t outlen, const char *command);
+
+/* Starts a shell command line in the background with its stdout and stderr
+ * written to out_file; returns its pid, or -1. */
+pid_t it_spawn(const char *command, const char *out_file);
+
+/* Waits up to limit_s seconds for pid; its exit status, or -1 when it did
+ * not exit normally or in time (then it is killed). */
+int it_wait_exit(pid_t pid, int limit_s);
+
 #endif

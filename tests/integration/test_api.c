@@ -572,6 +572,8 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/jobs/{job}/checkpoints",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}:download",
+      "POST /v1/jobs/{job}/checkpoints/{checkpoint}:pin",
+      "POST /v1/jobs/{job}/checkpoints/{checkpoint}:unpin",
       "POST /v1/datasets",
       "GET /v1/datasets",
       "GET /v1/datasets/{dataset}",
@@ -1025,6 +1027,91 @@ static void sigkill_of_kilnd_requeues_the_running_job_and_it_resumes(void **stat
   assert_int_equal(db_int("SELECT count(DISTINCT step) FROM metrics WHERE job_id = ?1", id), 30);
 }
 
+/* A checkpoint pinned while the job runs outlives keep_last: the job with
+ * keep_last 1 ends with its pinned checkpoint and its final one. */
+static void a_pinned_checkpoint_outlives_keep_last(void **state) {
+  (void)state;
+  json_t *spec = json_loads(small_spec, 0, NULL);
+  json_object_set_new(spec, "display_name", json_string("emitter-slow-pin"));
+  json_object_set_new(spec, "checkpoint", json_pack("{s:i}", "keep_last", 1));
+  char *body = json_dumps(spec, JSON_COMPACT), id[64], path[200];
+  json_decref(spec);
+  json_t *doc;
+  assert_int_equal(call(acme_token, "POST", "/v1/jobs", body, &doc), 200);
+  free(body);
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+
+  /* Pin the newest checkpoint there is; retention may remove it between
+   * the list and the pin (a 404), so try the next one then. */
+  json_int_t pinned = 0, pinned_step = 0;
+  for (int i = 0; i < 400 && !pinned; i++) {
+    snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", id);
+    assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+    json_t *list = json_object_get(doc, "checkpoints");
+    json_t *newest = json_array_get(list, json_array_size(list) - 1);
+    if (newest) {
+      assert_true(json_is_false(json_object_get(newest, "pinned")));
+      json_int_t cid = json_integer_value(json_object_get(newest, "id"));
+      json_int_t step = json_integer_value(json_object_get(newest, "step"));
+      json_t *answer;
+      snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints/%lld:pin", id, (long long)cid);
+      /* Another tenant cannot pin it: the job does not exist for beta. */
+      assert_int_equal(call(beta_token, "POST", path, NULL, &answer), 404);
+      assert_error(answer, 404, "NOT_FOUND", "job");
+      json_decref(answer);
+      long status = call(acme_token, "POST", path, NULL, &answer);
+      if (status == 200) {
+        assert_true(json_is_true(json_object_get(answer, "pinned")));
+        assert_int_equal(json_integer_value(json_object_get(answer, "id")), cid);
+        pinned = cid;
+        pinned_step = step;
+      } else {
+        assert_int_equal(status, 404);
+      }
+      json_decref(answer);
+    }
+    json_decref(doc);
+    if (!pinned) usleep(25 * 1000);
+  }
+  assert_true(pinned > 0);
+  assert_true(pinned_step < 30); /* pinned while the job still ran */
+  doc = wait_job(acme_token, id);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "SUCCEEDED");
+  json_decref(doc);
+
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", id);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  json_t *list = json_object_get(doc, "checkpoints");
+  assert_int_equal(json_array_size(list), 2);
+  json_t *first = json_array_get(list, 0), *last = json_array_get(list, 1);
+  assert_int_equal(json_integer_value(json_object_get(first, "id")), pinned);
+  assert_true(json_is_true(json_object_get(first, "pinned")));
+  assert_int_equal(json_integer_value(json_object_get(last, "step")), 30);
+  assert_true(json_is_false(json_object_get(last, "pinned")));
+  json_decref(doc);
+  /* Its file is still there to download: it holds its step. */
+  char *text = NULL, auth[200];
+  snprintf(auth, sizeof auth, "Bearer %s", acme_token);
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints/%lld:download", id, (long long)pinned);
+  assert_int_equal(request("GET", path, NULL, 0, auth, NULL, &text, NULL), 200);
+  assert_int_equal(atoll(text), pinned_step);
+  free(text);
+
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints/%lld:unpin", id, (long long)pinned);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 200);
+  assert_true(json_is_false(json_object_get(doc, "pinned")));
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints/%lld", id, (long long)pinned);
+  assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
+  assert_true(json_is_false(json_object_get(doc, "pinned")));
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints/999999:pin", id);
+  assert_int_equal(call(acme_token, "POST", path, NULL, &doc), 404);
+  assert_error(doc, 404, "NOT_FOUND", "checkpoint");
+  json_decref(doc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tokens_are_made_per_tenant_and_checked),
@@ -1038,6 +1125,7 @@ int main(void) {
       cmocka_unit_test(bad_inputs_get_the_right_4xx_and_change_nothing),
       cmocka_unit_test(cancelled_job_resumes_from_the_checkpoint_its_stop_wrote),
       cmocka_unit_test(sigkill_of_kilnd_requeues_the_running_job_and_it_resumes),
+      cmocka_unit_test(a_pinned_checkpoint_outlives_keep_last),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
 }

@@ -654,16 +654,24 @@ static void job_trains_on_an_upload_and_holds_it_until_done(void **state) {
   char events[128];
   snprintf(events, sizeof events, "/v1/jobs/%s/events", second_id);
   assert_int_equal(http("GET", events, NULL, 0, 0, &doc), 200);
-  int tuned = 0;
+  int tuned = 0, planned = 0;
   json_t *list = json_object_get(doc, "events");
   for (size_t i = 0; i < json_array_size(list); i++) {
     json_t *e = json_array_get(list, i);
+    const char *message = json_string_value(json_object_get(e, "message"));
     if (strcmp(json_string_value(json_object_get(e, "reason")), "PIPELINE_TUNED") == 0) {
       tuned = 1;
-      assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "threads"));
+      assert_non_null(strstr(message, "threads"));
+    }
+    /* So is the plan a client measures progress against. */
+    if (strcmp(json_string_value(json_object_get(e, "reason")), "TRAINING") == 0) {
+      planned = 1;
+      assert_non_null(strstr(message, " epochs of "));
+      assert_non_null(strstr(message, " steps"));
     }
   }
   assert_true(tuned);
+  assert_true(planned);
   json_decref(doc);
 
   /* Done: now it can go, files and all. */

@@ -430,14 +430,9 @@ static void example_job_trains_to_085_with_metrics_and_checkpoint(void **state) 
 /* Runs the kiln CLI against the server; returns its exit status and output. */
 static int run_cli(char *out, size_t outlen, const char *args) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%s --server %s --token %s %s 2>&1", KILN_CLI_PATH, base_url,
-           admin_token, args);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
-  size_t used = fread(out, 1, outlen - 1, p);
-  out[used] = '\0';
-  int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  snprintf(cmd, sizeof cmd, "%s --server %s --token %s %s", KILN_CLI_PATH, base_url, admin_token,
+           args);
+  return it_run(out, outlen, cmd);
 }
 
 static void cli_submits_gets_and_lists(void **state) {

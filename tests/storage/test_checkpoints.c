@@ -1,6 +1,7 @@
 /* test_checkpoints.c — checkpoint retention: the newest keep_last stay, the
  * rest go with their files; a file already gone counts as removed, one that
- * cannot be removed keeps its row; other jobs are untouched. */
+ * cannot be removed keeps its row; other jobs are untouched; a pinned
+ * checkpoint is never removed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,11 +148,54 @@ static void a_file_that_cannot_be_removed_keeps_its_row(void **state) {
   assert_non_null(strstr(store_errmsg(f->s), "keep_last >= 1"));
 }
 
+static void retention_never_removes_a_pinned_checkpoint(void **state) {
+  fixture *f = *state;
+  create(f, "p");
+  create(f, "q");
+  for (int i = 0; i < 4; i++) add(f, "p", 1, 10 * (i + 1), NULL);
+  add(f, "q", 1, 5, NULL);
+  store_checkpoint *list = NULL;
+  int n = 0;
+  assert_int_equal(store_checkpoint_list(f->s, "p", &list, &n), STORE_OK);
+  assert_int_equal(n, 4);
+  int64_t oldest = list[0].id, second = list[1].id;
+  for (int i = 0; i < n; i++) assert_int_equal(list[i].pinned, 0);
+  store_checkpoint_list_free(list, n);
+  assert_int_equal(store_checkpoint_set_pinned(f->s, "p", oldest, 1), STORE_OK);
+  assert_int_equal(store_checkpoint_set_pinned(f->s, "p", oldest, 1), STORE_OK); /* idempotent */
+  /* Another job's checkpoint id, or one that does not exist, is not found. */
+  assert_int_equal(store_checkpoint_set_pinned(f->s, "q", oldest, 1), STORE_NOT_FOUND);
+  assert_int_equal(store_checkpoint_set_pinned(f->s, "p", 9999, 1), STORE_NOT_FOUND);
+  assert_non_null(strstr(store_errmsg(f->s), "no checkpoint 9999"));
+
+  removals r = {0};
+  assert_int_equal(store_checkpoint_retain(f->s, "p", 1, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 2); /* steps 20 and 30; the pinned 10 and the newest 40 stay */
+  assert_int_equal(store_checkpoint_list(f->s, "p", &list, &n), STORE_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(list[0].id, oldest);
+  assert_int_equal(list[0].pinned, 1);
+  assert_int_equal(list[1].step, 40);
+  assert_int_equal(list[1].pinned, 0);
+  store_checkpoint_list_free(list, n);
+  assert_int_equal(store_checkpoint_set_pinned(f->s, "p", second, 1), STORE_NOT_FOUND);
+
+  /* Unpinned, it is an old checkpoint like any other and goes. */
+  assert_int_equal(store_checkpoint_set_pinned(f->s, "p", oldest, 0), STORE_OK);
+  assert_int_equal(store_checkpoint_retain(f->s, "p", 1, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(store_checkpoint_list(f->s, "p", &list, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(list[0].step, 40);
+  store_checkpoint_list_free(list, n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
           retention_keeps_the_newest_and_removes_the_rest_with_their_files, setup, teardown),
       cmocka_unit_test_setup_teardown(a_file_that_cannot_be_removed_keeps_its_row, setup, teardown),
+      cmocka_unit_test_setup_teardown(retention_never_removes_a_pinned_checkpoint, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

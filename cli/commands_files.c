@@ -1,0 +1,389 @@
+/* commands_files.c — kiln's file commands: `ckpt ls|download|pin|unpin`
+ * (a download is checked against the checkpoint's SHA-256 before it takes
+ * its name) and `datasets upload|ls` (an upload streams the file). */
+#include "kiln.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define MAX_LIST_PAGE_SIZE 1000
+
+/* ---- ckpt ---- */
+
+static int ckpt_usage(void) {
+  return cli_usage_error("ckpt takes 'ls JOB', 'download JOB [CKPT] [-O FILE]', 'pin JOB CKPT' or "
+                         "'unpin JOB CKPT'");
+}
+
+/* A checkpoint id as typed: a whole number >= 1, or the tail of its name. */
+static const char *ckpt_id(const char *arg) {
+  const char *slash = strrchr(arg, '/');
+  const char *id = slash ? slash + 1 : arg;
+  if (!*id || strspn(id, "0123456789") != strlen(id) || strspn(id, "0") == strlen(id)) return NULL;
+  return id;
+}
+
+static int ckpt_ls(cli_client *client, const cli_options *opts, const char *job) {
+  char *path = cli_printf("/v1/jobs/%s/checkpoints", job);
+  json_t *doc = NULL;
+  int exit_code =
+      path ? cli_call_api(client, "GET", path, NULL, 0, &doc) : cli_fail("out of memory");
+  free(path);
+  if (exit_code != CLI_EXIT_OK) return exit_code;
+  const json_t *list = json_object_get(doc, "checkpoints");
+  size_t rows = json_array_size(list);
+  if (opts->output == CLI_OUTPUT_JSON) {
+    cli_print_json(doc);
+  } else if (rows == 0) {
+    fputs("kiln: the job has no checkpoints\n", stderr);
+  } else {
+    static const char *const headers[] = {"ID",     "STEP",    "ATTEMPT", "BYTES",
+                                          "PINNED", "CREATED", "SHA256"};
+    static const size_t max_cols[] = {20, 20, 10, 20, 6, 40, 12};
+    enum { COLUMNS = 7 };
+    static const char *const keys[COLUMNS] = {"id",     "step",        "attempt", "bytes",
+                                              "pinned", "create_time", "sha256"};
+    const char **cells = calloc(rows * COLUMNS, sizeof *cells);
+    char(*text)[COLUMNS][CLI_CELL_BYTES] = calloc(rows, sizeof *text);
+    if (!cells || !text) {
+      exit_code = cli_fail("out of memory");
+    } else {
+      for (size_t r = 0; r < rows; r++) {
+        for (int c = 0; c < COLUMNS; c++) {
+          cli_format_value(json_object_get(json_array_get(list, r), keys[c]), text[r][c],
+                           CLI_CELL_BYTES);
+          cells[r * COLUMNS + (size_t)c] = text[r][c];
+        }
+      }
+      cli_print_table(headers, max_cols, COLUMNS, cells, (int)rows);
+    }
+    free(cells);
+    free(text);
+  }
+  json_decref(doc);
+  return exit_code;
+}
+
+static int ckpt_pin(cli_client *client, const cli_options *opts, const char *job, const char *id,
+                    const char *verb) {
+  char *path = cli_printf("/v1/jobs/%s/checkpoints/%s:%s", job, id, verb);
+  json_t *doc = NULL;
+  int exit_code =
+      path ? cli_call_api(client, "POST", path, NULL, 0, &doc) : cli_fail("out of memory");
+  free(path);
+  if (exit_code != CLI_EXIT_OK) return exit_code;
+  if (opts->output == CLI_OUTPUT_JSON) {
+    cli_print_json(doc);
+  } else {
+    const char *name = cli_string_at(doc, "name");
+    fputs("checkpoint ", stdout);
+    cli_put_clean(stdout, name ? name : id);
+    printf(" %s\n", json_is_true(json_object_get(doc, "pinned")) ? "pinned" : "unpinned");
+  }
+  json_decref(doc);
+  return exit_code;
+}
+
+typedef struct download {
+  FILE *file;
+  kc_sha256 hash;
+  int64_t bytes;
+  int write_failed;
+} download;
+
+static int on_download_data(const char *data, size_t len, void *user) {
+  download *d = user;
+  kc_sha256_update(&d->hash, data, len);
+  d->bytes += (int64_t)len;
+  if (fwrite(data, 1, len, d->file) != len) {
+    d->write_failed = 1;
+    return 1;
+  }
+  return 0;
+}
+
+static int ckpt_download(cli_client *client, const cli_options *opts, const char *job,
+                         const char *id_arg) {
+  int exit_code = CLI_EXIT_OK;
+  json_t *ckpt = NULL, *list_doc = NULL;
+  char *meta_path = NULL, *file_path = NULL, *part = NULL, *out_name = NULL;
+  download d = {0};
+  char id[32];
+  if (id_arg) {
+    snprintf(id, sizeof id, "%s", id_arg);
+  } else { /* the newest: the list comes oldest first */
+    char *list_path = cli_printf("/v1/jobs/%s/checkpoints", job);
+    exit_code = list_path ? cli_call_api(client, "GET", list_path, NULL, 0, &list_doc)
+                          : cli_fail("out of memory");
+    free(list_path);
+    if (exit_code != CLI_EXIT_OK) goto cleanup;
+    const json_t *list = json_object_get(list_doc, "checkpoints");
+    if (json_array_size(list) == 0) {
+      exit_code = cli_fail("job %s has no checkpoints to download", job);
+      goto cleanup;
+    }
+    snprintf(
+        id, sizeof id, "%" JSON_INTEGER_FORMAT,
+        json_integer_value(json_object_get(json_array_get(list, json_array_size(list) - 1), "id")));
+  }
+  meta_path = cli_printf("/v1/jobs/%s/checkpoints/%s", job, id);
+  file_path = meta_path ? cli_printf("%s:download", meta_path) : NULL;
+  if (!file_path) {
+    exit_code = cli_fail("out of memory");
+    goto cleanup;
+  }
+  exit_code = cli_call_api(client, "GET", meta_path, NULL, 0, &ckpt);
+  if (exit_code != CLI_EXIT_OK) goto cleanup;
+  const char *want_sha = cli_string_at(ckpt, "sha256");
+  json_int_t step = json_integer_value(json_object_get(ckpt, "step"));
+  out_name = opts->output_file
+                 ? strdup(opts->output_file)
+                 : cli_printf("%s-step%" JSON_INTEGER_FORMAT ".safetensors", job, step);
+  part = out_name ? cli_printf("%s.part", out_name) : NULL;
+  if (!part) {
+    exit_code = cli_fail("out of memory");
+    goto cleanup;
+  }
+  d.file = fopen(part, "wb");
+  if (!d.file) {
+    exit_code = cli_fail("cannot write '%s': %s", part, strerror(errno));
+    goto cleanup;
+  }
+  kc_sha256_init(&d.hash);
+  char err[CURL_ERROR_SIZE + 256];
+  cli_response resp;
+  int rc =
+      cli_client_stream(client, file_path, NULL, 0, on_download_data, &d, &resp, err, sizeof err);
+  if (rc != CLI_OK) {
+    exit_code = cli_report_transport(client, rc, "GET", file_path, err);
+    goto cleanup;
+  }
+  if (resp.status < 200 || resp.status >= 300) {
+    exit_code = cli_report_answer(client, "GET", file_path, &resp);
+    cli_response_clear(&resp);
+    goto cleanup;
+  }
+  cli_response_clear(&resp);
+  int close_failed = fclose(d.file) != 0;
+  d.file = NULL;
+  if (d.write_failed || close_failed) {
+    exit_code = cli_fail("cannot write '%s': %s", part, strerror(errno));
+    goto cleanup;
+  }
+  uint8_t digest[32];
+  char got_sha[65];
+  kc_sha256_final(&d.hash, digest);
+  kc_sha256_hex(digest, got_sha);
+  if (!want_sha || strcmp(want_sha, got_sha) != 0) {
+    exit_code = cli_fail("checkpoint %s of job %s arrived with sha256 %s, but the server records "
+                         "%s; not keeping it",
+                         id, job, got_sha, want_sha ? want_sha : "none");
+    goto cleanup;
+  }
+  if (rename(part, out_name) != 0) {
+    exit_code = cli_fail("cannot rename '%s' to '%s': %s", part, out_name, strerror(errno));
+    goto cleanup;
+  }
+  free(part);
+  part = NULL; /* nothing left to remove */
+  if (opts->output == CLI_OUTPUT_JSON) {
+    json_object_set_new(ckpt, "file", json_string(out_name));
+    cli_print_json(ckpt);
+  } else {
+    printf("%s: checkpoint %s of job %s, step %" JSON_INTEGER_FORMAT ", %lld bytes, sha256 %s ok\n",
+           out_name, id, job, step, (long long)d.bytes, got_sha);
+  }
+
+cleanup:
+  if (d.file) fclose(d.file);
+  if (part) unlink(part);
+  free(part);
+  free(out_name);
+  free(file_path);
+  free(meta_path);
+  json_decref(ckpt);
+  json_decref(list_doc);
+  return exit_code;
+}
+
+int cli_cmd_ckpt(cli_client *client, const cli_options *opts) {
+  if (opts->n_args < 2) return ckpt_usage();
+  const char *verb = opts->args[0];
+  int exit_code = CLI_EXIT_OK;
+  char *job = cli_job_path_id(opts->args[1], &exit_code);
+  if (!job) return exit_code;
+  const char *id = opts->n_args >= 3 ? ckpt_id(opts->args[2]) : NULL;
+  if (opts->n_args >= 3 && !id) {
+    exit_code = cli_usage_error("a checkpoint id is a whole number >= 1 (see 'kiln ckpt ls %s'), "
+                                "got '%s'",
+                                opts->args[1], opts->args[2]);
+  } else if (opts->output_file && strcmp(verb, "download") != 0) {
+    exit_code = cli_usage_error("-O applies to 'kiln ckpt download' only");
+  } else if (strcmp(verb, "ls") == 0 && opts->n_args == 2) {
+    exit_code = ckpt_ls(client, opts, job);
+  } else if (strcmp(verb, "download") == 0 && opts->n_args <= 3) {
+    exit_code = ckpt_download(client, opts, job, id);
+  } else if ((strcmp(verb, "pin") == 0 || strcmp(verb, "unpin") == 0) && opts->n_args == 3) {
+    exit_code = ckpt_pin(client, opts, job, id, verb);
+  } else {
+    exit_code = ckpt_usage();
+  }
+  free(job);
+  return exit_code;
+}
+
+/* ---- datasets ---- */
+
+static int has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Appends "&key=escaped(value)" to *query; -1 when out of memory. */
+static int add_param(char **query, const char *key, const char *value) {
+  if (!value) return 0;
+  char *escaped = cli_url_escape(value);
+  char *grown = escaped ? cli_printf("%s&%s=%s", *query, key, escaped) : NULL;
+  free(escaped);
+  if (!grown) return -1;
+  free(*query);
+  *query = grown;
+  return 0;
+}
+
+static int datasets_upload(cli_client *client, const cli_options *opts, const char *file_name) {
+  const char *format = opts->format;
+  if (!format && has_suffix(file_name, ".csv")) format = "csv";
+  if (!format)
+    return cli_usage_error("--format is needed for '%s': csv (with --label-column), idx or images",
+                           file_name);
+  if (strcmp(format, "csv") != 0 && strcmp(format, "idx") != 0 && strcmp(format, "images") != 0)
+    return cli_usage_error("--format must be csv, idx or images, got '%s'", format);
+  if (strcmp(format, "csv") == 0 && !opts->label_column)
+    return cli_usage_error("a csv upload needs --label-column NAME (the column to predict)");
+  FILE *file = fopen(file_name, "rb");
+  struct stat sb;
+  if (!file || fstat(fileno(file), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int saved = errno;
+    if (file) fclose(file);
+    return cli_usage_error("cannot read '%s': %s", file_name,
+                           file ? "not a regular file" : strerror(saved));
+  }
+  char *query = strdup("");
+  int exit_code = CLI_EXIT_OK;
+  if (!query || add_param(&query, "format", format) != 0 ||
+      add_param(&query, "label_column", opts->label_column) != 0 ||
+      add_param(&query, "display_name", opts->display_name) != 0) {
+    free(query);
+    fclose(file);
+    return cli_fail("out of memory");
+  }
+  char *path = cli_printf("/v1/datasets?%s", query + 1);
+  free(query);
+  char err[CURL_ERROR_SIZE + 256];
+  cli_response resp;
+  int rc = path ? cli_client_upload(client, path, file, (int64_t)sb.st_size, &resp, err, sizeof err)
+                : CLI_ERR_INTERNAL;
+  fclose(file);
+  if (!path) return cli_fail("out of memory");
+  if (rc != CLI_OK) {
+    exit_code = cli_report_transport(client, rc, "POST", path, err);
+  } else if (resp.status < 200 || resp.status >= 300) {
+    exit_code = cli_report_answer(client, "POST", path, &resp);
+  } else {
+    json_t *doc = json_loadb(resp.body, resp.len, 0, NULL);
+    const char *id = cli_string_at(doc, "id");
+    if (!id) {
+      exit_code = cli_fail("the server took the upload but its answer has no data set id");
+    } else if (opts->output == CLI_OUTPUT_JSON) {
+      cli_print_json(doc);
+    } else {
+      fputs("dataset ", stdout);
+      cli_put_clean(stdout, id);
+      printf(" %s: %" JSON_INTEGER_FORMAT " examples, %" JSON_INTEGER_FORMAT " distinct labels\n",
+             format, json_integer_value(json_object_get(doc, "train_examples")),
+             json_integer_value(json_object_get(doc, "classes")));
+    }
+    json_decref(doc);
+  }
+  if (rc == CLI_OK) cli_response_clear(&resp);
+  free(path);
+  return exit_code;
+}
+
+static int datasets_ls(cli_client *client, const cli_options *opts) {
+  json_t *all = json_array();
+  char *token = NULL;
+  int exit_code = all ? CLI_EXIT_OK : cli_fail("out of memory");
+  while (exit_code == CLI_EXIT_OK) {
+    char *escaped = token ? cli_url_escape(token) : NULL;
+    char *path = token && !escaped ? NULL
+                                   : cli_printf("/v1/datasets?page_size=%d%s%s", MAX_LIST_PAGE_SIZE,
+                                                token ? "&page_token=" : "", token ? escaped : "");
+    free(escaped);
+    json_t *page = NULL;
+    exit_code =
+        path ? cli_call_api(client, "GET", path, NULL, 0, &page) : cli_fail("out of memory");
+    free(path);
+    if (exit_code != CLI_EXIT_OK) break;
+    json_array_extend(all, json_object_get(page, "datasets"));
+    const char *next = cli_string_at(page, "next_page_token");
+    int more = next && *next && !(token && strcmp(token, next) == 0);
+    free(token);
+    token = more ? strdup(next) : NULL;
+    json_decref(page);
+    if (!more) break;
+    if (!token) exit_code = cli_fail("out of memory");
+  }
+  free(token);
+  if (exit_code == CLI_EXIT_OK && opts->output == CLI_OUTPUT_JSON) {
+    json_t *wrapper = json_pack("{s:O}", "datasets", all);
+    cli_print_json(wrapper);
+    json_decref(wrapper);
+  } else if (exit_code == CLI_EXIT_OK) {
+    enum { COLUMNS = 6 };
+    static const char *const headers[COLUMNS] = {"ID",      "FORMAT", "EXAMPLES",
+                                                 "CLASSES", "READY",  "NAME"};
+    static const char *const keys[COLUMNS] = {"id",      "format", "train_examples",
+                                              "classes", "ready",  "display_name"};
+    static const size_t max_cols[COLUMNS] = {40, 8, 12, 8, 5, 40};
+    size_t rows = json_array_size(all);
+    const char **cells = calloc(rows * COLUMNS + 1, sizeof *cells);
+    char(*text)[COLUMNS][CLI_CELL_BYTES] = calloc(rows + 1, sizeof *text);
+    if (!cells || !text) {
+      exit_code = cli_fail("out of memory");
+    } else {
+      for (size_t r = 0; r < rows; r++) {
+        for (int c = 0; c < COLUMNS; c++) {
+          cli_format_value(json_object_get(json_array_get(all, r), keys[c]), text[r][c],
+                           CLI_CELL_BYTES);
+          cells[r * COLUMNS + (size_t)c] = text[r][c];
+        }
+      }
+      cli_print_table(headers, max_cols, COLUMNS, cells, (int)rows);
+    }
+    free(cells);
+    free(text);
+  }
+  json_decref(all);
+  return exit_code;
+}
+
+int cli_cmd_datasets(cli_client *client, const cli_options *opts) {
+  const char *verb = opts->n_args ? opts->args[0] : "";
+  int is_upload = strcmp(verb, "upload") == 0;
+  if ((opts->format || opts->label_column || opts->display_name) && !is_upload)
+    return cli_usage_error("--format, --label-column and --display-name apply to 'kiln datasets "
+                           "upload' only");
+  if (is_upload && opts->n_args == 2) return datasets_upload(client, opts, opts->args[1]);
+  if (strcmp(verb, "ls") == 0 && opts->n_args == 1) return datasets_ls(client, opts);
+  return cli_usage_error("datasets takes 'upload FILE [--format csv|idx|images] [--label-column "
+                         "NAME] [--display-name NAME]' or 'ls'");
+}
