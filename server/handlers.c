@@ -455,6 +455,7 @@ void http_get_metrics(const http_config *cfg, http_request *req, http_response *
       if (!keep) continue;
     }
     json_t *p = json_object();
+    json_object_set_new(p, "seq", json_integer(points[i].seq)); /* the watch's event id */
     json_object_set_new(p, "attempt", json_integer(points[i].attempt));
     json_object_set_new(p, "step", json_integer(points[i].step));
     json_object_set_new(p, "epoch", json_integer(points[i].epoch));

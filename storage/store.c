@@ -939,9 +939,9 @@ static int metrics_list_locked(store *s, const char *job_id, const char *name, s
   int used = 0, cap = 0, rc = STORE_ERROR;
   snprintf(what, sizeof what, "list metrics of job %s", job_id);
   /* Both are served by the UNIQUE(job_id, attempt, step, name) index. */
-  const char *sql = name ? "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
+  const char *sql = name ? "SELECT attempt, step, epoch, name, value, time_ms, seq FROM metrics"
                            " WHERE job_id = ?1 AND name = ?2 ORDER BY attempt, step, name"
-                         : "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
+                         : "SELECT attempt, step, epoch, name, value, time_ms, seq FROM metrics"
                            " WHERE job_id = ?1 ORDER BY attempt, step, name";
   if (prepare(s, &st, sql, what) != STORE_OK) goto done;
   bind_text(st, 1, job_id);
@@ -960,6 +960,7 @@ static int metrics_list_locked(store *s, const char *job_id, const char *name, s
     copy_column(p->name, sizeof p->name, st, 3);
     p->value = sqlite3_column_type(st, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 4);
     p->time_ms = sqlite3_column_int64(st, 5);
+    p->seq = sqlite3_column_int64(st, 6);
   }
   if (step != SQLITE_DONE) {
     db_error(s, "%s", what);
