@@ -429,6 +429,9 @@ function viewJob(main, params, id) {
   const startWatch = async () => {
     if (watching || stopped) return;
     watching = true;
+    const status = document.getElementById("chart-status");
+    status.dataset.base = status.dataset.base || status.textContent;
+    status.textContent = status.dataset.base + " · following live";
     try {
       await watchMetrics(id, lastSeq, (p) => {
         lastSeq = Math.max(lastSeq, p.seq || 0);
@@ -441,12 +444,17 @@ function viewJob(main, params, id) {
       if (!abort.signal.aborted) flash("live metrics: " + e.message);
     }
     watching = false;
+    status.textContent = status.dataset.base;
     if (!stopped) refresh();
   };
 
   // First paint: the job, then the charts from a thinned copy of the points,
   // then the live stream from the last point that copy holds.
   (async () => {
+    // Both requests at once: the server's time for each is most of the load.
+    const metricsReq = api("GET", jobPath(id) + "/metrics?max_points=" + CHART_POINTS,
+      { signal: abort.signal });
+    metricsReq.catch(() => {}); // answered below
     try {
       job = await api("GET", jobPath(id), { signal: abort.signal });
     } catch (e) {
@@ -461,8 +469,7 @@ function viewJob(main, params, id) {
     acc.node.querySelector("h2").textContent = m === "accuracy" ? "Accuracy" : m;
     let doc;
     try {
-      doc = await api("GET", jobPath(id) + "/metrics?max_points=" + CHART_POINTS,
-        { signal: abort.signal });
+      doc = await metricsReq;
     } catch (e) {
       if (!abort.signal.aborted) flash("metrics: " + e.message);
       return;
@@ -482,16 +489,15 @@ function viewJob(main, params, id) {
       document.body.dataset.chartsDrawn = String(performance.now());
     };
     for (const c of charts) {
-      c.onDrawn = drawn;
       for (const s of c.series) {
         const got = byName.get(s.name);
         if (got) c.set(s.name, got.xs, got.ys);
       }
-      c.schedule();
+      c.whenDrawn(drawn);
     }
     counts();
     document.getElementById("chart-status").textContent = doc.metrics.length +
-      " points loaded (at most " + CHART_POINTS + " per series)";
+      " points loaded (the server thins each series to " + CHART_POINTS + ")";
     refresh();
     if (!TERMINAL.includes(job.state)) startWatch();
   })();

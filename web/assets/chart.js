@@ -11,8 +11,7 @@ class KilnChart {
     this.series = series.map((s) => Object.assign({ xs: [], ys: [] }, s));
     this.log = false;
     this.pending = false;
-    this.drawnOnce = false;
-    this.onDrawn = null;
+    this.onDrawn = null; // called once after the next draw
     new ResizeObserver(() => this.schedule()).observe(canvas);
   }
 
@@ -183,11 +182,16 @@ class KilnChart {
     g.stroke();
   }
 
+  /* Calls fn once the points set so far are on the canvas. */
+  whenDrawn(fn) {
+    this.onDrawn = fn;
+    this.schedule();
+  }
+
   finished() {
-    if (!this.drawnOnce) {
-      this.drawnOnce = true;
-      if (this.onDrawn) this.onDrawn();
-    }
+    const fn = this.onDrawn;
+    this.onDrawn = null;
+    if (fn) fn();
   }
 }
 
