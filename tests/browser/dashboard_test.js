@@ -184,6 +184,19 @@ async function main() {
     const shot = path.join(artifacts, "job-page.png");
     await page.screenshot(shot);
     check(true, "screenshot saved to " + shot);
+
+    // The job list: state, progress and the state filter.
+    await page.goto(url + "/#/jobs");
+    const row = await page.waitFor(`(() => { const r = document.querySelector(
+      '#jobs-body tr[data-job=${q(mlpId)}]'); return r && r.textContent.includes('100%') &&
+      r.textContent; })()`, "the example's row at 100%");
+    check(/SUCCEEDED/.test(row) && /fmnist-mlp/.test(row), "the job list shows the example: " +
+      row);
+    await fill(page, "#filter-state", "CANCELLED");
+    await page.waitFor(`(() => { const ids = [...document.querySelectorAll('#jobs-body tr')]
+      .map((r) => r.dataset.job); return ids.length === 1 && ids[0] === ${q(longId)}; })()`,
+    "only the cancelled job under state=CANCELLED");
+    check(true, "the state filter lists only the cancelled job");
     check(page.errors.length === 0, "no script errors on the page" +
       (page.errors.length ? ": " + page.errors.join(" | ") : ""));
   } finally {

@@ -238,17 +238,16 @@ function viewJobs(main, params) {
       const doc = await api("GET", "/v1/jobs?page_size=200" + filter, { signal: abort.signal });
       jobs = doc.jobs;
       more.textContent = doc.next_page_token ? "Showing the newest 200 jobs." : "";
+      // Progress moves only while a job runs: ask again for those, once for
+      // the others (a cancelled or failed job keeps the epochs it finished).
+      const ask = [];
       for (const j of jobs) {
         if (j.state === "SUCCEEDED") progress.set(j.id, 1);
-        else if (!["RUNNING", "STOPPING"].includes(j.state) && !progress.has(j.id))
-          progress.set(j.id, TERMINAL.includes(j.state) ? null : 0);
+        else if (["RUNNING", "STOPPING"].includes(j.state) || !progress.has(j.id)) ask.push(j);
       }
       paint();
-      for (const j of jobs.filter((x) => ["RUNNING", "STOPPING"].includes(x.state) ||
-          (TERMINAL.includes(x.state) && x.state !== "SUCCEEDED" && !progress.get(x.id)))) {
-        progress.set(j.id, await epochProgress(j, abort.signal));
-      }
-      paint();
+      for (const j of ask) progress.set(j.id, await epochProgress(j, abort.signal));
+      if (ask.length) paint();
     } catch (e) {
       if (!abort.signal.aborted) flash(e.message);
     }
