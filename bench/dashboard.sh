@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 runs=${RUNS:-7}
 tmp=$(mktemp -d)
-kilnd_pid=""
+. bench/kilnd.sh
 cleanup() {
-  [ -n "$kilnd_pid" ] && kill "$kilnd_pid" 2>/dev/null && wait "$kilnd_pid" 2>/dev/null || true
+  stop_kilnd
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -33,12 +33,7 @@ exec awk 'BEGIN {
 }' >&3
 TRAINER
 chmod +x "$tmp/trainer.sh"
-"$build/server/kilnd" --listen 127.0.0.1:0 --data-dir "$tmp/data" --port-file "$tmp/port" \
-  --trainer "$tmp/trainer.sh" 2> "$tmp/kilnd.log" &
-kilnd_pid=$!
-for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-url="http://127.0.0.1:$(cat "$tmp/port")"
-token=$(cat "$tmp/data/admin.token")
+start_kilnd "$tmp/trainer.sh"
 auth="Authorization: Bearer $token"
 
 id=$(curl -s -H "$auth" -X POST --data-binary @examples/fmnist-mlp.json "$url/v1/jobs" |

@@ -4,7 +4,6 @@
  * reason) when chromium or node is not installed. The job page's screenshot
  * lands in ARTIFACTS_DIR/job-page.png. */
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -68,13 +67,7 @@ static int start_kilnd(void **state) {
 
 static int stop_kilnd(void **state) {
   (void)state;
-  if (kilnd_pid > 0) {
-    kill(kilnd_pid, SIGTERM);
-    waitpid(kilnd_pid, NULL, 0);
-  }
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
-  return system(cmd);
+  return it_stop_kilnd(kilnd_pid, data_dir);
 }
 
 int main(void) {

@@ -1,6 +1,7 @@
 /* harness.c — the integration suites' shared pieces (see harness.h). */
 #include "harness.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,4 +63,14 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
     usleep(100 * 1000);
   }
   return -1;
+}
+
+int it_stop_kilnd(pid_t pid, const char *data_dir) {
+  if (pid > 0) {
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+  }
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
+  return system(cmd);
 }

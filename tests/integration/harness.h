@@ -24,4 +24,8 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
                     const char *extra_flag, const char *extra_value, pid_t *pid, char *base_url,
                     size_t url_len, char *token, size_t token_len);
 
+/* Stops the kilnd at pid (SIGTERM, then waits for it; none when pid <= 0)
+ * and removes data_dir with everything in it. 0 when removed. */
+int it_stop_kilnd(pid_t pid, const char *data_dir);
+
 #endif

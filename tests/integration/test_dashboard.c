@@ -5,14 +5,12 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -182,15 +180,8 @@ static int start_kilnd(void **state) {
 
 static int stop_kilnd(void **state) {
   (void)state;
-  if (kilnd_pid > 0) {
-    kill(kilnd_pid, SIGTERM);
-    waitpid(kilnd_pid, NULL, 0);
-  }
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
-  int rc = system(cmd);
   curl_global_cleanup();
-  return rc;
+  return it_stop_kilnd(kilnd_pid, data_dir);
 }
 
 int main(void) {

@@ -288,6 +288,7 @@ function viewJob(main, params, id) {
   const head = el("div", { class: "card", id: "job-head" });
   const explain = el("div", { id: "job-explain" });
   const logToggle = el("input", { type: "checkbox", id: "log-scale" });
+  const chartStatus = el("span", { class: "muted", id: "chart-status" });
   const metric = "accuracy";
   const loss = chartCard("chart-loss", "Loss", [
     { name: "loss", label: "train loss", color: "#1d4ed8" },
@@ -302,7 +303,7 @@ function viewJob(main, params, id) {
   const ckptMsg = el("p", { class: "error", id: "checkpoint-error" });
   main.append(head, explain,
     el("div", { class: "row" }, el("label", {}, logToggle, " log scale"),
-      el("span", { class: "muted", id: "chart-status" })),
+      chartStatus),
     el("div", { class: "grid2" }, loss.node, acc.node),
     el("div", { class: "grid2" },
       el("div", { class: "card" }, el("h2", {}, "Events"), events),
@@ -317,7 +318,11 @@ function viewJob(main, params, id) {
   });
 
   const charts = [loss.chart, acc.chart];
+  let loaded = 0, streamed = 0, live = false;
   const counts = () => {
+    chartStatus.textContent = loaded + " points loaded (the " +
+      "server thins each series to " + CHART_POINTS + ")" + (streamed ? ", " + streamed +
+      " streamed" : "") + (live ? " · following live" : "");
     loss.count.textContent = loss.chart.points() + " points";
     acc.count.textContent = acc.chart.points() + " points";
   };
@@ -428,12 +433,12 @@ function viewJob(main, params, id) {
   const startWatch = async () => {
     if (watching || stopped) return;
     watching = true;
-    const status = document.getElementById("chart-status");
-    status.dataset.base = status.dataset.base || status.textContent;
-    status.textContent = status.dataset.base + " · following live";
+    live = true;
+    counts();
     try {
       await watchMetrics(id, lastSeq, (p) => {
         lastSeq = Math.max(lastSeq, p.seq || 0);
+        streamed++;
         addPoint(p);
         counts();
         // Points mean it runs: show that now, not at the next poll.
@@ -443,7 +448,8 @@ function viewJob(main, params, id) {
       if (!abort.signal.aborted) flash("live metrics: " + e.message);
     }
     watching = false;
-    status.textContent = status.dataset.base;
+    live = false;
+    counts();
     if (!stopped) refresh();
   };
 
@@ -494,9 +500,8 @@ function viewJob(main, params, id) {
       }
       c.whenDrawn(drawn);
     }
+    loaded = doc.metrics.length;
     counts();
-    document.getElementById("chart-status").textContent = doc.metrics.length +
-      " points loaded (the server thins each series to " + CHART_POINTS + ")";
     refresh();
     if (!TERMINAL.includes(job.state)) startWatch();
   })();
