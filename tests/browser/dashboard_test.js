@@ -3,7 +3,7 @@
  * pasting its spec and the MLP example by picking it, watch the example wait
  * behind the long job (queue view, explain, devices), cancel the long job
  * from its page, see the example go QUEUED -> RUNNING -> SUCCEEDED with
- * points on its loss chart, try pinning a checkpoint, and save a screenshot
+ * points on its loss chart, download and try pinning a checkpoint, save a screenshot
  * of its job page.
  * Usage: node dashboard_test.js URL TOKEN ARTIFACTS_DIR */
 "use strict";
@@ -50,6 +50,7 @@ async function main() {
   const browser = await Browser.launch({ verbose: !!process.env.KILN_BROWSER_VERBOSE });
   try {
     const page = await browser.newPage(1280, 900);
+    await browser.send("Browser.setDownloadBehavior", { behavior: "deny" });
     await page.goto(url + "/");
     await page.waitFor("document.querySelector('#login-form')", "the login form");
     check(true, "an unauthenticated visit shows the login form");
@@ -156,6 +157,8 @@ async function main() {
       ".textContent, 10) > 0 && document.querySelector('#chart-loss-count').textContent",
     "points on the loss chart");
     check(true, "the loss chart has " + points);
+    const status = await page.eval("document.querySelector('#chart-status').textContent");
+    check(/[1-9]\d* streamed/.test(status), "the points came through the live stream: " + status);
     const inked = await page.eval(`(() => { const c = document.querySelector('#chart-loss');
       const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
       for (let i = 0; i < d.length; i += 4) if (d[i + 2] > 150 && d[i] < 80) n++; return n; })()`);
@@ -173,6 +176,14 @@ async function main() {
 
     await page.waitFor("document.querySelector('#job-checkpoints button.pin, " +
       "#job-checkpoints button.unpin')", "a checkpoint row");
+    await page.eval(`window.kilnTestBlobs = []; const made = URL.createObjectURL;
+      URL.createObjectURL = (b) => { window.kilnTestBlobs.push(b.size); return made(b); }; 1`);
+    await click(page, "#job-checkpoints button.download");
+    const downloaded = await page.waitFor("window.kilnTestBlobs[0]", "the checkpoint download");
+    const bytes = await page.eval("fetch('/v1/jobs/" + mlpId + "/checkpoints', {headers: " +
+      "{Authorization: 'Bearer ' + sessionStorage.getItem('kiln.token')}}).then(r => r.json())" +
+      ".then(d => d.checkpoints[0].bytes)");
+    check(downloaded === bytes, "Download fetches the whole checkpoint (" + downloaded + " bytes)");
     await click(page, "#job-checkpoints button.pin");
     const pinned = await page.waitFor("document.querySelector('#checkpoint-error').textContent || " +
       "(document.querySelector('#job-checkpoints button.unpin') && 'pinned')",

@@ -393,7 +393,7 @@ function viewJob(main, params, id) {
       el("td", { class: "num" }, c.step), el("td", {}, c.attempt), el("td", {}, bytes(c.bytes)),
       el("td", { title: c.sha256 }, (c.sha256 || "").slice(0, 12)),
       el("td", {}, c.pinned ? "yes" : "no"),
-      el("td", {}, el("button", { onclick: () => download(c) }, "Download"), " ",
+      el("td", {}, el("button", { class: "download", onclick: () => download(c) }, "Download"), " ",
         c.pinned ? el("button", { class: "unpin", onclick: () => pin(c, "unpin") }, "Unpin")
           : el("button", { class: "pin", onclick: () => pin(c, "pin") }, "Pin")))));
     if (!doc.checkpoints.length) ckpts.append(el("tr", {}, el("td", { colspan: 6,
