@@ -7,10 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 tmp=$(mktemp -d)
-kilnd_pid=""
+. bench/kilnd.sh
 nginx_conf="$tmp/nginx.conf"
 cleanup() {
-  [ -n "$kilnd_pid" ] && kill "$kilnd_pid" 2>/dev/null && wait "$kilnd_pid" 2>/dev/null || true
+  stop_kilnd
   [ -f "$tmp/nginx.pid" ] && nginx -c "$nginx_conf" -s stop 2>/dev/null || true
   rm -rf "$tmp"
 }
@@ -22,12 +22,7 @@ echo "== store"
 echo "== kilnd (jobs queue behind one that never ends, so nothing trains)"
 printf '#!/bin/sh\nexec sleep 600\n' > "$tmp/trainer.sh"
 chmod +x "$tmp/trainer.sh"
-"$build/server/kilnd" --listen 127.0.0.1:0 --data-dir "$tmp/data" --port-file "$tmp/port" \
-  --trainer "$tmp/trainer.sh" 2> "$tmp/kilnd.log" &
-kilnd_pid=$!
-for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-url="http://127.0.0.1:$(cat "$tmp/port")"
-token=$(cat "$tmp/data/admin.token")
+start_kilnd "$tmp/trainer.sh"
 "$build/bench/bench_service" http "$url" "$token" examples/fmnist-mlp.json 2000 | tee "$tmp/http.out"
 
 id=$(curl -s -H "Authorization: Bearer $token" -X POST --data-binary @examples/fmnist-mlp.json \

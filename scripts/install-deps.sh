@@ -13,6 +13,9 @@ packages=(
   curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
   # the service benchmark (bench/service.sh), side by side with nginx
   wrk nginx-light
+  # the dashboard's browser test and benchmark: headless Chromium driven by
+  # node over the DevTools pipe (nothing is downloaded at test time)
+  chromium nodejs
 )
 
 missing=()

@@ -65,12 +65,12 @@ static void set_time(json_t *obj, const char *key, int64_t ms) {
   if (ms > 0) json_object_set_new(obj, key, http_rfc3339(ms));
 }
 
-/* The last value of each metric name (points come ordered by attempt, step). */
+/* The last value of each metric name. */
 static json_t *latest_metrics(store *st, const char *job_id) {
   store_metric *points = NULL;
   int n = 0;
   json_t *latest = json_object();
-  if (store_metrics_list(st, job_id, NULL, &points, &n) == STORE_OK) {
+  if (store_metrics_latest(st, job_id, &points, &n) == STORE_OK) {
     for (int i = 0; i < n; i++)
       json_object_set_new(latest, points[i].name, json_real(points[i].value));
   }
@@ -412,49 +412,17 @@ void http_get_metrics(const http_config *cfg, http_request *req, http_response *
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_metric *points = NULL;
   int n = 0;
-  int rc = store_metrics_list(cfg->st, job.id, name, &points, &n);
+  int rc =
+      store_metrics_thinned(cfg->st, job.id, name, start_step, end_step, max_points, &points, &n);
   store_job_clear(&job);
   if (rc != STORE_OK) {
     http_reply_store_failure(res, cfg->st);
     return;
   }
-  /* Keep the step range, then thin each name's series evenly to max_points,
-   * always keeping its last point (the one a dashboard shows). */
-  int kept = 0;
-  for (int i = 0; i < n; i++) {
-    if (points[i].step >= start_step && points[i].step <= end_step) points[kept++] = points[i];
-  }
-  /* Per name: how many points it has and how many were seen so far. */
-  enum { MAX_SERIES = 64 };
-  char series[MAX_SERIES][48];
-  int total[MAX_SERIES], seen[MAX_SERIES], n_series = 0;
-  for (int i = 0; i < kept && max_points > 0; i++) {
-    int k = 0;
-    while (k < n_series && strcmp(series[k], points[i].name) != 0) k++;
-    if (k == n_series) {
-      if (n_series == MAX_SERIES) continue; /* past 64 names: those are not thinned */
-      snprintf(series[n_series], sizeof series[0], "%s", points[i].name);
-      total[n_series] = seen[n_series] = 0;
-      n_series++;
-    }
-    total[k]++;
-  }
   json_t *arr = json_array();
-  for (int i = 0; i < kept; i++) {
-    int k = 0;
-    while (k < n_series && strcmp(series[k], points[i].name) != 0) k++;
-    if (k < n_series && total[k] > max_points) {
-      /* Keep exactly max_points, evenly spaced from the first to the last:
-       * index floor(j * (total-1) / (max_points-1)) for j = 0..max_points-1. */
-      int64_t index = seen[k]++, last = total[k] - 1, m = max_points - 1;
-      int keep = index == last;
-      if (m > 0) {
-        int64_t j = (index * m + last - 1) / last; /* the smallest j reaching index */
-        keep = j <= m && j * last / m == index;
-      }
-      if (!keep) continue;
-    }
+  for (int i = 0; i < n; i++) {
     json_t *p = json_object();
+    json_object_set_new(p, "seq", json_integer(points[i].seq)); /* the watch's event id */
     json_object_set_new(p, "attempt", json_integer(points[i].attempt));
     json_object_set_new(p, "step", json_integer(points[i].step));
     json_object_set_new(p, "epoch", json_integer(points[i].epoch));

@@ -140,6 +140,10 @@ static enum MHD_Result send_response(struct MHD_Connection *c, http_response *re
       res->stream_free(res->stream_ctx);
     }
     free(res->body);
+  } else if (res->static_body) {
+    r = MHD_create_response_from_buffer(res->static_len, (void *)res->static_body,
+                                        MHD_RESPMEM_PERSISTENT);
+    free(res->body);
   } else if (res->fd > 0) {
     r = MHD_create_response_from_fd64(res->fd_size, res->fd); /* MHD closes it */
     if (!r) close(res->fd);
@@ -153,7 +157,11 @@ static enum MHD_Result send_response(struct MHD_Connection *c, http_response *re
   if (!r) return MHD_NO;
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                           res->content_type ? res->content_type : "application/json");
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL,
+                          res->cache_control ? res->cache_control : "no-store");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  if (res->etag) MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, res->etag);
+  if (res->csp) MHD_add_response_header(r, "Content-Security-Policy", res->csp);
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)res->status, r);
   MHD_destroy_response(r);
   return ok;

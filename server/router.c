@@ -115,6 +115,7 @@ int http_authenticate(const http_config *cfg, http_request *req, http_response *
 }
 
 void http_dispatch(const http_config *cfg, http_request *req, http_response *res) {
+  if (http_serve_static(req, res)) return;
   int path_known = 0;
   char allowed[64] = "";
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {

@@ -63,6 +63,9 @@ void http_get_checkpoint(const http_config *cfg, http_request *req, http_respons
 void http_download_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_pin_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_unpin_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+/* static.c: answers the dashboard's paths (1) or leaves the request to the
+ * route table (0). */
+int http_serve_static(http_request *req, http_response *res);
 /* job_resume.c */
 void http_resume_job(const http_config *cfg, http_request *req, http_response *res);
 /* sse.c */

@@ -74,6 +74,11 @@ typedef struct http_response {
   http_stream_fn stream; /* non-NULL: stream the body (SSE) */
   void *stream_ctx;
   void (*stream_free)(void *ctx);
+  const void *static_body; /* non-NULL: send these static_len bytes (never freed) */
+  size_t static_len;
+  const char *etag;          /* sent as ETag when set */
+  const char *cache_control; /* NULL = "no-store" */
+  const char *csp;           /* Content-Security-Policy, when set */
 } http_response;
 
 /* A query-string argument of the request, or NULL. */

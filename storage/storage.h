@@ -181,6 +181,15 @@ int store_metrics_append(store *s, const char *job_id, const store_metric *point
 /* Points of a job ordered by (attempt, step, name); name NULL = all names.
  * *out is malloc'd (free()), NULL when *n is 0. */
 int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n);
+/* Points of a job with start_step <= step <= end_step (name NULL = all
+ * names), ordered like store_metrics_list, each name's series thinned
+ * evenly to at most max_points (0 = all), its first and last point kept:
+ * what a chart needs of a long run, read mostly from the index. */
+int store_metrics_thinned(store *s, const char *job_id, const char *name, int64_t start_step,
+                          int64_t end_step, int max_points, store_metric **out, int *n);
+/* The last point (highest attempt, then step) of each of a job's metric
+ * names, ordered by name: a job's summary, without reading every point. */
+int store_metrics_latest(store *s, const char *job_id, store_metric **out, int *n);
 /* Up to limit points of a job with seq > after_seq, in arrival (seq) order:
  * a stream resumes after the last id it delivered, missing and repeating
  * nothing. */

@@ -931,35 +931,223 @@ int store_metrics_append(store *s, const char *job_id, const store_metric *point
   return rc;
 }
 
-static int metrics_list_locked(store *s, const char *job_id, const char *name, store_metric **out,
-                               int *n) {
-  sqlite3_stmt *st = NULL;
+/* Reads every row of st, whose columns are seq, attempt, step, epoch, name,
+ * value, time_ms, into a malloc'd array. */
+static int read_metric_rows(store *s, sqlite3_stmt *st, const char *what, store_metric **out,
+                            int *n) {
   store_metric *points = NULL;
-  char what[96];
-  int used = 0, cap = 0, rc = STORE_ERROR;
-  snprintf(what, sizeof what, "list metrics of job %s", job_id);
-  /* Both are served by the UNIQUE(job_id, attempt, step, name) index. */
-  const char *sql = name ? "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
-                           " WHERE job_id = ?1 AND name = ?2 ORDER BY attempt, step, name"
-                         : "SELECT attempt, step, epoch, name, value, time_ms FROM metrics"
-                           " WHERE job_id = ?1 ORDER BY attempt, step, name";
-  if (prepare(s, &st, sql, what) != STORE_OK) goto done;
-  bind_text(st, 1, job_id);
-  if (name) bind_text(st, 2, name);
-  int step;
+  int used = 0, cap = 0, step;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     if (grow((void **)&points, &cap, used, sizeof *points) != STORE_OK) {
       set_error(s, "%s: out of memory", what);
-      goto done;
+      free(points);
+      return STORE_ERROR;
     }
     store_metric *p = &points[used++];
     memset(p, 0, sizeof *p);
-    p->attempt = sqlite3_column_int(st, 0);
-    p->step = sqlite3_column_int64(st, 1);
-    p->epoch = sqlite3_column_int(st, 2);
-    copy_column(p->name, sizeof p->name, st, 3);
-    p->value = sqlite3_column_type(st, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 4);
-    p->time_ms = sqlite3_column_int64(st, 5);
+    p->seq = sqlite3_column_int64(st, 0);
+    p->attempt = sqlite3_column_int(st, 1);
+    p->step = sqlite3_column_int64(st, 2);
+    p->epoch = sqlite3_column_int(st, 3);
+    copy_column(p->name, sizeof p->name, st, 4);
+    p->value = sqlite3_column_type(st, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 5);
+    p->time_ms = sqlite3_column_int64(st, 6);
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    free(points);
+    return STORE_ERROR;
+  }
+  *out = points;
+  *n = used;
+  return STORE_OK;
+}
+
+/* Runs one of the metric queries below on job_id (and text2, when not
+ * NULL, as ?2) under the lock, into *out. */
+static int query_metrics(store *s, const char *sql, const char *what_fmt, const char *job_id,
+                         const char *text2, store_metric **out, int *n) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc = STORE_ERROR;
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  if (out) *out = NULL;
+  if (n) *n = 0;
+  if (!job_id || !out || !n) {
+    set_error(s, "metrics: job_id, out and n must not be NULL");
+    goto done;
+  }
+  snprintf(what, sizeof what, what_fmt, job_id);
+  if (prepare(s, &st, sql, what) != STORE_OK) goto done;
+  bind_text(st, 1, job_id);
+  if (text2) bind_text(st, 2, text2);
+  rc = read_metric_rows(s, st, what, out, n);
+done:
+  release(s, st);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n) {
+  /* Both are served by the UNIQUE(job_id, attempt, step, name) index. */
+  const char *sql = name ? "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+                           " WHERE job_id = ?1 AND name = ?2 ORDER BY attempt, step, name"
+                         : "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+                           " WHERE job_id = ?1 ORDER BY attempt, step, name";
+  return query_metrics(s, sql, "list metrics of job %s", job_id, name, out, n);
+}
+
+/* 1 when the index-th of total points (0-based) is one of max_points kept
+ * evenly from the first to the last: floor(j * (total-1) / (max_points-1))
+ * for j = 0..max_points-1. */
+static int thinned_keeps(int64_t index, int64_t total, int max_points) {
+  if (total <= max_points) return 1;
+  int64_t last = total - 1, m = max_points - 1;
+  if (m == 0) return index == last;
+  int64_t j = (index * m + last - 1) / last; /* the smallest j reaching index */
+  return j <= m && j * last / m == index;
+}
+
+int store_metrics_thinned(store *s, const char *job_id, const char *name, int64_t start_step,
+                          int64_t end_step, int max_points, store_metric **out, int *n) {
+  if (!s) return STORE_ERROR;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->db_lock);
+  /* Pass 1 reads only the UNIQUE(job_id, attempt, step, name) index (seq is
+   * the rowid it carries): which points there are, in order, per name.
+   * Pass 2 reads the rows kept, by rowid. */
+  sqlite3_stmt *scan = NULL, *row = NULL;
+  struct point_ref {
+    int64_t seq;
+    int series;                         /* the point's name, as an index into names */
+  } *refs = NULL;                       /* the range's points, in order */
+  char(*names)[48] = NULL;              /* distinct names */
+  int64_t *totals = NULL, *seen = NULL; /* per name */
+  store_metric *points = NULL;
+  int used = 0, cap = 0, n_names = 0, names_cap = 0, kept = 0, kept_cap = 0;
+  int rc = STORE_ERROR, step;
+  char what[96];
+  snprintf(what, sizeof what, "list metrics of job %s", job_id);
+  const char *sql = name ? "SELECT seq, name FROM metrics WHERE job_id = ?1 AND name = ?2"
+                           " AND step BETWEEN ?3 AND ?4 ORDER BY attempt, step, name"
+                         : "SELECT seq, name FROM metrics WHERE job_id = ?1"
+                           " AND step BETWEEN ?3 AND ?4 ORDER BY attempt, step, name";
+  if (max_points <= 0) /* every point: one pass over the rows */
+    sql = name ? "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+                 " WHERE job_id = ?1 AND name = ?2 AND step BETWEEN ?3 AND ?4"
+                 " ORDER BY attempt, step, name"
+               : "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+                 " WHERE job_id = ?1 AND step BETWEEN ?3 AND ?4 ORDER BY attempt, step, name";
+  if (prepare(s, &scan, sql, what) != STORE_OK) goto done;
+  bind_text(scan, 1, job_id);
+  if (name) bind_text(scan, 2, name);
+  sqlite3_bind_int64(scan, 3, start_step);
+  sqlite3_bind_int64(scan, 4, end_step);
+  if (max_points <= 0) {
+    rc = read_metric_rows(s, scan, what, out, n);
+    goto done;
+  }
+  while ((step = sqlite3_step(scan)) == SQLITE_ROW) {
+    const char *point_name = (const char *)sqlite3_column_text(scan, 1); /* NOT NULL */
+    int k = 0;
+    while (k < n_names && strcmp(names[k], point_name) != 0) k++;
+    if (k == n_names) {
+      if (grow((void **)&names, &names_cap, n_names, sizeof *names) != STORE_OK) goto oom;
+      copy_column(names[n_names++], sizeof names[0], scan, 1);
+    }
+    if (grow((void **)&refs, &cap, used, sizeof *refs) != STORE_OK) goto oom;
+    refs[used++] = (struct point_ref){sqlite3_column_int64(scan, 0), k};
+  }
+  if (step != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  totals = calloc((size_t)n_names + 1, sizeof *totals);
+  seen = calloc((size_t)n_names + 1, sizeof *seen);
+  if (!totals || !seen) goto oom;
+  for (int i = 0; i < used; i++) totals[refs[i].series]++;
+  if (prepare(s, &row,
+              "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics WHERE seq = ?1",
+              what) != STORE_OK)
+    goto done;
+  for (int i = 0; i < used; i++) {
+    int k = refs[i].series;
+    if (!thinned_keeps(seen[k]++, totals[k], max_points)) continue;
+    sqlite3_bind_int64(row, 1, refs[i].seq);
+    store_metric *one = NULL;
+    int got = 0;
+    if (read_metric_rows(s, row, what, &one, &got) != STORE_OK) goto done;
+    sqlite3_reset(row);
+    if (got == 1) {
+      if (grow((void **)&points, &kept_cap, kept, sizeof *points) != STORE_OK) {
+        free(one);
+        goto oom;
+      }
+      points[kept++] = one[0];
+    }
+    free(one);
+  }
+  *out = points;
+  *n = kept;
+  points = NULL;
+  rc = STORE_OK;
+  goto done;
+oom:
+  set_error(s, "%s: out of memory", what);
+done:
+  release(s, row);
+  release(s, scan);
+  free(refs);
+  free(names);
+  free(totals);
+  free(seen);
+  free(points);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_metrics_latest(store *s, const char *job_id, store_metric **out, int *n) {
+  if (!s) return STORE_ERROR;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->db_lock);
+  /* Both queries read only the UNIQUE(job_id, attempt, step, name) index
+   * (the second walks it backwards and stops at the first match) and so
+   * never touch the job's every row, which a GROUP BY over value would. */
+  sqlite3_stmt *names = NULL, *last = NULL;
+  store_metric *points = NULL;
+  int used = 0, cap = 0, rc = STORE_ERROR, step;
+  char what[96];
+  snprintf(what, sizeof what, "latest metrics of job %s", job_id);
+  if (prepare(s, &names, "SELECT DISTINCT name FROM metrics WHERE job_id = ?1 ORDER BY name",
+              what) != STORE_OK)
+    goto done;
+  bind_text(names, 1, job_id);
+  while ((step = sqlite3_step(names)) == SQLITE_ROW) {
+    if (prepare(s, &last,
+                "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+                " WHERE job_id = ?1 AND name = ?2 ORDER BY attempt DESC, step DESC LIMIT 1",
+                what) != STORE_OK)
+      goto done;
+    bind_text(last, 1, job_id);
+    sqlite3_bind_value(last, 2, sqlite3_column_value(names, 0));
+    store_metric *one = NULL;
+    int got = 0;
+    int one_rc = read_metric_rows(s, last, what, &one, &got);
+    release(s, last);
+    last = NULL;
+    if (one_rc != STORE_OK) goto done;
+    if (got == 1) {
+      if (grow((void **)&points, &cap, used, sizeof *points) != STORE_OK) {
+        set_error(s, "%s: out of memory", what);
+        free(one);
+        goto done;
+      }
+      points[used++] = one[0];
+    }
+    free(one);
   }
   if (step != SQLITE_DONE) {
     db_error(s, "%s", what);
@@ -970,23 +1158,9 @@ static int metrics_list_locked(store *s, const char *job_id, const char *name, s
   points = NULL;
   rc = STORE_OK;
 done:
-  release(s, st);
+  release(s, last);
+  release(s, names);
   free(points);
-  return rc;
-}
-
-int store_metrics_list(store *s, const char *job_id, const char *name, store_metric **out, int *n) {
-  if (!s) return STORE_ERROR;
-  pthread_mutex_lock(&s->db_lock);
-  int rc;
-  if (out) *out = NULL;
-  if (n) *n = 0;
-  if (!job_id || !out || !n) {
-    set_error(s, "list metrics: job_id, out and n must not be NULL");
-    rc = STORE_ERROR;
-  } else {
-    rc = metrics_list_locked(s, job_id, name, out, n);
-  }
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1383,8 +1557,7 @@ int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int lim
   if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   sqlite3_stmt *st = NULL;
-  store_metric *points = NULL;
-  int used = 0, cap = 0, rc = STORE_ERROR;
+  int rc = STORE_ERROR;
   *out = NULL;
   *n = 0;
   if (prepare(s, &st,
@@ -1395,33 +1568,11 @@ int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int lim
   bind_text(st, 1, job_id);
   sqlite3_bind_int64(st, 2, after_seq);
   sqlite3_bind_int(st, 3, limit > 0 ? limit : 1);
-  int step;
-  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-    if (grow((void **)&points, &cap, used, sizeof *points) != STORE_OK) {
-      set_error(s, "stream metrics: out of memory");
-      goto done;
-    }
-    store_metric *p = &points[used++];
-    memset(p, 0, sizeof *p);
-    p->seq = sqlite3_column_int64(st, 0);
-    p->attempt = sqlite3_column_int(st, 1);
-    p->step = sqlite3_column_int64(st, 2);
-    p->epoch = sqlite3_column_int(st, 3);
-    copy_column(p->name, sizeof p->name, st, 4);
-    p->value = sqlite3_column_type(st, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 5);
-    p->time_ms = sqlite3_column_int64(st, 6);
-  }
-  if (step != SQLITE_DONE) {
-    db_error(s, "stream metrics of job %s", job_id);
-    goto done;
-  }
-  *out = points;
-  *n = used;
-  points = NULL;
-  rc = STORE_OK;
+  char what[96];
+  snprintf(what, sizeof what, "stream metrics of job %s", job_id);
+  rc = read_metric_rows(s, st, what, out, n);
 done:
   release(s, st);
-  free(points);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }

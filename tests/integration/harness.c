@@ -143,3 +143,13 @@ int it_wait_exit(pid_t pid, int limit_s) {
   waitpid(pid, NULL, 0);
   return -1;
 }
+
+int it_stop_kilnd(pid_t pid, const char *data_dir) {
+  if (pid > 0) {
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+  }
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
+  return system(cmd);
+}

@@ -44,5 +44,8 @@ pid_t it_spawn(const char *command, const char *out_file);
 /* Waits up to limit_s seconds for pid; its exit status, or -1 when it did
  * not exit normally or in time (then it is killed). */
 int it_wait_exit(pid_t pid, int limit_s);
+/* Stops the kilnd at pid (SIGTERM, then waits for it; none when pid <= 0)
+ * and removes data_dir with everything in it. 0 when removed. */
+int it_stop_kilnd(pid_t pid, const char *data_dir);
 
 #endif

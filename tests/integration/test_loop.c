@@ -47,13 +47,7 @@ static int start(void **state) {
 
 static int stop(void **state) {
   (void)state;
-  if (kilnd_pid > 0) {
-    kill(kilnd_pid, SIGTERM);
-    waitpid(kilnd_pid, NULL, 0);
-  }
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return it_stop_kilnd(kilnd_pid, data_dir) == 0 ? 0 : -1;
 }
 
 static const char spec[] =

@@ -679,6 +679,105 @@ static void metrics_append_ignores_a_replayed_batch(void **state) {
   assert_int_equal(raw_int(f->path, "SELECT count(*) FROM metrics"), 6);
 }
 
+static void metrics_latest_is_the_newest_point_of_each_name(void **state) {
+  fixture *f = *state;
+  create_job(f->s, "j", 0);
+  create_job(f->s, "other", 0);
+  store_metric first[4] = {point(1, 100, "loss", 2.5), point(1, 100, "accuracy", 0.25),
+                           point(1, 200, "loss", 1.5), point(1, 200, "val_loss", 1.75)};
+  store_metric resumed[2] = {point(2, 150, "loss", 1.25), point(2, 150, "accuracy", 0.5)};
+  store_metric elsewhere[1] = {point(1, 900, "loss", 9.0)};
+  assert_int_equal(store_metrics_append(f->s, "j", first, 4), STORE_OK);
+  assert_int_equal(store_metrics_append(f->s, "other", elsewhere, 1), STORE_OK);
+  assert_int_equal(store_metrics_append(f->s, "j", resumed, 2), STORE_OK);
+
+  store_metric *points = NULL;
+  int n = 0;
+  assert_int_equal(store_metrics_latest(f->s, "j", &points, &n), STORE_OK);
+  assert_int_equal(n, 3); /* by name */
+  assert_string_equal(points[0].name, "accuracy");
+  assert_true(points[0].value == 0.5);
+  assert_string_equal(points[1].name, "loss");
+  assert_true(points[1].value == 1.25); /* the resumed attempt's, though at a lower step */
+  assert_int_equal(points[1].attempt, 2);
+  assert_int_equal(points[1].step, 150);
+  assert_string_equal(points[2].name, "val_loss");
+  assert_true(points[2].value == 1.75);
+  free(points);
+
+  /* list carries each point's seq, the same ids the stream sends */
+  store_metric *listed = NULL, *streamed = NULL;
+  int n_listed = 0, n_streamed = 0;
+  assert_int_equal(store_metrics_list(f->s, "j", "loss", &listed, &n_listed), STORE_OK);
+  assert_int_equal(store_metrics_since(f->s, "j", 0, 100, &streamed, &n_streamed), STORE_OK);
+  assert_int_equal(n_listed, 3);
+  assert_int_equal(n_streamed, 6);
+  assert_true(listed[0].seq == streamed[0].seq && listed[1].seq == streamed[2].seq &&
+              listed[2].seq == streamed[4].seq);
+  assert_true(listed[0].seq < listed[1].seq && listed[1].seq < listed[2].seq);
+  free(listed);
+  free(streamed);
+
+  assert_int_equal(store_metrics_latest(f->s, "nobody", &points, &n), STORE_OK);
+  assert_int_equal(n, 0);
+  assert_null(points);
+}
+
+static void metrics_thinned_keeps_first_last_and_evenly_between_per_name(void **state) {
+  fixture *f = *state;
+  create_job(f->s, "j", 0);
+  store_metric batch[110];
+  for (int i = 0; i < 100; i++) batch[i] = point(1, i + 1, "loss", 1.0 / (i + 1));
+  for (int i = 0; i < 10; i++) batch[100 + i] = point(1, (i + 1) * 10, "val_loss", i);
+  assert_int_equal(store_metrics_append(f->s, "j", batch, 110), STORE_OK);
+
+  store_metric *points = NULL;
+  int n = 0;
+  assert_int_equal(store_metrics_thinned(f->s, "j", NULL, 0, INT64_MAX, 4, &points, &n), STORE_OK);
+  assert_int_equal(n, 8); /* 4 of each name, in (attempt, step, name) order */
+  int loss_steps[4], n_loss = 0, val_steps[4], n_val = 0;
+  for (int i = 0; i < n; i++) {
+    if (i > 0)
+      assert_true(
+          points[i - 1].step < points[i].step ||
+          (points[i - 1].step == points[i].step && strcmp(points[i - 1].name, points[i].name) < 0));
+    if (strcmp(points[i].name, "loss") == 0) {
+      loss_steps[n_loss++] = (int)points[i].step;
+      assert_true(points[i].value == 1.0 / (double)points[i].step);
+    } else {
+      val_steps[n_val++] = (int)points[i].step;
+    }
+    assert_true(points[i].seq > 0);
+  }
+  assert_int_equal(n_loss, 4);
+  assert_int_equal(n_val, 4);
+  /* index floor(j * 99 / 3) of 100: steps 1, 34, 67, 100; of 10: 10, 40, 70, 100 */
+  assert_int_equal(loss_steps[0], 1);
+  assert_int_equal(loss_steps[1], 34);
+  assert_int_equal(loss_steps[2], 67);
+  assert_int_equal(loss_steps[3], 100);
+  assert_int_equal(val_steps[0], 10);
+  assert_int_equal(val_steps[1], 40);
+  assert_int_equal(val_steps[2], 70);
+  assert_int_equal(val_steps[3], 100);
+  free(points);
+
+  /* a step range and a name; 0 = every point; 1 = only the last */
+  assert_int_equal(store_metrics_thinned(f->s, "j", "loss", 11, 20, 0, &points, &n), STORE_OK);
+  assert_int_equal(n, 10);
+  assert_int_equal(points[0].step, 11);
+  assert_int_equal(points[9].step, 20);
+  free(points);
+  assert_int_equal(store_metrics_thinned(f->s, "j", "val_loss", 0, 55, 1, &points, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(points[0].step, 50);
+  free(points);
+  assert_int_equal(store_metrics_thinned(f->s, "j", "nothing", 0, INT64_MAX, 5, &points, &n),
+                   STORE_OK);
+  assert_int_equal(n, 0);
+  assert_null(points);
+}
+
 static void metrics_keep_nan_and_filter_by_name(void **state) {
   fixture *f = *state;
   create_job(f->s, "j", 0);
@@ -933,6 +1032,8 @@ int main(void) {
       TEST(claim_takes_highest_priority_then_oldest_then_reports_empty),
       TEST(requeue_after_crash_returns_unfinished_jobs_to_the_queue),
       TEST(metrics_append_ignores_a_replayed_batch),
+      TEST(metrics_latest_is_the_newest_point_of_each_name),
+      TEST(metrics_thinned_keeps_first_last_and_evenly_between_per_name),
       TEST(metrics_keep_nan_and_filter_by_name),
       TEST(metrics_of_unknown_job_are_not_found_and_store_nothing),
       TEST(checkpoints_add_and_list_round_trip),
