@@ -59,12 +59,12 @@ static void emit(const reporter *r, const api_progress *p) {
   free(line);
 }
 
+/* Status lines go to standard output, which kilnd keeps as the job's log,
+ * and with a progress pipe to kilnd as well. */
 static void report_status(const reporter *r, const char *phase, const char *message) {
-  if (r->progress_fd < 0) {
-    printf("%s\n", message);
-    fflush(stdout);
-    return;
-  }
+  printf("%s\n", message);
+  fflush(stdout);
+  if (r->progress_fd < 0) return;
   api_progress p = {.kind = API_PROGRESS_STATUS};
   snprintf(p.reason, sizeof p.reason, "%s", phase);
   snprintf(p.message, sizeof p.message, "%s", message);
@@ -140,8 +140,8 @@ static int on_event(const kn_train_event *ev, void *user) {
       }
     }
     emit(r, &p);
-    return 0;
   }
+  /* The same, readable, into the log. */
   switch (ev->kind) {
   case KN_EVENT_STEP: {
     int64_t in_epoch = ev->step - (int64_t)(ev->epoch - 1) * r->steps_per_epoch;

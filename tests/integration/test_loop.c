@@ -94,6 +94,14 @@ static void loop_options_run_end_to_end(void **state) {
   assert_non_null(strstr(events, "profile of steps 2 to 4 written"));
   free(events);
 
+  /* The job's log has the trainer's progress in words. */
+  snprintf(path, sizeof path, "/v1/jobs/%s/logs", id);
+  char *log = NULL;
+  assert_int_equal(get(path, &log), 200);
+  if (!strstr(log, "epoch 2/6  done at step 32") || !strstr(log, "early stopping at epoch 2"))
+    fail_msg("the log lacks the progress lines: %.2000s", log);
+  free(log);
+
   /* Steps count updates; the rate follows warmup then cosine; top-3 and
    * the mid-epoch validation are recorded. */
   snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=learning_rate", id);
