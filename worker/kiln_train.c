@@ -59,11 +59,18 @@ static void emit(const reporter *r, const api_progress *p) {
   free(line);
 }
 
-/* Status lines go to standard output, which kilnd keeps as the job's log,
- * and with a progress pipe to kilnd as well. */
+/* Readable lines go to standard output (kilnd keeps it as the job's log)
+ * unless --json made it the progress stream itself. */
+static int readable_stdout(const reporter *r) {
+  return r->progress_fd != STDOUT_FILENO;
+}
+
+/* Status lines: readable on standard output, and to the progress stream. */
 static void report_status(const reporter *r, const char *phase, const char *message) {
-  printf("%s\n", message);
-  fflush(stdout);
+  if (readable_stdout(r)) {
+    printf("%s\n", message);
+    fflush(stdout);
+  }
   if (r->progress_fd < 0) return;
   api_progress p = {.kind = API_PROGRESS_STATUS};
   snprintf(p.reason, sizeof p.reason, "%s", phase);
@@ -142,6 +149,7 @@ static int on_event(const kn_train_event *ev, void *user) {
     emit(r, &p);
   }
   /* The same, readable, into the log. */
+  if (!readable_stdout(r)) return 0;
   switch (ev->kind) {
   case KN_EVENT_STEP: {
     int64_t in_epoch = ev->step - (int64_t)(ev->epoch - 1) * r->steps_per_epoch;
