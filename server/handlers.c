@@ -165,12 +165,22 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     free(spec);
     return;
   }
+  char field[40], why[300];
+  if (sched_check_fits(cfg->scheduler, spec->pool, spec->device_type, spec->devices, field,
+                       sizeof field, why, sizeof why) != 0) {
+    free(spec);
+    http_reply_status(res, 409, "FAILED_PRECONDITION", field, "%s", why);
+    return;
+  }
   store_job job;
   memset(&job, 0, sizeof job);
   snprintf(job.display_name, sizeof job.display_name, "%s", spec->display_name);
   snprintf(job.tenant, sizeof job.tenant, "%s", req->who.tenant);
   if (request_id) snprintf(job.request_id, sizeof job.request_id, "%s", request_id);
   job.priority = spec->priority;
+  snprintf(job.pool, sizeof job.pool, "%s", spec->pool);
+  job.devices = spec->devices;
+  job.max_runtime_s = spec->max_runtime_s;
   job.spec_json = api_spec_to_json(spec);
   free(spec);
   if (!job.spec_json) {

@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 5
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -55,7 +55,13 @@ typedef struct store_job {
   int attempt;                         /* number of starts so far */
   int64_t create_ms, start_ms, end_ms; /* 0 when not yet */
   char tenant[64];                     /* owner; "" on create = STORE_DEFAULT_TENANT */
+  char pool[32];                       /* resources.pool; "" on create = STORE_DEFAULT_POOL */
+  int devices;                         /* resources.devices; 0 on create = 1 */
+  int max_runtime_s;                   /* 0 = no limit */
 } store_job;
+
+/* The pool of jobs that name none. */
+#define STORE_DEFAULT_POOL "default"
 
 /* The tenant of jobs created without one (and of jobs from schema 1). */
 #define STORE_DEFAULT_TENANT "default"
@@ -101,6 +107,30 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
  * attempt and fills out (may be NULL). Safe across handles and processes:
  * a job is claimed once. STORE_EMPTY when no job is queued. */
 int store_job_claim_next(store *s, store_job *out);
+/* Claims the QUEUED job id as store_job_claim_next would (STARTING, reason
+ * CLAIMED, attempt + 1): the scheduler's pass chose it. STORE_CONFLICT when
+ * it is no longer queued (cancelled meanwhile), STORE_ERROR otherwise. */
+int store_job_claim(store *s, const char *id, store_job *out);
+
+/* One queued job as a scheduling pass sees it. */
+typedef struct store_queued {
+  int64_t seq;
+  char id[40];
+  char tenant[64];
+  char pool[32];
+  int priority, devices, max_runtime_s;
+  int64_t not_before_ms; /* 0 = may start now */
+} store_queued;
+/* Every QUEUED job, highest priority first and oldest first within one,
+ * read from one covering index. *out is malloc'd (free()), NULL when *n is
+ * 0; *cap (may be NULL) says how many it holds: pass the array back in
+ * (*out non-NULL, *cap its size) and it is reused. */
+int store_job_queue_load(store *s, store_queued **out, int *n, int *cap);
+/* Starts per tenant since since_ms, for fair share: calls fn for each
+ * tenant with a start. */
+int store_tenant_starts(store *s, int64_t since_ms,
+                        void (*fn)(const char *tenant, int64_t starts, void *user), void *user);
+
 /* The highest priority among QUEUED jobs that may start at now_ms (their
  * retry backoff has passed); STORE_EMPTY when there is none. */
 int store_job_top_queued_priority(store *s, int64_t now_ms, int *priority);
@@ -214,6 +244,25 @@ void store_checkpoint_list_free(store_checkpoint *list, int n);
 int store_checkpoint_retain(store *s, const char *job_id, int keep_last,
                             int (*remove_file)(const char *path, void *user), void *user,
                             int *n_deleted);
+
+/* Retention with a metric (Keras ModelCheckpoint / Determined style): a
+ * checkpoint is kept when it is among the keep_last newest or among the
+ * keep_best best by `monitor` in its metrics_json (lower is better unless
+ * higher_is_better). A checkpoint without that metric is never among the
+ * best. keep_last 0 with keep_best > 0 still keeps the newest one, which a
+ * resume needs. */
+typedef struct store_retention {
+  int keep_last;       /* 0 = none kept for being new (but see above) */
+  int keep_best;       /* 0 = none kept for their metric */
+  const char *monitor; /* metric name, e.g. "val_loss"; needed when keep_best > 0 */
+  int higher_is_better;
+} store_retention;
+/* Deletes, in one transaction, every checkpoint of the job the policy does
+ * not keep, each after remove_file(path, user) returns 0 (as for
+ * store_checkpoint_retain). */
+int store_checkpoint_retain_policy(store *s, const char *job_id, const store_retention *policy,
+                                   int (*remove_file)(const char *path, void *user), void *user,
+                                   int *n_deleted);
 
 /* ---- uploaded data sets (datasets.c) ---- */
 
