@@ -621,14 +621,14 @@ static void run_job(sched *s, slot_run *slot) {
   }
   char where[SCHED_MAX_DEVICES * 4 + 64];
   slot_list(slot, where, sizeof where);
+  const sched_pool *pool = &s->pools[slot->pool];
   if (resuming)
     snprintf(msg, sizeof msg,
-             "kiln-train started (pid %d, attempt %d) on pool %s %s %s, resuming from step %lld",
-             (int)pid, job->attempt, s->pools[slot->pool].name, s->pools[slot->pool].device_type,
-             where, (long long)resume_step);
+             "kiln-train started (pid %d, attempt %d), resuming from step %lld, on pool %s (%s %s)",
+             (int)pid, job->attempt, (long long)resume_step, pool->name, pool->device_type, where);
   else
-    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d) on pool %s %s %s", (int)pid,
-             job->attempt, s->pools[slot->pool].name, s->pools[slot->pool].device_type, where);
+    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d) on pool %s (%s %s)",
+             (int)pid, job->attempt, pool->name, pool->device_type, where);
   if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK) {
     slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
          store_errmsg(s->st));

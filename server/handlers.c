@@ -161,7 +161,7 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     http_reply_error(res, &e);
     return;
   }
-  if (http_datasets_check_spec(cfg, spec, res) != 0) {
+  if (http_datasets_check_spec(cfg, &req->who, spec, res) != 0) {
     free(spec);
     return;
   }

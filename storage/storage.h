@@ -279,6 +279,7 @@ typedef struct store_dataset {
   int classes;
   char input_shape_json[128]; /* "[28,28,1]", "[]" when set by the model (images) */
   int64_t create_ms;
+  char tenant[64]; /* the uploader's; "" on add = STORE_DEFAULT_TENANT */
 } store_dataset;
 
 /* Records a data set whose files are in place. A duplicate id is STORE_EXISTS. */
@@ -287,6 +288,9 @@ int store_dataset_get(store *s, const char *id, store_dataset *out); /* STORE_NO
 /* Newest first, seq < before_seq (0 = from the newest), at most limit; *out
  * malloc'd (free()), NULL when *n is 0. */
 int store_dataset_list(store *s, int64_t before_seq, int limit, store_dataset **out, int *n);
+/* The same, only tenant's data sets (NULL = every tenant's). */
+int store_dataset_list_tenant(store *s, const char *tenant, int64_t before_seq, int limit,
+                              store_dataset **out, int *n);
 /* Deletes the row unless a job that is not finished names the data set:
  * then STORE_CONFLICT, and *blocking_job (may be NULL, 40 bytes) gets one
  * such job's id. Checked and deleted in one transaction. */

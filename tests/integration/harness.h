@@ -24,4 +24,9 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
                     const char *extra_flag, const char *extra_value, pid_t *pid, char *base_url,
                     size_t url_len, char *token, size_t token_len);
 
+/* Makes a user token for tenant with `kilnd token create` on data_dir into
+ * out. 0, or -1 when the command fails or prints no kiln_ token. */
+int it_make_token(const char *kilnd_path, const char *data_dir, const char *tenant, char *out,
+                  size_t len);
+
 #endif
