@@ -21,12 +21,16 @@ void sched_inventory_detect(sched_inventory *inv) {
   cpu_set_t set;
   /* The cores this process may use (a container's or taskset's share), not
    * every core the machine has. */
-  if (sched_getaffinity(0, sizeof set, &set) == 0) inv->cpus = CPU_COUNT(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE && inv->cpus < SCHED_MAX_DEVICES; cpu++)
+      if (CPU_ISSET(cpu, &set)) inv->cpu_ids[inv->cpus++] = cpu;
+  }
   if (inv->cpus <= 0) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     inv->cpus = online > 0 ? (int)online : 1;
+    if (inv->cpus > SCHED_MAX_DEVICES) inv->cpus = SCHED_MAX_DEVICES;
+    for (int i = 0; i < inv->cpus; i++) inv->cpu_ids[i] = i;
   }
-  if (inv->cpus > SCHED_MAX_DEVICES) inv->cpus = SCHED_MAX_DEVICES;
 #ifdef KILN_CUDA
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

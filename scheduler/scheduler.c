@@ -1,11 +1,15 @@
-/* scheduler.c — the queue runner: claim the next job, spawn kiln-train for
- * it with a progress pipe, batch its metric lines into the store, record
- * checkpoints, and set the final state from the exit status and last error.
+/* scheduler.c — the queue runner: passes that place queued jobs on pool
+ * devices (placement.c decides), one runner per placed job that spawns
+ * kiln-train pinned to its cores with a progress pipe, batches its metric
+ * lines into the store, records checkpoints (with the metrics they were
+ * taken at) and retention, and sets the final state from the exit status.
  *
- * Threads: one scheduler thread owns the store handle `st` and the running
- * child. Other threads only call sched_wake / sched_stop / sched_cancel /
- * sched_get_stats, which touch `wake_pending`, `stopping`, `cancel_id` and
- * `stats` under `wake_lock`. */
+ * Threads: the scheduler thread runs the passes and owns the planner, the
+ * queue arrays and the tenant table; each runner thread owns its slot_run's
+ * job and child. The store handle `st` is shared (it locks itself). The list
+ * of runs, each run's done / cancel / preempt flags, pending cancels, the
+ * explain rows and stats are guarded by `wake_lock`; the pools never change
+ * after start. */
 #define _GNU_SOURCE /* pthread_setaffinity_np */
 #include <errno.h>
 #include <fcntl.h>
@@ -536,7 +540,7 @@ static void pin_to_slots(sched *s, const slot_run *slot) {
   if (strcmp(s->pools[slot->pool].device_type, "cpu") != 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  for (int i = 0; i < slot->n_slots; i++) CPU_SET(slot->slots[i], &set);
+  for (int i = 0; i < slot->n_slots; i++) CPU_SET(s->inventory.cpu_ids[slot->slots[i]], &set);
   int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   if (rc != 0)
     slog(s, SCHED_LOG_WARN, "msg=\"cannot pin the trainer to its cores\" job=%s error=\"%s\"",

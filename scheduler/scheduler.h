@@ -184,8 +184,9 @@ int sched_plan(sched_planner *pl, sched_pass *p);
 /* ---- pools (pools.c) ---- */
 
 typedef struct sched_inventory {
-  int cpus; /* CPU cores this process may run on */
-  int gpus; /* CUDA devices (0 without KILN_CUDA) */
+  int cpus;                       /* CPU cores this process may run on */
+  int cpu_ids[SCHED_MAX_DEVICES]; /* the kernel's number of the i-th of them (what pins use) */
+  int gpus;                       /* CUDA devices (0 without KILN_CUDA) */
   char gpu_names[8][64];
 } sched_inventory;
 /* Counts this machine's devices: each CPU core in the process's affinity
