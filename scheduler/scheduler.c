@@ -40,9 +40,13 @@ extern char **environ;
 #define RETRY_BACKOFF_MAX_MS 60000
 #define MAX_METRIC_NAMES     64
 #define PENDING_CANCELS      16
-/* Passes come at most this often however fast jobs are queued: one pass
- * sees every job queued since the last. */
+/* Passes come at most this often however fast jobs are queued (one pass
+ * sees every job queued since the last), and never take more than about a
+ * tenth of a core: after a pass of t ms the next waits PASS_COST_FACTOR * t
+ * (a long queue is read from the store each pass), up to PASS_MAX_PAUSE_MS. */
 #define PASS_MIN_INTERVAL_MS 5
+#define PASS_COST_FACTOR     10
+#define PASS_MAX_PAUSE_MS    250
 /* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
 #define TRAINER_EXIT_STOPPED 6
 
@@ -86,6 +90,7 @@ struct sched {
       wake_lock; /* guards wake_pending, stopping, runs, pending cancels, explain, stats */
   pthread_cond_t wake_cond;
   int wake_pending;
+  int devices_freed; /* a run ended since the last pass: its devices are free */
   int stopping;
   slot_run **runs;                 /* (max_runs) the jobs on devices */
   slot_run **running_slots;        /* (max_runs) the scheduler thread's pass input */
@@ -716,6 +721,7 @@ static void *runner_main(void *arg) {
   pthread_mutex_lock(&s->wake_lock);
   slot->done = 1;
   s->wake_pending = 1; /* its devices are free: a pass may start the next job */
+  s->devices_freed = 1;
   pthread_cond_signal(&s->wake_cond);
   pthread_mutex_unlock(&s->wake_lock);
   return NULL;
@@ -870,16 +876,18 @@ static void start_run(sched *s, const store_queued *q, int pool) {
   }
 }
 
-/* One pass: read the queue, plan, start what fits, ask victims to stop. */
-static void pass(sched *s) {
+/* One pass: read the queue, plan, start what fits, ask victims to stop.
+ * Returns the devices left free in every pool after it (-1 when it could
+ * not run). */
+static int pass(sched *s) {
   int n = 0;
   if (store_job_queue_load(s->st, &s->queue, &n, &s->queue_cap) != STORE_OK) {
     slog(s, SCHED_LOG_ERROR, "msg=\"cannot read the queue\" error=\"%s\"", store_errmsg(s->st));
-    return;
+    return -1;
   }
   if (n > s->reqs_cap) {
     sched_job_req *more = realloc(s->reqs, (size_t)n * sizeof *more);
-    if (!more) return;
+    if (!more) return -1;
     s->reqs = more;
     s->reqs_cap = n;
   }
@@ -931,7 +939,7 @@ static void pass(sched *s) {
                   .preempt = s->cfg.preempt};
   if (sched_plan(s->planner, &p) != 0) {
     slog(s, SCHED_LOG_ERROR, "msg=\"scheduling pass out of memory\" queued=%d", n);
-    return;
+    return -1;
   }
   publish_explain(s, &p, pool_busy);
   pthread_mutex_lock(&s->wake_lock);
@@ -947,13 +955,33 @@ static void pass(sched *s) {
   }
   if (p.n_preempted)
     slog(s, SCHED_LOG_INFO, "msg=\"preempting\" jobs=%d queued=%d", p.n_preempted, n);
+  int free_left = 0;
+  for (int k = 0; k < s->n_pools; k++) free_left += p.free_devices[k];
+  return free_left;
 }
 
 static void *sched_main(void *arg) {
   sched *s = arg;
+  int free_left = -1;
+  int64_t last_pass_ms = 0;
   while (!is_stopping(s)) {
     reap(s);
-    pass(s);
+    /* With every device taken and no preemption, a job queued since the
+     * last pass cannot start: only a run ending (or the poll, which keeps
+     * :explain fresh) calls for a pass. Creating jobs then costs no pass. */
+    pthread_mutex_lock(&s->wake_lock);
+    int freed = s->devices_freed;
+    s->devices_freed = 0;
+    pthread_mutex_unlock(&s->wake_lock);
+    int64_t pass_start = monotonic_ms(), pause_ms = PASS_MIN_INTERVAL_MS;
+    if (free_left != 0 || freed || s->cfg.preempt ||
+        pass_start - last_pass_ms >= s->cfg.poll_interval_ms) {
+      free_left = pass(s);
+      last_pass_ms = pass_start;
+      pause_ms = (monotonic_ms() - pass_start) * PASS_COST_FACTOR;
+      if (pause_ms < PASS_MIN_INTERVAL_MS) pause_ms = PASS_MIN_INTERVAL_MS;
+      if (pause_ms > PASS_MAX_PAUSE_MS) pause_ms = PASS_MAX_PAUSE_MS;
+    }
     pthread_mutex_lock(&s->wake_lock);
     if (!s->wake_pending && !s->stopping) {
       struct timespec until;
@@ -966,7 +994,7 @@ static void *sched_main(void *arg) {
     s->wake_pending = 0;
     pthread_mutex_unlock(&s->wake_lock);
     /* A burst of creates wakes us once per pass, not once per job. */
-    struct timespec pause = {0, PASS_MIN_INTERVAL_MS * 1000000L};
+    struct timespec pause = {0, (long)pause_ms * 1000000L};
     nanosleep(&pause, NULL);
   }
   /* Stopping: every runner stops its trainer and re-queues its job. */

@@ -311,6 +311,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: %s\n", err);
     return 1;
   }
+  /* Requests commit through this handle: none of them pays for a checkpoint. */
+  if (store_checkpoint_in_background(st) != STORE_OK) {
+    fprintf(stderr, "kilnd: %s\n", store_errmsg(st));
+    store_close(st);
+    return 1;
+  }
   char token_path[PATH_MAX + 16] = "";
   int token_created = 0;
   if (!no_auth &&

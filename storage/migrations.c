@@ -135,6 +135,18 @@ static const char *const migrations[] = {
     /* The pass: WHERE state='QUEUED' ORDER BY priority DESC, seq, from the index alone. */
     "CREATE INDEX jobs_queue ON jobs(state, priority DESC, seq, id, tenant, pool, devices,"
     "  max_runtime_s, not_before_ms);"
+    /* Every index is written on each create: drop the two the pass replaces
+     * (jobs_queue leads with the same columns as jobs_claim). */
+    "DROP INDEX jobs_claim;"
+    "DROP INDEX jobs_claim_tenant;"
+    /* Most jobs have no request_id and a queued one no start: partial
+     * indexes leave those rows out, and every query of them names a value
+     * (which implies NOT NULL), so they still serve it. */
+    "DROP INDEX jobs_tenant_request;"
+    "CREATE UNIQUE INDEX jobs_tenant_request ON jobs(tenant, request_id)"
+    "  WHERE request_id IS NOT NULL;"
+    "DROP INDEX jobs_tenant_start;"
+    "CREATE INDEX jobs_tenant_start ON jobs(tenant, start_ms) WHERE start_ms IS NOT NULL;"
     "ALTER TABLE datasets ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';"
     "CREATE INDEX datasets_tenant_seq ON datasets(tenant, seq);",
 };

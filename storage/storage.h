@@ -31,7 +31,11 @@ enum {
  * STORE_SCHEMA_VERSION is refused, never downgraded. On failure *out is NULL
  * and errbuf (may be NULL) gets a sentence naming path and cause. */
 int store_open(const char *path, store **out, char *errbuf, size_t errlen);
-void store_close(store *s);         /* NULL is a no-op */
+void store_close(store *s); /* NULL is a no-op */
+/* Checkpoints this handle's WAL from a worker thread of its own instead of
+ * inline in the commit that fills it (SQLite's default), so a request never
+ * pays for one. For a server's busy handle; store_close stops the worker. */
+int store_checkpoint_in_background(store *s);
 int store_schema_version(store *s); /* the version recorded in schema_version */
 /* The last error sentence of this handle (never NULL). Per thread: after a
  * failed call it explains that call even if another thread has failed on the

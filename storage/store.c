@@ -30,6 +30,7 @@
 /* A prepared statement kept for reuse: preparing costs more than most of
  * the queries themselves (tens of microseconds), on every API call. */
 typedef struct cached_stmt {
+  uint64_t hash; /* of sql: most lookups compare this alone */
   char *sql;
   sqlite3_stmt *st;
   int busy; /* handed out and not yet released */
@@ -40,8 +41,9 @@ struct store {
   sqlite3 *db;                         /* guarded by db_lock */
   cached_stmt cache[STORE_STMT_CACHE]; /* guarded by db_lock */
   int n_cached;
-  uint64_t handle_id;        /* unique per open, tags last_error */
-  char errmsg[STORE_ERRLEN]; /* guarded by db_lock */
+  uint64_t handle_id;           /* unique per open, tags last_error */
+  char errmsg[STORE_ERRLEN];    /* guarded by db_lock */
+  store_wal_worker *wal_worker; /* background checkpoints, or NULL */
 };
 
 /* The calling thread's last failure and the handle it came from: lets
@@ -98,9 +100,17 @@ __attribute__((format(printf, 3, 4))) static void copy_error(char *errbuf, size_
 
 /* A statement for sql, from the cache when an idle one is there; give it
  * back with release(), never sqlite3_finalize. */
+static uint64_t sql_hash(const char *sql) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
+    h = (h ^ *p) * 1099511628211ULL;
+  return h;
+}
+
 static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *what) {
+  uint64_t hash = sql_hash(sql);
   for (int i = 0; i < s->n_cached; i++) {
-    if (!s->cache[i].busy && strcmp(s->cache[i].sql, sql) == 0) {
+    if (!s->cache[i].busy && s->cache[i].hash == hash && strcmp(s->cache[i].sql, sql) == 0) {
       s->cache[i].busy = 1;
       *st = s->cache[i].st;
       return STORE_OK;
@@ -113,7 +123,7 @@ static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *wha
   }
   if (s->n_cached < STORE_STMT_CACHE) {
     char *copy = strdup(sql);
-    if (copy) s->cache[s->n_cached++] = (cached_stmt){copy, *st, 1};
+    if (copy) s->cache[s->n_cached++] = (cached_stmt){hash, copy, *st, 1};
   }
   return STORE_OK;
 }
@@ -284,6 +294,8 @@ fail:
 
 void store_close(store *s) {
   if (!s) return;
+  if (s->db) sqlite3_wal_hook(s->db, NULL, NULL); /* before its worker goes */
+  store_internal_wal_stop(s->wal_worker);
   /* Every other statement is finalized by the call that prepared it, so
    * close cannot be refused for busy statements. */
   for (int i = 0; i < s->n_cached; i++) {
@@ -1526,6 +1538,10 @@ done:
 sqlite3 *store_internal_lock(store *s) {
   pthread_mutex_lock(&s->db_lock);
   return s->db;
+}
+
+void store_internal_set_wal_worker(store *s, store_wal_worker *w) {
+  s->wal_worker = w;
 }
 
 void store_internal_unlock(store *s) {

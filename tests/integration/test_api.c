@@ -395,11 +395,11 @@ static void cancel_explain_delete_and_priority_order(void **state) {
   create(acme_token, "quick-high", 90, high);
   create(acme_token, "quick-mid", 50, mid);
   /* Explain names the job in the way and the jobs ahead, once a pass has
-   * seen them (passes follow a create within milliseconds). */
+   * seen them (with every device busy, the next poll's: within a second). */
   json_t *doc;
   char *text = NULL;
   snprintf(path, sizeof path, "/v1/jobs/%s:explain", low);
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < 250; i++) {
     free(text);
     assert_int_equal(call(acme_token, "GET", path, NULL, &doc), 200);
     assert_string_equal(json_string_value(json_object_get(doc, "state")), "QUEUED");
