@@ -530,6 +530,10 @@ json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c) {
   json_object_set_new(o, "sha256", json_string(c->sha256));
   json_object_set_new(o, "format", json_string("safetensors"));
   json_object_set_new(o, "create_time", http_rfc3339(c->create_ms));
+  /* The newest value of each metric when it was written (keep_best ranks by these). */
+  json_t *metrics = c->metrics_json ? json_loads(c->metrics_json, 0, NULL) : NULL;
+  json_object_set_new(o, "metrics", json_is_object(metrics) ? metrics : json_object());
+  if (metrics && !json_is_object(metrics)) json_decref(metrics);
   return o;
 }
 

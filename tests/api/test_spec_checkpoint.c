@@ -15,7 +15,8 @@ static int parse_with(const char *checkpoint, api_job_spec *spec, api_error *err
   char text[2048];
   snprintf(text, sizeof text,
            "{\"model\":{\"input_shape\":[784],\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
-           "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],\"dataset\":{\"name\":\"fashion-mnist\"},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
+           "\"dataset\":{\"name\":\"fashion-mnist\"},"
            "\"optimizer\":{\"type\":\"sgd\"}%s%s}",
            checkpoint ? ",\"checkpoint\":" : "", checkpoint ? checkpoint : "");
   memset(err, 0, sizeof *err);
