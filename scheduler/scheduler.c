@@ -74,6 +74,7 @@ typedef struct explain_row {
   int pool, devices, priority;
   int free, total;
   char blocker[40];
+  char blocker_tenant[64];
   int blocker_priority;
   int64_t start_by_ms, not_before_ms;
 } explain_row;
@@ -90,7 +91,6 @@ struct sched {
       wake_lock; /* guards wake_pending, stopping, runs, pending cancels, explain, stats */
   pthread_cond_t wake_cond;
   int wake_pending;
-  int devices_freed; /* a run ended since the last pass: its devices are free */
   int stopping;
   slot_run **runs;                 /* (max_runs) the jobs on devices */
   slot_run **running_slots;        /* (max_runs) the scheduler thread's pass input */
@@ -721,7 +721,6 @@ static void *runner_main(void *arg) {
   pthread_mutex_lock(&s->wake_lock);
   slot->done = 1;
   s->wake_pending = 1; /* its devices are free: a pass may start the next job */
-  s->devices_freed = 1;
   pthread_cond_signal(&s->wake_cond);
   pthread_mutex_unlock(&s->wake_lock);
   return NULL;
@@ -769,7 +768,7 @@ static int cmp_explain(const void *a, const void *b) {
 }
 
 /* Keeps what the pass decided about every queued job for :explain. */
-static void publish_explain(sched *s, const sched_pass *p, const int *pool_busy) {
+static void publish_explain(sched *s, const sched_pass *p) {
   explain_row *rows = p->n_queue ? malloc((size_t)p->n_queue * sizeof *rows) : NULL;
   int n = 0;
   for (int i = 0; i < p->n_queue && rows; i++) {
@@ -784,10 +783,11 @@ static void publish_explain(sched *s, const sched_pass *p, const int *pool_busy)
     e->priority = q->priority;
     if (q->pool >= 0) {
       e->total = s->pools[q->pool].n_devices;
-      e->free = e->total - pool_busy[q->pool];
+      e->free = p->free_devices[q->pool]; /* after this pass's starts */
     }
     if (q->blocker >= 0) {
       snprintf(e->blocker, sizeof e->blocker, "%s", s->queue[q->blocker].id);
+      snprintf(e->blocker_tenant, sizeof e->blocker_tenant, "%s", s->queue[q->blocker].tenant);
       e->blocker_priority = p->queue[q->blocker].priority;
     }
     e->start_by_ms = q->start_by_ms;
@@ -802,8 +802,10 @@ static void publish_explain(sched *s, const sched_pass *p, const int *pool_busy)
   free(old);
 }
 
-/* Joins the runners that finished; their devices become free. */
-static void reap(sched *s) {
+/* Joins the runners that finished; their devices become free. Returns how
+ * many. */
+static int reap(sched *s) {
+  int reaped = 0;
   pthread_mutex_lock(&s->wake_lock);
   for (int i = 0; i < s->n_runs;) {
     slot_run *slot = s->runs[i];
@@ -818,9 +820,11 @@ static void reap(sched *s) {
     pthread_join(slot->thread, NULL);
     store_job_clear(&slot->job);
     free(slot);
+    reaped++;
     pthread_mutex_lock(&s->wake_lock);
   }
   pthread_mutex_unlock(&s->wake_lock);
+  return reaped;
 }
 
 /* Claims a job the pass placed, takes the pool's first free devices and
@@ -912,11 +916,10 @@ static int pass(sched *s) {
 
   sched_running_req *running = s->running_reqs;
   slot_run **running_slot = s->running_slots;
-  int n_running = 0, pool_busy[SCHED_MAX_POOLS] = {0};
+  int n_running = 0;
   pthread_mutex_lock(&s->wake_lock);
   for (int i = 0; i < s->n_runs; i++) {
     slot_run *slot = s->runs[i];
-    pool_busy[slot->pool] += slot->n_slots;
     running_slot[n_running] = slot;
     running[n_running++] =
         (sched_running_req){.pool = slot->pool,
@@ -941,7 +944,7 @@ static int pass(sched *s) {
     slog(s, SCHED_LOG_ERROR, "msg=\"scheduling pass out of memory\" queued=%d", n);
     return -1;
   }
-  publish_explain(s, &p, pool_busy);
+  publish_explain(s, &p);
   pthread_mutex_lock(&s->wake_lock);
   for (int i = 0; i < n_running; i++) {
     if (running[i].preempt_for < 0) continue;
@@ -965,14 +968,10 @@ static void *sched_main(void *arg) {
   int free_left = -1;
   int64_t last_pass_ms = 0;
   while (!is_stopping(s)) {
-    reap(s);
     /* With every device taken and no preemption, a job queued since the
      * last pass cannot start: only a run ending (or the poll, which keeps
      * :explain fresh) calls for a pass. Creating jobs then costs no pass. */
-    pthread_mutex_lock(&s->wake_lock);
-    int freed = s->devices_freed;
-    s->devices_freed = 0;
-    pthread_mutex_unlock(&s->wake_lock);
+    int freed = reap(s) > 0;
     int64_t pass_start = monotonic_ms(), pause_ms = PASS_MIN_INTERVAL_MS;
     if (free_left != 0 || freed || s->cfg.preempt ||
         pass_start - last_pass_ms >= s->cfg.poll_interval_ms) {
@@ -1193,8 +1192,8 @@ static void format_time(int64_t ms, char *out, size_t len) {
   strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-int sched_explain(sched *s, const char *job_id, char *reason, size_t reason_len, char *message,
-                  size_t message_len) {
+int sched_explain(sched *s, const char *job_id, const char *viewer_tenant, char *reason,
+                  size_t reason_len, char *message, size_t message_len) {
   if (!s) return -1;
   explain_row key;
   snprintf(key.id, sizeof key.id, "%s", job_id);
@@ -1207,6 +1206,9 @@ int sched_explain(sched *s, const char *job_id, char *reason, size_t reason_len,
   pthread_mutex_unlock(&s->wake_lock);
   if (!e) return -1;
   snprintf(reason, reason_len, "%s", sched_wait_name(row.wait));
+  /* Another tenant's job is named only as that. */
+  if (viewer_tenant && row.blocker[0] && strcmp(viewer_tenant, row.blocker_tenant) != 0)
+    snprintf(row.blocker, sizeof row.blocker, "of another tenant");
   const char *pool = row.pool >= 0 ? s->pools[row.pool].name : "";
   const char *type = row.pool >= 0 ? s->pools[row.pool].device_type : "";
   char when[40] = "";

@@ -85,10 +85,11 @@ int sched_check_fits(sched *s, const char *pool, const char *device_type, int de
 
 /* Why a queued job waits, as the last pass saw it: reason is a
  * sched_wait_name() code, message a sentence naming counts, the pool and
- * the jobs ahead. -1 when the last pass did not see the job (queued since,
- * or not queued). */
-int sched_explain(sched *s, const char *job_id, char *reason, size_t reason_len, char *message,
-                  size_t message_len);
+ * the job ahead (only when it belongs to viewer_tenant; NULL = any, for an
+ * admin). -1 when the last pass did not see the job (queued since, or not
+ * queued). */
+int sched_explain(sched *s, const char *job_id, const char *viewer_tenant, char *reason,
+                  size_t reason_len, char *message, size_t message_len);
 
 /* Stops the thread. A running job's trainer gets SIGTERM (then SIGKILL after
  * a grace period) and the job goes back to QUEUED, to run again on the next

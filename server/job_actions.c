@@ -157,7 +157,8 @@ void http_explain_job(const http_config *cfg, http_request *req, http_response *
                  (long long)ahead, job.priority);
     }
     char code[40], why[1024];
-    if (sched_explain(cfg->scheduler, job.id, code, sizeof code, why, sizeof why) == 0)
+    if (sched_explain(cfg->scheduler, job.id, req->who.admin ? NULL : req->who.tenant, code,
+                      sizeof code, why, sizeof why) == 0)
       add_reason(reasons, code, "%s", why);
     else
       add_reason(reasons, "NOT_YET_PLACED",

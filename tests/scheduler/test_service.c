@@ -284,7 +284,7 @@ static void jobs_run_side_by_side_on_their_own_cores_and_a_gang_waits_for_all(vo
   char reason[40], why[1024];
   int seen = -1;
   for (int i = 0; i < 100 && seen != 0; i++) {
-    seen = sched_explain(h.s, "gang", reason, sizeof reason, why, sizeof why);
+    seen = sched_explain(h.s, "gang", NULL, reason, sizeof reason, why, sizeof why);
     if (seen != 0) usleep(20 * 1000);
   }
   assert_int_equal(seen, 0);
