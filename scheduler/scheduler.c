@@ -91,6 +91,7 @@ struct sched {
       wake_lock; /* guards wake_pending, stopping, runs, pending cancels, explain, stats */
   pthread_cond_t wake_cond;
   int wake_pending;
+  int run_ended; /* a runner finished since the scheduler last looked */
   int stopping;
   slot_run **runs;                 /* (max_runs) the jobs on devices */
   slot_run **running_slots;        /* (max_runs) the scheduler thread's pass input */
@@ -721,6 +722,7 @@ static void *runner_main(void *arg) {
   pthread_mutex_lock(&s->wake_lock);
   slot->done = 1;
   s->wake_pending = 1; /* its devices are free: a pass may start the next job */
+  s->run_ended = 1;
   pthread_cond_signal(&s->wake_cond);
   pthread_mutex_unlock(&s->wake_lock);
   return NULL;
@@ -991,10 +993,15 @@ static void *sched_main(void *arg) {
       pthread_cond_timedwait(&s->wake_cond, &s->wake_lock, &until);
     }
     s->wake_pending = 0;
+    int ended = s->run_ended;
+    s->run_ended = 0;
     pthread_mutex_unlock(&s->wake_lock);
-    /* A burst of creates wakes us once per pass, not once per job. */
-    struct timespec pause = {0, (long)pause_ms * 1000000L};
-    nanosleep(&pause, NULL);
+    /* A burst of creates wakes us once per pass, not once per job; a run
+     * that ended is followed at once, its devices taken by the next job. */
+    if (!ended) {
+      struct timespec pause = {0, (long)pause_ms * 1000000L};
+      nanosleep(&pause, NULL);
+    }
   }
   /* Stopping: every runner stops its trainer and re-queues its job. */
   for (;;) {

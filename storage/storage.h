@@ -109,7 +109,9 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
  * then the oldest) whose retry backoff (not_before_ms) has passed, moves it to STARTING
  * (reason CLAIMED, with an event), increments its
  * attempt and fills out (may be NULL). Safe across handles and processes:
- * a job is claimed once. STORE_EMPTY when no job is queued. */
+ * a job is claimed once. STORE_EMPTY when no job is queued. For a consumer
+ * of one slot; kilnd's scheduler places by pools and claims with
+ * store_job_claim. */
 int store_job_claim_next(store *s, store_job *out);
 /* Claims the QUEUED job id as store_job_claim_next would (STARTING, reason
  * CLAIMED, attempt + 1): the scheduler's pass chose it. STORE_CONFLICT when
@@ -135,9 +137,6 @@ int store_job_queue_load(store *s, store_queued **out, int *n, int *cap);
 int store_tenant_starts(store *s, int64_t since_ms,
                         void (*fn)(const char *tenant, int64_t starts, void *user), void *user);
 
-/* The highest priority among QUEUED jobs that may start at now_ms (their
- * retry backoff has passed); STORE_EMPTY when there is none. */
-int store_job_top_queued_priority(store *s, int64_t now_ms, int *priority);
 /* Puts an unfinished job back in the queue to be claimed no earlier than
  * not_before_ms (a retry's backoff), with an event. STORE_CONFLICT when it
  * already ended, STORE_NOT_FOUND when absent. */
