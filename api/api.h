@@ -63,6 +63,7 @@ int api_job_state_is_terminal(api_job_state state);
 #define API_NAME_LEN      128
 #define API_MAX_RESTARTS  100
 #define API_MAX_RUNTIME_S (366 * 24 * 3600)
+#define API_MAX_DEVICES   256 /* per job: a pool holds at most this many */
 #define API_MAX_CHANNELS  16
 
 /* pipeline.augment, in the order they are applied */
@@ -268,9 +269,16 @@ typedef struct api_job_spec {
   /* checkpoint: {"every_steps": N, "keep_last": K} */
   int checkpoint_every_steps; /* 0 (default) = only the final checkpoint */
   int checkpoint_keep_last;   /* newest K kept, older ones deleted; 0 (default) = keep all */
+  /* keep_best: the K best by monitor are kept too ({"keep_best": 2,
+   * "monitor": "val_loss", "mode": "min"}); mode "auto" (default) means
+   * max for a monitor naming accuracy, else min, as in Keras. */
+  int checkpoint_keep_best;
+  char checkpoint_monitor[48];
+  int checkpoint_mode_max; /* 1: higher is better */
   /* resources */
   char device_type[8]; /* "cpu" */
-  int devices;         /* default 1 */
+  int devices;         /* default 1; all at once (gang) */
+  char pool[32];       /* default "default" */
 } api_job_spec;
 
 /* Parses and validates a job spec (len bytes; no NUL needed). On failure

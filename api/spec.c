@@ -1357,6 +1357,18 @@ static void parse_callbacks(checker *c, json_t *obj, api_job_spec *spec) {
     parse_callback(c, plateau, "callbacks.reduce_lr_on_plateau", spec, &spec->plateau, 1);
 }
 
+static int valid_pool_name(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n >= sizeof((api_job_spec *)0)->pool) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = name[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '-' || ch == '_' || ch == '.'))
+      return 0;
+  }
+  return 1;
+}
+
 static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "resources"};
   static const char *const fields[] = {"device_type", "devices", "pool", NULL};
@@ -1369,17 +1381,17 @@ static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
             clip(device_type, quoted, sizeof quoted));
   else if (device_type)
     copy_text(spec->device_type, sizeof spec->device_type, device_type);
-  long long devices;
-  if (get_integer(&s, "devices", OPTIONAL, LLONG_MIN, LLONG_MAX, &devices) == 1) {
-    if (devices != 1)
-      problem(c, "resources.devices", "must be 1 for now (one device per job), got %lld", devices);
-    else
-      spec->devices = (int)devices;
-  }
+  /* How many devices a pool has is the scheduler's to say: a job asking
+   * for more than its pool holds is refused at create (FAILED_PRECONDITION). */
+  get_int(&s, "devices", OPTIONAL, 1, API_MAX_DEVICES, &spec->devices);
   const char *pool = get_string(&s, "pool", OPTIONAL);
-  if (pool && strcmp(pool, "default") != 0)
-    problem(c, "resources.pool", "unknown pool '%s'; only 'default' exists for now",
-            clip(pool, quoted, sizeof quoted));
+  if (pool && !valid_pool_name(pool))
+    problem(c, "resources.pool",
+            "must be 1 to %zu characters of A-Z a-z 0-9 - _ . (a pool of kilnd's --pools), got "
+            "'%s'",
+            sizeof spec->pool - 1, clip(pool, quoted, sizeof quoted));
+  else if (pool)
+    copy_text(spec->pool, sizeof spec->pool, pool);
 }
 
 static void parse_strategy(checker *c, json_t *obj) {
@@ -1397,10 +1409,38 @@ static void parse_strategy(checker *c, json_t *obj) {
  * crash, a retry, a preemption or :resume) starts from the newest. */
 static void parse_checkpoint(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "checkpoint"};
-  static const char *const fields[] = {"every_steps", "keep_last", NULL};
+  static const char *const fields[] = {"every_steps", "keep_last", "keep_best",
+                                       "monitor",     "mode",      NULL};
   refuse_unknown(&s, fields);
   get_int(&s, "every_steps", OPTIONAL, 1, 1000000000, &spec->checkpoint_every_steps);
   get_int(&s, "keep_last", OPTIONAL, 1, 1000000, &spec->checkpoint_keep_last);
+  get_int(&s, "keep_best", OPTIONAL, 1, 1000000, &spec->checkpoint_keep_best);
+  char quoted[64];
+  const char *monitor = get_string(&s, "monitor", OPTIONAL);
+  const char *mode = get_string(&s, "mode", OPTIONAL);
+  if (monitor && !spec->checkpoint_keep_best)
+    problem(c, "checkpoint.monitor", "only ranks checkpoints for keep_best; set keep_best too");
+  if (mode && !spec->checkpoint_keep_best)
+    problem(c, "checkpoint.mode", "only ranks checkpoints for keep_best; set keep_best too");
+  if (!spec->checkpoint_keep_best) return;
+  if (!monitor) monitor = "val_loss"; /* Keras's default */
+  /* The job reports loss and its metrics, each also as val_ with validation data. */
+  const char *base = strncmp(monitor, "val_", 4) == 0 ? monitor + 4 : monitor;
+  int known = !strcmp(base, "loss") || (metric_bit(base) & spec->metrics) != 0;
+  if (!known)
+    problem(c, "checkpoint.monitor",
+            "'%s' is not a metric this job reports; use loss, val_loss or one of metrics "
+            "(with or without val_)",
+            clip(monitor, quoted, sizeof quoted));
+  else
+    copy_text(spec->checkpoint_monitor, sizeof spec->checkpoint_monitor, monitor);
+  if (!mode || !strcmp(mode, "auto"))
+    spec->checkpoint_mode_max = strstr(monitor, "acc") != NULL;
+  else if (!strcmp(mode, "min") || !strcmp(mode, "max"))
+    spec->checkpoint_mode_max = mode[1] == 'a';
+  else
+    problem(c, "checkpoint.mode", "must be min, max or auto, got '%s'",
+            clip(mode, quoted, sizeof quoted));
 }
 
 /* profile: {"steps": [first, last]}, optimizer steps to record. */
@@ -1564,6 +1604,7 @@ static void set_defaults(api_job_spec *spec) {
   spec->accumulation_steps = 1;
   copy_text(spec->device_type, sizeof spec->device_type, "cpu");
   spec->devices = 1;
+  copy_text(spec->pool, sizeof spec->pool, "default");
 }
 
 /* A spec that is sound on its own must also fit its data: examples of the
@@ -1977,12 +2018,18 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, root, "priority", json_integer(spec->priority));
   put(&b, root, "max_restarts", json_integer(spec->max_restarts));
   put(&b, root, "max_runtime", json_integer(spec->max_runtime_s));
-  if (spec->checkpoint_every_steps || spec->checkpoint_keep_last) {
+  if (spec->checkpoint_every_steps || spec->checkpoint_keep_last || spec->checkpoint_keep_best) {
     json_t *checkpoint = json_object();
     if (spec->checkpoint_every_steps)
       put(&b, checkpoint, "every_steps", json_integer(spec->checkpoint_every_steps));
     if (spec->checkpoint_keep_last)
       put(&b, checkpoint, "keep_last", json_integer(spec->checkpoint_keep_last));
+    if (spec->checkpoint_keep_best) {
+      put(&b, checkpoint, "keep_best", json_integer(spec->checkpoint_keep_best));
+      put(&b, checkpoint, "monitor",
+          bounded_string(spec->checkpoint_monitor, sizeof spec->checkpoint_monitor));
+      put(&b, checkpoint, "mode", json_string(spec->checkpoint_mode_max ? "max" : "min"));
+    }
     put(&b, root, "checkpoint", checkpoint);
   }
 
@@ -1991,7 +2038,7 @@ char *api_spec_to_json(const api_job_spec *spec) {
   json_t *resources = json_object();
   put(&b, resources, "device_type", bounded_string(spec->device_type, sizeof spec->device_type));
   put(&b, resources, "devices", json_integer(spec->devices));
-  put(&b, resources, "pool", json_string("default"));
+  put(&b, resources, "pool", bounded_string(spec->pool, sizeof spec->pool));
   put(&b, root, "resources", resources);
   put(&b, root, "precision", json_string("float32"));
   json_t *strategy = json_object();

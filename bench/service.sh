@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The service benchmark, one run on loopback: GET /v1/jobs/{id} under wrk
 # against nginx serving the same JSON as a static file, job creation per
-# second, metric ingestion per second, and one scheduling pass over 10,000
-# queued jobs. Needs a build (cmake --build build) and wrk + nginx-light.
+# second (in the store alone and through POST /v1/jobs), metric ingestion
+# per second, and one scheduling pass over 10,000 queued jobs. Needs a build
+# (cmake --build build) and wrk + nginx-light.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -17,7 +18,10 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== store"
-"$build/bench/bench_service" store "$tmp" | tee "$tmp/store.out"
+"$build/bench/bench_service" store "$tmp" examples/fmnist-mlp.json | tee "$tmp/store.out"
+
+echo "== one scheduling pass (placement over the queue, then reading it from the store)"
+"$build/bench/kiln-bench-sched-pass"
 
 echo "== kilnd (jobs queue behind one that never ends, so nothing trains)"
 printf '#!/bin/sh\nexec sleep 600\n' > "$tmp/trainer.sh"

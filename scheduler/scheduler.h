@@ -1,7 +1,8 @@
-/* scheduler.h — kiln's scheduler: takes queued jobs from the store one at a
- * time, runs each in its own kiln-train process on the local CPU, streams
- * its progress lines into the store, and records how it ended.
- * Prefix sched_. */
+/* scheduler.h — kiln's scheduler: an inventory of device slots in pools,
+ * passes that place queued jobs on all the devices they ask for (priority,
+ * fair share, EASY backfill, preemption), one kiln-train process per
+ * running job with its progress streamed into the store, and how each run
+ * ended. Prefix sched_. */
 #ifndef KILN_SCHEDULER_H
 #define KILN_SCHEDULER_H
 
@@ -30,6 +31,9 @@ typedef struct sched_config {
    * it (SIGTERM, so kiln-train checkpoints first); the stopped job goes
    * PREEMPTED, then back to QUEUED, and resumes from that checkpoint. */
   int preempt;
+  /* A pools file (see sched_pools_parse); NULL = one "default" pool of every
+   * CPU core (and a "gpu" pool of every GPU). */
+  const char *pools_path;
   sched_log_fn log; /* may be NULL */
   void *log_user;
 } sched_config;
@@ -39,25 +43,167 @@ typedef struct sched_config {
 int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen);
 /* Tells the scheduler a job was queued, so it need not wait for its poll. */
 void sched_wake(sched *s);
-/* Asks the scheduler to cancel job_id if it is the one starting or running:
- * it goes STOPPING, kiln-train gets SIGTERM (SIGKILL after a grace period)
- * and the job ends CANCELLED. A queued job is cancelled in the store by the
- * caller instead; a request for a job that is not running is forgotten once
- * another job starts. */
+/* Asks the scheduler to cancel job_id if it is starting or running: it goes
+ * STOPPING, kiln-train gets SIGTERM (SIGKILL after a grace period) and the
+ * job ends CANCELLED. A queued job is cancelled in the store by the caller
+ * instead. */
 void sched_cancel(sched *s, const char *job_id);
 
 typedef struct sched_stats {
-  char running_job[40];     /* "" when idle */
-  int devices_busy;         /* devices the running job holds */
-  int devices_total;        /* CPU slots this scheduler hands out */
+  int running_jobs;         /* jobs on devices now */
+  int devices_busy;         /* devices they hold */
+  int devices_total;        /* slots in every pool */
   uint64_t points_ingested; /* metric points written since start */
   uint64_t jobs_started;    /* trainer processes started since start */
 } sched_stats;
 void sched_get_stats(sched *s, sched_stats *out);
 
+typedef struct sched_pool_info {
+  char name[32];
+  char device_type[8];
+  int devices, devices_busy, running_jobs, queued_jobs;
+} sched_pool_info;
+/* The pools with what runs on them; returns how many were filled. */
+int sched_pools_info(sched *s, sched_pool_info *out, int max);
+
+typedef struct sched_device_info {
+  char pool[32];
+  char device_type[8];
+  int index;      /* the machine's index of the device of that type (a CPU core, a GPU) */
+  char model[64]; /* a GPU's name; "" for a CPU core */
+  char job[40];   /* the job on it; "" when free */
+} sched_device_info;
+/* Every device in a pool, pool by pool; returns how many were filled. */
+int sched_devices_info(sched *s, sched_device_info *out, int max);
+
+/* Whether a job asking for devices of device_type ("" = the pool's) in pool
+ * ("" = "default") could ever start here. 0, or -1 with the spec field
+ * ("resources.pool", "resources.device_type", "resources.devices") and a
+ * sentence. */
+int sched_check_fits(sched *s, const char *pool, const char *device_type, int devices, char *field,
+                     size_t field_len, char *msg, size_t msg_len);
+
+/* Why a queued job waits, as the last pass saw it: reason is a
+ * sched_wait_name() code, message a sentence naming counts, the pool and
+ * the job ahead (only when it belongs to viewer_tenant; NULL = any, for an
+ * admin). -1 when the last pass did not see the job (queued since, or not
+ * queued). */
+int sched_explain(sched *s, const char *job_id, const char *viewer_tenant, char *reason,
+                  size_t reason_len, char *message, size_t message_len);
+
 /* Stops the thread. A running job's trainer gets SIGTERM (then SIGKILL after
  * a grace period) and the job goes back to QUEUED, to run again on the next
  * start. NULL is a no-op. */
 void sched_stop(sched *s);
+
+/* ---- placement: one scheduling pass (placement.c) ----
+ * Pure: no I/O, no locks, no allocation once its scratch has grown. The
+ * scheduler thread runs it over the queue it reads from the store; tests and
+ * bench/ run it over queues they make. */
+
+#define SCHED_MAX_POOLS   16
+#define SCHED_MAX_DEVICES 256 /* per pool */
+#define SCHED_NO_END      INT64_MAX
+
+typedef struct sched_pool {
+  char name[32];
+  char device_type[8]; /* "cpu" or "gpu" */
+  int n_devices;
+  int devices[SCHED_MAX_DEVICES]; /* the machine's indices of its devices of that type */
+} sched_pool;
+
+/* Why a queued job did not start in a pass (or that it did). */
+typedef enum sched_wait {
+  SCHED_START = 0,              /* placed: all its devices are free and it delays no one */
+  SCHED_WAITING_FOR_DEVICES,    /* first in line in its pool: it holds the pool's reservation */
+  SCHED_WAITING_FOR_PREEMPTION, /* first in line; lower-priority jobs are stopping for it */
+  SCHED_BEHIND_HIGHER_PRIORITY, /* another job (blocker) of higher priority holds the reservation */
+  SCHED_BEHIND_EARLIER_JOB,     /* the same, by a job of its priority ahead in fair-share order */
+  SCHED_RETRY_BACKOFF,          /* a failed attempt's backoff has not passed */
+  SCHED_NEVER_FITS,             /* its pool does not exist or has fewer devices than it asks */
+} sched_wait;
+const char *sched_wait_name(sched_wait w); /* "WAITING_FOR_DEVICES" ... */
+
+/* A queued job as a pass sees it; the pass fills the fields below `out`. */
+typedef struct sched_job_req {
+  int pool;    /* index into the pools; -1 = a pool that does not exist */
+  int devices; /* gang: all of them at once or none */
+  int priority;
+  int tenant; /* index into tenant_starts */
+  int64_t seq;
+  int64_t max_runtime_ms; /* 0 = no limit */
+  int64_t not_before_ms;  /* retry backoff; 0 = none */
+  /* out */
+  sched_wait wait;
+  int blocker;         /* BEHIND_*: the queue index of the job holding the reservation */
+  int64_t start_by_ms; /* WAITING_*: the latest start its reservation promises, or SCHED_NO_END */
+} sched_job_req;
+
+/* A running job as a pass sees it. */
+typedef struct sched_running_req {
+  int pool, devices, priority;
+  int64_t end_by_ms; /* start + max_runtime; SCHED_NO_END without a limit */
+  int stopping;      /* already stopping (preempted or cancelled): its devices come back soon */
+  /* out */
+  int preempt_for; /* the queue index of the job it must make room for, -1 = none */
+} sched_running_req;
+
+typedef struct sched_pass {
+  const sched_pool *pools;
+  int n_pools;
+  sched_running_req *running;
+  int n_running;
+  sched_job_req *queue; /* highest priority first, oldest first within one */
+  int n_queue;
+  const int64_t *tenant_starts; /* recent starts per tenant index: fair share */
+  int n_tenants;
+  int64_t now_ms;
+  int preempt; /* may stop lower-priority running jobs for a blocked one */
+  /* out */
+  int n_started, n_preempted;
+  int free_devices[SCHED_MAX_POOLS]; /* per pool, after the pass's starts */
+} sched_pass;
+
+/* Holds a pass's scratch (orders, reservations) between passes. */
+typedef struct sched_planner sched_planner;
+sched_planner *sched_planner_new(void);
+void sched_planner_free(sched_planner *pl); /* NULL is a no-op */
+/* One pass. Order: priority, then fair share within a priority (the tenant
+ * with the fewest recent starts goes first, counting the jobs this order
+ * puts before), then age. In that order a job starts when its pool has all
+ * the devices it asks for. The first job that does not fit holds the pool's
+ * reservation (EASY backfill): from the running jobs' max_runtime it gets
+ * the time by which enough devices are free (start_by_ms), and a later job
+ * starts ahead of it only if it ends by then or uses only devices the
+ * reserved job leaves spare at that time; when a running job it waits on
+ * has no max_runtime the time is unknown and nothing passes it. With
+ * preempt, the reserved job of higher priority than some running ones
+ * stops the fewest lowest-priority of them that make it fit. 0, or -1 when
+ * scratch memory cannot grow. */
+int sched_plan(sched_planner *pl, sched_pass *p);
+
+/* ---- pools (pools.c) ---- */
+
+typedef struct sched_inventory {
+  int cpus;                       /* CPU cores this process may run on */
+  int cpu_ids[SCHED_MAX_DEVICES]; /* the kernel's number of the i-th of them (what pins use) */
+  int gpus;                       /* CUDA devices (0 without KILN_CUDA) */
+  char gpu_names[8][64];
+} sched_inventory;
+/* Counts this machine's devices: each CPU core in the process's affinity
+ * mask is one slot; GPUs through the CUDA runtime in a KILN_CUDA build. */
+void sched_inventory_detect(sched_inventory *inv);
+/* Without a config file: "default" with every CPU core, and "gpu" with
+ * every GPU when there are any. */
+int sched_pools_default(const sched_inventory *inv, sched_pool *pools, int max_pools);
+/* Parses a pools file: {"pools": [{"name": "train", "device_type": "cpu",
+ * "devices": [0, 1]}, ...]}. Names are 1..31 of [A-Za-z0-9_-.], unique;
+ * device_type "cpu" or "gpu"; devices the machine's indices of that type
+ * (or a count, "devices": 2, for the first free ones), each in one pool at
+ * most. The number of pools, or -1 with a sentence naming the field in err. */
+int sched_pools_parse(const char *text, const sched_inventory *inv, sched_pool *pools,
+                      int max_pools, char *err, size_t errlen);
+int sched_pools_load(const char *path, const sched_inventory *inv, sched_pool *pools, int max_pools,
+                     char *err, size_t errlen);
 
 #endif

@@ -38,6 +38,7 @@ struct http_upload {
   int too_large;
   api_dataset_manifest manifest;
   char display_name[128];
+  char tenant[64]; /* the uploader's: only that tenant sees the data set */
 };
 
 static json_t *builtin_json(const http_config *cfg, const api_builtin_dataset *d) {
@@ -116,8 +117,8 @@ static int new_dataset_id(char out[API_DATASET_ID_LEN + 1]) {
 
 /* ---- uploads ---- */
 
-int http_upload_begin(const http_config *cfg, void *connection, http_upload **out,
-                      http_response *res) {
+int http_upload_begin(const http_config *cfg, const http_principal *who, void *connection,
+                      http_upload **out, http_response *res) {
   *out = NULL;
   struct MHD_Connection *c = connection;
   const char *format = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "format");
@@ -159,6 +160,7 @@ int http_upload_begin(const http_config *cfg, void *connection, http_upload **ou
     return -1;
   }
   snprintf(u->manifest.id, sizeof u->manifest.id, "%s", u->id);
+  snprintf(u->tenant, sizeof u->tenant, "%s", who->tenant);
   u->manifest.format = (api_dataset_format)f;
   if (f == API_DATASET_CSV) snprintf(u->manifest.label_column, 64, "%s", label);
   snprintf(u->display_name, sizeof u->display_name, "%s", display ? display : "");
@@ -305,6 +307,7 @@ void http_upload_finish(const http_config *cfg, http_upload *u, http_response *r
   free(shape);
   json_decref(summary);
   d.create_ms = store_now_ms();
+  snprintf(d.tenant, sizeof d.tenant, "%s", u->tenant);
   if (rename(u->tmp_dir, d.path) != 0) {
     http_reply_status(res, 500, "INTERNAL", NULL, "cannot move the upload into %s: %s", d.path,
                       strerror(errno));
@@ -356,7 +359,9 @@ void http_list_datasets(const http_config *cfg, http_request *req, http_response
       json_array_append_new(arr, builtin_json(cfg, api_builtin_dataset_at(i)));
   store_dataset *list = NULL;
   int n = 0;
-  if (store_dataset_list(cfg->st, before, (int)page_size + 1, &list, &n) != STORE_OK) {
+  /* Uploads are their tenant's: an admin sees every tenant's. */
+  if (store_dataset_list_tenant(cfg->st, req->who.admin ? NULL : req->who.tenant, before,
+                                (int)page_size + 1, &list, &n) != STORE_OK) {
     json_decref(arr);
     http_reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(cfg->st));
     return;
@@ -369,6 +374,10 @@ void http_list_datasets(const http_config *cfg, http_request *req, http_response
   json_object_set_new(doc, "datasets", arr);
   json_object_set_new(doc, "next_page_token", json_string(next));
   http_reply_json(res, 200, doc);
+}
+
+static int visible(const http_principal *who, const store_dataset *d) {
+  return who->admin || strcmp(who->tenant, d->tenant) == 0;
 }
 
 static void one_dataset(const http_config *cfg, const http_request *req, http_response *res,
@@ -395,7 +404,8 @@ static void one_dataset(const http_config *cfg, const http_request *req, http_re
   }
   store_dataset d;
   int rc = store_dataset_get(cfg->st, id, &d);
-  if (rc == STORE_NOT_FOUND) {
+  /* Another tenant's upload is as absent as a missing one. */
+  if (rc == STORE_NOT_FOUND || (rc == STORE_OK && !visible(&req->who, &d))) {
     http_reply_status(res, 404, "NOT_FOUND", "dataset", "data set '%s' does not exist", id);
     return;
   }
@@ -442,10 +452,12 @@ void http_create_dataset(const http_config *cfg, http_request *req, http_respons
                     "without its upload");
 }
 
-int http_datasets_check_spec(const http_config *cfg, const api_job_spec *spec, http_response *res) {
+int http_datasets_check_spec(const http_config *cfg, const http_principal *who,
+                             const api_job_spec *spec, http_response *res) {
   const int uploaded = api_dataset_id_valid(spec->dataset);
   store_dataset d;
   int rc = uploaded ? store_dataset_get(cfg->st, spec->dataset, &d) : STORE_OK;
+  if (rc == STORE_OK && uploaded && !visible(who, &d)) rc = STORE_NOT_FOUND;
   if (spec->interleave_cycle_length > 0 &&
       (!uploaded || (rc == STORE_OK && strcmp(d.format, "images") != 0))) {
     http_reply_status(

@@ -78,7 +78,8 @@ static json_t *latest_metrics(store *st, const char *job_id) {
   return latest;
 }
 
-json_t *http_job_json(store *st, const store_job *job, int with_metrics) {
+/* Every field of a job's resource but its spec. */
+static json_t *job_json_without_spec(store *st, const store_job *job, int with_metrics) {
   json_t *o = json_object();
   char name[64];
   snprintf(name, sizeof name, "jobs/%s", job->id);
@@ -95,11 +96,48 @@ json_t *http_job_json(store *st, const store_job *job, int with_metrics) {
   set_time(o, "create_time", job->create_ms);
   set_time(o, "start_time", job->start_ms);
   set_time(o, "end_time", job->end_ms);
-  json_t *spec = job->spec_json ? json_loads(job->spec_json, 0, NULL) : NULL;
-  json_object_set_new(o, "spec", spec ? spec : json_object());
   if (with_metrics && job->id[0])
     json_object_set_new(o, "latest_metrics", latest_metrics(st, job->id));
   return o;
+}
+
+json_t *http_job_json(store *st, const store_job *job, int with_metrics) {
+  json_t *o = job_json_without_spec(st, job, with_metrics);
+  json_t *spec = job->spec_json ? json_loads(job->spec_json, 0, NULL) : NULL;
+  json_object_set_new(o, "spec", spec ? spec : json_object());
+  return o;
+}
+
+void http_reply_job(http_response *res, store *st, const store_job *job, int with_metrics) {
+  /* The stored spec is already canonical compact JSON (api_spec_to_json):
+   * spliced in as text, not parsed and printed again on every answer. */
+  const char *spec = job->spec_json;
+  size_t spec_len = spec ? strlen(spec) : 0;
+  if (spec_len < 2 || spec[0] != '{' || spec[spec_len - 1] != '}') {
+    http_reply_json(res, 200, http_job_json(st, job, with_metrics));
+    return;
+  }
+  json_t *o = job_json_without_spec(st, job, with_metrics);
+  char *head = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  size_t head_len = head ? strlen(head) : 0;
+  char *body = head_len >= 2 ? malloc(head_len + spec_len + 16) : NULL;
+  if (!body) {
+    free(head);
+    http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
+    return;
+  }
+  /* {"name":...,"end_time":...} -> {"name":...,"end_time":...,"spec":SPEC} */
+  memcpy(body, head, head_len - 1);
+  size_t used = head_len - 1;
+  used += (size_t)sprintf(body + used, "%s\"spec\":", head_len > 2 ? "," : "");
+  memcpy(body + used, spec, spec_len);
+  used += spec_len;
+  body[used++] = '}';
+  body[used] = '\0';
+  free(head);
+  res->status = 200;
+  res->body = body;
 }
 
 /* ---- ids ---- */
@@ -161,8 +199,15 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     http_reply_error(res, &e);
     return;
   }
-  if (http_datasets_check_spec(cfg, spec, res) != 0) {
+  if (http_datasets_check_spec(cfg, &req->who, spec, res) != 0) {
     free(spec);
+    return;
+  }
+  char field[40], why[300];
+  if (sched_check_fits(cfg->scheduler, spec->pool, spec->device_type, spec->devices, field,
+                       sizeof field, why, sizeof why) != 0) {
+    free(spec);
+    http_reply_status(res, 409, "FAILED_PRECONDITION", field, "%s", why);
     return;
   }
   store_job job;
@@ -171,6 +216,9 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   snprintf(job.tenant, sizeof job.tenant, "%s", req->who.tenant);
   if (request_id) snprintf(job.request_id, sizeof job.request_id, "%s", request_id);
   job.priority = spec->priority;
+  snprintf(job.pool, sizeof job.pool, "%s", spec->pool);
+  job.devices = spec->devices;
+  job.max_runtime_s = spec->max_runtime_s;
   job.spec_json = api_spec_to_json(spec);
   free(spec);
   if (!job.spec_json) {
@@ -180,7 +228,7 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   snprintf(job.state, sizeof job.state, "QUEUED");
   if (dry_run) {
     job.message = "";
-    http_reply_json(res, 200, http_job_json(cfg->st, &job, 0));
+    http_reply_job(res, cfg->st, &job, 0);
     free(job.spec_json);
     return;
   }
@@ -196,7 +244,7 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   if (rc == STORE_EXISTS) {
     /* The same request again: the job it made, not a second one. */
     free(job.spec_json);
-    http_reply_json(res, 200, http_job_json(cfg->st, &existing, 1));
+    http_reply_job(res, cfg->st, &existing, 1);
     store_job_clear(&existing);
     return;
   }
@@ -209,7 +257,7 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   /* The job as committed (QUEUED, CREATED), without reading it back. */
   snprintf(job.reason, sizeof job.reason, "CREATED");
   job.message = "";
-  http_reply_json(res, 200, http_job_json(cfg->st, &job, 0));
+  http_reply_job(res, cfg->st, &job, 0);
   free(job.spec_json);
 }
 
@@ -368,7 +416,7 @@ int http_load_job(const http_config *cfg, const http_request *req, store_job *jo
 void http_get_job(const http_config *cfg, http_request *req, http_response *res) {
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
-  http_reply_json(res, 200, http_job_json(cfg->st, &job, 1));
+  http_reply_job(res, cfg->st, &job, 1);
   store_job_clear(&job);
 }
 
@@ -451,6 +499,10 @@ json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c) {
   json_object_set_new(o, "format", json_string("safetensors"));
   json_object_set_new(o, "pinned", json_boolean(c->pinned));
   json_object_set_new(o, "create_time", http_rfc3339(c->create_ms));
+  /* The newest value of each metric when it was written (keep_best ranks by these). */
+  json_t *metrics = c->metrics_json ? json_loads(c->metrics_json, 0, NULL) : NULL;
+  json_object_set_new(o, "metrics", json_is_object(metrics) ? metrics : json_object());
+  if (metrics && !json_is_object(metrics)) json_decref(metrics);
   return o;
 }
 

@@ -193,7 +193,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       /* The token is checked before a byte of the upload is taken. */
       http_request who = {.method = method, .path = url, .body = "", .connection = c};
       if (http_authenticate(&srv->cfg, &who, &res) == 0 &&
-          http_upload_begin(&srv->cfg, c, &ctx->upload, &res) == 0)
+          http_upload_begin(&srv->cfg, &who.who, c, &ctx->upload, &res) == 0)
         return MHD_YES;
       ctx->answered = 1;
       return send_response(c, &res);

@@ -149,8 +149,6 @@ void http_explain_job(const http_config *cfg, http_request *req, http_response *
       http_reply_store_failure(res, cfg->st);
       return;
     }
-    sched_stats stats;
-    sched_get_stats(cfg->scheduler, &stats);
     if (ahead > 0) {
       add_reason(reasons, "JOBS_AHEAD",
                  "%lld queued job(s) of higher priority, or of the same priority and older, are "
@@ -158,13 +156,14 @@ void http_explain_job(const http_config *cfg, http_request *req, http_response *
                  "among those of its priority)",
                  (long long)ahead, job.priority);
     }
-    if (stats.running_job[0]) {
-      add_reason(reasons, "DEVICES_BUSY",
-                 "job %s holds the scheduler's devices (%d of %d busy); jobs run one at a time",
-                 stats.running_job, stats.devices_busy, stats.devices_total);
-    }
-    if (ahead == 0 && !stats.running_job[0])
-      add_reason(reasons, "NEXT", "this job is next; the scheduler starts it within a second");
+    char code[40], why[1024];
+    if (sched_explain(cfg->scheduler, job.id, req->who.admin ? NULL : req->who.tenant, code,
+                      sizeof code, why, sizeof why) == 0)
+      add_reason(reasons, code, "%s", why);
+    else
+      add_reason(reasons, "NOT_YET_PLACED",
+                 "queued since the scheduler's last pass; the next one (within a second) "
+                 "places it or says why it waits");
   } else if (is_terminal(job.state)) {
     add_reason(reasons, "ENDED", "the job ended %s (%s): %s", job.state, job.reason,
                job.message ? job.message : "");

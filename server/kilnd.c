@@ -60,8 +60,12 @@ static void usage(FILE *to) {
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
           "  --max-upload-bytes N   largest data set upload accepted (default 1 GiB)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
-          "  --preempt              a queued job of higher priority stops the running one\n"
-          "                         (it checkpoints, goes PREEMPTED, then QUEUED and resumes)\n"
+          "  --preempt              a queued job of higher priority that does not fit stops\n"
+          "                         lower-priority ones (they checkpoint, go PREEMPTED, then\n"
+          "                         QUEUED and resume)\n"
+          "  --pools FILE           device pools, {\"pools\": [{\"name\": \"train\",\n"
+          "                         \"device_type\": \"cpu\", \"devices\": [0, 1]}]} (default:\n"
+          "                         pool \"default\" of every CPU core, \"gpu\" of every GPU)\n"
           "  --insecure-no-auth     accept requests without a token, as the default\n"
           "                         tenant's admin (development only; loopback only)\n"
           "  -h, --help             this help\n\n"
@@ -208,10 +212,11 @@ int main(int argc, char **argv) {
                                           {"port-file", required_argument, NULL, 'p'},
                                           {"insecure-no-auth", no_argument, NULL, 'i'},
                                           {"preempt", no_argument, NULL, 'P'},
+                                          {"pools", required_argument, NULL, 'o'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
-  const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL;
+  const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL, *pools = NULL;
   char trainer[PATH_MAX] = "";
   long max_body = DEFAULT_MAX_BODY;
   long long max_upload = 1LL << 30;
@@ -226,6 +231,7 @@ int main(int argc, char **argv) {
     case 'p': port_file = optarg; break;
     case 'i': no_auth = 1; break;
     case 'P': preempt = 1; break;
+    case 'o': pools = optarg; break;
     case 'b':
       max_body = strtol(optarg, &end, 10);
       if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
@@ -305,6 +311,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: %s\n", err);
     return 1;
   }
+  /* Requests commit through this handle: none of them pays for a checkpoint. */
+  if (store_checkpoint_in_background(st) != STORE_OK) {
+    fprintf(stderr, "kilnd: %s\n", store_errmsg(st));
+    store_close(st);
+    return 1;
+  }
   char token_path[PATH_MAX + 16] = "";
   int token_created = 0;
   if (!no_auth &&
@@ -318,6 +330,7 @@ int main(int argc, char **argv) {
                      .trainer_path = trainer,
                      .datasets_dir = datasets_dir,
                      .preempt = preempt,
+                     .pools_path = pools,
                      .log = sched_log};
   sched *scheduler = NULL;
   if (sched_start(&sc, &scheduler, err, sizeof err) != 0) {

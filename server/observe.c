@@ -171,47 +171,66 @@ void http_openapi(const http_config *cfg, http_request *req, http_response *res)
   http_reply_json(res, 200, doc);
 }
 
-/* Each CPU core is one slot in the one local pool; the running job holds the
- * first devices_busy of them. */
-static json_t *devices_json(const sched_stats *stats) {
-  json_t *arr = json_array();
-  for (int i = 0; i < stats->devices_total; i++) {
-    json_t *d = json_object();
-    char name[64];
-    snprintf(name, sizeof name, "devices/cpu-%d", i);
-    json_object_set_new(d, "name", json_string(name));
-    json_object_set_new(d, "type", json_string("cpu"));
-    json_object_set_new(d, "index", json_integer(i));
-    json_object_set_new(d, "pool", json_string("default"));
-    int busy = i < stats->devices_busy;
-    json_object_set_new(d, "busy", json_boolean(busy));
-    if (busy) json_object_set_new(d, "job", json_string(stats->running_job));
-    json_array_append_new(arr, d);
-  }
-  return arr;
+/* 1 when the caller may see job id (an admin, or its own tenant's job). */
+static int job_visible(const http_config *cfg, const http_request *req, const char *id) {
+  if (req->who.admin) return 1;
+  store_job job;
+  if (store_job_get(cfg->st, id, &job) != STORE_OK) return 0;
+  int mine = strcmp(job.tenant, req->who.tenant) == 0;
+  store_job_clear(&job);
+  return mine;
 }
 
+/* Every device of every pool, and the job on it. */
 void http_list_devices(const http_config *cfg, http_request *req, http_response *res) {
-  (void)req;
-  sched_stats stats;
-  sched_get_stats(cfg->scheduler, &stats);
+  enum { MAX_LISTED = SCHED_MAX_POOLS * SCHED_MAX_DEVICES };
+  sched_device_info *devices = malloc(MAX_LISTED * sizeof *devices);
+  if (!devices) {
+    http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
+    return;
+  }
+  int n = sched_devices_info(cfg->scheduler, devices, MAX_LISTED);
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++) {
+    const sched_device_info *d = &devices[i];
+    json_t *obj = json_object();
+    char name[64];
+    snprintf(name, sizeof name, "devices/%s-%d", d->device_type, d->index);
+    json_object_set_new(obj, "name", json_string(name));
+    json_object_set_new(obj, "type", json_string(d->device_type));
+    json_object_set_new(obj, "index", json_integer(d->index));
+    if (d->model[0]) json_object_set_new(obj, "model", json_string(d->model));
+    json_object_set_new(obj, "pool", json_string(d->pool));
+    json_object_set_new(obj, "busy", json_boolean(d->job[0] != '\0'));
+    /* Another tenant's job id is not shown: only that the device is taken. */
+    if (d->job[0] && job_visible(cfg, req, d->job))
+      json_object_set_new(obj, "job", json_string(d->job));
+    json_array_append_new(arr, obj);
+  }
+  free(devices);
   json_t *doc = json_object();
-  json_object_set_new(doc, "devices", devices_json(&stats));
+  json_object_set_new(doc, "devices", arr);
   http_reply_json(res, 200, doc);
 }
 
 void http_list_pools(const http_config *cfg, http_request *req, http_response *res) {
   (void)req;
-  sched_stats stats;
-  sched_get_stats(cfg->scheduler, &stats);
-  json_t *pool = json_object();
-  json_object_set_new(pool, "name", json_string("pools/default"));
-  json_object_set_new(pool, "id", json_string("default"));
-  json_object_set_new(pool, "device_type", json_string("cpu"));
-  json_object_set_new(pool, "devices", json_integer(stats.devices_total));
-  json_object_set_new(pool, "devices_busy", json_integer(stats.devices_busy));
+  sched_pool_info pools[SCHED_MAX_POOLS];
+  int n = sched_pools_info(cfg->scheduler, pools, SCHED_MAX_POOLS);
   json_t *arr = json_array();
-  json_array_append_new(arr, pool);
+  for (int k = 0; k < n; k++) {
+    json_t *pool = json_object();
+    char name[64];
+    snprintf(name, sizeof name, "pools/%.31s", pools[k].name);
+    json_object_set_new(pool, "name", json_string(name));
+    json_object_set_new(pool, "id", json_string(pools[k].name));
+    json_object_set_new(pool, "device_type", json_string(pools[k].device_type));
+    json_object_set_new(pool, "devices", json_integer(pools[k].devices));
+    json_object_set_new(pool, "devices_busy", json_integer(pools[k].devices_busy));
+    json_object_set_new(pool, "running_jobs", json_integer(pools[k].running_jobs));
+    json_object_set_new(pool, "queued_jobs", json_integer(pools[k].queued_jobs));
+    json_array_append_new(arr, pool);
+  }
   json_t *doc = json_object();
   json_object_set_new(doc, "pools", arr);
   http_reply_json(res, 200, doc);

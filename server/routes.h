@@ -32,6 +32,8 @@ json_t *http_rfc3339(int64_t ms);
 
 /* ---- jobs ---- */
 json_t *http_job_json(store *st, const store_job *job, int with_metrics);
+/* Answers 200 with the job's resource, its stored spec spliced in as text. */
+void http_reply_job(http_response *res, store *st, const store_job *job, int with_metrics);
 json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c);
 /* 1 when s is 1..max characters of A-Z a-z 0-9 - _ . (ids, request ids). */
 int http_valid_name(const char *s, size_t max);

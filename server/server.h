@@ -106,8 +106,8 @@ char *http_counters_prometheus(http_counters *c);
  * or -1 with res filled and the body never read), write each chunk, finish
  * (res filled), free (removes what was not kept; NULL is a no-op). */
 typedef struct http_upload http_upload;
-int http_upload_begin(const http_config *cfg, void *connection, http_upload **out,
-                      http_response *res);
+int http_upload_begin(const http_config *cfg, const http_principal *who, void *connection,
+                      http_upload **out, http_response *res);
 void http_upload_write(const http_config *cfg, http_upload *u, const char *data, size_t len);
 void http_upload_finish(const http_config *cfg, http_upload *u, http_response *res);
 void http_upload_free(http_upload *u);
@@ -115,7 +115,7 @@ void http_upload_free(http_upload *u);
 /* 0 when the spec's data set is built in, or uploaded and fits the spec;
  * else -1 with res filled (400 naming the field). */
 struct api_job_spec;
-int http_datasets_check_spec(const http_config *cfg, const struct api_job_spec *spec,
-                             http_response *res);
+int http_datasets_check_spec(const http_config *cfg, const http_principal *who,
+                             const struct api_job_spec *spec, http_response *res);
 
 #endif

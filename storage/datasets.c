@@ -12,7 +12,7 @@
 
 #define DATASET_COLUMNS                                                                            \
   "seq, id, display_name, format, label_column, path, bytes, sha256, examples, test_examples,"     \
-  " classes, input_shape_json, create_ms"
+  " classes, input_shape_json, create_ms, tenant"
 
 static void text_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
   const char *text = (const char *)sqlite3_column_text(st, col);
@@ -34,6 +34,7 @@ static void read_row(sqlite3_stmt *st, store_dataset *d) {
   d->classes = sqlite3_column_int(st, 10);
   text_col(d->input_shape_json, sizeof d->input_shape_json, st, 11);
   d->create_ms = sqlite3_column_int64(st, 12);
+  text_col(d->tenant, sizeof d->tenant, st, 13);
 }
 
 int store_dataset_add(store *s, const store_dataset *d) {
@@ -44,7 +45,7 @@ int store_dataset_add(store *s, const store_dataset *d) {
   if (sqlite3_prepare_v2(db,
                          "INSERT INTO datasets (id, display_name, format, label_column, path, "
                          "bytes, sha256, examples, test_examples, classes, input_shape_json, "
-                         "create_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                         "create_ms, tenant) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
                          -1, &st, NULL) != SQLITE_OK) {
     store_internal_error(s, 1, "add data set %s: prepare", d->id);
     goto done;
@@ -61,6 +62,7 @@ int store_dataset_add(store *s, const store_dataset *d) {
   sqlite3_bind_int(st, 10, d->classes);
   sqlite3_bind_text(st, 11, d->input_shape_json[0] ? d->input_shape_json : "[]", -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 12, d->create_ms ? d->create_ms : store_now_ms());
+  sqlite3_bind_text(st, 13, d->tenant[0] ? d->tenant : STORE_DEFAULT_TENANT, -1, SQLITE_STATIC);
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
     rc = STORE_OK;
@@ -104,6 +106,11 @@ done:
 }
 
 int store_dataset_list(store *s, int64_t before_seq, int limit, store_dataset **out, int *n) {
+  return store_dataset_list_tenant(s, NULL, before_seq, limit, out, n);
+}
+
+int store_dataset_list_tenant(store *s, const char *tenant, int64_t before_seq, int limit,
+                              store_dataset **out, int *n) {
   *out = NULL;
   *n = 0;
   if (!s || limit < 1) return STORE_ERROR;
@@ -113,13 +120,14 @@ int store_dataset_list(store *s, int64_t before_seq, int limit, store_dataset **
   store_dataset *list = NULL;
   if (sqlite3_prepare_v2(db,
                          "SELECT " DATASET_COLUMNS " FROM datasets WHERE (?1 = 0 OR seq < ?1)"
-                         " ORDER BY seq DESC LIMIT ?2",
+                         " AND (?3 IS NULL OR tenant = ?3) ORDER BY seq DESC LIMIT ?2",
                          -1, &st, NULL) != SQLITE_OK) {
     store_internal_error(s, 1, "list data sets: prepare");
     goto done;
   }
   sqlite3_bind_int64(st, 1, before_seq);
   sqlite3_bind_int(st, 2, limit);
+  if (tenant) sqlite3_bind_text(st, 3, tenant, -1, SQLITE_STATIC);
   int step;
   while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     if (*n == cap) {

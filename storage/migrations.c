@@ -120,6 +120,35 @@ static const char *const migrations[] = {
     ");",
     /* 4: pinned checkpoints: retention (keep_last) never removes one. */
     "ALTER TABLE checkpoints ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;",
+    /* 5: placement and data set owners. A job's resources get columns of
+     * their own, so a scheduling pass reads the whole queue from one index
+     * without parsing specs; jobs from before take theirs from the spec.
+     * Data sets belong to the tenant that uploaded them. */
+    "ALTER TABLE jobs ADD COLUMN pool TEXT NOT NULL DEFAULT 'default';"
+    "ALTER TABLE jobs ADD COLUMN devices INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE jobs ADD COLUMN max_runtime_s INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE jobs SET"
+    "  pool = COALESCE(json_extract(spec_json, '$.resources.pool'), 'default'),"
+    "  devices = COALESCE(json_extract(spec_json, '$.resources.devices'), 1),"
+    "  max_runtime_s = COALESCE(json_extract(spec_json, '$.max_runtime'), 0)"
+    "  WHERE json_valid(spec_json);"
+    /* The pass: WHERE state='QUEUED' ORDER BY priority DESC, seq, from the index alone. */
+    "CREATE INDEX jobs_queue ON jobs(state, priority DESC, seq, id, tenant, pool, devices,"
+    "  max_runtime_s, not_before_ms);"
+    /* Every index is written on each create: drop the two the pass replaces
+     * (jobs_queue leads with the same columns as jobs_claim). */
+    "DROP INDEX jobs_claim;"
+    "DROP INDEX jobs_claim_tenant;"
+    /* Most jobs have no request_id and a queued one no start: partial
+     * indexes leave those rows out, and every query of them names a value
+     * (which implies NOT NULL), so they still serve it. */
+    "DROP INDEX jobs_tenant_request;"
+    "CREATE UNIQUE INDEX jobs_tenant_request ON jobs(tenant, request_id)"
+    "  WHERE request_id IS NOT NULL;"
+    "DROP INDEX jobs_tenant_start;"
+    "CREATE INDEX jobs_tenant_start ON jobs(tenant, start_ms) WHERE start_ms IS NOT NULL;"
+    "ALTER TABLE datasets ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';"
+    "CREATE INDEX datasets_tenant_seq ON datasets(tenant, seq);",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -31,7 +31,11 @@ enum {
  * STORE_SCHEMA_VERSION is refused, never downgraded. On failure *out is NULL
  * and errbuf (may be NULL) gets a sentence naming path and cause. */
 int store_open(const char *path, store **out, char *errbuf, size_t errlen);
-void store_close(store *s);         /* NULL is a no-op */
+void store_close(store *s); /* NULL is a no-op */
+/* Checkpoints this handle's WAL from a worker thread of its own instead of
+ * inline in the commit that fills it (SQLite's default), so a request never
+ * pays for one. For a server's busy handle; store_close stops the worker. */
+int store_checkpoint_in_background(store *s);
 int store_schema_version(store *s); /* the version recorded in schema_version */
 /* The last error sentence of this handle (never NULL). Per thread: after a
  * failed call it explains that call even if another thread has failed on the
@@ -55,7 +59,13 @@ typedef struct store_job {
   int attempt;                         /* number of starts so far */
   int64_t create_ms, start_ms, end_ms; /* 0 when not yet */
   char tenant[64];                     /* owner; "" on create = STORE_DEFAULT_TENANT */
+  char pool[32];                       /* resources.pool; "" on create = STORE_DEFAULT_POOL */
+  int devices;                         /* resources.devices; 0 on create = 1 */
+  int max_runtime_s;                   /* 0 = no limit */
 } store_job;
+
+/* The pool of jobs that name none. */
+#define STORE_DEFAULT_POOL "default"
 
 /* The tenant of jobs created without one (and of jobs from schema 1). */
 #define STORE_DEFAULT_TENANT "default"
@@ -99,11 +109,34 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
  * then the oldest) whose retry backoff (not_before_ms) has passed, moves it to STARTING
  * (reason CLAIMED, with an event), increments its
  * attempt and fills out (may be NULL). Safe across handles and processes:
- * a job is claimed once. STORE_EMPTY when no job is queued. */
+ * a job is claimed once. STORE_EMPTY when no job is queued. For a consumer
+ * of one slot; kilnd's scheduler places by pools and claims with
+ * store_job_claim. */
 int store_job_claim_next(store *s, store_job *out);
-/* The highest priority among QUEUED jobs that may start at now_ms (their
- * retry backoff has passed); STORE_EMPTY when there is none. */
-int store_job_top_queued_priority(store *s, int64_t now_ms, int *priority);
+/* Claims the QUEUED job id as store_job_claim_next would (STARTING, reason
+ * CLAIMED, attempt + 1): the scheduler's pass chose it. STORE_CONFLICT when
+ * it is no longer queued (cancelled meanwhile), STORE_ERROR otherwise. */
+int store_job_claim(store *s, const char *id, store_job *out);
+
+/* One queued job as a scheduling pass sees it. */
+typedef struct store_queued {
+  int64_t seq;
+  char id[40];
+  char tenant[64];
+  char pool[32];
+  int priority, devices, max_runtime_s;
+  int64_t not_before_ms; /* 0 = may start now */
+} store_queued;
+/* Every QUEUED job, highest priority first and oldest first within one,
+ * read from one covering index. *out is malloc'd (free()), NULL when *n is
+ * 0; *cap (may be NULL) says how many it holds: pass the array back in
+ * (*out non-NULL, *cap its size) and it is reused. */
+int store_job_queue_load(store *s, store_queued **out, int *n, int *cap);
+/* Starts per tenant since since_ms, for fair share: calls fn for each
+ * tenant with a start. */
+int store_tenant_starts(store *s, int64_t since_ms,
+                        void (*fn)(const char *tenant, int64_t starts, void *user), void *user);
+
 /* Puts an unfinished job back in the queue to be claimed no earlier than
  * not_before_ms (a retry's backoff), with an event. STORE_CONFLICT when it
  * already ended, STORE_NOT_FOUND when absent. */
@@ -229,6 +262,25 @@ int store_checkpoint_retain(store *s, const char *job_id, int keep_last,
                             int (*remove_file)(const char *path, void *user), void *user,
                             int *n_deleted);
 
+/* Retention with a metric (Keras ModelCheckpoint / Determined style): a
+ * checkpoint is kept when it is among the keep_last newest or among the
+ * keep_best best by `monitor` in its metrics_json (lower is better unless
+ * higher_is_better). A checkpoint without that metric is never among the
+ * best. keep_last 0 with keep_best > 0 still keeps the newest one, which a
+ * resume needs. */
+typedef struct store_retention {
+  int keep_last;       /* 0 = none kept for being new (but see above) */
+  int keep_best;       /* 0 = none kept for their metric */
+  const char *monitor; /* metric name, e.g. "val_loss"; needed when keep_best > 0 */
+  int higher_is_better;
+} store_retention;
+/* Deletes, in one transaction, every checkpoint of the job the policy does
+ * not keep, each after remove_file(path, user) returns 0 (as for
+ * store_checkpoint_retain). */
+int store_checkpoint_retain_policy(store *s, const char *job_id, const store_retention *policy,
+                                   int (*remove_file)(const char *path, void *user), void *user,
+                                   int *n_deleted);
+
 /* ---- uploaded data sets (datasets.c) ---- */
 
 typedef struct store_dataset {
@@ -244,6 +296,7 @@ typedef struct store_dataset {
   int classes;
   char input_shape_json[128]; /* "[28,28,1]", "[]" when set by the model (images) */
   int64_t create_ms;
+  char tenant[64]; /* the uploader's; "" on add = STORE_DEFAULT_TENANT */
 } store_dataset;
 
 /* Records a data set whose files are in place. A duplicate id is STORE_EXISTS. */
@@ -252,6 +305,9 @@ int store_dataset_get(store *s, const char *id, store_dataset *out); /* STORE_NO
 /* Newest first, seq < before_seq (0 = from the newest), at most limit; *out
  * malloc'd (free()), NULL when *n is 0. */
 int store_dataset_list(store *s, int64_t before_seq, int limit, store_dataset **out, int *n);
+/* The same, only tenant's data sets (NULL = every tenant's). */
+int store_dataset_list_tenant(store *s, const char *tenant, int64_t before_seq, int limit,
+                              store_dataset **out, int *n);
 /* Deletes the row unless a job that is not finished names the data set:
  * then STORE_CONFLICT, and *blocking_job (may be NULL, 40 bytes) gets one
  * such job's id. Checked and deleted in one transaction. */

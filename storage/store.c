@@ -30,6 +30,7 @@
 /* A prepared statement kept for reuse: preparing costs more than most of
  * the queries themselves (tens of microseconds), on every API call. */
 typedef struct cached_stmt {
+  uint64_t hash; /* of sql: most lookups compare this alone */
   char *sql;
   sqlite3_stmt *st;
   int busy; /* handed out and not yet released */
@@ -40,8 +41,9 @@ struct store {
   sqlite3 *db;                         /* guarded by db_lock */
   cached_stmt cache[STORE_STMT_CACHE]; /* guarded by db_lock */
   int n_cached;
-  uint64_t handle_id;        /* unique per open, tags last_error */
-  char errmsg[STORE_ERRLEN]; /* guarded by db_lock */
+  uint64_t handle_id;           /* unique per open, tags last_error */
+  char errmsg[STORE_ERRLEN];    /* guarded by db_lock */
+  store_wal_worker *wal_worker; /* background checkpoints, or NULL */
 };
 
 /* The calling thread's last failure and the handle it came from: lets
@@ -98,9 +100,17 @@ __attribute__((format(printf, 3, 4))) static void copy_error(char *errbuf, size_
 
 /* A statement for sql, from the cache when an idle one is there; give it
  * back with release(), never sqlite3_finalize. */
+static uint64_t sql_hash(const char *sql) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
+    h = (h ^ *p) * 1099511628211ULL;
+  return h;
+}
+
 static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *what) {
+  uint64_t hash = sql_hash(sql);
   for (int i = 0; i < s->n_cached; i++) {
-    if (!s->cache[i].busy && strcmp(s->cache[i].sql, sql) == 0) {
+    if (!s->cache[i].busy && s->cache[i].hash == hash && strcmp(s->cache[i].sql, sql) == 0) {
       s->cache[i].busy = 1;
       *st = s->cache[i].st;
       return STORE_OK;
@@ -113,7 +123,7 @@ static int prepare(store *s, sqlite3_stmt **st, const char *sql, const char *wha
   }
   if (s->n_cached < STORE_STMT_CACHE) {
     char *copy = strdup(sql);
-    if (copy) s->cache[s->n_cached++] = (cached_stmt){copy, *st, 1};
+    if (copy) s->cache[s->n_cached++] = (cached_stmt){hash, copy, *st, 1};
   }
   return STORE_OK;
 }
@@ -284,6 +294,8 @@ fail:
 
 void store_close(store *s) {
   if (!s) return;
+  if (s->db) sqlite3_wal_hook(s->db, NULL, NULL); /* before its worker goes */
+  store_internal_wal_stop(s->wal_worker);
   /* Every other statement is finalized by the call that prepared it, so
    * close cannot be refused for busy statements. */
   for (int i = 0; i < s->n_cached; i++) {
@@ -325,7 +337,7 @@ const char *store_errmsg(store *s) {
 
 #define JOB_COLUMNS                                                                                \
   "seq, id, request_id, display_name, spec_json, state, reason, message, priority, attempt, "      \
-  "create_ms, start_ms, end_ms, tenant"
+  "create_ms, start_ms, end_ms, tenant, pool, devices, max_runtime_s"
 
 /* Fills out from a row selected with JOB_COLUMNS. */
 static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
@@ -344,6 +356,9 @@ static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
   out->start_ms = sqlite3_column_int64(st, 11); /* NULL reads as 0 */
   out->end_ms = sqlite3_column_int64(st, 12);
   copy_column(out->tenant, sizeof out->tenant, st, 13);
+  copy_column(out->pool, sizeof out->pool, st, 14);
+  out->devices = sqlite3_column_int(st, 15);
+  out->max_runtime_s = sqlite3_column_int(st, 16);
   if (!out->spec_json || !out->message) {
     store_job_clear(out);
     set_error(s, "read job %s: out of memory", out->id);
@@ -451,8 +466,8 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   snprintf(what, sizeof what, "insert job %s", job->id);
   if (prepare(s, &st,
               "INSERT INTO jobs(id, request_id, display_name, spec_json, state, reason, message,"
-              " priority, attempt, create_ms, tenant)"
-              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8)",
+              " priority, attempt, create_ms, tenant, pool, devices, max_runtime_s)"
+              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11)",
               what) != STORE_OK)
     goto done;
   bind_text(st, 1, job->id);
@@ -466,6 +481,9 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   sqlite3_bind_int(st, 6, job->priority);
   sqlite3_bind_int64(st, 7, create_ms);
   bind_text(st, 8, job_tenant(job));
+  bind_text(st, 9, job->pool[0] ? job->pool : STORE_DEFAULT_POOL);
+  sqlite3_bind_int(st, 10, job->devices > 0 ? job->devices : 1);
+  sqlite3_bind_int(st, 11, job->max_runtime_s > 0 ? job->max_runtime_s : 0);
   if (sqlite3_step(st) != SQLITE_DONE) {
     db_error(s, "%s", what);
     goto done;
@@ -649,50 +667,30 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
   return rc;
 }
 
-static int job_claim_locked(store *s, store_job *out) {
-  const char *what = "claim next job";
+/* Moves the QUEUED job id to STARTING, counting the attempt, inside the
+ * caller's transaction; STORE_CONFLICT when it is not queued. */
+static int claim_id_in_tx(store *s, const char *id, store_job *out, const char *what) {
   sqlite3_stmt *st = NULL;
-  char id[sizeof((store_job *)0)->id];
   char message[64];
   int rc = STORE_ERROR;
-  if (tx_begin(s, what) != STORE_OK) goto done;
-  /* Highest priority first; within it, fair share: the tenant with the
-   * fewest starts in the last STORE_FAIR_SHARE_WINDOW_MS goes first, so one
-   * tenant's burst of jobs cannot hold back another's; then oldest first.
-   * Each tenant's oldest ready job at the top priority comes from the
-   * covering index jobs_claim_tenant alone; the recent starts are counted
-   * once per tenant from jobs_tenant_start. */
-  if (prepare(s, &st,
-              "SELECT j.id, j.attempt FROM"
-              " (SELECT tenant, min(seq) AS seq FROM jobs WHERE state = 'QUEUED'"
-              "   AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
-              "   AND priority = (SELECT priority FROM jobs WHERE state = 'QUEUED'"
-              "    AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
-              "    ORDER BY priority DESC LIMIT 1)"
-              "  GROUP BY tenant) AS c JOIN jobs j ON j.seq = c.seq"
-              " ORDER BY (SELECT count(*) FROM jobs r WHERE r.tenant = c.tenant"
-              "  AND r.start_ms >= ?2), c.seq ASC LIMIT 1",
-              what) != STORE_OK)
-    goto done;
-  int64_t claim_now = store_now_ms();
-  sqlite3_bind_int64(st, 1, claim_now);
-  sqlite3_bind_int64(st, 2, claim_now - STORE_FAIR_SHARE_WINDOW_MS);
+  if (prepare(s, &st, "SELECT attempt FROM jobs WHERE id = ?1 AND state = 'QUEUED'", what) !=
+      STORE_OK)
+    return STORE_ERROR;
+  bind_text(st, 1, id);
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
-    set_error(s, "%s: no job is queued", what);
-    rc = STORE_EMPTY;
+    set_error(s, "%s: job %s is not queued", what, id);
+    rc = STORE_CONFLICT;
     goto done;
   }
   if (step != SQLITE_ROW) {
     db_error(s, "%s", what);
     goto done;
   }
-  copy_column(id, sizeof id, st, 0);
-  int attempt = sqlite3_column_int(st, 1) + 1;
+  int attempt = sqlite3_column_int(st, 0) + 1;
   release(s, st);
   st = NULL;
   snprintf(message, sizeof message, "starting attempt %d", attempt);
-  int64_t now = store_now_ms();
   if (prepare(s, &st,
               "UPDATE jobs SET state = 'STARTING', reason = 'CLAIMED', message = ?2,"
               " attempt = ?3, end_ms = NULL WHERE id = ?1",
@@ -705,17 +703,65 @@ static int job_claim_locked(store *s, store_job *out) {
     db_error(s, "%s: update job %s", what, id);
     goto done;
   }
-  if (insert_event(s, id, now, "QUEUED", "STARTING", "CLAIMED", message) != STORE_OK) goto done;
-  if (out) {
-    rc = select_job(s, id, out, what);
-    if (rc != STORE_OK) goto done;
-    rc = STORE_ERROR;
+  if (insert_event(s, id, store_now_ms(), "QUEUED", "STARTING", "CLAIMED", message) != STORE_OK)
+    goto done;
+  rc = out ? select_job(s, id, out, what) : STORE_OK;
+done:
+  release(s, st);
+  return rc;
+}
+
+static int job_claim_locked(store *s, const char *chosen, store_job *out) {
+  const char *what = "claim next job";
+  sqlite3_stmt *st = NULL;
+  char id[sizeof((store_job *)0)->id];
+  int rc = STORE_ERROR;
+  if (tx_begin(s, what) != STORE_OK) goto done;
+  if (chosen) {
+    snprintf(id, sizeof id, "%s", chosen);
+  } else {
+    /* Highest priority first; within it, fair share: the tenant with the
+     * fewest starts in the last STORE_FAIR_SHARE_WINDOW_MS goes first, so one
+     * tenant's burst of jobs cannot hold back another's; then oldest first.
+     * Each tenant's oldest ready job at the top priority comes from the
+     * covering index jobs_claim_tenant alone; the recent starts are counted
+     * once per tenant from jobs_tenant_start. */
+    if (prepare(s, &st,
+                "SELECT j.id, j.attempt FROM"
+                " (SELECT tenant, min(seq) AS seq FROM jobs WHERE state = 'QUEUED'"
+                "   AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
+                "   AND priority = (SELECT priority FROM jobs WHERE state = 'QUEUED'"
+                "    AND (not_before_ms IS NULL OR not_before_ms <= ?1)"
+                "    ORDER BY priority DESC LIMIT 1)"
+                "  GROUP BY tenant) AS c JOIN jobs j ON j.seq = c.seq"
+                " ORDER BY (SELECT count(*) FROM jobs r WHERE r.tenant = c.tenant"
+                "  AND r.start_ms >= ?2), c.seq ASC LIMIT 1",
+                what) != STORE_OK)
+      goto done;
+    int64_t claim_now = store_now_ms();
+    sqlite3_bind_int64(st, 1, claim_now);
+    sqlite3_bind_int64(st, 2, claim_now - STORE_FAIR_SHARE_WINDOW_MS);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_DONE) {
+      set_error(s, "%s: no job is queued", what);
+      rc = STORE_EMPTY;
+      goto done;
+    }
+    if (step != SQLITE_ROW) {
+      db_error(s, "%s", what);
+      goto done;
+    }
+    copy_column(id, sizeof id, st, 0);
+    release(s, st);
+    st = NULL;
   }
+  rc = claim_id_in_tx(s, id, out, what);
+  if (rc != STORE_OK) goto done;
   if (tx_commit(s, what) != STORE_OK) {
     if (out) store_job_clear(out);
+    rc = STORE_ERROR;
     goto done;
   }
-  rc = STORE_OK;
 done:
   release(s, st);
   tx_end(s);
@@ -725,7 +771,15 @@ done:
 int store_job_claim_next(store *s, store_job *out) {
   if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
-  int rc = job_claim_locked(s, out);
+  int rc = job_claim_locked(s, NULL, out);
+  pthread_mutex_unlock(&s->db_lock);
+  return rc;
+}
+
+int store_job_claim(store *s, const char *id, store_job *out) {
+  if (!s || !id) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  int rc = job_claim_locked(s, id, out);
   pthread_mutex_unlock(&s->db_lock);
   return rc;
 }
@@ -1636,6 +1690,10 @@ done:
 sqlite3 *store_internal_lock(store *s) {
   pthread_mutex_lock(&s->db_lock);
   return s->db;
+}
+
+void store_internal_set_wal_worker(store *s, store_wal_worker *w) {
+  s->wal_worker = w;
 }
 
 void store_internal_unlock(store *s) {

@@ -15,4 +15,9 @@ void store_internal_unlock(store *s);
 void store_internal_error(store *s, int with_sqlite, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The background checkpointer of a handle (wal.c), stopped by store_close. */
+typedef struct store_wal_worker store_wal_worker;
+void store_internal_set_wal_worker(store *s, store_wal_worker *w); /* lock held */
+void store_internal_wal_stop(store_wal_worker *w);                 /* NULL is a no-op */
+
 #endif

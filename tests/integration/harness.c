@@ -153,3 +153,16 @@ int it_stop_kilnd(pid_t pid, const char *data_dir) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
   return system(cmd);
 }
+
+int it_make_token(const char *kilnd_path, const char *data_dir, const char *tenant, char *out,
+                  size_t len) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "%s token create --tenant %s --data-dir %s", kilnd_path, tenant,
+           data_dir);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  int got = fgets(out, (int)len, p) != NULL;
+  if (pclose(p) != 0 || !got) return -1;
+  out[strcspn(out, "\n")] = '\0';
+  return strncmp(out, "kiln_", 5) == 0 ? 0 : -1;
+}

@@ -47,5 +47,9 @@ int it_wait_exit(pid_t pid, int limit_s);
 /* Stops the kilnd at pid (SIGTERM, then waits for it; none when pid <= 0)
  * and removes data_dir with everything in it. 0 when removed. */
 int it_stop_kilnd(pid_t pid, const char *data_dir);
+/* Makes a user token for tenant with `kilnd token create` on data_dir into
+ * out. 0, or -1 when the command fails or prints no kiln_ token. */
+int it_make_token(const char *kilnd_path, const char *data_dir, const char *tenant, char *out,
+                  size_t len);
 
 #endif

@@ -266,6 +266,54 @@ static void csv_upload_is_checked_recorded_and_listed(void **state) {
   assert_int_equal(count_uploads(), 1);
 }
 
+/* Uploads are their tenant's: another tenant gets 404 for them, never sees
+ * them listed and cannot train on them; the admin sees every tenant's. */
+static void a_tenant_sees_only_its_own_uploads(void **state) {
+  (void)state;
+  char admin[128], alpha[128], beta[128], path[400], route[96];
+  snprintf(admin, sizeof admin, "%s", admin_token);
+  assert_int_equal(it_make_token(KILND_PATH, data_dir, "alpha", alpha, sizeof alpha), 0);
+  assert_int_equal(it_make_token(KILND_PATH, data_dir, "beta", beta, sizeof beta), 0);
+  snprintf(path, sizeof path, "%s/alpha.csv", work);
+  write_csv(path);
+  json_t *doc;
+  snprintf(admin_token, sizeof admin_token, "%s", alpha);
+  assert_int_equal(upload("format=csv&label_column=species&display_name=alphas", path, 0, &doc),
+                   200);
+  char id[32];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  snprintf(route, sizeof route, "/v1/datasets/%s", id);
+  assert_int_equal(http("GET", route, NULL, 0, 0, NULL), 200);
+
+  snprintf(admin_token, sizeof admin_token, "%s", beta);
+  assert_int_equal(http("GET", route, NULL, 0, 0, NULL), 404);
+  assert_int_equal(http("DELETE", route, NULL, 0, 0, NULL), 404);
+  assert_int_equal(http("GET", "/v1/datasets?page_size=1000", NULL, 0, 0, &doc), 200);
+  json_t *list = json_object_get(doc, "datasets");
+  for (size_t i = 0; i < json_array_size(list); i++)
+    assert_string_not_equal(json_string_value(json_object_get(json_array_get(list, i), "id")), id);
+  json_decref(doc);
+  char spec[1024];
+  snprintf(spec, sizeof spec,
+           "{\"model\":{\"input_shape\":[4],\"layers\":[{\"type\":\"dense\",\"units\":3}]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"%s\","
+           "\"validation\":\"none\"},\"optimizer\":{\"type\":\"sgd\"}}",
+           id);
+  assert_int_equal(http("POST", "/v1/jobs?validate_only=true", spec, strlen(spec), 0, &doc), 400);
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_array_get(json_object_get(json_object_get(doc, "error"), "details"), 0), "field")),
+      "dataset.name");
+  json_decref(doc);
+  snprintf(admin_token, sizeof admin_token, "%s", alpha);
+  assert_int_equal(http("POST", "/v1/jobs?validate_only=true", spec, strlen(spec), 0, NULL), 200);
+
+  snprintf(admin_token, sizeof admin_token, "%s", admin);
+  assert_int_equal(http("GET", route, NULL, 0, 0, NULL), 200);
+  assert_int_equal(http("DELETE", route, NULL, 0, 0, NULL), 200);
+}
+
 static void csv_cell_that_is_not_a_number_is_refused_with_line_and_column(void **state) {
   (void)state;
   char path[400];
@@ -699,6 +747,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(upload_without_a_token_is_401_and_stores_nothing),
       cmocka_unit_test(csv_upload_is_checked_recorded_and_listed),
+      cmocka_unit_test(a_tenant_sees_only_its_own_uploads),
       cmocka_unit_test(csv_cell_that_is_not_a_number_is_refused_with_line_and_column),
       cmocka_unit_test(bad_idx_uploads_are_refused_naming_the_file),
       cmocka_unit_test(image_that_does_not_decode_is_refused_by_name),

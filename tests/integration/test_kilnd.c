@@ -459,6 +459,31 @@ static void cli_submits_gets_and_lists(void **state) {
   assert_int_equal(run_cli(out, sizeof out, "frobnicate"), 2);
 }
 
+/* A pools file with a mistake stops kilnd at start with the field named,
+ * before it serves anything. */
+static void bad_pools_file_stops_kilnd_naming_the_field(void **state) {
+  (void)state;
+  char pools[400], dir[400], cmd[2000], out[2048] = "";
+  snprintf(pools, sizeof pools, "%s/bad-pools.json", data_dir);
+  snprintf(dir, sizeof dir, "%s/bad-pools-data", data_dir);
+  FILE *f = fopen(pools, "w");
+  assert_non_null(f);
+  fputs("{\"pools\": [{\"name\": \"a\", \"devices\": [0]}, {\"name\": \"b\", \"devices\": [0]}]}",
+        f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd,
+           "%s --listen 127.0.0.1:0 --data-dir %s --trainer %s --pools %s 2>&1; echo \"exit=$?\"",
+           KILND_PATH, dir, KILN_TRAIN_PATH, pools);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t used = fread(out, 1, sizeof out - 1, p);
+  out[used] = '\0';
+  pclose(p);
+  if (!strstr(out, "pools[1].devices[0]: cpu 0 is already in another pool") ||
+      !strstr(out, "exit=1"))
+    fail_msg("kilnd said: %s", out);
+}
+
 static void sigterm_stops_kilnd_and_requeues_the_running_job(void **state) {
   (void)state;
   /* The CLI's job is now starting or running; stop the server under it. */
@@ -511,6 +536,7 @@ int main(void) {
       cmocka_unit_test(validate_only_checks_and_creates_nothing),
       cmocka_unit_test(example_job_trains_to_085_with_metrics_and_checkpoint),
       cmocka_unit_test(cli_submits_gets_and_lists),
+      cmocka_unit_test(bad_pools_file_stops_kilnd_naming_the_field),
       cmocka_unit_test(sigterm_stops_kilnd_and_requeues_the_running_job),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);

@@ -18,7 +18,7 @@
 #include "scheduler.h"
 #include "storage.h"
 
-static char dir[256], db_path[300], jobs_dir[300], trainer[400];
+static char dir[256], db_path[300], jobs_dir[300], trainer[400], pools[300];
 
 /* "quick" jobs report one point; others report 40 steps 50 ms apart with a
  * checkpoint (a file holding the step) every 10, one more at the current
@@ -57,7 +57,13 @@ static int setup(void **state) {
   snprintf(db_path, sizeof db_path, "%s/kiln.db", dir);
   snprintf(jobs_dir, sizeof jobs_dir, "%s/jobs", dir);
   snprintf(trainer, sizeof trainer, "%s/trainer.sh", dir);
-  FILE *f = fopen(trainer, "w");
+  /* One device: the high job can only run where the low one is. */
+  snprintf(pools, sizeof pools, "%s/pools.json", dir);
+  FILE *f = fopen(pools, "w");
+  if (!f) return -1;
+  fputs("{\"pools\": [{\"name\": \"default\", \"devices\": [0]}]}", f);
+  fclose(f);
+  f = fopen(trainer, "w");
   if (!f) return -1;
   fputs(script, f);
   fclose(f);
@@ -119,7 +125,8 @@ static void run_with(int preempt, store **st, sched **s) {
                       .datasets_dir = "/nonexistent",
                       .flush_interval_ms = 50,
                       .poll_interval_ms = 50,
-                      .preempt = preempt};
+                      .preempt = preempt,
+                      .pools_path = pools};
   assert_int_equal(sched_start(&cfg, s, err, sizeof err), 0);
 }
 

@@ -1,7 +1,9 @@
 /* test_service.c — the scheduler's service rules with stand-in trainers:
  * a crashed run is retried after a backoff up to max_restarts, with each
  * attempt's metrics kept apart; max_runtime stops a run; a cancel stops the
- * running job and ends it CANCELLED. */
+ * running job and ends it CANCELLED; checkpoints record the metrics and
+ * keep_best keeps the best; jobs run side by side, each pinned to its own
+ * cores, and a gang waits for all its devices at once. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,7 +55,20 @@ typedef struct harness {
   char trainer[400]; /* the scheduler keeps pointing at it */
 } harness;
 
-static void start(harness *h, const char *tag, const char *script, const char *spec_json) {
+static void add_job(harness *h, const char *id, int devices, const char *spec_json) {
+  store_job job;
+  memset(&job, 0, sizeof job);
+  snprintf(job.id, sizeof job.id, "%s", id);
+  job.spec_json = (char *)spec_json;
+  job.priority = 50;
+  job.devices = devices;
+  assert_int_equal(store_job_create(h->st, &job, NULL), STORE_OK);
+}
+
+/* Writes the stand-in trainer, opens the store, queues job-TAG (when
+ * spec_json is given) and starts the scheduler on pools (NULL = default). */
+static void start_on(harness *h, const char *tag, const char *script, const char *spec_json,
+                     const char *pools) {
   char *trainer = h->trainer, err[256];
   snprintf(h->trainer, sizeof h->trainer, "%s/trainer-%s.sh", dir, tag);
   FILE *f = fopen(trainer, "w");
@@ -62,20 +77,22 @@ static void start(harness *h, const char *tag, const char *script, const char *s
   fclose(f);
   chmod(trainer, 0755);
   assert_int_equal(store_open(db_path, &h->st, err, sizeof err), STORE_OK);
-  store_job job;
-  memset(&job, 0, sizeof job);
-  snprintf(job.id, sizeof job.id, "job-%s", tag);
-  job.spec_json = (char *)spec_json;
-  job.priority = 50;
-  assert_int_equal(store_job_create(h->st, &job, NULL), STORE_OK);
+  char id[64];
+  snprintf(id, sizeof id, "job-%s", tag);
+  if (spec_json) add_job(h, id, 1, spec_json);
   sched_config cfg = {.db_path = db_path,
                       .jobs_dir = jobs_dir,
                       .trainer_path = trainer,
                       .datasets_dir = "/nonexistent",
                       .flush_interval_ms = 50,
-                      .poll_interval_ms = 50};
+                      .poll_interval_ms = 50,
+                      .pools_path = pools};
   assert_int_equal(sched_start(&cfg, &h->s, err, sizeof err), 0);
   sched_wake(h->s);
+}
+
+static void start(harness *h, const char *tag, const char *script, const char *spec_json) {
+  start_on(h, tag, script, spec_json, NULL);
 }
 
 /* Polls until the job is in state (up to timeout_s); returns it. */
@@ -171,9 +188,139 @@ static void cancel_stops_the_running_job(void **state) {
   store_event_list_free(events, n);
   assert_int_equal(stopping, 1);
   sched_stats stats;
-  sched_get_stats(h.s, &stats);
-  assert_string_equal(stats.running_job, "");
+  for (int i = 0; i < 100; i++) { /* its devices come back once its runner is joined */
+    sched_get_stats(h.s, &stats);
+    if (stats.running_jobs == 0) break;
+    usleep(50 * 1000);
+  }
+  assert_int_equal(stats.running_jobs, 0);
   assert_int_equal(stats.jobs_started, 1);
+  stop(&h);
+}
+
+/* The stand-in reports val_loss 0.5, 0.2, 0.9 with a checkpoint after each. */
+static const char checkpointing_trainer[] =
+    "ck=''; prev=''\n"
+    "for a in \"$@\"; do [ \"$prev\" = --checkpoint-dir ] && ck=\"$a\"; prev=\"$a\"; done\n"
+    "i=1\n"
+    "for v in 0.5 0.2 0.9; do\n"
+    "  echo "
+    "\"{\\\"step\\\":$i,\\\"epoch\\\":$i,\\\"metrics\\\":{\\\"loss\\\":1,\\\"val_loss\\\":$v}}\" "
+    ">&3\n"
+    "  f=\"$ck/ckpt-$i.safetensors\"; echo $i > \"$f\"\n"
+    "  echo \"{\\\"checkpoint\\\":{\\\"step\\\":$i,\\\"path\\\":\\\"$f\\\",\\\"bytes\\\":2,"
+    "\\\"sha256\\\":\\\"0000000000000000000000000000000000000000000000000000000000000000\\\"}}\" "
+    ">&3\n"
+    "  i=$((i+1))\n"
+    "done\n";
+
+static void checkpoints_record_metrics_and_keep_best_keeps_the_best(void **state) {
+  (void)state;
+  harness h;
+  char *spec =
+      spec_with("checkpoint", "{\"every_steps\":1,\"keep_best\":1,\"monitor\":\"val_loss\"}");
+  start(&h, "best", checkpointing_trainer, spec);
+  free(spec);
+  store_job job = wait_for(&h, "job-best", "SUCCEEDED", 20);
+  store_job_clear(&job);
+  store_checkpoint *ck;
+  int n;
+  assert_int_equal(store_checkpoint_list(h.st, "job-best", &ck, &n), STORE_OK);
+  /* The best (step 2, val_loss 0.2) and the newest (step 3) stay. */
+  assert_int_equal(n, 2);
+  assert_int_equal(ck[0].step, 2);
+  assert_int_equal(ck[1].step, 3);
+  assert_non_null(strstr(ck[0].metrics_json, "\"val_loss\":0.2"));
+  assert_non_null(strstr(ck[1].metrics_json, "\"val_loss\":0.9"));
+  char gone[600];
+  snprintf(gone, sizeof gone, "%s/job-best/checkpoints/ckpt-1.safetensors", jobs_dir);
+  assert_int_not_equal(access(gone, F_OK), 0); /* its file went with its row */
+  assert_int_equal(access(ck[0].path, F_OK), 0);
+  store_checkpoint_list_free(ck, n);
+  stop(&h);
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  static char text[256];
+  size_t got = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[got] = '\0';
+  text[strcspn(text, "\n")] = '\0';
+  return text;
+}
+
+/* Each stand-in writes the devices it was given and the cores it may run
+ * on, then waits for a go file so the test sees them run together. */
+static void jobs_run_side_by_side_on_their_own_cores_and_a_gang_waits_for_all(void **state) {
+  (void)state;
+  sched_inventory inv;
+  sched_inventory_detect(&inv);
+  if (inv.cpus < 2) skip(); /* needs two cores to share out */
+  char pools[400], go[400], path[600];
+  snprintf(pools, sizeof pools, "%s/pools.json", dir);
+  FILE *f = fopen(pools, "w");
+  assert_non_null(f);
+  fputs("{\"pools\": [{\"name\": \"default\", \"devices\": [0, 1]}]}", f);
+  fclose(f);
+  snprintf(go, sizeof go, "%s/go", dir);
+  char script[1024];
+  snprintf(script, sizeof script,
+           "d=$(dirname \"$2\")\n"
+           "echo \"$KILN_DEVICES $(grep Cpus_allowed_list /proc/self/status | cut -f2)\" > "
+           "\"$d/devices.txt\"\n"
+           "while [ ! -e '%s' ]; do sleep 0.05; done\n",
+           go);
+  harness h;
+  start_on(&h, "side", script, NULL, pools);
+  char *spec = spec_with("seed", "1");
+  add_job(&h, "one", 1, spec);
+  add_job(&h, "two", 1, spec);
+  add_job(&h, "gang", 2, spec);
+  free(spec);
+  sched_wake(h.s);
+  store_job job = wait_for(&h, "one", "RUNNING", 10);
+  store_job_clear(&job);
+  job = wait_for(&h, "two", "RUNNING", 10);
+  store_job_clear(&job);
+  /* Both run at once; the gang of two waits with nothing taken. */
+  char reason[40], why[1024];
+  int seen = -1;
+  for (int i = 0; i < 100 && seen != 0; i++) {
+    seen = sched_explain(h.s, "gang", NULL, reason, sizeof reason, why, sizeof why);
+    if (seen != 0) usleep(20 * 1000);
+  }
+  assert_int_equal(seen, 0);
+  assert_string_equal(reason, "WAITING_FOR_DEVICES");
+  assert_non_null(strstr(why, "needs 2 cpu devices at once, 0 of 2 are free"));
+  job = wait_for(&h, "gang", "QUEUED", 1);
+  store_job_clear(&job);
+  sched_device_info devices[8];
+  assert_int_equal(sched_devices_info(h.s, devices, 8), 2);
+  assert_string_not_equal(devices[0].job, devices[1].job);
+  char seen_one[64], seen_two[64];
+  for (int i = 0; i < 100; i++) {
+    snprintf(path, sizeof path, "%s/one/devices.txt", jobs_dir);
+    char *text = read_text(path);
+    snprintf(path, sizeof path, "%s/two/devices.txt", jobs_dir);
+    char *other = text ? (snprintf(seen_one, sizeof seen_one, "%s", text), read_text(path)) : NULL;
+    if (other && other[0]) {
+      snprintf(seen_two, sizeof seen_two, "%s", other);
+      break;
+    }
+    usleep(50 * 1000);
+  }
+  /* Each got one core of its own, and may run on that core only. */
+  assert_true((!strcmp(seen_one, "cpu:0 0") && !strcmp(seen_two, "cpu:1 1")) ||
+              (!strcmp(seen_one, "cpu:1 1") && !strcmp(seen_two, "cpu:0 0")));
+  f = fopen(go, "w");
+  assert_non_null(f);
+  fclose(f);
+  job = wait_for(&h, "gang", "SUCCEEDED", 10);
+  store_job_clear(&job);
+  snprintf(path, sizeof path, "%s/gang/devices.txt", jobs_dir);
+  assert_string_equal(read_text(path), "cpu:0,1 0-1");
   stop(&h);
 }
 
@@ -183,6 +330,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(max_runtime_stops_a_run_that_takes_too_long, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_stops_the_running_job, setup, teardown),
+      cmocka_unit_test_setup_teardown(checkpoints_record_metrics_and_keep_best_keeps_the_best,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          jobs_run_side_by_side_on_their_own_cores_and_a_gang_waits_for_all, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
-/* test_checkpoints.c — checkpoint retention: the newest keep_last stay, the
- * rest go with their files; a file already gone counts as removed, one that
- * cannot be removed keeps its row; other jobs are untouched; a pinned
- * checkpoint is never removed. */
+/* test_checkpoints.c — checkpoint retention: the newest keep_last stay, and
+ * with keep_best the best by a metric too; the rest go with their files; a
+ * file already gone counts as removed, one that cannot be removed keeps its
+ * row; other jobs are untouched; a pinned checkpoint is never removed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,7 +50,8 @@ static int teardown(void **state) {
   return rc == 0 ? 0 : -1;
 }
 
-static void add(fixture *f, const char *job, int attempt, int64_t step, char *path_out) {
+static void add_with(fixture *f, const char *job, int attempt, int64_t step, const char *metrics,
+                     char *path_out) {
   store_checkpoint c;
   memset(&c, 0, sizeof c);
   snprintf(c.job_id, sizeof c.job_id, "%s", job);
@@ -58,8 +59,13 @@ static void add(fixture *f, const char *job, int attempt, int64_t step, char *pa
   c.step = step;
   snprintf(c.path, sizeof c.path, "%s/%s-%lld.safetensors", f->dir, job, (long long)step);
   snprintf(c.sha256, sizeof c.sha256, "%064d", 0);
+  c.metrics_json = (char *)metrics;
   assert_int_equal(store_checkpoint_add(f->s, &c), STORE_OK);
   if (path_out) snprintf(path_out, 512, "%s", c.path);
+}
+
+static void add(fixture *f, const char *job, int attempt, int64_t step, char *path_out) {
+  add_with(f, job, attempt, step, NULL, path_out);
 }
 
 static void create(fixture *f, const char *id) {
@@ -190,12 +196,70 @@ static void retention_never_removes_a_pinned_checkpoint(void **state) {
   store_checkpoint_list_free(list, n);
 }
 
+static int64_t *kept_steps(fixture *f, const char *job, int *n) {
+  store_checkpoint *list = NULL;
+  assert_int_equal(store_checkpoint_list(f->s, job, &list, n), STORE_OK);
+  int64_t *steps = calloc((size_t)*n + 1, sizeof *steps);
+  for (int i = 0; i < *n; i++) steps[i] = list[i].step;
+  store_checkpoint_list_free(list, *n);
+  return steps;
+}
+
+static void keep_best_keeps_the_best_by_the_monitor_and_the_newest(void **state) {
+  fixture *f = *state;
+  create(f, "b");
+  /* val_loss by step; step 40 has no val_loss, step 50 is the newest. */
+  const int64_t steps[] = {10, 20, 30, 40, 50};
+  const char *metrics[] = {"{\"loss\":1,\"val_loss\":0.9,\"val_accuracy\":0.5}",
+                           "{\"loss\":0.8,\"val_loss\":0.3,\"val_accuracy\":0.7}",
+                           "{\"loss\":0.6,\"val_loss\":0.5,\"val_accuracy\":0.9}", "{\"loss\":0.5}",
+                           "{\"loss\":0.4,\"val_loss\":0.7,\"val_accuracy\":0.6}"};
+  for (int i = 0; i < 5; i++) add_with(f, "b", 1, steps[i], metrics[i], NULL);
+  removals r = {0};
+  int n = -1;
+  /* keep_best 2 on val_loss (min) and no keep_last: 20 and 30 are best, 50
+   * stays as the newest a resume needs. */
+  store_retention policy = {.keep_best = 2, .monitor = "val_loss"};
+  assert_int_equal(store_checkpoint_retain_policy(f->s, "b", &policy, remove_file, &r, &n),
+                   STORE_OK);
+  assert_int_equal(n, 2);
+  int64_t *kept = kept_steps(f, "b", &n);
+  assert_int_equal(n, 3);
+  assert_int_equal(kept[0], 20);
+  assert_int_equal(kept[1], 30);
+  assert_int_equal(kept[2], 50);
+  free(kept);
+  /* Higher is better for an accuracy: the best one is 30. */
+  store_retention acc = {
+      .keep_last = 1, .keep_best = 1, .monitor = "val_accuracy", .higher_is_better = 1};
+  assert_int_equal(store_checkpoint_retain_policy(f->s, "b", &acc, remove_file, &r, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  kept = kept_steps(f, "b", &n);
+  assert_int_equal(n, 2);
+  assert_int_equal(kept[0], 30);
+  assert_int_equal(kept[1], 50);
+  free(kept);
+  /* A monitor that no checkpoint recorded keeps only the newest ones. */
+  store_retention none = {.keep_last = 1, .keep_best = 1, .monitor = "val_mae\"x"};
+  assert_int_equal(store_checkpoint_retain_policy(f->s, "b", &none, remove_file, &r, &n), STORE_OK);
+  kept = kept_steps(f, "b", &n);
+  assert_int_equal(n, 1);
+  assert_int_equal(kept[0], 50);
+  free(kept);
+  store_retention bad = {.keep_best = 1};
+  assert_int_equal(store_checkpoint_retain_policy(f->s, "b", &bad, remove_file, &r, &n),
+                   STORE_ERROR);
+  assert_non_null(strstr(store_errmsg(f->s), "a monitor for keep_best"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
           retention_keeps_the_newest_and_removes_the_rest_with_their_files, setup, teardown),
       cmocka_unit_test_setup_teardown(a_file_that_cannot_be_removed_keeps_its_row, setup, teardown),
       cmocka_unit_test_setup_teardown(retention_never_removes_a_pinned_checkpoint, setup, teardown),
+      cmocka_unit_test_setup_teardown(keep_best_keeps_the_best_by_the_monitor_and_the_newest, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,7 +219,7 @@ static void database_is_in_wal_mode_with_foreign_keys_enforced(void **state) {
   assert_int_equal(raw_int(f->path, "SELECT count(*) FROM checkpoints"), 0);
 }
 
-static void claim_query_is_served_by_the_claim_index(void **state) {
+static void queue_query_is_served_by_the_queue_index(void **state) {
   fixture *f = *state;
   char plan[512] = "";
   /* Column 3 of EXPLAIN QUERY PLAN is the detail ("SEARCH jobs USING INDEX ..."). */
@@ -226,10 +227,9 @@ static void claim_query_is_served_by_the_claim_index(void **state) {
   sqlite3_stmt *st = NULL;
   assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
   assert_int_equal(sqlite3_prepare_v2(db,
-                                      "EXPLAIN QUERY PLAN SELECT id, attempt FROM jobs"
-                                      " WHERE state = 'QUEUED'"
-                                      " AND (not_before_ms IS NULL OR not_before_ms <= 0)"
-                                      " ORDER BY priority DESC, seq ASC LIMIT 1",
+                                      "EXPLAIN QUERY PLAN SELECT seq, id, tenant, pool, priority,"
+                                      " devices, max_runtime_s, not_before_ms FROM jobs"
+                                      " WHERE state = 'QUEUED' ORDER BY priority DESC, seq",
                                       -1, &st, NULL),
                    SQLITE_OK);
   while (sqlite3_step(st) == SQLITE_ROW) {
@@ -238,8 +238,83 @@ static void claim_query_is_served_by_the_claim_index(void **state) {
   }
   sqlite3_finalize(st);
   sqlite3_close(db);
-  assert_non_null(strstr(plan, "jobs_claim"));
+  assert_non_null(strstr(plan, "COVERING INDEX jobs_queue"));
   assert_null(strstr(plan, "TEMP B-TREE")); /* no sort: the index gives the order */
+}
+
+static void queue_load_reads_every_queued_job_in_order_and_claim_takes_one(void **state) {
+  fixture *f = *state;
+  store_job job = make_job("low", NULL, 10);
+  snprintf(job.pool, sizeof job.pool, "big");
+  job.devices = 4;
+  job.max_runtime_s = 60;
+  assert_int_equal(store_job_create(f->s, &job, NULL), STORE_OK);
+  create_job(f->s, "high", 90);
+  create_job(f->s, "high-later", 90);
+  store_queued *q = NULL;
+  int n = 0, cap = 0;
+  assert_int_equal(store_job_queue_load(f->s, &q, &n, &cap), STORE_OK);
+  assert_int_equal(n, 3);
+  assert_string_equal(q[0].id, "high");
+  assert_string_equal(q[1].id, "high-later");
+  assert_string_equal(q[2].id, "low");
+  assert_string_equal(q[0].pool, "default");
+  assert_int_equal(q[0].devices, 1);
+  assert_string_equal(q[2].pool, "big");
+  assert_int_equal(q[2].devices, 4);
+  assert_int_equal(q[2].max_runtime_s, 60);
+  store_job claimed;
+  assert_int_equal(store_job_claim(f->s, "low", &claimed), STORE_OK);
+  assert_string_equal(claimed.state, "STARTING");
+  assert_int_equal(claimed.attempt, 1);
+  assert_string_equal(claimed.pool, "big");
+  store_job_clear(&claimed);
+  assert_int_equal(store_job_claim(f->s, "low", NULL), STORE_CONFLICT);
+  assert_int_equal(store_job_queue_load(f->s, &q, &n, &cap), STORE_OK); /* reuses the array */
+  assert_int_equal(n, 2);
+  free(q);
+}
+
+static long long file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+static long long wal_size(const fixture *f) {
+  char wal[400];
+  snprintf(wal, sizeof wal, "%s-wal", f->path);
+  return file_size(wal);
+}
+
+/* With the commit hook in place the writer never checkpoints; only the
+ * worker can have copied the log into the database file. */
+static void background_checkpoints_copy_the_log_into_the_database(void **state) {
+  fixture *f = *state;
+  assert_int_equal(store_checkpoint_in_background(f->s), STORE_OK);
+  create_job(f->s, "big", 50);
+  long long before = file_size(f->path);
+  static store_metric batch[512];
+  for (int k = 0; k < 100; k++) { /* 51,200 points: about 2,000 pages of log */
+    for (int i = 0; i < 512; i++) {
+      memset(&batch[i], 0, sizeof batch[i]);
+      batch[i].attempt = 1;
+      batch[i].step = k * 512 + i;
+      snprintf(batch[i].name, sizeof batch[i].name, "a_rather_long_metric_name_%d", i % 7);
+    }
+    assert_int_equal(store_metrics_append(f->s, "big", batch, 512), STORE_OK);
+  }
+  long long after = before;
+  for (int i = 0; i < 100 && after < before + 1000000; i++) {
+    usleep(50 * 1000);
+    after = file_size(f->path);
+  }
+  if (after < before + 1000000)
+    fail_msg("db %lld -> %lld bytes, wal %lld", before, after, wal_size(f));
+  store_metric *points = NULL;
+  int n = 0;
+  assert_int_equal(store_metrics_list(f->s, "big", NULL, &points, &n), STORE_OK);
+  assert_int_equal(n, 100 * 512);
+  free(points);
 }
 
 /* ---- jobs -------------------------------------------------------------- */
@@ -1017,7 +1092,9 @@ int main(void) {
       TEST(newer_schema_version_is_refused_and_left_untouched),
       TEST(open_of_unwritable_path_fails_with_a_sentence),
       TEST(database_is_in_wal_mode_with_foreign_keys_enforced),
-      TEST(claim_query_is_served_by_the_claim_index),
+      TEST(queue_query_is_served_by_the_queue_index),
+      TEST(queue_load_reads_every_queued_job_in_order_and_claim_takes_one),
+      TEST(background_checkpoints_copy_the_log_into_the_database),
       TEST(create_then_get_round_trips_every_field),
       TEST(request_id_retry_returns_the_same_job_and_creates_one_row),
       TEST(duplicate_job_id_fails_naming_the_job_and_the_cause),
