@@ -103,18 +103,22 @@ async function main() {
       if (s && seen[seen.length - 1] !== s) seen.push(s);
       return s;
     };
-    await page.waitFor(badgeState + " === 'QUEUED' && document.querySelector('#job-explain li')",
+    // The page refreshes the explanation while the job waits: right after
+    // submit it is NOT_YET_PLACED, after the scheduler's pass the reason.
+    await page.waitFor(badgeState + " === 'QUEUED' && /WAITING_FOR_DEVICES/.test(" +
+      "(document.querySelector('#job-explain') || {}).textContent || '')",
       "the example to wait with a reason");
     await record();
     const reason = await page.eval("document.querySelector('#job-explain').textContent");
-    check(/DEVICES_BUSY/.test(reason) && reason.includes(longId),
-      "the waiting job's page says why it waits: " + reason.slice(0, 120));
+    check(/WAITING_FOR_DEVICES/.test(reason) && /0 of 1 are free/.test(reason),
+      "the waiting job's page says why it waits: " + reason.slice(0, 160));
 
     await page.goto(url + "/#/queue");
     const queueRow = await page.waitFor(`(() => { const r = document.querySelector(
       '#queue-body tr[data-job=${q(mlpId)}]'); return r && r.textContent; })()`,
     "the example in the queue view");
-    check(/DEVICES_BUSY/.test(queueRow), "the queue view lists the example with its reason");
+    check(/WAITING_FOR_DEVICES/.test(queueRow),
+      "the queue view lists the example with its reason");
 
     await page.goto(url + "/#/devices");
     const devices = await page.waitFor("document.querySelector('#devices-body a') && " +

@@ -61,8 +61,16 @@ static int start_kilnd(void **state) {
   (void)state;
   snprintf(data_dir, sizeof data_dir, "/tmp/kiln-browser-XXXXXX");
   if (!mkdtemp(data_dir)) return -1;
-  return it_launch_kilnd(KILND_PATH, data_dir, KILN_TRAIN_PATH, NULL, NULL, &kilnd_pid, base_url,
-                         sizeof base_url, admin_token, sizeof admin_token);
+  /* One device, so the example waits behind the long job on any machine
+   * and the queue view has a reason to show. */
+  char pools[300];
+  snprintf(pools, sizeof pools, "%s/pools.json", data_dir);
+  FILE *f = fopen(pools, "w");
+  if (!f) return -1;
+  fputs("{\"pools\": [{\"name\": \"default\", \"devices\": 1}]}\n", f);
+  if (fclose(f) != 0) return -1;
+  return it_launch_kilnd(KILND_PATH, data_dir, KILN_TRAIN_PATH, "--pools", pools, &kilnd_pid,
+                         base_url, sizeof base_url, admin_token, sizeof admin_token);
 }
 
 static int stop_kilnd(void **state) {
