@@ -20,6 +20,39 @@ static kn_node storage_root(const kn_graph *g, kn_node n) {
   return n;
 }
 
+/* A backward node that re-runs a forward op (not a widened narrow copy,
+ * nor a view of one). */
+static int is_recompute(const kn_node_rec *n) {
+  return n->remat_of && n->op != KN_OP_CAST && n->storage != KN_STORE_VIEW;
+}
+
+/* The planning view of a graph: what counts as a view of what, and which
+ * nodes are planned. With `without_recompute`, each recompute stands for
+ * the forward value it re-creates (as if that value were kept), and nodes
+ * only recomputes read are not there: the graph as it would be with
+ * recompute off. */
+typedef struct plan_view {
+  int without_recompute;
+  const unsigned char *skip; /* n_nodes: not planned (dead, or absent in this view) */
+} plan_view;
+
+static kn_node plan_root(const kn_graph *g, const plan_view *v, kn_node n) {
+  for (;;) {
+    const kn_node_rec *r = &g->nodes[n];
+    if (r->storage == KN_STORE_VIEW)
+      n = r->inputs[0];
+    else if (v->without_recompute && is_recompute(r))
+      n = r->remat_of - 1;
+    else
+      return n;
+  }
+}
+
+static int plan_is_view(const kn_graph *g, const plan_view *v, kn_node n) {
+  return g->nodes[n].storage == KN_STORE_VIEW ||
+         (v->without_recompute && is_recompute(&g->nodes[n]));
+}
+
 typedef struct block {
   size_t offset, size;
 } block;
@@ -57,21 +90,22 @@ static void plan_free(arena_plan *a, size_t offset) {
   }
 }
 
-static void compute_liveness(kn_graph *g) {
+static void compute_liveness(kn_graph *g, const plan_view *v) {
   for (int i = 0; i < g->n_nodes; i++) {
     g->nodes[i].first_use = i;
     g->nodes[i].last_use = i;
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
-    if (n->dead) continue;
-    for (int k = 0; k < n->n_inputs; k++) {
-      kn_node root = storage_root(g, n->inputs[k]);
+    if (v->skip[i]) continue;
+    /* A recompute standing for its forward value reads nothing. */
+    for (int k = 0; k < n->n_inputs && !(v->without_recompute && is_recompute(n)); k++) {
+      kn_node root = plan_root(g, v, n->inputs[k]);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
     }
     /* A view is live as long as whatever reads it; extend its root too. */
-    if (n->storage == KN_STORE_VIEW) {
-      kn_node root = storage_root(g, i);
+    if (plan_is_view(g, v, i)) {
+      kn_node root = plan_root(g, v, i);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
     }
   }
@@ -82,11 +116,104 @@ static void compute_liveness(kn_graph *g) {
   }
 }
 
-int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen) {
-  int rc = KN_OK;
+/* Whether node i gets arena bytes of its own in this view. */
+static int planned(const kn_graph *g, const plan_view *v, kn_node i) {
+  return g->nodes[i].storage == KN_STORE_ARENA && !v->skip[i] && !plan_is_view(g, v, i);
+}
+
+/* Liveness and first-fit offsets for the graph as the view sees it;
+ * offsets land in the nodes, the peak in *peak. */
+static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inplace_out) {
   arena_plan plan = {0};
   int *order = NULL; /* arena nodes freed at each schedule step, bucketed */
   int *bucket_start = NULL;
+  int rc = -1;
+  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
+  int n_inplace = 0;
+  compute_liveness(g, v);
+
+  /* Bucket nodes by last use so each step frees its dead values in O(1). */
+  order = malloc((size_t)g->n_nodes * sizeof *order);
+  bucket_start = calloc((size_t)g->n_nodes + 2, sizeof *bucket_start);
+  plan.live = malloc((size_t)g->n_nodes * sizeof(block));
+  if (!order || !bucket_start || !plan.live) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (planned(g, v, i) && n->last_use < g->n_nodes) bucket_start[n->last_use + 1]++;
+  }
+  for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
+  {
+    int *fill = calloc((size_t)g->n_nodes + 1, sizeof *fill);
+    if (!fill) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+      goto out;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+      const kn_node_rec *n = &g->nodes[i];
+      if (planned(g, v, i) && n->last_use < g->n_nodes) {
+        order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
+      }
+    }
+    free(fill);
+  }
+
+  g->naive_bytes = 0;
+  /* Constants first: they hold their value from compile through every run,
+   * so no node before them in the schedule may borrow their bytes. */
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (!planned(g, v, i) || !n->folded) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    n->arena_offset = g->eager ? g->naive_bytes : plan_alloc(&plan, bytes);
+    g->naive_bytes += bytes;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (!planned(g, v, i) || n->folded) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    /* In place: an elementwise op takes over the buffer of an input whose
+     * last reader it is (same size, not kept), so that buffer is not freed
+     * here but when this node dies. */
+    kn_node donor = -1;
+    for (int k = 0; inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
+      kn_node r = plan_root(g, v, n->inputs[k]);
+      const kn_node_rec *in = &g->nodes[r];
+      /* Same element size too: a cast widening in place would overwrite
+       * elements before reading them. */
+      if (planned(g, v, r) && !in->keep && in->op != KN_OP_INPUT && in->dtype == n->dtype &&
+          in->last_use == i && align_up(kn_node_planned_bytes(g, in)) == bytes)
+        donor = r;
+    }
+    if (g->eager) {
+      n->arena_offset = g->naive_bytes; /* one buffer per node */
+    } else if (donor >= 0) {
+      n->arena_offset = g->nodes[donor].arena_offset;
+      n_inplace++;
+    } else {
+      n->arena_offset = plan_alloc(&plan, bytes);
+    }
+    g->naive_bytes += bytes;
+    /* Values whose last reader is this node die after it runs. */
+    for (int k = bucket_start[i]; !g->eager && k < bucket_start[i + 1]; k++) {
+      if (order[k] != donor) plan_free(&plan, g->nodes[order[k]].arena_offset);
+    }
+  }
+  *peak = g->eager ? g->naive_bytes : plan.peak;
+  *n_inplace_out = n_inplace;
+  rc = 0;
+out:
+  free(order);
+  free(bucket_start);
+  free(plan.live);
+  return rc;
+}
+
+int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen) {
+  int rc = KN_OK;
+  unsigned char *skip = NULL;
   if (g->error_code) goto out;
   if (g->compiled) {
     kn_graph_fail(g, KN_ESTATE, "compile: the graph is already compiled");
@@ -106,79 +233,49 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_run_passes(g, scratch, &pass_stats);
     free(scratch);
   }
-  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
-  int n_inplace = 0;
-  compute_liveness(g);
-
-  /* Bucket nodes by last use so each step frees its dead values in O(1). */
-  order = malloc((size_t)g->n_nodes * sizeof *order);
-  bucket_start = calloc((size_t)g->n_nodes + 2, sizeof *bucket_start);
-  plan.live = malloc((size_t)g->n_nodes * sizeof(block));
-  if (!order || !bucket_start || !plan.live) {
+  skip = calloc((size_t)g->n_nodes, 1);
+  if (!skip) {
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
     goto out;
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    const kn_node_rec *n = &g->nodes[i];
-    if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes)
-      bucket_start[n->last_use + 1]++;
-  }
-  for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
-  {
-    int *fill = calloc((size_t)g->n_nodes + 1, sizeof *fill);
-    if (!fill) {
-      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
-      goto out;
-    }
-    for (int i = 0; i < g->n_nodes; i++) {
+  int n_inplace = 0, n_recomputed = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    n_recomputed += !g->nodes[i].dead && is_recompute(&g->nodes[i]);
+  g->arena_bytes_without_recompute = 0;
+  if (n_recomputed > 0 && !g->eager) {
+    /* Nodes only recomputes read are absent without recompute; a recompute
+     * keeps its forward value alive instead. */
+    for (int i = 0; i < g->n_nodes; i++) skip[i] = 1;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
       const kn_node_rec *n = &g->nodes[i];
-      if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes) {
-        order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
+      if (n->dead) continue;
+      if (n->keep || n->storage == KN_STORE_GRAD || n->op == KN_OP_INPUT || n->op == KN_OP_PARAM ||
+          n->op == KN_OP_STATE)
+        skip[i] = 0;
+      if (skip[i]) continue;
+      if (is_recompute(n)) {
+        skip[i] = 1;
+        skip[n->remat_of - 1] = 0;
+      } else {
+        for (int k = 0; k < n->n_inputs; k++) skip[n->inputs[k]] = 0;
       }
     }
-    free(fill);
+    plan_view without = {1, skip};
+    int unused;
+    if (plan_arena(g, &without, &g->arena_bytes_without_recompute, &unused)) goto out;
   }
-
-  g->naive_bytes = 0;
-  /* Constants first: they hold their value from compile through every run,
-   * so no node before them in the schedule may borrow their bytes. */
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *n = &g->nodes[i];
-    if (n->storage != KN_STORE_ARENA || n->dead || !n->folded) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(g, n));
-    n->arena_offset = g->eager ? g->naive_bytes : plan_alloc(&plan, bytes);
-    g->naive_bytes += bytes;
+  for (int i = 0; i < g->n_nodes; i++) skip[i] = (unsigned char)g->nodes[i].dead;
+  plan_view as_is = {0, skip};
+  if (plan_arena(g, &as_is, &g->arena_bytes, &n_inplace)) goto out;
+  if (!n_recomputed) g->arena_bytes_without_recompute = g->arena_bytes;
+  /* Forward values still live when backward starts: what forward keeps
+   * for backward. */
+  g->saved_bytes = 0;
+  for (int i = 0; g->has_backward && i < g->n_forward; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->storage == KN_STORE_ARENA && !n->dead && !n->folded && n->last_use >= g->n_forward)
+      g->saved_bytes += align_up(kn_node_planned_bytes(g, n));
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *n = &g->nodes[i];
-    if (n->storage != KN_STORE_ARENA || n->dead || n->folded) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(g, n));
-    /* In place: an elementwise op takes over the buffer of an input whose
-     * last reader it is (same size, not kept), so that buffer is not freed
-     * here but when this node dies. */
-    kn_node donor = -1;
-    for (int k = 0; inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
-      kn_node r = storage_root(g, n->inputs[k]);
-      const kn_node_rec *in = &g->nodes[r];
-      if (in->storage == KN_STORE_ARENA && !in->dead && !in->keep && in->op != KN_OP_INPUT &&
-          in->last_use == i && align_up(kn_node_planned_bytes(g, in)) == bytes)
-        donor = r;
-    }
-    if (g->eager) {
-      n->arena_offset = g->naive_bytes; /* one buffer per node */
-    } else if (donor >= 0) {
-      n->arena_offset = g->nodes[donor].arena_offset;
-      n_inplace++;
-    } else {
-      n->arena_offset = plan_alloc(&plan, bytes);
-    }
-    g->naive_bytes += bytes;
-    /* Values whose last reader is this node die after it runs. */
-    for (int k = bucket_start[i]; !g->eager && k < bucket_start[i + 1]; k++) {
-      if (order[k] != donor) plan_free(&plan, g->nodes[order[k]].arena_offset);
-    }
-  }
-  g->arena_bytes = g->eager ? g->naive_bytes : plan.peak;
 
   /* One allocation each, touched now so no step pays for first touch. In
    * the f64 reference mode the flat buffers hold doubles. */
@@ -280,12 +377,13 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->grad_bytes = g->has_backward ? pbytes : 0;
     stats->n_nodes = g->n_nodes;
     stats->n_forward = g->n_forward;
+    stats->saved_bytes = g->saved_bytes;
+    stats->arena_bytes_without_recompute = g->arena_bytes_without_recompute;
+    stats->n_recomputed = n_recomputed;
   }
 
 out:
-  free(order);
-  free(bucket_start);
-  free(plan.live);
+  free(skip);
   rc = g->error_code;
   if (rc && err && errlen) snprintf(err, errlen, "%s", g->error);
   return rc;

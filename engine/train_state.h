@@ -32,6 +32,10 @@ typedef struct kn_train_state {
   double epoch_sq, epoch_abs, interval_sq, interval_abs; /* regression errors */
   int64_t epoch_top_k, interval_top_k;                   /* top-k hits */
   kn_callback_state callbacks;
+  /* Dynamic loss scaling (version 3): the scale (0 = none saved) and the
+   * finite steps since it last changed. */
+  double loss_scale;
+  int64_t loss_scale_good_steps;
 } kn_train_state;
 
 /* The state file's name for a checkpoint path: "X.safetensors" -> "X.state". */
