@@ -268,6 +268,9 @@ typedef struct api_job_spec {
   /* checkpoint: {"every_steps": N, "keep_last": K} */
   int checkpoint_every_steps; /* 0 (default) = only the final checkpoint */
   int checkpoint_keep_last;   /* newest K kept, older ones deleted; 0 (default) = keep all */
+  /* precision: "float32" (default), "mixed_bfloat16" or "mixed_float16" */
+  char precision[16];
+  int recompute; /* recompute cheap activations in backward; default false */
   /* resources */
   char device_type[8]; /* "cpu" */
   int devices;         /* default 1 */

@@ -259,6 +259,40 @@ static void recompute_lowers_the_planned_peak_and_keeps_the_losses(void **state)
   kn_model_free(&b);
 }
 
+/* Every parameter's gradient in a mixed graph stays within a few percent
+ * of float32's on the same weights and batch: the backward pass reads the
+ * narrow copies the way the float32 one reads the values. */
+static void mixed_precision_gradients_stay_close_to_float32(void **state) {
+  (void)state;
+  for (int recompute = 0; recompute <= 1; recompute++) {
+    kn_model ref = build_cnn(12, 16, KN_PRECISION_FLOAT32, 0, NULL);
+    kn_model mixed = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, recompute, NULL);
+    char err[256];
+    fill_images(&ref, 16, 7);
+    fill_images(&mixed, 16, 7);
+    assert_int_equal(kn_graph_run(ref.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+    assert_int_equal(kn_graph_run(mixed.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+    for (int p = 0; p < kn_param_node_count(ref.graph); p++) {
+      kn_node node = kn_param_node(ref.graph, p);
+      int ndim, dims[KN_MAX_DIMS];
+      kn_node_shape(ref.graph, node, &ndim, dims);
+      size_t count = 1, off = kn_param_offset(ref.graph, node);
+      for (int d = 0; d < ndim; d++) count *= (size_t)dims[d];
+      double norm = 0, diff = 0;
+      for (size_t i = off; i < off + count; i++) {
+        double a = kn_grads(ref.graph)[i], b = kn_grads(mixed.graph)[i];
+        norm += a * a;
+        diff += (a - b) * (a - b);
+      }
+      if (!(norm > 0) || sqrt(diff / norm) > 0.1)
+        fail_msg("%s: gradient norm %g, relative difference %g (recompute %d)",
+                 kn_node_name(ref.graph, node), sqrt(norm), sqrt(diff / norm), recompute);
+    }
+    kn_model_free(&ref);
+    kn_model_free(&mixed);
+  }
+}
+
 static void recompute_and_mixed_precision_combine(void **state) {
   (void)state;
   kn_plan_stats mixed, both;
@@ -420,6 +454,7 @@ int main(void) {
       cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
       cmocka_unit_test(mixed_bfloat16_cnn_plans_activations_in_at_most_55_percent),
       cmocka_unit_test(recompute_lowers_the_planned_peak_and_keeps_the_losses),
+      cmocka_unit_test(mixed_precision_gradients_stay_close_to_float32),
       cmocka_unit_test(recompute_and_mixed_precision_combine),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
