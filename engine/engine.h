@@ -241,7 +241,8 @@ const char *kn_isa_name(kn_isa isa);
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 
-/* Plans memory (liveness over the schedule, first-fit offsets in one arena),
+/* Plans memory (liveness over the schedule, offsets in one arena placed
+ * largest first),
  * allocates and first-touches the arena and the flat buffers, and
  * initialises parameters from seed. After this, running allocates nothing. */
 int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen);

@@ -1,7 +1,8 @@
 /* plan.c — memory planning and execution. Liveness over the schedule gives
- * each arena value a [first, last] interval; a first-fit allocator over
- * offsets packs them into one arena, allocated and touched once at compile
- * time, so running a step allocates nothing. */
+ * each arena value a [first, last] interval; placing the largest first at
+ * the lowest offset free over its interval packs them into one arena,
+ * allocated and touched once at compile time, so running a step allocates
+ * nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,43 +54,6 @@ static int plan_is_view(const kn_graph *g, const plan_view *v, kn_node n) {
          (v->without_recompute && is_recompute(&g->nodes[n]));
 }
 
-typedef struct block {
-  size_t offset, size;
-} block;
-
-/* Live blocks sorted by offset; first fit into the lowest gap. */
-typedef struct arena_plan {
-  block *live;
-  int n_live;
-  size_t peak;
-} arena_plan;
-
-static size_t plan_alloc(arena_plan *a, size_t size) {
-  size_t offset = 0;
-  int at = 0;
-  for (; at < a->n_live; at++) {
-    if (a->live[at].offset >= offset + size) break;
-    size_t end = a->live[at].offset + a->live[at].size;
-    if (end > offset) offset = end;
-  }
-  memmove(&a->live[at + 1], &a->live[at], (size_t)(a->n_live - at) * sizeof(block));
-  a->live[at].offset = offset;
-  a->live[at].size = size;
-  a->n_live++;
-  if (offset + size > a->peak) a->peak = offset + size;
-  return offset;
-}
-
-static void plan_free(arena_plan *a, size_t offset) {
-  for (int i = 0; i < a->n_live; i++) {
-    if (a->live[i].offset == offset) {
-      memmove(&a->live[i], &a->live[i + 1], (size_t)(a->n_live - i - 1) * sizeof(block));
-      a->n_live--;
-      return;
-    }
-  }
-}
-
 static void compute_liveness(kn_graph *g, const plan_view *v) {
   for (int i = 0; i < g->n_nodes; i++) {
     g->nodes[i].first_use = i;
@@ -121,93 +85,109 @@ static int planned(const kn_graph *g, const plan_view *v, kn_node i) {
   return g->nodes[i].storage == KN_STORE_ARENA && !v->skip[i] && !plan_is_view(g, v, i);
 }
 
-/* Liveness and first-fit offsets for the graph as the view sees it;
- * offsets land in the nodes, the peak in *peak. */
-static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inplace_out) {
-  arena_plan plan = {0};
-  int *order = NULL; /* arena nodes freed at each schedule step, bucketed */
-  int *bucket_start = NULL;
-  int rc = -1;
-  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
-  int n_inplace = 0;
-  compute_liveness(g, v);
+/* Values that share one buffer: a node and the in-place chain it starts. */
+typedef struct group {
+  int first, last; /* schedule positions the buffer is live over */
+  size_t size, offset;
+} group;
 
-  /* Bucket nodes by last use so each step frees its dead values in O(1). */
-  order = malloc((size_t)g->n_nodes * sizeof *order);
-  bucket_start = calloc((size_t)g->n_nodes + 2, sizeof *bucket_start);
-  plan.live = malloc((size_t)g->n_nodes * sizeof(block));
-  if (!order || !bucket_start || !plan.live) {
+static int by_size_desc(const void *pa, const void *pb) {
+  const group *a = *(const group *const *)pa, *b = *(const group *const *)pb;
+  if (a->size != b->size) return a->size < b->size ? 1 : -1;
+  return (a->first > b->first) - (a->first < b->first);
+}
+
+static int by_offset(const void *pa, const void *pb) {
+  const group *a = *(const group *const *)pa, *b = *(const group *const *)pb;
+  return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+/* Liveness and offsets for the graph as the view sees it; offsets land in
+ * the nodes, the peak in *peak. Buffers are placed largest first, each at
+ * the lowest offset free over its whole lifetime (greedy by size, as
+ * TFLite's arena planner): unlike handing out offsets in schedule order, a
+ * small long-lived value (a narrow copy kept for backward) cannot end up
+ * above a big short-lived one and pin the arena's top. */
+static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inplace_out) {
+  const int n_nodes = g->n_nodes;
+  int *owner = malloc((size_t)n_nodes * sizeof *owner);
+  group *groups = malloc((size_t)n_nodes * sizeof *groups);
+  group **sorted = malloc((size_t)n_nodes * sizeof *sorted);
+  group **placed = malloc((size_t)n_nodes * sizeof *placed);
+  int rc = -1, n_groups = 0, n_inplace = 0;
+  if (!owner || !groups || !sorted || !placed) {
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
     goto out;
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    const kn_node_rec *n = &g->nodes[i];
-    if (planned(g, v, i) && n->last_use < g->n_nodes) bucket_start[n->last_use + 1]++;
-  }
-  for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
-  {
-    int *fill = calloc((size_t)g->n_nodes + 1, sizeof *fill);
-    if (!fill) {
-      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
-      goto out;
-    }
-    for (int i = 0; i < g->n_nodes; i++) {
-      const kn_node_rec *n = &g->nodes[i];
-      if (planned(g, v, i) && n->last_use < g->n_nodes) {
-        order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
-      }
-    }
-    free(fill);
-  }
-
+  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
+  compute_liveness(g, v);
   g->naive_bytes = 0;
-  /* Constants first: they hold their value from compile through every run,
-   * so no node before them in the schedule may borrow their bytes. */
-  for (int i = 0; i < g->n_nodes; i++) {
+  for (int i = 0; i < n_nodes; i++) {
+    owner[i] = -1;
     kn_node_rec *n = &g->nodes[i];
-    if (!planned(g, v, i) || !n->folded) continue;
+    if (!planned(g, v, i)) continue;
     size_t bytes = align_up(kn_node_planned_bytes(g, n));
-    n->arena_offset = g->eager ? g->naive_bytes : plan_alloc(&plan, bytes);
     g->naive_bytes += bytes;
-  }
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *n = &g->nodes[i];
-    if (!planned(g, v, i) || n->folded) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    if (g->eager) { /* one buffer per node */
+      n->arena_offset = g->naive_bytes - bytes;
+      continue;
+    }
     /* In place: an elementwise op takes over the buffer of an input whose
-     * last reader it is (same size, not kept), so that buffer is not freed
-     * here but when this node dies. */
+     * last reader it is (same size and type, not kept); the buffer then
+     * lives until this node dies. */
     kn_node donor = -1;
-    for (int k = 0; inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
+    for (int k = 0;
+         !n->folded && inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
       kn_node r = plan_root(g, v, n->inputs[k]);
       const kn_node_rec *in = &g->nodes[r];
-      /* Same element size too: a cast widening in place would overwrite
-       * elements before reading them. */
-      if (planned(g, v, r) && !in->keep && in->op != KN_OP_INPUT && in->dtype == n->dtype &&
-          in->last_use == i && align_up(kn_node_planned_bytes(g, in)) == bytes)
+      if (planned(g, v, r) && owner[r] >= 0 && !in->keep && !in->folded && in->op != KN_OP_INPUT &&
+          in->dtype == n->dtype && in->last_use == i &&
+          align_up(kn_node_planned_bytes(g, in)) == bytes)
         donor = r;
     }
-    if (g->eager) {
-      n->arena_offset = g->naive_bytes; /* one buffer per node */
-    } else if (donor >= 0) {
-      n->arena_offset = g->nodes[donor].arena_offset;
+    if (donor >= 0) {
+      owner[i] = owner[donor];
+      group *gr = &groups[owner[i]];
+      if (n->last_use > gr->last) gr->last = n->last_use;
       n_inplace++;
-    } else {
-      n->arena_offset = plan_alloc(&plan, bytes);
+      continue;
     }
-    g->naive_bytes += bytes;
-    /* Values whose last reader is this node die after it runs. */
-    for (int k = bucket_start[i]; !g->eager && k < bucket_start[i + 1]; k++) {
-      if (order[k] != donor) plan_free(&plan, g->nodes[order[k]].arena_offset);
-    }
+    owner[i] = n_groups;
+    /* Constants hold their value from compile through every run. */
+    groups[n_groups++] = (group){n->folded ? 0 : n->first_use, n->last_use, bytes, 0};
   }
-  *peak = g->eager ? g->naive_bytes : plan.peak;
+  size_t top = 0;
+  if (!g->eager) {
+    for (int k = 0; k < n_groups; k++) sorted[k] = &groups[k];
+    qsort(sorted, (size_t)n_groups, sizeof *sorted, by_size_desc);
+    for (int k = 0; k < n_groups; k++) {
+      group *gr = sorted[k];
+      int n_placed = 0;
+      for (int j = 0; j < k; j++) {
+        const group *o = sorted[j];
+        if (o->first <= gr->last && gr->first <= o->last) placed[n_placed++] = sorted[j];
+      }
+      qsort(placed, (size_t)n_placed, sizeof *placed, by_offset);
+      size_t offset = 0;
+      for (int j = 0; j < n_placed; j++) {
+        if (placed[j]->offset >= offset + gr->size) break;
+        size_t end = placed[j]->offset + placed[j]->size;
+        if (end > offset) offset = end;
+      }
+      gr->offset = offset;
+      if (offset + gr->size > top) top = offset + gr->size;
+    }
+    for (int i = 0; i < n_nodes; i++)
+      if (owner[i] >= 0) g->nodes[i].arena_offset = groups[owner[i]].offset;
+  }
+  *peak = g->eager ? g->naive_bytes : top;
   *n_inplace_out = n_inplace;
   rc = 0;
 out:
-  free(order);
-  free(bucket_start);
-  free(plan.live);
+  free(owner);
+  free(groups);
+  free(sorted);
+  free(placed);
   return rc;
 }
 

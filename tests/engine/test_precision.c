@@ -201,6 +201,7 @@ static void mixed_bfloat16_cnn_plans_activations_in_at_most_55_percent(void **st
   assert_true(f32.saved_bytes > 0);
   assert_true(bf16.saved_bytes * 100 <= f32.saved_bytes * 55);
   assert_true(f16.saved_bytes == bf16.saved_bytes);
+  assert_true(bf16.arena_bytes < f32.arena_bytes);
   /* Master weights and gradients stay f32. */
   assert_int_equal(bf16.param_bytes, f32.param_bytes);
   kn_model_free(&a);
