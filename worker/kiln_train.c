@@ -438,11 +438,14 @@ int main(int argc, char **argv) {
     status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);
     goto out;
   }
-  char extra[320] = "";
-  if (mc.precision != KN_PRECISION_FLOAT32)
-    snprintf(extra, sizeof extra, "; precision %s (matmuls: %s), %.2f MiB kept for backward",
-             kn_precision_name(mc.precision), kn_mixed_matmul_path(),
-             stats.saved_bytes / 1048576.0);
+  char extra[320];
+  snprintf(extra, sizeof extra, "; %.2f MiB of them kept for backward",
+           stats.saved_bytes / 1048576.0);
+  if (mc.precision != KN_PRECISION_FLOAT32) {
+    size_t used = strlen(extra);
+    snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",
+             kn_precision_name(mc.precision), kn_mixed_matmul_path());
+  }
   if (mc.recompute) {
     size_t used = strlen(extra);
     snprintf(extra + used, sizeof extra - used,
