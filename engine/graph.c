@@ -261,8 +261,15 @@ const char *kn_precision_name(kn_precision precision) {
 
 const char *kn_mixed_matmul_path(void) {
   /* The GEMM runs in f32 on operands already rounded to the narrow type:
-   * the same products a bf16 x bf16 -> f32 GEMM makes, at f32 speed. */
-  return "f32 GEMM on narrow-rounded operands";
+   * the products a bf16 x bf16 -> f32 GEMM makes, at f32 speed. kiln has no
+   * bf16 GEMM of its own yet, and Debian's OpenBLAS exports no
+   * cblas_sbgemm; the CPU's support is reported all the same. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16"))
+    return "f32 GEMM on narrow-rounded operands (the CPU has AVX512-BF16; no bf16 GEMM is used)";
+#endif
+  return "f32 GEMM on narrow-rounded operands (the CPU has no AVX512-BF16)";
 }
 
 void kn_graph_set_recompute(kn_graph *g, int on) {
