@@ -207,8 +207,10 @@ typedef struct kn_plan_stats {
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
-  /* With recompute: the arena peak the same graph would need keeping every
-   * recomputed value alive instead (= arena_bytes without recompute). */
+  /* With recompute: the arena peak planned for the same graph with each
+   * recompute replaced by the forward value it stands for, kept alive
+   * instead (close to, not always equal to, the graph built without
+   * recompute); arena_bytes when nothing is recomputed. */
   size_t arena_bytes_without_recompute;
   int n_recomputed; /* backward nodes that re-run a forward op */
 } kn_plan_stats;
