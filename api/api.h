@@ -275,6 +275,9 @@ typedef struct api_job_spec {
   int checkpoint_keep_best;
   char checkpoint_monitor[48];
   int checkpoint_mode_max; /* 1: higher is better */
+  /* precision: "float32" (default), "mixed_bfloat16" or "mixed_float16" */
+  char precision[16];
+  int recompute; /* recompute cheap activations in backward; default false */
   /* resources */
   char device_type[8]; /* "cpu" */
   int devices;         /* default 1; all at once (gang) */

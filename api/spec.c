@@ -1481,6 +1481,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
                                        "priority",
                                        "resources",
                                        "precision",
+                                       "recompute",
                                        "strategy",
                                        "max_restarts",
                                        "max_runtime",
@@ -1567,9 +1568,14 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   json_t *resources = get_object(&s, "resources", OPTIONAL);
   if (resources) parse_resources(c, resources, spec);
   const char *precision = get_string(&s, "precision", OPTIONAL);
-  if (precision && strcmp(precision, "float32") != 0)
-    problem(c, "precision", "unsupported precision '%s'; only 'float32' is available for now",
+  if (precision && strcmp(precision, "float32") != 0 && strcmp(precision, "mixed_bfloat16") != 0 &&
+      strcmp(precision, "mixed_float16") != 0)
+    problem(c, "precision",
+            "unsupported precision '%s'; supported: float32, mixed_bfloat16, mixed_float16",
             clip(precision, quoted, sizeof quoted));
+  else if (precision)
+    copy_text(spec->precision, sizeof spec->precision, precision);
+  get_bool(&s, "recompute", &spec->recompute);
   json_t *strategy = get_object(&s, "strategy", OPTIONAL);
   if (strategy) parse_strategy(c, strategy);
   check_loss(c, spec, loss_index >= 0, metric_at);
@@ -1589,6 +1595,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
 static void set_defaults(api_job_spec *spec) {
   copy_text(spec->display_name, sizeof spec->display_name, "job");
   copy_text(spec->validation, sizeof spec->validation, "test");
+  copy_text(spec->precision, sizeof spec->precision, "float32");
   spec->batch_size = 32;
   spec->shuffle = 1;
   spec->normalize = 1;
@@ -2040,7 +2047,8 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, resources, "devices", json_integer(spec->devices));
   put(&b, resources, "pool", bounded_string(spec->pool, sizeof spec->pool));
   put(&b, root, "resources", resources);
-  put(&b, root, "precision", json_string("float32"));
+  put(&b, root, "precision", bounded_string(spec->precision, sizeof spec->precision));
+  put(&b, root, "recompute", json_boolean(spec->recompute));
   json_t *strategy = json_object();
   put(&b, strategy, "type", json_string("single"));
   put(&b, root, "strategy", strategy);

@@ -50,13 +50,15 @@ static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
   case KN_OP_MATMUL: {
     int ta = n.attr_i[0], tb = n.attr_i[1];
     /* C = op(A) op(B): dA = dC op(B)^T (or its transpose), dB = op(A)^T dC. */
-    if (need_a) {
-      kn_node da = ta ? kn_matmul(g, b, dy, tb, 1) : kn_matmul(g, dy, b, 0, !tb);
-      if (accumulate(g, grads, a, da)) return -1;
-    }
+    /* dB first: it is the last reader of A (a layer's input, kept from
+     * forward), which can then die before dA takes its place. */
     if (need_b) {
       kn_node db = tb ? kn_matmul(g, dy, a, 1, ta) : kn_matmul(g, a, dy, !ta, 0);
       if (accumulate(g, grads, b, db)) return -1;
+    }
+    if (need_a) {
+      kn_node da = ta ? kn_matmul(g, b, dy, tb, 1) : kn_matmul(g, dy, b, 0, !tb);
+      if (accumulate(g, grads, a, da)) return -1;
     }
     return 0;
   }
@@ -95,6 +97,14 @@ static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
       return accumulate(g, grads, a, push_op(g, KN_OP_SOFTMAX_XENT_GRAD, &logits, 3, a, b, dy));
     }
     return 0;
+  case KN_OP_CAST:
+    if (!need_a) return 0;
+    /* Widening: the gradient is rounded through the narrow type, as it
+     * would be stored there (f16 underflow and overflow are real; loss
+     * scaling is the cure). Narrowing: dy is already that rounded value. */
+    if (n.dtype == KN_F32)
+      return accumulate(g, grads, a, kn_push_cast(g, dy, KN_F32, kn_cast_via(&n), 0));
+    return accumulate(g, grads, a, dy);
   default: {
     int rc = kn_grad_rule_ext(g, i, dy, grads, accumulate);
     if (rc == 1) {
@@ -137,8 +147,10 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   seed.ndim = 1;
   seed.dims[0] = 1;
   seed.attr_f[0] = 1.0f;
+  seed.attr_i[0] = 1; /* marks the seed apart from other fills (never merged) */
   snprintf(seed.name, sizeof seed.name, "grad/%.100s", g->nodes[loss].name);
   grads[loss] = kn_graph_push(g, &seed);
+  g->loss_seed = grads[loss];
 
   for (int i = loss; i >= 0 && !g->error_code; i--) {
     if (grads[i] < 0 || !g->nodes[i].requires_grad) continue;
@@ -158,6 +170,7 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
       kn_node_rec copy = g->nodes[param];
       memset(copy.inputs, 0, sizeof copy.inputs);
       copy.op = KN_OP_COPY;
+      copy.shadow = 0;
       copy.storage = KN_STORE_ARENA;
       copy.n_inputs = 1;
       copy.inputs[0] = d;

@@ -75,6 +75,27 @@ static double dropout_uniform(uint64_t base, size_t i) {
   return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* A cast: narrowing, widening, or an f32 (f64 in the reference mode)
+ * value rounded through the narrow type in place of its own. */
+static void k_cast(kn_graph *g, kn_node_rec *n) {
+  const kn_node_rec *x = &g->nodes[n->inputs[0]];
+  const size_t count = kn_node_elems(n, g->batch);
+  const kn_dtype via = kn_cast_via(n);
+  if (n->dtype != x->dtype) {
+    kn_convert(x->dtype, x->data, n->dtype, n->data, count);
+  } else if (n->dtype == KN_F32) {
+    kn_round_f32(via, x->data, n->data, count);
+  } else {
+    const double *src = x->data;
+    double *dst = n->data;
+    for (size_t i = 0; i < count; i++) {
+      float v = (float)src[i];
+      kn_round_f32(via, &v, &v, 1);
+      dst[i] = v;
+    }
+  }
+}
+
 #define T       float
 #define F(name) name##_f32
 #define GEMM    cblas_sgemm

@@ -140,6 +140,36 @@ kn_node kn_mae(kn_graph *g, kn_node pred, kn_node target);
  * accuracy). Not differentiable. */
 kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k);
 
+/* Mixed precision (Keras's policies). In a mixed graph every batched f32
+ * activation gets a narrow copy right after it is computed, and backward
+ * reads that copy (widened again) instead of the f32 value, so activations
+ * kept for backward are planned at 2 bytes an element; the forward reads
+ * parameters through bf16 / f16 copies and layer outputs through their
+ * narrow copies, and gradients flowing back through a cast are rounded to
+ * the narrow type; parameters, gradients and optimizer state stay f32, and
+ * softmax and the loss are computed in f32. Set before building any node. */
+typedef enum kn_precision {
+  KN_PRECISION_FLOAT32 = 0,
+  KN_PRECISION_MIXED_BFLOAT16,
+  KN_PRECISION_MIXED_FLOAT16,
+} kn_precision;
+int kn_graph_set_precision(kn_graph *g, kn_precision precision, char *err, size_t errlen);
+kn_precision kn_graph_precision(const kn_graph *g);
+const char *kn_precision_name(kn_precision precision); /* "float32", "mixed_bfloat16", ... */
+/* How mixed-precision matmuls run on this machine, in words. */
+const char *kn_mixed_matmul_path(void);
+/* Recomputation: backward re-runs im2col and pooling from their inputs
+ * (values backward keeps anyway) instead of keeping their outputs alive
+ * from forward; kn_plan_stats reports the arena with and without. Set
+ * before autodiff. */
+void kn_graph_set_recompute(kn_graph *g, int on);
+/* x (f32) to bf16 / f16, or x (bf16 / f16) to f32; round to nearest even,
+ * f16 saturating to inf past 65504 and rounding below its subnormals to 0.
+ * The gradient of a widening cast is dy rounded through the narrow type. */
+kn_node kn_cast(kn_graph *g, kn_node x, kn_dtype to);
+/* Seeds backward with d(loss)/d(loss) = scale instead of 1 (loss scaling). */
+void kn_graph_set_loss_scale(kn_graph *g, float scale);
+
 /* Computes every f32 node in double instead: the reference mode in which
  * gradient checks compare autodiff with finite differences. Call before
  * compile; the flat buffers and node data then hold doubles. */
@@ -174,6 +204,15 @@ typedef struct kn_plan_stats {
   int n_folded;  /* constant nodes computed once at compile */
   int n_dead;    /* nodes removed */
   int n_inplace; /* nodes writing over an input that dies with them */
+  /* Arena values computed in forward and still live when backward starts:
+   * the activations kept for backward (and the kept inputs and outputs). */
+  size_t saved_bytes;
+  /* With recompute: the arena peak planned for the same graph with each
+   * recompute replaced by the forward value it stands for, kept alive
+   * instead (close to, not always equal to, the graph built without
+   * recompute); arena_bytes when nothing is recomputed. */
+  size_t arena_bytes_without_recompute;
+  int n_recomputed; /* backward nodes that re-run a forward op */
 } kn_plan_stats;
 
 /* Graph passes, each switchable before compile (all on by default). */
@@ -204,7 +243,8 @@ const char *kn_isa_name(kn_isa isa);
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 
-/* Plans memory (liveness over the schedule, first-fit offsets in one arena),
+/* Plans memory (liveness over the schedule, offsets in one arena placed
+ * largest first),
  * allocates and first-touches the arena and the flat buffers, and
  * initialises parameters from seed. After this, running allocates nothing. */
 int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen);
@@ -354,6 +394,8 @@ typedef struct kn_model_config {
   int batch_size; /* planned rows */
   uint64_t seed;  /* dropout masks */
   kn_loss loss;   /* zero: sparse categorical cross-entropy */
+  kn_precision precision;
+  int recompute;
 } kn_model_config;
 
 /* A model built from Keras-style layers: input x (B, ...) f32, the loss's
@@ -748,7 +790,27 @@ typedef struct kn_train_config {
   /* A validation pass every N optimizer steps as well as at each epoch's
    * end (KN_EVENT_EVAL, val_* names); 0 = at epoch ends only. */
   int eval_every_steps;
+  /* Dynamic loss scaling, on for a mixed_float16 model (Keras's
+   * LossScaleOptimizer): the first scale (0 = 2^15) and the finite steps in
+   * a row after which it doubles (0 = 2000). */
+  double initial_loss_scale;
+  int64_t loss_scale_growth_interval;
 } kn_train_config;
+
+/* Dynamic loss scaling: backward is seeded with scale; the gradients are
+ * unscaled and checked; a step with an inf or NaN is skipped and halves the
+ * scale, and growth_interval finite steps in a row double it. */
+typedef struct kn_loss_scaler {
+  double scale;
+  int64_t good_steps; /* finite steps since the scale last changed */
+  int64_t growth_interval;
+  int64_t skipped; /* steps skipped so far */
+} kn_loss_scaler;
+void kn_loss_scaler_init(kn_loss_scaler *s, double initial_scale, int64_t growth_interval);
+/* Divides n gradients by the scale in place; 1 when all are finite. */
+int kn_loss_scaler_unscale(const kn_loss_scaler *s, float *grads, size_t n);
+/* After a step: finite (the step was applied) or not (skipped). */
+void kn_loss_scaler_update(kn_loss_scaler *s, int finite);
 
 enum {
   KN_METRIC_ACCURACY = 1, /* classification: argmax (or logit > 0 for one output) hits */

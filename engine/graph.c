@@ -94,7 +94,8 @@ int kn_graph_node_count(const kn_graph *g) {
   return g->n_nodes;
 }
 
-kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto) {
+/* Appends *proto as it is. */
+static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   if (g->compiled) return kn_graph_fail(g, KN_ESTATE, "graph is compiled; it can't grow");
   if (g->n_nodes == g->cap_nodes) {
     int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
@@ -111,6 +112,181 @@ kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto) {
   if (!g->has_backward) g->n_forward = g->n_nodes;
   if (n->name[0] == '\0') snprintf(n->name, sizeof n->name, "n%d", id);
   return id;
+}
+
+kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int remat_of) {
+  const kn_node_rec *X = &g->nodes[x];
+  kn_node_rec p;
+  memset(&p, 0, sizeof p);
+  p.op = KN_OP_CAST;
+  p.dtype = to;
+  p.ndim = X->ndim;
+  memcpy(p.dims, X->dims, sizeof p.dims);
+  p.batched = X->batched;
+  p.n_inputs = 1;
+  p.inputs[0] = x;
+  p.attr_i[0] = (int)via;
+  p.remat_of = remat_of;
+  return push_raw(g, &p);
+}
+
+static kn_dtype narrow_type(const kn_graph *g) {
+  return g->precision == KN_PRECISION_MIXED_FLOAT16 ? KN_F16 : KN_BF16;
+}
+
+/* A batched f32 value computed by the forward pass whose storage is its
+ * own (or a view of such): the activations mixed precision narrows and
+ * recompute may re-run. Inputs and kept values live all run anyway. */
+static int is_activation(const kn_graph *g, kn_node x) {
+  const kn_node_rec *n = &g->nodes[x];
+  if (n->dtype != KN_F32 || !n->batched || n->keep || n->folded || n->op == KN_OP_INPUT) return 0;
+  while (n->storage == KN_STORE_VIEW) n = &g->nodes[n->inputs[0]];
+  return n->storage == KN_STORE_ARENA && !n->keep && n->op != KN_OP_INPUT;
+}
+
+/* What a backward node reads in place of forward value x: a re-run of a
+ * cheap op (recompute), or x's narrow copy widened again (mixed precision),
+ * each emitted right before the reader so x itself dies in forward. */
+static kn_node backward_source(kn_graph *g, kn_node x) {
+  if (x < 0 || x >= g->n_forward || !is_activation(g, x)) return x;
+  const kn_node_rec *n = &g->nodes[x];
+  /* im2col and pooling move data and do no arithmetic to speak of, and
+   * their inputs are values backward keeps anyway (the layer's input for
+   * the conv GEMM's dW, the relu output for relu_grad); a second level lets
+   * im2col re-read a recomputed pooling. */
+  if (g->recompute && g->remat_depth < 2 && (n->op == KN_OP_IM2COL || n->op == KN_OP_POOL)) {
+    kn_node_rec r = *n;
+    r.remat_of = x + 1;
+    r.shadow = 0;
+    snprintf(r.name, sizeof r.name, "recompute/%.100s", n->name);
+    g->remat_depth++;
+    kn_node id = kn_graph_push(g, &r);
+    g->remat_depth--;
+    return id;
+  }
+  if (n->storage == KN_STORE_VIEW) {
+    /* A view (reshape) of the re-created value it views. */
+    kn_node src = backward_source(g, n->inputs[0]);
+    if (src == n->inputs[0] || src < 0) return src;
+    kn_node_rec v = *n;
+    v.inputs[0] = src;
+    v.remat_of = x + 1;
+    v.shadow = 0;
+    return push_raw(g, &v);
+  }
+  if (n->shadow) return kn_push_cast(g, n->shadow - 1, KN_F32, narrow_type(g), x + 1);
+  if (n->op == KN_OP_CAST && g->nodes[n->inputs[0]].dtype != KN_F32)
+    return kn_push_cast(g, n->inputs[0], KN_F32, kn_cast_via(n), x + 1);
+  return x;
+}
+
+kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto) {
+  const int mixed = g->precision != KN_PRECISION_FLOAT32;
+  if (!mixed && !g->recompute) return push_raw(g, proto);
+  kn_node_rec rec = *proto;
+  for (int k = 0; k < rec.n_inputs && !g->error_code; k++) {
+    kn_node in = rec.inputs[k];
+    if (in < 0 || in >= g->n_nodes) continue;
+    if (g->has_backward) {
+      rec.inputs[k] = backward_source(g, in);
+    } else if (mixed && g->nodes[in].op == KN_OP_PARAM) {
+      /* The forward reads a narrow copy of each weight; its gradient flows
+       * back (rounded) into the f32 master weight. */
+      kn_node_rec *P = &g->nodes[in];
+      if (!P->shadow) {
+        kn_node down = kn_push_cast(g, in, narrow_type(g), narrow_type(g), 0);
+        if (down < 0) return -1;
+        g->nodes[in].shadow = down + 1;
+      }
+      rec.inputs[k] = kn_push_cast(g, g->nodes[in].shadow - 1, KN_F32, narrow_type(g), 0);
+    }
+    if (rec.inputs[k] < 0) return -1;
+  }
+  if (g->error_code) return -1;
+  kn_node id = push_raw(g, &rec);
+  if (id < 0 || !mixed || g->has_backward || !is_activation(g, id) || rec.op == KN_OP_CAST ||
+      rec.storage == KN_STORE_VIEW)
+    return id;
+  /* Its narrow copy, right after it: dead-code elimination drops the ones
+   * nothing reads. */
+  kn_node down = kn_push_cast(g, id, narrow_type(g), narrow_type(g), 0);
+  if (down < 0) return -1;
+  g->nodes[id].shadow = down + 1;
+  return id;
+}
+
+kn_node kn_narrow_boundary(kn_graph *g, kn_node x) {
+  if (x < 0 || g->error_code || !g->nodes[x].shadow) return x;
+  return kn_push_cast(g, g->nodes[x].shadow - 1, KN_F32, narrow_type(g), 0);
+}
+
+kn_node kn_cast(kn_graph *g, kn_node x, kn_dtype to) {
+  if (g->error_code) return -1;
+  if (x < 0 || x >= g->n_nodes)
+    return kn_graph_fail(g, KN_EINVAL, "cast: input node %d does not exist", x);
+  kn_dtype from = g->nodes[x].dtype;
+  int narrow_to = to == KN_BF16 || to == KN_F16, narrow_from = from == KN_BF16 || from == KN_F16;
+  if (from == KN_F32 && narrow_to) return kn_push_cast(g, x, to, to, 0);
+  if (narrow_from && to == KN_F32) return kn_push_cast(g, x, to, from, 0);
+  return kn_graph_fail(g, KN_EINVAL, "cast: converts f32 to bf16 or f16 and back, not %s to %s",
+                       kn_dtype_name(from), kn_dtype_name(to));
+}
+
+int kn_graph_set_precision(kn_graph *g, kn_precision precision, char *err, size_t errlen) {
+  if ((int)precision < 0 || precision > KN_PRECISION_MIXED_FLOAT16) {
+    snprintf(err, errlen, "precision: unknown policy %d", (int)precision);
+    return KN_EINVAL;
+  }
+  if (g->n_nodes > 0) {
+    snprintf(err, errlen, "precision: set it before building the graph (it has %d nodes)",
+             g->n_nodes);
+    return KN_ESTATE;
+  }
+  g->precision = precision;
+  return KN_OK;
+}
+
+kn_precision kn_graph_precision(const kn_graph *g) {
+  return g->precision;
+}
+
+const char *kn_precision_name(kn_precision precision) {
+  switch (precision) {
+  case KN_PRECISION_FLOAT32: return "float32";
+  case KN_PRECISION_MIXED_BFLOAT16: return "mixed_bfloat16";
+  case KN_PRECISION_MIXED_FLOAT16: return "mixed_float16";
+  }
+  return "?";
+}
+
+const char *kn_mixed_matmul_path(void) {
+  /* The GEMM runs in f32 on operands already rounded to the narrow type:
+   * the products a bf16 x bf16 -> f32 GEMM makes, at f32 speed. kiln has no
+   * bf16 GEMM of its own yet, and Debian's OpenBLAS exports no
+   * cblas_sbgemm; the CPU's support is reported all the same. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16"))
+    return "f32 GEMM on narrow-rounded operands (the CPU has AVX512-BF16; no bf16 GEMM is used)";
+#endif
+  return "f32 GEMM on narrow-rounded operands (the CPU has no AVX512-BF16)";
+}
+
+void kn_graph_set_recompute(kn_graph *g, int on) {
+  g->recompute = on != 0;
+}
+
+void kn_graph_set_loss_scale(kn_graph *g, float scale) {
+  if (g->loss_seed <= 0 || g->loss_seed >= g->n_nodes) return;
+  kn_node_rec *seed = &g->nodes[g->loss_seed];
+  seed->attr_f[0] = scale;
+  /* A folded seed was computed once at compile: write the value there too. */
+  if (seed->data && seed->folded) {
+    if (g->f64)
+      *(double *)seed->data = scale;
+    else
+      *(float *)seed->data = scale;
+  }
 }
 
 static int valid(kn_graph *g, kn_node n, const char *op) {

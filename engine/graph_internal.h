@@ -56,6 +56,10 @@ typedef enum kn_op {
   KN_OP_BCE_LOGITS_GRAD,  /* (logits, targets, dloss) */
   KN_OP_TOPK_ACCURACY,    /* (logits (B, C), labels (B)) -> fraction with label in top attr_i[0] */
   KN_OP_MATMUL_BIAS_ACT,  /* fused (a, w, bias): attr_i[0..1] transposes, attr_i[2] relu */
+  /* (x) -> x converted to the node's dtype through attr_i[0] (bf16 or f16,
+   * round to nearest even): f32 -> narrow ("down"), narrow -> f32 ("up"),
+   * or f32 -> f32 rounded ("round", the gradient of an up-cast). */
+  KN_OP_CAST,
   KN_OP_COUNT
 } kn_op;
 
@@ -123,6 +127,13 @@ typedef struct kn_node_rec {
   size_t flat_offset;      /* floats, for PARAM and GRAD storage */
   size_t arena_offset;     /* bytes, for ARENA storage */
   int first_use, last_use; /* liveness over the schedule (filled by the planner) */
+  /* Mixed precision: 1 + the index of this forward activation's narrow copy
+   * (a down-cast emitted right after it); 0 = none. */
+  int shadow;
+  /* A backward node that re-creates forward node remat_of - 1 instead of
+   * keeping it alive: a recompute (same op, same inputs) or, for a cast, a
+   * widened narrow copy. 0 = an ordinary node. */
+  int remat_of;
   void *data;
 } kn_node_rec;
 
@@ -151,9 +162,14 @@ struct kn_graph {
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
-  int batch;           /* rows of the current run */
-  int planned_batch;   /* rows memory was planned for (0: no batched input) */
-  kn_profile *profile; /* while recording, each node run is timed (profile.c) */
+  int batch;              /* rows of the current run */
+  int planned_batch;      /* rows memory was planned for (0: no batched input) */
+  kn_profile *profile;    /* while recording, each node run is timed (profile.c) */
+  kn_precision precision; /* mixed modes: narrow activation copies and weight copies */
+  int recompute;          /* backward re-runs cheap ops instead of keeping their values */
+  int remat_depth;        /* recomputes being emitted inside one another (bounded) */
+  kn_node loss_seed;      /* the fill seeding d(loss)/d(loss); the loss scale lives there */
+  size_t saved_bytes, arena_bytes_without_recompute;
   char error[256];
   int error_code;
 };
@@ -168,6 +184,18 @@ static inline int kn_node_planned_rows_per_batch(const struct kn_node_rec *n) {
 /* Elements of a node at its planned size, or for `batch` rows when batched. */
 size_t kn_node_elems(const kn_node_rec *n, int batch);
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n);
+/* Converts n floats to `via` (bf16 or f16) and back, round to nearest even. */
+void kn_round_f32(kn_dtype via, const float *src, float *dst, size_t n);
+/* The dtype a cast node rounds through. */
+static inline kn_dtype kn_cast_via(const struct kn_node_rec *n) {
+  return (kn_dtype)n->attr_i[0];
+}
+/* Pushes cast(x) to dtype `to` through `via`, without the mixed precision
+ * hooks; remat_of as in kn_node_rec. */
+kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int remat_of);
+/* In a mixed precision graph, a forward activation read through its narrow
+ * copy (up(down(x))), as the next layer sees it; x itself otherwise. */
+kn_node kn_narrow_boundary(kn_graph *g, kn_node x);
 /* Records the first builder error; returns -1 for `return kn_graph_fail(...)`. */
 int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -211,6 +211,13 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     snprintf(err, errlen, "model: out of memory");
     return KN_ENOMEM;
   }
+  int prc = kn_graph_set_precision(g, cfg->precision, err, errlen);
+  if (prc) {
+    kn_graph_free(g);
+    free(outputs);
+    return prc;
+  }
+  kn_graph_set_recompute(g, cfg->recompute);
   int dims[KN_MAX_DIMS];
   dims[0] = cfg->batch_size;
   size_t example = 1;
@@ -250,6 +257,9 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
       kn_graph_fail(g, KN_EINVAL, "layer %d (%s, %s) failed to build", i, L->name,
                     layer_kind(L->type));
     }
+    /* In a mixed graph the next layer reads this one's output as stored,
+     * in the narrow type; the last layer's logits reach the loss in f32. */
+    if (i + 1 < cfg->n_layers) h = kn_narrow_boundary(g, h);
     outputs[i] = h;
   }
   free(outputs);

@@ -658,7 +658,10 @@ int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
     return 0;
   case KN_OP_POOL:
     if (!need_a) return 0;
-    return accumulate(g, grads, a, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i));
+    /* The window rides on the grad node: its y input may be a re-created
+     * copy of the pool's output (recompute, mixed precision). */
+    return accumulate(g, grads, a,
+                      with_attrs(g, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i), n.attr_i));
   case KN_OP_BN_STATS: return 0; /* BN_APPLY's rule covers the path through the statistics */
   case KN_OP_BN_APPLY: {
     kn_node stats = b, gamma = n.inputs[2], beta = n.inputs[3];

@@ -33,7 +33,8 @@ int kn_op_inplace_ok(kn_op op) {
   case KN_OP_BINARY:
   case KN_OP_RELU_GRAD:
   case KN_OP_UNARY_GRAD:
-  case KN_OP_BN_APPLY: return 1;
+  case KN_OP_BN_APPLY:
+  case KN_OP_CAST: /* only an f32 -> f32 rounding has its input's size */ return 1;
   default: return 0;
   }
 }
@@ -87,8 +88,11 @@ static int cse(kn_graph *g) {
       kn_node_rec *a = &g->nodes[i];
       if (a->dead || !same_node(a, b)) continue;
       /* Forward values stay in the forward part, so a forward-only run still
-       * computes every value it reads. */
+       * computes every value it reads; and a backward re-creation of a
+       * forward value (recompute, widened copy) is there so that value can
+       * die in forward. */
       if (i >= g->n_forward && j < g->n_forward) continue;
+      if (b->remat_of && i < g->n_forward) continue;
       for (int c = j + 1; c < g->n_nodes; c++) {
         kn_node_rec *n = &g->nodes[c];
         for (int k = 0; k < n->n_inputs; k++)
@@ -229,12 +233,15 @@ static int eliminate_dead(kn_graph *g, int *live) {
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   unsigned passes = kn_graph_passes(g);
   memset(st, 0, sizeof *st);
+  /* Unread values first (mixed precision's unused narrow copies), so they
+   * do not count as readers that block fusion. */
+  if (passes & KN_PASS_DCE) st->dead = eliminate_dead(g, scratch);
   if (passes & KN_PASS_CSE) st->cse = cse(g);
   if (passes & KN_PASS_FUSION) {
     st->fused = fuse(g, scratch);
     st->fused += fuse_chains(g, scratch);
   }
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
-  if (passes & KN_PASS_DCE) st->dead = eliminate_dead(g, scratch);
+  if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
   return 0;
 }

@@ -1,7 +1,8 @@
 /* plan.c — memory planning and execution. Liveness over the schedule gives
- * each arena value a [first, last] interval; a first-fit allocator over
- * offsets packs them into one arena, allocated and touched once at compile
- * time, so running a step allocates nothing. */
+ * each arena value a [first, last] interval; placing the largest first at
+ * the lowest offset free over its interval packs them into one arena,
+ * allocated and touched once at compile time, so running a step allocates
+ * nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,58 +21,55 @@ static kn_node storage_root(const kn_graph *g, kn_node n) {
   return n;
 }
 
-typedef struct block {
-  size_t offset, size;
-} block;
-
-/* Live blocks sorted by offset; first fit into the lowest gap. */
-typedef struct arena_plan {
-  block *live;
-  int n_live;
-  size_t peak;
-} arena_plan;
-
-static size_t plan_alloc(arena_plan *a, size_t size) {
-  size_t offset = 0;
-  int at = 0;
-  for (; at < a->n_live; at++) {
-    if (a->live[at].offset >= offset + size) break;
-    size_t end = a->live[at].offset + a->live[at].size;
-    if (end > offset) offset = end;
-  }
-  memmove(&a->live[at + 1], &a->live[at], (size_t)(a->n_live - at) * sizeof(block));
-  a->live[at].offset = offset;
-  a->live[at].size = size;
-  a->n_live++;
-  if (offset + size > a->peak) a->peak = offset + size;
-  return offset;
+/* A backward node that re-runs a forward op (not a widened narrow copy,
+ * nor a view of one). */
+static int is_recompute(const kn_node_rec *n) {
+  return n->remat_of && n->op != KN_OP_CAST && n->storage != KN_STORE_VIEW;
 }
 
-static void plan_free(arena_plan *a, size_t offset) {
-  for (int i = 0; i < a->n_live; i++) {
-    if (a->live[i].offset == offset) {
-      memmove(&a->live[i], &a->live[i + 1], (size_t)(a->n_live - i - 1) * sizeof(block));
-      a->n_live--;
-      return;
-    }
+/* The planning view of a graph: what counts as a view of what, and which
+ * nodes are planned. With `without_recompute`, each recompute stands for
+ * the forward value it re-creates (as if that value were kept), and nodes
+ * only recomputes read are not there: the graph as it would be with
+ * recompute off. */
+typedef struct plan_view {
+  int without_recompute;
+  const unsigned char *skip; /* n_nodes: not planned (dead, or absent in this view) */
+} plan_view;
+
+static kn_node plan_root(const kn_graph *g, const plan_view *v, kn_node n) {
+  for (;;) {
+    const kn_node_rec *r = &g->nodes[n];
+    if (r->storage == KN_STORE_VIEW)
+      n = r->inputs[0];
+    else if (v->without_recompute && is_recompute(r))
+      n = r->remat_of - 1;
+    else
+      return n;
   }
 }
 
-static void compute_liveness(kn_graph *g) {
+static int plan_is_view(const kn_graph *g, const plan_view *v, kn_node n) {
+  return g->nodes[n].storage == KN_STORE_VIEW ||
+         (v->without_recompute && is_recompute(&g->nodes[n]));
+}
+
+static void compute_liveness(kn_graph *g, const plan_view *v) {
   for (int i = 0; i < g->n_nodes; i++) {
     g->nodes[i].first_use = i;
     g->nodes[i].last_use = i;
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
-    if (n->dead) continue;
-    for (int k = 0; k < n->n_inputs; k++) {
-      kn_node root = storage_root(g, n->inputs[k]);
+    if (v->skip[i]) continue;
+    /* A recompute standing for its forward value reads nothing. */
+    for (int k = 0; k < n->n_inputs && !(v->without_recompute && is_recompute(n)); k++) {
+      kn_node root = plan_root(g, v, n->inputs[k]);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
     }
     /* A view is live as long as whatever reads it; extend its root too. */
-    if (n->storage == KN_STORE_VIEW) {
-      kn_node root = storage_root(g, i);
+    if (plan_is_view(g, v, i)) {
+      kn_node root = plan_root(g, v, i);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
     }
   }
@@ -82,11 +80,120 @@ static void compute_liveness(kn_graph *g) {
   }
 }
 
+/* Whether node i gets arena bytes of its own in this view. */
+static int planned(const kn_graph *g, const plan_view *v, kn_node i) {
+  return g->nodes[i].storage == KN_STORE_ARENA && !v->skip[i] && !plan_is_view(g, v, i);
+}
+
+/* Values that share one buffer: a node and the in-place chain it starts. */
+typedef struct group {
+  int first, last; /* schedule positions the buffer is live over */
+  size_t size, offset;
+} group;
+
+static int by_size_desc(const void *pa, const void *pb) {
+  const group *a = *(const group *const *)pa, *b = *(const group *const *)pb;
+  if (a->size != b->size) return a->size < b->size ? 1 : -1;
+  return (a->first > b->first) - (a->first < b->first);
+}
+
+static int by_offset(const void *pa, const void *pb) {
+  const group *a = *(const group *const *)pa, *b = *(const group *const *)pb;
+  return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+/* Liveness and offsets for the graph as the view sees it; offsets land in
+ * the nodes, the peak in *peak. Buffers are placed largest first, each at
+ * the lowest offset free over its whole lifetime (greedy by size, as
+ * TFLite's arena planner): unlike handing out offsets in schedule order, a
+ * small long-lived value (a narrow copy kept for backward) cannot end up
+ * above a big short-lived one and pin the arena's top. */
+static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inplace_out) {
+  const int n_nodes = g->n_nodes;
+  int *owner = malloc((size_t)n_nodes * sizeof *owner);
+  group *groups = malloc((size_t)n_nodes * sizeof *groups);
+  group **sorted = malloc((size_t)n_nodes * sizeof *sorted);
+  group **placed = malloc((size_t)n_nodes * sizeof *placed);
+  int rc = -1, n_groups = 0, n_inplace = 0;
+  if (!owner || !groups || !sorted || !placed) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+    goto out;
+  }
+  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
+  compute_liveness(g, v);
+  g->naive_bytes = 0;
+  for (int i = 0; i < n_nodes; i++) {
+    owner[i] = -1;
+    kn_node_rec *n = &g->nodes[i];
+    if (!planned(g, v, i)) continue;
+    size_t bytes = align_up(kn_node_planned_bytes(g, n));
+    g->naive_bytes += bytes;
+    if (g->eager) { /* one buffer per node */
+      n->arena_offset = g->naive_bytes - bytes;
+      continue;
+    }
+    /* In place: an elementwise op takes over the buffer of an input whose
+     * last reader it is (same size and type, not kept); the buffer then
+     * lives until this node dies. */
+    kn_node donor = -1;
+    for (int k = 0;
+         !n->folded && inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
+      kn_node r = plan_root(g, v, n->inputs[k]);
+      const kn_node_rec *in = &g->nodes[r];
+      if (planned(g, v, r) && owner[r] >= 0 && !in->keep && !in->folded && in->op != KN_OP_INPUT &&
+          in->dtype == n->dtype && in->last_use == i &&
+          align_up(kn_node_planned_bytes(g, in)) == bytes)
+        donor = r;
+    }
+    if (donor >= 0) {
+      owner[i] = owner[donor];
+      group *gr = &groups[owner[i]];
+      if (n->last_use > gr->last) gr->last = n->last_use;
+      n_inplace++;
+      continue;
+    }
+    owner[i] = n_groups;
+    /* Constants hold their value from compile through every run. */
+    groups[n_groups++] = (group){n->folded ? 0 : n->first_use, n->last_use, bytes, 0};
+  }
+  size_t top = 0;
+  if (!g->eager) {
+    for (int k = 0; k < n_groups; k++) sorted[k] = &groups[k];
+    qsort(sorted, (size_t)n_groups, sizeof *sorted, by_size_desc);
+    for (int k = 0; k < n_groups; k++) {
+      group *gr = sorted[k];
+      int n_placed = 0;
+      for (int j = 0; j < k; j++) {
+        const group *o = sorted[j];
+        if (o->first <= gr->last && gr->first <= o->last) placed[n_placed++] = sorted[j];
+      }
+      qsort(placed, (size_t)n_placed, sizeof *placed, by_offset);
+      size_t offset = 0;
+      for (int j = 0; j < n_placed; j++) {
+        if (placed[j]->offset >= offset + gr->size) break;
+        size_t end = placed[j]->offset + placed[j]->size;
+        if (end > offset) offset = end;
+      }
+      gr->offset = offset;
+      if (offset + gr->size > top) top = offset + gr->size;
+    }
+    for (int i = 0; i < n_nodes; i++)
+      if (owner[i] >= 0) g->nodes[i].arena_offset = groups[owner[i]].offset;
+  }
+  *peak = g->eager ? g->naive_bytes : top;
+  *n_inplace_out = n_inplace;
+  rc = 0;
+out:
+  free(owner);
+  free(groups);
+  free(sorted);
+  free(placed);
+  return rc;
+}
+
 int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen) {
   int rc = KN_OK;
-  arena_plan plan = {0};
-  int *order = NULL; /* arena nodes freed at each schedule step, bucketed */
-  int *bucket_start = NULL;
+  unsigned char *skip = NULL;
   if (g->error_code) goto out;
   if (g->compiled) {
     kn_graph_fail(g, KN_ESTATE, "compile: the graph is already compiled");
@@ -106,79 +213,49 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_run_passes(g, scratch, &pass_stats);
     free(scratch);
   }
-  const int inplace = (kn_graph_passes(g) & KN_PASS_INPLACE) != 0;
-  int n_inplace = 0;
-  compute_liveness(g);
-
-  /* Bucket nodes by last use so each step frees its dead values in O(1). */
-  order = malloc((size_t)g->n_nodes * sizeof *order);
-  bucket_start = calloc((size_t)g->n_nodes + 2, sizeof *bucket_start);
-  plan.live = malloc((size_t)g->n_nodes * sizeof(block));
-  if (!order || !bucket_start || !plan.live) {
+  skip = calloc((size_t)g->n_nodes, 1);
+  if (!skip) {
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
     goto out;
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    const kn_node_rec *n = &g->nodes[i];
-    if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes)
-      bucket_start[n->last_use + 1]++;
-  }
-  for (int i = 0; i < g->n_nodes; i++) bucket_start[i + 1] += bucket_start[i];
-  {
-    int *fill = calloc((size_t)g->n_nodes + 1, sizeof *fill);
-    if (!fill) {
-      kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
-      goto out;
-    }
-    for (int i = 0; i < g->n_nodes; i++) {
+  int n_inplace = 0, n_recomputed = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    n_recomputed += !g->nodes[i].dead && is_recompute(&g->nodes[i]);
+  g->arena_bytes_without_recompute = 0;
+  if (n_recomputed > 0 && !g->eager) {
+    /* Nodes only recomputes read are absent without recompute; a recompute
+     * keeps its forward value alive instead. */
+    for (int i = 0; i < g->n_nodes; i++) skip[i] = 1;
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
       const kn_node_rec *n = &g->nodes[i];
-      if (n->storage == KN_STORE_ARENA && !n->dead && n->last_use < g->n_nodes) {
-        order[bucket_start[n->last_use] + fill[n->last_use]++] = i;
+      if (n->dead) continue;
+      if (n->keep || n->storage == KN_STORE_GRAD || n->op == KN_OP_INPUT || n->op == KN_OP_PARAM ||
+          n->op == KN_OP_STATE)
+        skip[i] = 0;
+      if (skip[i]) continue;
+      if (is_recompute(n)) {
+        skip[i] = 1;
+        skip[n->remat_of - 1] = 0;
+      } else {
+        for (int k = 0; k < n->n_inputs; k++) skip[n->inputs[k]] = 0;
       }
     }
-    free(fill);
+    plan_view without = {1, skip};
+    int unused;
+    if (plan_arena(g, &without, &g->arena_bytes_without_recompute, &unused)) goto out;
   }
-
-  g->naive_bytes = 0;
-  /* Constants first: they hold their value from compile through every run,
-   * so no node before them in the schedule may borrow their bytes. */
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *n = &g->nodes[i];
-    if (n->storage != KN_STORE_ARENA || n->dead || !n->folded) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(g, n));
-    n->arena_offset = g->eager ? g->naive_bytes : plan_alloc(&plan, bytes);
-    g->naive_bytes += bytes;
+  for (int i = 0; i < g->n_nodes; i++) skip[i] = (unsigned char)g->nodes[i].dead;
+  plan_view as_is = {0, skip};
+  if (plan_arena(g, &as_is, &g->arena_bytes, &n_inplace)) goto out;
+  if (!n_recomputed) g->arena_bytes_without_recompute = g->arena_bytes;
+  /* Forward values still live when backward starts: what forward keeps
+   * for backward. */
+  g->saved_bytes = 0;
+  for (int i = 0; g->has_backward && i < g->n_forward; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->storage == KN_STORE_ARENA && !n->dead && !n->folded && n->last_use >= g->n_forward)
+      g->saved_bytes += align_up(kn_node_planned_bytes(g, n));
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *n = &g->nodes[i];
-    if (n->storage != KN_STORE_ARENA || n->dead || n->folded) continue;
-    size_t bytes = align_up(kn_node_planned_bytes(g, n));
-    /* In place: an elementwise op takes over the buffer of an input whose
-     * last reader it is (same size, not kept), so that buffer is not freed
-     * here but when this node dies. */
-    kn_node donor = -1;
-    for (int k = 0; inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
-      kn_node r = storage_root(g, n->inputs[k]);
-      const kn_node_rec *in = &g->nodes[r];
-      if (in->storage == KN_STORE_ARENA && !in->dead && !in->keep && in->op != KN_OP_INPUT &&
-          in->last_use == i && align_up(kn_node_planned_bytes(g, in)) == bytes)
-        donor = r;
-    }
-    if (g->eager) {
-      n->arena_offset = g->naive_bytes; /* one buffer per node */
-    } else if (donor >= 0) {
-      n->arena_offset = g->nodes[donor].arena_offset;
-      n_inplace++;
-    } else {
-      n->arena_offset = plan_alloc(&plan, bytes);
-    }
-    g->naive_bytes += bytes;
-    /* Values whose last reader is this node die after it runs. */
-    for (int k = bucket_start[i]; !g->eager && k < bucket_start[i + 1]; k++) {
-      if (order[k] != donor) plan_free(&plan, g->nodes[order[k]].arena_offset);
-    }
-  }
-  g->arena_bytes = g->eager ? g->naive_bytes : plan.peak;
 
   /* One allocation each, touched now so no step pays for first touch. In
    * the f64 reference mode the flat buffers hold doubles. */
@@ -280,12 +357,13 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->grad_bytes = g->has_backward ? pbytes : 0;
     stats->n_nodes = g->n_nodes;
     stats->n_forward = g->n_forward;
+    stats->saved_bytes = g->saved_bytes;
+    stats->arena_bytes_without_recompute = g->arena_bytes_without_recompute;
+    stats->n_recomputed = n_recomputed;
   }
 
 out:
-  free(order);
-  free(bucket_start);
-  free(plan.live);
+  free(skip);
   rc = g->error_code;
   if (rc && err && errlen) snprintf(err, errlen, "%s", g->error);
   return rc;

@@ -57,6 +57,7 @@ static const char *const op_names[KN_OP_COUNT] = {
     [KN_OP_BCE_LOGITS_GRAD] = "bce_logits_grad",
     [KN_OP_TOPK_ACCURACY] = "top_k_accuracy",
     [KN_OP_MATMUL_BIAS_ACT] = "matmul_bias_act",
+    [KN_OP_CAST] = "cast",
 };
 
 typedef struct prof_event {

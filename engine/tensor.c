@@ -105,7 +105,34 @@ static void store(kn_dtype t, void *dst, size_t i, double v) {
 }
 
 void kn_convert(kn_dtype from, const void *src, kn_dtype to, void *dst, size_t count) {
+  /* The casts mixed precision runs every step get loops of their own. */
+  if (from == KN_F32 && (to == KN_BF16 || to == KN_F16)) {
+    const float *s = src;
+    uint16_t *d = dst;
+    if (to == KN_BF16)
+      for (size_t i = 0; i < count; i++) d[i] = f32_to_bf16(s[i]);
+    else
+      for (size_t i = 0; i < count; i++) d[i] = f32_to_f16(s[i]);
+    return;
+  }
+  if ((from == KN_BF16 || from == KN_F16) && to == KN_F32) {
+    const uint16_t *s = src;
+    float *d = dst;
+    if (from == KN_BF16)
+      for (size_t i = 0; i < count; i++) d[i] = bf16_to_f32(s[i]);
+    else
+      for (size_t i = 0; i < count; i++) d[i] = f16_to_f32(s[i]);
+    return;
+  }
   for (size_t i = 0; i < count; i++) store(to, dst, i, load(from, src, i));
+}
+
+void kn_round_f32(kn_dtype via, const float *src, float *dst, size_t n) {
+  if (via == KN_F16) {
+    for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(f32_to_f16(src[i]));
+  } else {
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+  }
 }
 
 int kn_device_parse(const char *text, kn_device *out, char *err, size_t errlen) {

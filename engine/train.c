@@ -251,6 +251,36 @@ static int evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, i
   return KN_OK;
 }
 
+void kn_loss_scaler_init(kn_loss_scaler *s, double initial_scale, int64_t growth_interval) {
+  s->scale = initial_scale > 0 ? initial_scale : 32768.0;
+  s->growth_interval = growth_interval > 0 ? growth_interval : 2000;
+  s->good_steps = 0;
+  s->skipped = 0;
+}
+
+int kn_loss_scaler_unscale(const kn_loss_scaler *s, float *grads, size_t n) {
+  const float inv = (float)(1.0 / s->scale);
+  int finite = 1;
+  for (size_t i = 0; i < n; i++) {
+    grads[i] *= inv;
+    finite &= isfinite(grads[i]) != 0;
+  }
+  return finite;
+}
+
+void kn_loss_scaler_update(kn_loss_scaler *s, int finite) {
+  if (!finite) {
+    s->scale *= 0.5;
+    s->good_steps = 0;
+    s->skipped++;
+    return;
+  }
+  if (++s->good_steps >= s->growth_interval) {
+    s->scale *= 2.0;
+    s->good_steps = 0;
+  }
+}
+
 /* One run of kn_train: what the steps share. */
 typedef struct run {
   kn_model *m;
@@ -267,6 +297,9 @@ typedef struct run {
   int window_batches;
   int64_t step; /* optimizer steps done */
   int report_lr;
+  int scaling;           /* dynamic loss scaling (mixed_float16) */
+  kn_loss_scaler scaler; /* when scaling */
+  int window_finite;     /* every gradient of the window was finite */
   double t0;
   tally epoch_t, interval_t;
   kn_callback_state callbacks;
@@ -300,6 +333,10 @@ static int save_checkpoint(run *r, int mid_epoch) {
   /* Where the data stream stands, so a resume sees the batches that follow. */
   kn_pipeline_save(r->pipe, &st.pipeline);
   st.train_runs = r->m->graph->train_runs;
+  if (r->scaling) {
+    st.loss_scale = r->scaler.scale;
+    st.loss_scale_good_steps = r->scaler.good_steps;
+  }
   kn_train_state_path(path, state_path, sizeof state_path);
   int rc = kn_train_state_write(state_path, &st, r->opt, r->err, r->errlen);
   if (rc) return rc;
@@ -412,9 +449,17 @@ static void update(run *r) {
     const float inv = 1.0f / (float)r->window_rows;
     for (size_t i = 0; i < n; i++) grads[i] = r->acc[i] * inv;
   }
-  if (r->cfg->clip_global_norm > 0) clip_global_norm(grads, n, r->cfg->clip_global_norm);
+  /* A step whose scaled gradients overflowed is skipped (and the scale
+   * halved); it still counts as a step of the epoch. */
+  const int apply = !r->scaling || r->window_finite;
+  if (r->scaling) {
+    kn_loss_scaler_update(&r->scaler, r->window_finite);
+    kn_graph_set_loss_scale(g, (float)r->scaler.scale);
+    r->window_finite = 1;
+  }
+  if (apply && r->cfg->clip_global_norm > 0) clip_global_norm(grads, n, r->cfg->clip_global_norm);
   kn_optimizer_set_learning_rate(r->opt, current_lr(r));
-  kn_optimizer_step(r->opt, kn_params(g), grads);
+  if (apply) kn_optimizer_step(r->opt, kn_params(g), grads);
   r->step++;
   r->window_rows = 0;
   r->window_batches = 0;
@@ -538,6 +583,13 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   r.accum = cfg->accumulation_steps > 1 ? cfg->accumulation_steps : 1;
   r.report_lr = cfg->plateau.enabled || cfg->schedule.type != KN_SCHEDULE_CONSTANT ||
                 cfg->schedule.warmup_steps > 0;
+  r.scaling = kn_graph_precision(m->graph) == KN_PRECISION_MIXED_FLOAT16;
+  r.window_finite = 1;
+  if (cfg->initial_loss_scale < 0 || cfg->loss_scale_growth_interval < 0) {
+    snprintf(err, errlen, "train: initial_loss_scale and loss_scale_growth_interval must be >= 0");
+    return KN_EINVAL;
+  }
+  kn_loss_scaler_init(&r.scaler, cfg->initial_loss_scale, cfg->loss_scale_growth_interval);
   rc = resolve_metrics(m, cfg->metrics, &r.metrics, err, errlen);
   if (!rc) rc = check_loop_options(cfg, r.metrics, val != NULL, err, errlen);
   if (rc) return rc;
@@ -607,6 +659,11 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     return rc;
   }
   r.callbacks = saved.callbacks;
+  if (cfg->resume_from && saved.loss_scale > 0) {
+    r.scaler.scale = saved.loss_scale;
+    r.scaler.good_steps = saved.loss_scale_good_steps;
+  }
+  kn_graph_set_loss_scale(m->graph, r.scaling ? (float)r.scaler.scale : 1.0f);
   if (resume) {
     first_epoch = (int)resume->epoch + 1;
     first_batch = resume->batch;
@@ -651,13 +708,21 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       rc = kn_graph_run(m->graph, KN_RUN_TRAIN, rows, err, errlen);
       if (rc) break;
       float loss = *(float *)kn_node_data(m->graph, m->loss);
-      if (!isfinite(loss)) {
+      if (!isfinite(loss) && !r.scaling) {
         rc = numeric_error(&r, loss, epoch);
         break;
       }
       t = kn_profile_now();
-      tally_batch(m, &r.epoch_t, &b, loss, r.metrics, r.top_k);
-      tally_batch(m, &r.interval_t, &b, loss, r.metrics, r.top_k);
+      if (r.scaling) {
+        /* Inside loss scaling an overflow is a skipped step, not an error. */
+        const int finite =
+            kn_loss_scaler_unscale(&r.scaler, kn_grads(m->graph), kn_param_count(m->graph));
+        r.window_finite &= finite && isfinite(loss);
+      }
+      if (isfinite(loss)) {
+        tally_batch(m, &r.epoch_t, &b, loss, r.metrics, r.top_k);
+        tally_batch(m, &r.interval_t, &b, loss, r.metrics, r.top_k);
+      }
       kn_profile_phase(r.profile, "metrics", t, kn_profile_now());
       const int last_batch = s + 1 == batches;
       t = kn_profile_now();
@@ -680,6 +745,10 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         if (r.report_lr) {
           ev.names[ev.n_metrics] = "learning_rate";
           ev.values[ev.n_metrics++] = kn_optimizer_learning_rate(r.opt);
+        }
+        if (r.scaling) {
+          ev.names[ev.n_metrics] = "loss_scale";
+          ev.values[ev.n_metrics++] = r.scaler.scale;
         }
         ev.seconds = elapsed(&r);
         stop = cb(&ev, user);

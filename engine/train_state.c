@@ -2,10 +2,11 @@
  * data position, dropout stream, partial epoch sums, and the optimizer's
  * step count and flat moment arrays. Layout (little-endian, as x86 and Arm
  * are): the 8-byte magic "KILNTS01", int64 fields (21 in version 1; 29 in
- * version 2, which adds top-k hit counts and the callbacks' state), then m
+ * version 2, which adds top-k hit counts and the callbacks' state; 31 in
+ * version 3, which adds the dynamic loss scale and its counter), then m
  * (n floats) and v (n floats) where the optimizer keeps them, then the
  * SHA-256 of all that came before, so a torn or altered file is refused
- * rather than half-used. Version 1 files still resume. */
+ * rather than half-used. Version 1 and 2 files still resume. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -17,7 +18,7 @@
 #include "train_state.h"
 
 #define STATE_MAGIC "KILNTS01"
-enum { N_FIELDS_V1 = 21, N_FIELDS = 29, VERSION = 2 };
+enum { N_FIELDS_V1 = 21, N_FIELDS_V2 = 29, N_FIELDS = 31, VERSION = 3 };
 
 void kn_train_state_path(const char *checkpoint_path, char *out, size_t len) {
   static const char ext[] = ".safetensors";
@@ -48,10 +49,10 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
   int64_t *iterations;
   kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
   const kn_callback_state *cs = &st->callbacks;
-  double losses[9] = {st->epoch.loss, st->interval.loss, st->epoch.sq,
-                      st->epoch.abs,  st->interval.sq,   st->interval.abs,
-                      cs->lr,         cs->plateau_best,  cs->stop_best};
-  int64_t bits[9];
+  double losses[10] = {st->epoch.loss,  st->interval.loss, st->epoch.sq, st->epoch.abs,
+                       st->interval.sq, st->interval.abs,  cs->lr,       cs->plateau_best,
+                       cs->stop_best,   st->loss_scale};
+  int64_t bits[10];
   memcpy(bits, losses, sizeof bits); /* doubles kept bit for bit */
   int64_t fields[N_FIELDS] = {VERSION,
                               st->step,
@@ -81,7 +82,9 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
                               cs->plateau_wait,
                               cs->plateau_cooldown,
                               bits[8],
-                              cs->stop_wait};
+                              cs->stop_wait,
+                              bits[9],
+                              st->loss_scale_good_steps};
   memcpy(f, fields, sizeof fields);
 }
 
@@ -165,15 +168,17 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
     goto out;
   }
   memcpy(f, buf + 8, N_FIELDS_V1 * sizeof(int64_t));
-  if (f[0] == 1) { /* the shorter header of version 1 */
-    head = 8 + N_FIELDS_V1 * sizeof(int64_t);
+  if (f[0] == 1 || f[0] == 2) { /* the shorter headers of versions 1 and 2 */
+    const size_t fields = f[0] == 1 ? N_FIELDS_V1 : N_FIELDS_V2;
+    head = 8 + fields * sizeof(int64_t);
     want = head + moments;
+    if (got >= head) memcpy(f, buf + 8, fields * sizeof(int64_t));
   } else if (f[0] == VERSION && got >= head) {
     memcpy(f, buf + 8, sizeof f);
   }
-  if (f[0] != 1 && f[0] != VERSION) {
-    snprintf(err, errlen, "training state %s: version %lld, this kiln reads versions 1 and %d",
-             path, (long long)f[0], VERSION);
+  if (f[0] < 1 || f[0] > VERSION) {
+    snprintf(err, errlen, "training state %s: version %lld, this kiln reads versions 1 to %d", path,
+             (long long)f[0], VERSION);
     rc = KN_EFORMAT;
   } else if (f[12] != (int64_t)type || f[14] != (int64_t)n || f[15] != (m != NULL) ||
              f[16] != (v != NULL)) {
@@ -223,6 +228,10 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
     cs->plateau_cooldown = f[26];
     memcpy(&cs->stop_best, &f[27], sizeof(double));
     cs->stop_wait = f[28];
+  }
+  if (f[0] >= 3) {
+    memcpy(&st->loss_scale, &f[29], sizeof(double));
+    st->loss_scale_good_steps = f[30];
   }
   *iterations = f[13];
   if (m) memcpy(m, buf + head, n * sizeof(float));

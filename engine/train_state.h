@@ -38,6 +38,10 @@ typedef struct kn_train_state {
    * resumed epoch cover the steps from before the stop as well. */
   kn_metric_sums epoch, interval;
   kn_callback_state callbacks;
+  /* Dynamic loss scaling (version 3): the scale (0 = none saved) and the
+   * finite steps since it last changed. */
+  double loss_scale;
+  int64_t loss_scale_good_steps;
 } kn_train_state;
 
 /* The state file's name for a checkpoint path: "X.safetensors" -> "X.state". */

@@ -424,12 +424,17 @@ int main(int argc, char **argv) {
                                    [API_LOSS_BINARY_CROSSENTROPY] = KN_LOSS_BCE,
                                    [API_LOSS_MEAN_SQUARED_ERROR] = KN_LOSS_MSE,
                                    [API_LOSS_MEAN_ABSOLUTE_ERROR] = KN_LOSS_MAE};
-  kn_model_config mc = {.input_ndim = spec.input_ndim,
-                        .n_layers = spec.n_layers,
-                        .layers = layers,
-                        .batch_size = spec.batch_size,
-                        .seed = spec.seed,
-                        .loss = losses[spec.loss_type]};
+  kn_model_config mc = {
+      .input_ndim = spec.input_ndim,
+      .n_layers = spec.n_layers,
+      .layers = layers,
+      .batch_size = spec.batch_size,
+      .seed = spec.seed,
+      .loss = losses[spec.loss_type],
+      .precision = strcmp(spec.precision, "mixed_bfloat16") == 0  ? KN_PRECISION_MIXED_BFLOAT16
+                   : strcmp(spec.precision, "mixed_float16") == 0 ? KN_PRECISION_MIXED_FLOAT16
+                                                                  : KN_PRECISION_FLOAT32,
+      .recompute = spec.recompute};
   memcpy(mc.input_shape, spec.input_shape, sizeof mc.input_shape);
   kn_model model;
   kn_plan_stats stats;
@@ -441,13 +446,31 @@ int main(int argc, char **argv) {
     status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);
     goto out;
   }
+  char extra[320];
+  snprintf(extra, sizeof extra, "; %.2f MiB of them kept for backward",
+           stats.saved_bytes / 1048576.0);
+  if (mc.precision != KN_PRECISION_FLOAT32) {
+    size_t used = strlen(extra);
+    snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",
+             kn_precision_name(mc.precision), kn_mixed_matmul_path());
+  }
+  if (mc.recompute) {
+    size_t used = strlen(extra);
+    snprintf(extra + used, sizeof extra - used,
+             "; recompute re-runs %d nodes and saves %.2f MiB (peak %.2f MiB without, %.2fx)",
+             stats.n_recomputed,
+             ((double)stats.arena_bytes_without_recompute - (double)stats.arena_bytes) / 1048576.0,
+             stats.arena_bytes_without_recompute / 1048576.0,
+             stats.arena_bytes ? (double)stats.arena_bytes_without_recompute / stats.arena_bytes
+                               : 1.0);
+  }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "
            "(%.2f MiB with one buffer per node); passes fused %d, computed %d in place, "
-           "removed %d",
+           "removed %d%s",
            kn_param_count(model.graph), stats.n_nodes, stats.arena_bytes / 1048576.0,
            stats.naive_bytes / 1048576.0, stats.n_fused, stats.n_inplace,
-           stats.n_dead + stats.n_cse);
+           stats.n_dead + stats.n_cse, extra);
   report_status(&rep, "compiled", msg);
 
   if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST) {

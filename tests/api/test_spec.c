@@ -334,8 +334,12 @@ static const struct CMUnitTest rules[] = {
          .field = "resources.pool", .description = "must be 1 to 31 characters"),
     RULE("unknown_resources_field_is_refused", "resources.gpus", "1", .field = "resources.gpus",
          .description = "unknown field"),
-    RULE("mixed_precision_is_refused_for_now", "precision", "\"mixed_float16\"",
-         .field = "precision", .description = "only 'float32' is available for now"),
+    RULE("unknown_precision_is_refused", "precision", "\"float16\"", .field = "precision",
+         .description = "supported: float32, mixed_bfloat16, mixed_float16"),
+    RULE("precision_as_number_is_refused", "precision", "16", .field = "precision",
+         .description = "must be a string"),
+    RULE("recompute_as_string_is_refused", "recompute", "\"yes\"", .field = "recompute",
+         .description = "must be a boolean"),
     RULE("mirrored_strategy_is_refused_for_now", "strategy", "{\"type\":\"mirrored\"}",
          .field = "strategy.type", .description = "only 'single' is available for now"),
     RULE("strategy_without_type_is_refused", "strategy", "{}", .field = "strategy.type",
@@ -790,7 +794,7 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
             "\"priority\":50,"
             "\"max_restarts\":0,\"max_runtime\":0,"
             "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
-            "\"precision\":\"float32\",\"strategy\":{\"type\":\"single\"}}");
+            "\"precision\":\"float32\",\"recompute\":false,\"strategy\":{\"type\":\"single\"}}");
   free(text);
 }
 
@@ -818,6 +822,30 @@ static void canonical_json_parses_back_to_the_same_struct(void **state) {
   (void)state;
   assert_round_trip(EXAMPLE);
   assert_round_trip(MINIMAL);
+}
+
+static void mixed_precision_and_recompute_are_read_and_round_trip(void **state) {
+  (void)state;
+  static const char *const policies[] = {"\"mixed_bfloat16\"", "\"mixed_float16\"", "\"float32\""};
+  for (int i = 0; i < 3; i++) {
+    char *text = edited("precision", policies[i], "recompute", i == 2 ? "false" : "true");
+    api_job_spec spec;
+    api_error err;
+    if (parse(text, &spec, &err) != 0)
+      fail_msg("%s: %s", err.message, err.n_details ? err.details[0].description : "");
+    char want[32];
+    snprintf(want, sizeof want, "%.*s", (int)strlen(policies[i]) - 2, policies[i] + 1);
+    assert_string_equal(spec.precision, want);
+    assert_int_equal(spec.recompute, i != 2);
+    char *canonical = api_spec_to_json(&spec);
+    char needle[96];
+    snprintf(needle, sizeof needle, "\"precision\":%s,\"recompute\":%s", policies[i],
+             i == 2 ? "false" : "true");
+    assert_non_null(strstr(canonical, needle));
+    free(canonical);
+    assert_round_trip(text);
+    free(text);
+  }
 }
 
 static void every_pipeline_option_is_read_and_round_trips(void **state) {
@@ -1023,6 +1051,7 @@ int main(void) {
       cmocka_unit_test(long_unknown_value_is_clipped_in_the_description),
       cmocka_unit_test(canonical_json_of_the_example_fills_every_default),
       cmocka_unit_test(canonical_json_parses_back_to_the_same_struct),
+      cmocka_unit_test(mixed_precision_and_recompute_are_read_and_round_trip),
       cmocka_unit_test(every_pipeline_option_is_read_and_round_trips),
       cmocka_unit_test(regression_spec_reads_keras_names_and_aliases),
       cmocka_unit_test(awkward_doubles_round_trip_exactly),

@@ -35,6 +35,10 @@ static kn_dataset make_blobs(int64_t n, uint64_t seed) {
 
 /* Dense -> batch norm (moving statistics) -> dropout (a per-step stream)
  * -> dense: every kind of state a resume has to carry. */
+/* The precision the resume tests build with: mixed_float16 adds the loss
+ * scale and its counter to what a resume has to restore. */
+static kn_precision precision = KN_PRECISION_FLOAT32;
+
 static kn_model make_model(int hidden, uint64_t init_seed) {
   const kn_layer_config layers[4] = {
       {.type = KN_LAYER_DENSE,
@@ -50,7 +54,8 @@ static kn_model make_model(int hidden, uint64_t init_seed) {
                          .n_layers = 4,
                          .layers = layers,
                          .batch_size = 32,
-                         .seed = 9};
+                         .seed = 9,
+                         .precision = precision};
   kn_model m;
   char err[256];
   assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
@@ -77,6 +82,10 @@ static kn_train_config config(const char *dir) {
                                        .beta2 = 0.999f,
                                        .epsilon = 1e-7f};
   tc.accumulation_steps = accum;
+  /* Overflowing at first and growing every 3 finite steps, the scale keeps
+   * moving: a resume that lost it would skip other steps. */
+  tc.initial_loss_scale = 0x1p40;
+  tc.loss_scale_growth_interval = 3;
   /* Under mode max a falling epoch_loss never improves: the rate halves
    * after epoch 2, so a resume that lost the callback's state diverges. */
   if (with_plateau)
@@ -332,6 +341,12 @@ static void resume_is_exact_with_accumulation_and_plateau(void **state) {
   with_plateau = 0;
 }
 
+static void resume_is_exact_with_mixed_float16_loss_scaling(void **state) {
+  precision = KN_PRECISION_MIXED_FLOAT16;
+  stopped_and_resumed_run_matches_a_straight_run_step_for_step(state);
+  precision = KN_PRECISION_FLOAT32;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(checkpoint_reader_restores_what_the_writer_saved),
@@ -339,6 +354,7 @@ int main(void) {
       cmocka_unit_test(periodic_checkpoints_wait_for_the_epoch_end_and_never_repeat),
       cmocka_unit_test(stopped_and_resumed_run_matches_a_straight_run_step_for_step),
       cmocka_unit_test(resume_is_exact_with_accumulation_and_plateau),
+      cmocka_unit_test(resume_is_exact_with_mixed_float16_loss_scaling),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -139,9 +139,53 @@ static void loop_options_run_end_to_end(void **state) {
   json_decref(missing);
 }
 
+static const char mixed_spec[] =
+    "{\"display_name\":\"mixed-precision\","
+    "\"model\":{\"input_shape\":[28,28,1],\"layers\":["
+    "{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,\"activation\":\"relu\"},"
+    "{\"type\":\"max_pool2d\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}]},"
+    "\"loss\":\"sparse_categorical_crossentropy\","
+    "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"
+    "\"pipeline\":{\"batch_size\":32,\"take\":512},"
+    "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.002},"
+    "\"precision\":\"mixed_float16\",\"recompute\":true,\"log_every_steps\":4,\"seed\":5}";
+
+static void mixed_precision_job_reports_its_plan_and_loss_scale(void **state) {
+  (void)state;
+  char *text = NULL;
+  long status =
+      it_request(base_url, token, "POST", "/v1/jobs", mixed_spec, strlen(mixed_spec), &text);
+  if (status != 200) fail_msg("create: %ld %s", status, text);
+  json_t *job = json_loads(text, 0, NULL);
+  free(text);
+  char id[64], path[256];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
+  json_decref(job);
+  snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=240s", id);
+  status = it_request(base_url, token, "POST", path, "", 0, &text);
+  free(text);
+  snprintf(path, sizeof path, "/v1/jobs/%s", id);
+  job = get_json(path, 200);
+  assert_string_equal(json_string_value(json_object_get(job, "state")), "SUCCEEDED");
+  text = json_dumps(job, JSON_COMPACT);
+  assert_non_null(strstr(text, "\"precision\":\"mixed_float16\",\"recompute\":true"));
+  free(text);
+  json_decref(job);
+
+  /* 512 examples in batches of 32: 16 steps, the scale logged every 4. */
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=loss_scale", id);
+  json_t *m = get_json(path, 200);
+  text = json_dumps(m, 0);
+  assert_non_null(strstr(text, "\"step\": 4"));
+  assert_non_null(strstr(text, "\"step\": 16"));
+  free(text);
+  json_decref(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(loop_options_run_end_to_end),
+      cmocka_unit_test(mixed_precision_job_reports_its_plan_and_loss_scale),
   };
   return cmocka_run_group_tests(tests, start, stop);
 }

@@ -1,0 +1,465 @@
+/* Mixed precision and recomputation: the cast kernels' rounding (known bit
+ * patterns, ties to even, f16 overflow and underflow), gradients through
+ * casts, the planned memory of a CNN in mixed_bfloat16 and with
+ * recompute, the dynamic loss scaler, and short training runs that learn. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+static uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float float_of(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Runs x (1, n) through cast(to) and back to f32 in a graph; returns the
+ * narrow bits in narrow[] and the widened values in wide[]. */
+static void cast_through_graph(kn_dtype to, const float *x, int n, uint16_t *narrow, float *wide) {
+  kn_graph *g = kn_graph_new();
+  int dims[2] = {1, n};
+  kn_node in = kn_input(g, "x", KN_F32, 2, dims);
+  kn_node down = kn_cast(g, in, to);
+  kn_node up = kn_cast(g, down, KN_F32);
+  kn_graph_keep(g, down);
+  kn_graph_keep(g, up);
+  char err[256];
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  memcpy(kn_node_data(g, in), x, (size_t)n * sizeof(float));
+  assert_int_equal(kn_graph_run(g, KN_RUN_FORWARD, 1, err, sizeof err), KN_OK);
+  memcpy(narrow, kn_node_data(g, down), (size_t)n * sizeof(uint16_t));
+  memcpy(wide, kn_node_data(g, up), (size_t)n * sizeof(float));
+  kn_graph_free(g);
+}
+
+static void bf16_cast_rounds_to_nearest_even(void **state) {
+  (void)state;
+  const float x[] = {
+      1.0f,
+      float_of(0x3f808000u), /* 1 + 2^-8: halfway between 0x3f80 and 0x3f81, tie to even */
+      float_of(0x3f818000u), /* halfway between 0x3f81 and 0x3f82, tie to even */
+      float_of(0x3f808001u), /* just past halfway: up */
+      float_of(0x3f807fffu), /* just under halfway: down */
+      -2.5f,
+      float_of(0x7f7fffffu), /* FLT_MAX rounds up to inf */
+      NAN,
+  };
+  const uint16_t want[] = {0x3f80, 0x3f80, 0x3f82, 0x3f81, 0x3f80, 0xc020, 0x7f80};
+  uint16_t narrow[8];
+  float wide[8];
+  cast_through_graph(KN_BF16, x, 8, narrow, wide);
+  for (int i = 0; i < 7; i++) {
+    assert_int_equal(narrow[i], want[i]);
+    assert_int_equal(bits_of(wide[i]), (uint32_t)want[i] << 16);
+  }
+  assert_true((narrow[7] & 0x7f80) == 0x7f80 && (narrow[7] & 0x7f) != 0); /* still a NaN */
+  assert_true(isnan(wide[7]));
+}
+
+static void f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero(void **state) {
+  (void)state;
+  const float x[] = {
+      65504.0f,                 /* the largest f16 */
+      65519.0f,                 /* rounds down to it */
+      65520.0f,                 /* halfway to 2^16: rounds to inf */
+      -1e6f,                    /* -inf */
+      ldexpf(1.0f, -24),        /* the smallest subnormal */
+      ldexpf(1.0f, -25),        /* half of it: tie to even, 0 */
+      ldexpf(3.0f, -25),        /* 1.5 subnormals: tie to even, 2 */
+      1e-8f,                    /* below half the smallest subnormal: 0 */
+      1.0f + ldexpf(1.0f, -11), /* halfway between 1 and 1 + 2^-10: to even, 1 */
+      1.0f + ldexpf(3.0f, -11), /* halfway between 1 + 2^-10 and 1 + 2^-9: to even */
+      float_of(0x38800000u),    /* 2^-14, the smallest normal */
+  };
+  const uint16_t want[] = {0x7bff, 0x7bff, 0x7c00, 0xfc00, 0x0001, 0x0000,
+                           0x0002, 0x0000, 0x3c00, 0x3c02, 0x0400};
+  const int n = (int)(sizeof want / sizeof want[0]);
+  uint16_t narrow[16];
+  float wide[16];
+  cast_through_graph(KN_F16, x, n, narrow, wide);
+  for (int i = 0; i < n; i++) assert_int_equal(narrow[i], want[i]);
+  assert_true(isinf(wide[2]) && wide[2] > 0 && isinf(wide[3]) && wide[3] < 0);
+  assert_true(wide[0] == 65504.0f && wide[4] == ldexpf(1.0f, -24) && wide[7] == 0.0f);
+}
+
+static void casts_between_other_types_are_refused(void **state) {
+  (void)state;
+  kn_graph *g = kn_graph_new();
+  int dims[2] = {1, 4};
+  kn_node in = kn_input(g, "y", KN_I32, 2, dims);
+  assert_true(kn_cast(g, in, KN_F16) < 0);
+  char err[256];
+  assert_int_equal(kn_graph_error(g, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "cast"));
+  kn_graph_free(g);
+}
+
+/* loss = sum(up(down(w)) * c): d loss / d w is c rounded through the
+ * narrow type. */
+static void gradient_through_casts(kn_dtype via, float c, float w0, float *grad, float *loss) {
+  kn_graph *g = kn_graph_new();
+  int dims[1] = {4};
+  kn_node w = kn_param(g, "w", 1, dims, KN_INIT_ZEROS);
+  kn_node up = kn_cast(g, kn_cast(g, w, via), KN_F32);
+  kn_node l = kn_sum(g, kn_mul(g, up, kn_constant(g, 1, dims, c)), -1, 0);
+  char err[256];
+  assert_int_equal(kn_autodiff(g, l, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  for (int i = 0; i < 4; i++) kn_params(g)[i] = w0;
+  assert_int_equal(kn_graph_run(g, KN_RUN_TRAIN, 1, err, sizeof err), KN_OK);
+  *grad = kn_grads(g)[0];
+  *loss = *(float *)kn_node_data(g, l);
+  kn_graph_free(g);
+}
+
+static void gradients_through_casts_are_rounded_like_the_narrow_type(void **state) {
+  (void)state;
+  float grad, loss;
+  /* bf16 keeps f32's range: a tiny gradient survives, rounded to 8 bits. */
+  gradient_through_casts(KN_BF16, 1e-8f, 1.0f, &grad, &loss);
+  assert_true(grad > 0.0f && fabsf(grad - 1e-8f) <= 1e-8f * 0x1p-8f);
+  /* f16 flushes it to zero (what loss scaling is for) ... */
+  gradient_through_casts(KN_F16, 1e-8f, 1.0f, &grad, &loss);
+  assert_true(grad == 0.0f);
+  /* ... overflows a large one to inf ... */
+  gradient_through_casts(KN_F16, 1e5f, 1.0f, &grad, &loss);
+  assert_true(isinf(grad));
+  /* ... and rounds a normal one to 11 bits; the forward reads w rounded. */
+  gradient_through_casts(KN_F16, 0.1f, 1.0f + 0x1p-12f, &grad, &loss);
+  assert_true(grad == 0x1.998p-4f); /* 0.1 in f16 */
+  assert_true(fabsf(loss - 4.0f * 0.1f) < 1e-6f);
+}
+
+/* The Fashion-MNIST CNN of examples/fmnist-cnn.json. */
+static const kn_layer_config cnn_layers[7] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv1",
+     .filters = 32,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "pool1"},
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv2",
+     .filters = 64,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "pool2"},
+    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+    {.type = KN_LAYER_DENSE,
+     .name = "dense1",
+     .units = 128,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
+
+static kn_model build_cnn(int side, int batch, kn_precision precision, int recompute,
+                          kn_plan_stats *stats) {
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {side, side, 1},
+                         .n_layers = 7,
+                         .layers = cnn_layers,
+                         .batch_size = batch,
+                         .seed = 3,
+                         .precision = precision,
+                         .recompute = recompute};
+  kn_model m;
+  char err[512] = "";
+  if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
+  if (kn_graph_compile(m.graph, 11, stats, err, sizeof err)) fail_msg("compile: %s", err);
+  return m;
+}
+
+static void mixed_bfloat16_cnn_plans_activations_in_at_most_55_percent(void **state) {
+  (void)state;
+  kn_plan_stats f32, bf16, f16;
+  kn_model a = build_cnn(28, 128, KN_PRECISION_FLOAT32, 0, &f32);
+  kn_model b = build_cnn(28, 128, KN_PRECISION_MIXED_BFLOAT16, 0, &bf16);
+  kn_model c = build_cnn(28, 128, KN_PRECISION_MIXED_FLOAT16, 0, &f16);
+  print_message("saved for backward: float32 %.2f MiB, mixed_bfloat16 %.2f MiB (%.1f%%); arena "
+                "peak %.2f -> %.2f MiB\n",
+                f32.saved_bytes / 1048576.0, bf16.saved_bytes / 1048576.0,
+                100.0 * (double)bf16.saved_bytes / (double)f32.saved_bytes,
+                f32.arena_bytes / 1048576.0, bf16.arena_bytes / 1048576.0);
+  assert_true(f32.saved_bytes > 0);
+  assert_true(bf16.saved_bytes * 100 <= f32.saved_bytes * 55);
+  assert_true(f16.saved_bytes == bf16.saved_bytes);
+  assert_true(bf16.arena_bytes < f32.arena_bytes);
+  /* Master weights and gradients stay f32. */
+  assert_int_equal(bf16.param_bytes, f32.param_bytes);
+  kn_model_free(&a);
+  kn_model_free(&b);
+  kn_model_free(&c);
+}
+
+static void fill_images(kn_model *m, int rows, uint64_t seed) {
+  kn_rng rng;
+  kn_rng_seed(&rng, seed);
+  float *x = kn_node_data(m->graph, m->x);
+  int32_t *y = kn_node_data(m->graph, m->y);
+  for (int r = 0; r < rows; r++) {
+    y[r] = (int32_t)kn_rng_below(&rng, 10);
+    for (size_t i = 0; i < m->example_size; i++)
+      x[(size_t)r * m->example_size + i] =
+          kn_rng_uniform(&rng) + (i % 10 == (size_t)y[r] ? 0.5f : 0.0f);
+  }
+}
+
+/* Losses of a few SGD steps on fixed batches. */
+static void sgd_losses(kn_model *m, int steps, float *losses) {
+  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.05f};
+  kn_optimizer *opt;
+  char err[256];
+  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(m->graph), &opt, err, sizeof err), KN_OK);
+  for (int s = 0; s < steps; s++) {
+    fill_images(m, 16, 100 + (uint64_t)s);
+    assert_int_equal(kn_graph_run(m->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+    losses[s] = *(float *)kn_node_data(m->graph, m->loss);
+    kn_optimizer_step(opt, kn_params(m->graph), kn_grads(m->graph));
+  }
+  kn_optimizer_free(opt);
+}
+
+static void recompute_lowers_the_planned_peak_and_keeps_the_losses(void **state) {
+  (void)state;
+  kn_plan_stats plain, rc;
+  kn_model a = build_cnn(12, 16, KN_PRECISION_FLOAT32, 0, &plain);
+  kn_model b = build_cnn(12, 16, KN_PRECISION_FLOAT32, 1, &rc);
+  print_message("arena peak %zu -> %zu bytes with recompute (%d nodes re-run; it reports %zu "
+                "without)\n",
+                plain.arena_bytes, rc.arena_bytes, rc.n_recomputed,
+                rc.arena_bytes_without_recompute);
+  assert_true(rc.n_recomputed > 0);
+  assert_int_equal(plain.n_recomputed, 0);
+  assert_true(rc.arena_bytes < plain.arena_bytes);
+  assert_true(rc.arena_bytes_without_recompute > rc.arena_bytes);
+  assert_true(plain.arena_bytes_without_recompute == plain.arena_bytes);
+  float la[4], lb[4];
+  sgd_losses(&a, 4, la);
+  sgd_losses(&b, 4, lb);
+  for (int s = 0; s < 4; s++) assert_true(bits_of(la[s]) == bits_of(lb[s]));
+  assert_memory_equal(kn_params(a.graph), kn_params(b.graph), kn_param_count(a.graph) * 4);
+  kn_model_free(&a);
+  kn_model_free(&b);
+}
+
+/* Every parameter's gradient in a mixed graph stays within a few percent
+ * of float32's on the same weights and batch: the backward pass reads the
+ * narrow copies the way the float32 one reads the values. */
+static void mixed_precision_gradients_stay_close_to_float32(void **state) {
+  (void)state;
+  for (int recompute = 0; recompute <= 1; recompute++) {
+    kn_model ref = build_cnn(12, 16, KN_PRECISION_FLOAT32, 0, NULL);
+    kn_model mixed = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, recompute, NULL);
+    char err[256];
+    fill_images(&ref, 16, 7);
+    fill_images(&mixed, 16, 7);
+    assert_int_equal(kn_graph_run(ref.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+    assert_int_equal(kn_graph_run(mixed.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+    for (int p = 0; p < kn_param_node_count(ref.graph); p++) {
+      kn_node node = kn_param_node(ref.graph, p);
+      int ndim, dims[KN_MAX_DIMS];
+      kn_node_shape(ref.graph, node, &ndim, dims);
+      size_t count = 1, off = kn_param_offset(ref.graph, node);
+      for (int d = 0; d < ndim; d++) count *= (size_t)dims[d];
+      double norm = 0, diff = 0;
+      for (size_t i = off; i < off + count; i++) {
+        double a = kn_grads(ref.graph)[i], b = kn_grads(mixed.graph)[i];
+        norm += a * a;
+        diff += (a - b) * (a - b);
+      }
+      if (!(norm > 0) || sqrt(diff / norm) > 0.1)
+        fail_msg("%s: gradient norm %g, relative difference %g (recompute %d)",
+                 kn_node_name(ref.graph, node), sqrt(norm), sqrt(diff / norm), recompute);
+    }
+    kn_model_free(&ref);
+    kn_model_free(&mixed);
+  }
+}
+
+static void recompute_and_mixed_precision_combine(void **state) {
+  (void)state;
+  kn_plan_stats mixed, both;
+  kn_model a = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, &mixed);
+  kn_model b = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, 1, &both);
+  assert_true(both.arena_bytes < mixed.arena_bytes);
+  float la[3], lb[3];
+  sgd_losses(&a, 3, la);
+  sgd_losses(&b, 3, lb);
+  /* Recomputing from the narrow copies rounds slightly differently. */
+  for (int s = 0; s < 3; s++) assert_true(fabsf(la[s] - lb[s]) < 1e-2f * fabsf(la[s]) + 1e-3f);
+  kn_model_free(&a);
+  kn_model_free(&b);
+}
+
+static void loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval(void **state) {
+  (void)state;
+  kn_loss_scaler s;
+  kn_loss_scaler_init(&s, 0, 0);
+  assert_true(s.scale == 32768.0 && s.growth_interval == 2000); /* Keras's defaults */
+  kn_loss_scaler_init(&s, 1024.0, 3);
+  float grads[4] = {1024.0f, -512.0f, 0.0f, 2048.0f};
+  assert_int_equal(kn_loss_scaler_unscale(&s, grads, 4), 1);
+  assert_true(grads[0] == 1.0f && grads[1] == -0.5f && grads[3] == 2.0f);
+  kn_loss_scaler_update(&s, 1);
+  kn_loss_scaler_update(&s, 1);
+  assert_true(s.scale == 1024.0 && s.good_steps == 2);
+  /* An inf gradient: the step is skipped, the scale halves, the count restarts. */
+  float bad[3] = {1.0f, INFINITY, 3.0f};
+  assert_int_equal(kn_loss_scaler_unscale(&s, bad, 3), 0);
+  kn_loss_scaler_update(&s, 0);
+  assert_true(s.scale == 512.0 && s.good_steps == 0 && s.skipped == 1);
+  float nan[2] = {NAN, 1.0f};
+  assert_int_equal(kn_loss_scaler_unscale(&s, nan, 2), 0);
+  kn_loss_scaler_update(&s, 0);
+  assert_true(s.scale == 256.0 && s.skipped == 2);
+  /* growth_interval finite steps in a row double it. */
+  kn_loss_scaler_update(&s, 1);
+  kn_loss_scaler_update(&s, 1);
+  assert_true(s.scale == 256.0);
+  kn_loss_scaler_update(&s, 1);
+  assert_true(s.scale == 512.0 && s.good_steps == 0);
+}
+
+/* Images (side, side, 1): class c lights up band c of the rows. */
+static kn_dataset make_bands(int64_t n, int side, uint64_t seed) {
+  kn_dataset ds = {.n = n,
+                   .ndim = 3,
+                   .shape = {side, side, 1},
+                   .example_size = (size_t)side * side,
+                   .n_classes = 3};
+  ds.x = malloc((size_t)n * ds.example_size * sizeof(float));
+  ds.y = malloc((size_t)n * sizeof(int32_t));
+  kn_rng rng;
+  kn_rng_seed(&rng, seed);
+  for (int64_t i = 0; i < n; i++) {
+    int c = (int)kn_rng_below(&rng, 3);
+    ds.y[i] = c;
+    for (int p = 0; p < side * side; p++) {
+      int band = (p / side) * 3 / side;
+      ds.x[(size_t)i * ds.example_size + (size_t)p] =
+          0.5f * kn_rng_uniform(&rng) + (band == c ? 1.0f : 0.0f);
+    }
+  }
+  return ds;
+}
+
+typedef struct scale_log {
+  int steps, grew, shrank;
+  double first_scale, last_scale, first_loss, last_loss;
+} scale_log;
+
+static int on_step(const kn_train_event *ev, void *user) {
+  scale_log *log = user;
+  if (ev->kind != KN_EVENT_STEP) return 0;
+  double loss = NAN, scale = NAN;
+  for (int i = 0; i < ev->n_metrics; i++) {
+    if (strcmp(ev->names[i], "loss") == 0) loss = ev->values[i];
+    if (strcmp(ev->names[i], "loss_scale") == 0) scale = ev->values[i];
+  }
+  if (log->steps == 0) {
+    log->first_loss = loss;
+    log->first_scale = scale;
+  } else if (scale > log->last_scale) {
+    log->grew = 1;
+  } else if (scale < log->last_scale) {
+    log->shrank = 1;
+  }
+  log->last_loss = loss;
+  log->last_scale = scale;
+  log->steps++;
+  return 0;
+}
+
+static scale_log train_small_cnn(kn_precision precision, double initial_scale, int64_t interval) {
+  static const kn_layer_config layers[4] = {
+      {.type = KN_LAYER_CONV2D,
+       .name = "conv",
+       .filters = 4,
+       .kernel_size = {3, 3},
+       .padding = KN_PAD_SAME,
+       .use_bias = 1,
+       .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_MAX_POOL2D, .name = "pool"},
+      {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1}};
+  kn_model_config mc = {.input_ndim = 3,
+                        .input_shape = {6, 6, 1},
+                        .n_layers = 4,
+                        .layers = layers,
+                        .batch_size = 16,
+                        .seed = 1,
+                        .precision = precision};
+  kn_model m;
+  char err[512] = "";
+  if (kn_model_build(&mc, &m, err, sizeof err)) fail_msg("build: %s", err);
+  if (kn_graph_compile(m.graph, 5, NULL, err, sizeof err)) fail_msg("compile: %s", err);
+  kn_dataset train = make_bands(320, 6, 9);
+  kn_train_config tc = {.epochs = 3,
+                        .batch_size = 16,
+                        .shuffle = 1,
+                        .seed = 2,
+                        .log_every_steps = 1,
+                        .optimizer = {.type = KN_OPT_SGD, .learning_rate = 0.1f},
+                        .initial_loss_scale = initial_scale,
+                        .loss_scale_growth_interval = interval};
+  scale_log log = {0};
+  if (kn_train(&m, &train, NULL, &tc, on_step, &log, err, sizeof err)) fail_msg("train: %s", err);
+  kn_dataset_free(&train);
+  kn_model_free(&m);
+  return log;
+}
+
+static void mixed_bfloat16_training_learns(void **state) {
+  (void)state;
+  scale_log log = train_small_cnn(KN_PRECISION_MIXED_BFLOAT16, 0, 0);
+  assert_int_equal(log.steps, 60);
+  assert_true(isnan(log.first_scale)); /* no loss scaling in bf16 */
+  assert_true(log.last_loss < 0.5 * log.first_loss);
+}
+
+static void mixed_float16_training_skips_overflows_and_grows_the_scale(void **state) {
+  (void)state;
+  /* 2^28 overflows f16 gradients (max 65504) at once: steps are skipped
+   * and the scale halved until they fit, then 5 finite steps double it. */
+  scale_log log = train_small_cnn(KN_PRECISION_MIXED_FLOAT16, 0x1p28, 5);
+  assert_int_equal(log.steps, 60);
+  assert_true(log.first_scale < 0x1p28);
+  assert_true(log.shrank || log.first_scale < 0x1p27);
+  assert_true(log.grew);
+  assert_true(log.last_loss < 0.5 * log.first_loss);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
+      cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
+      cmocka_unit_test(casts_between_other_types_are_refused),
+      cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
+      cmocka_unit_test(mixed_bfloat16_cnn_plans_activations_in_at_most_55_percent),
+      cmocka_unit_test(recompute_lowers_the_planned_peak_and_keeps_the_losses),
+      cmocka_unit_test(mixed_precision_gradients_stay_close_to_float32),
+      cmocka_unit_test(recompute_and_mixed_precision_combine),
+      cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
+      cmocka_unit_test(mixed_bfloat16_training_learns),
+      cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
