@@ -1,6 +1,8 @@
 /* http.c — libmicrohttpd glue: binds the daemon, collects request bodies
- * under a size cap (413 before reading when Content-Length already says
- * too much), hands complete requests to the router and sends its answer.
+ * under a size cap (an oversized one is 413, answered before it is read
+ * when the client waits for 100-continue or it is far too large, else
+ * after it is read and dropped), hands complete requests to the router and
+ * sends its answer.
  * Data set uploads (POST /v1/datasets) are the exception: their bodies go
  * to disk through datasets.c, under a cap of their own.
  *
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +170,10 @@ static enum MHD_Result send_response(struct MHD_Connection *c, http_response *re
   return ok;
 }
 
+/* How far past the body cap an oversized body is still read (and dropped)
+ * so that its 413 reaches a client that does not wait for 100-continue. */
+#define DRAIN_FACTOR 8
+
 static enum MHD_Result send_too_large(struct MHD_Connection *c, size_t limit) {
   api_error e;
   memset(&e, 0, sizeof e);
@@ -199,11 +206,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return send_response(c, &res);
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body_bytes) {
-      /* Answer now: the body is never read. */
+    const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+    if (declared > srv->cfg.max_body_bytes) {
       ctx->too_large = 1;
-      http_counters_record(&srv->counters, 413, seconds_since(&ctx->started));
-      return send_too_large(c, srv->cfg.max_body_bytes);
+      /* A client that sends the body without waiting for 100-continue
+       * would see its connection reset mid-send before it reads an early
+       * answer: a body up to a few times the cap is read and dropped, and
+       * the 413 comes after it. A larger one, or one that waits for
+       * 100-continue, is answered now and never read. */
+      const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+      if ((expect && strcasecmp(expect, "100-continue") == 0) ||
+          declared > (unsigned long long)srv->cfg.max_body_bytes * DRAIN_FACTOR) {
+        http_counters_record(&srv->counters, 413, seconds_since(&ctx->started));
+        return send_too_large(c, srv->cfg.max_body_bytes);
+      }
     }
     return MHD_YES;
   }

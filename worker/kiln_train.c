@@ -552,7 +552,9 @@ int main(int argc, char **argv) {
   }
   rc = kn_train(&model, &train, use_val ? &test : NULL, &tc, on_event, &rep, err, sizeof err);
   if (rc == KN_ESTOPPED) {
-    status = fail(&rep, EXIT_STOPPED, "STOPPED", err);
+    char why[sizeof err + 32];
+    snprintf(why, sizeof why, "stopped by SIGTERM: %s", err);
+    status = fail(&rep, EXIT_STOPPED, "STOPPED", why);
   } else if (rc == KN_ENUMERIC) {
     status = fail(&rep, EXIT_NUMERIC, "NUMERIC_ERROR", err);
   } else if (rc == KN_EIO) {
