@@ -606,6 +606,36 @@ int kn_profile_write_table(const kn_profile *p, const kn_graph *g, const char *p
                            char *err, size_t errlen);
 const char *kn_op_name(int op);
 
+/* ------------------------------------------------------------- strategies -- */
+
+/* How replicas' gradients become the one the optimizer applies. */
+typedef enum kn_aggregation {
+  KN_AGGREGATE_MEAN = 0,      /* the mean of the replicas' (batch-mean) gradients */
+  KN_AGGREGATE_SUM,           /* their sum */
+  KN_AGGREGATE_WEIGHTED_MEAN, /* weighted by the rows each replica saw: one big batch's */
+} kn_aggregation;
+
+/* Data-parallel training: every replica holds the whole model and takes
+ * its slice of each global batch of batch_size x (local replicas x
+ * processes) rows: global replica k = rank x n_replicas + i takes rows
+ * k x batch_size .. (k + 1) x batch_size - 1, so R replicas at batch b see
+ * exactly the examples one replica at batch R x b would. Replicas in a
+ * process run in threads; processes (kiln-train under mpirun) all-reduce
+ * the gradients over MPI in buckets, last layers first. */
+typedef struct kn_distribution {
+  int n_replicas; /* replicas in this process; 0 or 1 = the trained model alone */
+  /* replicas[0..n_replicas - 2]: models built and compiled like the
+   * trained one (same layers and planned batch); their parameters are
+   * overwritten with its own before the first step */
+  kn_model *const *replicas;
+  int world_size, rank; /* processes and this one's index; world_size 0 or 1 = one process */
+  kn_aggregation aggregation;
+  size_t bucket_bytes; /* all-reduce bucket cap; 0 = 25 MiB */
+} kn_distribution;
+
+/* Whether this build can all-reduce across processes (built with MPI). */
+int kn_dist_have_mpi(void);
+
 /* --------------------------------------------------------------- training -- */
 
 typedef enum kn_event_kind {
@@ -748,6 +778,10 @@ typedef struct kn_train_config {
   /* A validation pass every N optimizer steps as well as at each epoch's
    * end (KN_EVENT_EVAL, val_* names); 0 = at epoch ends only. */
   int eval_every_steps;
+  /* Replicas and processes training together (zeroed: one replica). Only
+   * rank 0 writes checkpoints; every rank reports the same metrics,
+   * summed over all replicas. */
+  kn_distribution dist;
 } kn_train_config;
 
 enum {
