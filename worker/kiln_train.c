@@ -18,12 +18,19 @@
 #include "engine.h"
 #include "worker.h"
 
+#ifdef KILN_HAVE_MPI
+#include <mpi.h>
+#endif
+
 enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5, EXIT_STOPPED = 6 };
 
 /* Set by SIGTERM (cancel, preemption, kilnd stopping): the training loop
  * checkpoints after the step in flight and returns, so no finished step is
  * thrown away; kilnd kills whatever is left after its grace period. */
 static volatile sig_atomic_t stop_requested;
+
+/* multi_worker: MPI was started, and how many processes run the job. */
+static int mpi_started, mpi_world = 1;
 
 static void on_sigterm(int sig) {
   (void)sig;
@@ -32,6 +39,7 @@ static void on_sigterm(int sig) {
 
 typedef struct reporter {
   int progress_fd; /* JSON lines here; -1 = human text on stdout */
+  int quiet;       /* a multi_worker rank other than 0: rank 0 speaks for the job */
   int epochs;
   int64_t steps_per_epoch;
 } reporter;
@@ -60,6 +68,7 @@ static void emit(const reporter *r, const api_progress *p) {
 }
 
 static void report_status(const reporter *r, const char *phase, const char *message) {
+  if (r->quiet) return;
   if (r->progress_fd < 0) {
     printf("%s\n", message);
     fflush(stdout);
@@ -120,6 +129,7 @@ static void worker_loop_options(const api_job_spec *spec, kn_train_config *tc) {
 
 static int on_event(const kn_train_event *ev, void *user) {
   const reporter *r = user;
+  if (r->quiet) return 0;
   if (ev->kind == KN_EVENT_NOTICE) { /* a callback acted: into the job's events */
     report_status(r, ev->code, ev->message);
     return 0;
@@ -302,7 +312,43 @@ static void usage(FILE *to) {
               "checkpoint of the last finished step was written first)\n");
 }
 
-int main(int argc, char **argv) {
+/* multi_worker: joins mpirun's processes; the spec's workers must be
+ * their number. Non-zero rank processes train in silence. */
+static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, char *err,
+                         size_t errlen) {
+#ifdef KILN_HAVE_MPI
+  int provided = 0; /* only the training thread calls MPI */
+  if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    snprintf(err, errlen, "strategy multi_worker: MPI did not start");
+    return -1;
+  }
+  mpi_started = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  if (mpi_world != spec->workers) {
+    snprintf(err, errlen,
+             "strategy.workers is %d, but %d processes run this job; start it as mpirun -np %d "
+             "kiln-train ...",
+             spec->workers, mpi_world, spec->workers);
+    return -1;
+  }
+  if (*rank != 0) {
+    rep->progress_fd = -1;
+    rep->quiet = 1;
+  }
+  return 0;
+#else
+  (void)spec;
+  (void)rep;
+  *rank = 0;
+  snprintf(err, errlen,
+           "strategy multi_worker needs MPI, and this kiln-train was built without it "
+           "(configure with KILN_MPI=ON)");
+  return -1;
+#endif
+}
+
+static int train_main(int argc, char **argv) {
   static const struct option options[] = {{"spec", required_argument, NULL, 's'},
                                           {"data-dir", required_argument, NULL, 'd'},
                                           {"checkpoint-dir", required_argument, NULL, 'c'},
@@ -386,7 +432,13 @@ int main(int argc, char **argv) {
     }
     return fail(&rep, EXIT_SPEC, "SPEC_INVALID", msg);
   }
-  openblas_set_num_threads(threads ? threads : spec.devices);
+  int rank = 0;
+  if (spec.strategy == API_STRATEGY_MULTI_WORKER &&
+      start_workers(&spec, &rep, &rank, err, sizeof err))
+    return fail(&rep, EXIT_SPEC, "SPEC_INVALID", err);
+  /* Replicas in threads take a core each: GEMMs on the caller's thread. */
+  const int compute_threads = spec.replicas > 1 ? 1 : threads ? threads : spec.devices;
+  openblas_set_num_threads(compute_threads);
 
   if (!uploads_dir || !*uploads_dir) uploads_dir = "datasets";
   worker_dirs dirs = {.datasets_dir = data_dir, .uploads_dir = uploads_dir, .cache_dir = ckpt_dir};
@@ -427,8 +479,19 @@ int main(int argc, char **argv) {
   kn_plan_stats stats;
   int status = 0;
   rc = kn_model_build(&mc, &model, err, sizeof err);
-  if (!rc) kn_graph_set_threads(model.graph, threads ? threads : spec.devices);
+  if (!rc) kn_graph_set_threads(model.graph, compute_threads);
   if (!rc) rc = kn_graph_compile(model.graph, spec.seed, &stats, err, sizeof err);
+  /* The other replicas of this process: the same model, the same seed. */
+  kn_model replicas[API_MAX_REPLICAS];
+  kn_model *others[API_MAX_REPLICAS];
+  int n_others = 0;
+  for (int i = 1; !rc && i < spec.replicas; i++) {
+    rc = kn_model_build(&mc, &replicas[n_others], err, sizeof err);
+    if (rc) break;
+    others[n_others] = &replicas[n_others];
+    kn_graph_set_threads(replicas[n_others++].graph, compute_threads);
+    rc = kn_graph_compile(others[n_others - 1]->graph, spec.seed, NULL, err, sizeof err);
+  }
   if (rc) {
     status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);
     goto out;
@@ -473,6 +536,16 @@ int main(int argc, char **argv) {
                         .clip_global_norm = spec.global_clipnorm,
                         .eval_every_steps = spec.validation_every_steps};
   worker_loop_options(&spec, &tc);
+  static const kn_aggregation aggregations[] = {[API_AGGREGATE_MEAN] = KN_AGGREGATE_MEAN,
+                                                [API_AGGREGATE_SUM] = KN_AGGREGATE_SUM,
+                                                [API_AGGREGATE_WEIGHTED_MEAN] =
+                                                    KN_AGGREGATE_WEIGHTED_MEAN};
+  tc.dist = (kn_distribution){.n_replicas = spec.replicas,
+                              .replicas = others,
+                              .world_size = mpi_world,
+                              .rank = rank,
+                              .aggregation = aggregations[spec.aggregation],
+                              .bucket_bytes = (size_t)(spec.bucket_cap_mb * 1048576.0)};
   /* A profile lands beside the checkpoints, where kilnd serves it from. */
   char profile_path[4200], profile_table[4200];
   snprintf(profile_path, sizeof profile_path, "%s/profile.json", ckpt_dir);
@@ -503,14 +576,27 @@ int main(int argc, char **argv) {
   if (spec.take >= 0 && spec.take < n_train) n_train = spec.take;
   /* This job's shard: positions p with p % num_shards == shard_index. */
   n_train = n_train / spec.num_shards + (spec.shard_index < n_train % spec.num_shards ? 1 : 0);
-  const int64_t batches = spec.drop_remainder ? n_train / spec.batch_size
-                                              : (n_train + spec.batch_size - 1) / spec.batch_size;
+  /* The global batch: every replica of every worker takes batch_size rows. */
+  const int64_t global_batch = (int64_t)spec.batch_size * spec.replicas * spec.workers;
+  const int64_t batches =
+      spec.drop_remainder ? n_train / global_batch : (n_train + global_batch - 1) / global_batch;
   /* Steps are optimizer updates: one per gradient_accumulation_steps batches. */
   rep.steps_per_epoch = (batches + spec.accumulation_steps - 1) / spec.accumulation_steps;
   snprintf(msg, sizeof msg, "training %s on %s: %lld examples, %d epochs of %lld steps",
            spec.display_name, spec.dataset, (long long)n_train, spec.epochs,
            (long long)rep.steps_per_epoch);
   report_status(&rep, "training", msg);
+  if (global_batch > spec.batch_size) {
+    snprintf(msg, sizeof msg,
+             "strategy %s: %d worker(s) x %d replica(s) x batch %d = global batch %lld, "
+             "gradients aggregated by %s",
+             spec.strategy == API_STRATEGY_MIRRORED ? "mirrored" : "multi_worker", spec.workers,
+             spec.replicas, spec.batch_size, (long long)global_batch,
+             spec.aggregation == API_AGGREGATE_SUM    ? "sum"
+             : spec.aggregation == API_AGGREGATE_MEAN ? "mean"
+                                                      : "weighted_mean");
+    report_status(&rep, "strategy", msg);
+  }
   if (resume) {
     snprintf(msg, sizeof msg, "resuming from %s", resume);
     report_status(&rep, "resuming", msg);
@@ -532,8 +618,22 @@ int main(int argc, char **argv) {
     report_status(&rep, "done", "training finished");
   }
 out:
+  for (int i = 0; i < n_others; i++) kn_model_free(&replicas[i]);
   kn_model_free(&model);
   kn_dataset_free(&train);
   kn_dataset_free(&test);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  int status = train_main(argc, argv);
+#ifdef KILN_HAVE_MPI
+  if (mpi_started) {
+    /* A rank that failed alone must not leave the others waiting in an
+     * all-reduce: the abort ends every process of the job. */
+    if (status != 0 && mpi_world > 1) MPI_Abort(MPI_COMM_WORLD, status);
+    MPI_Finalize();
+  }
+#endif
   return status;
 }
