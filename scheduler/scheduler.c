@@ -329,12 +329,13 @@ static int pump(run *r, int fd, pid_t pid) {
 
 typedef struct job_limits {
   int devices, max_restarts, max_runtime_s, keep_last;
+  int workers; /* multi_worker: processes under mpirun; 0 = kiln-train alone */
 } job_limits;
 
 /* The service fields of the job's stored spec; a spec that does not parse
  * (it was valid when stored, so only a hand-made row) gets the defaults. */
 static job_limits limits_of(const store_job *job) {
-  job_limits l = {1, 0, 0, 0};
+  job_limits l = {1, 0, 0, 0, 0};
   api_job_spec *spec = malloc(sizeof *spec);
   api_error e;
   if (spec && job->spec_json &&
@@ -343,6 +344,7 @@ static job_limits limits_of(const store_job *job) {
     l.max_restarts = spec->max_restarts;
     l.max_runtime_s = spec->max_runtime_s;
     l.keep_last = spec->checkpoint_keep_last;
+    if (spec->strategy == API_STRATEGY_MULTI_WORKER) l.workers = spec->workers;
   }
   free(spec);
   return l;
@@ -392,6 +394,46 @@ static int resume_point(sched *s, const store_job *job, char *path, size_t len, 
   return found;
 }
 
+/* The command that runs the job: kiln-train with the progress pipe on fd
+ * 3, or for multi_worker mpirun -np workers with a generated hostfile
+ * (this machine, one slot per worker) and rank 0's progress lines on
+ * standard output, since mpirun hands its ranks no other descriptors. */
+typedef struct launch {
+  char *argv[32];
+  char np[16], hostfile[4200];
+  int under_mpi;
+} launch;
+
+static int make_launch(sched *s, const job_limits *l, const char *dir, char *const *trainer_args,
+                       launch *out) {
+  int n = 0;
+  out->under_mpi = l->workers > 0;
+  if (out->under_mpi) {
+    snprintf(out->hostfile, sizeof out->hostfile, "%s/hostfile", dir);
+    char line[64];
+    snprintf(line, sizeof line, "localhost slots=%d\n", l->workers);
+    if (write_text(out->hostfile, line) != 0) return -1;
+    snprintf(out->np, sizeof out->np, "%d", l->workers);
+    out->argv[n++] = (char *)(s->cfg.mpirun_path ? s->cfg.mpirun_path : "mpirun");
+    if (geteuid() == 0) out->argv[n++] = "--allow-run-as-root";
+    out->argv[n++] = "--oversubscribe";
+    out->argv[n++] = "--hostfile";
+    out->argv[n++] = out->hostfile;
+    out->argv[n++] = "-np";
+    out->argv[n++] = out->np;
+  }
+  for (int i = 0; trainer_args[i] && n < 30; i++) {
+    if (out->under_mpi && strcmp(trainer_args[i], "--progress-fd") == 0) {
+      out->argv[n++] = "--json";
+      i++; /* its "3" */
+      continue;
+    }
+    out->argv[n++] = trainer_args[i];
+  }
+  out->argv[n] = NULL;
+  return 0;
+}
+
 static void run_job(sched *s, const store_job *job) {
   char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
   if (cancel_requested(s, job->id)) { /* cancelled between the claim and now */
@@ -424,10 +466,17 @@ static void run_job(sched *s, const store_job *job) {
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
+  job_limits limits = limits_of(job);
+  if (limits.workers > 0) { /* progress on stdout, the log on stderr */
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
+  }
   /* Its own process group, so stopping it reaches every process it starts. */
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -455,22 +504,34 @@ static void run_job(sched *s, const store_job *job) {
                   resuming ? "--resume" : NULL,
                   resume_path,
                   NULL};
+  launch how = {.argv = {NULL}};
   pid_t pid;
-  int spawn_rc = posix_spawn(&pid, s->cfg.trainer_path, &fa, &attr, argv, environ);
+  int spawn_rc = EIO;
+  if (make_launch(s, &limits, dir, argv, &how) != 0)
+    spawn_rc = errno ? errno : EIO; /* the hostfile could not be written */
+  else if (how.under_mpi)
+    spawn_rc = posix_spawnp(&pid, how.argv[0], &fa, &attr, how.argv, environ);
+  else
+    spawn_rc = posix_spawn(&pid, how.argv[0], &fa, &attr, how.argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
   if (spawn_rc != 0) {
     close(fds[0]);
-    snprintf(msg, sizeof msg, "cannot start %s: %s", s->cfg.trainer_path, strerror(spawn_rc));
+    snprintf(msg, sizeof msg, "cannot start %s: %s", how.argv[0] ? how.argv[0] : "kiln-train",
+             strerror(spawn_rc));
     finish(s, job, "FAILED", "TRAINER_NOT_STARTED", msg);
     return;
   }
+  const char *what = how.under_mpi ? "mpirun" : "kiln-train";
   if (resuming)
-    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d), resuming from step %lld",
-             (int)pid, job->attempt, (long long)resume_step);
+    snprintf(msg, sizeof msg, "%s started (pid %d, attempt %d), resuming from step %lld%s%s%s",
+             what, (int)pid, job->attempt, (long long)resume_step, how.under_mpi ? "; " : "",
+             how.under_mpi ? how.np : "", how.under_mpi ? " kiln-train workers" : "");
   else
-    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d)", (int)pid, job->attempt);
+    snprintf(msg, sizeof msg, "%s started (pid %d, attempt %d)%s%s%s", what, (int)pid, job->attempt,
+             how.under_mpi ? "; " : "", how.under_mpi ? how.np : "",
+             how.under_mpi ? " kiln-train workers" : "");
   if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK) {
     slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
          store_errmsg(s->st));
@@ -478,7 +539,6 @@ static void run_job(sched *s, const store_job *job) {
   slog(s, SCHED_LOG_INFO, "job=%s state=RUNNING pid=%d attempt=%d", job->id, (int)pid,
        job->attempt);
 
-  job_limits limits = limits_of(job);
   pthread_mutex_lock(&s->wake_lock);
   snprintf(s->stats.running_job, sizeof s->stats.running_job, "%s", job->id);
   s->stats.devices_busy = limits.devices;
