@@ -631,6 +631,10 @@ typedef struct kn_distribution {
   int world_size, rank; /* processes and this one's index; world_size 0 or 1 = one process */
   kn_aggregation aggregation;
   size_t bucket_bytes; /* all-reduce bucket cap; 0 = 25 MiB */
+  /* If set, receives at the end the seconds spent making the replicas'
+   * gradients one: summing in shared memory, and all-reducing across
+   * processes (which includes waiting for the slowest). */
+  double *comm_seconds;
 } kn_distribution;
 
 /* Whether this build can all-reduce across processes (built with MPI). */

@@ -624,6 +624,8 @@ static void free_run(run *r) {
   kn_pipeline_free(r->val_pipe);
   kn_optimizer_free(r->opt);
   free(r->acc);
+  if (r->dist && r->cfg->dist.comm_seconds)
+    *r->cfg->dist.comm_seconds = kn_dist_comm_seconds(r->dist);
   kn_dist_free(r->dist);
 }
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef KILN_HAVE_MPI
 #include <mpi.h>
@@ -49,7 +50,18 @@ struct kn_dist {
   /* all-reduce buckets: [bucket_start[b], bucket_start[b] + bucket_len[b]) */
   int n_buckets;
   size_t *bucket_start, *bucket_len;
+  double comm_seconds; /* in kn_dist_reduce */
 };
+
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double kn_dist_comm_seconds(const kn_dist *d) {
+  return d->comm_seconds;
+}
 
 int kn_dist_have_mpi(void) {
 #ifdef KILN_HAVE_MPI
@@ -357,7 +369,16 @@ int kn_dist_sum(kn_dist *d, double *values, int n, char *err, size_t errlen) {
 #endif
 }
 
+static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t errlen);
+
 int kn_dist_reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t errlen) {
+  const double start = seconds_now();
+  int rc = reduce(d, rows, sums, err, errlen);
+  d->comm_seconds += seconds_now() - start;
+  return rc;
+}
+
+static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t errlen) {
   /* How many replicas saw rows, and how many rows: here, then everywhere. */
   double counts[KN_DIST_SUMS + 1] = {sums[0], sums[1], sums[2], 0.0};
   for (int i = 0; i < d->n_local; i++) counts[KN_DIST_SUMS] += rows[i] > 0;

@@ -45,6 +45,9 @@ int kn_dist_reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t 
  * buffers do. */
 int kn_dist_sync(kn_dist *d, char *err, size_t errlen);
 
+/* Seconds spent in kn_dist_reduce so far. */
+double kn_dist_comm_seconds(const kn_dist *d);
+
 /* Sums n doubles over every process, in place (metric tallies). */
 int kn_dist_sum(kn_dist *d, double *values, int n, char *err, size_t errlen);
 
