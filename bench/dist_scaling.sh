@@ -58,7 +58,7 @@ read -r m2 c2 <<< "$(kiln m2 '{"type": "mirrored", "replicas": 2}')"
 read -r w1 d1 <<< "$(kiln w1 '{"type": "multi_worker", "workers": 1}' "${mpi[@]}" -np 1)"
 read -r w2 d2 <<< "$(kiln w2 '{"type": "multi_worker", "workers": 2}' "${mpi[@]}" -np 2)"
 
-eff() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", b > 0 ? 100 * a / (2 * b) : 0 }'; }
+eff() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", (b > 0 ? 100 * a / (2 * b) : 0) }'; }
 echo "kiln, Fashion-MNIST CNN, batch $batch per replica, $examples examples, one core per replica:"
 printf "| %-22s | %12s | %12s | %10s | %14s |\n" run "R/N=1 ex/s" "R/N=2 ex/s" efficiency "comm share (2)"
 printf "| %-22s | %12.0f | %12.0f | %10s | %13s%% |\n" "mirrored (threads)" "$m1" "$m2" \

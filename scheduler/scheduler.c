@@ -341,6 +341,8 @@ static job_limits limits_of(const store_job *job) {
   if (spec && job->spec_json &&
       api_spec_parse(job->spec_json, strlen(job->spec_json), spec, &e) == 0) {
     l.devices = spec->devices > 0 ? spec->devices : 1;
+    /* every replica of every worker takes a core */
+    if (spec->replicas * spec->workers > l.devices) l.devices = spec->replicas * spec->workers;
     l.max_restarts = spec->max_restarts;
     l.max_runtime_s = spec->max_runtime_s;
     l.keep_last = spec->checkpoint_keep_last;
