@@ -635,6 +635,10 @@ typedef struct kn_distribution {
    * gradients one: summing in shared memory, and all-reducing across
    * processes (which includes waiting for the slowest). */
   double *comm_seconds;
+  /* The longest a collective of a step waits for the other processes
+   * before the run fails with KN_EIO (one died or hangs); 0 = 300 s. The
+   * first, while processes load their data, waits at least 600 s. */
+  double timeout_s;
 } kn_distribution;
 
 /* Whether this build can all-reduce across processes (built with MPI). */

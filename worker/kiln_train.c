@@ -321,6 +321,9 @@ static void usage(FILE *to) {
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
               "  --threads N           compute threads (default: the spec's resources.devices)\n"
+              "  --collective-timeout S  multi_worker: fail when the other workers keep an\n"
+              "                        all-reduce waiting S seconds (one died or hangs;\n"
+              "                        default 300)\n"
               "  -h, --help            this help\n\n"
               "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
               "5 numeric error (loss became NaN or infinite), 6 stopped by SIGTERM (a\n"
@@ -374,12 +377,14 @@ static int train_main(int argc, char **argv) {
                                           {"json", no_argument, NULL, 'j'},
                                           {"threads", required_argument, NULL, 't'},
                                           {"resume", required_argument, NULL, 'r'},
+                                          {"collective-timeout", required_argument, NULL, 'T'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
   const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL, *resume = NULL;
   reporter rep = {.progress_fd = -1};
   int threads = 0, opt;
+  double collective_timeout = 0.0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
     switch (opt) {
@@ -401,6 +406,14 @@ static int train_main(int argc, char **argv) {
       threads = (int)strtol(optarg, &end, 10);
       if (!*optarg || *end || threads < 1 || threads > 1024) {
         fprintf(stderr, "kiln-train: --threads needs 1..1024, got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'T':
+      collective_timeout = strtod(optarg, &end);
+      if (!*optarg || *end || !(collective_timeout > 0 && collective_timeout <= 86400)) {
+        fprintf(stderr, "kiln-train: --collective-timeout needs seconds in (0, 86400], got '%s'\n",
+                optarg);
         return EXIT_USAGE;
       }
       break;
@@ -561,7 +574,8 @@ static int train_main(int argc, char **argv) {
                               .world_size = mpi_world,
                               .rank = rank,
                               .aggregation = aggregations[spec.aggregation],
-                              .bucket_bytes = (size_t)(spec.bucket_cap_mb * 1048576.0)};
+                              .bucket_bytes = (size_t)(spec.bucket_cap_mb * 1048576.0),
+                              .timeout_s = collective_timeout};
   /* A profile lands beside the checkpoints, where kilnd serves it from. */
   char profile_path[4200], profile_table[4200];
   snprintf(profile_path, sizeof profile_path, "%s/profile.json", ckpt_dir);

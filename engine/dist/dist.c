@@ -20,6 +20,8 @@
 #include "dist/dist.h"
 #include "graph_internal.h"
 
+#define START_TIMEOUT_S 600.0 /* the first collective: every process has loaded its data */
+
 typedef enum job { JOB_RUN = 0, JOB_REDUCE, JOB_SYNC, JOB_QUIT } job;
 
 typedef struct worker_arg {
@@ -51,6 +53,10 @@ struct kn_dist {
   int n_buckets;
   size_t *bucket_start, *bucket_len;
   double comm_seconds; /* in kn_dist_reduce */
+  double timeout_s;    /* the longest a collective may wait for the other processes */
+#ifdef KILN_HAVE_MPI
+  MPI_Request *requests; /* (n_buckets) the all-reduces in flight */
+#endif
 };
 
 static double seconds_now(void) {
@@ -84,6 +90,27 @@ int kn_dist_have_mpi(void) {
       return KN_EIO;                                                                               \
     }                                                                                              \
   } while (0)
+#endif
+
+#ifdef KILN_HAVE_MPI
+/* Waits for a nonblocking collective, up to limit_s seconds: a process
+ * that died or hangs must not hold the others in it forever. */
+static int wait_collective(double limit_s, MPI_Request *req, const char *what, char *err,
+                           size_t errlen) {
+  const double deadline = seconds_now() + limit_s;
+  int done = 0;
+  while (!done) {
+    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (!done && seconds_now() > deadline) {
+      snprintf(err, errlen,
+               "dist: %s waited more than %g s for the other processes; one of them died or "
+               "hangs",
+               what, limit_s);
+      return KN_EIO;
+    }
+  }
+  return KN_OK;
+}
 #endif
 
 /* Slice i of n over count items. */
@@ -179,6 +206,13 @@ static int plan_buckets(kn_dist *d, size_t cap, char *err, size_t errlen) {
   const int n = kn_param_node_count(g);
   d->bucket_start = malloc((size_t)(n > 0 ? n : 1) * sizeof(size_t));
   d->bucket_len = malloc((size_t)(n > 0 ? n : 1) * sizeof(size_t));
+#ifdef KILN_HAVE_MPI
+  d->requests = malloc((size_t)(n > 0 ? n : 1) * sizeof(MPI_Request));
+  if (!d->requests) {
+    snprintf(err, errlen, "dist: out of memory for the all-reduce buckets");
+    return KN_ENOMEM;
+  }
+#endif
   if (!d->bucket_start || !d->bucket_len) {
     snprintf(err, errlen, "dist: out of memory for the all-reduce buckets");
     return KN_ENOMEM;
@@ -260,6 +294,7 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   d->world = world;
   d->rank = world > 1 ? cfg->rank : 0;
   d->batch = batch;
+  d->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300.0;
   d->models[0] = primary;
   for (int i = 1; i < n_local; i++) d->models[i] = cfg->replicas[i - 1];
   d->n_params = kn_param_count(primary->graph);
@@ -288,9 +323,14 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
     float *params = kn_params(primary->graph);
     for (size_t off = 0; off < d->n_params && !rc; off += (size_t)1 << 30) {
       size_t len = d->n_params - off < ((size_t)1 << 30) ? d->n_params - off : (size_t)1 << 30;
-      if (MPI_Bcast(params + off, (int)len, MPI_FLOAT, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+      MPI_Request req;
+      if (MPI_Ibcast(params + off, (int)len, MPI_FLOAT, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS) {
         snprintf(err, errlen, "dist: broadcasting the initial parameters failed");
         rc = KN_EIO;
+      } else {
+        /* Processes load their data at their own pace: the start waits longer. */
+        const double start_limit = d->timeout_s > START_TIMEOUT_S ? d->timeout_s : START_TIMEOUT_S;
+        rc = wait_collective(start_limit, &req, "broadcasting the initial parameters", err, errlen);
       }
     }
   }
@@ -317,6 +357,9 @@ void kn_dist_free(kn_dist *d) {
   }
   free(d->bucket_start);
   free(d->bucket_len);
+#ifdef KILN_HAVE_MPI
+  free(d->requests);
+#endif
   free(d);
 }
 
@@ -359,8 +402,9 @@ int kn_dist_run(kn_dist *d, kn_run_mode mode, const int *rows, char *err, size_t
 int kn_dist_sum(kn_dist *d, double *values, int n, char *err, size_t errlen) {
   if (d->world == 1) return KN_OK;
 #ifdef KILN_HAVE_MPI
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return KN_OK;
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req));
+  return wait_collective(d->timeout_s, &req, "summing counts", err, errlen);
 #else
   (void)values;
   (void)n;
@@ -401,9 +445,13 @@ static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t e
   if (d->world == 1) return KN_OK;
 #ifdef KILN_HAVE_MPI
   float *grads = kn_grads(d->models[0]->graph);
-  for (int b = 0; b < d->n_buckets; b++)
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, grads + d->bucket_start[b], (int)d->bucket_len[b],
-                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  for (int b = 0; b < d->n_buckets; b++) /* every bucket in flight at once */
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + d->bucket_start[b], (int)d->bucket_len[b],
+                             MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &d->requests[b]));
+  for (int b = 0; b < d->n_buckets; b++) {
+    rc = wait_collective(d->timeout_s, &d->requests[b], "the gradient all-reduce", err, errlen);
+    if (rc) return rc;
+  }
   if (scale != 1.0f)
     for (size_t j = 0; j < d->n_params; j++) grads[j] *= scale;
 #endif
@@ -414,8 +462,12 @@ int kn_dist_sync(kn_dist *d, char *err, size_t errlen) {
   kn_graph *g = d->models[0]->graph;
   float *state = kn_state_data(g);
 #ifdef KILN_HAVE_MPI
-  if (d->world > 1 && g->n_state_floats > 0)
-    MPI_CHECK(MPI_Bcast(state, (int)g->n_state_floats, MPI_FLOAT, 0, MPI_COMM_WORLD));
+  if (d->world > 1 && g->n_state_floats > 0) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(state, (int)g->n_state_floats, MPI_FLOAT, 0, MPI_COMM_WORLD, &req));
+    int rc = wait_collective(d->timeout_s, &req, "broadcasting the model's state", err, errlen);
+    if (rc) return rc;
+  }
 #else
   (void)err;
   (void)errlen;

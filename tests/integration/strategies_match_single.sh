@@ -3,6 +3,7 @@
 # batch 128, of mirrored with 2 replicas at batch 64, and of multi_worker
 # under mpirun -np 2 at batch 64 must end with the same weights (every
 # tensor within 1e-5 of its largest value) and the same epoch loss (within 1e-6).
+# A rank that hangs (SIGSTOP) ends the run after --collective-timeout.
 # Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN]  (no MPIRUN: the
 # multi_worker run is skipped, loudly)
 set -eu
@@ -84,3 +85,26 @@ status=0
 test $status -eq 3
 grep -q 'strategy.workers is 2, but 1 processes run this job' "$d/bad.out"
 echo "multi_worker outside mpirun is refused (exit 3)"
+
+# A rank that hangs (SIGSTOP) must not hold the job: the other's all-reduce
+# gives up after --collective-timeout and mpirun ends every rank.
+sed -e 's/"take": 2560/"take": 25600/' -e 's/"epochs": 1/"epochs": 20/' \
+  -e 's/"log_every_steps": 5/"log_every_steps": 5, "checkpoint": {"every_steps": 10}/' \
+  "$d/multi.json" > "$d/hang.json"
+$mpi "$trainer" --json --collective-timeout 5 --checkpoint-dir "$d/hang" "$d/hang.json" \
+  > "$d/hang.out" 2> "$d/hang.err" &
+launcher=$!
+i=0
+while [ ! -e "$d/hang/ckpt-00000010.safetensors" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+rank=$(pgrep -P $launcher kiln-train | head -1)
+test -n "$rank"
+kill -STOP "$rank"
+start=$(date +%s)
+status=0
+wait $launcher || status=$?
+took=$(($(date +%s) - start))
+kill -KILL "$rank" 2> /dev/null || true
+echo "rank $rank stopped: mpirun ended with status $status after ${took}s"
+test $status -ne 0
+test $took -lt 30
+grep -q 'waited more than 5 s for the other processes; one of them died or hangs' "$d/hang.err"
