@@ -199,6 +199,22 @@ typedef enum api_cast { API_CAST_FLOAT32 = 0, API_CAST_FLOAT16, API_CAST_BFLOAT1
 
 #define API_MAX_PROFILE_STEPS 1000 /* steps one profile may cover */
 
+/* strategy.type: how many replicas train one job, and where they run. */
+typedef enum api_strategy {
+  API_STRATEGY_SINGLE = 0,   /* one replica */
+  API_STRATEGY_MIRRORED,     /* replicas threads in one kiln-train */
+  API_STRATEGY_MULTI_WORKER, /* workers kiln-train processes under mpirun */
+} api_strategy;
+
+/* strategy.aggregation: how the replicas' gradients become one. */
+typedef enum api_aggregation {
+  API_AGGREGATE_MEAN = 0,      /* the replicas' mean gradients, averaged */
+  API_AGGREGATE_SUM,           /* summed */
+  API_AGGREGATE_WEIGHTED_MEAN, /* weighted by the examples each replica saw */
+} api_aggregation;
+
+#define API_MAX_REPLICAS 64 /* replicas (and workers) one job may have */
+
 typedef struct api_job_spec {
   char display_name[API_NAME_LEN];
   /* model */
@@ -282,6 +298,13 @@ typedef struct api_job_spec {
   char device_type[8]; /* "cpu" */
   int devices;         /* default 1; all at once (gang) */
   char pool[32];       /* default "default" */
+  /* strategy: pipeline.batch_size is per replica, the global batch is
+   * batch_size x workers x replicas */
+  api_strategy strategy;
+  int replicas;                /* mirrored: replicas; multi_worker: replicas_per_worker; 1 */
+  int workers;                 /* multi_worker: processes; 1 otherwise */
+  api_aggregation aggregation; /* default mean */
+  double bucket_cap_mb;        /* multi_worker: all-reduce bucket cap; default 25 */
 } api_job_spec;
 
 /* Parses and validates a job spec (len bytes; no NUL needed). On failure

@@ -1394,15 +1394,66 @@ static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
     copy_text(spec->pool, sizeof spec->pool, pool);
 }
 
-static void parse_strategy(checker *c, json_t *obj) {
+static const char *const strategy_names[] = {"single", "mirrored", "multi_worker", NULL};
+static const char *const aggregation_names[] = {"mean", "sum", "weighted_mean", NULL};
+
+/* strategy: the type, and the options that type takes; an option of
+ * another type is refused by name rather than ignored. */
+static void parse_strategy(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "strategy"};
-  static const char *const fields[] = {"type", NULL};
+  static const char *const fields[] = {
+      "type", "replicas", "workers", "replicas_per_worker", "aggregation", "bucket_cap_mb", NULL};
+  /* which types take each field after "type": bit (1 << api_strategy) */
+  static const unsigned takes[] = {1u << API_STRATEGY_MIRRORED, 1u << API_STRATEGY_MULTI_WORKER,
+                                   1u << API_STRATEGY_MULTI_WORKER,
+                                   1u << API_STRATEGY_MIRRORED | 1u << API_STRATEGY_MULTI_WORKER,
+                                   1u << API_STRATEGY_MULTI_WORKER};
   refuse_unknown(&s, fields);
-  const char *type = get_string(&s, "type", REQUIRED);
   char quoted[64];
-  if (type && strcmp(type, "single") != 0)
-    problem(c, "strategy.type", "unsupported strategy '%s'; only 'single' is available for now",
+  const char *type = get_string(&s, "type", REQUIRED);
+  if (!type) return;
+  if (strcmp(type, "parameter_server") == 0) {
+    problem(c, "strategy.type",
+            "parameter_server is not available yet; use multi_worker (all-reduce over MPI) "
+            "or mirrored");
+    return;
+  }
+  int t = pick(type, strategy_names);
+  if (t < 0) {
+    problem(c, "strategy.type",
+            "unsupported strategy '%s'; supported: single, mirrored, multi_worker",
             clip(type, quoted, sizeof quoted));
+    return;
+  }
+  spec->strategy = (api_strategy)t;
+  for (int i = 1; fields[i]; i++) {
+    if (!json_object_get(obj, fields[i]) || (takes[i - 1] & (1u << t))) continue;
+    char path[PATH_LEN];
+    join_path(path, "strategy", fields[i]);
+    problem(c, path, "does not apply to strategy '%s'", type);
+  }
+  if (t == API_STRATEGY_MIRRORED)
+    get_int(&s, "replicas", REQUIRED, 1, API_MAX_REPLICAS, &spec->replicas);
+  if (t == API_STRATEGY_MULTI_WORKER) {
+    get_int(&s, "workers", REQUIRED, 1, API_MAX_REPLICAS, &spec->workers);
+    get_int(&s, "replicas_per_worker", OPTIONAL, 1, API_MAX_REPLICAS, &spec->replicas);
+    if ((long long)spec->workers * spec->replicas > API_MAX_REPLICAS)
+      problem(c, "strategy.replicas_per_worker",
+              "workers x replicas_per_worker must be at most %d, got %d x %d", API_MAX_REPLICAS,
+              spec->workers, spec->replicas);
+    if (get_number(&s, "bucket_cap_mb", OPTIONAL, &spec->bucket_cap_mb) == 1 &&
+        !(spec->bucket_cap_mb > 0 && spec->bucket_cap_mb <= 1024))
+      problem(c, "strategy.bucket_cap_mb", "must be > 0 and <= 1024, got %g", spec->bucket_cap_mb);
+  }
+  const char *aggregation =
+      t == API_STRATEGY_SINGLE ? NULL : get_string(&s, "aggregation", OPTIONAL);
+  int a = aggregation ? pick(aggregation, aggregation_names) : 0;
+  if (a < 0)
+    problem(c, "strategy.aggregation",
+            "unsupported aggregation '%s'; supported: mean, sum, weighted_mean",
+            clip(aggregation, quoted, sizeof quoted));
+  else
+    spec->aggregation = (api_aggregation)a;
 }
 
 /* When checkpoints are written and how many are kept: a resume (after a
@@ -1464,6 +1515,24 @@ static void parse_profile(checker *c, json_t *obj, api_job_spec *spec) {
     spec->profile_first = (int)first;
     spec->profile_last = (int)last;
   }
+}
+
+/* A replicated job holds a core per replica: resources.devices is
+ * replicas x workers unless the spec asks for more. Loss scaling keeps
+ * its scale on one graph, so mixed_float16 trains one replica for now. */
+static void check_strategy_resources(checker *c, json_t *resources, api_job_spec *spec) {
+  const int needed = spec->replicas * spec->workers;
+  if (!resources || !json_object_get(resources, "devices"))
+    spec->devices = needed;
+  else if (spec->devices < needed)
+    problem(c, "resources.devices",
+            "must be at least replicas x workers = %d for this strategy (a core per replica), "
+            "got %d",
+            needed, spec->devices);
+  if (strcmp(spec->precision, "mixed_float16") == 0)
+    problem(c, "precision",
+            "mixed_float16 (dynamic loss scaling) runs with strategy 'single' only for now; "
+            "mixed_bfloat16 works with every strategy");
 }
 
 static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
@@ -1577,7 +1646,8 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
     copy_text(spec->precision, sizeof spec->precision, precision);
   get_bool(&s, "recompute", &spec->recompute);
   json_t *strategy = get_object(&s, "strategy", OPTIONAL);
-  if (strategy) parse_strategy(c, strategy);
+  if (strategy) parse_strategy(c, strategy, spec);
+  if (spec->strategy != API_STRATEGY_SINGLE) check_strategy_resources(c, resources, spec);
   check_loss(c, spec, loss_index >= 0, metric_at);
   json_t *checkpoint = get_object(&s, "checkpoint", OPTIONAL);
   if (checkpoint) parse_checkpoint(c, checkpoint, spec);
@@ -1612,6 +1682,9 @@ static void set_defaults(api_job_spec *spec) {
   copy_text(spec->device_type, sizeof spec->device_type, "cpu");
   spec->devices = 1;
   copy_text(spec->pool, sizeof spec->pool, "default");
+  spec->replicas = 1;
+  spec->workers = 1;
+  spec->bucket_cap_mb = 25;
 }
 
 /* A spec that is sound on its own must also fit its data: examples of the
@@ -1776,6 +1849,27 @@ static void put_schedule(builder *b, json_t *optimizer, const api_schedule *sc) 
     put(b, o, "alpha", json_real(sc->alpha));
   }
   put(b, optimizer, "schedule", o);
+}
+
+/* strategy: the type and that type's options, defaults included. */
+static json_t *strategy_json(builder *b, const api_job_spec *spec) {
+  json_t *strategy = json_object();
+  if ((int)spec->strategy < 0 || spec->strategy > API_STRATEGY_MULTI_WORKER ||
+      (int)spec->aggregation < 0 || spec->aggregation > API_AGGREGATE_WEIGHTED_MEAN) {
+    b->failed = 1;
+    return strategy;
+  }
+  put(b, strategy, "type", json_string(strategy_names[spec->strategy]));
+  if (spec->strategy == API_STRATEGY_MIRRORED)
+    put(b, strategy, "replicas", json_integer(spec->replicas));
+  if (spec->strategy == API_STRATEGY_MULTI_WORKER) {
+    put(b, strategy, "workers", json_integer(spec->workers));
+    put(b, strategy, "replicas_per_worker", json_integer(spec->replicas));
+    put(b, strategy, "bucket_cap_mb", json_real(spec->bucket_cap_mb));
+  }
+  if (spec->strategy != API_STRATEGY_SINGLE)
+    put(b, strategy, "aggregation", json_string(aggregation_names[spec->aggregation]));
+  return strategy;
 }
 
 static json_t *callback_json(builder *b, const api_callback *cb, int plateau) {
@@ -2049,9 +2143,7 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, root, "resources", resources);
   put(&b, root, "precision", bounded_string(spec->precision, sizeof spec->precision));
   put(&b, root, "recompute", json_boolean(spec->recompute));
-  json_t *strategy = json_object();
-  put(&b, strategy, "type", json_string("single"));
-  put(&b, root, "strategy", strategy);
+  put(&b, root, "strategy", strategy_json(&b, spec));
 
   char *text = NULL;
   if (!b.failed) text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(max_real_digits(root)));

@@ -648,6 +648,44 @@ int kn_profile_write_table(const kn_profile *p, const kn_graph *g, const char *p
                            char *err, size_t errlen);
 const char *kn_op_name(int op);
 
+/* ------------------------------------------------------------- strategies -- */
+
+/* How replicas' gradients become the one the optimizer applies. */
+typedef enum kn_aggregation {
+  KN_AGGREGATE_MEAN = 0,      /* the mean of the replicas' (batch-mean) gradients */
+  KN_AGGREGATE_SUM,           /* their sum */
+  KN_AGGREGATE_WEIGHTED_MEAN, /* weighted by the rows each replica saw: one big batch's */
+} kn_aggregation;
+
+/* Data-parallel training: every replica holds the whole model and takes
+ * its slice of each global batch of batch_size x (local replicas x
+ * processes) rows: global replica k = rank x n_replicas + i takes rows
+ * k x batch_size .. (k + 1) x batch_size - 1, so R replicas at batch b see
+ * exactly the examples one replica at batch R x b would. Replicas in a
+ * process run in threads; processes (kiln-train under mpirun) all-reduce
+ * the gradients over MPI in buckets, last layers first. */
+typedef struct kn_distribution {
+  int n_replicas; /* replicas in this process; 0 or 1 = the trained model alone */
+  /* replicas[0..n_replicas - 2]: models built and compiled like the
+   * trained one (same layers and planned batch); their parameters are
+   * overwritten with its own before the first step */
+  kn_model *const *replicas;
+  int world_size, rank; /* processes and this one's index; world_size 0 or 1 = one process */
+  kn_aggregation aggregation;
+  size_t bucket_bytes; /* all-reduce bucket cap; 0 = 25 MiB */
+  /* If set, receives at the end the seconds spent making the replicas'
+   * gradients one: summing in shared memory, and all-reducing across
+   * processes (which includes waiting for the slowest). */
+  double *comm_seconds;
+  /* The longest a collective of a step waits for the other processes
+   * before the run fails with KN_EIO (one died or hangs); 0 = 300 s. The
+   * first, while processes load their data, waits at least 600 s. */
+  double timeout_s;
+} kn_distribution;
+
+/* Whether this build can all-reduce across processes (built with MPI). */
+int kn_dist_have_mpi(void);
+
 /* --------------------------------------------------------------- training -- */
 
 typedef enum kn_event_kind {
@@ -795,6 +833,10 @@ typedef struct kn_train_config {
    * a row after which it doubles (0 = 2000). */
   double initial_loss_scale;
   int64_t loss_scale_growth_interval;
+  /* Replicas and processes training together (zeroed: one replica). Only
+   * rank 0 writes checkpoints; every rank reports the same metrics,
+   * summed over all replicas. */
+  kn_distribution dist;
 } kn_train_config;
 
 /* Dynamic loss scaling: backward is seeded with scale; the gradients are

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dist/dist.h"
 #include "graph_internal.h"
 #include "train_state.h"
 
@@ -308,12 +309,110 @@ typedef struct run {
   kn_profile *profile;            /* while profiling steps */
   int profile_written;
   double step_start;
+  kn_dist *dist;     /* replicas and processes; NULL for one replica */
+  int stop_anywhere; /* with dist: a stop was requested on some process */
   char *err;
   size_t errlen;
 } run;
 
 static double elapsed(const run *r) {
   return now_seconds() - r->t0;
+}
+
+/* Sums a tally over every process, in place. */
+static int global_tally(run *r, tally *t) {
+  double v[6] = {t->loss, (double)t->rows, (double)t->correct, (double)t->top_k, t->sq, t->abs};
+  int rc = kn_dist_sum(r->dist, v, 6, r->err, r->errlen);
+  *t = (tally){.loss = v[0],
+               .rows = (int64_t)v[1],
+               .correct = (int64_t)v[2],
+               .top_k = (int64_t)v[3],
+               .sq = v[4],
+               .abs = v[5]};
+  return rc;
+}
+
+/* Rows start .. start + count - 1 of b, as a batch of their own. */
+static kn_batch sub_batch(const kn_model *m, const kn_batch *b, int start, int count) {
+  kn_batch part = *b;
+  const size_t width = (size_t)m->n_outputs;
+  part.rows = count;
+  part.x = b->x + (size_t)start * m->example_size;
+  part.y = b->y ? b->y + start : NULL;
+  part.y_onehot = b->y_onehot ? b->y_onehot + (size_t)start * width : NULL;
+  part.targets = b->targets ? b->targets + (size_t)start * width : NULL;
+  return part;
+}
+
+/* Runs each replica on its slice of the global batch b and adds the
+ * slices to t1 and t2 (may be NULL). A training run then makes the
+ * replicas' gradients one in the model's flat buffer; sums[] are the
+ * rows, loss x rows and stop requests over every replica and process. */
+static int replicas_run(run *r, kn_run_mode mode, const kn_batch *b, tally *t1, tally *t2,
+                        double sums[KN_DIST_SUMS]) {
+  const int n = kn_dist_local(r->dist);
+  int rows[KN_DIST_MAX_LOCAL];
+  kn_batch parts[KN_DIST_MAX_LOCAL];
+  for (int i = 0; i < n; i++) {
+    int start;
+    kn_dist_slice(r->dist, i, b->rows, &start, &rows[i]);
+    parts[i] = sub_batch(r->m, b, start, rows[i]);
+    if (rows[i] > 0) feed(kn_dist_model(r->dist, i), &parts[i]);
+  }
+  int rc = kn_dist_run(r->dist, mode, rows, r->err, r->errlen);
+  if (rc) return rc;
+  sums[0] = sums[1] = 0.0;
+  for (int i = 0; i < n; i++) {
+    if (rows[i] == 0) continue;
+    kn_model *replica = kn_dist_model(r->dist, i);
+    const float loss = *(float *)kn_node_data(replica->graph, replica->loss);
+    sums[0] += rows[i];
+    sums[1] += (double)loss * rows[i];
+    tally_batch(replica, t1, &parts[i], loss, r->metrics, r->top_k);
+    if (t2) tally_batch(replica, t2, &parts[i], loss, r->metrics, r->top_k);
+  }
+  sums[2] = r->cfg->stop_request && *r->cfg->stop_request;
+  if (mode != KN_RUN_TRAIN) return KN_OK;
+  rc = kn_dist_reduce(r->dist, rows, sums, r->err, r->errlen);
+  r->stop_anywhere = sums[2] > 0;
+  return rc;
+}
+
+/* One training batch over the replicas: the global batch's rows and mean
+ * loss, the aggregated gradient in the model's flat buffer. */
+static int replicas_train(run *r, const kn_batch *b, int *rows, float *loss) {
+  double sums[KN_DIST_SUMS];
+  int rc = replicas_run(r, KN_RUN_TRAIN, b, &r->epoch_t, &r->interval_t, sums);
+  *rows = (int)sums[0];
+  *loss = sums[0] > 0 ? (float)(sums[1] / sums[0]) : 0.0f;
+  return rc;
+}
+
+/* Loss and metrics over the validation data: the model alone, or each
+ * replica on its slice of every batch, summed over every process. */
+static int evaluate_run(run *r, tally *t) {
+  if (!r->dist)
+    return evaluate_pipeline(r->m, r->val_pipe, r->metrics, r->top_k, t, r->err, r->errlen);
+  kn_pipeline_state start = {0, 0, 0};
+  int rc = kn_pipeline_restore(r->val_pipe, &start, r->err, r->errlen);
+  memset(t, 0, sizeof *t);
+  kn_batch b;
+  double sums[KN_DIST_SUMS];
+  while (!rc && kn_pipeline_next(r->val_pipe, &b) == 1)
+    rc = replicas_run(r, KN_RUN_FORWARD, &b, t, NULL, sums);
+  return rc ? rc : global_tally(r, t);
+}
+
+/* Whether to stop after this step: asked here, or on any process. */
+static int stop_wanted(const run *r) {
+  if (r->dist) return r->stop_anywhere;
+  return r->cfg->stop_request && *r->cfg->stop_request;
+}
+
+/* A tally to report: t itself, or its sum over every process. */
+static int report_tally(run *r, const tally *t, tally *out) {
+  *out = *t;
+  return r->dist ? global_tally(r, out) : KN_OK;
 }
 
 /* Writes the training state, then the weights beside it, and reports the
@@ -326,9 +425,17 @@ static int save_checkpoint(run *r, int mid_epoch) {
   snprintf(path, sizeof path, "%s/%s-%08lld.safetensors", cfg->checkpoint_dir,
            cfg->checkpoint_prefix ? cfg->checkpoint_prefix : "ckpt", (long long)r->step);
   kn_train_state st = {.step = r->step, .callbacks = r->callbacks};
+  tally epoch_t, interval_t; /* over every process */
+  int rc = report_tally(r, &r->epoch_t, &epoch_t);
+  if (!rc) rc = report_tally(r, &r->interval_t, &interval_t);
+  if (rc) return rc;
+  if (r->dist && kn_dist_rank(r->dist) != 0) { /* rank 0 writes */
+    r->last_checkpoint = r->step;
+    return KN_OK;
+  }
   if (mid_epoch) {
-    st.epoch = r->epoch_t;
-    st.interval = r->interval_t;
+    st.epoch = epoch_t;
+    st.interval = interval_t;
   }
   /* Where the data stream stands, so a resume sees the batches that follow. */
   kn_pipeline_save(r->pipe, &st.pipeline);
@@ -338,7 +445,7 @@ static int save_checkpoint(run *r, int mid_epoch) {
     st.loss_scale_good_steps = r->scaler.good_steps;
   }
   kn_train_state_path(path, state_path, sizeof state_path);
-  int rc = kn_train_state_write(state_path, &st, r->opt, r->err, r->errlen);
+  rc = kn_train_state_write(state_path, &st, r->opt, r->err, r->errlen);
   if (rc) return rc;
   snprintf(step_str, sizeof step_str, "%lld", (long long)st.step);
   kn_pipeline_state_format(&st.pipeline, state_str, sizeof state_str);
@@ -547,6 +654,9 @@ static void free_run(run *r) {
   kn_pipeline_free(r->val_pipe);
   kn_optimizer_free(r->opt);
   free(r->acc);
+  if (r->dist && r->cfg->dist.comm_seconds)
+    *r->cfg->dist.comm_seconds = kn_dist_comm_seconds(r->dist);
+  kn_dist_free(r->dist);
 }
 
 static int numeric_error(run *r, float loss, int epoch) {
@@ -592,6 +702,14 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   kn_loss_scaler_init(&r.scaler, cfg->initial_loss_scale, cfg->loss_scale_growth_interval);
   rc = resolve_metrics(m, cfg->metrics, &r.metrics, err, errlen);
   if (!rc) rc = check_loop_options(cfg, r.metrics, val != NULL, err, errlen);
+  const int replicated = cfg->dist.n_replicas > 1 || cfg->dist.world_size > 1;
+  if (!rc && replicated && r.scaling) {
+    snprintf(err, errlen,
+             "train: mixed_float16's loss scaling trains one replica for now; use "
+             "mixed_bfloat16 with replicas");
+    rc = KN_EINVAL;
+  }
+  if (!rc && replicated) rc = kn_dist_new(m, batch, &cfg->dist, &r.dist, err, errlen);
   if (rc) return rc;
   kn_pipeline_config pc;
   if (cfg->pipeline) {
@@ -602,7 +720,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     pc.drop_remainder = cfg->drop_remainder;
     pc.num_parallel_calls = 0;
   }
-  pc.batch_size = batch;
+  pc.batch_size = batch * (r.dist ? kn_dist_total(r.dist) : 1); /* the global batch */
   pc.repeat = cfg->epochs;
   /* Several sigmoid or softmax outputs read one-hot rows of their width. */
   if ((m->loss_kind == KN_LOSS_XENT || m->loss_kind == KN_LOSS_BCE) && m->n_outputs > 1) {
@@ -612,7 +730,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     pc.one_hot_depth = m->n_outputs > 1 ? m->n_outputs : 0;
   }
   pc.seed = cfg->seed ^ 0x5eedda7aULL; /* data order apart from the init stream */
-  rc = kn_pipeline_new(train, &pc, &r.pipe, err, errlen);
+  if (!rc) rc = kn_pipeline_new(train, &pc, &r.pipe, err, errlen);
   if (!rc && val) rc = kn_pipeline_new_eval(r.pipe, val, &r.val_pipe, err, errlen);
   if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &r.opt, err, errlen);
   if (!rc && cfg->profile_first > 0) {
@@ -650,6 +768,15 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   const kn_pipeline_state *resume = cfg->resume;
   if (cfg->resume_from) {
     rc = load_checkpoint(m, cfg->resume_from, r.opt, &saved, err, errlen);
+    if (!rc && r.dist) rc = kn_dist_sync(r.dist, err, errlen);
+    if (r.dist && kn_dist_rank(r.dist) != 0) { /* rank 0 holds the partial sums */
+      kn_callback_state callbacks = saved.callbacks;
+      const kn_pipeline_state at = saved.pipeline;
+      const int64_t step = saved.step;
+      const uint64_t runs = saved.train_runs;
+      saved = (kn_train_state){.step = step, .train_runs = runs, .callbacks = callbacks};
+      saved.pipeline = at;
+    }
     resume_at = saved.pipeline;
     resume = &resume_at;
   }
@@ -693,9 +820,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         break;
       }
       kn_profile_phase(r.profile, "data", t, kn_profile_now());
-      const int rows = b.rows;
+      int rows = b.rows;
       t = kn_profile_now();
-      feed(m, &b);
+      if (!r.dist) feed(m, &b);
       kn_profile_phase(r.profile, "feed", t, kn_profile_now());
       if (cfg->on_tuned && !tuning_reported) {
         kn_pipeline_stats ps;
@@ -705,9 +832,11 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
           tuning_reported = 1;
         }
       }
-      rc = kn_graph_run(m->graph, KN_RUN_TRAIN, rows, err, errlen);
+      float loss = 0.0f;
+      rc = r.dist ? replicas_train(&r, &b, &rows, &loss)
+                  : kn_graph_run(m->graph, KN_RUN_TRAIN, rows, err, errlen);
       if (rc) break;
-      float loss = *(float *)kn_node_data(m->graph, m->loss);
+      if (!r.dist) loss = *(float *)kn_node_data(m->graph, m->loss);
       if (!isfinite(loss) && !r.scaling) {
         rc = numeric_error(&r, loss, epoch);
         break;
@@ -719,7 +848,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
             kn_loss_scaler_unscale(&r.scaler, kn_grads(m->graph), kn_param_count(m->graph));
         r.window_finite &= finite && isfinite(loss);
       }
-      if (isfinite(loss)) {
+      if (isfinite(loss) && !r.dist) { /* replicas tally their own slices */
         tally_batch(m, &r.epoch_t, &b, loss, r.metrics, r.top_k);
         tally_batch(m, &r.interval_t, &b, loss, r.metrics, r.top_k);
       }
@@ -732,6 +861,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         continue;
       }
       update(&r);
+      if (r.dist && (rc = kn_dist_sync(r.dist, err, errlen)) != 0) break;
       if (kn_profile_recording(r.profile)) {
         const double end = kn_profile_now();
         kn_profile_phase(r.profile, "optimizer", t, end);
@@ -741,7 +871,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       }
       if (cb && r.step % log_every == 0) {
         kn_train_event ev = {.kind = KN_EVENT_STEP, .epoch = epoch, .step = r.step};
-        put_metrics(m, &ev, &r.interval_t, r.metrics, step_names);
+        tally interval_t;
+        if ((rc = report_tally(&r, &r.interval_t, &interval_t)) != 0) break;
+        put_metrics(m, &ev, &interval_t, r.metrics, step_names);
         if (r.report_lr) {
           ev.names[ev.n_metrics] = "learning_rate";
           ev.values[ev.n_metrics++] = kn_optimizer_learning_rate(r.opt);
@@ -757,14 +889,14 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       /* A pass at an epoch's last step is the epoch's own validation. */
       if (val && cfg->eval_every_steps > 0 && r.step % cfg->eval_every_steps == 0 && !last_batch) {
         tally val_t;
-        rc = evaluate_pipeline(m, r.val_pipe, r.metrics, r.top_k, &val_t, err, errlen);
+        rc = evaluate_run(&r, &val_t);
         if (rc) break;
         kn_train_event ev = {.kind = KN_EVENT_EVAL, .epoch = epoch, .step = r.step};
         put_metrics(m, &ev, &val_t, r.metrics, val_names);
         ev.seconds = elapsed(&r);
         if (cb && cb(&ev, user)) stop = 1;
       }
-      if (cfg->stop_request && *cfg->stop_request) stop_requested = 1;
+      if (stop_wanted(&r)) stop_requested = 1;
       /* A checkpoint on an epoch's last step waits for the epoch's end. */
       if ((stop_requested || (every > 0 && r.step % every == 0)) && !last_batch &&
           cfg->checkpoint_dir)
@@ -773,17 +905,19 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     }
     if (rc || stop) break;
     kn_train_event ev = {.kind = KN_EVENT_EPOCH, .epoch = epoch, .step = r.step};
-    put_metrics(m, &ev, &r.epoch_t, r.metrics, epoch_names);
+    tally epoch_t;
+    if ((rc = report_tally(&r, &r.epoch_t, &epoch_t)) != 0) break;
+    put_metrics(m, &ev, &epoch_t, r.metrics, epoch_names);
     if (val) {
       tally val_t;
-      rc = evaluate_pipeline(m, r.val_pipe, r.metrics, r.top_k, &val_t, err, errlen);
+      rc = evaluate_run(&r, &val_t);
       if (rc) break;
       put_metrics(m, &ev, &val_t, r.metrics, val_names);
     }
     ev.seconds = elapsed(&r);
     if (cb) stop = cb(&ev, user);
     if (end_of_epoch_callbacks(&r, &ev)) stop = 1;
-    if (cfg->stop_request && *cfg->stop_request) stop_requested = stop = 1;
+    if (stop_wanted(&r)) stop_requested = stop = 1;
     if ((stop_requested || (every > 0 && r.step % every == 0)) && epoch < cfg->epochs &&
         cfg->checkpoint_dir)
       rc = save_checkpoint(&r, 0);

@@ -168,6 +168,7 @@ typedef struct job_limits {
   int max_restarts, max_runtime_s;
   store_retention retention;
   char monitor[48];
+  int workers; /* multi_worker: processes under mpirun; 0 = kiln-train alone */
 } job_limits;
 
 typedef struct run {
@@ -466,6 +467,7 @@ static job_limits limits_of(const store_job *job) {
     l.retention.keep_best = spec->checkpoint_keep_best;
     snprintf(l.monitor, sizeof l.monitor, "%s", spec->checkpoint_monitor);
     l.retention.higher_is_better = spec->checkpoint_mode_max;
+    if (spec->strategy == API_STRATEGY_MULTI_WORKER) l.workers = spec->workers;
   }
   l.retention.monitor = l.monitor;
   free(spec);
@@ -561,6 +563,46 @@ static void pin_to_slots(sched *s, const slot_run *slot) {
          slot->job.id, strerror(rc));
 }
 
+/* The command that runs the job: kiln-train with the progress pipe on fd
+ * 3, or for multi_worker mpirun -np workers with a generated hostfile
+ * (this machine, one slot per worker) and rank 0's progress lines on
+ * standard output, since mpirun hands its ranks no other descriptors. */
+typedef struct launch {
+  char *argv[32];
+  char np[16], hostfile[4200];
+  int under_mpi;
+} launch;
+
+static int make_launch(sched *s, const job_limits *l, const char *dir, char *const *trainer_args,
+                       launch *out) {
+  int n = 0;
+  out->under_mpi = l->workers > 0;
+  if (out->under_mpi) {
+    snprintf(out->hostfile, sizeof out->hostfile, "%s/hostfile", dir);
+    char line[64];
+    snprintf(line, sizeof line, "localhost slots=%d\n", l->workers);
+    if (write_text(out->hostfile, line) != 0) return -1;
+    snprintf(out->np, sizeof out->np, "%d", l->workers);
+    out->argv[n++] = (char *)(s->cfg.mpirun_path ? s->cfg.mpirun_path : "mpirun");
+    if (geteuid() == 0) out->argv[n++] = "--allow-run-as-root";
+    out->argv[n++] = "--oversubscribe";
+    out->argv[n++] = "--hostfile";
+    out->argv[n++] = out->hostfile;
+    out->argv[n++] = "-np";
+    out->argv[n++] = out->np;
+  }
+  for (int i = 0; trainer_args[i] && n < 30; i++) {
+    if (out->under_mpi && strcmp(trainer_args[i], "--progress-fd") == 0) {
+      out->argv[n++] = "--json";
+      i++; /* its "3" */
+      continue;
+    }
+    out->argv[n++] = trainer_args[i];
+  }
+  out->argv[n] = NULL;
+  return 0;
+}
+
 static void run_job(sched *s, slot_run *slot) {
   const store_job *job = &slot->job;
   char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
@@ -591,10 +633,17 @@ static void run_job(sched *s, slot_run *slot) {
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
+  job_limits limits = limits_of(job);
+  if (limits.workers > 0) { /* progress on stdout, the log on stderr */
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
+  }
   /* Its own process group, so stopping it reaches every process it starts. */
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -625,28 +674,41 @@ static void run_job(sched *s, slot_run *slot) {
   char devices_var[SCHED_MAX_DEVICES * 4 + 32], cuda_var[SCHED_MAX_DEVICES * 4 + 32];
   char **env = trainer_env(s, slot, devices_var, sizeof devices_var, cuda_var, sizeof cuda_var);
   pin_to_slots(s, slot);
+  launch how = {.argv = {NULL}};
   pid_t pid;
-  int spawn_rc = env ? posix_spawn(&pid, s->cfg.trainer_path, &fa, &attr, argv, env) : ENOMEM;
+  int spawn_rc = ENOMEM;
+  if (!env)
+    spawn_rc = ENOMEM;
+  else if (make_launch(s, &limits, dir, argv, &how) != 0)
+    spawn_rc = errno ? errno : EIO; /* the hostfile could not be written */
+  else if (how.under_mpi)
+    spawn_rc = posix_spawnp(&pid, how.argv[0], &fa, &attr, how.argv, env);
+  else
+    spawn_rc = posix_spawn(&pid, how.argv[0], &fa, &attr, how.argv, env);
   free(env);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
   if (spawn_rc != 0) {
     close(fds[0]);
-    snprintf(msg, sizeof msg, "cannot start %s: %s", s->cfg.trainer_path, strerror(spawn_rc));
+    snprintf(msg, sizeof msg, "cannot start %s: %s", how.argv[0] ? how.argv[0] : "kiln-train",
+             strerror(spawn_rc));
     finish(s, job, "FAILED", "TRAINER_NOT_STARTED", msg);
     return;
   }
-  char where[SCHED_MAX_DEVICES * 4 + 64];
+  char where[SCHED_MAX_DEVICES * 4 + 64], workers[64] = "";
   slot_list(slot, where, sizeof where);
   const sched_pool *pool = &s->pools[slot->pool];
+  if (how.under_mpi) snprintf(workers, sizeof workers, " as %s kiln-train workers", how.np);
+  const char *what = how.under_mpi ? "mpirun" : "kiln-train";
   if (resuming)
     snprintf(msg, sizeof msg,
-             "kiln-train started (pid %d, attempt %d), resuming from step %lld, on pool %s (%s %s)",
-             (int)pid, job->attempt, (long long)resume_step, pool->name, pool->device_type, where);
+             "%s started (pid %d, attempt %d)%s, resuming from step %lld, on pool %s (%s %s)", what,
+             (int)pid, job->attempt, workers, (long long)resume_step, pool->name, pool->device_type,
+             where);
   else
-    snprintf(msg, sizeof msg, "kiln-train started (pid %d, attempt %d) on pool %s (%s %s)",
-             (int)pid, job->attempt, pool->name, pool->device_type, where);
+    snprintf(msg, sizeof msg, "%s started (pid %d, attempt %d)%s on pool %s (%s %s)", what,
+             (int)pid, job->attempt, workers, pool->name, pool->device_type, where);
   if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK) {
     slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
          store_errmsg(s->st));
@@ -656,7 +718,6 @@ static void run_job(sched *s, slot_run *slot) {
 
   run *r = calloc(1, sizeof *r);
   int stopped = PUMP_ENDED;
-  job_limits limits = limits_of(job);
   if (r) {
     r->s = s;
     r->slot = slot;

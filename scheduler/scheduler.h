@@ -25,8 +25,11 @@ typedef struct sched_config {
   const char *jobs_dir;     /* one folder per job: spec, log, checkpoints */
   const char *trainer_path; /* the kiln-train binary */
   const char *datasets_dir; /* passed to kiln-train */
-  int flush_interval_ms;    /* metric lines are written at most this late (default 250) */
-  int poll_interval_ms;     /* how often the queue is looked at without a wake (default 1000) */
+  /* A multi_worker job's kiln-train runs under mpirun -np workers, rank 0's
+   * progress lines on mpirun's standard output; NULL = "mpirun" on PATH. */
+  const char *mpirun_path;
+  int flush_interval_ms; /* metric lines are written at most this late (default 250) */
+  int poll_interval_ms;  /* how often the queue is looked at without a wake (default 1000) */
   /* Preemption: a queued job of higher priority than the running one stops
    * it (SIGTERM, so kiln-train checkpoints first); the stopped job goes
    * PREEMPTED, then back to QUEUED, and resumes from that checkpoint. */

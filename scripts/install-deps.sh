@@ -11,6 +11,7 @@ packages=(
   libpng-dev libjpeg62-turbo-dev tar
   # tests, the demo and the reference data set
   curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
+  procps # pgrep, for the strategies test
   # the service benchmark (bench/service.sh), side by side with nginx
   wrk nginx-light
   # the dashboard's browser test and benchmark: headless Chromium driven by

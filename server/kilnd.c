@@ -71,6 +71,7 @@ static void usage(FILE *to) {
           "  -h, --help             this help\n\n"
           "  kilnd token create --tenant NAME [--role user|admin] [--data-dir DIR]\n"
           "                         make a bearer token for a tenant and print it (once)\n\n"
+          "multi_worker jobs run under mpirun ($KILN_MPIRUN, or mpirun on PATH).\n"
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
           "admin token and stores it in DATA_DIR/admin.token (mode 0600).\n",
           DEFAULT_MAX_BODY);
@@ -329,6 +330,7 @@ int main(int argc, char **argv) {
                      .jobs_dir = jobs_dir,
                      .trainer_path = trainer,
                      .datasets_dir = datasets_dir,
+                     .mpirun_path = getenv("KILN_MPIRUN"), /* NULL: mpirun on PATH */
                      .preempt = preempt,
                      .pools_path = pools,
                      .log = sched_log};

@@ -1,7 +1,10 @@
 /* The training loop's options through a real kilnd and kiln-train:
  * gradient accumulation, a warmup + cosine schedule, top-k accuracy,
  * validation every N steps, early stopping that ends the job (said in its
- * events) and a profile served at /v1/jobs/{id}/profile. */
+ * events) and a profile served at /v1/jobs/{id}/profile; and a multi_worker
+ * job under mpirun that loses a rank to SIGKILL, leaves RUNNING at once and
+ * resumes from its checkpoint to succeed. */
+#include <dirent.h>
 #include <jansson.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -182,10 +185,115 @@ static void mixed_precision_job_reports_its_plan_and_loss_scale(void **state) {
   json_decref(m);
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char *job_state(const char *id, char *out, size_t len) {
+  char path[128];
+  snprintf(path, sizeof path, "/v1/jobs/%s", id);
+  json_t *job = get_json(path, 200);
+  snprintf(out, len, "%s", json_string_value(json_object_get(job, "state")));
+  json_decref(job);
+  return out;
+}
+
+/* A child of parent whose command is kiln-train, or 0. */
+static pid_t trainer_child(pid_t parent) {
+  DIR *proc = opendir("/proc");
+  pid_t found = 0;
+  struct dirent *e;
+  while (proc && !found && (e = readdir(proc)) != NULL) {
+    char path[300], comm[64] = "";
+    int ppid = 0;
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fscanf(f, "%*d (%63[^)]) %*c %d", comm, &ppid) == 2 && ppid == parent &&
+        strcmp(comm, "kiln-train") == 0)
+      found = (pid_t)atoi(e->d_name);
+    fclose(f);
+  }
+  if (proc) closedir(proc);
+  return found;
+}
+
+static const char multi_worker_spec[] =
+    "{\"display_name\":\"rank-loss\","
+    "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},"
+    "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10}]}"
+    ","
+    "\"loss\":\"sparse_categorical_crossentropy\","
+    "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"
+    "\"pipeline\":{\"batch_size\":32,\"take\":12800},"
+    "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.05},"
+    "\"strategy\":{\"type\":\"multi_worker\",\"workers\":2},"
+    "\"checkpoint\":{\"every_steps\":50},\"max_restarts\":1,"
+    "\"epochs\":6,\"log_every_steps\":50,\"seed\":5}";
+
+static void multi_worker_job_survives_a_killed_rank(void **state) {
+  (void)state;
+#ifndef KILN_TEST_MPI
+  printf("SKIPPED: multi_worker needs kiln built with MPI (KILN_MPI=ON)\n");
+  skip();
+#endif
+  char *text = NULL, id[64], path[512], st[32];
+  long status = it_request(base_url, token, "POST", "/v1/jobs", multi_worker_spec,
+                           strlen(multi_worker_spec), &text);
+  if (status != 200) fail_msg("create: %ld %s", status, text);
+  json_t *job = json_loads(text, 0, NULL);
+  free(text);
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
+  json_decref(job);
+
+  /* Running under mpirun, with the step-50 checkpoint written. */
+  snprintf(path, sizeof path, "%s/jobs/%s/checkpoints/ckpt-00000050.safetensors", data_dir, id);
+  double give_up = now_s() + 120;
+  while (access(path, R_OK) != 0 && now_s() < give_up) usleep(50 * 1000);
+  assert_int_equal(access(path, R_OK), 0);
+  assert_string_equal(job_state(id, st, sizeof st), "RUNNING");
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+  char *events = NULL;
+  assert_int_equal(get(path, &events), 200);
+  const char *started = strstr(events, "mpirun started (pid ");
+  if (!started) fail_msg("no mpirun start event: %.2000s", events);
+  assert_non_null(strstr(started, "2 kiln-train workers"));
+  pid_t mpirun = (pid_t)atoi(started + strlen("mpirun started (pid "));
+  free(events);
+  pid_t rank = trainer_child(mpirun);
+  assert_true(rank > 0);
+
+  /* SIGKILL one rank: the job leaves RUNNING within 30 s. */
+  const double killed_at = now_s();
+  assert_int_equal(kill(rank, SIGKILL), 0);
+  while (strcmp(job_state(id, st, sizeof st), "RUNNING") == 0 && now_s() < killed_at + 30)
+    usleep(100 * 1000);
+  const double left_after = now_s() - killed_at;
+  printf("rank %d killed: the job was %s %.1f s later\n", (int)rank, st, left_after);
+  assert_true(left_after < 30);
+
+  /* max_restarts 1: it goes again from its newest checkpoint, and ends.
+   * Polled: one request may not outlast the client's 30 s timeout. */
+  give_up = now_s() + 240;
+  while ((strcmp(job_state(id, st, sizeof st), "QUEUED") == 0 || strcmp(st, "STARTING") == 0 ||
+          strcmp(st, "RUNNING") == 0) &&
+         now_s() < give_up)
+    usleep(200 * 1000);
+  assert_string_equal(st, "SUCCEEDED");
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+  assert_int_equal(get(path, &events), 200);
+  if (!strstr(events, "RETRYING") || !strstr(events, "resuming from step"))
+    fail_msg("no retry from a checkpoint in the events: %.3000s", events);
+  free(events);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(loop_options_run_end_to_end),
       cmocka_unit_test(mixed_precision_job_reports_its_plan_and_loss_scale),
+      cmocka_unit_test(multi_worker_job_survives_a_killed_rank),
   };
   return cmocka_run_group_tests(tests, start, stop);
 }

@@ -1,0 +1,145 @@
+/* The spec's strategy: single, mirrored and multi_worker with their
+ * options and defaults, each wrong option refused by its field path, and
+ * the canonical form reading back to the same struct. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api.h"
+
+/* A small valid spec whose strategy member is the given JSON text (NULL:
+ * no strategy member). Returns api_spec_parse's result. */
+static int parse_strategy_text(const char *strategy, api_job_spec *spec, api_error *err) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "{\"model\":{\"input_shape\":[784],\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"fashion-mnist\"},"
+           "\"optimizer\":{\"type\":\"sgd\"}%s%s}",
+           strategy ? ",\"strategy\":" : "", strategy ? strategy : "");
+  memset(err, 0, sizeof *err);
+  return api_spec_parse(text, strlen(text), spec, err);
+}
+
+/* The strategy parses, and its canonical text parses to the same bytes. */
+static void accepted(const char *strategy, api_job_spec *spec, char **canonical) {
+  api_error err;
+  if (parse_strategy_text(strategy, spec, &err) != 0)
+    fail_msg("%s refused: %s: %s", strategy, err.details[0].field, err.details[0].description);
+  char *text = api_spec_to_json(spec);
+  assert_non_null(text);
+  api_job_spec again;
+  memset(&again, 0x3C, sizeof again);
+  if (api_spec_parse(text, strlen(text), &again, &err) != 0)
+    fail_msg("canonical %s refused: %s", text, err.details[0].description);
+  assert_memory_equal(spec, &again, sizeof again);
+  *canonical = text;
+}
+
+static void refused(const char *strategy, const char *field, const char *description) {
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse_strategy_text(strategy, &spec, &err), -1);
+  assert_int_equal(err.http, 400);
+  for (int i = 0; i < err.n_details; i++) {
+    if (strcmp(err.details[i].field, field) == 0 && strstr(err.details[i].description, description))
+      return;
+  }
+  fail_msg("%s: no detail %s '%s' (first: %s: %s)", strategy, field, description,
+           err.n_details ? err.details[0].field : "-",
+           err.n_details ? err.details[0].description : err.message);
+}
+
+static void no_strategy_is_single_with_one_replica(void **state) {
+  (void)state;
+  api_job_spec spec;
+  char *text;
+  accepted(NULL, &spec, &text);
+  assert_int_equal(spec.strategy, API_STRATEGY_SINGLE);
+  assert_int_equal(spec.replicas, 1);
+  assert_int_equal(spec.workers, 1);
+  assert_int_equal(spec.aggregation, API_AGGREGATE_MEAN);
+  assert_non_null(strstr(text, "\"strategy\":{\"type\":\"single\"}"));
+  free(text);
+}
+
+static void mirrored_reads_replicas_and_aggregation(void **state) {
+  (void)state;
+  api_job_spec spec;
+  char *text;
+  accepted("{\"type\":\"mirrored\",\"replicas\":2,\"aggregation\":\"weighted_mean\"}", &spec,
+           &text);
+  assert_int_equal(spec.strategy, API_STRATEGY_MIRRORED);
+  assert_int_equal(spec.replicas, 2);
+  assert_int_equal(spec.workers, 1);
+  assert_int_equal(spec.aggregation, API_AGGREGATE_WEIGHTED_MEAN);
+  assert_non_null(strstr(text, "\"strategy\":{\"type\":\"mirrored\",\"replicas\":2,"
+                               "\"aggregation\":\"weighted_mean\"}"));
+  free(text);
+}
+
+static void multi_worker_fills_its_defaults(void **state) {
+  (void)state;
+  api_job_spec spec;
+  char *text;
+  accepted("{\"type\":\"multi_worker\",\"workers\":2}", &spec, &text);
+  assert_int_equal(spec.strategy, API_STRATEGY_MULTI_WORKER);
+  assert_int_equal(spec.workers, 2);
+  assert_int_equal(spec.replicas, 1);
+  assert_true(spec.bucket_cap_mb == 25);
+  assert_int_equal(spec.aggregation, API_AGGREGATE_MEAN);
+  assert_non_null(strstr(text, "\"workers\":2,\"replicas_per_worker\":1,\"bucket_cap_mb\":25"));
+  free(text);
+  accepted("{\"type\":\"multi_worker\",\"workers\":4,\"replicas_per_worker\":2,"
+           "\"bucket_cap_mb\":0.5,\"aggregation\":\"sum\"}",
+           &spec, &text);
+  assert_int_equal(spec.workers, 4);
+  assert_int_equal(spec.replicas, 2);
+  assert_true(spec.bucket_cap_mb == 0.5);
+  assert_int_equal(spec.aggregation, API_AGGREGATE_SUM);
+  free(text);
+}
+
+static void wrong_options_are_refused_by_field(void **state) {
+  (void)state;
+  refused("{\"type\":\"ring\"}", "strategy.type",
+          "unsupported strategy 'ring'; supported: single, mirrored, multi_worker");
+  refused("{\"type\":\"parameter_server\"}", "strategy.type", "not available yet");
+  refused("{\"type\":\"mirrored\",\"replicas\":0}", "strategy.replicas",
+          "must be between 1 and 64, got 0");
+  refused("{\"type\":\"mirrored\",\"replicas\":65}", "strategy.replicas", "got 65");
+  refused("{\"type\":\"mirrored\",\"replicas\":\"2\"}", "strategy.replicas",
+          "must be an integer, got string");
+  refused("{\"type\":\"mirrored\",\"replicas\":2,\"workers\":2}", "strategy.workers",
+          "does not apply to strategy 'mirrored'");
+  refused("{\"type\":\"single\",\"replicas\":2}", "strategy.replicas",
+          "does not apply to strategy 'single'");
+  refused("{\"type\":\"single\",\"aggregation\":\"sum\"}", "strategy.aggregation",
+          "does not apply to strategy 'single'");
+  refused("{\"type\":\"mirrored\",\"replicas\":2,\"bucket_cap_mb\":4}", "strategy.bucket_cap_mb",
+          "does not apply to strategy 'mirrored'");
+  refused("{\"type\":\"multi_worker\"}", "strategy.workers", "is required");
+  refused("{\"type\":\"multi_worker\",\"workers\":2,\"replicas\":2}", "strategy.replicas",
+          "does not apply to strategy 'multi_worker'");
+  refused("{\"type\":\"multi_worker\",\"workers\":16,\"replicas_per_worker\":8}",
+          "strategy.replicas_per_worker", "at most 64, got 16 x 8");
+  refused("{\"type\":\"multi_worker\",\"workers\":2,\"bucket_cap_mb\":0}", "strategy.bucket_cap_mb",
+          "must be > 0 and <= 1024, got 0");
+  refused("{\"type\":\"multi_worker\",\"workers\":2,\"aggregation\":\"median\"}",
+          "strategy.aggregation", "supported: mean, sum, weighted_mean");
+  refused("\"mirrored\"", "strategy", "must be an object");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(no_strategy_is_single_with_one_replica),
+      cmocka_unit_test(mirrored_reads_replicas_and_aggregation),
+      cmocka_unit_test(multi_worker_fills_its_defaults),
+      cmocka_unit_test(wrong_options_are_refused_by_field),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,209 @@
+/* Data-parallel replicas in one process (the mirrored strategy): R
+ * replicas at per-replica batch b end 20 steps with the weights one
+ * replica reaches at batch R x b, weighted_mean keeps that true for an
+ * uneven last batch (where mean does not), and sum is R x mean. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+#define INPUTS  20
+#define OUTPUTS 4
+
+/* Labels from a fixed random linear teacher: argmax of T x. */
+static kn_dataset teacher_data(int64_t n) {
+  kn_dataset ds = {.n = n, .ndim = 1, .shape = {INPUTS}, .example_size = INPUTS};
+  ds.n_classes = OUTPUTS;
+  ds.x = malloc((size_t)n * INPUTS * sizeof(float));
+  ds.y = malloc((size_t)n * sizeof(int32_t));
+  assert_non_null(ds.x);
+  assert_non_null(ds.y);
+  kn_rng rng;
+  kn_rng_seed(&rng, 2024);
+  float teacher[OUTPUTS][INPUTS];
+  for (int o = 0; o < OUTPUTS; o++)
+    for (int i = 0; i < INPUTS; i++) teacher[o][i] = 2.0f * kn_rng_uniform(&rng) - 1.0f;
+  for (int64_t e = 0; e < n; e++) {
+    float *x = ds.x + e * INPUTS;
+    for (int i = 0; i < INPUTS; i++) x[i] = 2.0f * kn_rng_uniform(&rng) - 1.0f;
+    int best = 0;
+    float best_score = -INFINITY;
+    for (int o = 0; o < OUTPUTS; o++) {
+      float score = 0.0f;
+      for (int i = 0; i < INPUTS; i++) score += teacher[o][i] * x[i];
+      if (score > best_score) {
+        best_score = score;
+        best = o;
+      }
+    }
+    ds.y[e] = best;
+  }
+  return ds;
+}
+
+static void build(kn_model *m, int batch) {
+  static const kn_layer_config layers[] = {
+      {.type = KN_LAYER_DENSE, .units = 32, .use_bias = 1, .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .units = OUTPUTS, .use_bias = 1}};
+  kn_model_config mc = {.input_ndim = 1,
+                        .input_shape = {INPUTS},
+                        .n_layers = 2,
+                        .layers = layers,
+                        .batch_size = batch};
+  char err[256];
+  if (kn_model_build(&mc, m, err, sizeof err) ||
+      kn_graph_compile(m->graph, 7, NULL, err, sizeof err))
+    fail_msg("%s", err);
+}
+
+typedef struct outcome {
+  float *weights; /* (params) */
+  size_t n;
+  int64_t steps;
+  double last_epoch_loss;
+} outcome;
+
+static int record_epoch(const kn_train_event *ev, void *user) {
+  outcome *o = user;
+  o->steps = ev->step;
+  if (ev->kind == KN_EVENT_EPOCH) o->last_epoch_loss = ev->values[0];
+  return 0;
+}
+
+/* Trains replicas x batch on examples for epochs with the optimizer
+ * given; the weights at the end. */
+static outcome train(int replicas, int batch, kn_aggregation aggregation, kn_optimizer_type opt,
+                     float lr, int64_t examples, int epochs) {
+  kn_model models[8];
+  kn_model *others[8];
+  assert_true(replicas <= 8);
+  for (int i = 0; i < replicas; i++) {
+    build(&models[i], batch);
+    others[i] = &models[i + 1];
+  }
+  kn_dataset ds = teacher_data(examples);
+  kn_train_config tc = {
+      .epochs = epochs,
+      .batch_size = batch,
+      .shuffle = 1,
+      .seed = 11,
+      .log_every_steps = 1,
+      .optimizer = {
+          .type = opt, .learning_rate = lr, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f}};
+  tc.dist =
+      (kn_distribution){.n_replicas = replicas, .replicas = others, .aggregation = aggregation};
+  outcome o = {0};
+  char err[512];
+  if (kn_train(&models[0], &ds, NULL, &tc, record_epoch, &o, err, sizeof err) != KN_OK)
+    fail_msg("train: %s", err);
+  o.n = kn_param_count(models[0].graph);
+  o.weights = malloc(o.n * sizeof(float));
+  assert_non_null(o.weights);
+  memcpy(o.weights, kn_params(models[0].graph), o.n * sizeof(float));
+  /* Every replica ends with the same weights as replica 0. */
+  for (int i = 1; i < replicas; i++)
+    assert_memory_equal(kn_params(models[i].graph), o.weights, o.n * sizeof(float));
+  for (int i = 0; i < replicas; i++) kn_model_free(&models[i]);
+  kn_dataset_free(&ds);
+  return o;
+}
+
+/* The largest difference relative to the weight's size (floored at 1e-2,
+ * so weights near zero are compared absolutely). */
+static double worst_relative(const outcome *a, const outcome *b) {
+  assert_int_equal(a->n, b->n);
+  double worst = 0.0;
+  for (size_t i = 0; i < a->n; i++) {
+    double scale = fabs(b->weights[i]) > 1e-2 ? fabs(b->weights[i]) : 1e-2;
+    double d = fabs((double)a->weights[i] - b->weights[i]) / scale;
+    if (d > worst) worst = d;
+  }
+  return worst;
+}
+
+static void mirrored_two_at_64_matches_single_at_128(void **state) {
+  (void)state;
+  /* 640 examples: 5 steps an epoch, 20 steps in 4 epochs. */
+  outcome single = train(1, 128, KN_AGGREGATE_MEAN, KN_OPT_ADAM, 0.01f, 640, 4);
+  outcome mirrored = train(2, 64, KN_AGGREGATE_MEAN, KN_OPT_ADAM, 0.01f, 640, 4);
+  assert_int_equal(single.steps, 20);
+  assert_int_equal(mirrored.steps, 20);
+  double worst = worst_relative(&mirrored, &single);
+  printf("mirrored R=2 b=64 vs single b=128 after 20 adam steps: worst relative %.3g\n", worst);
+  assert_true(worst <= 1e-5);
+  /* The loss reported is the global batch's, as the single run's. */
+  assert_true(fabs(mirrored.last_epoch_loss - single.last_epoch_loss) <=
+              1e-5 * fabs(single.last_epoch_loss));
+  /* And the training moved the weights: a different run is far away. */
+  outcome other = train(1, 64, KN_AGGREGATE_MEAN, KN_OPT_ADAM, 0.01f, 640, 2);
+  assert_true(worst_relative(&other, &single) > 1e-2);
+  free(single.weights);
+  free(mirrored.weights);
+  free(other.weights);
+}
+
+static void weighted_mean_matches_single_on_an_uneven_last_batch(void **state) {
+  (void)state;
+  /* 560 examples at a global batch of 128: the last batch has 48 rows,
+   * so with four replicas of 32 rows replica 1 gets 16 and 2 and 3 none. */
+  outcome single = train(1, 128, KN_AGGREGATE_MEAN, KN_OPT_SGD, 0.5f, 560, 4);
+  outcome weighted = train(4, 32, KN_AGGREGATE_WEIGHTED_MEAN, KN_OPT_SGD, 0.5f, 560, 4);
+  outcome mean = train(4, 32, KN_AGGREGATE_MEAN, KN_OPT_SGD, 0.5f, 560, 4);
+  assert_int_equal(single.steps, 20);
+  double w = worst_relative(&weighted, &single), m = worst_relative(&mean, &single);
+  printf("uneven last batch, 20 sgd steps: weighted_mean %.3g, mean %.3g\n", w, m);
+  assert_true(w <= 1e-5);
+  assert_true(m > 1e-3); /* mean weights the 16-row replica like a full one */
+  free(single.weights);
+  free(weighted.weights);
+  free(mean.weights);
+}
+
+static void sum_is_replicas_times_mean(void **state) {
+  (void)state;
+  outcome mean = train(2, 64, KN_AGGREGATE_MEAN, KN_OPT_SGD, 0.4f, 640, 4);
+  outcome sum = train(2, 64, KN_AGGREGATE_SUM, KN_OPT_SGD, 0.2f, 640, 4);
+  double worst = worst_relative(&sum, &mean);
+  printf("sum at lr 0.2 vs mean at lr 0.4: worst relative %.3g\n", worst);
+  assert_true(worst <= 1e-5);
+  free(mean.weights);
+  free(sum.weights);
+}
+
+static void mismatched_replica_is_refused(void **state) {
+  (void)state;
+  kn_model primary, small;
+  build(&primary, 64);
+  build(&small, 32);
+  kn_model *others[1] = {&small};
+  kn_dataset ds = teacher_data(256);
+  kn_train_config tc = {.epochs = 1,
+                        .batch_size = 64,
+                        .optimizer = {.type = KN_OPT_SGD, .learning_rate = 0.1f},
+                        .dist = {.n_replicas = 2, .replicas = others}};
+  char err[512] = "";
+  assert_int_equal(kn_train(&primary, &ds, NULL, &tc, NULL, NULL, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "replica 1 differs"));
+  tc.dist = (kn_distribution){.world_size = 2, .rank = 5};
+  assert_int_equal(kn_train(&primary, &ds, NULL, &tc, NULL, NULL, err, sizeof err), KN_EINVAL);
+  kn_model_free(&primary);
+  kn_model_free(&small);
+  kn_dataset_free(&ds);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(mirrored_two_at_64_matches_single_at_128),
+      cmocka_unit_test(weighted_mean_matches_single_on_an_uneven_last_batch),
+      cmocka_unit_test(sum_is_replicas_times_mean),
+      cmocka_unit_test(mismatched_replica_is_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

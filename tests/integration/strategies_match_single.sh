@@ -1,0 +1,110 @@
+#!/bin/sh
+# The strategies end to end on Fashion-MNIST: 20 steps of one replica at
+# batch 128, of mirrored with 2 replicas at batch 64, and of multi_worker
+# under mpirun -np 2 at batch 64 must end with the same weights (every
+# tensor within 1e-5 of its largest value) and the same epoch loss (within 1e-6).
+# A rank that hangs (SIGSTOP) ends the run after --collective-timeout.
+# Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN]  (no MPIRUN: the
+# multi_worker run is skipped, loudly)
+set -eu
+trainer="$1"
+mpirun="${2:-}"
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+cat > "$d/base.json" <<'SPEC'
+{"display_name": "strategy-check",
+ "model": {"input_shape": [28, 28, 1], "layers": [
+   {"type": "flatten"}, {"type": "dense", "units": 64, "activation": "relu"},
+   {"type": "dense", "units": 10}]},
+ "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"],
+ "dataset": {"name": "fashion-mnist", "validation": "none"},
+ "pipeline": {"batch_size": BATCH, "take": 2560},
+ "optimizer": {"type": "sgd", "learning_rate": 0.1, "momentum": 0.9},
+ "epochs": 1, "log_every_steps": 5, "seed": 7 STRATEGY}
+SPEC
+sed -e 's/BATCH/128/' -e 's/ STRATEGY//' "$d/base.json" > "$d/single.json"
+sed -e 's/BATCH/64/' -e 's/ STRATEGY/, "strategy": {"type": "mirrored", "replicas": 2}/' \
+  "$d/base.json" > "$d/mirrored.json"
+sed -e 's/BATCH/64/' -e 's/ STRATEGY/, "strategy": {"type": "multi_worker", "workers": 2}/' \
+  "$d/base.json" > "$d/multi.json"
+
+# Every tensor of checkpoint A within TOL x (largest magnitude of B's).
+compare() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import array, json, struct, sys
+def load(path):
+    with open(path, 'rb') as f:
+        n = struct.unpack('<Q', f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {k: array.array('f', data[t['data_offsets'][0]:t['data_offsets'][1]])
+            for k, t in header.items() if k != '__metadata__'}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
+worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / max(abs(y) for y in b[k]) for k in a)
+print(f"{sys.argv[1]}: worst tensor-relative difference {worst:.3g}")
+sys.exit(0 if worst <= float(sys.argv[3]) else 1)
+PY
+}
+# The epoch loss of two runs' outputs, within 1e-6 relative.
+same_loss() {
+  a=$(grep -o '"epoch_loss":[0-9.e-]*' "$1" | cut -d: -f2)
+  b=$(grep -o '"epoch_loss":[0-9.e-]*' "$2" | cut -d: -f2)
+  echo "epoch loss $a against $b"
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-6 * b) }'
+}
+
+"$trainer" --json --checkpoint-dir "$d/single" "$d/single.json" > "$d/single.out"
+"$trainer" --json --checkpoint-dir "$d/mirrored" "$d/mirrored.json" > "$d/mirrored.out"
+grep -q '"phase":"strategy","message":"strategy mirrored: 1 worker(s) x 2 replica(s) x batch 64 = global batch 128' "$d/mirrored.out"
+compare "$d/mirrored/ckpt-00000020.safetensors" "$d/single/ckpt-00000020.safetensors" 1e-5
+same_loss "$d/mirrored.out" "$d/single.out"
+# A run that differs (batch 64 alone) is far away: the check can fail.
+sed -e 's/BATCH/64/' -e 's/ STRATEGY//' "$d/base.json" > "$d/other.json"
+"$trainer" --json --checkpoint-dir "$d/other" "$d/other.json" > /dev/null
+if compare "$d/other/ckpt-00000040.safetensors" "$d/single/ckpt-00000020.safetensors" 1e-2; then
+  echo "a different run matched: the comparison proves nothing"; exit 1
+fi
+echo "mirrored R=2 at batch 64 matches single at batch 128"
+
+if [ -z "$mpirun" ]; then
+  echo "SKIPPED: multi_worker under mpirun (kiln built without MPI)"
+  exit 0
+fi
+mpi="$mpirun --allow-run-as-root --oversubscribe -np 2"
+$mpi "$trainer" --json --checkpoint-dir "$d/multi" "$d/multi.json" > "$d/multi.out"
+compare "$d/multi/ckpt-00000020.safetensors" "$d/single/ckpt-00000020.safetensors" 1e-5
+same_loss "$d/multi.out" "$d/single.out"
+# rank 0 alone reports: one line per step report, not two
+test "$(grep -c '"step":20,' "$d/multi.out")" -eq "$(grep -c '"step":20,' "$d/single.out")"
+echo "multi_worker N=2 under mpirun at batch 64 matches single at batch 128"
+
+# workers must match the processes mpirun started
+status=0
+"$trainer" --json --checkpoint-dir "$d/bad" "$d/multi.json" > "$d/bad.out" 2>&1 || status=$?
+test $status -eq 3
+grep -q 'strategy.workers is 2, but 1 processes run this job' "$d/bad.out"
+echo "multi_worker outside mpirun is refused (exit 3)"
+
+# A rank that hangs (SIGSTOP) must not hold the job: the other's all-reduce
+# gives up after --collective-timeout and mpirun ends every rank.
+sed -e 's/"take": 2560/"take": 25600/' -e 's/"epochs": 1/"epochs": 20/' \
+  -e 's/"log_every_steps": 5/"log_every_steps": 5, "checkpoint": {"every_steps": 10}/' \
+  "$d/multi.json" > "$d/hang.json"
+$mpi "$trainer" --json --collective-timeout 5 --checkpoint-dir "$d/hang" "$d/hang.json" \
+  > "$d/hang.out" 2> "$d/hang.err" &
+launcher=$!
+i=0
+while [ ! -e "$d/hang/ckpt-00000010.safetensors" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+rank=$(pgrep -P $launcher kiln-train | head -1)
+test -n "$rank"
+kill -STOP "$rank"
+start=$(date +%s)
+status=0
+wait $launcher || status=$?
+took=$(($(date +%s) - start))
+kill -KILL "$rank" 2> /dev/null || true
+echo "rank $rank stopped: mpirun ended with status $status after ${took}s"
+test $status -ne 0
+test $took -lt 30
+grep -q 'waited more than 5 s for the other processes; one of them died or hangs' "$d/hang.err"
