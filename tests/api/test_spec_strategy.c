@@ -134,12 +134,34 @@ static void wrong_options_are_refused_by_field(void **state) {
   refused("\"mirrored\"", "strategy", "must be an object");
 }
 
+/* A replicated job holds a core per replica: devices default to replicas
+ * x workers, fewer are refused, more are kept; mixed_float16 stays with one
+ * replica. (The members after the strategy object ride in its text.) */
+static void replicas_hold_a_device_each(void **state) {
+  (void)state;
+  api_job_spec spec;
+  char *text;
+  accepted("{\"type\":\"multi_worker\",\"workers\":2,\"replicas_per_worker\":2}", &spec, &text);
+  assert_int_equal(spec.devices, 4);
+  free(text);
+  accepted("{\"type\":\"mirrored\",\"replicas\":2},\"resources\":{\"devices\":3}", &spec, &text);
+  assert_int_equal(spec.devices, 3);
+  free(text);
+  refused("{\"type\":\"mirrored\",\"replicas\":2},\"resources\":{\"devices\":1}",
+          "resources.devices", "at least replicas x workers = 2");
+  refused("{\"type\":\"mirrored\",\"replicas\":2},\"precision\":\"mixed_float16\"", "precision",
+          "strategy 'single' only");
+  accepted("{\"type\":\"mirrored\",\"replicas\":2},\"precision\":\"mixed_bfloat16\"", &spec, &text);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(no_strategy_is_single_with_one_replica),
       cmocka_unit_test(mirrored_reads_replicas_and_aggregation),
       cmocka_unit_test(multi_worker_fills_its_defaults),
       cmocka_unit_test(wrong_options_are_refused_by_field),
+      cmocka_unit_test(replicas_hold_a_device_each),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
