@@ -21,8 +21,9 @@ size_t it_on_body(char *ptr, size_t size, size_t n, void *user) {
   return size * n;
 }
 
-long it_request(const char *base_url, const char *token, const char *method, const char *path,
-                const char *body, size_t body_len, char **body_out) {
+long it_request_as(const char *base_url, const char *authorization, const char *extra_header,
+                   const char *method, const char *path, const char *body, size_t body_len,
+                   long timeout_s, char **body_out) {
   CURL *c = curl_easy_init();
   if (!c) return 0;
   char url[2048], auth[300];
@@ -30,16 +31,17 @@ long it_request(const char *base_url, const char *token, const char *method, con
   it_buffer b = {0};
   struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Expect:");
-  if (token) {
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+  if (authorization) {
+    snprintf(auth, sizeof auth, "Authorization: %s", authorization);
     headers = curl_slist_append(headers, auth);
   }
+  if (extra_header) headers = curl_slist_append(headers, extra_header);
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
   if (body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
@@ -59,6 +61,14 @@ long it_request(const char *base_url, const char *token, const char *method, con
   else
     free(b.data);
   return status;
+}
+
+long it_request(const char *base_url, const char *token, const char *method, const char *path,
+                const char *body, size_t body_len, char **body_out) {
+  char bearer[256];
+  snprintf(bearer, sizeof bearer, "Bearer %s", token ? token : "");
+  return it_request_as(base_url, token ? bearer : NULL, NULL, method, path, body, body_len, 30,
+                       body_out);
 }
 
 static int read_token(const char *data_dir, char *token, size_t len) {

@@ -20,6 +20,11 @@ size_t it_on_body(char *ptr, size_t size, size_t n, void *user);
  * body, malloc'd and NUL-terminated, in *body_out (may be NULL). */
 long it_request(const char *base_url, const char *token, const char *method, const char *path,
                 const char *body, size_t body_len, char **body_out);
+/* The same with a raw Authorization value (NULL: none), one extra header
+ * line (NULL: none) and a timeout of its own. */
+long it_request_as(const char *base_url, const char *authorization, const char *extra_header,
+                   const char *method, const char *path, const char *body, size_t body_len,
+                   long timeout_s, char **body_out);
 
 /* Starts kilnd_path on data_dir (port 0, stderr appended to
  * data_dir/kilnd.log) with --trainer trainer and an optional extra flag and

@@ -75,39 +75,15 @@ static const char trainer_script[] =
 static long request(const char *method, const char *path, const char *body, size_t body_len,
                     const char *authorization, const char *extra_header, char **text,
                     json_t **out) {
-  CURL *c = curl_easy_init();
-  assert_non_null(c);
-  char url[2048], auth[256];
-  snprintf(url, sizeof url, "%s%s", base_url, path);
-  it_buffer b = {0};
-  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-  headers = curl_slist_append(headers, "Expect:");
-  if (authorization) {
-    snprintf(auth, sizeof auth, "Authorization: %s", authorization);
-    headers = curl_slist_append(headers, auth);
-  }
-  if (extra_header) headers = curl_slist_append(headers, extra_header);
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-  if (body) {
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-  }
-  CURLcode rc = curl_easy_perform(c);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(c);
-  if (rc != CURLE_OK) fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
-  if (out) *out = b.data ? json_loads(b.data, 0, NULL) : NULL;
+  char *data = NULL;
+  long status =
+      it_request_as(base_url, authorization, extra_header, method, path, body, body_len, 60, &data);
+  if (status == 0) fail_msg("%s %s: %s", method, path, data ? data : "no answer");
+  if (out) *out = data ? json_loads(data, 0, NULL) : NULL;
   if (text) {
-    *text = b.data ? b.data : strdup("");
+    *text = data ? data : strdup("");
   } else {
-    free(b.data);
+    free(data);
   }
   return status;
 }

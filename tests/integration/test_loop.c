@@ -68,26 +68,32 @@ static const char spec[] =
     "\"patience\":1}},"
     "\"profile\":{\"steps\":[2,4]},\"epochs\":6,\"seed\":3}";
 
-static void loop_options_run_end_to_end(void **state) {
-  (void)state;
-  char *text = NULL;
-  long status = it_request(base_url, token, "POST", "/v1/jobs", spec, strlen(spec), &text);
+/* Creates a job from spec text, waits for it to end and checks it
+ * SUCCEEDED; its id in id, the job resource returned. */
+static json_t *create_and_finish(const char *spec_text, char *id, size_t id_len) {
+  char *text = NULL, path[256];
+  long status =
+      it_request(base_url, token, "POST", "/v1/jobs", spec_text, strlen(spec_text), &text);
   if (status != 200) fail_msg("create: %ld %s", status, text);
   json_t *job = json_loads(text, 0, NULL);
   free(text);
-  char id[64], path[256];
-  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
+  snprintf(id, id_len, "%s", json_string_value(json_object_get(job, "id")));
   json_decref(job);
-
-  /* 2048 examples, batches of 32 four to a step: 16 steps an epoch.
-   * Under mode max a falling val_loss never improves: epoch 2 ends it. */
   snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=240s", id);
   status = it_request(base_url, token, "POST", path, "", 0, &text);
   free(text);
   snprintf(path, sizeof path, "/v1/jobs/%s", id);
   job = get_json(path, 200);
   assert_string_equal(json_string_value(json_object_get(job, "state")), "SUCCEEDED");
-  json_decref(job);
+  return job;
+}
+
+static void loop_options_run_end_to_end(void **state) {
+  (void)state;
+  char *text = NULL, id[64], path[256];
+  /* 2048 examples, batches of 32 four to a step: 16 steps an epoch.
+   * Under mode max a falling val_loss never improves: epoch 2 ends it. */
+  json_decref(create_and_finish(spec, id, sizeof id));
 
   snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
   char *events = NULL;
@@ -155,22 +161,9 @@ static const char mixed_spec[] =
 
 static void mixed_precision_job_reports_its_plan_and_loss_scale(void **state) {
   (void)state;
-  char *text = NULL;
-  long status =
-      it_request(base_url, token, "POST", "/v1/jobs", mixed_spec, strlen(mixed_spec), &text);
-  if (status != 200) fail_msg("create: %ld %s", status, text);
-  json_t *job = json_loads(text, 0, NULL);
-  free(text);
   char id[64], path[256];
-  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
-  json_decref(job);
-  snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=240s", id);
-  status = it_request(base_url, token, "POST", path, "", 0, &text);
-  free(text);
-  snprintf(path, sizeof path, "/v1/jobs/%s", id);
-  job = get_json(path, 200);
-  assert_string_equal(json_string_value(json_object_get(job, "state")), "SUCCEEDED");
-  text = json_dumps(job, JSON_COMPACT);
+  json_t *job = create_and_finish(mixed_spec, id, sizeof id);
+  char *text = json_dumps(job, JSON_COMPACT);
   assert_non_null(strstr(text, "\"precision\":\"mixed_float16\",\"recompute\":true"));
   free(text);
   json_decref(job);
