@@ -414,9 +414,14 @@ int http_load_job(const http_config *cfg, const http_request *req, store_job *jo
 }
 
 void http_get_job(const http_config *cfg, http_request *req, http_response *res) {
+  /* Read before the job: a write in between leaves the kept answer stale
+   * by one generation, never passing for fresh. */
+  const uint64_t generation = store_generation(cfg->st);
+  if (http_cache_job_get(cfg->cache, req->params[0], &req->who, generation, res)) return;
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   http_reply_job(res, cfg->st, &job, 1);
+  if (res->status == 200) http_cache_job_put(cfg->cache, job.id, job.tenant, generation, res->body);
   store_job_clear(&job);
 }
 

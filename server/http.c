@@ -317,6 +317,7 @@ int http_server_start(const http_config *cfg, http_server **out, char *err, size
   }
   srv->cfg = *cfg;
   srv->cfg.counters = &srv->counters;
+  srv->cfg.cache = http_cache_new();
   srv->daemon =
       MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
                        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
@@ -342,5 +343,6 @@ void http_server_stop(http_server *srv) {
   if (!srv) return;
   atomic_store(&srv->counters.stopping, 1);
   MHD_stop_daemon(srv->daemon);
+  http_cache_free(srv->cfg.cache);
   free(srv);
 }

@@ -98,6 +98,7 @@ int http_authenticate(const http_config *cfg, http_request *req, http_response *
   }
   char hash[65];
   kc_sha256_hex_of(auth + 7, strlen(auth + 7), hash);
+  if (http_cache_token_get(cfg->cache, hash, &req->who)) return 0;
   store_token token;
   int rc = store_token_find(cfg->st, hash, &token);
   if (rc == STORE_NOT_FOUND) {
@@ -111,6 +112,7 @@ int http_authenticate(const http_config *cfg, http_request *req, http_response *
   }
   snprintf(req->who.tenant, sizeof req->who.tenant, "%s", token.tenant);
   req->who.admin = strcmp(token.role, "admin") == 0;
+  http_cache_token_put(cfg->cache, hash, &req->who);
   return 0;
 }
 

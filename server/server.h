@@ -12,6 +12,7 @@
 typedef struct http_server http_server;
 
 typedef struct http_counters http_counters;
+typedef struct http_cache http_cache;
 
 typedef struct http_config {
   const char *host;      /* numeric IPv4/IPv6 address to bind, e.g. "127.0.0.1" */
@@ -26,6 +27,7 @@ typedef struct http_config {
   const char *uploads_dir;  /* uploaded data sets, one folder per id */
   const char *trainer_path; /* kiln-train, which checks each upload */
   size_t max_upload_bytes;  /* larger data set uploads get 413 */
+  http_cache *cache;        /* set by http_server_start: answers the store has not changed */
 } http_config;
 
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen);
@@ -117,5 +119,20 @@ void http_upload_free(http_upload *u);
 struct api_job_spec;
 int http_datasets_check_spec(const http_config *cfg, const http_principal *who,
                              const struct api_job_spec *spec, http_response *res);
+
+/* ---- cache.c: what the store has not changed since it was read ---- */
+
+http_cache *http_cache_new(void); /* NULL when out of memory: nothing is cached */
+void http_cache_free(http_cache *c);
+/* A job's rendered answer read at this store generation, if who may see
+ * it: 1 with res filled (200, a copy of the body), else 0. */
+int http_cache_job_get(http_cache *c, const char *id, const http_principal *who,
+                       uint64_t generation, http_response *res);
+/* Keeps a job's answer, read at generation, for the tenant that owns it. */
+void http_cache_job_put(http_cache *c, const char *id, const char *tenant, uint64_t generation,
+                        const char *body);
+/* A token verified in the last two seconds, by the hex SHA-256 of its secret. */
+int http_cache_token_get(http_cache *c, const char *hash, http_principal *who);
+void http_cache_token_put(http_cache *c, const char *hash, const http_principal *who);
 
 #endif

@@ -182,6 +182,12 @@ typedef struct store_token {
 int store_token_add(store *s, const store_token *t, const char *sha256_hex);
 /* The unrevoked token whose secret hashes to sha256_hex; STORE_NOT_FOUND when none. */
 int store_token_find(store *s, const char *sha256_hex, store_token *out);
+
+/* A number that changes whenever any handle of this process has written
+ * to its database (an insert, update or delete): what was read while it
+ * stayed the same is still what the database holds, as far as this
+ * process's writes go. Read without taking any lock. */
+uint64_t store_generation(store *s);
 int store_token_count(store *s, int64_t *n); /* unrevoked tokens */
 
 typedef struct store_event {

@@ -44,7 +44,30 @@ struct store {
   uint64_t handle_id;           /* unique per open, tags last_error */
   char errmsg[STORE_ERRLEN];    /* guarded by db_lock */
   store_wal_worker *wal_worker; /* background checkpoints, or NULL */
+  int64_t changes; /* the connection's row changes at the last unlock; guarded by db_lock */
 };
+
+/* Moves whenever any handle of this process has written (store_generation):
+ * kilnd's server and scheduler each have their own handle. */
+static _Atomic uint64_t process_generation;
+
+/* Releases db_lock, first moving the process's generation if this handle
+ * changed any row while it held the lock. */
+static void unlock_db(store *s) {
+  if (s->db) {
+    const int64_t changes = sqlite3_total_changes64(s->db);
+    if (changes != s->changes) {
+      s->changes = changes;
+      atomic_fetch_add(&process_generation, 1);
+    }
+  }
+  pthread_mutex_unlock(&s->db_lock);
+}
+
+uint64_t store_generation(store *s) {
+  (void)s;
+  return atomic_load(&process_generation);
+}
 
 /* The calling thread's last failure and the handle it came from: lets
  * store_errmsg explain this thread's failed call even when another thread
@@ -316,7 +339,7 @@ int store_schema_version(store *s) {
     set_error(s, "%s", msg);
     version = STORE_ERROR;
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return version;
 }
 
@@ -328,7 +351,7 @@ const char *store_errmsg(store *s) {
     pthread_mutex_lock(&s->db_lock);
     memcpy(last_error.msg, s->errmsg, sizeof last_error.msg);
     last_error.handle_id = s->handle_id;
-    pthread_mutex_unlock(&s->db_lock);
+    unlock_db(s);
   }
   return last_error.msg;
 }
@@ -507,7 +530,7 @@ int store_job_create(store *s, const store_job *job, store_job *existing) {
   } else {
     rc = job_create_locked(s, job, existing);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -523,7 +546,7 @@ int store_job_get(store *s, const char *id, store_job *out) {
   } else {
     rc = select_job(s, id, out, what);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -582,7 +605,7 @@ int store_job_list(store *s, const char *state_filter, int64_t before_seq, int l
   } else {
     rc = job_list_locked(s, state_filter, before_seq, limit, out, n);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -663,7 +686,7 @@ int store_job_transition(store *s, const char *id, const char *from, const char 
   } else {
     rc = job_transition_locked(s, id, from, to, reason ? reason : "", message ? message : "");
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -772,7 +795,7 @@ int store_job_claim_next(store *s, store_job *out) {
   if (!s) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc = job_claim_locked(s, NULL, out);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -780,7 +803,7 @@ int store_job_claim(store *s, const char *id, store_job *out) {
   if (!s || !id) return STORE_ERROR;
   pthread_mutex_lock(&s->db_lock);
   int rc = job_claim_locked(s, id, out);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -830,7 +853,7 @@ int store_job_requeue_unfinished(store *s, int *n) {
   pthread_mutex_lock(&s->db_lock);
   if (n) *n = 0;
   int rc = job_requeue_locked(s, n);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -900,7 +923,7 @@ int store_event_list(store *s, const char *job_id, store_event **out, int *n) {
   } else {
     rc = event_list_locked(s, job_id, out, n);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -981,7 +1004,7 @@ int store_metrics_append(store *s, const char *job_id, const store_metric *point
   } else {
     rc = metrics_append_locked(s, job_id, points, n);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1039,7 +1062,7 @@ static int query_metrics(store *s, const char *sql, const char *what_fmt, const 
   rc = read_metric_rows(s, st, what, out, n);
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1158,7 +1181,7 @@ done:
   free(totals);
   free(seen);
   free(points);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1215,7 +1238,7 @@ done:
   release(s, last);
   release(s, names);
   free(points);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1268,7 +1291,7 @@ int store_checkpoint_add(store *s, const store_checkpoint *c) {
   } else {
     rc = checkpoint_add_locked(s, c);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1340,7 +1363,7 @@ int store_checkpoint_list(store *s, const char *job_id, store_checkpoint **out, 
   } else {
     rc = checkpoint_list_locked(s, job_id, out, n);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1402,7 +1425,7 @@ int store_job_query_list(store *s, const store_job_query *q, store_job **out, in
   } else {
     rc = job_query_locked(s, q, out, n);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1458,7 +1481,7 @@ int store_job_delete(store *s, const char *id) {
   } else {
     rc = job_delete_locked(s, id);
   }
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1484,7 +1507,7 @@ int store_job_count_by_state(store *s, int64_t counts[8]) {
   rc = STORE_OK;
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1509,7 +1532,7 @@ int store_job_queue_ahead(store *s, const char *id, int64_t *ahead) {
   rc = STORE_OK;
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1550,7 +1573,7 @@ int store_token_add(store *s, const store_token *t, const char *sha256_hex) {
   }
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1580,7 +1603,7 @@ int store_token_find(store *s, const char *sha256_hex, store_token *out) {
   }
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1600,7 +1623,7 @@ int store_token_count(store *s, int64_t *n) {
   rc = STORE_OK;
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1627,7 +1650,7 @@ int store_metrics_since(store *s, const char *job_id, int64_t after_seq, int lim
   rc = read_metric_rows(s, st, what, out, n);
 done:
   release(s, st);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1681,7 +1704,7 @@ int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char 
 done:
   release(s, st);
   tx_end(s);
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
   return rc;
 }
 
@@ -1697,7 +1720,7 @@ void store_internal_set_wal_worker(store *s, store_wal_worker *w) {
 }
 
 void store_internal_unlock(store *s) {
-  pthread_mutex_unlock(&s->db_lock);
+  unlock_db(s);
 }
 
 void store_internal_error(store *s, int with_sqlite, const char *fmt, ...) {

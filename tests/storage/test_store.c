@@ -135,6 +135,27 @@ static void raw_exec(const char *path, const char *sql) {
 
 /* ---- schema and open --------------------------------------------------- */
 
+/* A write through any handle of the process moves the generation that a
+ * reader caching what it read compares; reads leave it alone. */
+static void generation_moves_with_every_write_through_any_handle(void **state) {
+  fixture *f = *state;
+  store *other = NULL;
+  char err[256];
+  assert_int_equal(store_open(f->path, &other, err, sizeof err), STORE_OK);
+  uint64_t g0 = store_generation(f->s);
+  create_job(f->s, "gen-a", 50);
+  uint64_t g1 = store_generation(f->s);
+  assert_true(g1 != g0);
+  store_job job;
+  assert_int_equal(store_job_get(other, "gen-a", &job), STORE_OK);
+  store_job_clear(&job);
+  assert_true(store_generation(f->s) == g1); /* a read changes nothing */
+  create_job(other, "gen-b", 50);            /* another handle's write */
+  assert_true(store_generation(f->s) != g1);
+  assert_true(store_generation(other) == store_generation(f->s));
+  store_close(other);
+}
+
 static void fresh_open_migrates_to_latest_and_reopen_is_a_noop(void **state) {
   fixture *f = *state;
   assert_int_equal(store_schema_version(f->s), STORE_SCHEMA_VERSION);
@@ -1088,6 +1109,7 @@ static void errmsg_explains_the_calling_threads_own_failure(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      TEST(generation_moves_with_every_write_through_any_handle),
       TEST(fresh_open_migrates_to_latest_and_reopen_is_a_noop),
       TEST(newer_schema_version_is_refused_and_left_untouched),
       TEST(open_of_unwritable_path_fails_with_a_sentence),
