@@ -5,7 +5,6 @@
  * directory fsync'd, so a crash leaves either the old file or the new one. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,21 +57,6 @@ static void sb_json_string(strbuf *b, const char *s) {
     }
   }
   sb_put(b, "\"", 1);
-}
-
-static int write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
-  const char *p = buf;
-  kc_sha256_update(h, buf, len);
-  while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
 }
 
 int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *const *keys,
@@ -138,35 +122,14 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
   kc_sha256_init(&h);
   uint8_t len_le[8];
   for (int i = 0; i < 8; i++) len_le[i] = (uint8_t)((uint64_t)hdr.len >> (8 * i));
-  int werr = write_all(fd, len_le, 8, &h) || write_all(fd, hdr.data, hdr.len, &h);
+  int werr = kn_write_all(fd, len_le, 8, &h) || kn_write_all(fd, hdr.data, hdr.len, &h);
   /* Parameters are contiguous in creation order: one write. x86 and Arm
    * are little-endian, as safetensors requires. */
   size_t param_bytes = g->n_param_floats * sizeof(float);
-  if (!werr) werr = write_all(fd, g->param_buf, param_bytes, &h);
-  if (!werr) werr = write_all(fd, g->state_buf, offset - param_bytes, &h);
-  if (werr || fsync(fd) != 0) {
-    snprintf(err, errlen, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    rc = KN_EIO;
-  }
-  if (close(fd) != 0 && !rc) {
-    snprintf(err, errlen, "checkpoint: cannot close %s: %s", tmp, strerror(errno));
-    rc = KN_EIO;
-  }
-  if (!rc && rename(tmp, path) != 0) {
-    snprintf(err, errlen, "checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    rc = KN_EIO;
-  }
-  if (rc) {
-    unlink(tmp);
-  } else {
-    /* Make the rename itself durable. */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      fsync(dfd);
-      close(dfd);
-    }
+  if (!werr) werr = kn_write_all(fd, g->param_buf, param_bytes, &h);
+  if (!werr) werr = kn_write_all(fd, g->state_buf, offset - param_bytes, &h);
+  rc = kn_durable_finish(fd, werr, tmp, path, "checkpoint", err, errlen);
+  if (!rc) {
     uint8_t digest[32];
     kc_sha256_final(&h, digest);
     if (info) {

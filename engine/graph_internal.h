@@ -223,6 +223,14 @@ int kn_pool_threads(const kn_pool *p);
  * when all are done. */
 void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx);
 
+/* durable.c: write every byte (adding them to h when not NULL); 0 or -1. */
+int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h);
+/* After writing tmp on fd (write_failed: a write went wrong): fsync,
+ * close, rename over path, fsync the directory; tmp is removed on any
+ * failure, which err names with `what` ("checkpoint"). KN_OK or KN_EIO. */
+int kn_durable_finish(int fd, int write_failed, const char *tmp, const char *path, const char *what,
+                      char *err, size_t errlen);
+
 /* The profiler's hooks (profile.c). */
 double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);

@@ -9,12 +9,12 @@
  * rather than half-used. Version 1 and 2 files still resume. */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "graph_internal.h"
 #include "train_state.h"
 
 #define STATE_MAGIC "KILNTS01"
@@ -25,21 +25,6 @@ void kn_train_state_path(const char *checkpoint_path, char *out, size_t len) {
   size_t n = strlen(checkpoint_path), e = sizeof ext - 1;
   if (n >= e && strcmp(checkpoint_path + n - e, ext) == 0) n -= e;
   snprintf(out, len, "%.*s.state", (int)n, checkpoint_path);
-}
-
-static int write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
-  const char *p = buf;
-  if (h) kc_sha256_update(h, buf, len);
-  while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
 }
 
 static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS]) {
@@ -106,37 +91,13 @@ int kn_train_state_write(const char *path, const kn_train_state *st, kn_optimize
   }
   kc_sha256 h;
   kc_sha256_init(&h);
-  int werr = write_all(fd, STATE_MAGIC, 8, &h) || write_all(fd, f, sizeof f, &h);
-  if (!werr && m) werr = write_all(fd, m, n * sizeof(float), &h);
-  if (!werr && v) werr = write_all(fd, v, n * sizeof(float), &h);
+  int werr = kn_write_all(fd, STATE_MAGIC, 8, &h) || kn_write_all(fd, f, sizeof f, &h);
+  if (!werr && m) werr = kn_write_all(fd, m, n * sizeof(float), &h);
+  if (!werr && v) werr = kn_write_all(fd, v, n * sizeof(float), &h);
   uint8_t digest[32];
   kc_sha256_final(&h, digest);
-  if (!werr) werr = write_all(fd, digest, sizeof digest, NULL);
-  int rc = KN_OK;
-  if (werr || fsync(fd) != 0) {
-    snprintf(err, errlen, "training state: cannot write %s: %s", tmp, strerror(errno));
-    rc = KN_EIO;
-  }
-  if (close(fd) != 0 && !rc) {
-    snprintf(err, errlen, "training state: cannot close %s: %s", tmp, strerror(errno));
-    rc = KN_EIO;
-  }
-  if (!rc && rename(tmp, path) != 0) {
-    snprintf(err, errlen, "training state: cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    rc = KN_EIO;
-  }
-  if (rc) {
-    unlink(tmp);
-    return rc;
-  }
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return KN_OK;
+  if (!werr) werr = kn_write_all(fd, digest, sizeof digest, NULL);
+  return kn_durable_finish(fd, werr, tmp, path, "training state", err, errlen);
 }
 
 int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt, char *err,

@@ -1,0 +1,57 @@
+/* durable.c — how the engine puts a file in place so that a crash never
+ * leaves half of one: write a temp file (hashing what it writes), fsync it,
+ * rename it over the target, fsync the directory. Checkpoints and
+ * training-state files both go this way. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graph_internal.h"
+
+int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
+  const char *p = buf;
+  if (h) kc_sha256_update(h, buf, len);
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int kn_durable_finish(int fd, int write_failed, const char *tmp, const char *path, const char *what,
+                      char *err, size_t errlen) {
+  int rc = KN_OK;
+  if (write_failed || fsync(fd) != 0) {
+    snprintf(err, errlen, "%s: cannot write %s: %s", what, tmp, strerror(errno));
+    rc = KN_EIO;
+  }
+  if (close(fd) != 0 && !rc) {
+    snprintf(err, errlen, "%s: cannot close %s: %s", what, tmp, strerror(errno));
+    rc = KN_EIO;
+  }
+  if (!rc && rename(tmp, path) != 0) {
+    snprintf(err, errlen, "%s: cannot rename %s to %s: %s", what, tmp, path, strerror(errno));
+    rc = KN_EIO;
+  }
+  if (rc) {
+    unlink(tmp);
+    return rc;
+  }
+  /* Make the rename itself durable. */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return KN_OK;
+}
