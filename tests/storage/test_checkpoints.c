@@ -13,42 +13,7 @@
 
 #include <cmocka.h>
 
-#include "storage.h"
-
-typedef struct fixture {
-  char dir[256];
-  char path[320];
-  store *s;
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-retain-XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->path, sizeof f->path, "%s/kiln.db", f->dir);
-  char err[512];
-  if (store_open(f->path, &f->s, err, sizeof err) != STORE_OK) {
-    fprintf(stderr, "setup: %s\n", err);
-    free(f);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  store_close(f->s);
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-  int rc = system(cmd);
-  free(f);
-  return rc == 0 ? 0 : -1;
-}
+#include "fixture.h"
 
 static void add_with(fixture *f, const char *job, int attempt, int64_t step, const char *metrics,
                      char *path_out) {
@@ -255,11 +220,14 @@ static void keep_best_keeps_the_best_by_the_monitor_and_the_newest(void **state)
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
-          retention_keeps_the_newest_and_removes_the_rest_with_their_files, setup, teardown),
-      cmocka_unit_test_setup_teardown(a_file_that_cannot_be_removed_keeps_its_row, setup, teardown),
-      cmocka_unit_test_setup_teardown(retention_never_removes_a_pinned_checkpoint, setup, teardown),
-      cmocka_unit_test_setup_teardown(keep_best_keeps_the_best_by_the_monitor_and_the_newest, setup,
-                                      teardown),
+          retention_keeps_the_newest_and_removes_the_rest_with_their_files, fixture_setup,
+          fixture_teardown),
+      cmocka_unit_test_setup_teardown(a_file_that_cannot_be_removed_keeps_its_row, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(retention_never_removes_a_pinned_checkpoint, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(keep_best_keeps_the_best_by_the_monitor_and_the_newest,
+                                      fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,46 +13,7 @@
 
 #include <cmocka.h>
 
-#include "storage.h"
-
-typedef struct fixture {
-  char dir[256];
-  char path[320];
-  store *s;
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  if (!f) return -1;
-  snprintf(f->dir, sizeof f->dir, "/tmp/kiln-tenants-XXXXXX");
-  if (!mkdtemp(f->dir)) {
-    free(f);
-    return -1;
-  }
-  snprintf(f->path, sizeof f->path, "%s/kiln.db", f->dir);
-  char err[512];
-  if (store_open(f->path, &f->s, err, sizeof err) != STORE_OK) {
-    fprintf(stderr, "setup: %s\n", err);
-    free(f);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  store_close(f->s);
-  const char *suffixes[] = {"", "-wal", "-shm"};
-  for (int i = 0; i < 3; i++) {
-    char file[400];
-    snprintf(file, sizeof file, "%s%s", f->path, suffixes[i]);
-    unlink(file);
-  }
-  rmdir(f->dir);
-  free(f);
-  return 0;
-}
+#include "fixture.h"
 
 static void create(store *s, const char *id, const char *tenant, const char *request_id,
                    int priority, int expect_rc, store_job *existing) {
@@ -281,7 +242,7 @@ static void claim_shares_between_tenants_at_equal_priority(void **state) {
   assert_int_equal(store_job_claim_next(f->s, NULL), STORE_EMPTY);
 }
 
-#define TEST(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define TEST(name) cmocka_unit_test_setup_teardown(name, fixture_setup, fixture_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
