@@ -422,6 +422,38 @@ CASE(c_bce)
 CASE(c_mse_mae)
 CASE(c_top_k_is_a_constant)
 
+/* Max pooling's gradient goes to the first input of the window that equals
+ * the maximum (row-major, as PyTorch's does), also on ties: channel c of a
+ * 2x2 window ties as c % 4 says. 19 channels cover vector bodies and tails. */
+static void max_pool_ties_route_the_gradient_to_the_first_maximum(void **state) {
+  (void)state;
+  enum { C = 19 };
+  kn_graph *g = kn_graph_new();
+  int xd[4] = {1, 2, 2, C};
+  kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_VALID};
+  kn_node x = kn_param(g, "x", 4, xd, KN_INIT_ZEROS);
+  kn_node loss = kn_sum(g, kn_max_pool2d(g, x, &w), -1, 0);
+  char err[256] = "";
+  assert_int_equal(kn_autodiff(g, loss, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  /* Window values (top-left, top-right, bottom-left, bottom-right) and the
+   * one that takes the gradient, by c % 4. */
+  static const float v[4][4] = {{5, 5, 5, 5}, {1, 5, 5, 2}, {1, 2, 5, 5}, {1, 2, 3, 5}};
+  static const int winner[4] = {0, 1, 2, 3};
+  float *p = kn_params(g);
+  for (int c = 0; c < C; c++)
+    for (int k = 0; k < 4; k++) p[k * C + c] = v[c % 4][k];
+  for (kn_isa isa = KN_ISA_BASELINE; isa <= KN_ISA_AVX512; isa++) { /* every CPU path here */
+    if (kn_cpu_set_isa(isa, err, sizeof err) != KN_OK) continue;
+    assert_int_equal(kn_graph_run(g, KN_RUN_TRAIN, 1, err, sizeof err), KN_OK);
+    const float *d = kn_grads(g);
+    for (int c = 0; c < C; c++)
+      for (int k = 0; k < 4; k++) assert_float_equal(d[k * C + c], k == winner[c % 4], 0.0f);
+  }
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  kn_graph_free(g);
+}
+
 #define T(fn) cmocka_unit_test(fn##_gradient_matches_finite_differences)
 
 int main(void) {
@@ -466,6 +498,7 @@ int main(void) {
       T(c_bce),
       T(c_mse_mae),
       T(c_top_k_is_a_constant),
+      cmocka_unit_test(max_pool_ties_route_the_gradient_to_the_first_maximum),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
