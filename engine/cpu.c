@@ -1,8 +1,8 @@
-/* cpu.c — the CPU backend: one kernel per op (cpu_kernels.inc), GEMM through
- * OpenBLAS, the rest as plain loops the compiler vectorizes. The kernels are
- * instantiated for float (training) and double (the gradient-check
- * reference). Kernels read the run's batch from the graph and never
- * allocate. */
+/* cpu.c — the CPU backend: one kernel per op (cpu_kernels.inc), GEMM
+ * through kiln's own (gemm.c) or OpenBLAS, the rest as plain loops the
+ * compiler vectorizes. The kernels are instantiated for float (training)
+ * and double (the gradient-check reference). Kernels read the run's batch
+ * from the graph and never allocate. */
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
@@ -98,7 +98,7 @@ static void k_cast(kn_graph *g, kn_node_rec *n) {
 
 #define T       float
 #define F(name) name##_f32
-#define GEMM    cblas_sgemm
+#define GEMM    kn_sgemm
 #define EXP     expf
 #define LOG     logf
 #define LOG1P   log1pf
@@ -129,7 +129,7 @@ static void k_cast(kn_graph *g, kn_node_rec *n) {
 #pragma GCC target("avx2")
 #define T       float
 #define F(name) name##_f32_avx2
-#define GEMM    cblas_sgemm
+#define GEMM    kn_sgemm
 #define EXP     expf
 #define LOG     logf
 #define LOG1P   log1pf
@@ -161,14 +161,17 @@ static void k_cast(kn_graph *g, kn_node_rec *n) {
 
 #define T       double
 #define F(name) name##_f64
-#define GEMM    cblas_dgemm
-#define EXP     exp
-#define LOG     log
-#define LOG1P   log1p
-#define SQRT    sqrt
-#define ERF     erf
-#define TANH    tanh
-#define FABS    fabs
+/* The reference mode's GEMM: OpenBLAS in double. */
+#define GEMM(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)                                           \
+  cblas_dgemm(CblasRowMajor, (ta) ? CblasTrans : CblasNoTrans, (tb) ? CblasTrans : CblasNoTrans,   \
+              m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
+#define EXP   exp
+#define LOG   log
+#define LOG1P log1p
+#define SQRT  sqrt
+#define ERF   erf
+#define TANH  tanh
+#define FABS  fabs
 #include "cpu_kernels.inc"
 
 /* The path in use: set once by kn_cpu_set_isa (before graphs run) or

@@ -230,7 +230,8 @@ void kn_graph_set_passes(kn_graph *g, unsigned passes);
 void kn_graph_set_eager(kn_graph *g, int eager);
 /* Threads for the engine's own kernels (im2col, pooling, elementwise),
  * started at compile and kept for every run; results are the same for every
- * thread count. GEMM threads are OpenBLAS's own (openblas_set_num_threads). */
+ * thread count. The same threads run kiln's own GEMM; OpenBLAS, where it
+ * runs the GEMM, has threads of its own (openblas_set_num_threads). */
 void kn_graph_set_threads(kn_graph *g, int threads);
 /* The CPU kernels' instruction-set path: baseline x86-64 (SSE2), AVX2 or
  * AVX-512, all from one source and giving the same bits. AUTO (the
@@ -240,6 +241,16 @@ typedef enum kn_isa { KN_ISA_AUTO = 0, KN_ISA_BASELINE, KN_ISA_AVX2, KN_ISA_AVX5
 int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen);
 kn_isa kn_cpu_isa(void); /* the path in use */
 const char *kn_isa_name(kn_isa isa);
+/* The single-precision GEMM: kiln's own (AVX-512F, blocked for the tall
+ * and narrow shapes of a training step, the same bits for every thread
+ * count) or OpenBLAS's. AUTO (the default) takes kiln's where the CPU has
+ * AVX-512F; asking for it on a CPU without is an error. The ISA paths
+ * above all use the GEMM chosen here. Process-wide: set it before graphs
+ * run. The double reference mode always uses OpenBLAS. */
+typedef enum kn_gemm_kind { KN_GEMM_AUTO = 0, KN_GEMM_OPENBLAS, KN_GEMM_KILN } kn_gemm_kind;
+int kn_cpu_set_gemm(kn_gemm_kind kind, char *err, size_t errlen);
+kn_gemm_kind kn_cpu_gemm(void);              /* the GEMM in use */
+const char *kn_gemm_name(kn_gemm_kind kind); /* "openblas", "kiln-avx512" */
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 

@@ -72,6 +72,7 @@ void kn_graph_free(kn_graph *g) {
   free(g->grad_buf);
   free(g->state_buf);
   kn_pool_free(g->pool);
+  free(g->gemm_workspace);
   free(g->states);
   free(g->arena);
   free(g);

@@ -155,10 +155,11 @@ struct kn_graph {
   int training;                            /* the current run uses batch statistics and dropout */
   unsigned passes;                         /* KN_PASS_* flags (when passes_set; else all) */
   int passes_set;
-  int eager;           /* no passes, one buffer per node */
-  int threads;         /* compute threads for own kernels (0/1: the calling thread) */
-  kn_pool *pool;       /* started at compile when threads > 1 */
-  uint64_t train_runs; /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
+  int eager;             /* no passes, one buffer per node */
+  int threads;           /* compute threads for own kernels (0/1: the calling thread) */
+  kn_pool *pool;         /* started at compile when threads > 1 */
+  float *gemm_workspace; /* packing space for kiln's GEMM, per thread (gemm.c) */
+  uint64_t train_runs;   /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
@@ -213,6 +214,15 @@ int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
  * the op is not one of them. */
 int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
                      int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node));
+/* gemm.c: C (m x n, row stride ldc) = op(A) op(B) in single precision,
+ * by the GEMM kn_cpu_gemm names, on g's threads. */
+void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
+              const float *b, int ldb, float *c, int ldc);
+/* Floats of packing space one thread of kiln's GEMM needs, and whether
+ * this CPU can run it (so compile allocates the space). */
+size_t kn_gemm_workspace_floats(void);
+int kn_gemm_wants_workspace(void);
+
 /* The persistent thread pool (pool.c). */
 #define KN_POOL_MAX_THREADS 256
 typedef void (*kn_range_fn)(void *ctx, int64_t begin, int64_t end);

@@ -331,6 +331,19 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       goto out;
     }
   }
+  if (!g->f64 && !g->gemm_workspace && kn_gemm_wants_workspace()) {
+    int matmuls = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+      const kn_node_rec *n = &g->nodes[i];
+      matmuls += !n->dead && (n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT);
+    }
+    const size_t bytes =
+        (size_t)kn_pool_threads(g->pool) * kn_gemm_workspace_floats() * sizeof(float);
+    if (matmuls && !(g->gemm_workspace = aligned_alloc(KN_ALIGN, align_up(bytes)))) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu GEMM workspace bytes", bytes);
+      goto out;
+    }
+  }
   g->compiled = 1;
   g->batch = 0;
   /* Constants, once: no run computes them again. */

@@ -556,6 +556,10 @@ static int train_main(int argc, char **argv) {
              stats.arena_bytes ? (double)stats.arena_bytes_without_recompute / stats.arena_bytes
                                : 1.0);
   }
+  {
+    size_t used = strlen(extra);
+    snprintf(extra + used, sizeof extra - used, "; GEMM %s", kn_gemm_name(kn_cpu_gemm()));
+  }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "
            "(%.2f MiB with one buffer per node); passes fused %d, computed %d in place, "

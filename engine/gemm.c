@@ -1,0 +1,235 @@
+/* gemm.c — kiln's own single-precision GEMM for CPUs with AVX-512F:
+ * C = op(A) op(B), row-major, on the graph's thread pool.
+ *
+ * The shapes a training step multiplies are tall and narrow: a convolution
+ * is (batch x H x W, kernel area x C_in) times (.., C_out) with C_out 32 to
+ * 256, and its weight gradient sums over tens of thousands of rows. A
+ * general BLAS tuned for square matrices leaves much of the FMA units idle
+ * there, so kiln blocks for them itself:
+ *
+ *   - B is packed, kc rows x nc columns at a time, into panels NR = 32
+ *     columns wide (two 512-bit registers), zero-padded at the edge;
+ *   - A is read in place, 12 rows at a time: the micro-kernel broadcasts
+ *     each element straight from memory into an FMA (packing A cost more
+ *     than it saved when only a few B panels share it, as here);
+ *   - the micro-kernel keeps a 12 x 32 tile of C in 24 registers for the
+ *     whole kc loop, and writes it once, masked at the right edge.
+ *
+ * Each thread takes whole 12-row blocks of C and packs its own B, so every
+ * element of C is summed by one thread in one order: the result is the
+ * same bits for any thread count, and nothing is allocated here (the
+ * workspace is the graph's, sized at compile). */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+#define MR     12
+#define NR     32
+#define KC_MAX 512
+#define NC     128 /* a multiple of NR */
+
+size_t kn_gemm_workspace_floats(void) {
+  return (size_t)KC_MAX * NC;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+static int own_available(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+
+typedef struct gemm_job {
+  int ta, tb, m, n, k;
+  const float *a, *b;
+  int lda, ldb, ldc;
+  float *c;
+  float *workspace; /* kn_gemm_workspace_floats() per thread */
+  int64_t tasks;    /* threads taking part */
+} gemm_job;
+
+/* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
+ * columns: panel p holds [kk][NR] at dst + p * kc * NR. */
+static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst) {
+  for (int p = 0; p * NR < nc; p++) {
+    const int c0 = n0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
+    float *panel = dst + (size_t)p * kc * NR;
+    for (int kk = 0; kk < kc; kk++) {
+      float *row = panel + (size_t)kk * NR;
+      if (!j->tb) {
+        memcpy(row, j->b + (size_t)(k0 + kk) * j->ldb + c0, (size_t)w * sizeof *row);
+      } else {
+        for (int c = 0; c < w; c++) row[c] = j->b[(size_t)(c0 + c) * j->ldb + k0 + kk];
+      }
+      for (int c = w; c < NR; c++) row[c] = 0.0f;
+    }
+  }
+}
+
+/* C[mr x nr] (= or +=) op(A)'s rows 0 .. mr - 1, columns 0 .. kc - 1 times
+ * one packed B panel, the tile kept in 24 registers for the whole loop.
+ * op(A)'s element (i, kk) is read in place, at a[i * lda + kk] or, when
+ * A is transposed, a[kk * lda + i], and broadcast straight into the FMAs;
+ * rows past mr repeat row 0 and are not stored. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile(int trans, int kc, const float *restrict a, int lda, const float *restrict bp,
+     float *restrict c, int ldc, int mr, int nr, int accumulate) {
+  __m512 c0[MR], c1[MR];
+  const float *row[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) {
+    c0[i] = c1[i] = _mm512_setzero_ps();
+    row[i] = a + (size_t)(i < mr ? i : 0) * (trans ? 1 : lda);
+  }
+  for (int kk = 0; kk < kc; kk++) {
+    const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * NR);
+    const __m512 b1 = _mm512_load_ps(bp + (size_t)kk * NR + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      const __m512 ai = _mm512_set1_ps(trans ? row[i][(size_t)kk * lda] : row[i][kk]);
+      c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+    }
+  }
+  const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32  ? (__mmask16)0xffff
+                       : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1)
+                                 : (__mmask16)0;
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) {
+    if (i >= mr) break;
+    float *out = c + (size_t)i * ldc;
+    __m512 v0 = c0[i], v1 = c1[i];
+    if (accumulate) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    _mm512_mask_storeu_ps(out, m0, v0);
+    _mm512_mask_storeu_ps(out + 16, m1, v1);
+  }
+}
+
+__attribute__((target("avx512f"))) static void tile_n(int kc, const float *a, int lda,
+                                                      const float *bp, float *c, int ldc, int mr,
+                                                      int nr, int accumulate) {
+  tile(0, kc, a, lda, bp, c, ldc, mr, nr, accumulate);
+}
+
+__attribute__((target("avx512f"))) static void tile_t(int kc, const float *a, int lda,
+                                                      const float *bp, float *c, int ldc, int mr,
+                                                      int nr, int accumulate) {
+  tile(1, kc, a, lda, bp, c, ldc, mr, nr, accumulate);
+}
+
+/* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T). */
+static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
+  const gemm_job *j = ctx;
+  const int blocks = (j->m + MR - 1) / MR;
+  /* k in near-equal blocks of at most KC_MAX */
+  const int k_blocks = (j->k + KC_MAX - 1) / KC_MAX;
+  const int kc_step = (j->k + k_blocks - 1) / k_blocks;
+  for (int64_t t = t0; t < t1; t++) {
+    float *bpack = j->workspace + (size_t)t * kn_gemm_workspace_floats();
+    const int b0 = (int)(blocks * t / j->tasks), b1 = (int)(blocks * (t + 1) / j->tasks);
+    if (b0 == b1) continue;
+    for (int n0 = 0; n0 < j->n; n0 += NC) {
+      const int nc = j->n - n0 < NC ? j->n - n0 : NC;
+      for (int k0 = 0; k0 < j->k; k0 += kc_step) {
+        const int kc = j->k - k0 < kc_step ? j->k - k0 : kc_step;
+        pack_b(j, k0, kc, n0, nc, bpack);
+        for (int blk = b0; blk < b1; blk++) {
+          const int i0 = blk * MR, mr = j->m - i0 < MR ? j->m - i0 : MR;
+          /* op(A)'s block at row i0, column k0 */
+          const float *ablk =
+              j->ta ? j->a + (size_t)k0 * j->lda + i0 : j->a + (size_t)i0 * j->lda + k0;
+          for (int p = 0; p * NR < nc; p++) {
+            const int nr = nc - p * NR < NR ? nc - p * NR : NR;
+            float *cp = j->c + (size_t)i0 * j->ldc + n0 + p * NR;
+            const float *bp = bpack + (size_t)p * kc * NR;
+            if (j->ta)
+              tile_t(kc, ablk, j->lda, bp, cp, j->ldc, mr, nr, k0 > 0);
+            else
+              tile_n(kc, ablk, j->lda, bp, cp, j->ldc, mr, nr, k0 > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+static void gemm_own(kn_pool *pool, float *workspace, int ta, int tb, int m, int n, int k,
+                     const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
+  const int blocks = (m + MR - 1) / MR;
+  int tasks = kn_pool_threads(pool);
+  if (tasks > blocks) tasks = blocks;
+  gemm_job j = {ta, tb, m, n, k, a, b, lda, ldb, ldc, c, workspace, tasks};
+  kn_pool_for(tasks > 1 ? pool : NULL, tasks, gemm_range, &j);
+}
+#define KN_HAVE_OWN_GEMM 1
+#else
+static int own_available(void) {
+  return 0;
+}
+#endif
+
+/* The GEMM in use: set by kn_cpu_set_gemm, or picked on first use. */
+static kn_gemm_kind active_gemm = KN_GEMM_AUTO;
+
+const char *kn_gemm_name(kn_gemm_kind kind) {
+  switch (kind) {
+  case KN_GEMM_AUTO: return "auto";
+  case KN_GEMM_OPENBLAS: return "openblas";
+  case KN_GEMM_KILN: return "kiln-avx512";
+  }
+  return "?";
+}
+
+int kn_cpu_set_gemm(kn_gemm_kind kind, char *err, size_t errlen) {
+  if (kind == KN_GEMM_AUTO) {
+    /* KILN_GEMM=openblas asks for OpenBLAS's everywhere (to compare with
+     * a framework that uses it); kiln's own otherwise, where it runs. */
+    const char *env = getenv("KILN_GEMM");
+    const int blas = env && strcmp(env, "openblas") == 0;
+    active_gemm = own_available() && !blas ? KN_GEMM_KILN : KN_GEMM_OPENBLAS;
+    return KN_OK;
+  }
+  if (kind == KN_GEMM_KILN && !own_available()) {
+    snprintf(err, errlen, "cpu: this CPU (or build) has no AVX-512F for kiln's own GEMM");
+    return KN_EINVAL;
+  }
+  if (kind != KN_GEMM_KILN && kind != KN_GEMM_OPENBLAS) {
+    snprintf(err, errlen, "cpu: unknown GEMM %d", (int)kind);
+    return KN_EINVAL;
+  }
+  active_gemm = kind;
+  return KN_OK;
+}
+
+kn_gemm_kind kn_cpu_gemm(void) {
+  if (active_gemm == KN_GEMM_AUTO) kn_cpu_set_gemm(KN_GEMM_AUTO, NULL, 0);
+  return active_gemm;
+}
+
+int kn_gemm_wants_workspace(void) {
+  return own_available();
+}
+
+void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
+              const float *b, int ldb, float *c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+#ifdef KN_HAVE_OWN_GEMM
+  if (k > 0 && g->gemm_workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+#else
+  (void)g;
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
