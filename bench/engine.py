@@ -7,7 +7,11 @@ mode on the CNN, and with --accuracy the Fashion-MNIST test accuracy of the
 full recipes (MLP 5 epochs, CNN 3 epochs). kiln/PyTorch ratios throughout.
 PyTorch runs with the BLAS thread variables unset, at its own best.
 
-  /usr/bin/python3 bench/engine.py [--build build] [--accuracy] [--data /usr/share/datasets]
+  /usr/bin/python3 bench/engine.py [--build build] [--accuracy [--seeds N]] [--data /usr/share/datasets]
+
+With --seeds N each recipe trains N times in each framework, seeds 42, 43,
+...: one run's accuracy moves by a few tenths of a point with the seed, so
+the gap is read between the means (each run's figure is printed too).
 
 For reading, never for gating CI."""
 import argparse
@@ -33,15 +37,21 @@ def run_json(argv, clean_env=False):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def kiln_train(build, spec, threads, data):
+def kiln_train(build, spec, threads, data, seed):
     import resource
     import tempfile
     import time
     with tempfile.TemporaryDirectory() as ckpt:
+        with open(spec) as f:
+            recipe = json.load(f)
+        recipe["seed"] = seed
+        seeded = os.path.join(ckpt, "spec.json")
+        with open(seeded, "w") as f:
+            json.dump(recipe, f)
         t0 = time.perf_counter()
         proc = subprocess.Popen([os.path.join(build, "worker", "kiln-train"), "--json",
                                  "--threads", str(threads), "--data-dir", data,
-                                 "--checkpoint-dir", ckpt, spec],
+                                 "--checkpoint-dir", os.path.join(ckpt, "out"), seeded],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = proc.communicate()
         wall = time.perf_counter() - t0
@@ -59,6 +69,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--accuracy", action="store_true")
+    ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--data", default="/usr/share/datasets")
     ap.add_argument("--mlp-steps", type=int, default=200)
     ap.add_argument("--cnn-steps", type=int, default=30)
@@ -102,16 +113,24 @@ def main():
         recipes = [("mlp", os.path.join(ROOT, "bench", "specs", "fmnist-mlp-512.json"), 5),
                    ("cnn", os.path.join(ROOT, "examples", "fmnist-cnn.json"), 3)]
         for kind, spec, epochs in recipes:
-            k = kiln_train(args.build, spec, 2, args.data)
-            t = run_json([PY, os.path.join(ROOT, "bench", "torch_engine.py"), "train", kind, "2",
-                          str(epochs), args.data], clean_env=True)
-            print(json.dumps({"recipe": kind, "epochs": epochs,
-                              "kiln_val_accuracy": round(k["val_accuracy"], 4),
-                              "pytorch_val_accuracy": round(t["val_accuracy"], 4),
-                              "gap_points": round(100 * (k["val_accuracy"] - t["val_accuracy"]), 2),
-                              "kiln_wall_s": round(k["wall_s"], 1),
-                              "pytorch_train_s": round(t["train_s"], 1)}))
-
+            ks, ts = [], []
+            for seed in range(42, 42 + args.seeds):
+                k = kiln_train(args.build, spec, 2, args.data, seed)
+                t = run_json([PY, os.path.join(ROOT, "bench", "torch_engine.py"), "train", kind,
+                              "2", str(epochs), args.data, str(seed)], clean_env=True)
+                ks.append(k["val_accuracy"])
+                ts.append(t["val_accuracy"])
+                print(json.dumps({"recipe": kind, "epochs": epochs, "seed": seed,
+                                  "kiln_val_accuracy": round(k["val_accuracy"], 4),
+                                  "pytorch_val_accuracy": round(t["val_accuracy"], 4),
+                                  "kiln_wall_s": round(k["wall_s"], 1),
+                                  "pytorch_train_s": round(t["train_s"], 1)}))
+            km, tm = sum(ks) / len(ks), sum(ts) / len(ts)
+            print(json.dumps({"recipe": kind, "epochs": epochs, "seeds": args.seeds,
+                              "kiln_mean": round(km, 4), "kiln_range": [round(min(ks), 4), round(max(ks), 4)],
+                              "pytorch_mean": round(tm, 4),
+                              "pytorch_range": [round(min(ts), 4), round(max(ts), 4)],
+                              "gap_points": round(100 * (km - tm), 2)}))
 
 if __name__ == "__main__":
     main()

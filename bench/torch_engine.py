@@ -56,8 +56,8 @@ def step(kind, threads, steps):
             "peak_rss_mib": peak_rss_mib()}
 
 
-def train(kind, threads, epochs, data):
-    torch.manual_seed(42)
+def train(kind, threads, epochs, data, seed=42):
+    torch.manual_seed(seed)
     d = f"{data}/fashion-mnist"
     x = torch.tensor(idx(f"{d}/train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28) / 255.0,
                      dtype=torch.float32)
@@ -90,7 +90,8 @@ def main():
     if mode == "step":
         out = step(kind, threads, int(sys.argv[4]))
     else:
-        out = train(kind, threads, int(sys.argv[4]), sys.argv[5])
+        seed = int(sys.argv[6]) if len(sys.argv) > 6 else 42
+        out = train(kind, threads, int(sys.argv[4]), sys.argv[5], seed)
     print(json.dumps(out))
 
 
