@@ -1,8 +1,10 @@
 #!/bin/sh
 # The strategies end to end on Fashion-MNIST: 20 steps of one replica at
 # batch 128, of mirrored with 2 replicas at batch 64, and of multi_worker
-# under mpirun -np 2 at batch 64 must end with the same weights (every
-# tensor within 1e-5 of its largest value) and the same epoch loss (within 1e-6).
+# under mpirun -np 2 at batch 64 (each worker reading its own part of the
+# batches, all-reduces overlapped with backward) must end with the same
+# weights (every tensor within 1e-5 of its largest value) and the same
+# epoch loss (within 1e-6); so must weighted_mean on an uneven last batch.
 # A rank that hangs (SIGSTOP) ends the run after --collective-timeout.
 # Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN]  (no MPIRUN: the
 # multi_worker run is skipped, loudly)
@@ -25,7 +27,10 @@ SPEC
 sed -e 's/BATCH/128/' -e 's/ STRATEGY//' "$d/base.json" > "$d/single.json"
 sed -e 's/BATCH/64/' -e 's/ STRATEGY/, "strategy": {"type": "mirrored", "replicas": 2}/' \
   "$d/base.json" > "$d/mirrored.json"
-sed -e 's/BATCH/64/' -e 's/ STRATEGY/, "strategy": {"type": "multi_worker", "workers": 2}/' \
+# 48 KiB buckets: the first layer's kernel alone, the rest together, so the
+# last layers' all-reduce runs while backward is still on the first layer.
+sed -e 's/BATCH/64/' \
+  -e 's/ STRATEGY/, "strategy": {"type": "multi_worker", "workers": 2, "bucket_cap_mb": 0.05}/' \
   "$d/base.json" > "$d/multi.json"
 
 # Every tensor of checkpoint A within TOL x (largest magnitude of B's).
@@ -78,6 +83,19 @@ same_loss "$d/multi.out" "$d/single.out"
 # rank 0 alone reports: one line per step report, not two
 test "$(grep -c '"step":20,' "$d/multi.out")" -eq "$(grep -c '"step":20,' "$d/single.out")"
 echo "multi_worker N=2 under mpirun at batch 64 matches single at batch 128"
+
+# Each worker reads only its part of each global batch: 2600 examples
+# leave a last batch of 40 rows, all of them rank 0's, none rank 1's (whose
+# gradient is then zero); weighted_mean still matches one replica.
+sed -e 's/"take": 2560/"take": 2600/' "$d/single.json" > "$d/single-uneven.json"
+sed -e 's/"take": 2560/"take": 2600/' -e 's/"workers": 2,/"workers": 2, "aggregation": "weighted_mean",/' \
+  "$d/multi.json" > "$d/multi-uneven.json"
+"$trainer" --json --checkpoint-dir "$d/single-uneven" "$d/single-uneven.json" > "$d/single-uneven.out"
+$mpi "$trainer" --json --checkpoint-dir "$d/multi-uneven" "$d/multi-uneven.json" \
+  > "$d/multi-uneven.out"
+compare "$d/multi-uneven/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
+same_loss "$d/multi-uneven.out" "$d/single-uneven.out"
+echo "multi_worker N=2 weighted_mean on an uneven last batch matches single"
 
 # workers must match the processes mpirun started
 status=0
