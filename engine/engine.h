@@ -835,7 +835,8 @@ typedef struct kn_train_config {
   kn_early_stopping early_stopping;
   /* Profile optimizer steps profile_first..profile_last (1-based; 0 = no
    * profile): written when the last is done, as profile_path (trace JSON)
-   * and profile_table_path (the top nodes), and announced by a notice. */
+   * and profile_table_path (the top nodes), and announced by a notice.
+   * With several processes only rank 0 profiles and writes them. */
   int64_t profile_first, profile_last;
   const char *profile_path, *profile_table_path;
   /* A validation pass every N optimizer steps as well as at each epoch's

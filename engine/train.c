@@ -738,7 +738,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   if (!rc) rc = kn_pipeline_new(train, &pc, &r.pipe, err, errlen);
   if (!rc && val) rc = kn_pipeline_new_eval(r.pipe, val, &r.val_pipe, err, errlen);
   if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &r.opt, err, errlen);
-  if (!rc && cfg->profile_first > 0) {
+  /* One profile per job: rank 0's (the others would write the same path). */
+  const int profiled = cfg->profile_first > 0 && (!r.dist || kn_dist_rank(r.dist) == 0);
+  if (!rc && profiled) {
     if (!cfg->profile_path || cfg->profile_last < cfg->profile_first) {
       snprintf(err, errlen, "train: a profile needs a path and profile_last >= profile_first");
       rc = KN_EINVAL;
