@@ -4,7 +4,8 @@
 # under mpirun -np 2 at batch 64 (each worker reading its own part of the
 # batches, all-reduces overlapped with backward) must end with the same
 # weights (every tensor within 1e-5 of its largest value) and the same
-# epoch loss (within 1e-6); so must weighted_mean on an uneven last batch.
+# epoch loss (within 1e-6); so must weighted_mean on an uneven last batch,
+# and a multi_worker run resumed mid-epoch must match its straight run.
 # A rank that hangs (SIGSTOP) ends the run after --collective-timeout.
 # Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN]  (no MPIRUN: the
 # multi_worker run is skipped, loudly)
@@ -96,6 +97,23 @@ $mpi "$trainer" --json --checkpoint-dir "$d/multi-uneven" "$d/multi-uneven.json"
 compare "$d/multi-uneven/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
 same_loss "$d/multi-uneven.out" "$d/single-uneven.out"
 echo "multi_worker N=2 weighted_mean on an uneven last batch matches single"
+
+# A sharded run resumed from a mid-epoch checkpoint (augmentation on, each
+# worker restoring its pipeline's position) ends with the straight run's
+# losses and weights, byte for byte.
+sed -e 's/"take": 2560/"take": 1280, "augment": ["flip_left_right"]/' -e 's/"epochs": 1/"epochs": 2/' \
+  -e 's/"log_every_steps": 5/"log_every_steps": 1, "checkpoint": {"every_steps": 5}/' \
+  "$d/multi.json" > "$d/multi-resume.json"
+$mpi "$trainer" --json --checkpoint-dir "$d/straight" "$d/multi-resume.json" > "$d/straight.out"
+$mpi "$trainer" --json --checkpoint-dir "$d/resumed" --resume "$d/straight/ckpt-00000005.safetensors" \
+  "$d/multi-resume.json" > "$d/resumed.out"
+steps() { grep -o '"step":[0-9]*,"epoch":[0-9]*,"metrics":{"loss":[^,}]*' "$1"; }
+steps "$d/straight.out" | awk -F'[:,]' '$2 > 5' > "$d/straight.steps"
+steps "$d/resumed.out" > "$d/resumed.steps"
+test "$(wc -l < "$d/straight.steps")" -eq 15
+cmp "$d/straight.steps" "$d/resumed.steps"
+cmp "$d/straight/ckpt-00000020.safetensors" "$d/resumed/ckpt-00000020.safetensors"
+echo "multi_worker resumed from step 5 matches its straight run, byte for byte"
 
 # workers must match the processes mpirun started
 status=0
