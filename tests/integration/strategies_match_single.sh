@@ -87,15 +87,24 @@ echo "multi_worker N=2 under mpirun at batch 64 matches single at batch 128"
 
 # Each worker reads only its part of each global batch: 2600 examples
 # leave a last batch of 40 rows, all of them rank 0's, none rank 1's (whose
-# gradient is then zero); weighted_mean still matches one replica.
-sed -e 's/"take": 2560/"take": 2600/' "$d/single.json" > "$d/single-uneven.json"
-sed -e 's/"take": 2560/"take": 2600/' -e 's/"workers": 2,/"workers": 2, "aggregation": "weighted_mean",/' \
+# gradient is then zero); weighted_mean still matches one replica. Each
+# worker evaluates its part of the 10,000 test examples (the last batch of
+# 16 rows is rank 0's alone); the summed validation loss is the single
+# run's.
+sed -e 's/"take": 2560/"take": 2600/' -e 's/"validation": "none"/"validation": "test"/' \
+  "$d/single.json" > "$d/single-uneven.json"
+sed -e 's/"take": 2560/"take": 2600/' -e 's/"validation": "none"/"validation": "test"/' \
+  -e 's/"workers": 2,/"workers": 2, "aggregation": "weighted_mean",/' \
   "$d/multi.json" > "$d/multi-uneven.json"
 "$trainer" --json --checkpoint-dir "$d/single-uneven" "$d/single-uneven.json" > "$d/single-uneven.out"
 $mpi "$trainer" --json --checkpoint-dir "$d/multi-uneven" "$d/multi-uneven.json" \
   > "$d/multi-uneven.out"
 compare "$d/multi-uneven/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
 same_loss "$d/multi-uneven.out" "$d/single-uneven.out"
+a=$(grep -o '"val_loss":[0-9.e-]*' "$d/multi-uneven.out" | cut -d: -f2)
+b=$(grep -o '"val_loss":[0-9.e-]*' "$d/single-uneven.out" | cut -d: -f2)
+echo "validation loss $a against $b"
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b) }'
 echo "multi_worker N=2 weighted_mean on an uneven last batch matches single"
 
 # A sharded run resumed from a mid-epoch checkpoint (augmentation on, each
