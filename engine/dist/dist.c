@@ -13,6 +13,7 @@
  * wait; it alone calls MPI (the hook runs in it: overlap needs replica 0
  * alone in its process). job_lock guards generation and pending. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,7 @@ struct kn_dist {
   int overlap, stepping, ran, next_bucket, tested;
   float send_weight;
   int overlap_rc; /* the hook's first failure, reported by kn_dist_reduce */
-  char overlap_err[256];
+  char overlap_err[1024];
   double comm_seconds; /* in kn_dist_reduce and the overlap hook */
   double timeout_s;    /* the longest a collective may wait for the other processes */
 #ifdef KILN_HAVE_MPI
@@ -110,7 +111,10 @@ int kn_dist_have_mpi(void) {
 
 #ifdef KILN_HAVE_MPI
 /* Waits for a nonblocking collective, up to limit_s seconds: a process
- * that died or hangs must not hold the others in it forever. */
+ * that died or hangs must not hold the others in it forever. Between
+ * polls the core is offered to whatever else may run on it (the input
+ * pipeline's producers share a rank's core): yielding costs nothing when
+ * nothing else wants it. */
 static int wait_collective(double limit_s, MPI_Request *req, const char *what, char *err,
                            size_t errlen) {
   const double deadline = seconds_now() + limit_s;
@@ -124,6 +128,7 @@ static int wait_collective(double limit_s, MPI_Request *req, const char *what, c
                what, limit_s);
       return KN_EIO;
     }
+    if (!done) sched_yield();
   }
   return KN_OK;
 }
