@@ -4,8 +4,9 @@
 # under mpirun -np 2 at batch 64 (each worker reading its own part of the
 # batches, all-reduces overlapped with backward) must end with the same
 # weights (every tensor within 1e-5 of its largest value) and the same
-# epoch loss (within 1e-6); so must weighted_mean on an uneven last batch,
-# and a multi_worker run resumed mid-epoch must match its straight run.
+# epoch loss (within 1e-6); so must weighted_mean on an uneven last batch
+# (one replica per worker, and two), and a multi_worker run resumed
+# mid-epoch must match its straight run.
 # A rank that hangs (SIGSTOP) ends the run after --collective-timeout.
 # Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN]  (no MPIRUN: the
 # multi_worker run is skipped, loudly)
@@ -106,6 +107,14 @@ b=$(grep -o '"val_loss":[0-9.e-]*' "$d/single-uneven.out" | cut -d: -f2)
 echo "validation loss $a against $b"
 awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b) }'
 echo "multi_worker N=2 weighted_mean on an uneven last batch matches single"
+# Two replicas per worker at batch 32 (summed in each process after
+# backward, then all-reduced): the same again.
+sed -e 's/"batch_size": 64/"batch_size": 32/' -e 's/"workers": 2,/"workers": 2, "replicas_per_worker": 2,/' \
+  "$d/multi-uneven.json" > "$d/multi-2x2.json"
+$mpi "$trainer" --json --checkpoint-dir "$d/multi-2x2" "$d/multi-2x2.json" > "$d/multi-2x2.out"
+compare "$d/multi-2x2/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
+same_loss "$d/multi-2x2.out" "$d/single-uneven.out"
+echo "multi_worker 2 workers x 2 replicas on an uneven last batch matches single"
 
 # A sharded run resumed from a mid-epoch checkpoint (augmentation on, each
 # worker restoring its pipeline's position) ends with the straight run's
