@@ -527,6 +527,14 @@ typedef struct kn_pipeline_config {
   int repeat;                   /* epochs; < 0 = forever */
   int num_parallel_calls;       /* producer threads; 0 = in the consumer; KN_AUTO */
   int prefetch;                 /* batches in the ring; KN_AUTO */
+  /* A worker's part of each (global) batch: with part_count n > 1 (n must
+   * divide batch_size) this pipeline makes only rows [i x batch_size / n,
+   * (i + 1) x batch_size / n) of every batch, after the shuffle, so the n
+   * parts of a batch are exactly the batch one pipeline makes, augmentation
+   * included; maps and augmentation run on the part's rows only. A short
+   * last batch leaves the later parts short or empty (rows 0). 0 or 1 =
+   * the whole batch. */
+  int part_index, part_count;
 } kn_pipeline_config;
 
 /* Keras defaults: batch 32, no shuffle, one epoch, 1 thread, prefetch 2. */
@@ -549,7 +557,8 @@ typedef struct kn_pipeline kn_pipeline;
 int kn_pipeline_new(const kn_dataset *ds, const kn_pipeline_config *cfg, kn_pipeline **out,
                     char *err, size_t errlen);
 /* An evaluation pipeline over ds with train's maps and statistics: no
- * augmentation, shuffle, skip/take or shard, one epoch, remainder kept. */
+ * augmentation, shuffle, skip/take or shard, one epoch, remainder kept;
+ * train's part of each batch (a worker evaluates its own part). */
 int kn_pipeline_new_eval(const kn_pipeline *train, const kn_dataset *ds, kn_pipeline **out,
                          char *err, size_t errlen);
 void kn_pipeline_free(kn_pipeline *p); /* stops the threads; NULL is a no-op */
@@ -672,9 +681,13 @@ typedef enum kn_aggregation {
  * its slice of each global batch of batch_size x (local replicas x
  * processes) rows: global replica k = rank x n_replicas + i takes rows
  * k x batch_size .. (k + 1) x batch_size - 1, so R replicas at batch b see
- * exactly the examples one replica at batch R x b would. Replicas in a
- * process run in threads; processes (kiln-train under mpirun) all-reduce
- * the gradients over MPI in buckets, last layers first. */
+ * exactly the examples one replica at batch R x b would. Each process's
+ * input pipeline reads, maps and augments only its own part of every
+ * global batch (kn_pipeline_config.part_index). Replicas in a process run
+ * in threads; processes (kiln-train under mpirun) all-reduce the gradients
+ * over MPI in buckets, last layers first; with one replica per process a
+ * bucket's all-reduce starts as soon as backward has written its last
+ * gradient, while the rest of backward runs. */
 typedef struct kn_distribution {
   int n_replicas; /* replicas in this process; 0 or 1 = the trained model alone */
   /* replicas[0..n_replicas - 2]: models built and compiled like the
@@ -833,7 +846,8 @@ typedef struct kn_train_config {
   kn_early_stopping early_stopping;
   /* Profile optimizer steps profile_first..profile_last (1-based; 0 = no
    * profile): written when the last is done, as profile_path (trace JSON)
-   * and profile_table_path (the top nodes), and announced by a notice. */
+   * and profile_table_path (the top nodes), and announced by a notice.
+   * With several processes only rank 0 profiles and writes them. */
   int64_t profile_first, profile_last;
   const char *profile_path, *profile_table_path;
   /* A validation pass every N optimizer steps as well as at each epoch's

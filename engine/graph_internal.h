@@ -171,6 +171,11 @@ struct kn_graph {
   int remat_depth;        /* recomputes being emitted inside one another (bounded) */
   kn_node loss_seed;      /* the fill seeding d(loss)/d(loss); the loss scale lives there */
   size_t saved_bytes, arena_bytes_without_recompute;
+  /* Called (when set) in the running thread after each node a training run
+   * runs: the data-parallel strategy starts a gradient bucket's all-reduce
+   * once its last writer is done (dist.c). */
+  void (*node_done)(void *ctx, int node);
+  void *node_done_ctx;
   char error[256];
   int error_code;
 };

@@ -424,6 +424,7 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
     int rc = g->f64 ? kn_cpu_run_node_f64(g, i, err, errlen) : kn_cpu_run_node(g, i, err, errlen);
     if (rc) return rc;
     if (profiling) kn_profile_node(g->profile, g, i, start, kn_profile_now());
+    if (g->node_done && mode == KN_RUN_TRAIN) g->node_done(g->node_done_ctx, i);
   }
   return KN_OK;
 }

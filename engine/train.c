@@ -344,10 +344,11 @@ static kn_batch sub_batch(const kn_model *m, const kn_batch *b, int start, int c
   return part;
 }
 
-/* Runs each replica on its slice of the global batch b and adds the
- * slices to t1 and t2 (may be NULL). A training run then makes the
- * replicas' gradients one in the model's flat buffer; sums[] are the
- * rows, loss x rows and stop requests over every replica and process. */
+/* Runs each replica on its slice of b (this process's part of the global
+ * batch) and adds the slices to t1 and t2 (may be NULL). A training run
+ * then makes the replicas' gradients one in the model's flat buffer;
+ * sums[] are the rows, loss x rows and stop requests over every replica
+ * and process. */
 static int replicas_run(run *r, kn_run_mode mode, const kn_batch *b, tally *t1, tally *t2,
                         double sums[KN_DIST_SUMS]) {
   const int n = kn_dist_local(r->dist);
@@ -721,6 +722,10 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
     pc.num_parallel_calls = 0;
   }
   pc.batch_size = batch * (r.dist ? kn_dist_total(r.dist) : 1); /* the global batch */
+  if (r.dist) { /* each process reads only its own part of every global batch */
+    pc.part_count = kn_dist_total(r.dist) / kn_dist_local(r.dist);
+    pc.part_index = kn_dist_rank(r.dist);
+  }
   pc.repeat = cfg->epochs;
   /* Several sigmoid or softmax outputs read one-hot rows of their width. */
   if ((m->loss_kind == KN_LOSS_XENT || m->loss_kind == KN_LOSS_BCE) && m->n_outputs > 1) {
@@ -733,7 +738,9 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   if (!rc) rc = kn_pipeline_new(train, &pc, &r.pipe, err, errlen);
   if (!rc && val) rc = kn_pipeline_new_eval(r.pipe, val, &r.val_pipe, err, errlen);
   if (!rc) rc = kn_optimizer_new(&cfg->optimizer, kn_param_count(m->graph), &r.opt, err, errlen);
-  if (!rc && cfg->profile_first > 0) {
+  /* One profile per job: rank 0's (the others would write the same path). */
+  const int profiled = cfg->profile_first > 0 && (!r.dist || kn_dist_rank(r.dist) == 0);
+  if (!rc && profiled) {
     if (!cfg->profile_path || cfg->profile_last < cfg->profile_first) {
       snprintf(err, errlen, "train: a profile needs a path and profile_last >= profile_first");
       rc = KN_EINVAL;

@@ -54,8 +54,9 @@ struct kn_pipeline {
   kn_pipeline_config cfg;
   int64_t *base; /* (n) dataset rows read, after skip/take and shard, in source order */
   int64_t n;
-  int64_t bpe;   /* batches per epoch */
-  int64_t total; /* batches over all epochs; INT64_MAX = forever */
+  int64_t bpe;               /* batches per epoch */
+  int part_rows, part_first; /* the rows of each batch this pipeline makes (cfg part_index) */
+  int64_t total;             /* batches over all epochs; INT64_MAX = forever */
   int ex, n_classes, n_targets;
   uint16_t *stored;            /* (ds->n, ex) examples held as cfg.cast (f16 / bf16), or NULL */
   int height, width, channels; /* example layout for augmentation */
@@ -197,12 +198,15 @@ static void augment(const kn_pipeline *p, float *x, float *scratch, int64_t epoc
   }
 }
 
-/* Makes batch seq (of the epoch whose order is given) into s. */
+/* Makes this pipeline's part of batch seq (of the epoch whose order is
+ * given) into s. Positions stay those of the whole batch, so augmentation
+ * draws what it would for the whole batch. */
 static void produce(const kn_pipeline *p, int64_t seq, const int64_t *order, slot *s,
                     float *scratch) {
-  const int64_t epoch = seq / p->bpe, start = (seq % p->bpe) * p->cfg.batch_size;
+  const int64_t epoch = seq / p->bpe;
+  const int64_t start = (seq % p->bpe) * p->cfg.batch_size + p->part_first;
   const int64_t left = p->n - start;
-  const int rows = (int)(left < p->cfg.batch_size ? left : p->cfg.batch_size);
+  const int rows = (int)(left <= 0 ? 0 : left < p->part_rows ? left : p->part_rows);
   const int ex = p->ex;
   const float *restrict scale = p->scale, *restrict shift = p->shift;
   for (int r = 0; r < rows; r++) {
@@ -332,6 +336,15 @@ static int check_config(const kn_dataset *ds, const kn_pipeline_config *c, char 
   if (c->shard_count < 1 || c->shard_index < 0 || c->shard_index >= c->shard_count) {
     snprintf(err, errlen, "pipeline: shard %d of %d is not a shard (need 0 <= index < count)",
              c->shard_index, c->shard_count);
+    return KN_EINVAL;
+  }
+  const int parts = c->part_count > 1 ? c->part_count : 1;
+  if (c->part_count < 0 || c->part_index < 0 || c->part_index >= parts ||
+      c->batch_size % parts != 0) {
+    snprintf(err, errlen,
+             "pipeline: part %d of %d of batches of %d is not a part (need 0 <= index < count, "
+             "and count dividing the batch)",
+             c->part_index, c->part_count, c->batch_size);
     return KN_EINVAL;
   }
   if (c->repeat == 0) {
@@ -510,6 +523,8 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     kn_pipeline_free(p);
     return KN_EINVAL;
   }
+  p->part_rows = cfg->batch_size / (cfg->part_count > 1 ? cfg->part_count : 1);
+  p->part_first = cfg->part_index * p->part_rows;
   p->total = cfg->repeat < 0 || p->bpe > INT64_MAX / cfg->repeat ? INT64_MAX : p->bpe * cfg->repeat;
   if (cfg->shuffle_buffer > 1 && cfg->shuffle_buffer < p->n) {
     p->shuffle_buf = malloc((size_t)cfg->shuffle_buffer * sizeof *p->shuffle_buf);
@@ -540,7 +555,7 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 1) cpus = 1;
   const size_t slot_bytes =
-      (size_t)cfg->batch_size * ((size_t)p->ex * sizeof(float) + sizeof(int32_t));
+      (size_t)p->part_rows * ((size_t)p->ex * sizeof(float) + sizeof(int32_t));
   p->auto_threads = cfg->num_parallel_calls == KN_AUTO;
   p->auto_prefetch = cfg->prefetch == KN_AUTO && cfg->num_parallel_calls != 0;
   if (p->auto_threads) {
@@ -565,14 +580,14 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
   for (int i = 0; i < p->n_slots; i++) {
     slot *s = &p->slots[i];
     s->seq = -1;
-    s->x = malloc((size_t)cfg->batch_size * p->ex * sizeof *s->x);
-    s->y = malloc((size_t)cfg->batch_size * sizeof *s->y);
-    if (cfg->one_hot) s->y_onehot = malloc((size_t)cfg->batch_size * p->n_classes * sizeof(float));
-    if (p->n_targets)
-      s->targets = malloc((size_t)cfg->batch_size * p->n_targets * sizeof *s->targets);
+    const size_t rows = (size_t)p->part_rows;
+    s->x = malloc(rows * p->ex * sizeof *s->x);
+    s->y = malloc(rows * sizeof *s->y);
+    if (cfg->one_hot) s->y_onehot = malloc(rows * p->n_classes * sizeof(float));
+    if (p->n_targets) s->targets = malloc(rows * p->n_targets * sizeof *s->targets);
     if (!s->x || !s->y || (cfg->one_hot && !s->y_onehot) || (p->n_targets && !s->targets)) goto oom;
     /* First touch now, not in the first training steps. */
-    memset(s->x, 0, (size_t)cfg->batch_size * p->ex * sizeof *s->x);
+    memset(s->x, 0, rows * p->ex * sizeof *s->x);
   }
   p->n_orders = (int)(p->n_slots / p->bpe + 2);
   p->orders = calloc((size_t)p->n_orders, sizeof *p->orders);
@@ -619,6 +634,8 @@ int kn_pipeline_new_eval(const kn_pipeline *train, const kn_dataset *ds, kn_pipe
   c.one_hot = train->cfg.one_hot;
   c.one_hot_depth = train->n_classes;
   c.cast = train->cfg.cast;
+  c.part_index = train->cfg.part_index; /* a worker evaluates its own part */
+  c.part_count = train->cfg.part_count;
   c.num_parallel_calls = 0;
   return pipeline_create(ds, &c, train, out, err, errlen);
 }

@@ -1,13 +1,19 @@
 /* dist.c — data-parallel replicas: each local replica's graph runs in its
  * own thread, gradients are summed into the primary's flat buffer in
  * shared memory (each thread one slice of it) and all-reduced across
- * processes over MPI in buckets, last layers first.
+ * processes over MPI in buckets, last layers first. With one replica per
+ * process a bucket's MPI_Iallreduce starts from the graph's node-done hook
+ * as soon as backward has run the last node touching it, and the hook's
+ * MPI_Testall between nodes moves the collectives on (Open MPI progresses
+ * them only inside MPI calls) while the rest of backward runs.
  * Threads: while a job is out (generation moved on, pending > 0) replica
  * thread i touches only replica i's graph (JOB_RUN) or slice i of the flat
  * buffers (JOB_REDUCE, JOB_SYNC); everything else belongs to the training
  * thread, which is replica 0's and sets the next job while the others
- * wait. job_lock guards generation and pending. */
+ * wait; it alone calls MPI (the hook runs in it: overlap needs replica 0
+ * alone in its process). job_lock guards generation and pending. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +55,21 @@ struct kn_dist {
   int rc[KN_DIST_MAX_LOCAL];
   char errs[KN_DIST_MAX_LOCAL][256];
   float weight[KN_DIST_MAX_LOCAL]; /* JOB_REDUCE: replica i's gradient's weight */
-  /* all-reduce buckets: [bucket_start[b], bucket_start[b] + bucket_len[b]) */
+  /* all-reduce buckets: [bucket_start[b], bucket_start[b] + bucket_len[b]),
+   * in the order every process starts them: by bucket_ready[b], the last
+   * node of the training run that reads or writes the bucket's gradients
+   * (-1: none does) */
   int n_buckets;
   size_t *bucket_start, *bucket_len;
-  double comm_seconds; /* in kn_dist_reduce */
+  int *bucket_ready;
+  /* Overlap: several processes, one replica each. During a training run
+   * (stepping) buckets [0, next_bucket) have started and [0, tested) are
+   * known done; the local gradient is scaled by send_weight as it goes. */
+  int overlap, stepping, ran, next_bucket, tested;
+  float send_weight;
+  int overlap_rc; /* the hook's first failure, reported by kn_dist_reduce */
+  char overlap_err[1024];
+  double comm_seconds; /* in kn_dist_reduce and the overlap hook */
   double timeout_s;    /* the longest a collective may wait for the other processes */
 #ifdef KILN_HAVE_MPI
   MPI_Request *requests; /* (n_buckets) the all-reduces in flight */
@@ -94,7 +111,10 @@ int kn_dist_have_mpi(void) {
 
 #ifdef KILN_HAVE_MPI
 /* Waits for a nonblocking collective, up to limit_s seconds: a process
- * that died or hangs must not hold the others in it forever. */
+ * that died or hangs must not hold the others in it forever. Between
+ * polls the core is offered to whatever else may run on it (the input
+ * pipeline's producers share a rank's core): yielding costs nothing when
+ * nothing else wants it. */
 static int wait_collective(double limit_s, MPI_Request *req, const char *what, char *err,
                            size_t errlen) {
   const double deadline = seconds_now() + limit_s;
@@ -108,6 +128,7 @@ static int wait_collective(double limit_s, MPI_Request *req, const char *what, c
                what, limit_s);
       return KN_EIO;
     }
+    if (!done) sched_yield();
   }
   return KN_OK;
 }
@@ -236,6 +257,94 @@ static int plan_buckets(kn_dist *d, size_t cap, char *err, size_t errlen) {
   return KN_OK;
 }
 
+/* Raises the ready node of the buckets overlapping node n's gradient slot
+ * (if its storage is one) to i. */
+static void touch(kn_dist *d, const kn_graph *g, kn_node n, int i) {
+  while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
+  const kn_node_rec *r = &g->nodes[n];
+  if (r->storage != KN_STORE_GRAD) return;
+  const size_t lo = r->flat_offset, hi = lo + kn_node_elems(r, 0);
+  for (int b = 0; b < d->n_buckets; b++)
+    if (lo < d->bucket_start[b] + d->bucket_len[b] && d->bucket_start[b] < hi &&
+        d->bucket_ready[b] < i)
+      d->bucket_ready[b] = i;
+}
+
+/* Each bucket's ready node, and the buckets sorted by it (stable): the
+ * order backward finishes them in, the same on every process. */
+static int order_buckets(kn_dist *d, char *err, size_t errlen) {
+  const kn_graph *g = d->models[0]->graph;
+  d->bucket_ready = malloc((size_t)(d->n_buckets > 0 ? d->n_buckets : 1) * sizeof(int));
+  if (!d->bucket_ready) {
+    snprintf(err, errlen, "dist: out of memory for the all-reduce buckets");
+    return KN_ENOMEM;
+  }
+  for (int b = 0; b < d->n_buckets; b++) d->bucket_ready[b] = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->dead || n->folded) continue; /* never run in a step */
+    touch(d, g, i, i);
+    for (int k = 0; k < n->n_inputs; k++) touch(d, g, n->inputs[k], i);
+  }
+  for (int b = 1; b < d->n_buckets; b++) {
+    const size_t start = d->bucket_start[b], len = d->bucket_len[b];
+    const int ready = d->bucket_ready[b];
+    int k = b;
+    for (; k > 0 && d->bucket_ready[k - 1] > ready; k--) {
+      d->bucket_start[k] = d->bucket_start[k - 1];
+      d->bucket_len[k] = d->bucket_len[k - 1];
+      d->bucket_ready[k] = d->bucket_ready[k - 1];
+    }
+    d->bucket_start[k] = start;
+    d->bucket_len[k] = len;
+    d->bucket_ready[k] = ready;
+  }
+  return KN_OK;
+}
+
+int kn_dist_bucket(const kn_dist *d, int b, size_t *start, size_t *len, int *ready_node) {
+  if (b < 0 || b >= d->n_buckets) return d->n_buckets;
+  *start = d->bucket_start[b];
+  *len = d->bucket_len[b];
+  *ready_node = d->bucket_ready[b];
+  return d->n_buckets;
+}
+
+#ifdef KILN_HAVE_MPI
+/* Starts bucket b's all-reduce, the local gradient scaled first. */
+static int start_bucket(kn_dist *d, int b, char *err, size_t errlen) {
+  float *grads = kn_grads(d->models[0]->graph) + d->bucket_start[b];
+  const size_t len = d->bucket_len[b];
+  if (d->send_weight != 1.0f)
+    for (size_t j = 0; j < len; j++) grads[j] *= d->send_weight;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads, (int)len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                           &d->requests[b]));
+  return KN_OK;
+}
+
+/* The graph's node-done hook while overlapping: starts the buckets node
+ * finished, and moves the ones in flight on. Never blocks. */
+static void node_done(void *ctx, int node) {
+  kn_dist *d = ctx;
+  const int more = d->next_bucket < d->n_buckets && d->bucket_ready[d->next_bucket] <= node;
+  if (!d->stepping || d->overlap_rc || (!more && d->tested == d->next_bucket)) return;
+  const double start = seconds_now();
+  char *err = d->overlap_err;
+  const size_t errlen = sizeof d->overlap_err;
+  while (!d->overlap_rc && d->next_bucket < d->n_buckets && d->bucket_ready[d->next_bucket] <= node)
+    d->overlap_rc = start_bucket(d, d->next_bucket++, err, errlen);
+  int done = 0;
+  if (!d->overlap_rc && d->tested < d->next_bucket &&
+      MPI_Testall(d->next_bucket - d->tested, d->requests + d->tested, &done,
+                  MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+    snprintf(err, errlen, "dist: testing the gradient all-reduces failed");
+    d->overlap_rc = KN_EIO;
+  }
+  if (done) d->tested = d->next_bucket;
+  d->comm_seconds += seconds_now() - start;
+}
+#endif
+
 static int check_replica(const kn_model *primary, const kn_model *m, int i, char *err,
                          size_t errlen) {
   if (!m || !m->graph || !m->graph->compiled) {
@@ -299,6 +408,16 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   for (int i = 1; i < n_local; i++) d->models[i] = cfg->replicas[i - 1];
   d->n_params = kn_param_count(primary->graph);
   int rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)25 << 20, err, errlen);
+  if (!rc) rc = order_buckets(d, err, errlen);
+#ifdef KILN_HAVE_MPI
+  /* Overlap only with one replica here: with several, their gradients are
+   * summed in shared memory after all backward runs are done. */
+  if (!rc && world > 1 && n_local == 1) {
+    d->overlap = 1;
+    primary->graph->node_done = node_done;
+    primary->graph->node_done_ctx = d;
+  }
+#endif
   if (!rc && n_local > 1) {
     if (pthread_mutex_init(&d->job_lock, NULL) != 0 ||
         pthread_cond_init(&d->job_posted, NULL) != 0 ||
@@ -355,8 +474,13 @@ void kn_dist_free(kn_dist *d) {
     pthread_cond_destroy(&d->job_posted);
     pthread_cond_destroy(&d->job_finished);
   }
+  if (d->overlap) {
+    d->models[0]->graph->node_done = NULL; /* the graph outlives the strategy */
+    d->models[0]->graph->node_done_ctx = NULL;
+  }
   free(d->bucket_start);
   free(d->bucket_len);
+  free(d->bucket_ready);
 #ifdef KILN_HAVE_MPI
   free(d->requests);
 #endif
@@ -380,7 +504,7 @@ kn_model *kn_dist_model(kn_dist *d, int i) {
 }
 
 void kn_dist_slice(const kn_dist *d, int i, int rows, int *start, int *count) {
-  const long long first = ((long long)d->rank * d->n_local + i) * d->batch;
+  const long long first = (long long)i * d->batch;
   long long left = rows - first;
   *start = first < rows ? (int)first : rows;
   *count = left <= 0 ? 0 : left < d->batch ? (int)left : d->batch;
@@ -389,6 +513,12 @@ void kn_dist_slice(const kn_dist *d, int i, int rows, int *start, int *count) {
 int kn_dist_run(kn_dist *d, kn_run_mode mode, const int *rows, char *err, size_t errlen) {
   d->mode = mode;
   memcpy(d->rows, rows, (size_t)d->n_local * sizeof(int));
+  if (d->overlap && mode == KN_RUN_TRAIN) { /* kn_dist_reduce ends the step */
+    d->stepping = 1;
+    d->ran = rows[0] > 0;
+    d->next_bucket = d->tested = 0;
+    d->send_weight = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[0] : 1.0f;
+  }
   run_job(d, JOB_RUN);
   for (int i = 0; i < d->n_local; i++) {
     if (d->rc[i]) {
@@ -422,11 +552,35 @@ int kn_dist_reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t 
   return rc;
 }
 
+#ifdef KILN_HAVE_MPI
+/* Overlap, after the training run: the buckets backward did not start
+ * (all of them where this process had no rows, its gradient zero). */
+static int start_rest(kn_dist *d, char *err, size_t errlen) {
+  d->stepping = 0;
+  if (d->overlap_rc) {
+    snprintf(err, errlen, "%s", d->overlap_err);
+    return d->overlap_rc;
+  }
+  if (!d->ran) memset(kn_grads(d->models[0]->graph), 0, d->n_params * sizeof(float));
+  while (d->next_bucket < d->n_buckets) {
+    int rc = start_bucket(d, d->next_bucket++, err, errlen);
+    if (rc) return rc;
+  }
+  return KN_OK;
+}
+#endif
+
 static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t errlen) {
-  /* How many replicas saw rows, and how many rows: here, then everywhere. */
+  /* How many replicas saw rows, and how many rows: here, then everywhere.
+   * Every process starts its collectives in one order: overlapping, the
+   * buckets then the counts; otherwise the counts then the buckets. */
   double counts[KN_DIST_SUMS + 1] = {sums[0], sums[1], sums[2], 0.0};
   for (int i = 0; i < d->n_local; i++) counts[KN_DIST_SUMS] += rows[i] > 0;
-  int rc = kn_dist_sum(d, counts, KN_DIST_SUMS + 1, err, errlen);
+  int rc = KN_OK;
+#ifdef KILN_HAVE_MPI
+  if (d->overlap && (rc = start_rest(d, err, errlen)) != KN_OK) return rc;
+#endif
+  rc = kn_dist_sum(d, counts, KN_DIST_SUMS + 1, err, errlen);
   if (rc) return rc;
   memcpy(sums, counts, KN_DIST_SUMS * sizeof(double));
   const double total_rows = counts[0], active = counts[KN_DIST_SUMS];
@@ -441,14 +595,14 @@ static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t e
     float w = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[i] : rows[i] > 0;
     d->weight[i] = d->world == 1 ? w * scale : w;
   }
-  if (d->n_local > 1 || d->weight[0] != 1.0f) run_job(d, JOB_REDUCE);
+  if (!d->overlap && (d->n_local > 1 || d->weight[0] != 1.0f)) run_job(d, JOB_REDUCE);
   if (d->world == 1) return KN_OK;
 #ifdef KILN_HAVE_MPI
   float *grads = kn_grads(d->models[0]->graph);
-  for (int b = 0; b < d->n_buckets; b++) /* every bucket in flight at once */
+  for (int b = 0; !d->overlap && b < d->n_buckets; b++) /* every bucket in flight at once */
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + d->bucket_start[b], (int)d->bucket_len[b],
                              MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &d->requests[b]));
-  for (int b = 0; b < d->n_buckets; b++) {
+  for (int b = d->overlap ? d->tested : 0; b < d->n_buckets; b++) {
     rc = wait_collective(d->timeout_s, &d->requests[b], "the gradient all-reduce", err, errlen);
     if (rc) return rc;
   }

@@ -24,8 +24,10 @@ int kn_dist_total(const kn_dist *d); /* replicas over all processes */
 int kn_dist_rank(const kn_dist *d);
 kn_model *kn_dist_model(kn_dist *d, int i); /* local replica i; 0 is the primary */
 
-/* The rows local replica i takes of a global batch of `rows`: [*start,
- * *start + *count), count 0 when the batch is too short to reach it. */
+/* The rows local replica i takes of this process's part of a global
+ * batch (the part holds `rows` rows; each process reads only its own):
+ * [*start, *start + *count), count 0 when the part is too short to reach
+ * it. */
 void kn_dist_slice(const kn_dist *d, int i, int rows, int *start, int *count);
 
 /* Runs local replica i on rows[i] rows (0: not at all) in mode, all at
@@ -45,7 +47,16 @@ int kn_dist_reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t 
  * buffers do. */
 int kn_dist_sync(kn_dist *d, char *err, size_t errlen);
 
-/* Seconds spent in kn_dist_reduce so far. */
+/* Bucket b of the gradient all-reduce: floats [*start, *start + *len) of
+ * the flat gradient buffer, and the last node of a training run that
+ * reads or writes them (-1: none), after which its all-reduce may start.
+ * Buckets are numbered in the order every process starts them. Returns
+ * the number of buckets (b out of range: only that). */
+int kn_dist_bucket(const kn_dist *d, int b, size_t *start, size_t *len, int *ready_node);
+
+/* Seconds spent making the replicas' gradients one so far: in
+ * kn_dist_reduce, and overlapping, in starting and testing all-reduces
+ * during backward. */
 double kn_dist_comm_seconds(const kn_dist *d);
 
 /* Sums n doubles over every process, in place (metric tallies). */

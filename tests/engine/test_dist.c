@@ -1,7 +1,9 @@
 /* Data-parallel replicas in one process (the mirrored strategy): R
  * replicas at per-replica batch b end 20 steps with the weights one
  * replica reaches at batch R x b, weighted_mean keeps that true for an
- * uneven last batch (where mean does not), and sum is R x mean. */
+ * uneven last batch (where mean does not), and sum is R x mean. And the
+ * all-reduce buckets' plan that lets multi_worker overlap them with
+ * backward. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +14,9 @@
 
 #include <cmocka.h>
 
+#include "dist/dist.h"
 #include "engine.h"
+#include "graph_internal.h"
 
 #define INPUTS  20
 #define OUTPUTS 4
@@ -198,12 +202,109 @@ static void mismatched_replica_is_refused(void **state) {
   kn_dataset_free(&ds);
 }
 
+typedef struct snapshot {
+  kn_dist *d;
+  kn_graph *g;
+  int n_buckets;
+  float *copy;    /* (params) each bucket's gradients as its ready node left them */
+  int *taken;     /* (n_buckets) */
+  int last_ready; /* the highest ready node seen so far in the run */
+  int out_of_order;
+} snapshot;
+
+/* A node-done hook like the strategy's: takes each bucket once its ready
+ * node has run, in bucket order. */
+static void take_ready(void *ctx, int node) {
+  snapshot *s = ctx;
+  for (int b = 0; b < s->n_buckets; b++) {
+    size_t start, len;
+    int ready;
+    kn_dist_bucket(s->d, b, &start, &len, &ready);
+    if (s->taken[b] || ready > node) continue;
+    for (int k = 0; k < b; k++) s->out_of_order |= !s->taken[k];
+    memcpy(s->copy + start, kn_grads(s->g) + start, len * sizeof(float));
+    s->taken[b] = 1;
+  }
+}
+
+static void feed_random(kn_model *m, int rows, kn_rng *rng) {
+  float *x = kn_node_data(m->graph, m->x);
+  int32_t *y = kn_node_data(m->graph, m->y);
+  for (int i = 0; i < rows * INPUTS; i++) x[i] = 2.0f * kn_rng_uniform(rng) - 1.0f;
+  for (int i = 0; i < rows; i++) y[i] = (int32_t)kn_rng_below(rng, OUTPUTS);
+}
+
+static void buckets_hold_final_gradients_once_their_ready_node_has_run(void **state) {
+  (void)state;
+  static const kn_layer_config layers[] = {
+      {.type = KN_LAYER_DENSE, .units = 48, .use_bias = 1, .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .units = 32, .use_bias = 1, .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .units = OUTPUTS, .use_bias = 1}};
+  kn_model_config mc = {
+      .input_ndim = 1, .input_shape = {INPUTS}, .n_layers = 3, .layers = layers, .batch_size = 16};
+  kn_model m;
+  char err[256];
+  if (kn_model_build(&mc, &m, err, sizeof err) ||
+      kn_graph_compile(m.graph, 3, NULL, err, sizeof err))
+    fail_msg("%s", err);
+  /* 1 KiB buckets: each kernel alone, the small tensors grouped. */
+  kn_distribution cfg = {.bucket_bytes = 1024};
+  kn_dist *d = NULL;
+  if (kn_dist_new(&m, 16, &cfg, &d, err, sizeof err)) fail_msg("%s", err);
+  size_t start, len;
+  int ready;
+  const int n = kn_dist_bucket(d, -1, &start, &len, &ready);
+  assert_true(n >= 4);
+  /* The buckets cover the flat buffer once, in the order they get ready. */
+  unsigned char *covered = calloc(kn_param_count(m.graph), 1);
+  int previous = -1;
+  for (int b = 0; b < n; b++) {
+    kn_dist_bucket(d, b, &start, &len, &ready);
+    assert_true(ready >= previous);
+    previous = ready;
+    for (size_t j = start; j < start + len; j++) covered[j]++;
+  }
+  for (size_t j = 0; j < kn_param_count(m.graph); j++) assert_int_equal(covered[j], 1);
+  /* The last layers' bucket is ready while backward still has the first
+   * layer's nodes to run. */
+  int first_ready, last_ready;
+  kn_dist_bucket(d, 0, &start, &len, &first_ready);
+  kn_dist_bucket(d, n - 1, &start, &len, &last_ready);
+  assert_true(first_ready >= 0);
+  assert_true(last_ready - first_ready >= 4);
+
+  snapshot s = {.d = d, .g = m.graph, .n_buckets = n};
+  s.copy = calloc(kn_param_count(m.graph), sizeof(float));
+  s.taken = calloc((size_t)n, sizeof(int));
+  assert_non_null(s.copy);
+  assert_non_null(s.taken);
+  kn_rng rng;
+  kn_rng_seed(&rng, 99);
+  feed_random(&m, 16, &rng);
+  if (kn_graph_run(m.graph, KN_RUN_TRAIN, 16, err, sizeof err)) fail_msg("%s", err);
+  /* A second batch: a bucket taken too early would still hold the first's. */
+  feed_random(&m, 12, &rng);
+  m.graph->node_done = take_ready;
+  m.graph->node_done_ctx = &s;
+  if (kn_graph_run(m.graph, KN_RUN_TRAIN, 12, err, sizeof err)) fail_msg("%s", err);
+  m.graph->node_done = NULL;
+  for (int b = 0; b < n; b++) assert_true(s.taken[b]);
+  assert_false(s.out_of_order);
+  assert_memory_equal(s.copy, kn_grads(m.graph), kn_param_count(m.graph) * sizeof(float));
+  free(covered);
+  free(s.copy);
+  free(s.taken);
+  kn_dist_free(d);
+  kn_model_free(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mirrored_two_at_64_matches_single_at_128),
       cmocka_unit_test(weighted_mean_matches_single_on_an_uneven_last_batch),
       cmocka_unit_test(sum_is_replicas_times_mean),
       cmocka_unit_test(mismatched_replica_is_refused),
+      cmocka_unit_test(buckets_hold_final_gradients_once_their_ready_node_has_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

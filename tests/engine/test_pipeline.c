@@ -1,6 +1,7 @@
 /* The input pipeline: each transformation's values, shuffle and batching,
- * byte-identical batches for any thread count, disjoint covering shards,
- * save/restore of the position, auto-tuning, and config errors. */
+ * byte-identical batches for any thread count, disjoint covering shards, a
+ * worker's part of each batch, save/restore of the position, auto-tuning,
+ * and config errors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -438,6 +439,79 @@ static void shards_cover_every_example_once_per_epoch(void **state) {
   kn_dataset_free(&ds);
 }
 
+/* A worker's part of each global batch: the parts, side by side, are the
+ * batch one pipeline makes, byte for byte (shuffle, maps and augmentation
+ * included), the short last batch too; a part restores to a saved position
+ * like the whole. */
+static void parts_of_each_batch_are_the_whole_batch_byte_for_byte(void **state) {
+  (void)state;
+  enum { PARTS = 4, BATCH = 12, N = 103, EX = 4 * 4 * 2 };
+  kn_dataset ds = make_images(N, 4, 4, 2);
+  kn_pipeline_config cfg = plain(BATCH);
+  cfg.shuffle_buffer = 30;
+  cfg.seed = 5;
+  cfg.normalize = 1;
+  cfg.standardize = 1;
+  cfg.augment = KN_AUG_FLIP_LEFT_RIGHT | KN_AUG_RANDOM_CROP | KN_AUG_RANDOM_BRIGHTNESS;
+  cfg.crop_padding = 1;
+  cfg.brightness_delta = 0.2f;
+  cfg.repeat = 2;
+  kn_pipeline *whole = make(&ds, &cfg);
+  kn_pipeline *parts[PARTS];
+  for (int i = 0; i < PARTS; i++) {
+    kn_pipeline_config c = cfg;
+    c.part_index = i;
+    c.part_count = PARTS;
+    c.num_parallel_calls = i % 2 ? 2 : 0; /* threads or none: the same rows */
+    parts[i] = make(&ds, &c);
+    assert_int_equal(kn_pipeline_batches_per_epoch(parts[i]), kn_pipeline_batches_per_epoch(whole));
+  }
+  kn_batch w, b;
+  int batches = 0, short_parts = 0;
+  while (kn_pipeline_next(whole, &w) == 1) {
+    int at = 0;
+    for (int i = 0; i < PARTS; i++) {
+      assert_int_equal(kn_pipeline_next(parts[i], &b), 1);
+      assert_int_equal(b.epoch, w.epoch);
+      assert_int_equal(b.index, w.index);
+      assert_true(b.rows <= BATCH / PARTS);
+      short_parts += b.rows < BATCH / PARTS;
+      if (b.rows > 0) {
+        assert_memory_equal(b.x, w.x + (size_t)at * EX, (size_t)b.rows * EX * sizeof(float));
+        assert_memory_equal(b.y, w.y + at, (size_t)b.rows * sizeof(int32_t));
+      }
+      at += b.rows;
+    }
+    assert_int_equal(at, w.rows); /* every row of the batch, once */
+    batches++;
+  }
+  assert_int_equal(batches, 2 * 9);
+  /* 103 = 8 x 12 + 7: the last batch gives 3, 3, 1 and 0 rows, each epoch. */
+  assert_int_equal(short_parts, 2 * 2);
+  for (int i = 0; i < PARTS; i++) assert_int_equal(kn_pipeline_next(parts[i], &b), 0);
+
+  /* A part restored to epoch 1 batch 4 goes on with what it made there. */
+  kn_pipeline_state at = {1, 4, cfg.seed};
+  char err[256];
+  assert_int_equal(kn_pipeline_restore(parts[2], &at, err, sizeof err), KN_OK);
+  assert_int_equal(kn_pipeline_restore(whole, &at, err, sizeof err), KN_OK);
+  assert_int_equal(kn_pipeline_next(parts[2], &b), 1);
+  assert_int_equal(kn_pipeline_next(whole, &w), 1);
+  assert_int_equal(b.rows, BATCH / PARTS);
+  assert_memory_equal(b.x, w.x + (size_t)2 * (BATCH / PARTS) * EX,
+                      (size_t)b.rows * EX * sizeof(float));
+  /* An evaluation pipeline keeps the part. */
+  kn_pipeline *eval = NULL;
+  assert_int_equal(kn_pipeline_new_eval(parts[3], &ds, &eval, err, sizeof err), KN_OK);
+  assert_int_equal(kn_pipeline_next(eval, &b), 1);
+  assert_int_equal(b.rows, BATCH / PARTS);
+  assert_int_equal(b.y[0], 3 * (BATCH / PARTS)); /* in order: rows 9, 10, 11 */
+  kn_pipeline_free(eval);
+  for (int i = 0; i < PARTS; i++) kn_pipeline_free(parts[i]);
+  kn_pipeline_free(whole);
+  kn_dataset_free(&ds);
+}
+
 static void restored_pipeline_yields_the_same_next_100_batches(void **state) {
   (void)state;
   kn_dataset ds = make_images(150, 4, 4, 1);
@@ -656,6 +730,15 @@ static void bad_configs_are_refused_by_name(void **state) {
   cfg.shard_count = 3;
   assert_int_equal(kn_pipeline_new(&flat, &cfg, &p, err, sizeof err), KN_EINVAL);
   assert_non_null(strstr(err, "shard 3 of 3"));
+  cfg = plain(6);
+  cfg.part_index = 0;
+  cfg.part_count = 4; /* 4 parts of 6 rows */
+  assert_int_equal(kn_pipeline_new(&flat, &cfg, &p, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "part 0 of 4 of batches of 6"));
+  cfg.part_count = 3;
+  cfg.part_index = 3;
+  assert_int_equal(kn_pipeline_new(&flat, &cfg, &p, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "part 3 of 3"));
   cfg = plain(8);
   cfg.drop_remainder = 1;
   assert_int_equal(kn_pipeline_new(&flat, &cfg, &p, err, sizeof err), KN_EINVAL);
@@ -684,6 +767,7 @@ int main(void) {
       cmocka_unit_test(skip_take_and_repeat_pick_the_examples),
       cmocka_unit_test(any_thread_count_gives_byte_identical_batches),
       cmocka_unit_test(shards_cover_every_example_once_per_epoch),
+      cmocka_unit_test(parts_of_each_batch_are_the_whole_batch_byte_for_byte),
       cmocka_unit_test(restored_pipeline_yields_the_same_next_100_batches),
       cmocka_unit_test(auto_tuning_chooses_after_the_warm_up),
       cmocka_unit_test(resumed_training_sees_the_batches_it_would_have_seen),

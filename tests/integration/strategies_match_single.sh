@@ -1,8 +1,12 @@
 #!/bin/sh
 # The strategies end to end on Fashion-MNIST: 20 steps of one replica at
 # batch 128, of mirrored with 2 replicas at batch 64, and of multi_worker
-# under mpirun -np 2 at batch 64 must end with the same weights (every
-# tensor within 1e-5 of its largest value) and the same epoch loss (within 1e-6).
+# under mpirun -np 2 at batch 64 (each worker reading its own part of the
+# batches, all-reduces overlapped with backward) must end with the same
+# weights (every tensor within 1e-5 of its largest value) and the same
+# epoch loss (within 1e-6); so must weighted_mean on an uneven last batch
+# (one replica per worker, and two), and a multi_worker run resumed
+# mid-epoch must match its straight run.
 # A rank that hangs (SIGSTOP) ends the run after --collective-timeout.
 # Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN]  (no MPIRUN: the
 # multi_worker run is skipped, loudly)
@@ -25,7 +29,10 @@ SPEC
 sed -e 's/BATCH/128/' -e 's/ STRATEGY//' "$d/base.json" > "$d/single.json"
 sed -e 's/BATCH/64/' -e 's/ STRATEGY/, "strategy": {"type": "mirrored", "replicas": 2}/' \
   "$d/base.json" > "$d/mirrored.json"
-sed -e 's/BATCH/64/' -e 's/ STRATEGY/, "strategy": {"type": "multi_worker", "workers": 2}/' \
+# 48 KiB buckets: the first layer's kernel alone, the rest together, so the
+# last layers' all-reduce runs while backward is still on the first layer.
+sed -e 's/BATCH/64/' \
+  -e 's/ STRATEGY/, "strategy": {"type": "multi_worker", "workers": 2, "bucket_cap_mb": 0.05}/' \
   "$d/base.json" > "$d/multi.json"
 
 # Every tensor of checkpoint A within TOL x (largest magnitude of B's).
@@ -78,6 +85,53 @@ same_loss "$d/multi.out" "$d/single.out"
 # rank 0 alone reports: one line per step report, not two
 test "$(grep -c '"step":20,' "$d/multi.out")" -eq "$(grep -c '"step":20,' "$d/single.out")"
 echo "multi_worker N=2 under mpirun at batch 64 matches single at batch 128"
+
+# Each worker reads only its part of each global batch: 2600 examples
+# leave a last batch of 40 rows, all of them rank 0's, none rank 1's (whose
+# gradient is then zero); weighted_mean still matches one replica. Each
+# worker evaluates its part of the 10,000 test examples (the last batch of
+# 16 rows is rank 0's alone); the summed validation loss is the single
+# run's.
+sed -e 's/"take": 2560/"take": 2600/' -e 's/"validation": "none"/"validation": "test"/' \
+  "$d/single.json" > "$d/single-uneven.json"
+sed -e 's/"take": 2560/"take": 2600/' -e 's/"validation": "none"/"validation": "test"/' \
+  -e 's/"workers": 2,/"workers": 2, "aggregation": "weighted_mean",/' \
+  "$d/multi.json" > "$d/multi-uneven.json"
+"$trainer" --json --checkpoint-dir "$d/single-uneven" "$d/single-uneven.json" > "$d/single-uneven.out"
+$mpi "$trainer" --json --checkpoint-dir "$d/multi-uneven" "$d/multi-uneven.json" \
+  > "$d/multi-uneven.out"
+compare "$d/multi-uneven/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
+same_loss "$d/multi-uneven.out" "$d/single-uneven.out"
+a=$(grep -o '"val_loss":[0-9.e-]*' "$d/multi-uneven.out" | cut -d: -f2)
+b=$(grep -o '"val_loss":[0-9.e-]*' "$d/single-uneven.out" | cut -d: -f2)
+echo "validation loss $a against $b"
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-5 * b) }'
+echo "multi_worker N=2 weighted_mean on an uneven last batch matches single"
+# Two replicas per worker at batch 32 (summed in each process after
+# backward, then all-reduced): the same again.
+sed -e 's/"batch_size": 64/"batch_size": 32/' -e 's/"workers": 2,/"workers": 2, "replicas_per_worker": 2,/' \
+  "$d/multi-uneven.json" > "$d/multi-2x2.json"
+$mpi "$trainer" --json --checkpoint-dir "$d/multi-2x2" "$d/multi-2x2.json" > "$d/multi-2x2.out"
+compare "$d/multi-2x2/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
+same_loss "$d/multi-2x2.out" "$d/single-uneven.out"
+echo "multi_worker 2 workers x 2 replicas on an uneven last batch matches single"
+
+# A sharded run resumed from a mid-epoch checkpoint (augmentation on, each
+# worker restoring its pipeline's position) ends with the straight run's
+# losses and weights, byte for byte.
+sed -e 's/"take": 2560/"take": 1280, "augment": ["flip_left_right"]/' -e 's/"epochs": 1/"epochs": 2/' \
+  -e 's/"log_every_steps": 5/"log_every_steps": 1, "checkpoint": {"every_steps": 5}/' \
+  "$d/multi.json" > "$d/multi-resume.json"
+$mpi "$trainer" --json --checkpoint-dir "$d/straight" "$d/multi-resume.json" > "$d/straight.out"
+$mpi "$trainer" --json --checkpoint-dir "$d/resumed" --resume "$d/straight/ckpt-00000005.safetensors" \
+  "$d/multi-resume.json" > "$d/resumed.out"
+steps() { grep -o '"step":[0-9]*,"epoch":[0-9]*,"metrics":{"loss":[^,}]*' "$1"; }
+steps "$d/straight.out" | awk -F'[:,]' '$2 > 5' > "$d/straight.steps"
+steps "$d/resumed.out" > "$d/resumed.steps"
+test "$(wc -l < "$d/straight.steps")" -eq 15
+cmp "$d/straight.steps" "$d/resumed.steps"
+cmp "$d/straight/ckpt-00000020.safetensors" "$d/resumed/ckpt-00000020.safetensors"
+echo "multi_worker resumed from step 5 matches its straight run, byte for byte"
 
 # workers must match the processes mpirun started
 status=0
