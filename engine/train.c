@@ -670,7 +670,7 @@ static void free_run(run *r) {
   kn_optimizer_free(r->opt);
   free(r->acc);
   if (r->dist && r->cfg->dist.comm_seconds)
-    *r->cfg->dist.comm_seconds = kn_dist_comm_seconds(r->dist);
+    *r->cfg->dist.comm_seconds = kn_dist_comm_seconds(r->dist) + kn_ps_comm_seconds(r->ps);
   kn_ps_free(r->ps);
   kn_dist_free(r->dist);
 }

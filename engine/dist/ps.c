@@ -381,6 +381,7 @@ struct kn_ps {
   MPI_Request *reqs;         /* (2 n_servers) */
   int64_t stop_after;        /* async: server 0's word; -1 = no stop */
   int broken;                /* an exchange failed: the servers may not be there */
+  double comm_seconds;       /* in kn_ps_step: pushing, and waiting for the answers */
 };
 
 /* Sends every server h with its shards of src[0..n_src), then (with
@@ -482,10 +483,16 @@ int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t s
                int stop_request, int *stop, char *err, size_t errlen) {
   float *src = (float *)grads; /* only read */
   ps_header h = {.kind = MSG_PUSH, .step = step, .lr = lr, .stop = stop_request};
+  const double start = seconds_now();
   int rc = exchange(ps, h, &src, 1, &params, 1, ps->timeout_s, "the push and pull of a step", err,
                     errlen);
+  ps->comm_seconds += seconds_now() - start;
   *stop = !rc && ps->async && ps->stop_after >= 0 && step >= ps->stop_after;
   return rc;
+}
+
+double kn_ps_comm_seconds(const kn_ps *ps) {
+  return ps ? ps->comm_seconds : 0.0;
 }
 
 int kn_ps_gather(kn_ps *ps, float *params, kn_optimizer *opt, char *err, size_t errlen) {
@@ -578,6 +585,11 @@ int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t s
   (void)stop_request;
   *stop = 0;
   return no_mpi(err, errlen);
+}
+
+double kn_ps_comm_seconds(const kn_ps *ps) {
+  (void)ps;
+  return 0.0;
 }
 
 int kn_ps_gather(kn_ps *ps, float *params, kn_optimizer *opt, char *err, size_t errlen) {

@@ -41,6 +41,9 @@ int kn_ps_new(const kn_train_config *cfg, float *params, size_t n_params, kn_opt
 int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step,
                int stop_request, int *stop, char *err, size_t errlen);
 
+/* Seconds spent in kn_ps_step so far (0 for NULL). */
+double kn_ps_comm_seconds(const kn_ps *ps);
+
 /* Worker 0, for a checkpoint: the servers' parameters and optimizer state
  * into params and opt. */
 int kn_ps_gather(kn_ps *ps, float *params, kn_optimizer *opt, char *err, size_t errlen);
