@@ -707,7 +707,7 @@ static void run_job(sched *s, slot_run *slot) {
   const sched_pool *pool = &s->pools[slot->pool];
   if (how.under_mpi && limits.ps_servers > 0)
     snprintf(workers, sizeof workers,
-             " as %s kiln-train processes (%d workers, %d parameter servers)", how.np,
+             " as %s kiln-train processes (workers %d, parameter servers %d)", how.np,
              limits.workers - limits.ps_servers, limits.ps_servers);
   else if (how.under_mpi)
     snprintf(workers, sizeof workers, " as %s kiln-train workers", how.np);
