@@ -575,8 +575,10 @@ static int update(run *r) {
   int rc = KN_OK;
   if (apply && r->ps) {
     int stop = 0;
+    const int flags = (r->window_rows > 0 ? KN_PS_EXAMPLES : 0) |
+                      (r->cfg->stop_request && *r->cfg->stop_request ? KN_PS_STOP_REQUEST : 0);
     rc = kn_ps_step(r->ps, kn_params(g), grads, kn_optimizer_learning_rate(r->opt), r->step + 1,
-                    r->cfg->stop_request && *r->cfg->stop_request, &stop, r->err, r->errlen);
+                    flags, &stop, r->err, r->errlen);
     if (r->cfg->dist.ps_async) r->stop_anywhere = stop; /* agreed through the servers */
   } else if (apply) {
     kn_optimizer_step(r->opt, kn_params(g), grads);
@@ -881,7 +883,10 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       kn_profile_phase(r.profile, "metrics", t, kn_profile_now());
       const int last_batch = s + 1 == batches;
       t = kn_profile_now();
-      if (r.acc) accumulate(&r, rows);
+      if (r.acc)
+        accumulate(&r, rows);
+      else
+        r.window_rows = rows; /* the step's examples, for a parameter server */
       if (r.acc && r.window_batches < r.accum && !last_batch) {
         kn_profile_phase(r.profile, "optimizer", t, kn_profile_now());
         continue;

@@ -66,6 +66,7 @@ typedef struct ps_header {
   int32_t kind;       /* MSG_* (to a server) */
   int32_t stop;       /* PUSH: this worker was asked to stop */
   int32_t floats;     /* shards of floats that follow */
+  int32_t examples;   /* PUSH: the step saw examples */
 } ps_header;
 
 #define HEADER_BYTES sizeof(ps_header)
@@ -249,7 +250,7 @@ static int handle(server *sv, int w, char *err, size_t errlen) {
       sv->lr = h.lr;
       return finish_sync_step(sv, err, errlen);
     }
-    apply(sv, payload(sv->in[w]), h.lr);
+    if (h.examples) apply(sv, payload(sv->in[w]), h.lr); /* an empty step is no update */
     if (h.stop && sv->stop_after < 0) { /* every worker can still reach the step after the last */
       int64_t last = h.step;
       for (int k = 0; k < sv->n_workers; k++)
@@ -479,10 +480,14 @@ nomem:
   return KN_ENOMEM;
 }
 
-int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step,
-               int stop_request, int *stop, char *err, size_t errlen) {
+int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step, int flags,
+               int *stop, char *err, size_t errlen) {
   float *src = (float *)grads; /* only read */
-  ps_header h = {.kind = MSG_PUSH, .step = step, .lr = lr, .stop = stop_request};
+  ps_header h = {.kind = MSG_PUSH,
+                 .step = step,
+                 .lr = lr,
+                 .stop = (flags & KN_PS_STOP_REQUEST) != 0,
+                 .examples = (flags & KN_PS_EXAMPLES) != 0};
   const double start = seconds_now();
   int rc = exchange(ps, h, &src, 1, &params, 1, ps->timeout_s, "the push and pull of a step", err,
                     errlen);
@@ -575,14 +580,14 @@ int kn_ps_new(const kn_train_config *cfg, float *params, size_t n_params, kn_opt
   return no_mpi(err, errlen);
 }
 
-int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step,
-               int stop_request, int *stop, char *err, size_t errlen) {
+int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step, int flags,
+               int *stop, char *err, size_t errlen) {
   (void)ps;
   (void)params;
   (void)grads;
   (void)lr;
   (void)step;
-  (void)stop_request;
+  (void)flags;
   *stop = 0;
   return no_mpi(err, errlen);
 }

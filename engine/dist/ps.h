@@ -33,13 +33,18 @@ int kn_ps_serve(const kn_train_config *cfg, size_t n_params, char *err, size_t e
 int kn_ps_new(const kn_train_config *cfg, float *params, size_t n_params, kn_optimizer *opt,
               int64_t step, kn_ps **out, char *err, size_t errlen);
 
+/* kn_ps_step's flags */
+enum {
+  KN_PS_EXAMPLES = 1,     /* the worker's step saw examples (async: one without is no update) */
+  KN_PS_STOP_REQUEST = 2, /* this process was asked to stop */
+};
+
 /* One optimizer step (step: 1-based) at learning rate lr: pushes grads,
  * this worker's share of the step's gradient, and pulls the servers' new
- * parameters into params. stop_request: this process was asked to stop;
- * *stop (async) becomes 1 once every worker has agreed to stop after this
- * step. */
-int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step,
-               int stop_request, int *stop, char *err, size_t errlen);
+ * parameters into params. *stop (async) becomes 1 once every worker has
+ * agreed to stop after this step. */
+int kn_ps_step(kn_ps *ps, float *params, const float *grads, float lr, int64_t step, int flags,
+               int *stop, char *err, size_t errlen);
 
 /* Seconds spent in kn_ps_step so far (0 for NULL). */
 double kn_ps_comm_seconds(const kn_ps *ps);
