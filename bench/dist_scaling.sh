@@ -3,8 +3,10 @@
 # replica: mirrored R=2 against R=1 (threads in one kiln-train) and
 # multi_worker N=2 against N=1 (kiln-train under mpirun, one core bound to
 # each rank), with the share of training time spent making the replicas'
-# gradients one; then PyTorch DDP (gloo) with 1 and 2 processes on the same
-# CNN and per-process batch. Never part of CI's pass/fail.
+# gradients one; parameter_server sync and async with W=2 workers against
+# W=1, each with one server process (unbound: it mostly waits); then
+# PyTorch DDP (gloo) with 1 and 2 processes on the same CNN and
+# per-process batch. Never part of CI's pass/fail.
 # Usage: bench/dist_scaling.sh [BUILD_DIR] [EXAMPLES] [BATCH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +59,14 @@ read -r m1 c1 <<< "$(kiln m1 '{"type": "single"}')"
 read -r m2 c2 <<< "$(kiln m2 '{"type": "mirrored", "replicas": 2}')"
 read -r w1 d1 <<< "$(kiln w1 '{"type": "multi_worker", "workers": 1}' "${mpi[@]}" -np 1)"
 read -r w2 d2 <<< "$(kiln w2 '{"type": "multi_worker", "workers": 2}' "${mpi[@]}" -np 2)"
+# One more process than cores at W=2: no binding, the server sleeps between messages.
+mpi_ps=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi_ps+=(--allow-run-as-root)
+ps_json() { echo "{\"type\": \"parameter_server\", \"ps\": 1, \"workers\": $1, \"mode\": \"$2\"}"; }
+read -r s1 e1 <<< "$(kiln s1 "$(ps_json 1 sync)" "${mpi_ps[@]}" -np 2)"
+read -r s2 e2 <<< "$(kiln s2 "$(ps_json 2 sync)" "${mpi_ps[@]}" -np 3)"
+read -r a1 f1 <<< "$(kiln a1 "$(ps_json 1 async)" "${mpi_ps[@]}" -np 2)"
+read -r a2 f2 <<< "$(kiln a2 "$(ps_json 2 async)" "${mpi_ps[@]}" -np 3)"
 
 eff() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", (b > 0 ? 100 * a / (2 * b) : 0) }'; }
 echo "kiln, Fashion-MNIST CNN, batch $batch per replica, $examples examples, one core per replica:"
@@ -65,6 +75,10 @@ printf "| %-22s | %12.0f | %12.0f | %10s | %13s%% |\n" "mirrored (threads)" "$m1
   "$(eff "$m2" "$m1")" "$c2"
 printf "| %-22s | %12.0f | %12.0f | %10s | %13s%% |\n" "multi_worker (mpirun)" "$w1" "$w2" \
   "$(eff "$w2" "$w1")" "$d2"
+printf "| %-22s | %12.0f | %12.0f | %10s | %13s%% |\n" "parameter_server sync" "$s1" "$s2" \
+  "$(eff "$s2" "$s1")" "$e2"
+printf "| %-22s | %12.0f | %12.0f | %10s | %13s%% |\n" "parameter_server async" "$a1" "$a2" \
+  "$(eff "$a2" "$a1")" "$f2"
 
 if ! /usr/bin/python3 -c "import torch" 2> /dev/null; then
   echo "SKIPPED: PyTorch DDP (python3-torch is not installed)"
