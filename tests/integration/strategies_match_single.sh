@@ -131,8 +131,10 @@ grep -q 'strategy.workers + strategy.ps is 2 + 1, but 1 processes run this job' 
 echo "parameter_server outside mpirun is refused (exit 3)"
 
 # async: each push applied as it comes, the fastest worker at most 2 steps
-# ahead; the Fashion-MNIST MLP (as examples/fmnist-mlp.json, 4 epochs)
-# reaches 0.85 test accuracy.
+# ahead; the Fashion-MNIST MLP (as examples/fmnist-mlp.json, 3 epochs, the
+# rate decayed to 0 over each worker's 1407 steps so the last epoch is not
+# at the mercy of stale updates at full rate) reaches 0.85 test accuracy
+# (0.872 to 0.879 seen).
 cat > "$d/async.json" <<'SPEC'
 {"display_name": "ps-async",
  "model": {"input_shape": [28, 28, 1], "layers": [
@@ -141,61 +143,47 @@ cat > "$d/async.json" <<'SPEC'
  "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"],
  "dataset": {"name": "fashion-mnist", "validation": "test"},
  "pipeline": {"batch_size": 64, "shuffle": true, "normalize": true},
- "optimizer": {"type": "adam", "learning_rate": 0.002},
- "epochs": 4, "log_every_steps": 100, "seed": 42,
+ "optimizer": {"type": "adam", "learning_rate": 0.002,
+               "schedule": {"type": "cosine", "decay_steps": 1407}},
+ "epochs": 3, "log_every_steps": 100, "seed": 42,
  "strategy": {"type": "parameter_server", "ps": 1, "workers": 2, "mode": "async",
               "max_staleness": 2}}
 SPEC
 $mpi3 "$trainer" --json --checkpoint-dir "$d/async" "$d/async.json" > "$d/async.out"
 grep -q 'parameter server(s), async, at most 2 steps ahead' "$d/async.out"
-accuracy=$(grep '"epoch":4,' "$d/async.out" | grep -o '"val_accuracy":[0-9.e-]*' | cut -d: -f2)
-echo "parameter_server async P=1 W=2: test accuracy $accuracy after 4 epochs"
+accuracy=$(grep '"epoch":3,' "$d/async.out" | grep -o '"val_accuracy":[0-9.e-]*' | cut -d: -f2)
+echo "parameter_server async P=1 W=2: test accuracy $accuracy after 3 epochs"
 awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.85) }'
 
-# A rank that hangs (SIGSTOP) must not hold the job: the other's all-reduce
-# gives up after --collective-timeout and mpirun ends every rank.
-sed -e 's/"take": 2560/"take": 25600/' -e 's/"epochs": 1/"epochs": 20/' \
-  -e 's/"log_every_steps": 5/"log_every_steps": 5, "checkpoint": {"every_steps": 10}/' \
-  "$d/multi.json" > "$d/hang.json"
-$mpi "$trainer" --json --collective-timeout 5 --checkpoint-dir "$d/hang" "$d/hang.json" \
-  > "$d/hang.out" 2> "$d/hang.err" &
-launcher=$!
-i=0
-while [ ! -e "$d/hang/ckpt-00000010.safetensors" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
-rank=$(pgrep -P $launcher kiln-train | head -1)
-test -n "$rank"
-kill -STOP "$rank"
-start=$(date +%s)
-status=0
-wait $launcher || status=$?
-took=$(($(date +%s) - start))
-kill -KILL "$rank" 2> /dev/null || true
-echo "rank $rank stopped: mpirun ended with status $status after ${took}s"
-test $status -ne 0
-test $took -lt 30
-grep -q 'waited more than 5 s for the other processes; one of them died or hangs' "$d/hang.err"
-
+# A rank that hangs (SIGSTOP) must not hold the job: the others' waits give
+# up after --collective-timeout and mpirun ends every rank.
+hang_ends_run() { # NAME SPEC PROCESSES RANK-TO-STOP MESSAGE
+  sed -e 's/"take": 2560/"take": 25600/' -e 's/"epochs": 1/"epochs": 20/' \
+    -e 's/"log_every_steps": 5/"log_every_steps": 5, "checkpoint": {"every_steps": 10}/' \
+    "$2" > "$d/$1.json"
+  $mpirun --allow-run-as-root --oversubscribe -np "$3" "$trainer" --json --collective-timeout 5 \
+    --checkpoint-dir "$d/$1" "$d/$1.json" > "$d/$1.out" 2> "$d/$1.err" &
+  launcher=$!
+  i=0
+  while [ ! -e "$d/$1/ckpt-00000010.safetensors" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+  rank=""
+  for p in $(pgrep -P $launcher kiln-train); do
+    if tr '\0' '\n' < "/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$4"; then rank=$p; fi
+  done
+  test -n "$rank"
+  kill -STOP "$rank"
+  start=$(date +%s)
+  status=0
+  wait $launcher || status=$?
+  took=$(($(date +%s) - start))
+  kill -KILL "$rank" 2> /dev/null || true
+  echo "$1: rank $4 (pid $rank) stopped: mpirun ended with status $status after ${took}s"
+  test $status -ne 0
+  test $took -lt 30
+  grep -q "$5" "$d/$1.err"
+}
+hang_ends_run hang "$d/multi.json" 2 1 \
+  'waited more than 5 s for the other processes; one of them died or hangs'
 # A parameter server that hangs holds no one: the workers' pulls give up.
-sed -e 's/"take": 2560/"take": 25600/' -e 's/"epochs": 1/"epochs": 20/' \
-  -e 's/"log_every_steps": 5/"log_every_steps": 5, "checkpoint": {"every_steps": 10}/' \
-  "$d/ps.json" > "$d/pshang.json"
-$mpi3 "$trainer" --json --collective-timeout 5 --checkpoint-dir "$d/pshang" "$d/pshang.json" \
-  > "$d/pshang.out" 2> "$d/pshang.err" &
-launcher=$!
-i=0
-while [ ! -e "$d/pshang/ckpt-00000010.safetensors" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
-server=""
-for p in $(pgrep -P $launcher kiln-train); do
-  if tr '\0' '\n' < "/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then server=$p; fi
-done
-test -n "$server"
-kill -STOP "$server"
-start=$(date +%s)
-status=0
-wait $launcher || status=$?
-took=$(($(date +%s) - start))
-kill -KILL "$server" 2> /dev/null || true
-echo "parameter server $server stopped: mpirun ended with status $status after ${took}s"
-test $status -ne 0
-test $took -lt 30
-grep -q 'parameter server: the push and pull of a step waited more than 5 s' "$d/pshang.err"
+hang_ends_run pshang "$d/ps.json" 3 2 \
+  'parameter server: the push and pull of a step waited more than 5 s'
