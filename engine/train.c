@@ -728,7 +728,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
              "mixed_bfloat16 with replicas");
     rc = KN_EINVAL;
   }
-  if (!rc && cfg->dist.ps_servers > 0) rc = kn_ps_check(cfg, err, errlen);
+  if (!rc && cfg->dist.ps_servers > 0) rc = kn_ps_check(cfg, kn_param_count(m->graph), err, errlen);
   if (!rc && kn_ps_is_server(&cfg->dist)) /* a parameter server trains nothing itself */
     return kn_ps_serve(cfg, kn_param_count(m->graph), err, errlen);
   if (!rc && replicated) rc = kn_dist_new(m, batch, &cfg->dist, &r.dist, err, errlen);

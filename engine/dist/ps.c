@@ -15,6 +15,7 @@
  * Every wait is bounded (the strategy's timeout), so a process that died
  * or hangs ends the job instead of holding it. One thread per process
  * calls MPI. */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,10 @@ int kn_ps_is_server(const kn_distribution *cfg) {
   return cfg->ps_servers > 0 && cfg->rank >= workers;
 }
 
-int kn_ps_check(const kn_train_config *cfg, char *err, size_t errlen) {
+/* One message (a header and three shards) must fit MPI's int count of bytes. */
+#define MAX_SHARD_FLOATS (((size_t)INT_MAX - 64) / (3 * sizeof(float)))
+
+int kn_ps_check(const kn_train_config *cfg, size_t n_params, char *err, size_t errlen) {
   const kn_distribution *d = &cfg->dist;
   const int workers = d->world_size > 1 ? d->world_size : 1;
   if (d->ps_servers < 1 || d->rank < 0 || d->rank >= workers + d->ps_servers) {
@@ -44,6 +48,13 @@ int kn_ps_check(const kn_train_config *cfg, char *err, size_t errlen) {
   }
   if (d->n_replicas > 1) {
     snprintf(err, errlen, "parameter server: one replica per worker, got %d", d->n_replicas);
+    return KN_EINVAL;
+  }
+  if (n_params / (size_t)d->ps_servers + 1 > MAX_SHARD_FLOATS) {
+    snprintf(err, errlen,
+             "parameter server: %zu parameters over %d servers make shards of more than %zu "
+             "floats, too many for one message; use more servers",
+             n_params, d->ps_servers, MAX_SHARD_FLOATS);
     return KN_EINVAL;
   }
   return KN_OK;
@@ -125,7 +136,8 @@ static int pack(unsigned char *message, ps_header h, float *const *src, int n_sr
                 size_t len) {
   h.floats = n_src;
   memcpy(message, &h, sizeof h);
-  for (int k = 0; k < n_src; k++) memcpy(payload(message) + k * len, src[k] + lo, len * 4);
+  for (int k = 0; k < n_src; k++)
+    memcpy(payload(message) + k * len, src[k] + lo, len * sizeof(float));
   return (int)(HEADER_BYTES + (size_t)n_src * len * sizeof(float));
 }
 
@@ -297,7 +309,7 @@ static int take_initial_state(server *sv, char *err, size_t errlen) {
 
 static void server_free(server *sv) {
   for (int w = 0; w < sv->n_workers; w++) {
-    if (sv->recv && sv->recv[w] != MPI_REQUEST_NULL) {
+    if (sv->recv && sv->send && sv->recv[w] != MPI_REQUEST_NULL) {
       MPI_Cancel(&sv->recv[w]);
       MPI_Request_free(&sv->recv[w]);
     }
@@ -318,7 +330,7 @@ static void server_free(server *sv) {
 }
 
 int kn_ps_serve(const kn_train_config *cfg, size_t n_params, char *err, size_t errlen) {
-  int rc = kn_ps_check(cfg, err, errlen);
+  int rc = kn_ps_check(cfg, n_params, err, errlen);
   if (rc) return rc;
   const kn_distribution *d = &cfg->dist;
   server sv = {.cfg = cfg, .async = d->ps_async, .max_staleness = d->ps_max_staleness};
@@ -342,10 +354,9 @@ int kn_ps_serve(const kn_train_config *cfg, size_t n_params, char *err, size_t e
   sv.held = calloc(nw, sizeof(int));
   int ok = sv.params && sv.sum && sv.in && sv.out && sv.recv && sv.send && sv.steps && sv.done &&
            sv.pushed && sv.held;
-  for (int w = 0; ok && w < sv.n_workers; w++) {
-    sv.recv[w] = sv.send[w] = MPI_REQUEST_NULL;
+  for (int w = 0; ok && w < sv.n_workers; w++) sv.recv[w] = sv.send[w] = MPI_REQUEST_NULL;
+  for (int w = 0; ok && w < sv.n_workers; w++)
     ok = (sv.in[w] = malloc(sv.cap)) && (sv.out[w] = malloc(sv.cap));
-  }
   if (!ok) {
     snprintf(err, errlen, "parameter server: out of memory for a shard of %zu parameters", sv.len);
     server_free(&sv);
@@ -428,7 +439,7 @@ static int exchange(kn_ps *ps, ps_header h, float *const *src, int n_src, float 
 int kn_ps_new(const kn_train_config *cfg, float *params, size_t n_params, kn_optimizer *opt,
               int64_t step, kn_ps **out, char *err, size_t errlen) {
   *out = NULL;
-  int rc = kn_ps_check(cfg, err, errlen);
+  int rc = kn_ps_check(cfg, n_params, err, errlen);
   if (rc) return rc;
   const kn_distribution *d = &cfg->dist;
   kn_ps *ps = calloc(1, sizeof *ps);

@@ -17,9 +17,10 @@ typedef struct kn_ps kn_ps;
 /* Whether this process is one of cfg's parameter servers. */
 int kn_ps_is_server(const kn_distribution *cfg);
 
-/* Checks the training options against the strategy (the same answer on
- * every rank, so a refusal ends every process alike). */
-int kn_ps_check(const kn_train_config *cfg, char *err, size_t errlen);
+/* Checks the training options and the model's n_params against the
+ * strategy (the same answer on every rank, so a refusal ends every
+ * process alike). */
+int kn_ps_check(const kn_train_config *cfg, size_t n_params, char *err, size_t errlen);
 
 /* A server's whole life: takes its shard of the n_params parameters (and
  * the optimizer state of a resumed run) from worker 0, then applies the
