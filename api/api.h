@@ -201,9 +201,10 @@ typedef enum api_cast { API_CAST_FLOAT32 = 0, API_CAST_FLOAT16, API_CAST_BFLOAT1
 
 /* strategy.type: how many replicas train one job, and where they run. */
 typedef enum api_strategy {
-  API_STRATEGY_SINGLE = 0,   /* one replica */
-  API_STRATEGY_MIRRORED,     /* replicas threads in one kiln-train */
-  API_STRATEGY_MULTI_WORKER, /* workers kiln-train processes under mpirun */
+  API_STRATEGY_SINGLE = 0,       /* one replica */
+  API_STRATEGY_MIRRORED,         /* replicas threads in one kiln-train */
+  API_STRATEGY_MULTI_WORKER,     /* workers kiln-train processes under mpirun */
+  API_STRATEGY_PARAMETER_SERVER, /* workers + ps processes under mpirun, parameters on the ps */
 } api_strategy;
 
 /* strategy.aggregation: how the replicas' gradients become one. */
@@ -302,9 +303,12 @@ typedef struct api_job_spec {
    * batch_size x workers x replicas */
   api_strategy strategy;
   int replicas;                /* mirrored: replicas; multi_worker: replicas_per_worker; 1 */
-  int workers;                 /* multi_worker: processes; 1 otherwise */
+  int workers;                 /* multi_worker, parameter_server: processes; 1 otherwise */
   api_aggregation aggregation; /* default mean */
   double bucket_cap_mb;        /* multi_worker: all-reduce bucket cap; default 25 */
+  int ps_servers;              /* parameter_server: ps, the server processes; 0 otherwise */
+  int ps_async;                /* parameter_server: mode async (1) or sync (0, the default) */
+  int max_staleness;           /* parameter_server async: steps ahead of the slowest; -1 = any */
 } api_job_spec;
 
 /* Parses and validates a job spec (len bytes; no NUL needed). On failure

@@ -1394,34 +1394,54 @@ static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
     copy_text(spec->pool, sizeof spec->pool, pool);
 }
 
-static const char *const strategy_names[] = {"single", "mirrored", "multi_worker", NULL};
+static const char *const strategy_names[] = {"single", "mirrored", "multi_worker",
+                                             "parameter_server", NULL};
 static const char *const aggregation_names[] = {"mean", "sum", "weighted_mean", NULL};
+
+/* parameter_server: ps servers and workers (each process one rank), the
+ * mode, and in async mode how far a worker may run ahead. */
+static void parse_parameter_server(checker *c, scope *s, api_job_spec *spec) {
+  char quoted[64];
+  get_int(s, "ps", REQUIRED, 1, API_MAX_REPLICAS, &spec->ps_servers);
+  get_int(s, "workers", REQUIRED, 1, API_MAX_REPLICAS, &spec->workers);
+  if (spec->ps_servers + spec->workers > API_MAX_REPLICAS)
+    problem(c, "strategy.ps", "workers + ps must be at most %d, got %d + %d", API_MAX_REPLICAS,
+            spec->workers, spec->ps_servers);
+  const char *mode = get_string(s, "mode", OPTIONAL);
+  if (mode && strcmp(mode, "sync") != 0 && strcmp(mode, "async") != 0)
+    problem(c, "strategy.mode", "must be sync or async, got '%s'",
+            clip(mode, quoted, sizeof quoted));
+  spec->ps_async = mode && strcmp(mode, "async") == 0;
+  if (json_object_get(s->obj, "max_staleness")) {
+    if (!spec->ps_async)
+      problem(c, "strategy.max_staleness",
+              "applies to mode async only (sync waits for every worker each step)");
+    else
+      get_int(s, "max_staleness", OPTIONAL, 0, 1000000, &spec->max_staleness);
+  }
+}
 
 /* strategy: the type, and the options that type takes; an option of
  * another type is refused by name rather than ignored. */
 static void parse_strategy(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "strategy"};
   static const char *const fields[] = {
-      "type", "replicas", "workers", "replicas_per_worker", "aggregation", "bucket_cap_mb", NULL};
+      "type",          "replicas", "workers", "replicas_per_worker", "aggregation",
+      "bucket_cap_mb", "ps",       "mode",    "max_staleness",       NULL};
+  enum { MIRRORED = 1u << API_STRATEGY_MIRRORED, MULTI = 1u << API_STRATEGY_MULTI_WORKER };
+  enum { PS = 1u << API_STRATEGY_PARAMETER_SERVER };
   /* which types take each field after "type": bit (1 << api_strategy) */
-  static const unsigned takes[] = {1u << API_STRATEGY_MIRRORED, 1u << API_STRATEGY_MULTI_WORKER,
-                                   1u << API_STRATEGY_MULTI_WORKER,
-                                   1u << API_STRATEGY_MIRRORED | 1u << API_STRATEGY_MULTI_WORKER,
-                                   1u << API_STRATEGY_MULTI_WORKER};
+  static const unsigned takes[] = {MIRRORED, MULTI | PS, MULTI, MIRRORED | MULTI | PS,
+                                   MULTI,    PS,         PS,    PS};
   refuse_unknown(&s, fields);
   char quoted[64];
   const char *type = get_string(&s, "type", REQUIRED);
   if (!type) return;
-  if (strcmp(type, "parameter_server") == 0) {
-    problem(c, "strategy.type",
-            "parameter_server is not available yet; use multi_worker (all-reduce over MPI) "
-            "or mirrored");
-    return;
-  }
   int t = pick(type, strategy_names);
   if (t < 0) {
     problem(c, "strategy.type",
-            "unsupported strategy '%s'; supported: single, mirrored, multi_worker",
+            "unsupported strategy '%s'; supported: single, mirrored, multi_worker, "
+            "parameter_server",
             clip(type, quoted, sizeof quoted));
     return;
   }
@@ -1445,6 +1465,7 @@ static void parse_strategy(checker *c, json_t *obj, api_job_spec *spec) {
         !(spec->bucket_cap_mb > 0 && spec->bucket_cap_mb <= 1024))
       problem(c, "strategy.bucket_cap_mb", "must be > 0 and <= 1024, got %g", spec->bucket_cap_mb);
   }
+  if (t == API_STRATEGY_PARAMETER_SERVER) parse_parameter_server(c, &s, spec);
   const char *aggregation =
       t == API_STRATEGY_SINGLE ? NULL : get_string(&s, "aggregation", OPTIONAL);
   int a = aggregation ? pick(aggregation, aggregation_names) : 0;
@@ -1521,14 +1542,24 @@ static void parse_profile(checker *c, json_t *obj, api_job_spec *spec) {
  * replicas x workers unless the spec asks for more. Loss scaling keeps
  * its scale on one graph, so mixed_float16 trains one replica for now. */
 static void check_strategy_resources(checker *c, json_t *resources, api_job_spec *spec) {
-  const int needed = spec->replicas * spec->workers;
+  const int needed = spec->replicas * spec->workers + spec->ps_servers;
   if (!resources || !json_object_get(resources, "devices"))
     spec->devices = needed;
+  else if (spec->devices < needed && spec->strategy == API_STRATEGY_PARAMETER_SERVER)
+    problem(c, "resources.devices",
+            "must be at least workers + ps = %d for this strategy (a core per process), got %d",
+            needed, spec->devices);
   else if (spec->devices < needed)
     problem(c, "resources.devices",
             "must be at least replicas x workers = %d for this strategy (a core per replica), "
             "got %d",
             needed, spec->devices);
+  /* In sync mode each server holds a shard of the step's gradient only. */
+  if (spec->strategy == API_STRATEGY_PARAMETER_SERVER && !spec->ps_async &&
+      spec->global_clipnorm > 0)
+    problem(c, "optimizer.global_clipnorm",
+            "needs the whole gradient, which no process of a parameter_server sync job holds; "
+            "use mode async (each worker clips its own), or multi_worker");
   if (strcmp(spec->precision, "mixed_float16") == 0)
     problem(c, "precision",
             "mixed_float16 (dynamic loss scaling) runs with strategy 'single' only for now; "
@@ -1685,6 +1716,7 @@ static void set_defaults(api_job_spec *spec) {
   spec->replicas = 1;
   spec->workers = 1;
   spec->bucket_cap_mb = 25;
+  spec->max_staleness = -1;
 }
 
 /* A spec that is sound on its own must also fit its data: examples of the
@@ -1854,7 +1886,7 @@ static void put_schedule(builder *b, json_t *optimizer, const api_schedule *sc) 
 /* strategy: the type and that type's options, defaults included. */
 static json_t *strategy_json(builder *b, const api_job_spec *spec) {
   json_t *strategy = json_object();
-  if ((int)spec->strategy < 0 || spec->strategy > API_STRATEGY_MULTI_WORKER ||
+  if ((int)spec->strategy < 0 || spec->strategy > API_STRATEGY_PARAMETER_SERVER ||
       (int)spec->aggregation < 0 || spec->aggregation > API_AGGREGATE_WEIGHTED_MEAN) {
     b->failed = 1;
     return strategy;
@@ -1866,6 +1898,13 @@ static json_t *strategy_json(builder *b, const api_job_spec *spec) {
     put(b, strategy, "workers", json_integer(spec->workers));
     put(b, strategy, "replicas_per_worker", json_integer(spec->replicas));
     put(b, strategy, "bucket_cap_mb", json_real(spec->bucket_cap_mb));
+  }
+  if (spec->strategy == API_STRATEGY_PARAMETER_SERVER) {
+    put(b, strategy, "ps", json_integer(spec->ps_servers));
+    put(b, strategy, "workers", json_integer(spec->workers));
+    put(b, strategy, "mode", json_string(spec->ps_async ? "async" : "sync"));
+    if (spec->ps_async && spec->max_staleness >= 0)
+      put(b, strategy, "max_staleness", json_integer(spec->max_staleness));
   }
   if (spec->strategy != API_STRATEGY_SINGLE)
     put(b, strategy, "aggregation", json_string(aggregation_names[spec->aggregation]));

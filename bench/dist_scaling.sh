@@ -11,7 +11,9 @@
 # interleaved runs, in examples/s after 5 warm-up steps (as bench/torch_ddp.py times
 # PyTorch), read from the times kiln-train's progress lines arrive; the
 # whole run's figure (setup and final checkpoint included) is shown beside
-# it. Never part of CI's pass/fail.
+# it. parameter_server sync and async with W=2 workers run against W=1,
+# each with one server process (unbound: it mostly waits). Never part of
+# CI's pass/fail.
 # Usage: bench/dist_scaling.sh [BUILD_DIR] [EXAMPLES] [BATCH] [REPS (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,10 +86,15 @@ better() { if [ "${1%% *}" -gt "${2%% *}" ]; then echo "$1"; else echo "$2"; fi;
 
 mpi=(mpirun --oversubscribe --bind-to core)
 [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+# One more process than cores at W=2: no binding, the server sleeps between messages.
+mpi_ps=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi_ps+=(--allow-run-as-root)
+ps_json() { echo "{\"type\": \"parameter_server\", \"ps\": 1, \"workers\": $1, \"mode\": \"$2\"}"; }
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # Interleaved, so a busy moment of a shared machine hits every run alike;
 # each run's best is kept.
 m1b="0 0 0" m2b="0 0 0" w1b="0 0 0" w2b="0 0 0" o2b="0 0 0"
+s1b="0 0 0" s2b="0 0 0" a1b="0 0 0" a2b="0 0 0"
 for rep in $(seq "$reps"); do
   m1b=$(better "$m1b" "$(kiln m1 "$batch" '{"type": "single"}')")
   m2b=$(better "$m2b" "$(kiln m2 $((2 * batch)) '{"type": "mirrored", "replicas": 2}')")
@@ -97,6 +104,10 @@ for rep in $(seq "$reps"); do
     "${mpi[@]}" -np 2)")
   o2b=$(better "$o2b" "$(kiln o2 $((2 * batch)) \
     '{"type": "multi_worker", "workers": 2, "bucket_cap_mb": 0.5}' "${mpi[@]}" -np 2)")
+  s1b=$(better "$s1b" "$(kiln s1 "$batch" "$(ps_json 1 sync)" "${mpi_ps[@]}" -np 2)")
+  s2b=$(better "$s2b" "$(kiln s2 $((2 * batch)) "$(ps_json 2 sync)" "${mpi_ps[@]}" -np 3)")
+  a1b=$(better "$a1b" "$(kiln a1 "$batch" "$(ps_json 1 async)" "${mpi_ps[@]}" -np 2)")
+  a2b=$(better "$a2b" "$(kiln a2 $((2 * batch)) "$(ps_json 2 async)" "${mpi_ps[@]}" -np 3)")
   echo "run $rep of $reps done; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 read -r m1 m1w _ <<< "$m1b"
@@ -104,6 +115,10 @@ read -r m2 m2w c2 <<< "$m2b"
 read -r w1 w1w _ <<< "$w1b"
 read -r w2 w2w d2 <<< "$w2b"
 read -r o2 o2w e2 <<< "$o2b"
+read -r s1 s1w _ <<< "$s1b"
+read -r s2 s2w f2 <<< "$s2b"
+read -r a1 a1w _ <<< "$a1b"
+read -r a2 a2w g2 <<< "$a2b"
 
 eff() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", (b > 0 ? 100 * a / (2 * b) : 0) }'; }
 row() { # NAME AT1 AT2 WHOLE1 WHOLE2 COMM
@@ -117,6 +132,8 @@ printf "| %-32s | %7s | %7s | %10s | %7s | %7s | %10s | %9s |\n" run "1" "2" eff
 row "mirrored (threads)" "$m1" "$m2" "$m1w" "$m2w" "$c2%"
 row "multi_worker, one bucket" "$w1" "$w2" "$w1w" "$w2w" "$d2%"
 row "multi_worker, 0.5 MiB buckets" "$w1" "$o2" "$w1w" "$o2w" "$e2%"
+row "parameter_server sync" "$s1" "$s2" "$s1w" "$s2w" "$f2%"
+row "parameter_server async" "$a1" "$a2" "$a1w" "$a2w" "$g2%"
 
 if ! /usr/bin/python3 -c "import torch" 2> /dev/null; then
   echo "SKIPPED: PyTorch DDP (python3-torch is not installed)"

@@ -705,6 +705,19 @@ typedef struct kn_distribution {
    * before the run fails with KN_EIO (one died or hangs); 0 = 300 s. The
    * first, while processes load their data, waits at least 600 s. */
   double timeout_s;
+  /* parameter_server: ps_servers more processes (ranks world_size ..
+   * world_size + ps_servers - 1, after the world_size workers) hold the
+   * parameters in shards with their optimizer state and apply the updates;
+   * workers push their share of each step's gradient and pull the new
+   * parameters. 0 = none: the workers all-reduce. A server's kn_train
+   * serves until every worker is done. */
+  int ps_servers;
+  /* 0 (sync): a server updates once every worker has pushed the step, so
+   * W workers at batch b train as one at batch W x b. 1 (async): each
+   * push is applied as it comes, as one worker's step; a worker more than
+   * ps_max_staleness steps ahead of the slowest waits (< 0: no bound). */
+  int ps_async;
+  int ps_max_staleness;
 } kn_distribution;
 
 /* Whether this build can all-reduce across processes (built with MPI). */

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dist/dist.h"
+#include "dist/ps.h"
 #include "graph_internal.h"
 #include "train_state.h"
 
@@ -310,6 +311,7 @@ typedef struct run {
   int profile_written;
   double step_start;
   kn_dist *dist;     /* replicas and processes; NULL for one replica */
+  kn_ps *ps;         /* parameter_server: the servers apply the updates; else NULL */
   int stop_anywhere; /* with dist: a stop was requested on some process */
   char *err;
   size_t errlen;
@@ -434,6 +436,9 @@ static int save_checkpoint(run *r, int mid_epoch) {
     r->last_checkpoint = r->step;
     return KN_OK;
   }
+  /* The servers hold the parameters and the optimizer state. */
+  if (r->ps && (rc = kn_ps_gather(r->ps, kn_params(r->m->graph), r->opt, r->err, r->errlen)) != 0)
+    return rc;
   if (mid_epoch) {
     st.epoch = epoch_t;
     st.interval = interval_t;
@@ -548,8 +553,9 @@ static void accumulate(run *r, int rows) {
   r->window_batches++;
 }
 
-/* One optimizer step from the window's gradients. */
-static void update(run *r) {
+/* One optimizer step from the window's gradients: here, or on the
+ * parameter servers. */
+static int update(run *r) {
   kn_graph *g = r->m->graph;
   float *grads = kn_grads(g);
   const size_t n = kn_param_count(g);
@@ -567,10 +573,21 @@ static void update(run *r) {
   }
   if (apply && r->cfg->clip_global_norm > 0) clip_global_norm(grads, n, r->cfg->clip_global_norm);
   kn_optimizer_set_learning_rate(r->opt, current_lr(r));
-  if (apply) kn_optimizer_step(r->opt, kn_params(g), grads);
+  int rc = KN_OK;
+  if (apply && r->ps) {
+    int stop = 0;
+    const int flags = (r->window_rows > 0 ? KN_PS_EXAMPLES : 0) |
+                      (r->cfg->stop_request && *r->cfg->stop_request ? KN_PS_STOP_REQUEST : 0);
+    rc = kn_ps_step(r->ps, kn_params(g), grads, kn_optimizer_learning_rate(r->opt), r->step + 1,
+                    flags, &stop, r->err, r->errlen);
+    if (r->cfg->dist.ps_async) r->stop_anywhere = stop; /* agreed through the servers */
+  } else if (apply) {
+    kn_optimizer_step(r->opt, kn_params(g), grads);
+  }
   r->step++;
   r->window_rows = 0;
   r->window_batches = 0;
+  return rc;
 }
 
 static void notice(run *r, int epoch, const char *code, const char *message) {
@@ -656,7 +673,8 @@ static void free_run(run *r) {
   kn_optimizer_free(r->opt);
   free(r->acc);
   if (r->dist && r->cfg->dist.comm_seconds)
-    *r->cfg->dist.comm_seconds = kn_dist_comm_seconds(r->dist);
+    *r->cfg->dist.comm_seconds = kn_dist_comm_seconds(r->dist) + kn_ps_comm_seconds(r->ps);
+  kn_ps_free(r->ps);
   kn_dist_free(r->dist);
 }
 
@@ -703,13 +721,17 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   kn_loss_scaler_init(&r.scaler, cfg->initial_loss_scale, cfg->loss_scale_growth_interval);
   rc = resolve_metrics(m, cfg->metrics, &r.metrics, err, errlen);
   if (!rc) rc = check_loop_options(cfg, r.metrics, val != NULL, err, errlen);
-  const int replicated = cfg->dist.n_replicas > 1 || cfg->dist.world_size > 1;
+  const int replicated =
+      cfg->dist.n_replicas > 1 || cfg->dist.world_size > 1 || cfg->dist.ps_servers > 0;
   if (!rc && replicated && r.scaling) {
     snprintf(err, errlen,
              "train: mixed_float16's loss scaling trains one replica for now; use "
              "mixed_bfloat16 with replicas");
     rc = KN_EINVAL;
   }
+  if (!rc && cfg->dist.ps_servers > 0) rc = kn_ps_check(cfg, kn_param_count(m->graph), err, errlen);
+  if (!rc && kn_ps_is_server(&cfg->dist)) /* a parameter server trains nothing itself */
+    return kn_ps_serve(cfg, kn_param_count(m->graph), err, errlen);
   if (!rc && replicated) rc = kn_dist_new(m, batch, &cfg->dist, &r.dist, err, errlen);
   if (rc) return rc;
   kn_pipeline_config pc;
@@ -805,6 +827,12 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
                  ? saved.step
                  : resume->epoch * steps_per_epoch + (first_batch + r.accum - 1) / r.accum;
   }
+  if (cfg->dist.ps_servers > 0 &&
+      (rc = kn_ps_new(cfg, kn_params(m->graph), kn_param_count(m->graph), r.opt, r.step, &r.ps, err,
+                      errlen)) != 0) {
+    free_run(&r);
+    return rc;
+  }
   r.t0 = now_seconds();
   const int log_every = cfg->log_every_steps > 0 ? cfg->log_every_steps : 50;
   const int every = cfg->checkpoint_dir ? cfg->checkpoint_every_steps : 0;
@@ -862,12 +890,15 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       kn_profile_phase(r.profile, "metrics", t, kn_profile_now());
       const int last_batch = s + 1 == batches;
       t = kn_profile_now();
-      if (r.acc) accumulate(&r, rows);
+      if (r.acc)
+        accumulate(&r, rows);
+      else
+        r.window_rows = rows; /* the step's examples, for a parameter server */
       if (r.acc && r.window_batches < r.accum && !last_batch) {
         kn_profile_phase(r.profile, "optimizer", t, kn_profile_now());
         continue;
       }
-      update(&r);
+      if ((rc = update(&r)) != 0) break;
       if (r.dist && (rc = kn_dist_sync(r.dist, err, errlen)) != 0) break;
       if (kn_profile_recording(r.profile)) {
         const double end = kn_profile_now();

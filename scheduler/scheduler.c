@@ -168,7 +168,8 @@ typedef struct job_limits {
   int max_restarts, max_runtime_s;
   store_retention retention;
   char monitor[48];
-  int workers; /* multi_worker: processes under mpirun; 0 = kiln-train alone */
+  int workers;    /* multi_worker, parameter_server: processes under mpirun; 0 = kiln-train alone */
+  int ps_servers; /* parameter_server: how many of those processes are servers */
 } job_limits;
 
 typedef struct run {
@@ -468,6 +469,10 @@ static job_limits limits_of(const store_job *job) {
     snprintf(l.monitor, sizeof l.monitor, "%s", spec->checkpoint_monitor);
     l.retention.higher_is_better = spec->checkpoint_mode_max;
     if (spec->strategy == API_STRATEGY_MULTI_WORKER) l.workers = spec->workers;
+    if (spec->strategy == API_STRATEGY_PARAMETER_SERVER) { /* workers first, then the servers */
+      l.workers = spec->workers + spec->ps_servers;
+      l.ps_servers = spec->ps_servers;
+    }
   }
   l.retention.monitor = l.monitor;
   free(spec);
@@ -564,8 +569,9 @@ static void pin_to_slots(sched *s, const slot_run *slot) {
 }
 
 /* The command that runs the job: kiln-train with the progress pipe on fd
- * 3, or for multi_worker mpirun -np workers with a generated hostfile
- * (this machine, one slot per worker) and rank 0's progress lines on
+ * 3, or for multi_worker mpirun -np workers (parameter_server: -np
+ * workers + ps) with a generated hostfile (this machine, one slot per
+ * process) and rank 0's progress lines on
  * standard output, since mpirun hands its ranks no other descriptors. */
 typedef struct launch {
   char *argv[32];
@@ -696,10 +702,15 @@ static void run_job(sched *s, slot_run *slot) {
     finish(s, job, "FAILED", "TRAINER_NOT_STARTED", msg);
     return;
   }
-  char where[SCHED_MAX_DEVICES * 4 + 64], workers[64] = "";
+  char where[SCHED_MAX_DEVICES * 4 + 64], workers[96] = "";
   slot_list(slot, where, sizeof where);
   const sched_pool *pool = &s->pools[slot->pool];
-  if (how.under_mpi) snprintf(workers, sizeof workers, " as %s kiln-train workers", how.np);
+  if (how.under_mpi && limits.ps_servers > 0)
+    snprintf(workers, sizeof workers,
+             " as %s kiln-train processes (workers %d, parameter servers %d)", how.np,
+             limits.workers - limits.ps_servers, limits.ps_servers);
+  else if (how.under_mpi)
+    snprintf(workers, sizeof workers, " as %s kiln-train workers", how.np);
   const char *what = how.under_mpi ? "mpirun" : "kiln-train";
   if (resuming)
     snprintf(msg, sizeof msg,

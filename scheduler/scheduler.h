@@ -25,7 +25,8 @@ typedef struct sched_config {
   const char *jobs_dir;     /* one folder per job: spec, log, checkpoints */
   const char *trainer_path; /* the kiln-train binary */
   const char *datasets_dir; /* passed to kiln-train */
-  /* A multi_worker job's kiln-train runs under mpirun -np workers, rank 0's
+  /* A multi_worker job's kiln-train runs under mpirun -np workers (a
+   * parameter_server job's under -np workers + ps), rank 0's
    * progress lines on mpirun's standard output; NULL = "mpirun" on PATH. */
   const char *mpirun_path;
   int flush_interval_ms; /* metric lines are written at most this late (default 250) */

@@ -71,7 +71,8 @@ static void usage(FILE *to) {
           "  -h, --help             this help\n\n"
           "  kilnd token create --tenant NAME [--role user|admin] [--data-dir DIR]\n"
           "                         make a bearer token for a tenant and print it (once)\n\n"
-          "multi_worker jobs run under mpirun ($KILN_MPIRUN, or mpirun on PATH).\n"
+          "multi_worker and parameter_server jobs run under mpirun ($KILN_MPIRUN, or mpirun\n"
+          "on PATH).\n"
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
           "admin token and stores it in DATA_DIR/admin.token (mode 0600).\n",
           DEFAULT_MAX_BODY);

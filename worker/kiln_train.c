@@ -329,17 +329,18 @@ static void usage(FILE *to) {
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
               "  --threads N           compute threads (default: the spec's resources.devices)\n"
-              "  --collective-timeout S  multi_worker: fail when the other workers keep an\n"
-              "                        all-reduce waiting S seconds (one died or hangs;\n"
-              "                        default 300)\n"
+              "  --collective-timeout S  multi_worker, parameter_server: fail when the other\n"
+              "                        processes keep an all-reduce, a push or a pull waiting\n"
+              "                        S seconds (one died or hangs; default 300)\n"
               "  -h, --help            this help\n\n"
               "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
               "5 numeric error (loss became NaN or infinite), 6 stopped by SIGTERM (a\n"
               "checkpoint of the last finished step was written first)\n");
 }
 
-/* multi_worker: joins mpirun's processes; the spec's workers must be
- * their number. Non-zero rank processes train in silence. */
+/* multi_worker, parameter_server: joins mpirun's processes; the spec's
+ * workers (and ps servers) must be their number. Non-zero rank processes
+ * train (or serve) in silence. */
 static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, char *err,
                          size_t errlen) {
 #ifdef KILN_HAVE_MPI
@@ -352,7 +353,15 @@ static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, cha
   mpi_started = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
-  if (mpi_world != spec->workers) {
+  if (spec->strategy == API_STRATEGY_PARAMETER_SERVER &&
+      mpi_world != spec->workers + spec->ps_servers) {
+    snprintf(err, errlen,
+             "strategy.workers + strategy.ps is %d + %d, but %d processes run this job; start it "
+             "as mpirun -np %d kiln-train ... (workers first, then the servers)",
+             spec->workers, spec->ps_servers, mpi_world, spec->workers + spec->ps_servers);
+    return -1;
+  }
+  if (spec->strategy == API_STRATEGY_MULTI_WORKER && mpi_world != spec->workers) {
     snprintf(err, errlen,
              "strategy.workers is %d, but %d processes run this job; start it as mpirun -np %d "
              "kiln-train ...",
@@ -365,12 +374,12 @@ static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, cha
   }
   return 0;
 #else
-  (void)spec;
   (void)rep;
   *rank = 0;
   snprintf(err, errlen,
-           "strategy multi_worker needs MPI, and this kiln-train was built without it "
-           "(configure with KILN_MPI=ON)");
+           "strategy %s needs MPI, and this kiln-train was built without it "
+           "(configure with KILN_MPI=ON)",
+           spec->strategy == API_STRATEGY_PARAMETER_SERVER ? "parameter_server" : "multi_worker");
   return -1;
 #endif
 }
@@ -470,11 +479,13 @@ static int train_main(int argc, char **argv) {
     return fail(&rep, EXIT_SPEC, "SPEC_INVALID", msg);
   }
   int rank = 0;
-  if (spec.strategy == API_STRATEGY_MULTI_WORKER &&
+  const int ps = spec.strategy == API_STRATEGY_PARAMETER_SERVER;
+  if ((spec.strategy == API_STRATEGY_MULTI_WORKER || ps) &&
       start_workers(&spec, &rep, &rank, err, sizeof err))
     return fail(&rep, EXIT_SPEC, "SPEC_INVALID", err);
-  /* Replicas in threads take a core each: GEMMs on the caller's thread. */
-  const int compute_threads = spec.replicas > 1 ? 1 : threads ? threads : spec.devices;
+  /* Replicas in threads, and parameter_server processes, take a core
+   * each: GEMMs on the caller's thread. */
+  const int compute_threads = spec.replicas > 1 ? 1 : threads ? threads : ps ? 1 : spec.devices;
   openblas_set_num_threads(compute_threads);
 
   if (!uploads_dir || !*uploads_dir) uploads_dir = "datasets";
@@ -606,11 +617,14 @@ static int train_main(int argc, char **argv) {
                                                     KN_AGGREGATE_WEIGHTED_MEAN};
   tc.dist = (kn_distribution){.n_replicas = spec.replicas,
                               .replicas = others,
-                              .world_size = mpi_world,
+                              .world_size = spec.workers,
                               .rank = rank,
                               .aggregation = aggregations[spec.aggregation],
                               .bucket_bytes = (size_t)(spec.bucket_cap_mb * 1048576.0),
-                              .timeout_s = collective_timeout};
+                              .timeout_s = collective_timeout,
+                              .ps_servers = spec.ps_servers,
+                              .ps_async = spec.ps_async,
+                              .ps_max_staleness = spec.max_staleness};
   /* A profile lands beside the checkpoints, where kilnd serves it from. */
   char profile_path[4200], profile_table[4200];
   snprintf(profile_path, sizeof profile_path, "%s/profile.json", ckpt_dir);
@@ -651,15 +665,26 @@ static int train_main(int argc, char **argv) {
            spec.display_name, spec.dataset, (long long)n_train, spec.epochs,
            (long long)rep.steps_per_epoch);
   report_status(&rep, "training", msg);
-  if (global_batch > spec.batch_size) {
-    snprintf(msg, sizeof msg,
-             "strategy %s: %d worker(s) x %d replica(s) x batch %d = global batch %lld, "
-             "gradients aggregated by %s",
-             spec.strategy == API_STRATEGY_MIRRORED ? "mirrored" : "multi_worker", spec.workers,
-             spec.replicas, spec.batch_size, (long long)global_batch,
-             spec.aggregation == API_AGGREGATE_SUM    ? "sum"
-             : spec.aggregation == API_AGGREGATE_MEAN ? "mean"
-                                                      : "weighted_mean");
+  if (global_batch > spec.batch_size || ps) {
+    static const char *const names[] = {[API_STRATEGY_SINGLE] = "single",
+                                        [API_STRATEGY_MIRRORED] = "mirrored",
+                                        [API_STRATEGY_MULTI_WORKER] = "multi_worker",
+                                        [API_STRATEGY_PARAMETER_SERVER] = "parameter_server"};
+    int used = snprintf(msg, sizeof msg,
+                        "strategy %s: %d worker(s) x %d replica(s) x batch %d = global batch %lld, "
+                        "gradients aggregated by %s",
+                        names[spec.strategy], spec.workers, spec.replicas, spec.batch_size,
+                        (long long)global_batch,
+                        spec.aggregation == API_AGGREGATE_SUM    ? "sum"
+                        : spec.aggregation == API_AGGREGATE_MEAN ? "mean"
+                                                                 : "weighted_mean");
+    if (ps && used > 0 && used < (int)sizeof msg) {
+      char bound[48] = "";
+      if (spec.ps_async && spec.max_staleness >= 0)
+        snprintf(bound, sizeof bound, ", at most %d steps ahead", spec.max_staleness);
+      snprintf(msg + used, sizeof msg - (size_t)used, "; %d parameter server(s), %s%s",
+               spec.ps_servers, spec.ps_async ? "async" : "sync", bound);
+    }
     report_status(&rep, "strategy", msg);
   }
   if (resume) {

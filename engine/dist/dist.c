@@ -24,6 +24,7 @@
 #endif
 
 #include "dist/dist.h"
+#include "dist/ps.h"
 #include "graph_internal.h"
 
 #define START_TIMEOUT_S 600.0 /* the first collective: every process has loaded its data */
@@ -71,8 +72,12 @@ struct kn_dist {
   char overlap_err[1024];
   double comm_seconds; /* in kn_dist_reduce and the overlap hook */
   double timeout_s;    /* the longest a collective may wait for the other processes */
+  /* parameter_server: the servers sum the workers' shares (no all-reduce);
+   * async: a worker's step waits for no other worker */
+  int ps, ps_async;
 #ifdef KILN_HAVE_MPI
   MPI_Request *requests; /* (n_buckets) the all-reduces in flight */
+  MPI_Comm comm;         /* the workers: MPI_COMM_WORLD, or without the parameter servers */
 #endif
 };
 
@@ -317,7 +322,7 @@ static int start_bucket(kn_dist *d, int b, char *err, size_t errlen) {
   const size_t len = d->bucket_len[b];
   if (d->send_weight != 1.0f)
     for (size_t j = 0; j < len; j++) grads[j] *= d->send_weight;
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads, (int)len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads, (int)len, MPI_FLOAT, MPI_SUM, d->comm,
                            &d->requests[b]));
   return KN_OK;
 }
@@ -407,12 +412,17 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   d->models[0] = primary;
   for (int i = 1; i < n_local; i++) d->models[i] = cfg->replicas[i - 1];
   d->n_params = kn_param_count(primary->graph);
+  d->ps = cfg->ps_servers > 0;
+  d->ps_async = d->ps && cfg->ps_async;
+#ifdef KILN_HAVE_MPI
+  d->comm = MPI_COMM_WORLD;
+#endif
   int rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)25 << 20, err, errlen);
   if (!rc) rc = order_buckets(d, err, errlen);
 #ifdef KILN_HAVE_MPI
   /* Overlap only with one replica here: with several, their gradients are
    * summed in shared memory after all backward runs are done. */
-  if (!rc && world > 1 && n_local == 1) {
+  if (!rc && world > 1 && n_local == 1 && !d->ps) {
     d->overlap = 1;
     primary->graph->node_done = node_done;
     primary->graph->node_done_ctx = d;
@@ -438,12 +448,13 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
     }
   }
 #ifdef KILN_HAVE_MPI
+  if (!rc && world > 1 && d->ps) rc = kn_ps_workers_comm(world, &d->comm, err, errlen);
   if (!rc && world > 1) { /* rank 0's initial weights everywhere, as DDP starts */
     float *params = kn_params(primary->graph);
     for (size_t off = 0; off < d->n_params && !rc; off += (size_t)1 << 30) {
       size_t len = d->n_params - off < ((size_t)1 << 30) ? d->n_params - off : (size_t)1 << 30;
       MPI_Request req;
-      if (MPI_Ibcast(params + off, (int)len, MPI_FLOAT, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS) {
+      if (MPI_Ibcast(params + off, (int)len, MPI_FLOAT, 0, d->comm, &req) != MPI_SUCCESS) {
         snprintf(err, errlen, "dist: broadcasting the initial parameters failed");
         rc = KN_EIO;
       } else {
@@ -483,6 +494,7 @@ void kn_dist_free(kn_dist *d) {
   free(d->bucket_ready);
 #ifdef KILN_HAVE_MPI
   free(d->requests);
+  if (d->comm != MPI_COMM_WORLD && d->comm != MPI_COMM_NULL) MPI_Comm_free(&d->comm);
 #endif
   free(d);
 }
@@ -533,7 +545,7 @@ int kn_dist_sum(kn_dist *d, double *values, int n, char *err, size_t errlen) {
   if (d->world == 1) return KN_OK;
 #ifdef KILN_HAVE_MPI
   MPI_Request req;
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req));
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, d->comm, &req));
   return wait_collective(d->timeout_s, &req, "summing counts", err, errlen);
 #else
   (void)values;
@@ -580,7 +592,8 @@ static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t e
 #ifdef KILN_HAVE_MPI
   if (d->overlap && (rc = start_rest(d, err, errlen)) != KN_OK) return rc;
 #endif
-  rc = kn_dist_sum(d, counts, KN_DIST_SUMS + 1, err, errlen);
+  /* An async parameter-server worker's step is its own: no collective. */
+  rc = d->ps_async ? KN_OK : kn_dist_sum(d, counts, KN_DIST_SUMS + 1, err, errlen);
   if (rc) return rc;
   memcpy(sums, counts, KN_DIST_SUMS * sizeof(double));
   const double total_rows = counts[0], active = counts[KN_DIST_SUMS];
@@ -593,15 +606,15 @@ static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t e
     scale = (float)(1.0 / active);
   for (int i = 0; i < d->n_local; i++) {
     float w = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[i] : rows[i] > 0;
-    d->weight[i] = d->world == 1 ? w * scale : w;
+    d->weight[i] = d->world == 1 || d->ps ? w * scale : w;
   }
   if (!d->overlap && (d->n_local > 1 || d->weight[0] != 1.0f)) run_job(d, JOB_REDUCE);
-  if (d->world == 1) return KN_OK;
+  if (d->world == 1 || d->ps) return KN_OK; /* the parameter servers sum the workers' shares */
 #ifdef KILN_HAVE_MPI
   float *grads = kn_grads(d->models[0]->graph);
   for (int b = 0; !d->overlap && b < d->n_buckets; b++) /* every bucket in flight at once */
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + d->bucket_start[b], (int)d->bucket_len[b],
-                             MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &d->requests[b]));
+                             MPI_FLOAT, MPI_SUM, d->comm, &d->requests[b]));
   for (int b = d->overlap ? d->tested : 0; b < d->n_buckets; b++) {
     rc = wait_collective(d->timeout_s, &d->requests[b], "the gradient all-reduce", err, errlen);
     if (rc) return rc;
@@ -616,9 +629,9 @@ int kn_dist_sync(kn_dist *d, char *err, size_t errlen) {
   kn_graph *g = d->models[0]->graph;
   float *state = kn_state_data(g);
 #ifdef KILN_HAVE_MPI
-  if (d->world > 1 && g->n_state_floats > 0) {
+  if (d->world > 1 && g->n_state_floats > 0 && !d->ps_async) { /* async: each keeps its own */
     MPI_Request req;
-    MPI_CHECK(MPI_Ibcast(state, (int)g->n_state_floats, MPI_FLOAT, 0, MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Ibcast(state, (int)g->n_state_floats, MPI_FLOAT, 0, d->comm, &req));
     int rc = wait_collective(d->timeout_s, &req, "broadcasting the model's state", err, errlen);
     if (rc) return rc;
   }

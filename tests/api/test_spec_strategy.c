@@ -1,4 +1,4 @@
-/* The spec's strategy: single, mirrored and multi_worker with their
+/* The spec's strategy: single, mirrored, multi_worker and parameter_server with their
  * options and defaults, each wrong option refused by its field path, and
  * the canonical form reading back to the same struct. */
 #include <setjmp.h>
@@ -13,13 +13,16 @@
 #include "api.h"
 
 /* A small valid spec whose strategy member is the given JSON text (NULL:
- * no strategy member). Returns api_spec_parse's result. */
+ * no strategy member; an optimizer riding in it replaces plain sgd).
+ * Returns api_spec_parse's result. */
 static int parse_strategy_text(const char *strategy, api_job_spec *spec, api_error *err) {
   char text[2048];
+  const int own_optimizer = strategy && strstr(strategy, "\"optimizer\"");
   snprintf(text, sizeof text,
            "{\"model\":{\"input_shape\":[784],\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
-           "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"fashion-mnist\"},"
-           "\"optimizer\":{\"type\":\"sgd\"}%s%s}",
+           "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"fashion-mnist\"}"
+           "%s%s%s}",
+           own_optimizer ? "" : ",\"optimizer\":{\"type\":\"sgd\"}",
            strategy ? ",\"strategy\":" : "", strategy ? strategy : "");
   memset(err, 0, sizeof *err);
   return api_spec_parse(text, strlen(text), spec, err);
@@ -107,8 +110,8 @@ static void multi_worker_fills_its_defaults(void **state) {
 static void wrong_options_are_refused_by_field(void **state) {
   (void)state;
   refused("{\"type\":\"ring\"}", "strategy.type",
-          "unsupported strategy 'ring'; supported: single, mirrored, multi_worker");
-  refused("{\"type\":\"parameter_server\"}", "strategy.type", "not available yet");
+          "unsupported strategy 'ring'; supported: single, mirrored, multi_worker, "
+          "parameter_server");
   refused("{\"type\":\"mirrored\",\"replicas\":0}", "strategy.replicas",
           "must be between 1 and 64, got 0");
   refused("{\"type\":\"mirrored\",\"replicas\":65}", "strategy.replicas", "got 65");
@@ -132,6 +135,75 @@ static void wrong_options_are_refused_by_field(void **state) {
   refused("{\"type\":\"multi_worker\",\"workers\":2,\"aggregation\":\"median\"}",
           "strategy.aggregation", "supported: mean, sum, weighted_mean");
   refused("\"mirrored\"", "strategy", "must be an object");
+}
+
+static void parameter_server_reads_servers_workers_and_mode(void **state) {
+  (void)state;
+  api_job_spec spec;
+  char *text;
+  accepted("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2}", &spec, &text);
+  assert_int_equal(spec.strategy, API_STRATEGY_PARAMETER_SERVER);
+  assert_int_equal(spec.ps_servers, 1);
+  assert_int_equal(spec.workers, 2);
+  assert_int_equal(spec.replicas, 1);
+  assert_int_equal(spec.ps_async, 0);
+  assert_int_equal(spec.max_staleness, -1);
+  assert_int_equal(spec.devices, 3); /* a core per process */
+  assert_non_null(strstr(text, "\"strategy\":{\"type\":\"parameter_server\",\"ps\":1,"
+                               "\"workers\":2,\"mode\":\"sync\",\"aggregation\":\"mean\"}"));
+  free(text);
+  accepted("{\"type\":\"parameter_server\",\"ps\":2,\"workers\":3,\"mode\":\"async\","
+           "\"max_staleness\":0,\"aggregation\":\"weighted_mean\"}",
+           &spec, &text);
+  assert_int_equal(spec.ps_servers, 2);
+  assert_int_equal(spec.workers, 3);
+  assert_int_equal(spec.ps_async, 1);
+  assert_int_equal(spec.max_staleness, 0);
+  assert_int_equal(spec.aggregation, API_AGGREGATE_WEIGHTED_MEAN);
+  assert_int_equal(spec.devices, 5);
+  assert_non_null(strstr(text, "\"mode\":\"async\",\"max_staleness\":0"));
+  free(text);
+  /* async without a bound, and a clipped async job: each worker clips its own gradient */
+  accepted("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":1,\"mode\":\"async\"},"
+           "\"optimizer\":{\"type\":\"sgd\",\"global_clipnorm\":1}",
+           &spec, &text);
+  assert_int_equal(spec.max_staleness, -1);
+  assert_null(strstr(text, "max_staleness"));
+  free(text);
+}
+
+static void parameter_server_options_are_refused_by_field(void **state) {
+  (void)state;
+  refused("{\"type\":\"parameter_server\",\"workers\":2}", "strategy.ps", "is required");
+  refused("{\"type\":\"parameter_server\",\"ps\":1}", "strategy.workers", "is required");
+  refused("{\"type\":\"parameter_server\",\"ps\":0,\"workers\":2}", "strategy.ps",
+          "must be between 1 and 64, got 0");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":0}", "strategy.workers",
+          "must be between 1 and 64, got 0");
+  refused("{\"type\":\"parameter_server\",\"ps\":32,\"workers\":33}", "strategy.ps",
+          "workers + ps must be at most 64, got 33 + 32");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2,\"mode\":\"lazy\"}",
+          "strategy.mode", "must be sync or async, got 'lazy'");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2,\"max_staleness\":2}",
+          "strategy.max_staleness", "applies to mode async only");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2,\"mode\":\"async\","
+          "\"max_staleness\":-1}",
+          "strategy.max_staleness", "must be between 0 and 1000000, got -1");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2,\"replicas_per_worker\":2}",
+          "strategy.replicas_per_worker", "does not apply to strategy 'parameter_server'");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2,\"bucket_cap_mb\":4}",
+          "strategy.bucket_cap_mb", "does not apply to strategy 'parameter_server'");
+  refused("{\"type\":\"multi_worker\",\"workers\":2,\"ps\":1}", "strategy.ps",
+          "does not apply to strategy 'multi_worker'");
+  refused("{\"type\":\"mirrored\",\"replicas\":2,\"mode\":\"async\"}", "strategy.mode",
+          "does not apply to strategy 'mirrored'");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2},\"resources\":{\"devices\":2}",
+          "resources.devices", "at least workers + ps = 3");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2},"
+          "\"optimizer\":{\"type\":\"sgd\",\"global_clipnorm\":1}",
+          "optimizer.global_clipnorm", "use mode async");
+  refused("{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2},\"precision\":\"mixed_float16\"",
+          "precision", "strategy 'single' only");
 }
 
 /* A replicated job holds a core per replica: devices default to replicas
@@ -162,6 +234,8 @@ int main(void) {
       cmocka_unit_test(multi_worker_fills_its_defaults),
       cmocka_unit_test(wrong_options_are_refused_by_field),
       cmocka_unit_test(replicas_hold_a_device_each),
+      cmocka_unit_test(parameter_server_reads_servers_workers_and_mode),
+      cmocka_unit_test(parameter_server_options_are_refused_by_field),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

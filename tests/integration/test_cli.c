@@ -323,8 +323,11 @@ static void timeout_pin_cancel_and_resume(void **state) {
   (void)state;
   char out[65536], job[64];
   /* 1600 training rows in batches of 32: 50 steps an epoch, 500000 in all,
-   * minutes of work: it is still running whenever the test acts. */
-  write_spec("long.json", "long", prices_id, 10000, 2000);
+   * minutes of work: it is still running whenever the test acts. A
+   * checkpoint every 10000 steps (50 in all): with one every 2000, a slow
+   * machine spent the job's whole life pinning checkpoints that keep_last
+   * had already removed, and the job ended before the test acted. */
+  write_spec("long.json", "long", prices_id, 10000, 10000);
   int status = cli(out, sizeof out, "submit long.json --wait --timeout 2s");
   if (status != 4) fail_msg("exit %d: %s", status, out);
   job_id_from(out, job);
