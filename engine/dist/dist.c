@@ -322,8 +322,8 @@ static int start_bucket(kn_dist *d, int b, char *err, size_t errlen) {
   const size_t len = d->bucket_len[b];
   if (d->send_weight != 1.0f)
     for (size_t j = 0; j < len; j++) grads[j] *= d->send_weight;
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads, (int)len, MPI_FLOAT, MPI_SUM, d->comm,
-                           &d->requests[b]));
+  MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, grads, (int)len, MPI_FLOAT, MPI_SUM, d->comm, &d->requests[b]));
   return KN_OK;
 }
 
