@@ -106,6 +106,14 @@ static int cse(kn_graph *g) {
   return merged;
 }
 
+static int read_by_relu(const kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (!n->dead && n->op == KN_OP_RELU && n->inputs[0] == x) return 1;
+  }
+  return 0;
+}
+
 /* relu(bias_add(matmul(a, w), b)), with the matmul possibly under a reshape
  * (a convolution's GEMM), becomes one matmul with a bias + relu epilogue
  * written straight into the relu's storage; bias_add(matmul) alone fuses
@@ -121,6 +129,8 @@ static int fuse(kn_graph *g, int *uses) {
     kn_node bias_node = act ? top->inputs[0] : i;
     kn_node_rec *bn = &g->nodes[bias_node];
     if (bn->op != KN_OP_BIAS_ADD || bn->dead) continue;
+    /* A bias_add whose one reader is a relu fuses with it, there. */
+    if (!act && uses[i] == 1 && read_by_relu(g, i)) continue;
     if (act && (uses[bias_node] != 1 || bn->keep || bn->storage != KN_STORE_ARENA)) continue;
     kn_node mm = bn->inputs[0], view = -1;
     if (g->nodes[mm].op == KN_OP_RESHAPE) {
