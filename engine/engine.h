@@ -156,8 +156,8 @@ typedef enum kn_precision {
 int kn_graph_set_precision(kn_graph *g, kn_precision precision, char *err, size_t errlen);
 kn_precision kn_graph_precision(const kn_graph *g);
 const char *kn_precision_name(kn_precision precision); /* "float32", "mixed_bfloat16", ... */
-/* How mixed-precision matmuls run on this machine, in words. */
-const char *kn_mixed_matmul_path(void);
+/* How a policy's matmuls run on this machine, in words. */
+const char *kn_mixed_matmul_path(kn_precision precision);
 /* Recomputation: backward re-runs im2col and pooling from their inputs
  * (values backward keeps anyway) instead of keeping their outputs alive
  * from forward; kn_plan_stats reports the arena with and without. Set
@@ -240,6 +240,31 @@ typedef enum kn_isa { KN_ISA_AUTO = 0, KN_ISA_BASELINE, KN_ISA_AVX2, KN_ISA_AVX5
 int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen);
 kn_isa kn_cpu_isa(void); /* the path in use */
 const char *kn_isa_name(kn_isa isa);
+/* The GEMMs a graph's matmuls run. In mixed_bfloat16 a matmul with a bf16
+ * operand (a weight copy, a layer input's narrow copy, a bf16 im2col) runs
+ * kiln's bf16 GEMM: operands rounded to bf16, sums in f32. */
+typedef enum kn_gemm_kernel {
+  KN_GEMM_SGEMM = 0,     /* OpenBLAS cblas_sgemm on f32 operands */
+  KN_GEMM_BF16_AVX512,   /* kiln's bf16 GEMM, AVX512-BF16 micro-kernel (vdpbf16ps) */
+  KN_GEMM_BF16_PORTABLE, /* the same packed bf16 panels through a plain C micro-kernel */
+  KN_GEMM_KERNELS
+} kn_gemm_kernel;
+const char *kn_gemm_kernel_name(kn_gemm_kernel kernel);
+/* The bf16 GEMM's kernel now: AVX512 where the CPU has AVX512-BF16 and the
+ * AVX-512 path is in use (kn_cpu_set_isa), portable elsewhere. */
+kn_gemm_kernel kn_gemm_bf16_kernel(void);
+/* Matmul kernel runs of the graph so far, per GEMM. */
+uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel);
+/* The bf16 GEMM on its own (benchmarks, tests): a context holds its
+ * threads and packing buffers. C (m, n) = op(A) (m, k) x op(B) (k, n), plus
+ * C's old value when accumulate; row-major with leading dimensions; A and B
+ * are each f32 (rounded to bf16 on the way in) or bf16. */
+typedef struct kn_gemm kn_gemm;
+kn_gemm *kn_gemm_new(int threads); /* NULL when out of memory or threads */
+void kn_gemm_free(kn_gemm *ctx);
+int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_type, int lda,
+                 int trans_a, const void *b, kn_dtype b_type, int ldb, int trans_b, float *c,
+                 int ldc, int accumulate, char *err, size_t errlen);
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 

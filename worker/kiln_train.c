@@ -544,7 +544,7 @@ static int train_main(int argc, char **argv) {
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);
     snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",
-             kn_precision_name(mc.precision), kn_mixed_matmul_path());
+             kn_precision_name(mc.precision), kn_mixed_matmul_path(mc.precision));
   }
   if (mc.recompute) {
     size_t used = strlen(extra);
