@@ -205,28 +205,44 @@ micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
     }
   }
-  if (o->c_bf16 || o->bias || o->relu) {
-    float tile[MR][NR];
-    for (int i = 0; i < mr; i++) {
-      _mm512_storeu_ps(tile[i], acc[i][0]);
-      _mm512_storeu_ps(tile[i] + 16, acc[i][1]);
-    }
-    store_tile(tile, o, mr, nr);
-    return;
-  }
   const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32   ? (__mmask16)0xffff
                        : nr <= 16 ? (__mmask16)0
                                   : (__mmask16)((1u << (nr - 16)) - 1);
+  const __m512 bias0 = o->bias ? _mm512_maskz_loadu_ps(m0, o->bias) : _mm512_setzero_ps();
+  const __m512 bias1 = o->bias ? _mm512_maskz_loadu_ps(m1, o->bias + 16) : _mm512_setzero_ps();
   for (int i = 0; i < mr; i++) {
-    float *ci = (float *)o->c + (size_t)i * o->ldc;
-    __m512 v0 = acc[i][0], v1 = acc[i][1];
+    __m512 v[2] = {acc[i][0], acc[i][1]};
+    const __mmask16 mask[2] = {m0, m1};
     if (o->accumulate) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
+      const float *ci = (const float *)o->c + (size_t)i * o->ldc;
+      v[0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v[0]);
+      v[1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), v[1]);
     }
-    _mm512_mask_storeu_ps(ci, m0, v0);
-    _mm512_mask_storeu_ps(ci + 16, m1, v1);
+    if (o->bias) {
+      v[0] = _mm512_add_ps(v[0], bias0);
+      v[1] = _mm512_add_ps(v[1], bias1);
+    }
+    for (int h = 0; h < 2; h++) {
+      /* relu as v > 0 ? v : 0, which (unlike max) sends NaN to 0 as the
+       * portable kernel does */
+      if (o->relu)
+        v[h] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[h], _mm512_setzero_ps(), _CMP_GT_OQ), v[h]);
+      if (o->c_bf16) {
+        /* Round to nearest even in integers, as kn_bf16_from_f32 does:
+         * no flushing of subnormals; NaN stays a quiet NaN. */
+        const __m512i u = _mm512_castps_si512(v[h]);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+        const __mmask16 nan = _mm512_cmp_ps_mask(v[h], v[h], _CMP_UNORD_Q);
+        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)o->c + (size_t)i * o->ldc + 16 * h, mask[h],
+                                          r);
+      } else {
+        _mm512_mask_storeu_ps((float *)o->c + (size_t)i * o->ldc + 16 * h, mask[h], v[h]);
+      }
+    }
   }
 }
 #endif

@@ -147,7 +147,11 @@ kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k);
  * parameters through bf16 / f16 copies and layer outputs through their
  * narrow copies, and gradients flowing back through a cast are rounded to
  * the narrow type; parameters, gradients and optimizer state stay f32, and
- * softmax and the loss are computed in f32. Set before building any node. */
+ * softmax and the loss are computed in f32. In mixed_bfloat16, matmuls
+ * (dense, and conv through a bf16 im2col) run the bf16 GEMM on the bf16
+ * copies themselves, forward and backward, and the f32 widened copies and
+ * layer outputs that only feed a narrow copy are not planned at all
+ * (kn_gemm_kernel). Set before building any node. */
 typedef enum kn_precision {
   KN_PRECISION_FLOAT32 = 0,
   KN_PRECISION_MIXED_BFLOAT16,
@@ -228,9 +232,10 @@ void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per
  * node, each node run in turn. */
 void kn_graph_set_eager(kn_graph *g, int eager);
-/* Threads for the engine's own kernels (im2col, pooling, elementwise),
- * started at compile and kept for every run; results are the same for every
- * thread count. GEMM threads are OpenBLAS's own (openblas_set_num_threads). */
+/* Threads for the engine's own kernels (im2col, pooling, elementwise, the
+ * bf16 GEMM), started at compile and kept for every run; results are the
+ * same for every thread count. OpenBLAS sgemm's threads are its own
+ * (openblas_set_num_threads). */
 void kn_graph_set_threads(kn_graph *g, int threads);
 /* The CPU kernels' instruction-set path: baseline x86-64 (SSE2), AVX2 or
  * AVX-512, all from one source and giving the same bits. AUTO (the

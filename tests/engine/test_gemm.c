@@ -1,8 +1,7 @@
 /* The bf16 GEMM: every shape tail, transpose, operand type and thread count
  * against a double-precision reference over the same bf16-rounded
- * operands; the AVX512-BF16 kernel against the portable one; and proof
- * that mixed_bfloat16 graphs run it for every matmul, forward and
- * backward, and train alike on either kernel. */
+ * operands, the AVX512-BF16 kernel against the portable one, and its
+ * argument checks. test_precision.c shows graphs running it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -129,16 +128,6 @@ static void bf16_gemm_matches_the_reference_on_every_tail_and_transpose(void **s
   check_all_shapes(3);
 }
 
-/* Whether this CPU (and build) has the AVX512-BF16 kernel. */
-static int have_avx512bf16(void) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-#else
-  return 0;
-#endif
-}
-
 static void portable_kernel_matches_the_reference_too(void **state) {
   (void)state;
   char err[128];
@@ -154,11 +143,12 @@ static void portable_kernel_matches_the_reference_too(void **state) {
  * bits on normal values. */
 static void avx512bf16_and_portable_kernels_give_the_same_bits(void **state) {
   (void)state;
-  if (!have_avx512bf16()) {
+  char err[128];
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  if (kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512) {
     printf("this CPU has no AVX512-BF16: only the portable kernel runs, skipped\n");
     skip();
   }
-  char err[128];
   const int m = 70, n = 45, k = 300;
   matrix A = random_matrix(m, k), B = random_matrix(k, n);
   float *c[2];
@@ -201,125 +191,12 @@ static void bad_gemm_arguments_are_refused_by_name(void **state) {
   kn_gemm_free(NULL);
 }
 
-/* A small CNN: conv (im2col GEMM), pool, dense. */
-static const kn_layer_config layers[5] = {
-    {.type = KN_LAYER_CONV2D,
-     .name = "conv",
-     .filters = 8,
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME,
-     .use_bias = 1,
-     .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_MAX_POOL2D, .name = "pool"},
-    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
-    {.type = KN_LAYER_DENSE,
-     .name = "hidden",
-     .units = 16,
-     .use_bias = 1,
-     .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1}};
-
-static kn_model small_cnn(kn_precision precision, int threads) {
-  kn_model_config mc = {.input_ndim = 3,
-                        .input_shape = {8, 8, 1},
-                        .n_layers = 5,
-                        .layers = layers,
-                        .batch_size = 16,
-                        .seed = 4,
-                        .precision = precision};
-  kn_model m;
-  char err[512] = "";
-  if (kn_model_build(&mc, &m, err, sizeof err)) fail_msg("build: %s", err);
-  kn_graph_set_threads(m.graph, threads);
-  if (kn_graph_compile(m.graph, 9, NULL, err, sizeof err)) fail_msg("compile: %s", err);
-  return m;
-}
-
-/* Losses of SGD steps on fixed batches where class c brightens row band c. */
-static void train_steps(kn_model *m, int steps, float *losses) {
-  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
-  kn_optimizer *opt;
-  char err[256];
-  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(m->graph), &opt, err, sizeof err), KN_OK);
-  kn_rng rng;
-  kn_rng_seed(&rng, 77);
-  for (int s = 0; s < steps; s++) {
-    float *x = kn_node_data(m->graph, m->x);
-    int32_t *y = kn_node_data(m->graph, m->y);
-    for (int r = 0; r < 16; r++) {
-      y[r] = (int32_t)kn_rng_below(&rng, 3);
-      for (int p = 0; p < 64; p++)
-        x[r * 64 + p] = 0.5f * kn_rng_uniform(&rng) + ((p / 8) * 3 / 8 == y[r] ? 1.0f : 0.0f);
-    }
-    assert_int_equal(kn_graph_run(m->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
-    losses[s] = *(float *)kn_node_data(m->graph, m->loss);
-    kn_optimizer_step(opt, kn_params(m->graph), kn_grads(m->graph));
-  }
-  kn_optimizer_free(opt);
-}
-
-static void mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm(void **state) {
-  (void)state;
-  kn_model f32 = small_cnn(KN_PRECISION_FLOAT32, 1),
-           bf16 = small_cnn(KN_PRECISION_MIXED_BFLOAT16, 2);
-  float lf[2], lb[2];
-  train_steps(&f32, 2, lf);
-  train_steps(&bf16, 2, lb);
-  const kn_gemm_kernel want = kn_gemm_bf16_kernel();
-  printf("mixed_bfloat16 matmuls: %s\n", kn_mixed_matmul_path(KN_PRECISION_MIXED_BFLOAT16));
-  /* Per step: conv, hidden, out forward; their dW, and dX of hidden and
-   * out (the conv's input needs no gradient). */
-  assert_int_equal(kn_graph_gemm_calls(bf16.graph, want), 2 * 8);
-  assert_int_equal(kn_graph_gemm_calls(bf16.graph, KN_GEMM_SGEMM), 0);
-  assert_int_equal(kn_graph_gemm_calls(f32.graph, KN_GEMM_SGEMM), 2 * 8);
-  assert_int_equal(kn_graph_gemm_calls(f32.graph, want), 0);
-  if (have_avx512bf16()) {
-    assert_int_equal(want, KN_GEMM_BF16_AVX512);
-    assert_non_null(strstr(kn_mixed_matmul_path(KN_PRECISION_MIXED_BFLOAT16), "vdpbf16ps"));
-  } else {
-    printf("this CPU has no AVX512-BF16: the portable kernel ran\n");
-    assert_int_equal(want, KN_GEMM_BF16_PORTABLE);
-  }
-  kn_model_free(&f32);
-  kn_model_free(&bf16);
-}
-
-/* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
- * portable one (and on 1 and 3 threads): the same losses, to rounding. */
-static void training_on_either_bf16_kernel_gives_the_same_losses(void **state) {
-  (void)state;
-  char err[128];
-  float native[6], portable[6], threaded[6];
-  kn_model a = small_cnn(KN_PRECISION_MIXED_BFLOAT16, 1);
-  train_steps(&a, 6, native);
-  if (kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK)
-    assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
-  kn_model b = small_cnn(KN_PRECISION_MIXED_BFLOAT16, 1);
-  train_steps(&b, 6, portable);
-  assert_true(kn_graph_gemm_calls(b.graph, KN_GEMM_BF16_PORTABLE) > 0);
-  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
-  kn_model c = small_cnn(KN_PRECISION_MIXED_BFLOAT16, 3);
-  train_steps(&c, 6, threaded);
-  for (int s = 0; s < 6; s++) {
-    printf("step %d: loss %.6f (kernel in use) %.6f (portable) %.6f (3 threads)\n", s, native[s],
-           portable[s], threaded[s]);
-    assert_true(fabsf(native[s] - portable[s]) <= 1e-3f * fabsf(native[s]));
-    assert_true(native[s] == threaded[s]);
-  }
-  assert_true(native[5] < native[0]);
-  kn_model_free(&a);
-  kn_model_free(&b);
-  kn_model_free(&c);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_gemm_matches_the_reference_on_every_tail_and_transpose),
       cmocka_unit_test(portable_kernel_matches_the_reference_too),
       cmocka_unit_test(avx512bf16_and_portable_kernels_give_the_same_bits),
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
-      cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
-      cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
