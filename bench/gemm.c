@@ -3,7 +3,9 @@
  * their ratio, one JSON line per shape. The bf16 GEMM reads bf16 operands
  * (as mixed_bfloat16 graphs give it) and sgemm f32 ones; both write f32.
  *
- *   kiln-bench-gemm THREADS [REPEATS] */
+ *   kiln-bench-gemm THREADS [REPEATS] [portable]
+ *
+ * portable: the kernel CPUs without AVX512-BF16 run (the AVX2 path). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +42,7 @@ static uint16_t to_bf16(float f) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: kiln-bench-gemm THREADS [REPEATS]\n");
+    fprintf(stderr, "usage: kiln-bench-gemm THREADS [REPEATS] [portable]\n");
     return 2;
   }
   const int threads = atoi(argv[1]), repeats = argc > 2 ? atoi(argv[2]) : 5;
@@ -48,13 +50,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kiln-bench-gemm: THREADS and REPEATS must be >= 1\n");
     return 2;
   }
+  char err[256];
+  if (argc > 3 && strcmp(argv[3], "portable") == 0 &&
+      kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK) {
+    fprintf(stderr, "kiln-bench-gemm: %s\n", err);
+    return 1;
+  }
   openblas_set_num_threads(threads);
   kn_gemm *ctx = kn_gemm_new(threads);
   if (!ctx) {
     fprintf(stderr, "kiln-bench-gemm: cannot start %d threads\n", threads);
     return 1;
   }
-  char err[256];
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const shape *sh = &shapes[s];
     size_t na = (size_t)sh->m * sh->k, nb = (size_t)sh->k * sh->n, nc = (size_t)sh->m * sh->n;

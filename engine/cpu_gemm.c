@@ -164,8 +164,12 @@ static void store_tile(float (*acc)[NR], const tile_out *o, int mr, int nr) {
 /* C tile (mr x nr of MR x NR) = or += the packed panels' product, over kc2
  * depth pairs. The odd depth of each pair is added first, as vdpbf16ps
  * does; each bf16 x bf16 product is exact in f32. */
-static void micro_portable(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr,
-                           int nr) {
+#ifdef KN_HAVE_AVX512BF16
+/* The same C for the wider vectors the CPU has, chosen at load time. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+micro_portable(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
   float acc[MR][NR];
   memset(acc, 0, sizeof acc);
   for (int p = 0; p < kc2; p++) {
