@@ -1,9 +1,11 @@
-/* cpu_gemm.c — kiln's bf16 GEMM: C (f32) = op(A) x op(B) (+ C), each operand
- * f32 or bf16, every product taken on bf16 values (f32 operands are rounded
- * to bf16, nearest even, while they are packed) and summed in f32. Packed
- * panels and a register-blocked micro-kernel after GotoBLAS: depth pairs
- * interleaved so one AVX512-BF16 vdpbf16ps does 32 multiply-adds; CPUs
- * without it run the same panels through a plain C micro-kernel.
+/* cpu_gemm.c — kiln's bf16 GEMM: C = op(A) x op(B) (+ C), each operand f32
+ * or bf16, every product taken on bf16 values (f32 operands are rounded to
+ * bf16, nearest even, while they are packed) and summed in f32; C is f32,
+ * or bf16 rounded once its sums (and an optional bias and relu) are
+ * complete. Packed panels and a register-blocked micro-kernel after
+ * GotoBLAS: depth pairs interleaved so one AVX512-BF16 vdpbf16ps does 32
+ * multiply-adds; CPUs without it run the same panels through a C
+ * micro-kernel that sums the same products in the same order.
  *
  * Threads: a call cuts C's rows (or columns, when wider than tall) into one
  * contiguous range per pool thread; each thread packs into its own slice of

@@ -270,7 +270,7 @@ enum {
 
 /* Whether x has live readers and every one reads it in one of the `ways`:
  * as a GEMM operand, as x's own down-cast to bf16 (mixed precision's
- * narrow copy), as col2im's columns. */
+ * narrow copy), as col2im's columns, as a cast rounding it in f32. */
 static int read_only(const kn_graph *g, kn_node x, int ways) {
   int readers = 0;
   for (int c = x + 1; c < g->n_nodes; c++) {
@@ -313,6 +313,17 @@ static void replace_reads(kn_graph *g, kn_node from, kn_node to) {
   }
 }
 
+/* x, now bf16 itself, is read wherever its narrow copies were; they go. */
+static void take_place_of_narrow_copies(kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    kn_node_rec *copy = &g->nodes[c];
+    if (!copy->dead && copy->op == KN_OP_CAST && copy->dtype == KN_BF16 && copy->inputs[0] == x) {
+      replace_reads(g, c, x);
+      copy->dead = 1;
+    }
+  }
+}
+
 /* Under mixed_bfloat16 the matmuls of dense and conv layers, forward and
  * backward, read bf16 operands and run the bf16 GEMM; the f32 values they
  * read before are then left unread and DCE drops them, so activations are
@@ -340,14 +351,7 @@ static void narrow_gemm_operands(kn_graph *g) {
       if (src >= 0 || g->nodes[n->inputs[0]].dtype == KN_F32) {
         if (src >= 0) n->inputs[0] = src;
         n->dtype = KN_BF16;
-        for (int c = i + 1; c < g->n_nodes; c++) {
-          kn_node_rec *copy = &g->nodes[c];
-          if (!copy->dead && copy->op == KN_OP_CAST && copy->dtype == KN_BF16 &&
-              copy->inputs[0] == i) {
-            replace_reads(g, c, i);
-            copy->dead = 1;
-          }
-        }
+        take_place_of_narrow_copies(g, i);
       }
     } else if (n->storage == KN_STORE_VIEW && n->dtype == KN_F32 &&
                widened_bf16(g, n->inputs[0]) >= 0 && read_only(g, i, READ_AS_GEMM_OPERAND)) {
@@ -387,14 +391,7 @@ static void narrow_gemm_operands(kn_graph *g) {
       if (n->op == KN_OP_MATMUL && read_only(g, i, READ_BY_COL2IM)) n->dtype = KN_BF16;
       if (read_only(g, i, READ_BY_NARROW_COPY)) {
         n->dtype = KN_BF16;
-        for (int c = i + 1; c < g->n_nodes; c++) {
-          kn_node_rec *copy = &g->nodes[c];
-          if (!copy->dead && copy->op == KN_OP_CAST && copy->dtype == KN_BF16 &&
-              copy->inputs[0] == i) {
-            replace_reads(g, c, i);
-            copy->dead = 1;
-          }
-        }
+        take_place_of_narrow_copies(g, i);
       }
     }
   }
