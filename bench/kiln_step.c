@@ -3,7 +3,7 @@
  * STEPS steps after a warm-up, printed as one JSON line. bench/engine.py runs
  * it beside the same loop in PyTorch.
  *
- *   kiln-bench-step mlp|cnn THREADS STEPS [eager] */
+ *   kiln-bench-step mlp|cnn THREADS STEPS [eager|mixed_bfloat16] */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,17 +66,19 @@ static double now(void) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: kiln-bench-step mlp|cnn THREADS STEPS [eager]\n");
+    fprintf(stderr, "usage: kiln-bench-step mlp|cnn THREADS STEPS [eager|mixed_bfloat16]\n");
     return 2;
   }
   int is_cnn = strcmp(argv[1], "cnn") == 0, threads = atoi(argv[2]), steps = atoi(argv[3]);
   int eager = argc > 4 && strcmp(argv[4], "eager") == 0;
+  int bf16 = argc > 4 && strcmp(argv[4], "mixed_bfloat16") == 0;
   openblas_set_num_threads(threads);
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {28, 28, 1},
                          .n_layers = is_cnn ? 7 : 4,
                          .layers = is_cnn ? cnn : mlp,
-                         .batch_size = BATCH};
+                         .batch_size = BATCH,
+                         .precision = bf16 ? KN_PRECISION_MIXED_BFLOAT16 : KN_PRECISION_FLOAT32};
   kn_model m;
   char err[512];
   kn_plan_stats st;
@@ -118,7 +120,10 @@ int main(int argc, char **argv) {
   printf("{\"framework\":\"kiln%s\",\"model\":\"%s\",\"threads\":%d,\"ms_per_step\":%.3f,"
          "\"samples_per_s\":%.1f,\"gflops\":%.2f,\"peak_rss_mib\":%.1f,\"arena_mib\":%.2f,"
          "\"one_buffer_per_node_mib\":%.2f}\n",
-         eager ? "-eager" : "", argv[1], threads, secs / steps * 1e3, steps * BATCH / secs,
+         eager  ? "-eager"
+         : bf16 ? "-mixed_bfloat16"
+                : "",
+         argv[1], threads, secs / steps * 1e3, steps * BATCH / secs,
          step_flops(is_cnn) * steps / secs / 1e9, ru.ru_maxrss / 1024.0, st.arena_bytes / 1048576.0,
          st.naive_bytes / 1048576.0);
   kn_optimizer_free(opt);

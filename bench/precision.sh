@@ -1,23 +1,89 @@
 #!/usr/bin/env bash
-# Mixed precision and recompute on the Fashion-MNIST CNN: trains
-# examples/fmnist-cnn.json (3 epochs, batch 128, Adam) with kiln-train in
-# float32, mixed_bfloat16, and each with recompute, one after another, and
-# prints test accuracy, the planned arena, the activations kept for
-# backward and wall time side by side. Figures seen are in bench/README.md.
+# Mixed precision and recompute on the Fashion-MNIST CNN, in two parts.
 #
-#   bash bench/precision.sh [BUILD_DIR] [THREADS] [EPOCHS]
+# speed: kiln's bf16 GEMM against OpenBLAS sgemm at the CNN's GEMM shapes
+# (GFLOP/s), then the CNN's training step (batch 128, Adam, random data)
+# in float32 and mixed_bfloat16, beside PyTorch in float32 and under
+# torch.autocast("cpu", torch.bfloat16) in the same run, as ratios.
+#
+# accuracy: trains examples/fmnist-cnn.json (3 epochs, batch 128, Adam)
+# with kiln-train in float32, mixed_bfloat16, and each with recompute, one
+# after another, and prints test accuracy, the planned arena peak, the
+# activations kept for backward and wall time side by side.
+#
+# Figures seen are in bench/README.md.
+#
+#   bash bench/precision.sh [BUILD_DIR] [THREADS] [EPOCHS] [speed|accuracy|all]
+#
+# PYTHON names the interpreter with torch (default python3); without torch
+# the PyTorch rows are skipped, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 threads=${2:-1}
 epochs=${3:-3}
+part=${4:-all}
+python=${PYTHON:-python3}
 train="$build/worker/kiln-train"
-[ -x "$train" ] || {
-  echo "no $train: build first (cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release && cmake --build $build -j)" >&2
-  exit 2
-}
+for bin in "$train" "$build/bench/kiln-bench-gemm" "$build/bench/kiln-bench-step"; do
+  [ -x "$bin" ] || {
+    echo "no $bin: build first (cmake -S . -B $build -DCMAKE_BUILD_TYPE=Release && cmake --build $build -j)" >&2
+    exit 2
+  }
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+if [ "$part" = speed ] || [ "$part" = all ]; then
+  echo "## bf16 GEMM vs OpenBLAS sgemm, $threads thread(s)"
+  echo
+  "$build/bench/kiln-bench-gemm" "$threads" 5 >"$work/gemm.jsonl"
+  python3 - "$work/gemm.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print(f"kernel: {rows[0]['kernel']}\n")
+print("| GEMM | m x n x k | kiln bf16 GFLOP/s | OpenBLAS sgemm GFLOP/s | bf16 / sgemm |")
+print("|---|---|---|---|---|")
+for r in rows:
+    print(f"| {r['shape']} | {r['m']} x {r['n']} x {r['k']} | {r['bf16_gflops']:.1f} | "
+          f"{r['sgemm_gflops']:.1f} | {r['ratio']:.2f}x |")
+EOF
+  echo
+  echo "## CNN training step, batch 128, $threads thread(s)"
+  echo
+  steps=30
+  : >"$work/step.jsonl"
+  "$build/bench/kiln-bench-step" cnn "$threads" "$steps" >>"$work/step.jsonl"
+  "$build/bench/kiln-bench-step" cnn "$threads" "$steps" mixed_bfloat16 >>"$work/step.jsonl"
+  if "$python" -c 'import torch' 2>/dev/null; then
+    "$python" bench/torch_engine.py step cnn "$threads" "$steps" >>"$work/step.jsonl"
+    "$python" bench/torch_engine.py step cnn "$threads" "$steps" bf16 >>"$work/step.jsonl"
+  else
+    echo "PyTorch rows SKIPPED: $python has no torch (set PYTHON, or install python3-torch)"
+    echo
+  fi
+  python3 - "$work/step.jsonl" <<'EOF'
+import json, sys
+rows = {r["framework"]: r for r in map(json.loads, open(sys.argv[1]))}
+k32, k16 = rows["kiln"], rows["kiln-mixed_bfloat16"]
+print("| framework | float32 ms/step | bf16 ms/step | bf16 speedup | planned arena (MiB) |")
+print("|---|---|---|---|---|")
+print(f"| kiln, mixed_bfloat16 | {k32['ms_per_step']:.1f} | {k16['ms_per_step']:.1f} | "
+      f"{k32['ms_per_step'] / k16['ms_per_step']:.2f}x | "
+      f"{k32['arena_mib']:.2f} -> {k16['arena_mib']:.2f} |")
+t32, t16 = rows.get("pytorch"), rows.get("pytorch-autocast-bf16")
+if t32 and t16:
+    print(f"| PyTorch, autocast bf16 | {t32['ms_per_step']:.1f} | {t16['ms_per_step']:.1f} | "
+          f"{t32['ms_per_step'] / t16['ms_per_step']:.2f}x | - |")
+    print(f"\nPyTorch / kiln step time: float32 {t32['ms_per_step'] / k32['ms_per_step']:.2f}x, "
+          f"bf16 {t16['ms_per_step'] / k16['ms_per_step']:.2f}x (above 1: kiln is faster)")
+EOF
+  echo
+fi
+[ "$part" = accuracy ] || [ "$part" = all ] || exit 0
+
+echo "## Fashion-MNIST CNN, $epochs epochs, $threads thread(s)"
+echo
 
 variants="float32:false float32:true mixed_bfloat16:false mixed_bfloat16:true"
 [ -n "${KILN_BENCH_VARIANTS:-}" ] && variants=$KILN_BENCH_VARIANTS

@@ -1,6 +1,8 @@
 """The PyTorch side of bench/engine.py, on the same models as kiln:
 
-  torch_engine.py step mlp|cnn THREADS STEPS     training-step speed, random data
+  torch_engine.py step mlp|cnn THREADS STEPS [bf16]
+                                                 training-step speed, random data; bf16:
+                                                 under torch.autocast("cpu", torch.bfloat16)
   torch_engine.py train mlp|cnn THREADS EPOCHS DATA_DIR
                                                  the Fashion-MNIST recipe (Adam 1e-3,
                                                  batch 128, inputs / 255), test accuracy
@@ -37,7 +39,7 @@ def idx(path, offset):
         return np.frombuffer(f.read(), np.uint8, offset=offset)
 
 
-def step(kind, threads, steps):
+def step(kind, threads, steps, bf16=False):
     torch.manual_seed(1)
     m = model(kind)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, eps=1e-7)
@@ -48,10 +50,13 @@ def step(kind, threads, steps):
         if s == 0:
             t0 = time.perf_counter()
         opt.zero_grad()
-        loss_fn(m(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(m(x), y)
+        loss.backward()
         opt.step()
     secs = time.perf_counter() - t0
-    return {"framework": "pytorch", "model": kind, "threads": threads,
+    return {"framework": "pytorch-autocast-bf16" if bf16 else "pytorch", "model": kind,
+            "threads": threads,
             "ms_per_step": secs / steps * 1e3, "samples_per_s": steps * BATCH / secs,
             "peak_rss_mib": peak_rss_mib()}
 
@@ -88,7 +93,7 @@ def main():
     mode, kind, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
     torch.set_num_threads(threads)
     if mode == "step":
-        out = step(kind, threads, int(sys.argv[4]))
+        out = step(kind, threads, int(sys.argv[4]), len(sys.argv) > 5 and sys.argv[5] == "bf16")
     else:
         seed = int(sys.argv[6]) if len(sys.argv) > 6 else 42
         out = train(kind, threads, int(sys.argv[4]), sys.argv[5], seed)

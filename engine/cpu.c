@@ -96,6 +96,83 @@ static void k_cast(kn_graph *g, kn_node_rec *n) {
   }
 }
 
+/* A matmul node's GEMM at the current batch. */
+typedef struct matmul_shape {
+  int m, n, k, lda, ldb, trans_a, trans_b;
+} matmul_shape;
+
+static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
+  const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+  matmul_shape s = {.trans_a = n->attr_i[0], .trans_b = n->attr_i[1]};
+  int a_rows = rows_of(g, A), b_rows = rows_of(g, B);
+  s.lda = A->dims[1];
+  s.ldb = B->dims[1];
+  s.m = s.trans_a ? s.lda : a_rows;
+  s.k = s.trans_a ? a_rows : s.lda;
+  s.n = s.trans_b ? b_rows : s.ldb;
+  return s;
+}
+
+/* A matmul with a bf16 operand or output: kiln's bf16 GEMM on the graph's
+ * threads and packing buffers (planned at compile). A bf16 output of the
+ * fused matmul + bias (+ relu) takes its epilogue before rounding; an f32
+ * one gets it from the caller, as after sgemm. Returns whether the
+ * epilogue ran. */
+static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
+  const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+  const int epilogue = n->op == KN_OP_MATMUL_BIAS_ACT && n->dtype == KN_BF16;
+  kn_gemm_kernel used =
+      kn_gemm_run(g->pool, g->gemm_scratch, s->m, s->n, s->k,
+                  (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a},
+                  (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b}, n->data, n->dtype, s->n,
+                  0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr_i[2]);
+  g->gemm_calls[used]++;
+  return epilogue;
+}
+
+uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel) {
+  return (kernel >= 0 && kernel < KN_GEMM_KERNELS) ? g->gemm_calls[kernel] : 0;
+}
+
+/* Rows [begin, end) of (b, oh) of im2col: one row per (b, oh, ow), columns
+ * (ki, kj, c). Copies elements of any width; an f32 input into a bf16
+ * im2col (mixed_bfloat16's first convolution) is rounded on the way. */
+static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, int64_t end) {
+  const kn_node_rec *X = &g->nodes[n->inputs[0]];
+  const size_t in_size = kn_graph_elem_size(g, X->dtype),
+               out_size = kn_graph_elem_size(g, n->dtype);
+  const int round = X->dtype == KN_F32 && n->dtype == KN_BF16;
+  const unsigned char *x = X->data;
+  unsigned char *cols = n->data;
+  const int *a = n->attr_i;
+  int H = X->dims[1], W = X->dims[2], C = X->dims[3];
+  const int KH = a[KN_CA_KH], KW = a[KN_CA_KW], OH = a[KN_CA_OH], OW = a[KN_CA_OW];
+  for (int64_t r = begin; r < end; r++) {
+    int b = (int)(r / OH), oh = (int)(r % OH);
+    for (int ow = 0; ow < OW; ow++) {
+      size_t row = (((size_t)b * OH + oh) * OW + ow) * (size_t)(KH * KW * C);
+      for (int ki = 0; ki < KH; ki++) {
+        int ih = oh * a[KN_CA_SH] - a[KN_CA_PAD_TOP] + ki * a[KN_CA_DH];
+        for (int kj = 0; kj < KW; kj++) {
+          int iw = ow * a[KN_CA_SW] - a[KN_CA_PAD_LEFT] + kj * a[KN_CA_DW];
+          unsigned char *dst = cols + (row + ((size_t)ki * KW + kj) * C) * out_size;
+          size_t src = (((size_t)b * H + ih) * W + iw) * C;
+          if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
+            memset(dst, 0, (size_t)C * out_size); /* +0 in every float type */
+          } else if (round) {
+            const float *s = (const float *)x + src;
+            for (int ch = 0; ch < C; ch++) ((uint16_t *)dst)[ch] = kn_bf16_from_f32(s[ch]);
+          } else if ((size_t)C * out_size <= 32) { /* a call per pixel costs more than the copy */
+            for (size_t i = 0; i < (size_t)C * out_size; i++) dst[i] = x[src * in_size + i];
+          } else {
+            memcpy(dst, x + src * in_size, (size_t)C * out_size);
+          }
+        }
+      }
+    }
+  }
+}
+
 #define T       float
 #define F(name) name##_f32
 #define GEMM    kn_sgemm

@@ -2,9 +2,9 @@
  * reverse-mode autodiff into the same graph, a liveness-based memory plan in
  * one arena, flat parameter / gradient buffers, CPU kernels (a GEMM of its
  * own on AVX-512, OpenBLAS elsewhere), optimizers, Keras-style model
- * building, IDX datasets, safetensors checkpoints and the training loop. Knows nothing of HTTP, JSON or SQLite.
- * Prefix kn_. Every call that can fail returns 0 or a negative KN_E* code and
- * fills a caller's error buffer with a sentence. */
+ * building, IDX datasets, safetensors checkpoints and the training loop. Knows nothing of HTTP,
+ * JSON or SQLite. Prefix kn_. Every call that can fail returns 0 or a negative KN_E* code and fills
+ * a caller's error buffer with a sentence. */
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
@@ -147,7 +147,11 @@ kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k);
  * parameters through bf16 / f16 copies and layer outputs through their
  * narrow copies, and gradients flowing back through a cast are rounded to
  * the narrow type; parameters, gradients and optimizer state stay f32, and
- * softmax and the loss are computed in f32. Set before building any node. */
+ * softmax and the loss are computed in f32. In mixed_bfloat16, matmuls
+ * (dense, and conv through a bf16 im2col) run the bf16 GEMM on the bf16
+ * copies themselves, forward and backward, and the f32 widened copies and
+ * layer outputs that only feed a narrow copy are not planned at all
+ * (kn_gemm_kernel). Set before building any node. */
 typedef enum kn_precision {
   KN_PRECISION_FLOAT32 = 0,
   KN_PRECISION_MIXED_BFLOAT16,
@@ -156,8 +160,8 @@ typedef enum kn_precision {
 int kn_graph_set_precision(kn_graph *g, kn_precision precision, char *err, size_t errlen);
 kn_precision kn_graph_precision(const kn_graph *g);
 const char *kn_precision_name(kn_precision precision); /* "float32", "mixed_bfloat16", ... */
-/* How mixed-precision matmuls run on this machine, in words. */
-const char *kn_mixed_matmul_path(void);
+/* How a policy's matmuls run on this machine, in words. */
+const char *kn_mixed_matmul_path(kn_precision precision);
 /* Recomputation: backward re-runs im2col and pooling from their inputs
  * (values backward keeps anyway) instead of keeping their outputs alive
  * from forward; kn_plan_stats reports the arena with and without. Set
@@ -228,10 +232,10 @@ void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per
  * node, each node run in turn. */
 void kn_graph_set_eager(kn_graph *g, int eager);
-/* Threads for the engine's own kernels (im2col, pooling, elementwise),
- * started at compile and kept for every run; results are the same for every
- * thread count. The same threads run kiln's own GEMM; OpenBLAS, where it
- * runs the GEMM, has threads of its own (openblas_set_num_threads). */
+/* Threads for the engine's own kernels (im2col, pooling, elementwise, the
+ * GEMMs), started at compile and kept for every run; results are the same
+ * for every thread count. OpenBLAS, where it runs the f32 GEMM, has
+ * threads of its own (openblas_set_num_threads). */
 void kn_graph_set_threads(kn_graph *g, int threads);
 /* The CPU kernels' instruction-set path: baseline x86-64 (SSE2), AVX2 or
  * AVX-512, all from one source and giving the same bits. AUTO (the
@@ -251,6 +255,31 @@ typedef enum kn_gemm_kind { KN_GEMM_AUTO = 0, KN_GEMM_OPENBLAS, KN_GEMM_KILN } k
 int kn_cpu_set_gemm(kn_gemm_kind kind, char *err, size_t errlen);
 kn_gemm_kind kn_cpu_gemm(void);              /* the GEMM in use */
 const char *kn_gemm_name(kn_gemm_kind kind); /* "openblas", "kiln-avx512" */
+/* The GEMMs a graph's matmuls run. In mixed_bfloat16 a matmul with a bf16
+ * operand (a weight copy, a layer input's narrow copy, a bf16 im2col) runs
+ * kiln's bf16 GEMM: operands rounded to bf16, sums in f32. */
+typedef enum kn_gemm_kernel {
+  KN_GEMM_SGEMM = 0,     /* the f32 GEMM on f32 operands (kiln's own or OpenBLAS's, above) */
+  KN_GEMM_BF16_AVX512,   /* kiln's bf16 GEMM, AVX512-BF16 micro-kernel (vdpbf16ps) */
+  KN_GEMM_BF16_PORTABLE, /* the same packed bf16 panels through a plain C micro-kernel */
+  KN_GEMM_KERNELS
+} kn_gemm_kernel;
+const char *kn_gemm_kernel_name(kn_gemm_kernel kernel);
+/* The bf16 GEMM's kernel now: AVX512 where the CPU has AVX512-BF16 and the
+ * AVX-512 path is in use (kn_cpu_set_isa), portable elsewhere. */
+kn_gemm_kernel kn_gemm_bf16_kernel(void);
+/* Matmul kernel runs of the graph so far, per GEMM. */
+uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel);
+/* The bf16 GEMM on its own (benchmarks, tests): a context holds its
+ * threads and packing buffers. C (m, n) = op(A) (m, k) x op(B) (k, n), plus
+ * C's old value when accumulate; row-major with leading dimensions; A and B
+ * are each f32 (rounded to bf16 on the way in) or bf16. */
+typedef struct kn_gemm kn_gemm;
+kn_gemm *kn_gemm_new(int threads); /* NULL when out of memory or threads */
+void kn_gemm_free(kn_gemm *ctx);
+int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_type, int lda,
+                 int trans_a, const void *b, kn_dtype b_type, int ldb, int trans_b, float *c,
+                 int ldc, int accumulate, char *err, size_t errlen);
 /* A constant tensor filled with value (unbatched). */
 kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
 

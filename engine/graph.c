@@ -73,6 +73,7 @@ void kn_graph_free(kn_graph *g) {
   free(g->state_buf);
   kn_pool_free(g->pool);
   free(g->gemm_workspace);
+  free(g->gemm_scratch);
   free(g->states);
   free(g->arena);
   free(g);
@@ -260,17 +261,16 @@ const char *kn_precision_name(kn_precision precision) {
   return "?";
 }
 
-const char *kn_mixed_matmul_path(void) {
-  /* The GEMM runs in f32 on operands already rounded to the narrow type:
-   * the products a bf16 x bf16 -> f32 GEMM makes, at f32 speed. kiln has no
-   * bf16 GEMM of its own yet, and Debian's OpenBLAS exports no
-   * cblas_sbgemm; the CPU's support is reported all the same. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512bf16"))
-    return "f32 GEMM on narrow-rounded operands (the CPU has AVX512-BF16; no bf16 GEMM is used)";
-#endif
-  return "f32 GEMM on narrow-rounded operands (the CPU has no AVX512-BF16)";
+const char *kn_mixed_matmul_path(kn_precision precision) {
+  switch (precision) {
+  case KN_PRECISION_FLOAT32: return kn_gemm_kernel_name(KN_GEMM_SGEMM);
+  case KN_PRECISION_MIXED_BFLOAT16:
+    /* Debian's OpenBLAS exports no cblas_sbgemm: the bf16 GEMM is kiln's. */
+    return kn_gemm_kernel_name(kn_gemm_bf16_kernel());
+  case KN_PRECISION_MIXED_FLOAT16:
+    return "OpenBLAS sgemm (f32) on f16-rounded operands (no f16 GEMM on CPUs)";
+  }
+  return "?";
 }
 
 void kn_graph_set_recompute(kn_graph *g, int on) {

@@ -4,6 +4,8 @@
 #ifndef KILN_ENGINE_GRAPH_INTERNAL_H
 #define KILN_ENGINE_GRAPH_INTERNAL_H
 
+#include <string.h>
+
 #include "engine.h"
 
 typedef struct kn_pool kn_pool; /* pool.c */
@@ -99,6 +101,12 @@ enum {
   KN_CA_OW,
   KN_CA_POOL_KIND
 };
+/* A 2x2, stride 2, unpadded max pool: its windows tile the input, so its
+ * gradient writes each input cell once. */
+static inline int kn_pool_tiles(const int *a) {
+  return a[KN_CA_POOL_KIND] == 0 && a[KN_CA_KH] == 2 && a[KN_CA_KW] == 2 && a[KN_CA_SH] == 2 &&
+         a[KN_CA_SW] == 2 && a[KN_CA_PAD_TOP] == 0 && a[KN_CA_PAD_LEFT] == 0;
+}
 /* Set by the fusion pass on an elementwise node (bias_add, add, binary,
  * bn_apply) that absorbed the relu reading it: relu runs in its loop. */
 #define KN_ATTR_RELU 11
@@ -176,6 +184,8 @@ struct kn_graph {
    * once its last writer is done (dist.c). */
   void (*node_done)(void *ctx, int node);
   void *node_done_ctx;
+  void *gemm_scratch;                   /* the bf16 GEMM's packing buffers, one per thread */
+  uint64_t gemm_calls[KN_GEMM_KERNELS]; /* matmul kernel runs per GEMM */
   char error[256];
   int error_code;
 };
@@ -190,6 +200,20 @@ static inline int kn_node_planned_rows_per_batch(const struct kn_node_rec *n) {
 /* Elements of a node at its planned size, or for `batch` rows when batched. */
 size_t kn_node_elems(const kn_node_rec *n, int batch);
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n);
+/* f32 to bf16 bits, round to nearest even (NaN stays a quiet NaN). */
+static inline uint16_t kn_bf16_from_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);                                          /* nearest even */
+  return (uint16_t)(u >> 16);
+}
+static inline float kn_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 /* Converts n floats to `via` (bf16 or f16) and back, round to nearest even. */
 void kn_round_f32(kn_dtype via, const float *src, float *dst, size_t n);
 /* The dtype a cast node rounds through. */
@@ -237,6 +261,21 @@ int kn_pool_threads(const kn_pool *p);
 /* Runs fn over [0, n) cut into one contiguous range per thread; returns
  * when all are done. */
 void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx);
+
+/* cpu_gemm.c: the bf16 GEMM (kn_gemm_bf16) on a pool and a scratch buffer
+ * of kn_gemm_scratch_bytes(threads, depth), depth the largest k of the
+ * calls with a bf16 C (rounded once its sums are complete); bias (per
+ * column, or NULL) and relu apply to the complete sums. Returns the kernel
+ * it ran. */
+typedef struct kn_gemm_operand {
+  const void *data;
+  kn_dtype dtype; /* KN_F32 or KN_BF16 */
+  int ld, trans;
+} kn_gemm_operand;
+size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
+kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
+                           kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
+                           const float *bias, int relu);
 
 /* durable.c: write every byte (adding them to h when not NULL); 0 or -1. */
 int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h);

@@ -106,6 +106,14 @@ static int cse(kn_graph *g) {
   return merged;
 }
 
+static int read_by_relu(const kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (!n->dead && n->op == KN_OP_RELU && n->inputs[0] == x) return 1;
+  }
+  return 0;
+}
+
 /* relu(bias_add(matmul(a, w), b)), with the matmul possibly under a reshape
  * (a convolution's GEMM), becomes one matmul with a bias + relu epilogue
  * written straight into the relu's storage; bias_add(matmul) alone fuses
@@ -121,6 +129,8 @@ static int fuse(kn_graph *g, int *uses) {
     kn_node bias_node = act ? top->inputs[0] : i;
     kn_node_rec *bn = &g->nodes[bias_node];
     if (bn->op != KN_OP_BIAS_ADD || bn->dead) continue;
+    /* A bias_add whose one reader is a relu fuses with it, there. */
+    if (!act && uses[i] == 1 && read_by_relu(g, i)) continue;
     if (act && (uses[bias_node] != 1 || bn->keep || bn->storage != KN_STORE_ARENA)) continue;
     kn_node mm = bn->inputs[0], view = -1;
     if (g->nodes[mm].op == KN_OP_RESHAPE) {
@@ -230,6 +240,163 @@ static int eliminate_dead(kn_graph *g, int *live) {
   return removed;
 }
 
+/* ---- mixed_bfloat16: matmuls on bf16 operands ---- */
+
+static int is_gemm(kn_op op) {
+  return op == KN_OP_MATMUL || op == KN_OP_MATMUL_BIAS_ACT;
+}
+
+/* Whether op reads its input k as bf16 as well as f32: GEMM operands,
+ * pooling's input, and the forward values relu and pooling gradients
+ * compare. */
+static int reads_bf16(kn_op op, int k) {
+  return (is_gemm(op) && k < 2) || (op == KN_OP_RELU_GRAD && k == 1) ||
+         (op == KN_OP_POOL_GRAD && k >= 1) || op == KN_OP_POOL;
+}
+
+/* The bf16 value an up-cast (bf16 -> f32) widens, or -1. */
+static kn_node widened_bf16(const kn_graph *g, kn_node x) {
+  const kn_node_rec *n = &g->nodes[x];
+  if (n->op != KN_OP_CAST || n->dtype != KN_F32 || n->dead) return -1;
+  return g->nodes[n->inputs[0]].dtype == KN_BF16 ? n->inputs[0] : -1;
+}
+
+enum {
+  READ_AS_GEMM_OPERAND = 1,
+  READ_BY_NARROW_COPY = 2,
+  READ_BY_COL2IM = 4,
+  READ_BY_ROUNDING = 8
+};
+
+/* Whether x has live readers and every one reads it in one of the `ways`:
+ * as a GEMM operand, as x's own down-cast to bf16 (mixed precision's
+ * narrow copy), as col2im's columns, as a cast rounding it in f32. */
+static int read_only(const kn_graph *g, kn_node x, int ways) {
+  int readers = 0;
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      if (n->inputs[k] != x) continue;
+      readers++;
+      if ((ways & READ_AS_GEMM_OPERAND) && is_gemm(n->op) && k < 2) continue;
+      if ((ways & READ_BY_NARROW_COPY) && n->op == KN_OP_CAST && n->dtype == KN_BF16) continue;
+      if ((ways & READ_BY_COL2IM) && n->op == KN_OP_COL2IM) continue;
+      if ((ways & READ_BY_ROUNDING) && n->op == KN_OP_CAST && n->dtype == KN_F32) continue;
+      return 0;
+    }
+  }
+  return readers > 0;
+}
+
+/* Whether every live reader of x takes a bf16 value: a GEMM operand, a
+ * bias gradient's row sum, or a view that only GEMMs read. */
+static int gradient_read_as_bf16(const kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      if (n->inputs[k] != x) continue;
+      if ((is_gemm(n->op) && k < 2) || n->op == KN_OP_REDUCE_ROWS) continue;
+      if (n->storage == KN_STORE_VIEW && read_only(g, c, READ_AS_GEMM_OPERAND)) continue;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static void replace_reads(kn_graph *g, kn_node from, kn_node to) {
+  for (int c = from + 1; c < g->n_nodes; c++) {
+    kn_node_rec *n = &g->nodes[c];
+    for (int k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] == from) n->inputs[k] = to;
+  }
+}
+
+/* x, now bf16 itself, is read wherever its narrow copies were; they go. */
+static void take_place_of_narrow_copies(kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    kn_node_rec *copy = &g->nodes[c];
+    if (!copy->dead && copy->op == KN_OP_CAST && copy->dtype == KN_BF16 && copy->inputs[0] == x) {
+      replace_reads(g, c, x);
+      copy->dead = 1;
+    }
+  }
+}
+
+/* Under mixed_bfloat16 the matmuls of dense and conv layers, forward and
+ * backward, read bf16 operands and run the bf16 GEMM; the f32 values they
+ * read before are then left unread and DCE drops them, so activations are
+ * planned in bf16:
+ * - a GEMM operand that widens a bf16 value (a weight copy, a layer input's
+ *   narrow copy, or a view of one) is replaced by that value, and so are
+ *   pooling's widened input and the widened forward values relu and
+ *   pooling gradients read;
+ * - an im2col read only by GEMMs (and its own narrow copy) is built in bf16
+ *   straight from its input's narrow copy (rounding an f32 input), and
+ *   takes the place of that copy;
+ * - a convolution's input gradient in columns is stored in bf16, and so
+ *   are the gradients from a tiled max pool down through relu to the
+ *   layer's GEMMs (values the policy rounds to bf16 anyway).
+ * Other gradients stay f32; the GEMM rounds them to bf16 as it packs. Not a
+ * switchable pass: it is what the policy computes. */
+static void narrow_gemm_operands(kn_graph *g) {
+  if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead) continue;
+    if (n->op == KN_OP_IM2COL && n->dtype == KN_F32 &&
+        read_only(g, i, READ_AS_GEMM_OPERAND | READ_BY_NARROW_COPY)) {
+      kn_node src = widened_bf16(g, n->inputs[0]);
+      if (src >= 0 || g->nodes[n->inputs[0]].dtype == KN_F32) {
+        if (src >= 0) n->inputs[0] = src;
+        n->dtype = KN_BF16;
+        take_place_of_narrow_copies(g, i);
+      }
+    } else if (n->storage == KN_STORE_VIEW && n->dtype == KN_F32 &&
+               widened_bf16(g, n->inputs[0]) >= 0 && read_only(g, i, READ_AS_GEMM_OPERAND)) {
+      n->inputs[0] = widened_bf16(g, n->inputs[0]);
+      n->dtype = KN_BF16;
+    } else if (n->op == KN_OP_CAST && n->dtype == KN_F32 &&
+               g->nodes[n->inputs[0]].dtype == KN_F32) {
+      /* The gradient of a layer input's up-cast, rounded to bf16: a tiled
+       * max pool's gradient read by it alone writes it rounded, in bf16. */
+      kn_node_rec *p = &g->nodes[n->inputs[0]];
+      if (p->op == KN_OP_POOL_GRAD && kn_pool_tiles(p->attr_i) && !p->keep &&
+          read_only(g, n->inputs[0], READ_BY_ROUNDING)) {
+        p->dtype = KN_BF16;
+        replace_reads(g, i, n->inputs[0]);
+        n->dead = 1;
+      }
+    } else {
+      for (int k = 0; k < n->n_inputs; k++) {
+        kn_node src = widened_bf16(g, n->inputs[k]);
+        if (src >= 0 && reads_bf16(n->op, k)) n->inputs[k] = src;
+      }
+      /* relu's gradient masks a bf16 gradient: bf16 out, for readers that
+       * take bf16 (the layer's GEMMs and its bias gradient). */
+      if (n->op == KN_OP_RELU_GRAD && g->nodes[n->inputs[0]].dtype == KN_BF16 && !n->keep &&
+          gradient_read_as_bf16(g, i)) {
+        n->dtype = KN_BF16;
+        for (int c = i + 1; c < g->n_nodes; c++)
+          if (!g->nodes[c].dead && g->nodes[c].storage == KN_STORE_VIEW &&
+              g->nodes[c].inputs[0] == i)
+            g->nodes[c].dtype = KN_BF16;
+      }
+    }
+    if (is_gemm(n->op) && !n->keep && n->storage == KN_STORE_ARENA) {
+      /* A convolution's input gradient in columns, summed by col2im into
+       * an f32 gradient, and a layer output only its narrow copy reads:
+       * rounded to bf16 once the sums (and bias, relu) are complete. */
+      if (n->op == KN_OP_MATMUL && read_only(g, i, READ_BY_COL2IM)) n->dtype = KN_BF16;
+      if (read_only(g, i, READ_BY_NARROW_COPY)) {
+        n->dtype = KN_BF16;
+        take_place_of_narrow_copies(g, i);
+      }
+    }
+  }
+}
+
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   unsigned passes = kn_graph_passes(g);
   memset(st, 0, sizeof *st);
@@ -241,6 +408,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->fused = fuse(g, scratch);
     st->fused += fuse_chains(g, scratch);
   }
+  narrow_gemm_operands(g);
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
   return 0;

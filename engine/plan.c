@@ -344,6 +344,27 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       goto out;
     }
   }
+  /* Packing buffers for the matmuls that run the bf16 GEMM, one per thread,
+   * deep enough for the longest sum rounded into a bf16 output. */
+  int bf16_gemms = 0, bf16_out_depth = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i], *A = &g->nodes[n->inputs[0]];
+    if (n->dead || (n->op != KN_OP_MATMUL && n->op != KN_OP_MATMUL_BIAS_ACT)) continue;
+    if (A->dtype != KN_BF16 && g->nodes[n->inputs[1]].dtype != KN_BF16 && n->dtype != KN_BF16)
+      continue;
+    bf16_gemms++;
+    int depth = n->attr_i[0] ? A->dims[0] : A->dims[1];
+    if (n->dtype == KN_BF16 && depth > bf16_out_depth) bf16_out_depth = depth;
+  }
+  if (bf16_gemms) {
+    size_t bytes = kn_gemm_scratch_bytes(kn_pool_threads(g->pool), bf16_out_depth);
+    g->gemm_scratch = aligned_alloc(KN_ALIGN, bytes);
+    if (!g->gemm_scratch) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu bytes of GEMM buffers", bytes);
+      goto out;
+    }
+    memset(g->gemm_scratch, 0, bytes);
+  }
   g->compiled = 1;
   g->batch = 0;
   /* Constants, once: no run computes them again. */

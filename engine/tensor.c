@@ -34,10 +34,7 @@ static float bits_f32(uint32_t u) {
 }
 
 static uint16_t f32_to_bf16(float f) {
-  uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                          /* nearest even */
-  return (uint16_t)(u >> 16);
+  return kn_bf16_from_f32(f);
 }
 
 static float bf16_to_f32(uint16_t h) {

@@ -555,7 +555,7 @@ static int train_main(int argc, char **argv) {
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);
     snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",
-             kn_precision_name(mc.precision), kn_mixed_matmul_path());
+             kn_precision_name(mc.precision), kn_mixed_matmul_path(mc.precision));
   }
   if (mc.recompute) {
     size_t used = strlen(extra);
@@ -569,7 +569,7 @@ static int train_main(int argc, char **argv) {
   }
   {
     size_t used = strlen(extra);
-    snprintf(extra + used, sizeof extra - used, "; GEMM %s", kn_gemm_name(kn_cpu_gemm()));
+    snprintf(extra + used, sizeof extra - used, "; f32 GEMM %s", kn_gemm_name(kn_cpu_gemm()));
   }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "

@@ -1,7 +1,9 @@
 /* Mixed precision and recomputation: the cast kernels' rounding (known bit
  * patterns, ties to even, f16 overflow and underflow), gradients through
  * casts, the planned memory of a CNN in mixed_bfloat16 and with
- * recompute, the dynamic loss scaler, and short training runs that learn. */
+ * recompute, mixed_bfloat16's matmuls on the bf16 GEMM (either kernel,
+ * any thread count), the dynamic loss scaler, and short training runs
+ * that learn. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -170,8 +172,8 @@ static const kn_layer_config cnn_layers[7] = {
      .activation = KN_ACT_RELU},
     {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
 
-static kn_model build_cnn(int side, int batch, kn_precision precision, int recompute,
-                          kn_plan_stats *stats) {
+static kn_model build_cnn_threaded(int side, int batch, kn_precision precision, int recompute,
+                                   int threads, kn_plan_stats *stats) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {side, side, 1},
                          .n_layers = 7,
@@ -183,25 +185,38 @@ static kn_model build_cnn(int side, int batch, kn_precision precision, int recom
   kn_model m;
   char err[512] = "";
   if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
+  kn_graph_set_threads(m.graph, threads);
   if (kn_graph_compile(m.graph, 11, stats, err, sizeof err)) fail_msg("compile: %s", err);
   return m;
 }
 
-static void mixed_bfloat16_cnn_plans_activations_in_at_most_55_percent(void **state) {
+static kn_model build_cnn(int side, int batch, kn_precision precision, int recompute,
+                          kn_plan_stats *stats) {
+  return build_cnn_threaded(side, batch, precision, recompute, 1, stats);
+}
+
+static void mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent(void **state) {
   (void)state;
   kn_plan_stats f32, bf16, f16;
   kn_model a = build_cnn(28, 128, KN_PRECISION_FLOAT32, 0, &f32);
   kn_model b = build_cnn(28, 128, KN_PRECISION_MIXED_BFLOAT16, 0, &bf16);
   kn_model c = build_cnn(28, 128, KN_PRECISION_MIXED_FLOAT16, 0, &f16);
   print_message("saved for backward: float32 %.2f MiB, mixed_bfloat16 %.2f MiB (%.1f%%); arena "
-                "peak %.2f -> %.2f MiB\n",
+                "peak %.2f -> %.2f MiB (%.1f%%); mixed_float16 %.2f MiB\n",
                 f32.saved_bytes / 1048576.0, bf16.saved_bytes / 1048576.0,
                 100.0 * (double)bf16.saved_bytes / (double)f32.saved_bytes,
-                f32.arena_bytes / 1048576.0, bf16.arena_bytes / 1048576.0);
+                f32.arena_bytes / 1048576.0, bf16.arena_bytes / 1048576.0,
+                100.0 * (double)bf16.arena_bytes / (double)f32.arena_bytes,
+                f16.arena_bytes / 1048576.0);
   assert_true(f32.saved_bytes > 0);
   assert_true(bf16.saved_bytes * 100 <= f32.saved_bytes * 55);
-  assert_true(f16.saved_bytes == bf16.saved_bytes);
-  assert_true(bf16.arena_bytes < f32.arena_bytes);
+  /* The whole planned peak too: mixed_bfloat16's matmuls read bf16, so no
+   * f32 copy of an im2col or a layer input is planned, and the gradients
+   * between a pool and its layer's GEMMs are bf16. */
+  assert_true(bf16.arena_bytes * 100 <= f32.arena_bytes * 55);
+  /* mixed_float16 keeps its f16 copies for backward, and f32 GEMM operands. */
+  assert_true(f16.saved_bytes >= bf16.saved_bytes && f16.saved_bytes * 100 <= f32.saved_bytes * 55);
+  assert_true(f16.arena_bytes > bf16.arena_bytes && f16.arena_bytes < f32.arena_bytes);
   /* Master weights and gradients stay f32. */
   assert_int_equal(bf16.param_bytes, f32.param_bytes);
   kn_model_free(&a);
@@ -307,6 +322,70 @@ static void recompute_and_mixed_precision_combine(void **state) {
   for (int s = 0; s < 3; s++) assert_true(fabsf(la[s] - lb[s]) < 1e-2f * fabsf(la[s]) + 1e-3f);
   kn_model_free(&a);
   kn_model_free(&b);
+}
+
+/* Whether this CPU (and build) has the AVX512-BF16 kernel. */
+static int have_avx512bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return 0;
+#endif
+}
+
+static void mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm(void **state) {
+  (void)state;
+  kn_model f32 = build_cnn(12, 16, KN_PRECISION_FLOAT32, 0, NULL);
+  kn_model bf16 = build_cnn_threaded(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, 2, NULL);
+  float lf[2], lb[2];
+  sgd_losses(&f32, 2, lf);
+  sgd_losses(&bf16, 2, lb);
+  const kn_gemm_kernel want = kn_gemm_bf16_kernel();
+  print_message("mixed_bfloat16 matmuls: %s\n", kn_mixed_matmul_path(KN_PRECISION_MIXED_BFLOAT16));
+  /* Per step: 4 layers forward, their 4 dW, and dX of conv2 (columns),
+   * dense1 and out (conv1's input needs no gradient). */
+  assert_int_equal(kn_graph_gemm_calls(bf16.graph, want), 2 * 11);
+  assert_int_equal(kn_graph_gemm_calls(bf16.graph, KN_GEMM_SGEMM), 0);
+  assert_int_equal(kn_graph_gemm_calls(f32.graph, KN_GEMM_SGEMM), 2 * 11);
+  assert_int_equal(kn_graph_gemm_calls(f32.graph, want), 0);
+  if (have_avx512bf16()) {
+    assert_int_equal(want, KN_GEMM_BF16_AVX512);
+    assert_non_null(strstr(kn_mixed_matmul_path(KN_PRECISION_MIXED_BFLOAT16), "vdpbf16ps"));
+  } else {
+    print_message("this CPU has no AVX512-BF16: the portable kernel ran\n");
+    assert_int_equal(want, KN_GEMM_BF16_PORTABLE);
+  }
+  kn_model_free(&f32);
+  kn_model_free(&bf16);
+}
+
+/* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
+ * portable one, and on 1 and 3 threads: the same losses, to rounding. */
+static void training_on_either_bf16_kernel_gives_the_same_losses(void **state) {
+  (void)state;
+  char err[128];
+  float native[5], portable[5], threaded[5];
+  kn_model a = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, NULL);
+  sgd_losses(&a, 5, native);
+  if (kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK)
+    assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+  kn_model b = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, NULL);
+  sgd_losses(&b, 5, portable);
+  assert_true(kn_graph_gemm_calls(b.graph, KN_GEMM_BF16_PORTABLE) > 0);
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  kn_model c = build_cnn_threaded(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, 3, NULL);
+  sgd_losses(&c, 5, threaded);
+  for (int s = 0; s < 5; s++) {
+    print_message("step %d: loss %.6f (kernel in use) %.6f (portable) %.6f (3 threads)\n", s,
+                  native[s], portable[s], threaded[s]);
+    assert_true(fabsf(native[s] - portable[s]) <= 1e-3f * fabsf(native[s]));
+    assert_true(bits_of(native[s]) == bits_of(threaded[s]));
+  }
+  assert_true(native[4] < native[0]);
+  kn_model_free(&a);
+  kn_model_free(&b);
+  kn_model_free(&c);
 }
 
 static void loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval(void **state) {
@@ -453,10 +532,12 @@ int main(void) {
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),
       cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
-      cmocka_unit_test(mixed_bfloat16_cnn_plans_activations_in_at_most_55_percent),
+      cmocka_unit_test(mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent),
       cmocka_unit_test(recompute_lowers_the_planned_peak_and_keeps_the_losses),
       cmocka_unit_test(mixed_precision_gradients_stay_close_to_float32),
       cmocka_unit_test(recompute_and_mixed_precision_combine),
+      cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
+      cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
       cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),

@@ -1,0 +1,402 @@
+/* cpu_gemm.c — kiln's bf16 GEMM: C = op(A) x op(B) (+ C), each operand f32
+ * or bf16, every product taken on bf16 values (f32 operands are rounded to
+ * bf16, nearest even, while they are packed) and summed in f32; C is f32,
+ * or bf16 rounded once its sums (and an optional bias and relu) are
+ * complete. Packed panels and a register-blocked micro-kernel after
+ * GotoBLAS: depth pairs interleaved so one AVX512-BF16 vdpbf16ps does 32
+ * multiply-adds; CPUs without it run the same panels through a C
+ * micro-kernel that sums the same products in the same order.
+ *
+ * Threads: a call cuts C's rows (or columns, when wider than tall) into one
+ * contiguous range per pool thread; each thread packs into its own slice of
+ * the scratch buffer and writes only its own part of C. Every element of C
+ * sums the same products in the same order whatever the thread count. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define KN_HAVE_AVX512BF16 1
+#endif
+
+/* Micro-tile MR x NR, depth block KC (even: pairs), and the A and B blocks
+ * one thread packs at a time: MC x KC of A (L2), KC x NC of B. */
+enum { MR = 12, NR = 32, KC = 256, MC = 96, NC = 512 };
+
+/* Depth packed at once: KC, or all of k for a bf16 C (its sums must be
+ * complete before they are rounded). */
+static int depth_block(int k, kn_dtype c_type) {
+  return c_type == KN_BF16 && k > KC ? (k + 1) / 2 * 2 : KC;
+}
+
+/* One thread's A block (MC x depth) and B block (depth x NC) in bf16. */
+static size_t per_thread_bytes(int depth) {
+  return (size_t)(MC + NC) * (size_t)depth * 2;
+}
+
+size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth) {
+  return (size_t)(threads < 1 ? 1 : threads) *
+         per_thread_bytes(depth_block(bf16_out_depth, KN_BF16));
+}
+
+const char *kn_gemm_kernel_name(kn_gemm_kernel kernel) {
+  switch (kernel) {
+  case KN_GEMM_SGEMM:
+    return kn_cpu_gemm() == KN_GEMM_KILN ? "kiln f32 GEMM, AVX-512F" : "OpenBLAS sgemm (f32)";
+  case KN_GEMM_BF16_AVX512: return "kiln bf16 GEMM, AVX512-BF16 (vdpbf16ps)";
+  case KN_GEMM_BF16_PORTABLE: return "kiln bf16 GEMM, portable C (no AVX512-BF16)";
+  case KN_GEMM_KERNELS: break;
+  }
+  return "?";
+}
+
+kn_gemm_kernel kn_gemm_bf16_kernel(void) {
+#ifdef KN_HAVE_AVX512BF16
+  __builtin_cpu_init();
+  if (kn_cpu_isa() == KN_ISA_AVX512 && __builtin_cpu_supports("avx512bf16"))
+    return KN_GEMM_BF16_AVX512;
+#endif
+  return KN_GEMM_BF16_PORTABLE;
+}
+
+static inline uint16_t bf16_at(const void *base, int is_f32, size_t off) {
+  return is_f32 ? kn_bf16_from_f32(((const float *)base)[off]) : ((const uint16_t *)base)[off];
+}
+
+/* Packs `lanes` lanes (rows of op(A) or columns of op(B)) of depth kc into
+ * dst[kc2][width] 32-bit words, each the bf16 pair (depth 2p, 2p + 1), low
+ * half first; missing lanes and the odd depth's partner are zeros. Element
+ * (lane l, depth d) is at base[l * ls + d * ks]. Inlined per source type,
+ * and walking memory contiguously whichever stride is 1. */
+static inline __attribute__((always_inline)) void pack_panel(uint32_t *dst, int width,
+                                                             const void *base, int is_f32,
+                                                             size_t ls, size_t ks, int lanes,
+                                                             int kc) {
+  const int kc2 = (kc + 1) / 2, pairs = kc / 2;
+  if (ks == 1) {
+    for (int l = 0; l < lanes; l++) {
+      size_t at = (size_t)l * ls;
+      for (int p = 0; p < pairs; p++, at += 2)
+        dst[(size_t)p * width + l] =
+            bf16_at(base, is_f32, at) | (uint32_t)bf16_at(base, is_f32, at + 1) << 16;
+      if (kc & 1) dst[(size_t)pairs * width + l] = bf16_at(base, is_f32, at);
+    }
+  } else {
+    for (int p = 0; p < kc2; p++) {
+      size_t d0 = (size_t)(2 * p) * ks;
+      uint32_t *row = dst + (size_t)p * width;
+      if (2 * p + 1 < kc) {
+        for (int l = 0; l < lanes; l++)
+          row[l] = bf16_at(base, is_f32, d0 + (size_t)l * ls) |
+                   (uint32_t)bf16_at(base, is_f32, d0 + ks + (size_t)l * ls) << 16;
+      } else {
+        for (int l = 0; l < lanes; l++) row[l] = bf16_at(base, is_f32, d0 + (size_t)l * ls);
+      }
+    }
+  }
+  for (int p = 0; p < kc2 && lanes < width; p++)
+    memset(dst + (size_t)p * width + lanes, 0, (size_t)(width - lanes) * sizeof *dst);
+}
+
+/* Element (lane, depth) of an operand: lane is a row of op(A) or a column
+ * of op(B). */
+typedef struct operand_view {
+  const void *data;
+  int is_f32;
+  size_t ls, ks;
+} operand_view;
+
+static void pack(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
+                 int kc) {
+  const size_t start = (size_t)lane0 * v->ls + (size_t)d0 * v->ks;
+  const void *base = v->is_f32 ? (const void *)((const float *)v->data + start)
+                               : (const void *)((const uint16_t *)v->data + start);
+  if (v->is_f32)
+    pack_panel(dst, width, base, 1, v->ls, v->ks, lanes, kc);
+  else
+    pack_panel(dst, width, base, 0, v->ls, v->ks, lanes, kc);
+}
+
+static inline float bf16_lo(uint32_t w) {
+  uint32_t u = w << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline float bf16_hi(uint32_t w) {
+  uint32_t u = w & 0xffff0000u;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Where a micro-kernel writes its tile, and what it does on the way: C is
+ * f32 (set, or added to) or bf16 (rounded); on the last depth block the
+ * sums may take a bias per column and a relu first. */
+typedef struct tile_out {
+  void *c; /* the tile's first element */
+  size_t ldc;
+  int c_bf16, accumulate, relu;
+  const float *bias; /* the tile's first column's, or NULL */
+} tile_out;
+
+static void store_tile(float (*acc)[NR], const tile_out *o, int mr, int nr) {
+  for (int i = 0; i < mr; i++) {
+    float *v = acc[i];
+    if (o->accumulate) {
+      const float *ci = (const float *)o->c + (size_t)i * o->ldc;
+      for (int j = 0; j < nr; j++) v[j] = ci[j] + v[j];
+    }
+    if (o->bias)
+      for (int j = 0; j < nr; j++) v[j] += o->bias[j];
+    if (o->relu)
+      for (int j = 0; j < nr; j++) v[j] = v[j] > 0 ? v[j] : 0;
+    if (o->c_bf16) {
+      uint16_t *ci = (uint16_t *)o->c + (size_t)i * o->ldc;
+      for (int j = 0; j < nr; j++) ci[j] = kn_bf16_from_f32(v[j]);
+    } else {
+      memcpy((float *)o->c + (size_t)i * o->ldc, v, (size_t)nr * sizeof(float));
+    }
+  }
+}
+
+/* C tile (mr x nr of MR x NR) = or += the packed panels' product, over kc2
+ * depth pairs. The odd depth of each pair is added first, as vdpbf16ps
+ * does; each bf16 x bf16 product is exact in f32. */
+#ifdef KN_HAVE_AVX512BF16
+/* The same C for the wider vectors the CPU has, chosen at load time. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+micro_portable(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
+  float acc[MR][NR];
+  memset(acc, 0, sizeof acc);
+  for (int p = 0; p < kc2; p++) {
+    const uint32_t *ap = a + (size_t)p * MR, *bp = b + (size_t)p * NR;
+    float b_lo[NR], b_hi[NR];
+    for (int j = 0; j < NR; j++) {
+      b_lo[j] = bf16_lo(bp[j]);
+      b_hi[j] = bf16_hi(bp[j]);
+    }
+    for (int i = 0; i < MR; i++) {
+      const float a_lo = bf16_lo(ap[i]), a_hi = bf16_hi(ap[i]);
+      for (int j = 0; j < NR; j++) {
+        acc[i][j] += a_hi * b_hi[j];
+        acc[i][j] += a_lo * b_lo[j];
+      }
+    }
+  }
+  store_tile(acc, o, mr, nr);
+}
+
+#ifdef KN_HAVE_AVX512BF16
+/* The same tile with 24 zmm accumulators: per depth pair, two loads of B's
+ * 32 columns and one broadcast of each of A's 12 row pairs. */
+__attribute__((target("avx512f,avx512bf16"))) static void
+micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int p = 0; p < kc2; p++) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * NR + 16);
+    const uint32_t *ap = a + (size_t)p * MR;
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i]);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+    }
+  }
+  const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32   ? (__mmask16)0xffff
+                       : nr <= 16 ? (__mmask16)0
+                                  : (__mmask16)((1u << (nr - 16)) - 1);
+  const __m512 bias0 = o->bias ? _mm512_maskz_loadu_ps(m0, o->bias) : _mm512_setzero_ps();
+  const __m512 bias1 = o->bias ? _mm512_maskz_loadu_ps(m1, o->bias + 16) : _mm512_setzero_ps();
+  for (int i = 0; i < mr; i++) {
+    __m512 v[2] = {acc[i][0], acc[i][1]};
+    const __mmask16 mask[2] = {m0, m1};
+    if (o->accumulate) {
+      const float *ci = (const float *)o->c + (size_t)i * o->ldc;
+      v[0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), v[0]);
+      v[1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), v[1]);
+    }
+    if (o->bias) {
+      v[0] = _mm512_add_ps(v[0], bias0);
+      v[1] = _mm512_add_ps(v[1], bias1);
+    }
+    for (int h = 0; h < 2; h++) {
+      /* relu as v > 0 ? v : 0, which (unlike max) sends NaN to 0 as the
+       * portable kernel does */
+      if (o->relu)
+        v[h] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[h], _mm512_setzero_ps(), _CMP_GT_OQ), v[h]);
+      if (o->c_bf16) {
+        /* Round to nearest even in integers, as kn_bf16_from_f32 does:
+         * no flushing of subnormals; NaN stays a quiet NaN. */
+        const __m512i u = _mm512_castps_si512(v[h]);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+        const __mmask16 nan = _mm512_cmp_ps_mask(v[h], v[h], _CMP_UNORD_Q);
+        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)o->c + (size_t)i * o->ldc + 16 * h, mask[h],
+                                          r);
+      } else {
+        _mm512_mask_storeu_ps((float *)o->c + (size_t)i * o->ldc + 16 * h, mask[h], v[h]);
+      }
+    }
+  }
+}
+#endif
+
+typedef void (*micro_fn)(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr,
+                         int nr);
+
+typedef struct gemm_job {
+  int m, n, k, threads, split_rows, accumulate, depth, c_bf16, relu;
+  const float *bias;
+  operand_view a, b; /* a: lanes are rows of op(A); b: lanes are columns of op(B) */
+  void *c;
+  size_t ldc;
+  unsigned char *scratch;
+  micro_fn micro;
+} gemm_job;
+
+/* C[r0, r1) x [c0, c1) on one thread's packing buffers. */
+static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32_t *pa,
+                       uint32_t *pb) {
+  for (int jc = c0; jc < c1; jc += NC) {
+    const int nc = c1 - jc < NC ? c1 - jc : NC;
+    for (int pc = 0; pc < j->k; pc += j->depth) {
+      const int kc = j->k - pc < j->depth ? j->k - pc : j->depth, kc2 = (kc + 1) / 2;
+      const int acc = j->accumulate || pc > 0, last = pc + kc >= j->k;
+      for (int jr = 0; jr < nc; jr += NR)
+        pack(pb + (size_t)(jr / NR) * kc2 * NR, NR, &j->b, jc + jr, nc - jr < NR ? nc - jr : NR, pc,
+             kc);
+      for (int ic = r0; ic < r1; ic += MC) {
+        const int mc = r1 - ic < MC ? r1 - ic : MC;
+        for (int ir = 0; ir < mc; ir += MR)
+          pack(pa + (size_t)(ir / MR) * kc2 * MR, MR, &j->a, ic + ir, mc - ir < MR ? mc - ir : MR,
+               pc, kc);
+        for (int jr = 0; jr < nc; jr += NR) {
+          const int nr = nc - jr < NR ? nc - jr : NR;
+          for (int ir = 0; ir < mc; ir += MR) {
+            const size_t at = (size_t)(ic + ir) * j->ldc + jc + jr;
+            const tile_out o = {.c = j->c_bf16 ? (void *)((uint16_t *)j->c + at)
+                                               : (void *)((float *)j->c + at),
+                                .ldc = j->ldc,
+                                .c_bf16 = j->c_bf16,
+                                .accumulate = acc,
+                                .relu = last && j->relu,
+                                .bias = last && j->bias ? j->bias + jc + jr : NULL};
+            j->micro(kc2, pa + (size_t)(ir / MR) * kc2 * MR, pb + (size_t)(jr / NR) * kc2 * NR, &o,
+                     mc - ir < MR ? mc - ir : MR, nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* Thread t's share: whole micro-tiles of the split dimension. */
+static void gemm_range(void *ctx, int64_t begin, int64_t end) {
+  const gemm_job *j = ctx;
+  for (int64_t t = begin; t < end; t++) {
+    const int tile = j->split_rows ? MR : NR, extent = j->split_rows ? j->m : j->n;
+    const int64_t tiles = (extent + tile - 1) / tile;
+    int lo = (int)(tiles * t / j->threads) * tile, hi = (int)(tiles * (t + 1) / j->threads) * tile;
+    if (hi > extent) hi = extent;
+    if (lo >= hi) continue;
+    uint32_t *pa = (uint32_t *)(j->scratch + (size_t)t * per_thread_bytes(j->depth));
+    uint32_t *pb = pa + (size_t)MC * j->depth / 2;
+    if (j->split_rows)
+      gemm_block(j, lo, hi, 0, j->n, pa, pb);
+    else
+      gemm_block(j, 0, j->m, lo, hi, pa, pb);
+  }
+}
+
+kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
+                           kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
+                           const float *bias, int relu) {
+  const kn_gemm_kernel kernel = kn_gemm_bf16_kernel();
+  gemm_job j = {
+      .m = m,
+      .n = n,
+      .k = k,
+      .threads = kn_pool_threads(pool),
+      .split_rows = m >= n,
+      .accumulate = accumulate && c_type == KN_F32,
+      .depth = depth_block(k, c_type),
+      .c_bf16 = c_type == KN_BF16,
+      .relu = relu,
+      .bias = bias,
+      .a = {a.data, a.dtype == KN_F32, a.trans ? 1 : (size_t)a.ld, a.trans ? (size_t)a.ld : 1},
+      .b = {b.data, b.dtype == KN_F32, b.trans ? (size_t)b.ld : 1, b.trans ? 1 : (size_t)b.ld},
+      .c = c,
+      .ldc = (size_t)ldc,
+      .scratch = scratch,
+      .micro = micro_portable};
+#ifdef KN_HAVE_AVX512BF16
+  if (kernel == KN_GEMM_BF16_AVX512) j.micro = micro_avx512bf16;
+#endif
+  /* Below a few micro-tiles of work a second thread costs more than it
+   * saves. */
+  if ((int64_t)m * n * k < (int64_t)64 * 64 * 64) j.threads = 1;
+  kn_pool_for(j.threads > 1 ? pool : NULL, j.threads, gemm_range, &j);
+  return kernel;
+}
+
+struct kn_gemm {
+  kn_pool *pool;
+  void *scratch;
+};
+
+kn_gemm *kn_gemm_new(int threads) {
+  kn_gemm *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return NULL;
+  ctx->pool = kn_pool_new(threads);
+  size_t bytes = kn_gemm_scratch_bytes(kn_pool_threads(ctx->pool), 0);
+  ctx->scratch = aligned_alloc(64, bytes);
+  if (!ctx->scratch || (threads > 1 && !ctx->pool)) {
+    kn_gemm_free(ctx);
+    return NULL;
+  }
+  memset(ctx->scratch, 0, bytes);
+  return ctx;
+}
+
+void kn_gemm_free(kn_gemm *ctx) {
+  if (!ctx) return;
+  kn_pool_free(ctx->pool);
+  free(ctx->scratch);
+  free(ctx);
+}
+
+int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_type, int lda,
+                 int trans_a, const void *b, kn_dtype b_type, int ldb, int trans_b, float *c,
+                 int ldc, int accumulate, char *err, size_t errlen) {
+  if (m < 1 || n < 1 || k < 1) {
+    snprintf(err, errlen, "gemm_bf16: m, n and k must be >= 1, got %d, %d and %d", m, n, k);
+    return KN_EINVAL;
+  }
+  if ((a_type != KN_F32 && a_type != KN_BF16) || (b_type != KN_F32 && b_type != KN_BF16)) {
+    snprintf(err, errlen, "gemm_bf16: operands must be f32 or bf16, got %s and %s",
+             kn_dtype_name(a_type), kn_dtype_name(b_type));
+    return KN_EINVAL;
+  }
+  if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n) || ldc < n) {
+    snprintf(err, errlen,
+             "gemm_bf16: leading dimensions %d, %d, %d are shorter than the rows they hold", lda,
+             ldb, ldc);
+    return KN_EINVAL;
+  }
+  kn_gemm_run(ctx->pool, ctx->scratch, m, n, k, (kn_gemm_operand){a, a_type, lda, trans_a != 0},
+              (kn_gemm_operand){b, b_type, ldb, trans_b != 0}, c, KN_F32, ldc, accumulate, NULL, 0);
+  return KN_OK;
+}

@@ -1,0 +1,202 @@
+/* The bf16 GEMM: every shape tail, transpose, operand type and thread count
+ * against a double-precision reference over the same bf16-rounded
+ * operands, the AVX512-BF16 kernel against the portable one, and its
+ * argument checks. test_precision.c shows graphs running it. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+static float bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t bf16_bits(float f) {
+  uint32_t u;
+  f = bf16_round(f);
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)(u >> 16);
+}
+
+static uint64_t lcg = 12345;
+static float uniform_pm1(void) {
+  lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (float)((lcg >> 40) / (double)(1u << 24)) * 2.0f - 1.0f;
+}
+
+/* A (rows, cols) matrix stored as f32 and as its bf16 bits. */
+typedef struct matrix {
+  int rows, cols;
+  float *f32;
+  uint16_t *bf16;
+} matrix;
+
+static matrix random_matrix(int rows, int cols) {
+  matrix m = {rows, cols, malloc((size_t)rows * cols * sizeof(float)),
+              malloc((size_t)rows * cols * sizeof(uint16_t))};
+  for (int i = 0; i < rows * cols; i++) {
+    m.f32[i] = uniform_pm1();
+    m.bf16[i] = bf16_bits(m.f32[i]);
+  }
+  return m;
+}
+
+static void matrix_free(matrix *m) {
+  free(m->f32);
+  free(m->bf16);
+}
+
+/* op(X)[r][c] rounded to bf16, in double. */
+static double op_at(const matrix *x, int trans, int r, int c) {
+  return bf16_round(trans ? x->f32[(size_t)c * x->cols + r] : x->f32[(size_t)r * x->cols + c]);
+}
+
+/* One GEMM against the reference. f32 accumulation of k products, each
+ * exact, errs by at most about k * 2^-24 * sum |a b| (a first-order bound
+ * on recursive summation); 2x that, plus the old C's rounding when
+ * accumulating. */
+static void check_shape(kn_gemm *ctx, int m, int n, int k, int ta, int tb, kn_dtype at, kn_dtype bt,
+                        int accumulate) {
+  matrix A = random_matrix(ta ? k : m, ta ? m : k), B = random_matrix(tb ? n : k, tb ? k : n);
+  float *c = malloc((size_t)m * n * sizeof(float)), *c0 = malloc((size_t)m * n * sizeof(float));
+  for (int i = 0; i < m * n; i++) c[i] = c0[i] = uniform_pm1();
+  char err[256];
+  int rc = kn_gemm_bf16(ctx, m, n, k, at == KN_F32 ? (const void *)A.f32 : A.bf16, at, A.cols, ta,
+                        bt == KN_F32 ? (const void *)B.f32 : B.bf16, bt, B.cols, tb, c, n,
+                        accumulate, err, sizeof err);
+  if (rc) fail_msg("gemm %dx%dx%d: %s", m, n, k, err);
+  for (int i = 0; i < m; i++) {
+    for (int j = 0; j < n; j++) {
+      double ref = accumulate ? c0[(size_t)i * n + j] : 0.0, mag = fabs(ref);
+      for (int p = 0; p < k; p++) {
+        double prod = op_at(&A, ta, i, p) * op_at(&B, tb, p, j);
+        ref += prod;
+        mag += fabs(prod);
+      }
+      double tol = 2.0 * (k + 2) * 0x1p-24 * mag + 1e-30;
+      double got = c[(size_t)i * n + j];
+      if (!(fabs(got - ref) <= tol))
+        fail_msg("gemm m=%d n=%d k=%d ta=%d tb=%d a=%s b=%s acc=%d: C[%d][%d] = %.9g, want %.9g "
+                 "(tolerance %.3g)",
+                 m, n, k, ta, tb, kn_dtype_name(at), kn_dtype_name(bt), accumulate, i, j, got, ref,
+                 tol);
+    }
+  }
+  free(c);
+  free(c0);
+  matrix_free(&A);
+  matrix_free(&B);
+}
+
+static void check_all_shapes(int threads) {
+  kn_gemm *ctx = kn_gemm_new(threads);
+  assert_non_null(ctx);
+  /* Tails of the 12-row and 32-column micro-tile, the 96-row block, the
+   * 256-deep block and the 512-column block, odd depths, and 1x1x1. */
+  static const int shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {12, 32, 2},   {13, 31, 3},
+                                  {11, 64, 256}, {25, 1, 257}, {97, 45, 9},   {1, 513, 40},
+                                  {130, 7, 600}, {40, 96, 1},  {3, 600, 255}, {200, 70, 513}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (int t = 0; t < 4; t++) {
+      const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      check_shape(ctx, m, n, k, t & 1, t >> 1, KN_BF16, KN_BF16, 0);
+      check_shape(ctx, m, n, k, t & 1, t >> 1, (t & 1) ? KN_F32 : KN_BF16,
+                  (t & 1) ? KN_BF16 : KN_F32, s % 2);
+    }
+  }
+  check_shape(ctx, 29, 35, 70, 0, 0, KN_F32, KN_F32, 1);
+  kn_gemm_free(ctx);
+}
+
+static void bf16_gemm_matches_the_reference_on_every_tail_and_transpose(void **state) {
+  (void)state;
+  printf("bf16 GEMM kernel: %s\n", kn_gemm_kernel_name(kn_gemm_bf16_kernel()));
+  check_all_shapes(1);
+  check_all_shapes(3);
+}
+
+static void portable_kernel_matches_the_reference_too(void **state) {
+  (void)state;
+  char err[128];
+  /* AVX2 (or the baseline) never takes the AVX512-BF16 kernel. */
+  if (kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK)
+    assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+  assert_int_equal(kn_gemm_bf16_kernel(), KN_GEMM_BF16_PORTABLE);
+  check_all_shapes(2);
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+}
+
+/* The two kernels sum the same exact products in the same order: equal
+ * bits on normal values. */
+static void avx512bf16_and_portable_kernels_give_the_same_bits(void **state) {
+  (void)state;
+  char err[128];
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  if (kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512) {
+    printf("this CPU has no AVX512-BF16: only the portable kernel runs, skipped\n");
+    skip();
+  }
+  const int m = 70, n = 45, k = 300;
+  matrix A = random_matrix(m, k), B = random_matrix(k, n);
+  float *c[2];
+  for (int pass = 0; pass < 2; pass++) {
+    assert_int_equal(kn_cpu_set_isa(pass ? KN_ISA_AVX2 : KN_ISA_AUTO, err, sizeof err), KN_OK);
+    assert_int_equal(kn_gemm_bf16_kernel(), pass ? KN_GEMM_BF16_PORTABLE : KN_GEMM_BF16_AVX512);
+    kn_gemm *ctx = kn_gemm_new(2);
+    c[pass] = malloc((size_t)m * n * sizeof(float));
+    assert_int_equal(kn_gemm_bf16(ctx, m, n, k, A.bf16, KN_BF16, k, 0, B.f32, KN_F32, n, 0, c[pass],
+                                  n, 0, err, sizeof err),
+                     KN_OK);
+    kn_gemm_free(ctx);
+  }
+  assert_memory_equal(c[0], c[1], (size_t)m * n * sizeof(float));
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  free(c[0]);
+  free(c[1]);
+  matrix_free(&A);
+  matrix_free(&B);
+}
+
+static void bad_gemm_arguments_are_refused_by_name(void **state) {
+  (void)state;
+  kn_gemm *ctx = kn_gemm_new(1);
+  float a[4] = {0}, c[4];
+  char err[256];
+  assert_int_equal(
+      kn_gemm_bf16(ctx, 0, 2, 2, a, KN_F32, 2, 0, a, KN_F32, 2, 0, c, 2, 0, err, sizeof err),
+      KN_EINVAL);
+  assert_non_null(strstr(err, "m, n and k"));
+  assert_int_equal(
+      kn_gemm_bf16(ctx, 2, 2, 2, a, KN_F16, 2, 0, a, KN_F32, 2, 0, c, 2, 0, err, sizeof err),
+      KN_EINVAL);
+  assert_non_null(strstr(err, "f16"));
+  assert_int_equal(
+      kn_gemm_bf16(ctx, 2, 2, 2, a, KN_F32, 1, 0, a, KN_F32, 2, 0, c, 2, 0, err, sizeof err),
+      KN_EINVAL);
+  assert_non_null(strstr(err, "leading"));
+  kn_gemm_free(ctx);
+  kn_gemm_free(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(bf16_gemm_matches_the_reference_on_every_tail_and_transpose),
+      cmocka_unit_test(portable_kernel_matches_the_reference_too),
+      cmocka_unit_test(avx512bf16_and_portable_kernels_give_the_same_bits),
+      cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
