@@ -738,8 +738,11 @@ int main(int argc, char **argv) {
 #ifdef KILN_HAVE_MPI
   if (mpi_started) {
     /* A rank that failed alone must not leave the others waiting in an
-     * all-reduce: the abort ends every process of the job. */
-    if (status != 0 && mpi_world > 1) MPI_Abort(MPI_COMM_WORLD, status);
+     * all-reduce: the abort ends every process of the job. A stop is no
+     * failure: every rank agreed on the step to stop after, and an abort
+     * from one that is done could kill rank 0 while it writes the stop's
+     * checkpoint. */
+    if (status != 0 && status != EXIT_STOPPED && mpi_world > 1) MPI_Abort(MPI_COMM_WORLD, status);
     MPI_Finalize();
   }
 #endif
