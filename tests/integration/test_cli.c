@@ -90,7 +90,7 @@ static void write_prices(const char *name, int rows) {
 /* A regression spec on data set ds: epochs, and a checkpoint policy when
  * every_steps > 0. */
 static void write_spec(const char *name, const char *display_name, const char *ds, int epochs,
-                       int every_steps) {
+                       int batch, int every_steps) {
   char path[400];
   snprintf(path, sizeof path, "%s/%s", work, name);
   FILE *f = fopen(path, "w");
@@ -100,9 +100,9 @@ static void write_spec(const char *name, const char *display_name, const char *d
           "{\"type\":\"dense\",\"units\":16,\"activation\":\"relu\"},{\"type\":\"dense\","
           "\"units\":1}]},\"loss\":\"mse\",\"metrics\":[\"mae\"],"
           "\"dataset\":{\"name\":\"%s\",\"validation_split\":0.2},"
-          "\"pipeline\":{\"batch_size\":32},\"optimizer\":{\"type\":\"adam\","
+          "\"pipeline\":{\"batch_size\":%d},\"optimizer\":{\"type\":\"adam\","
           "\"learning_rate\":0.01},\"epochs\":%d,\"seed\":3",
-          display_name, ds, epochs);
+          display_name, ds, batch, epochs);
   if (every_steps > 0)
     fprintf(f, ",\"checkpoint\":{\"every_steps\":%d,\"keep_last\":1}", every_steps);
   fputs("}\n", f);
@@ -153,7 +153,7 @@ static void help_documents_every_exit_code(void **state) {
 static void bad_command_lines_exit_2(void **state) {
   (void)state;
   char out[4096];
-  write_spec("any.json", "any", "fashion-mnist", 1, 0);
+  write_spec("any.json", "any", "fashion-mnist", 1, 32, 0);
   const char *cases[][2] = {
       {"submit any.json --wait --timeout 5x", "--timeout must be a duration"},
       {"submit any.json --wait --timeout 0s", "--timeout must be a duration"},
@@ -220,7 +220,7 @@ static void datasets_upload_and_ls(void **state) {
 static void a_job_that_meets_its_requirements_exits_0(void **state) {
   (void)state;
   char out[65536];
-  write_spec("quick.json", "quick", prices_id, 20, 0);
+  write_spec("quick.json", "quick", prices_id, 20, 32, 0);
   int status = cli(out, sizeof out,
                    "submit quick.json --wait --timeout 10m --require 'val_mae<=0.5' "
                    "--require 'loss<1'");
@@ -287,7 +287,7 @@ static void a_job_below_its_bar_exits_5(void **state) {
 static void a_failed_job_exits_1(void **state) {
   (void)state;
   char out[65536];
-  write_spec("fails.json", "fails", kinds_id, 2, 0);
+  write_spec("fails.json", "fails", kinds_id, 2, 32, 0);
   int status = cli(out, sizeof out, "submit fails.json --wait --require 'val_mae<1'");
   if (status != 1) fail_msg("exit %d: %s", status, out);
   assert_non_null(strstr(out, "FAILED (DATA_ERROR)"));
@@ -322,12 +322,13 @@ static long long newest_checkpoint(const char *job, long long newer_than) {
 static void timeout_pin_cancel_and_resume(void **state) {
   (void)state;
   char out[65536], job[64];
-  /* 1600 training rows in batches of 32: 50 steps an epoch, 500000 in all,
-   * minutes of work: it is still running whenever the test acts. A
-   * checkpoint every 10000 steps (50 in all): with one every 2000, a slow
-   * machine spent the job's whole life pinning checkpoints that keep_last
-   * had already removed, and the job ended before the test acted. */
-  write_spec("long.json", "long", prices_id, 10000, 10000);
+  /* 1600 training rows one at a time: 1600 steps an epoch, 16 million in
+   * all, far more than the test's life (it cancels the job): it is still
+   * running whenever the test acts, on any machine (at batch 32 a fast one
+   * finished all 500,000 steps in 43 s). A checkpoint every 10000 steps:
+   * with one every 2000, a slow machine spent the job's whole life pinning
+   * checkpoints that keep_last had already removed. */
+  write_spec("long.json", "long", prices_id, 10000, 1, 10000);
   int status = cli(out, sizeof out, "submit long.json --wait --timeout 2s");
   if (status != 4) fail_msg("exit %d: %s", status, out);
   job_id_from(out, job);
