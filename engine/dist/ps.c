@@ -92,7 +92,8 @@ static int mpi_failed(int code, const char *what, char *err, size_t errlen) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(code, text, &len);
-  snprintf(err, errlen, "parameter server: %s failed: %s", what, text);
+  snprintf(err, errlen, "parameter server: %s failed: %.*s", what,
+           (int)(errlen > 64 ? errlen - 64 : 0), text);
   return KN_EIO;
 }
 
