@@ -139,11 +139,15 @@ cmp "$d/straight.steps" "$d/resumed.steps"
 cmp "$d/straight/ckpt-00000020.safetensors" "$d/resumed/ckpt-00000020.safetensors"
 echo "multi_worker resumed from step 5 matches its straight run, byte for byte"
 
-# workers must match the processes mpirun started
-status=0
-"$trainer" --json --checkpoint-dir "$d/bad" "$d/multi.json" > "$d/bad.out" 2>&1 || status=$?
-test $status -eq 3
-grep -q 'strategy.workers is 2, but 1 processes run this job' "$d/bad.out"
+# The processes mpirun started must be the ones the strategy names: run
+# alone, a spec is refused with exit 3 and the message given.
+refused_outside_mpirun() { # SPEC MESSAGE
+  status=0
+  "$trainer" --json --checkpoint-dir "$d/bad" "$1" > "$d/bad.out" 2>&1 || status=$?
+  test $status -eq 3
+  grep -q "$2" "$d/bad.out"
+}
+refused_outside_mpirun "$d/multi.json" 'strategy.workers is 2, but 1 processes run this job'
 echo "multi_worker outside mpirun is refused (exit 3)"
 
 # parameter_server sync: the servers sum the workers' halves and update once.
@@ -178,10 +182,8 @@ cmp "$d/psr2/ckpt-00000040.safetensors" "$d/psr/ckpt-00000040.safetensors"
 cmp "$d/psr2/ckpt-00000040.state" "$d/psr/ckpt-00000040.state"
 echo "parameter_server resumed from step 15 ends with the same weights and optimizer state"
 
-status=0
-"$trainer" --json --checkpoint-dir "$d/bad" "$d/ps.json" > "$d/bad.out" 2>&1 || status=$?
-test $status -eq 3
-grep -q 'strategy.workers + strategy.ps is 2 + 1, but 1 processes run this job' "$d/bad.out"
+refused_outside_mpirun "$d/ps.json" \
+  'strategy.workers + strategy.ps is 2 + 1, but 1 processes run this job'
 echo "parameter_server outside mpirun is refused (exit 3)"
 
 # async: each push applied as it comes, the fastest worker at most 2 steps

@@ -41,6 +41,16 @@ static json_t *get_json(const char *path, long want) {
   return doc;
 }
 
+/* A job's points of one metric, as JSON text (the caller frees it). */
+static char *metric_text(const char *id, const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=%s", id, name);
+  json_t *m = get_json(path, 200);
+  char *text = json_dumps(m, 0);
+  json_decref(m);
+  return text;
+}
+
 static int start(void **state) {
   (void)state;
   snprintf(data_dir, sizeof data_dir, "/tmp/kiln-it-loop-XXXXXX");
@@ -114,21 +124,15 @@ static void loop_options_run_end_to_end(void **state) {
 
   /* Steps count updates; the rate follows warmup then cosine; top-3 and
    * the mid-epoch validation are recorded. */
-  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=learning_rate", id);
-  json_t *m = get_json(path, 200);
-  text = json_dumps(m, 0);
+  text = metric_text(id, "learning_rate");
   assert_non_null(strstr(text, "\"step\": 4"));
   assert_non_null(strstr(text, "\"step\": 32"));
   assert_null(strstr(text, "\"step\": 36"));
   free(text);
-  json_decref(m);
-  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=val_top_k_accuracy", id);
-  m = get_json(path, 200);
-  text = json_dumps(m, 0);
+  text = metric_text(id, "val_top_k_accuracy");
   assert_non_null(strstr(text, "\"step\": 10")); /* every 10 steps */
   assert_non_null(strstr(text, "\"step\": 16")); /* and each epoch's end */
   free(text);
-  json_decref(m);
 
   /* The profile, as a trace and as a table; a bad format is a 400. */
   snprintf(path, sizeof path, "/v1/jobs/%s/profile", id);
@@ -162,7 +166,7 @@ static const char mixed_spec[] =
 
 static void mixed_precision_job_reports_its_plan_and_loss_scale(void **state) {
   (void)state;
-  char id[64], path[256];
+  char id[64];
   json_t *job = create_and_finish(mixed_spec, id, sizeof id);
   char *text = json_dumps(job, JSON_COMPACT);
   assert_non_null(strstr(text, "\"precision\":\"mixed_float16\",\"recompute\":true"));
@@ -170,13 +174,10 @@ static void mixed_precision_job_reports_its_plan_and_loss_scale(void **state) {
   json_decref(job);
 
   /* 512 examples in batches of 32: 16 steps, the scale logged every 4. */
-  snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=loss_scale", id);
-  json_t *m = get_json(path, 200);
-  text = json_dumps(m, 0);
+  text = metric_text(id, "loss_scale");
   assert_non_null(strstr(text, "\"step\": 4"));
   assert_non_null(strstr(text, "\"step\": 16"));
   free(text);
-  json_decref(m);
 }
 
 static double now_s(void) {
