@@ -145,27 +145,42 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
   const unsigned char *x = X->data;
   unsigned char *cols = n->data;
   const int *a = n->attr_i;
-  int H = X->dims[1], W = X->dims[2], C = X->dims[3];
+  /* In locals: the stores below are bytes, which may alias anything. */
+  const int H = X->dims[1], W = X->dims[2], C = X->dims[3];
   const int KH = a[KN_CA_KH], KW = a[KN_CA_KW], OH = a[KN_CA_OH], OW = a[KN_CA_OW];
+  const int SH = a[KN_CA_SH], SW = a[KN_CA_SW], DH = a[KN_CA_DH], DW = a[KN_CA_DW];
+  const int PT = a[KN_CA_PAD_TOP], PL = a[KN_CA_PAD_LEFT];
+  const size_t pixel = (size_t)C * out_size;
+  /* Few channels of f32 (a first convolution): whole words, no calls. */
+  const int words = in_size == 4 && out_size == 4 && pixel <= 32;
   for (int64_t r = begin; r < end; r++) {
-    int b = (int)(r / OH), oh = (int)(r % OH);
+    const int b = (int)(r / OH), oh = (int)(r % OH);
     for (int ow = 0; ow < OW; ow++) {
       size_t row = (((size_t)b * OH + oh) * OW + ow) * (size_t)(KH * KW * C);
       for (int ki = 0; ki < KH; ki++) {
-        int ih = oh * a[KN_CA_SH] - a[KN_CA_PAD_TOP] + ki * a[KN_CA_DH];
+        const int ih = oh * SH - PT + ki * DH;
         for (int kj = 0; kj < KW; kj++) {
-          int iw = ow * a[KN_CA_SW] - a[KN_CA_PAD_LEFT] + kj * a[KN_CA_DW];
+          const int iw = ow * SW - PL + kj * DW;
           unsigned char *dst = cols + (row + ((size_t)ki * KW + kj) * C) * out_size;
-          size_t src = (((size_t)b * H + ih) * W + iw) * C;
-          if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
-            memset(dst, 0, (size_t)C * out_size); /* +0 in every float type */
+          const size_t src = (((size_t)b * H + ih) * W + iw) * C;
+          const int inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+          if (words) {
+            uint32_t *d = (uint32_t *)(void *)dst;
+            if (inside) {
+              const uint32_t *s = (const uint32_t *)(const void *)x + src;
+              for (int ch = 0; ch < C; ch++) d[ch] = s[ch];
+            } else {
+              for (int ch = 0; ch < C; ch++) d[ch] = 0u;
+            }
+          } else if (!inside) {
+            memset(dst, 0, pixel); /* +0 in every float type */
           } else if (round) {
-            const float *s = (const float *)x + src;
-            for (int ch = 0; ch < C; ch++) ((uint16_t *)dst)[ch] = kn_bf16_from_f32(s[ch]);
-          } else if ((size_t)C * out_size <= 32) { /* a call per pixel costs more than the copy */
-            for (size_t i = 0; i < (size_t)C * out_size; i++) dst[i] = x[src * in_size + i];
+            const float *s = (const float *)(const void *)x + src;
+            for (int ch = 0; ch < C; ch++) ((uint16_t *)(void *)dst)[ch] = kn_bf16_from_f32(s[ch]);
+          } else if (pixel <= 32) { /* a call per pixel costs more than the copy */
+            for (size_t i = 0; i < pixel; i++) dst[i] = x[src * in_size + i];
           } else {
-            memcpy(dst, x + src * in_size, (size_t)C * out_size);
+            memcpy(dst, x + src * in_size, pixel);
           }
         }
       }

@@ -1,7 +1,8 @@
 /* passes.c — graph optimizations run by compile, each switchable
  * (kn_graph_set_passes): common-subexpression elimination, fusion of
- * matmul (or a convolution's GEMM) + bias + relu into one kernel and of
- * elementwise chains ending in relu, constant
+ * matmul (or a convolution's GEMM) + bias + relu into one kernel, of
+ * elementwise chains ending in relu and of a max pool's gradient with the
+ * gradient of the relu it reads, constant
  * folding (constant subgraphs computed once at compile, not every step) and
  * dead-node elimination. In-place reuse is decided by the planner (plan.c)
  * for the whitelist in kn_op_inplace_ok. Passes never change values: tests
@@ -192,6 +193,37 @@ static int fuse_chains(kn_graph *g, int *uses) {
     memcpy(fused_node.name, top->name, sizeof fused_node.name);
     *top = fused_node;
     pr->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
+/* relu_grad(pool_grad(dy, x, y), x), where a tiled max pool reads the
+ * relu's output x, becomes the pool gradient with relu set: the gradient
+ * reaches only the cell holding each window's maximum, and relu's mask
+ * there is that maximum (y) above 0. One pass over the layer's largest
+ * gradient instead of two. Runs after the bf16 narrowing, which may have
+ * made both nodes bf16; the fused node keeps relu_grad's type and storage. */
+static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *r = &g->nodes[i];
+    if (r->dead || r->op != KN_OP_RELU_GRAD) continue;
+    kn_node p = r->inputs[0];
+    kn_node_rec *pg = &g->nodes[p];
+    if (pg->dead || pg->op != KN_OP_POOL_GRAD || !kn_pool_tiles(pg->attr_i) || pg->keep ||
+        uses[p] != 1 || pg->storage != KN_STORE_ARENA || pg->inputs[1] != r->inputs[1] ||
+        pg->attr_i[KN_ATTR_RELU])
+      continue;
+    r->op = KN_OP_POOL_GRAD;
+    r->n_inputs = 3;
+    memcpy(r->inputs, pg->inputs, sizeof r->inputs);
+    memcpy(r->attr_i, pg->attr_i, sizeof r->attr_i);
+    memcpy(r->attr_f, pg->attr_f, sizeof r->attr_f);
+    r->attr_i[KN_ATTR_RELU] = 1;
+    pg->dead = 1;
     fused++;
     count_consumers(g, uses);
   }
@@ -409,6 +441,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->fused += fuse_chains(g, scratch);
   }
   narrow_gemm_operands(g);
+  if (passes & KN_PASS_FUSION) st->fused += fuse_pool_relu_grads(g, scratch);
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
   return 0;
