@@ -15,7 +15,8 @@
  *   - the micro-kernel keeps a 12 x 32 tile of C in 24 registers for the
  *     whole kc loop, and writes it once, masked at the right edge.
  *
- * Each thread takes whole 12-row blocks of C and packs its own B, so every
+ * Each thread takes whole 12-row blocks of C (or, for a C no taller than
+ * it is wide, whole 32-column panels) and packs its own B, so every
  * element of C is summed by one thread in one order: the result is the
  * same bits for any thread count, and nothing is allocated here (the
  * workspace is the graph's, sized at compile). */
@@ -51,6 +52,7 @@ typedef struct gemm_job {
   float *c;
   float *workspace; /* kn_gemm_workspace_floats() per thread */
   int64_t tasks;    /* threads taking part */
+  int by_columns;   /* split C's columns among them, not its rows */
 } gemm_job;
 
 /* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
@@ -126,19 +128,32 @@ __attribute__((target("avx512f"))) static void tile_t(int kc, const float *a, in
   tile(1, kc, a, lda, bp, c, ldc, mr, nr, accumulate);
 }
 
-/* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T). */
+/* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T) of
+ * every column, or, when C is no taller than it is wide (a dense layer's
+ * GEMMs at batch 128), column panels [panels * t / T, panels * (t + 1) / T)
+ * of every row: there each thread would otherwise pack all of B, and B is
+ * most of the work. Either way each element of C is summed in the same
+ * order by one thread, so the bits do not depend on the split. */
 static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
   const gemm_job *j = ctx;
-  const int blocks = (j->m + MR - 1) / MR;
+  const int blocks = (j->m + MR - 1) / MR, panels = (j->n + NR - 1) / NR;
   /* k in near-equal blocks of at most KC_MAX */
   const int k_blocks = (j->k + KC_MAX - 1) / KC_MAX;
   const int kc_step = (j->k + k_blocks - 1) / k_blocks;
   for (int64_t t = t0; t < t1; t++) {
     float *bpack = j->workspace + (size_t)t * kn_gemm_workspace_floats();
-    const int b0 = (int)(blocks * t / j->tasks), b1 = (int)(blocks * (t + 1) / j->tasks);
-    if (b0 == b1) continue;
-    for (int n0 = 0; n0 < j->n; n0 += NC) {
-      const int nc = j->n - n0 < NC ? j->n - n0 : NC;
+    int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->n;
+    if (j->by_columns) {
+      n_lo = (int)(panels * t / j->tasks) * NR;
+      n_hi = (int)(panels * (t + 1) / j->tasks) * NR;
+      if (n_hi > j->n) n_hi = j->n;
+    } else {
+      b0 = (int)(blocks * t / j->tasks);
+      b1 = (int)(blocks * (t + 1) / j->tasks);
+    }
+    if (b0 >= b1 || n_lo >= n_hi) continue;
+    for (int n0 = n_lo; n0 < n_hi; n0 += NC) {
+      const int nc = n_hi - n0 < NC ? n_hi - n0 : NC;
       for (int k0 = 0; k0 < j->k; k0 += kc_step) {
         const int kc = j->k - k0 < kc_step ? j->k - k0 : kc_step;
         pack_b(j, k0, kc, n0, nc, bpack);
@@ -164,10 +179,11 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
 
 static void gemm_own(kn_pool *pool, float *workspace, int ta, int tb, int m, int n, int k,
                      const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
-  const int blocks = (m + MR - 1) / MR;
+  const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
+  const int by_columns = m <= n && panels >= 2;
   int tasks = kn_pool_threads(pool);
-  if (tasks > blocks) tasks = blocks;
-  gemm_job j = {ta, tb, m, n, k, a, b, lda, ldb, ldc, c, workspace, tasks};
+  if (tasks > (by_columns ? panels : blocks)) tasks = by_columns ? panels : blocks;
+  gemm_job j = {ta, tb, m, n, k, a, b, lda, ldb, ldc, c, workspace, tasks, by_columns};
   kn_pool_for(tasks > 1 ? pool : NULL, tasks, gemm_range, &j);
 }
 #define KN_HAVE_OWN_GEMM 1
