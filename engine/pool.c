@@ -5,11 +5,26 @@
  * run through it computes each output element in one range with the same
  * arithmetic, so results are identical for every thread count.
  *
+ * A step runs dozens of loops, some a few tens of microseconds long, and
+ * waking a parked thread costs about as much. So, as OpenMP runtimes do,
+ * a worker that finishes a loop watches for the next one for a short while
+ * (SPIN_NS) before it parks, and the caller watches for the workers to
+ * finish before it sleeps: back-to-back loops never wait for a wake-up.
+ *
  * Threads: the caller (the thread running the graph) owns the loop fields
- * while no loop is running; lock_loop guards the generation counter, the
- * loop fields and the count of workers still busy. */
+ * while no loop is running and publishes them with the generation counter
+ * (release); a worker reads them after seeing the new generation
+ * (acquire). lock_loop guards parking: a worker checks the generation and
+ * counts itself in sleepers under it, and the caller bumps the generation
+ * and wakes sleepers under it, so no wake-up is lost; likewise the last
+ * worker to finish signals done under it. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+
+/* How long a thread watches for work or for the others before it sleeps. */
+#define SPIN_NS 100000
 
 #include "graph_internal.h"
 
@@ -25,9 +40,10 @@ struct kn_pool {
   int n_started;
   pthread_mutex_t lock_loop;
   pthread_cond_t wake, done;
-  uint64_t generation; /* bumped per loop; workers run once per bump */
-  int busy;            /* workers that have not finished this loop */
-  int stop;
+  _Atomic uint64_t generation; /* bumped per loop; workers run once per bump */
+  _Atomic int busy;            /* workers that have not finished this loop */
+  int sleepers;                /* workers parked on wake (under lock_loop) */
+  _Atomic int stop;
   kn_range_fn fn;
   void *ctx;
   int64_t n;
@@ -38,21 +54,54 @@ static void run_range(kn_pool *p, int index) {
   if (begin < end) p->fn(p->ctx, begin, end);
 }
 
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Watches, up to SPIN_NS, for the generation to move past seen (when
+ * want_busy is 0) or for busy to reach 0 (when it is 1). */
+static int spin_until(kn_pool *p, uint64_t seen, int want_busy) {
+  const int64_t until = now_ns() + SPIN_NS;
+  for (int i = 0;; i++) {
+    if (want_busy ? atomic_load_explicit(&p->busy, memory_order_acquire) == 0
+                  : atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
+                        atomic_load_explicit(&p->stop, memory_order_acquire))
+      return 1;
+    cpu_relax();
+    if ((i & 63) == 63 && now_ns() > until) return 0;
+  }
+}
+
 static void *worker_main(void *arg) {
   worker_arg *w = arg;
   kn_pool *p = w->pool;
   uint64_t seen = 0;
-  pthread_mutex_lock(&p->lock_loop);
   for (;;) {
-    while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock_loop);
-    if (p->stop) break;
-    seen = p->generation;
-    pthread_mutex_unlock(&p->lock_loop);
+    if (!spin_until(p, seen, 0)) {
+      pthread_mutex_lock(&p->lock_loop);
+      p->sleepers++;
+      while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen)
+        pthread_cond_wait(&p->wake, &p->lock_loop);
+      p->sleepers--;
+      pthread_mutex_unlock(&p->lock_loop);
+    }
+    if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+    seen = atomic_load_explicit(&p->generation, memory_order_acquire);
     run_range(p, w->index);
-    pthread_mutex_lock(&p->lock_loop);
-    if (--p->busy == 0) pthread_cond_signal(&p->done);
+    if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->lock_loop);
+      pthread_cond_signal(&p->done);
+      pthread_mutex_unlock(&p->lock_loop);
+    }
   }
-  pthread_mutex_unlock(&p->lock_loop);
   return NULL;
 }
 
@@ -88,7 +137,7 @@ kn_pool *kn_pool_new(int threads) {
 void kn_pool_free(kn_pool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->lock_loop);
-  p->stop = 1;
+  atomic_store(&p->stop, 1);
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->lock_loop);
   for (int i = 1; i <= p->n_started; i++) pthread_join(p->workers[i], NULL);
@@ -109,16 +158,17 @@ void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx) {
     if (n > 0) fn(ctx, 0, n);
     return;
   }
-  pthread_mutex_lock(&p->lock_loop);
   p->fn = fn;
   p->ctx = ctx;
   p->n = n;
-  p->busy = p->threads - 1;
-  p->generation++;
-  pthread_cond_broadcast(&p->wake);
+  atomic_store_explicit(&p->busy, p->threads - 1, memory_order_relaxed);
+  pthread_mutex_lock(&p->lock_loop);
+  atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+  if (p->sleepers > 0) pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->lock_loop);
   run_range(p, 0);
+  if (spin_until(p, 0, 1)) return;
   pthread_mutex_lock(&p->lock_loop);
-  while (p->busy > 0) pthread_cond_wait(&p->done, &p->lock_loop);
+  while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->lock_loop);
   pthread_mutex_unlock(&p->lock_loop);
 }
