@@ -12,11 +12,15 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_best import use_caching_malloc  # noqa: E402
+
+use_caching_malloc()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
 from torch_engine import idx, model  # noqa: E402
 
 WARMUP = 5

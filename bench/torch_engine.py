@@ -10,13 +10,20 @@
 Prints one JSON line."""
 import gzip
 import json
+import os
 import resource
 import sys
 import time
 
 import numpy as np
-import torch
-import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_best import use_caching_malloc  # noqa: E402
+
+use_caching_malloc()
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 BATCH = 128
 

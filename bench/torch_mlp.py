@@ -3,10 +3,17 @@
 inputs scaled to [0, 1], test accuracy after each epoch. The reference that
 bench/mlp_fmnist.py runs side by side with kiln-train."""
 import gzip
+import os
 import sys
 
 import numpy as np
-import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_best import use_caching_malloc  # noqa: E402
+
+use_caching_malloc()
+
+import torch  # noqa: E402
 
 DATA = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/datasets/fashion-mnist"
 THREADS = int(sys.argv[2]) if len(sys.argv) > 2 else 1
