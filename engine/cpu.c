@@ -106,11 +106,24 @@ static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
   matmul_shape s = {.trans_a = n->attr_i[0], .trans_b = n->attr_i[1]};
   int a_rows = rows_of(g, A), b_rows = rows_of(g, B);
   s.lda = A->dims[1];
+  if (A->op == KN_OP_CONV_PAD) { /* the im2col columns it stands for */
+    const int *a = A->attr_i;
+    a_rows *= a[KN_CA_OH] * a[KN_CA_OW];
+    s.lda = a[KN_CA_KH] * a[KN_CA_KW] * A->dims[3];
+  }
   s.ldb = B->dims[1];
   s.m = s.trans_a ? s.lda : a_rows;
   s.k = s.trans_a ? a_rows : s.lda;
   s.n = s.trans_b ? b_rows : s.ldb;
   return s;
+}
+
+/* The columns a convolution's padded input (KN_OP_CONV_PAD) stands for. */
+static void conv_cols_of(const kn_node_rec *A, kn_conv_cols *cols) {
+  const int *a = A->attr_i;
+  *cols =
+      (kn_conv_cols){A->data,     A->dims[1],  A->dims[2],  A->dims[3],  a[KN_CA_KW], a[KN_CA_SH],
+                     a[KN_CA_SW], a[KN_CA_DH], a[KN_CA_DW], a[KN_CA_OH], a[KN_CA_OW]};
 }
 
 /* A matmul with a bf16 operand or output: kiln's bf16 GEMM on the graph's
@@ -121,17 +134,66 @@ static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
 static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int epilogue = n->op == KN_OP_MATMUL_BIAS_ACT && n->dtype == KN_BF16;
+  kn_conv_cols cols;
+  const int implicit = A->op == KN_OP_CONV_PAD;
+  if (implicit) conv_cols_of(A, &cols);
   kn_gemm_kernel used =
       kn_gemm_run(g->pool, g->gemm_scratch, s->m, s->n, s->k,
-                  (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a},
-                  (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b}, n->data, n->dtype, s->n,
-                  0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr_i[2]);
+                  (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL},
+                  (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL}, n->data, n->dtype,
+                  s->n, 0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr_i[2]);
   g->gemm_calls[used]++;
   return epilogue;
 }
 
+/* A matmul whose A is a convolution's padded input: kiln's GEMM reads the
+ * columns from it in place (kn_sgemm_cols). */
+static void conv_cols_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s) {
+  const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+  kn_conv_cols cols;
+  conv_cols_of(A, &cols);
+  kn_sgemm_cols(g, s->trans_a, s->trans_b, s->m, s->n, s->k, &cols, B->data, s->ldb, n->data, s->n);
+  g->gemm_calls[KN_GEMM_SGEMM]++;
+}
+
 uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel) {
   return (kernel >= 0 && kernel < KN_GEMM_KERNELS) ? g->gemm_calls[kernel] : 0;
+}
+
+/* Images [b0, b1) of a convolution's zero-padded input (KN_OP_CONV_PAD):
+ * elements of any width; an f32 input padded into bf16 (mixed_bfloat16's
+ * first convolution) is rounded on the way, as im2col would. */
+static void conv_pad_images(const kn_graph *g, const kn_node_rec *n, int64_t b0, int64_t b1) {
+  const kn_node_rec *X = &g->nodes[n->inputs[0]];
+  const size_t in_size = kn_graph_elem_size(g, X->dtype), es = kn_graph_elem_size(g, n->dtype);
+  const int round = X->dtype == KN_F32 && n->dtype == KN_BF16;
+  const unsigned char *x = X->data;
+  unsigned char *y = n->data;
+  const int H = X->dims[1], W = X->dims[2], C = X->dims[3], HP = n->dims[1], WP = n->dims[2];
+  const int PT = n->attr_i[KN_CA_PAD_TOP], PL = n->attr_i[KN_CA_PAD_LEFT];
+  /* columns left of the image, the image's row, columns right of it */
+  const int lo = PL < WP ? PL : WP, w = W < WP - lo ? W : WP - lo;
+  const size_t pix = (size_t)C * es;
+  for (int64_t b = b0; b < b1; b++) {
+    for (int yp = 0; yp < HP; yp++) {
+      unsigned char *out = y + ((size_t)b * HP + yp) * WP * pix;
+      const int ih = yp - PT;
+      if (ih < 0 || ih >= H) {
+        memset(out, 0, (size_t)WP * pix); /* +0 in every float type */
+        continue;
+      }
+      memset(out, 0, (size_t)lo * pix);
+      const size_t src = ((size_t)b * H + ih) * W * C;
+      if (round) {
+        const float *s = (const float *)(const void *)x + src;
+        uint16_t *d = (uint16_t *)(void *)(out + (size_t)lo * pix);
+        for (size_t i = 0; i < (size_t)w * C; i++) d[i] = kn_bf16_from_f32(s[i]);
+      } else {
+        memcpy(out + (size_t)lo * pix, x + src * in_size, (size_t)w * pix);
+      }
+      memset(out + (size_t)(lo + w) * pix, 0, (size_t)(WP - lo - w) * pix);
+    }
+  }
 }
 
 /* Rows [begin, end) of (b, oh) of im2col: one row per (b, oh, ow), columns

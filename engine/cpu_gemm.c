@@ -107,10 +107,80 @@ typedef struct operand_view {
   const void *data;
   int is_f32;
   size_t ls, ks;
+  const kn_conv_cols *cols; /* A as a convolution's columns, gathered from cols->x */
+  int lane_is_pixel;        /* cols: lanes are its rows (A not transposed) */
 } operand_view;
+
+/* Offsets of depths d .. d + count - 1 of a convolution's columns from the
+ * lane's start: taps and channels when the lanes are pixels, pixels when
+ * they are taps; stepped without dividing. */
+static void cols_depth_offsets(const operand_view *v, int d, int count, ptrdiff_t *off) {
+  const kn_conv_cols *cv = v->cols;
+  if (v->lane_is_pixel) {
+    const ptrdiff_t base = kn_cols_col(cv, d) - d % cv->c; /* the tap's channel 0 */
+    int ch = d % cv->c, q = d / cv->c, kj = q % cv->kw;
+    ptrdiff_t tap = base;
+    for (int i = 0; i < count; i++) {
+      off[i] = tap + ch;
+      if (++ch == cv->c) {
+        ch = 0;
+        if (++kj == cv->kw) {
+          kj = 0;
+          tap += (ptrdiff_t)cv->dh * cv->wp * cv->c - (ptrdiff_t)(cv->kw - 1) * cv->dw * cv->c;
+        } else {
+          tap += (ptrdiff_t)cv->dw * cv->c;
+        }
+      }
+    }
+  } else {
+    const int64_t per = (int64_t)cv->oh * cv->ow;
+    int x = (int)(d % per % cv->ow), y = (int)(d % per / cv->ow);
+    ptrdiff_t at = kn_cols_row(cv, d);
+    for (int i = 0; i < count; i++) {
+      off[i] = at;
+      if (++x < cv->ow) {
+        at += (ptrdiff_t)cv->sw * cv->c;
+      } else {
+        x = 0;
+        if (++y == cv->oh) y = 0;
+        at = kn_cols_row(cv, d + i + 1);
+      }
+    }
+  }
+}
+
+/* pack() for a convolution's columns: element (lane, depth) gathered from
+ * the padded input, into the same panel layout. */
+static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
+                      int kc) {
+  enum { CHUNK = 512 }; /* even, so pairs never straddle chunks */
+  const kn_conv_cols *cv = v->cols;
+  const int kc2 = (kc + 1) / 2;
+  ptrdiff_t lo[NR], off[CHUNK];
+  for (int l = 0; l < lanes; l++)
+    lo[l] = v->lane_is_pixel ? kn_cols_row(cv, lane0 + l) : kn_cols_col(cv, lane0 + l);
+  for (int c0 = 0; c0 < kc; c0 += CHUNK) {
+    const int cn = kc - c0 < CHUNK ? kc - c0 : CHUNK;
+    cols_depth_offsets(v, d0 + c0, cn, off);
+    for (int l = 0; l < lanes; l++) {
+      for (int i = 0; i < cn; i += 2) {
+        uint32_t w = bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i]));
+        if (i + 1 < cn)
+          w |= (uint32_t)bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i + 1])) << 16;
+        dst[(size_t)((c0 + i) / 2) * width + l] = w;
+      }
+    }
+  }
+  for (int p = 0; p < kc2 && lanes < width; p++)
+    memset(dst + (size_t)p * width + lanes, 0, (size_t)(width - lanes) * sizeof *dst);
+}
 
 static void pack(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
                  int kc) {
+  if (v->cols) {
+    pack_cols(dst, width, v, lane0, lanes, d0, kc);
+    return;
+  }
   const size_t start = (size_t)lane0 * v->ls + (size_t)d0 * v->ks;
   const void *base = v->is_f32 ? (const void *)((const float *)v->data + start)
                                : (const void *)((const uint16_t *)v->data + start);
@@ -336,7 +406,8 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
       .c_bf16 = c_type == KN_BF16,
       .relu = relu,
       .bias = bias,
-      .a = {a.data, a.dtype == KN_F32, a.trans ? 1 : (size_t)a.ld, a.trans ? (size_t)a.ld : 1},
+      .a = {a.data, a.dtype == KN_F32, a.trans ? 1 : (size_t)a.ld, a.trans ? (size_t)a.ld : 1,
+            a.cols, !a.trans},
       .b = {b.data, b.dtype == KN_F32, b.trans ? (size_t)b.ld : 1, b.trans ? 1 : (size_t)b.ld},
       .c = c,
       .ldc = (size_t)ldc,
@@ -396,7 +467,8 @@ int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_ty
              ldb, ldc);
     return KN_EINVAL;
   }
-  kn_gemm_run(ctx->pool, ctx->scratch, m, n, k, (kn_gemm_operand){a, a_type, lda, trans_a != 0},
-              (kn_gemm_operand){b, b_type, ldb, trans_b != 0}, c, KN_F32, ldc, accumulate, NULL, 0);
+  kn_gemm_run(
+      ctx->pool, ctx->scratch, m, n, k, (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL},
+      (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL}, c, KN_F32, ldc, accumulate, NULL, 0);
   return KN_OK;
 }

@@ -203,11 +203,12 @@ typedef struct kn_plan_stats {
   int n_nodes;
   int n_forward; /* nodes run by a forward-only pass */
   /* what the passes did */
-  int n_cse;     /* duplicate nodes merged */
-  int n_fused;   /* matmul/conv + bias (+ relu) groups fused into one kernel */
-  int n_folded;  /* constant nodes computed once at compile */
-  int n_dead;    /* nodes removed */
-  int n_inplace; /* nodes writing over an input that dies with them */
+  int n_cse;      /* duplicate nodes merged */
+  int n_fused;    /* matmul/conv + bias (+ relu) groups fused into one kernel */
+  int n_folded;   /* constant nodes computed once at compile */
+  int n_dead;     /* nodes removed */
+  int n_inplace;  /* nodes writing over an input that dies with them */
+  int n_implicit; /* im2cols whose GEMMs read the columns in place (kiln's GEMM only) */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -226,7 +227,10 @@ enum {
   KN_PASS_CSE = 4,        /* common-subexpression elimination */
   KN_PASS_FUSION = 8,     /* matmul / conv GEMM + bias + relu in one kernel */
   KN_PASS_INPLACE = 16,   /* elementwise ops reuse a dying input's buffer */
-  KN_PASS_ALL = 31
+  /* a convolution's GEMMs read its im2col columns in place from the padded
+   * input (kiln's own GEMM only) */
+  KN_PASS_IMPLICIT_COLUMNS = 32,
+  KN_PASS_ALL = 63
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per

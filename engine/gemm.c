@@ -37,6 +37,10 @@ size_t kn_gemm_workspace_floats(void) {
   return (size_t)KC_MAX * NC;
 }
 
+static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
+  return kn_cols_row(v, p) + kn_cols_col(v, t);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -50,9 +54,10 @@ typedef struct gemm_job {
   const float *a, *b;
   int lda, ldb, ldc;
   float *c;
-  float *workspace; /* kn_gemm_workspace_floats() per thread */
-  int64_t tasks;    /* threads taking part */
-  int by_columns;   /* split C's columns among them, not its rows */
+  float *workspace;         /* kn_gemm_workspace_floats() per thread */
+  int64_t tasks;            /* threads taking part */
+  int by_columns;           /* split C's columns among them, not its rows */
+  const kn_conv_cols *cols; /* A is a convolution's columns, read from its padded input */
 } gemm_job;
 
 /* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
@@ -128,6 +133,66 @@ __attribute__((target("avx512f"))) static void tile_t(int kc, const float *a, in
   tile(1, kc, a, lda, bp, c, ldc, mr, nr, accumulate);
 }
 
+/* The tile above with op(A)'s element (i, kk) at rows[i][koff[kk]]: a
+ * convolution's columns gathered from its padded input as they are read.
+ * The same products summed in the same order as tile() on the
+ * materialized columns. */
+__attribute__((target("avx512f"))) static void
+tile_gather(int kc, const float *const *rows_in, const ptrdiff_t *restrict koff,
+            const float *restrict bp, float *restrict c, int ldc, int mr, int nr, int accumulate) {
+  __m512 c0[MR], c1[MR];
+  const float *row[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) {
+    c0[i] = c1[i] = _mm512_setzero_ps();
+    row[i] = rows_in[i < mr ? i : 0];
+  }
+  for (int kk = 0; kk < kc; kk++) {
+    const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * NR);
+    const __m512 b1 = _mm512_load_ps(bp + (size_t)kk * NR + 16);
+    const ptrdiff_t o = koff[kk];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      const __m512 ai = _mm512_set1_ps(row[i][o]);
+      c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+    }
+  }
+  const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32  ? (__mmask16)0xffff
+                       : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1)
+                                 : (__mmask16)0;
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) {
+    if (i >= mr) break;
+    float *out = c + (size_t)i * ldc;
+    __m512 v0 = c0[i], v1 = c1[i];
+    if (accumulate) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
+      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    _mm512_mask_storeu_ps(out, m0, v0);
+    _mm512_mask_storeu_ps(out + 16, m1, v1);
+  }
+}
+
+/* One row block x column chunk x k block of a GEMM whose A is a
+ * convolution's columns: op(A)'s row i starts at rows[i], its column kk
+ * lies koff[kk] further (a row of the columns is a pixel, a column a
+ * tap and channel; transposed, the roles swap). */
+static void cols_block(const gemm_job *j, int i0, int mr, int k0, int kc, const ptrdiff_t *koff,
+                       int n0, int nc, const float *bpack) {
+  const float *rows[MR];
+  for (int i = 0; i < mr; i++)
+    rows[i] = (const float *)j->cols->x +
+              (j->ta ? kn_cols_col(j->cols, i0 + i) : kn_cols_row(j->cols, i0 + i));
+  for (int p = 0; p * NR < nc; p++) {
+    const int nr = nc - p * NR < NR ? nc - p * NR : NR;
+    tile_gather(kc, rows, koff, bpack + (size_t)p * kc * NR,
+                j->c + (size_t)i0 * j->ldc + n0 + p * NR, j->ldc, mr, nr, k0 > 0);
+  }
+}
+
 /* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T) of
  * every column, or, when C is no taller than it is wide (a dense layer's
  * GEMMs at batch 128), column panels [panels * t / T, panels * (t + 1) / T)
@@ -157,6 +222,16 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
       for (int k0 = 0; k0 < j->k; k0 += kc_step) {
         const int kc = j->k - k0 < kc_step ? j->k - k0 : kc_step;
         pack_b(j, k0, kc, n0, nc, bpack);
+        if (j->cols) {
+          ptrdiff_t koff[KC_MAX];
+          for (int kk = 0; kk < kc; kk++)
+            koff[kk] = j->ta ? kn_cols_row(j->cols, k0 + kk) : kn_cols_col(j->cols, k0 + kk);
+          for (int blk = b0; blk < b1; blk++) {
+            const int i0 = blk * MR;
+            cols_block(j, i0, j->m - i0 < MR ? j->m - i0 : MR, k0, kc, koff, n0, nc, bpack);
+          }
+          continue;
+        }
         for (int blk = b0; blk < b1; blk++) {
           const int i0 = blk * MR, mr = j->m - i0 < MR ? j->m - i0 : MR;
           /* op(A)'s block at row i0, column k0 */
@@ -178,12 +253,13 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
 }
 
 static void gemm_own(kn_pool *pool, float *workspace, int ta, int tb, int m, int n, int k,
-                     const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
+                     const float *a, int lda, const float *b, int ldb, float *c, int ldc,
+                     const kn_conv_cols *cols) {
   const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
   const int by_columns = m <= n && panels >= 2;
   int tasks = kn_pool_threads(pool);
   if (tasks > (by_columns ? panels : blocks)) tasks = by_columns ? panels : blocks;
-  gemm_job j = {ta, tb, m, n, k, a, b, lda, ldb, ldc, c, workspace, tasks, by_columns};
+  gemm_job j = {ta, tb, m, n, k, a, b, lda, ldb, ldc, c, workspace, tasks, by_columns, cols};
   kn_pool_for(tasks > 1 ? pool : NULL, tasks, gemm_range, &j);
 }
 #define KN_HAVE_OWN_GEMM 1
@@ -240,7 +316,7 @@ void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, 
   if (m <= 0 || n <= 0) return;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && g->gemm_workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL);
     return;
   }
 #else
@@ -248,4 +324,41 @@ void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, 
 #endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+int kn_sgemm_cols_available(const kn_graph *g) {
+#ifdef KN_HAVE_OWN_GEMM
+  return g->gemm_workspace != NULL && kn_cpu_gemm() == KN_GEMM_KILN;
+#else
+  (void)g;
+  return 0;
+#endif
+}
+
+void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
+                   const float *b, int ldb, float *c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int i = 0; i < m; i++) memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof *c);
+    return;
+  }
+#ifdef KN_HAVE_OWN_GEMM
+  if (kn_sgemm_cols_available(g)) {
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols);
+    return;
+  }
+#endif
+  /* The pass that reads columns in place runs only with kiln's GEMM; if
+   * the GEMM was switched after compile, the same product, plainly. */
+  for (int i = 0; i < m; i++) {
+    for (int col = 0; col < n; col++) {
+      float sum = 0.0f;
+      for (int kk = 0; kk < k; kk++) {
+        const ptrdiff_t at = ta ? cols_at(cols, kk, i) : cols_at(cols, i, kk);
+        sum += ((const float *)cols->x)[at] *
+               (tb ? b[(size_t)col * ldb + kk] : b[(size_t)kk * ldb + col]);
+      }
+      c[(size_t)i * ldc + col] = sum;
+    }
+  }
 }

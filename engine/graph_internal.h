@@ -62,6 +62,10 @@ typedef enum kn_op {
    * round to nearest even): f32 -> narrow ("down"), narrow -> f32 ("up"),
    * or f32 -> f32 rounded ("round", the gradient of an up-cast). */
   KN_OP_CAST,
+  /* (x NHWC) -> x zero-padded to (B, HP, WP, C), HP = (OH-1)*SH + (KH-1)*DH + 1
+   * (WP alike), im2col's attrs: an im2col the implicit-GEMM pass replaced;
+   * the GEMMs that read it take the columns straight from it. */
+  KN_OP_CONV_PAD,
   KN_OP_COUNT
 } kn_op;
 
@@ -247,6 +251,31 @@ int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
  * by the GEMM kn_cpu_gemm names, on g's threads. */
 void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
               const float *b, int ldb, float *c, int ldc);
+/* A convolution's im2col columns, (B*OH*OW, KH*KW*C), read in place from
+ * its zero-padded input (KN_OP_CONV_PAD, f32 or bf16): column t =
+ * (ki*KW + kj)*C + c of row p = (b*OH + oh)*OW + ow is element
+ * kn_cols_row(p) + kn_cols_col(t) of x, x[b][oh*SH + ki*DH][ow*SW + kj*DW][c]. */
+typedef struct kn_conv_cols {
+  const void *x;
+  int hp, wp, c, kw, sh, sw, dh, dw, oh, ow;
+} kn_conv_cols;
+static inline ptrdiff_t kn_cols_row(const kn_conv_cols *v, int64_t p) {
+  const int64_t per = (int64_t)v->oh * v->ow, b = p / per, r = p % per;
+  const int64_t y = r / v->ow, x = r % v->ow;
+  return (ptrdiff_t)(((b * v->hp + y * v->sh) * v->wp + x * v->sw) * v->c);
+}
+static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
+  const int q = t / v->c, ch = t % v->c, ki = q / v->kw, kj = q % v->kw;
+  return (ptrdiff_t)(((ptrdiff_t)ki * v->dh * v->wp + (ptrdiff_t)kj * v->dw) * v->c + ch);
+}
+/* C (m x n) = op(cols) op(B), op(cols) = cols (ta = 0: m rows of columns,
+ * k = KH*KW*C) or its transpose (ta = 1: m = KH*KW*C, k rows), cols f32.
+ * The same sums, in the same order, as kn_sgemm on the materialized
+ * columns with kiln's GEMM, which must be the one in use
+ * (kn_sgemm_cols_available). */
+void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
+                   const float *b, int ldb, float *c, int ldc);
+int kn_sgemm_cols_available(const kn_graph *g);
 /* Floats of packing space one thread of kiln's GEMM needs, and whether
  * this CPU can run it (so compile allocates the space). */
 size_t kn_gemm_workspace_floats(void);
@@ -271,6 +300,7 @@ typedef struct kn_gemm_operand {
   const void *data;
   kn_dtype dtype; /* KN_F32 or KN_BF16 */
   int ld, trans;
+  const kn_conv_cols *cols; /* A only: a convolution's columns, read from cols->x (data unused) */
 } kn_gemm_operand;
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
@@ -290,7 +320,7 @@ double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);
 
 typedef struct kn_pass_stats {
-  int cse, fused, folded, dead;
+  int cse, fused, folded, dead, implicit;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds n_nodes ints. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);

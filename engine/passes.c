@@ -2,7 +2,8 @@
  * (kn_graph_set_passes): common-subexpression elimination, fusion of
  * matmul (or a convolution's GEMM) + bias + relu into one kernel, of
  * elementwise chains ending in relu and of a max pool's gradient with the
- * gradient of the relu it reads, constant
+ * gradient of the relu it reads, im2col columns read in place by the
+ * convolution's GEMMs (implicit GEMM), constant
  * folding (constant subgraphs computed once at compile, not every step) and
  * dead-node elimination. In-place reuse is decided by the planner (plan.c)
  * for the whitelist in kn_op_inplace_ok. Passes never change values: tests
@@ -230,6 +231,44 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* An im2col read only as the A of GEMMs (a convolution's forward product,
+ * and its weight gradient through the transpose) becomes the zero-padded
+ * input those GEMMs read the columns from in place: the columns, KH x KW
+ * times the input's size, are never written. kiln's f32 GEMM gathers them
+ * as it reads, its bf16 GEMM as it packs (an im2col narrowed to bf16 pads
+ * in bf16); the same sums in the same order, so the values do not change.
+ * Only where kiln's f32 GEMM is the one in use. */
+static int implicit_conv_columns(kn_graph *g) {
+  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  int replaced = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead || n->op != KN_OP_IM2COL || n->keep || n->storage != KN_STORE_ARENA) continue;
+    int readers = 0, ok = 1;
+    for (int c = i + 1; c < g->n_nodes && ok; c++) {
+      const kn_node_rec *r = &g->nodes[c];
+      if (r->dead) continue;
+      for (int k = 0; k < r->n_inputs; k++) {
+        if (r->inputs[k] != i) continue;
+        readers++;
+        ok &= (r->op == KN_OP_MATMUL || r->op == KN_OP_MATMUL_BIAS_ACT) && k == 0;
+      }
+    }
+    if (!ok || readers == 0) continue;
+    const kn_node_rec *X = &g->nodes[n->inputs[0]];
+    const int *a = n->attr_i;
+    n->op = KN_OP_CONV_PAD;
+    n->ndim = 4;
+    n->dims[0] = X->dims[0];
+    n->dims[1] = (a[KN_CA_OH] - 1) * a[KN_CA_SH] + (a[KN_CA_KH] - 1) * a[KN_CA_DH] + 1;
+    n->dims[2] = (a[KN_CA_OW] - 1) * a[KN_CA_SW] + (a[KN_CA_KW] - 1) * a[KN_CA_DW] + 1;
+    n->dims[3] = X->dims[3];
+    n->batched = X->batched;
+    replaced++;
+  }
+  return replaced;
+}
+
 /* Constant subgraphs (fills and pure ops of constants, unbatched) are
  * computed once at compile and never again. */
 static int fold_constants(kn_graph *g) {
@@ -441,8 +480,13 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->fused += fuse_chains(g, scratch);
   }
   narrow_gemm_operands(g);
-  if (passes & KN_PASS_FUSION) st->fused += fuse_pool_relu_grads(g, scratch);
+  if (passes & KN_PASS_FUSION) {
+    st->fused += fuse_pool_relu_grads(g, scratch);
+  }
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
+  /* Last: the values the narrowing left unread are gone, so they do not
+   * count as readers of an im2col. */
+  if (passes & KN_PASS_IMPLICIT_COLUMNS) st->implicit = implicit_conv_columns(g);
   return 0;
 }

@@ -382,6 +382,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   if (stats) {
     stats->n_cse = pass_stats.cse;
     stats->n_fused = pass_stats.fused;
+    stats->n_implicit = pass_stats.implicit;
     stats->n_folded = pass_stats.folded;
     stats->n_dead = pass_stats.dead;
     stats->n_inplace = n_inplace;

@@ -172,8 +172,8 @@ static const kn_layer_config cnn_layers[7] = {
      .activation = KN_ACT_RELU},
     {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
 
-static kn_model build_cnn_threaded(int side, int batch, kn_precision precision, int recompute,
-                                   int threads, kn_plan_stats *stats) {
+static kn_model build_cnn_passes(int side, int batch, kn_precision precision, int recompute,
+                                 int threads, unsigned passes, kn_plan_stats *stats) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {side, side, 1},
                          .n_layers = 7,
@@ -186,8 +186,14 @@ static kn_model build_cnn_threaded(int side, int batch, kn_precision precision, 
   char err[512] = "";
   if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
   kn_graph_set_threads(m.graph, threads);
+  kn_graph_set_passes(m.graph, passes);
   if (kn_graph_compile(m.graph, 11, stats, err, sizeof err)) fail_msg("compile: %s", err);
   return m;
+}
+
+static kn_model build_cnn_threaded(int side, int batch, kn_precision precision, int recompute,
+                                   int threads, kn_plan_stats *stats) {
+  return build_cnn_passes(side, batch, precision, recompute, threads, KN_PASS_ALL, stats);
 }
 
 static kn_model build_cnn(int side, int batch, kn_precision precision, int recompute,
@@ -214,9 +220,25 @@ static void mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent(
    * f32 copy of an im2col or a layer input is planned, and the gradients
    * between a pool and its layer's GEMMs are bf16. */
   assert_true(bf16.arena_bytes * 100 <= f32.arena_bytes * 55);
-  /* mixed_float16 keeps its f16 copies for backward, and f32 GEMM operands. */
-  assert_true(f16.saved_bytes >= bf16.saved_bytes && f16.saved_bytes * 100 <= f32.saved_bytes * 55);
-  assert_true(f16.arena_bytes > bf16.arena_bytes && f16.arena_bytes < f32.arena_bytes);
+  /* mixed_float16 keeps f16 copies of its im2cols for backward and widens
+   * them for f32 GEMMs, so its columns stay materialized: it is measured
+   * against float32 with materialized columns too (OpenBLAS's sgemm, where
+   * the implicit-columns pass does not run). */
+  kn_plan_stats f32_cols;
+  char err[256];
+  const kn_gemm_kind gemm = kn_cpu_gemm();
+  assert_int_equal(kn_cpu_set_gemm(KN_GEMM_OPENBLAS, err, sizeof err), KN_OK);
+  kn_model d = build_cnn(28, 128, KN_PRECISION_FLOAT32, 0, &f32_cols);
+  assert_int_equal(kn_cpu_set_gemm(gemm, err, sizeof err), KN_OK);
+  assert_int_equal(f32_cols.n_implicit, 0);
+  print_message("float32 with materialized columns: saved %.2f MiB, arena %.2f MiB; columns read "
+                "in place by %d GEMM pairs here\n",
+                f32_cols.saved_bytes / 1048576.0, f32_cols.arena_bytes / 1048576.0, f32.n_implicit);
+  assert_true(f32.arena_bytes <= f32_cols.arena_bytes);
+  assert_true(f16.saved_bytes >= bf16.saved_bytes &&
+              f16.saved_bytes * 100 <= f32_cols.saved_bytes * 55);
+  assert_true(f16.arena_bytes > bf16.arena_bytes && f16.arena_bytes < f32_cols.arena_bytes);
+  kn_model_free(&d);
   /* Master weights and gradients stay f32. */
   assert_int_equal(bf16.param_bytes, f32.param_bytes);
   kn_model_free(&a);
@@ -358,6 +380,33 @@ static void mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm(void **state) {
   }
   kn_model_free(&f32);
   kn_model_free(&bf16);
+}
+
+/* Reading a convolution's columns in place (kiln's f32 GEMM gathering as
+ * it reads, the bf16 GEMM as it packs) sums the same products in the same
+ * order as materialized columns: the same losses and weights, bit for bit,
+ * in float32 and mixed_bfloat16, on 1 and 2 threads. */
+static void implicit_columns_change_no_bits(void **state) {
+  (void)state;
+  const kn_precision precisions[2] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
+  for (int p = 0; p < 2; p++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      kn_plan_stats on, off;
+      kn_model a = build_cnn_passes(12, 16, precisions[p], 0, threads, KN_PASS_ALL, &on);
+      kn_model b = build_cnn_passes(12, 16, precisions[p], 0, threads,
+                                    KN_PASS_ALL & ~KN_PASS_IMPLICIT_COLUMNS, &off);
+      assert_int_equal(on.n_implicit, kn_cpu_gemm() == KN_GEMM_KILN ? 2 : 0);
+      assert_int_equal(off.n_implicit, 0);
+      assert_true(on.arena_bytes <= off.arena_bytes);
+      float la[4], lb[4];
+      sgd_losses(&a, 4, la);
+      sgd_losses(&b, 4, lb);
+      for (int s = 0; s < 4; s++) assert_true(bits_of(la[s]) == bits_of(lb[s]));
+      assert_memory_equal(kn_params(a.graph), kn_params(b.graph), kn_param_count(a.graph) * 4);
+      kn_model_free(&a);
+      kn_model_free(&b);
+    }
+  }
 }
 
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
@@ -529,6 +578,7 @@ static void mixed_float16_training_skips_overflows_and_grows_the_scale(void **st
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
+      cmocka_unit_test(implicit_columns_change_no_bits),
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),
       cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
