@@ -58,6 +58,8 @@ typedef struct gemm_job {
   int64_t tasks;            /* threads taking part */
   int by_columns;           /* split C's columns among them, not its rows */
   const kn_conv_cols *cols; /* A is a convolution's columns, read from its padded input */
+  const float *bias;        /* fused epilogue: + bias per column, then relu if set */
+  int relu;
 } gemm_job;
 
 /* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
@@ -78,79 +80,38 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
   }
 }
 
-/* C[mr x nr] (= or +=) op(A)'s rows 0 .. mr - 1, columns 0 .. kc - 1 times
- * one packed B panel, the tile kept in 24 registers for the whole loop.
- * op(A)'s element (i, kk) is read in place, at a[i * lda + kk] or, when
- * A is transposed, a[kk * lda + i], and broadcast straight into the FMAs;
- * rows past mr repeat row 0 and are not stored. */
+/* Where a tile of C goes and what happens on the way: C = sums (or C +
+ * sums); then, on the last depth block of a fused matmul, + bias per
+ * column and relu (v > 0 ? v : 0) — the operations, in the order, of the
+ * epilogue that otherwise runs over C after the GEMM. */
+typedef struct tile_dst {
+  float *c;
+  int ldc, mr, nr, accumulate;
+  const float *bias; /* this tile's first column's, or NULL */
+  int relu;
+} tile_dst;
+
+/* C[mr x nr] from op(A)'s rows 0 .. mr - 1, columns 0 .. kc - 1, times one
+ * packed B panel, the tile kept in 24 registers for the whole loop. op(A)'s
+ * element (i, kk) is read in place and broadcast straight into the FMAs,
+ * at row[i][kk] (mode 0), row[i][kk * lda] (mode 1: A transposed) or
+ * row[i][koff[kk]] (mode 2: a convolution's columns gathered from its
+ * padded input, the same products in the same order as on materialized
+ * columns); rows past mr repeat row 0 and are not stored. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile(int trans, int kc, const float *restrict a, int lda, const float *restrict bp,
-     float *restrict c, int ldc, int mr, int nr, int accumulate) {
+tile(int mode, int kc, const float *const *rows, int lda, const ptrdiff_t *restrict koff,
+     const float *restrict bp, const tile_dst *d) {
   __m512 c0[MR], c1[MR];
   const float *row[MR];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; i++) {
     c0[i] = c1[i] = _mm512_setzero_ps();
-    row[i] = a + (size_t)(i < mr ? i : 0) * (trans ? 1 : lda);
+    row[i] = rows[i < d->mr ? i : 0];
   }
   for (int kk = 0; kk < kc; kk++) {
     const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * NR);
     const __m512 b1 = _mm512_load_ps(bp + (size_t)kk * NR + 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-      const __m512 ai = _mm512_set1_ps(trans ? row[i][(size_t)kk * lda] : row[i][kk]);
-      c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
-    }
-  }
-  const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32  ? (__mmask16)0xffff
-                       : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1)
-                                 : (__mmask16)0;
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) {
-    if (i >= mr) break;
-    float *out = c + (size_t)i * ldc;
-    __m512 v0 = c0[i], v1 = c1[i];
-    if (accumulate) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
-    }
-    _mm512_mask_storeu_ps(out, m0, v0);
-    _mm512_mask_storeu_ps(out + 16, m1, v1);
-  }
-}
-
-__attribute__((target("avx512f"))) static void tile_n(int kc, const float *a, int lda,
-                                                      const float *bp, float *c, int ldc, int mr,
-                                                      int nr, int accumulate) {
-  tile(0, kc, a, lda, bp, c, ldc, mr, nr, accumulate);
-}
-
-__attribute__((target("avx512f"))) static void tile_t(int kc, const float *a, int lda,
-                                                      const float *bp, float *c, int ldc, int mr,
-                                                      int nr, int accumulate) {
-  tile(1, kc, a, lda, bp, c, ldc, mr, nr, accumulate);
-}
-
-/* The tile above with op(A)'s element (i, kk) at rows[i][koff[kk]]: a
- * convolution's columns gathered from its padded input as they are read.
- * The same products summed in the same order as tile() on the
- * materialized columns. */
-__attribute__((target("avx512f"))) static void
-tile_gather(int kc, const float *const *rows_in, const ptrdiff_t *restrict koff,
-            const float *restrict bp, float *restrict c, int ldc, int mr, int nr, int accumulate) {
-  __m512 c0[MR], c1[MR];
-  const float *row[MR];
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) {
-    c0[i] = c1[i] = _mm512_setzero_ps();
-    row[i] = rows_in[i < mr ? i : 0];
-  }
-  for (int kk = 0; kk < kc; kk++) {
-    const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * NR);
-    const __m512 b1 = _mm512_load_ps(bp + (size_t)kk * NR + 16);
-    const ptrdiff_t o = koff[kk];
+    const ptrdiff_t o = mode == 0 ? kk : mode == 1 ? (ptrdiff_t)kk * lda : koff[kk];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
       const __m512 ai = _mm512_set1_ps(row[i][o]);
@@ -158,38 +119,84 @@ tile_gather(int kc, const float *const *rows_in, const ptrdiff_t *restrict koff,
       c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
     }
   }
+  const int nr = d->nr;
   const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32  ? (__mmask16)0xffff
                        : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1)
                                  : (__mmask16)0;
+  const __m512 bias0 = d->bias ? _mm512_maskz_loadu_ps(m0, d->bias) : _mm512_setzero_ps();
+  const __m512 bias1 = d->bias ? _mm512_maskz_loadu_ps(m1, d->bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
   for (int i = 0; i < MR; i++) {
-    if (i >= mr) break;
-    float *out = c + (size_t)i * ldc;
+    if (i >= d->mr) break;
+    float *out = d->c + (size_t)i * d->ldc;
     __m512 v0 = c0[i], v1 = c1[i];
-    if (accumulate) {
+    if (d->accumulate) {
       v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
       v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+    }
+    if (d->bias) {
+      v0 = _mm512_add_ps(v0, bias0);
+      v1 = _mm512_add_ps(v1, bias1);
+    }
+    if (d->relu) {
+      v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, _mm512_setzero_ps(), _CMP_GT_OQ), v0);
+      v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, _mm512_setzero_ps(), _CMP_GT_OQ), v1);
     }
     _mm512_mask_storeu_ps(out, m0, v0);
     _mm512_mask_storeu_ps(out + 16, m1, v1);
   }
 }
 
+__attribute__((target("avx512f"))) static void tile_n(int kc, const float *a, int lda,
+                                                      const float *bp, const tile_dst *d) {
+  const float *rows[MR];
+  for (int i = 0; i < MR; i++) rows[i] = a + (size_t)(i < d->mr ? i : 0) * lda;
+  tile(0, kc, rows, lda, NULL, bp, d);
+}
+
+__attribute__((target("avx512f"))) static void tile_t(int kc, const float *a, int lda,
+                                                      const float *bp, const tile_dst *d) {
+  const float *rows[MR];
+  for (int i = 0; i < MR; i++) rows[i] = a + (i < d->mr ? i : 0);
+  tile(1, kc, rows, lda, NULL, bp, d);
+}
+
+__attribute__((target("avx512f"))) static void tile_gather(int kc, const float *const *rows,
+                                                           const ptrdiff_t *koff, const float *bp,
+                                                           const tile_dst *d) {
+  tile(2, kc, rows, 0, koff, bp, d);
+}
+
+/* The destination of the tile at C's row i0, column c0, depth block k0. */
+static tile_dst tile_at(const gemm_job *j, int i0, int c0, int k0, int kc) {
+  const int last = k0 + kc >= j->k;
+  tile_dst d = {j->c + (size_t)i0 * j->ldc + c0,
+                j->ldc,
+                j->m - i0 < MR ? j->m - i0 : MR,
+                j->n - c0 < NR ? j->n - c0 : NR,
+                k0 > 0,
+                last && j->bias ? j->bias + c0 : NULL,
+                last && j->relu};
+  return d;
+}
+
 /* One row block x column chunk x k block of a GEMM whose A is a
  * convolution's columns: op(A)'s row i starts at rows[i], its column kk
  * lies koff[kk] further (a row of the columns is a pixel, a column a
  * tap and channel; transposed, the roles swap). */
-static void cols_block(const gemm_job *j, int i0, int mr, int k0, int kc, const ptrdiff_t *koff,
-                       int n0, int nc, const float *bpack) {
+static void cols_block(const gemm_job *j, int i0, int k0, int kc, const ptrdiff_t *koff, int n0,
+                       int nc, const float *bpack) {
   const float *rows[MR];
-  for (int i = 0; i < mr; i++)
-    rows[i] = (const float *)j->cols->x +
-              (j->ta ? kn_cols_col(j->cols, i0 + i) : kn_cols_row(j->cols, i0 + i));
+  const int mr = j->m - i0 < MR ? j->m - i0 : MR;
+  for (int i = 0; i < MR; i++) {
+    const int r = i0 + (i < mr ? i : 0);
+    rows[i] =
+        (const float *)j->cols->x + (j->ta ? kn_cols_col(j->cols, r) : kn_cols_row(j->cols, r));
+  }
   for (int p = 0; p * NR < nc; p++) {
-    const int nr = nc - p * NR < NR ? nc - p * NR : NR;
-    tile_gather(kc, rows, koff, bpack + (size_t)p * kc * NR,
-                j->c + (size_t)i0 * j->ldc + n0 + p * NR, j->ldc, mr, nr, k0 > 0);
+    const tile_dst d = tile_at(j, i0, n0 + p * NR, k0, kc);
+    tile_gather(kc, rows, koff, bpack + (size_t)p * kc * NR, &d);
   }
 }
 
@@ -226,25 +233,21 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
           ptrdiff_t koff[KC_MAX];
           for (int kk = 0; kk < kc; kk++)
             koff[kk] = j->ta ? kn_cols_row(j->cols, k0 + kk) : kn_cols_col(j->cols, k0 + kk);
-          for (int blk = b0; blk < b1; blk++) {
-            const int i0 = blk * MR;
-            cols_block(j, i0, j->m - i0 < MR ? j->m - i0 : MR, k0, kc, koff, n0, nc, bpack);
-          }
+          for (int blk = b0; blk < b1; blk++) cols_block(j, blk * MR, k0, kc, koff, n0, nc, bpack);
           continue;
         }
         for (int blk = b0; blk < b1; blk++) {
-          const int i0 = blk * MR, mr = j->m - i0 < MR ? j->m - i0 : MR;
+          const int i0 = blk * MR;
           /* op(A)'s block at row i0, column k0 */
           const float *ablk =
               j->ta ? j->a + (size_t)k0 * j->lda + i0 : j->a + (size_t)i0 * j->lda + k0;
           for (int p = 0; p * NR < nc; p++) {
-            const int nr = nc - p * NR < NR ? nc - p * NR : NR;
-            float *cp = j->c + (size_t)i0 * j->ldc + n0 + p * NR;
+            const tile_dst d = tile_at(j, i0, n0 + p * NR, k0, kc);
             const float *bp = bpack + (size_t)p * kc * NR;
             if (j->ta)
-              tile_t(kc, ablk, j->lda, bp, cp, j->ldc, mr, nr, k0 > 0);
+              tile_t(kc, ablk, j->lda, bp, &d);
             else
-              tile_n(kc, ablk, j->lda, bp, cp, j->ldc, mr, nr, k0 > 0);
+              tile_n(kc, ablk, j->lda, bp, &d);
           }
         }
       }
@@ -254,12 +257,13 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
 
 static void gemm_own(kn_pool *pool, float *workspace, int ta, int tb, int m, int n, int k,
                      const float *a, int lda, const float *b, int ldb, float *c, int ldc,
-                     const kn_conv_cols *cols) {
+                     const kn_conv_cols *cols, const float *bias, int relu) {
   const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
   const int by_columns = m <= n && panels >= 2;
   int tasks = kn_pool_threads(pool);
   if (tasks > (by_columns ? panels : blocks)) tasks = by_columns ? panels : blocks;
-  gemm_job j = {ta, tb, m, n, k, a, b, lda, ldb, ldc, c, workspace, tasks, by_columns, cols};
+  gemm_job j = {ta,  tb, m,         n,     k,          a,    b,    lda, ldb,
+                ldc, c,  workspace, tasks, by_columns, cols, bias, relu};
   kn_pool_for(tasks > 1 ? pool : NULL, tasks, gemm_range, &j);
 }
 #define KN_HAVE_OWN_GEMM 1
@@ -311,19 +315,30 @@ int kn_gemm_wants_workspace(void) {
   return own_available();
 }
 
-void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
-              const float *b, int ldb, float *c, int ldc) {
-  if (m <= 0 || n <= 0) return;
+/* kn_sgemm with the fused epilogue (bias per column, then relu) applied
+ * as kiln's GEMM stores its tiles; returns 0, having applied nothing, when
+ * OpenBLAS runs the product (the caller then runs the epilogue). */
+int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu) {
+  if (m <= 0 || n <= 0) return 1;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && g->gemm_workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL);
-    return;
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias, relu);
+    return 1;
   }
 #else
   (void)g;
+  (void)bias;
+  (void)relu;
 #endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  return 0;
+}
+
+void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
+              const float *b, int ldb, float *c, int ldc) {
+  kn_sgemm_fused(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, 0);
 }
 
 int kn_sgemm_cols_available(const kn_graph *g) {
@@ -336,15 +351,12 @@ int kn_sgemm_cols_available(const kn_graph *g) {
 }
 
 void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
-                   const float *b, int ldb, float *c, int ldc) {
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int i = 0; i < m; i++) memset(c + (size_t)i * ldc, 0, (size_t)n * sizeof *c);
-    return;
-  }
 #ifdef KN_HAVE_OWN_GEMM
-  if (kn_sgemm_cols_available(g)) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols);
+  if (k > 0 && kn_sgemm_cols_available(g)) {
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols, bias,
+             relu);
     return;
   }
 #endif
@@ -358,6 +370,8 @@ void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_co
         sum += ((const float *)cols->x)[at] *
                (tb ? b[(size_t)col * ldb + kk] : b[(size_t)kk * ldb + col]);
       }
+      if (bias) sum += bias[col];
+      if (relu) sum = sum > 0 ? sum : 0;
       c[(size_t)i * ldc + col] = sum;
     }
   }

@@ -272,9 +272,13 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
  * k = KH*KW*C) or its transpose (ta = 1: m = KH*KW*C, k rows), cols f32.
  * The same sums, in the same order, as kn_sgemm on the materialized
  * columns with kiln's GEMM, which must be the one in use
- * (kn_sgemm_cols_available). */
+ * (kn_sgemm_cols_available); bias and relu as kn_sgemm_fused, always applied. */
 void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
-                   const float *b, int ldb, float *c, int ldc);
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu);
+/* kn_sgemm, then + bias per column (bias not NULL) and relu, applied as
+ * kiln's GEMM stores each tile; returns 0 without them where OpenBLAS ran. */
+int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu);
 int kn_sgemm_cols_available(const kn_graph *g);
 /* Floats of packing space one thread of kiln's GEMM needs, and whether
  * this CPU can run it (so compile allocates the space). */
