@@ -9,7 +9,11 @@ PyTorch runs at its best: with a caching malloc setting (bench/torch_best.py)
 and, for each row, the faster of the BLAS thread variables unset and
 OPENBLAS_NUM_THREADS=1 (the row names which).
 
-  /usr/bin/python3 bench/engine.py [--build build] [--accuracy [--seeds N]] [--data /usr/share/datasets]
+  /usr/bin/python3 bench/engine.py [--build build] [--repeats 3] [--accuracy [--seeds N]]
+                                   [--data /usr/share/datasets]
+
+Each speed figure is the median of --repeats runs, kiln's and PyTorch's
+interleaved: this kind of machine drifts by 20% from one run to the next.
 
 With --seeds N each recipe trains N times in each framework, seeds 42, 43,
 ...: one run's accuracy moves by a few tenths of a point with the seed, so
@@ -85,6 +89,11 @@ def torch_best_step(kind, threads, steps):
     return best
 
 
+def median_run(runs):
+    """The run with the median samples/s (its other figures with it)."""
+    return sorted(runs, key=lambda r: r["samples_per_s"])[len(runs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -93,6 +102,8 @@ def main():
     ap.add_argument("--data", default="/usr/share/datasets")
     ap.add_argument("--mlp-steps", type=int, default=200)
     ap.add_argument("--cnn-steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs of each measurement; the median run is reported")
     args = ap.parse_args()
     bench = os.path.join(args.build, "bench")
 
@@ -104,8 +115,12 @@ def main():
     for kind in ("mlp", "cnn"):
         steps = str(args.mlp_steps if kind == "mlp" else args.cnn_steps)
         for threads in (1, 2):
-            k = run_json([os.path.join(bench, "kiln-bench-step"), kind, str(threads), steps])
-            t = torch_best_step(kind, threads, steps)
+            ks, ts = [], []
+            for _ in range(args.repeats):  # interleaved, so drift hits both alike
+                ks.append(run_json([os.path.join(bench, "kiln-bench-step"), kind, str(threads),
+                                    steps]))
+                ts.append(torch_best_step(kind, threads, steps))
+            k, t = median_run(ks), median_run(ts)
             row = {"model": kind, "threads": threads,
                    "kiln_samples_per_s": round(k["samples_per_s"]),
                    "pytorch_samples_per_s": round(t["samples_per_s"]),
@@ -123,8 +138,9 @@ def main():
             rows.append(row)
             print(json.dumps(row))
     for threads in (1, 2):
-        eager = run_json([os.path.join(bench, "kiln-bench-step"), "cnn", str(threads),
-                          str(args.cnn_steps), "eager"])
+        eager = median_run([run_json([os.path.join(bench, "kiln-bench-step"), "cnn", str(threads),
+                                      str(args.cnn_steps), "eager"])
+                            for _ in range(args.repeats)])
         graph = [r for r in rows if r["model"] == "cnn" and r["threads"] == threads][0]
         print(json.dumps({"threads": threads, "cnn_graph_over_eager_speed": round(
             graph["kiln_samples_per_s"] / eager["samples_per_s"], 2),

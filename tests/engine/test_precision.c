@@ -274,6 +274,17 @@ static void sgd_losses(kn_model *m, int steps, float *losses) {
   kn_optimizer_free(opt);
 }
 
+/* Four SGD steps of each model: the same losses and weights, bit for bit. */
+static void assert_same_training_and_free(kn_model *a, kn_model *b) {
+  float la[4], lb[4];
+  sgd_losses(a, 4, la);
+  sgd_losses(b, 4, lb);
+  for (int s = 0; s < 4; s++) assert_true(bits_of(la[s]) == bits_of(lb[s]));
+  assert_memory_equal(kn_params(a->graph), kn_params(b->graph), kn_param_count(a->graph) * 4);
+  kn_model_free(a);
+  kn_model_free(b);
+}
+
 static void recompute_lowers_the_planned_peak_and_keeps_the_losses(void **state) {
   (void)state;
   kn_plan_stats plain, rc;
@@ -288,13 +299,7 @@ static void recompute_lowers_the_planned_peak_and_keeps_the_losses(void **state)
   assert_true(rc.arena_bytes < plain.arena_bytes);
   assert_true(rc.arena_bytes_without_recompute > rc.arena_bytes);
   assert_true(plain.arena_bytes_without_recompute == plain.arena_bytes);
-  float la[4], lb[4];
-  sgd_losses(&a, 4, la);
-  sgd_losses(&b, 4, lb);
-  for (int s = 0; s < 4; s++) assert_true(bits_of(la[s]) == bits_of(lb[s]));
-  assert_memory_equal(kn_params(a.graph), kn_params(b.graph), kn_param_count(a.graph) * 4);
-  kn_model_free(&a);
-  kn_model_free(&b);
+  assert_same_training_and_free(&a, &b);
 }
 
 /* Every parameter's gradient in a mixed graph stays within a few percent
@@ -398,13 +403,7 @@ static void implicit_columns_change_no_bits(void **state) {
       assert_int_equal(on.n_implicit, kn_cpu_gemm() == KN_GEMM_KILN ? 2 : 0);
       assert_int_equal(off.n_implicit, 0);
       assert_true(on.arena_bytes <= off.arena_bytes);
-      float la[4], lb[4];
-      sgd_losses(&a, 4, la);
-      sgd_losses(&b, 4, lb);
-      for (int s = 0; s < 4; s++) assert_true(bits_of(la[s]) == bits_of(lb[s]));
-      assert_memory_equal(kn_params(a.graph), kn_params(b.graph), kn_param_count(a.graph) * 4);
-      kn_model_free(&a);
-      kn_model_free(&b);
+      assert_same_training_and_free(&a, &b);
     }
   }
 }
