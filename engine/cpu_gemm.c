@@ -111,6 +111,14 @@ typedef struct operand_view {
   int lane_is_pixel;        /* cols: lanes are its rows (A not transposed) */
 } operand_view;
 
+/* Whether two adjacent bf16 values read as one 32-bit word put the first
+ * in the low half, as the panels want. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LITTLE_ENDIAN_PAIRS 1
+#else
+#define LITTLE_ENDIAN_PAIRS 0
+#endif
+
 /* Offsets of depths d .. d + count - 1 of a convolution's columns from the
  * lane's start: taps and channels when the lanes are pixels, pixels when
  * they are taps; stepped without dividing. */
@@ -159,14 +167,38 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
   ptrdiff_t lo[NR], off[CHUNK];
   for (int l = 0; l < lanes; l++)
     lo[l] = v->lane_is_pixel ? kn_cols_row(cv, lane0 + l) : kn_cols_col(cv, lane0 + l);
+  /* bf16 lanes next to each other in memory (a tap's channels, when the
+   * lanes are taps): a pair of depths is two runs of lanes, interleaved. */
+  int run = !v->is_f32;
+  for (int l = 1; l < lanes && run; l++) run = lo[l] == lo[0] + l;
+  const uint16_t *x16 = cv->x;
   for (int c0 = 0; c0 < kc; c0 += CHUNK) {
     const int cn = kc - c0 < CHUNK ? kc - c0 : CHUNK;
     cols_depth_offsets(v, d0 + c0, cn, off);
+    if (run) {
+      for (int i = 0; i < cn; i += 2) {
+        const uint16_t *restrict a = x16 + lo[0] + off[i];
+        uint32_t *restrict out = dst + (size_t)((c0 + i) / 2) * width;
+        if (i + 1 < cn) {
+          const uint16_t *restrict b = x16 + lo[0] + off[i + 1];
+          for (int l = 0; l < lanes; l++) out[l] = (uint32_t)a[l] | (uint32_t)b[l] << 16;
+        } else {
+          for (int l = 0; l < lanes; l++) out[l] = a[l];
+        }
+      }
+      continue;
+    }
     for (int l = 0; l < lanes; l++) {
       for (int i = 0; i < cn; i += 2) {
-        uint32_t w = bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i]));
-        if (i + 1 < cn)
-          w |= (uint32_t)bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i + 1])) << 16;
+        const size_t at = (size_t)(lo[l] + off[i]);
+        uint32_t w;
+        if (LITTLE_ENDIAN_PAIRS && !v->is_f32 && i + 1 < cn && off[i + 1] == off[i] + 1) {
+          memcpy(&w, x16 + at, sizeof w); /* an adjacent pair: one load, low half first */
+        } else {
+          w = bf16_at(cv->x, v->is_f32, at);
+          if (i + 1 < cn)
+            w |= (uint32_t)bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i + 1])) << 16;
+        }
         dst[(size_t)((c0 + i) / 2) * width + l] = w;
       }
     }
