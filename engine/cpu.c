@@ -137,11 +137,11 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
   kn_conv_cols cols;
   const int implicit = A->op == KN_OP_CONV_PAD;
   if (implicit) conv_cols_of(A, &cols);
-  kn_gemm_kernel used =
-      kn_gemm_run(g->pool, g->gemm_scratch, s->m, s->n, s->k,
-                  (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL},
-                  (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL}, n->data, n->dtype,
-                  s->n, 0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr_i[2]);
+  kn_gemm_kernel used = kn_gemm_run(
+      g->pool, g->gemm_scratch, s->m, s->n, s->k,
+      (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL, NULL},
+      (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL}, n->data, n->dtype, s->n,
+      0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr_i[2]);
   g->gemm_calls[used]++;
   return epilogue;
 }
@@ -158,6 +158,27 @@ static int conv_cols_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape 
                 fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr_i[2]);
   g->gemm_calls[KN_GEMM_SGEMM]++;
   return 1;
+}
+
+/* A stride-1 convolution's input gradient (KN_OP_CONV_INPUT_GRAD): dx's
+ * pixels times the kernel turned 180 degrees, the columns read in place
+ * from the padded dy; kiln's bf16 GEMM when either operand is bf16. */
+static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
+  const kn_node_rec *P = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
+  const int *a = n->attr_i;
+  const int H = n->dims[1], W = n->dims[2], C = n->dims[3], F = P->dims[3];
+  const int m = rows_of(g, P) * H * W, k = a[KN_CA_KH] * a[KN_CA_KW] * F;
+  const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a[KN_CA_KW], 1, 1, 1, 1, H, W};
+  const kn_conv_flip flip = {K->data, a[KN_CA_KH], a[KN_CA_KW], C, F};
+  if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {
+    kn_gemm_kernel used = kn_gemm_run(
+        g->pool, g->gemm_scratch, m, C, k, (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL},
+        (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip}, n->data, n->dtype, C, 0, NULL, 0);
+    g->gemm_calls[used]++;
+  } else {
+    kn_sgemm_cols_flip(g, m, C, k, &cols, &flip, n->data, C);
+    g->gemm_calls[KN_GEMM_SGEMM]++;
+  }
 }
 
 uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel) {

@@ -109,6 +109,7 @@ typedef struct operand_view {
   size_t ls, ks;
   const kn_conv_cols *cols; /* A as a convolution's columns, gathered from cols->x */
   int lane_is_pixel;        /* cols: lanes are its rows (A not transposed) */
+  const kn_conv_flip *flip; /* B as a kernel turned 180 degrees: lanes are its columns */
 } operand_view;
 
 /* Whether two adjacent bf16 values read as one 32-bit word put the first
@@ -188,18 +189,36 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
       }
       continue;
     }
+    /* Runs of depths adjacent in memory (a tap's channels): each pair in
+     * them is one 32-bit load. pairs[q] is how many such pairs start at
+     * depth 2q. */
+    int pairs[CHUNK / 2];
+    for (int i = cn - 2 - (cn & 1), run_len = 0; i >= 0; i -= 2) {
+      run_len = LITTLE_ENDIAN_PAIRS && !v->is_f32 && off[i + 1] == off[i] + 1 &&
+                        (i + 2 >= cn || off[i + 2] == off[i] + 2)
+                    ? run_len + 1
+                    : (LITTLE_ENDIAN_PAIRS && !v->is_f32 && off[i + 1] == off[i] + 1);
+      pairs[i / 2] = run_len;
+    }
     for (int l = 0; l < lanes; l++) {
-      for (int i = 0; i < cn; i += 2) {
-        const size_t at = (size_t)(lo[l] + off[i]);
-        uint32_t w;
-        if (LITTLE_ENDIAN_PAIRS && !v->is_f32 && i + 1 < cn && off[i + 1] == off[i] + 1) {
-          memcpy(&w, x16 + at, sizeof w); /* an adjacent pair: one load, low half first */
-        } else {
-          w = bf16_at(cv->x, v->is_f32, at);
-          if (i + 1 < cn)
-            w |= (uint32_t)bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i + 1])) << 16;
+      for (int i = 0; i < cn;) {
+        uint32_t *out = dst + (size_t)((c0 + i) / 2) * width + l;
+        if (i + 1 < cn && pairs[i / 2] > 0) {
+          const int r = pairs[i / 2];
+          const uint16_t *src = x16 + lo[l] + off[i];
+          for (int q = 0; q < r; q++) {
+            uint32_t w;
+            memcpy(&w, src + 2 * q, sizeof w); /* an adjacent pair: low half first */
+            out[(size_t)q * width] = w;
+          }
+          i += 2 * r;
+          continue;
         }
-        dst[(size_t)((c0 + i) / 2) * width + l] = w;
+        uint32_t w = bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i]));
+        if (i + 1 < cn)
+          w |= (uint32_t)bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i + 1])) << 16;
+        *out = w;
+        i += 2;
       }
     }
   }
@@ -207,10 +226,32 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
     memset(dst + (size_t)p * width + lanes, 0, (size_t)(width - lanes) * sizeof *dst);
 }
 
+/* pack() for a kernel turned 180 degrees (kn_flip_at): depth k, lane c. */
+static void pack_flip(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
+                      int kc) {
+  const int kc2 = (kc + 1) / 2;
+  for (int p = 0; p < kc2; p++) {
+    const int d = d0 + 2 * p;
+    uint32_t *row = dst + (size_t)p * width;
+    for (int l = 0; l < lanes; l++) {
+      uint32_t w = bf16_at(v->flip->w, v->is_f32, (size_t)kn_flip_at(v->flip, d, lane0 + l));
+      if (2 * p + 1 < kc)
+        w |= (uint32_t)bf16_at(v->flip->w, v->is_f32, (size_t)kn_flip_at(v->flip, d + 1, lane0 + l))
+             << 16;
+      row[l] = w;
+    }
+    if (lanes < width) memset(row + lanes, 0, (size_t)(width - lanes) * sizeof *row);
+  }
+}
+
 static void pack(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
                  int kc) {
   if (v->cols) {
     pack_cols(dst, width, v, lane0, lanes, d0, kc);
+    return;
+  }
+  if (v->flip) {
+    pack_flip(dst, width, v, lane0, lanes, d0, kc);
     return;
   }
   const size_t start = (size_t)lane0 * v->ls + (size_t)d0 * v->ks;
@@ -427,24 +468,24 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
                            const float *bias, int relu) {
   const kn_gemm_kernel kernel = kn_gemm_bf16_kernel();
-  gemm_job j = {
-      .m = m,
-      .n = n,
-      .k = k,
-      .threads = kn_pool_threads(pool),
-      .split_rows = m >= n,
-      .accumulate = accumulate && c_type == KN_F32,
-      .depth = depth_block(k, c_type),
-      .c_bf16 = c_type == KN_BF16,
-      .relu = relu,
-      .bias = bias,
-      .a = {a.data, a.dtype == KN_F32, a.trans ? 1 : (size_t)a.ld, a.trans ? (size_t)a.ld : 1,
-            a.cols, !a.trans},
-      .b = {b.data, b.dtype == KN_F32, b.trans ? (size_t)b.ld : 1, b.trans ? 1 : (size_t)b.ld},
-      .c = c,
-      .ldc = (size_t)ldc,
-      .scratch = scratch,
-      .micro = micro_portable};
+  gemm_job j = {.m = m,
+                .n = n,
+                .k = k,
+                .threads = kn_pool_threads(pool),
+                .split_rows = m >= n,
+                .accumulate = accumulate && c_type == KN_F32,
+                .depth = depth_block(k, c_type),
+                .c_bf16 = c_type == KN_BF16,
+                .relu = relu,
+                .bias = bias,
+                .a = {a.data, a.dtype == KN_F32, a.trans ? 1 : (size_t)a.ld,
+                      a.trans ? (size_t)a.ld : 1, a.cols, !a.trans, NULL},
+                .b = {b.data, b.dtype == KN_F32, b.trans ? (size_t)b.ld : 1,
+                      b.trans ? 1 : (size_t)b.ld, NULL, 0, b.flip},
+                .c = c,
+                .ldc = (size_t)ldc,
+                .scratch = scratch,
+                .micro = micro_portable};
 #ifdef KN_HAVE_AVX512BF16
   if (kernel == KN_GEMM_BF16_AVX512) j.micro = micro_avx512bf16;
 #endif
@@ -499,8 +540,9 @@ int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_ty
              ldb, ldc);
     return KN_EINVAL;
   }
-  kn_gemm_run(
-      ctx->pool, ctx->scratch, m, n, k, (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL},
-      (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL}, c, KN_F32, ldc, accumulate, NULL, 0);
+  kn_gemm_run(ctx->pool, ctx->scratch, m, n, k,
+              (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL, NULL},
+              (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL, NULL}, c, KN_F32, ldc,
+              accumulate, NULL, 0);
   return KN_OK;
 }

@@ -203,12 +203,13 @@ typedef struct kn_plan_stats {
   int n_nodes;
   int n_forward; /* nodes run by a forward-only pass */
   /* what the passes did */
-  int n_cse;      /* duplicate nodes merged */
-  int n_fused;    /* matmul/conv + bias (+ relu) groups fused into one kernel */
-  int n_folded;   /* constant nodes computed once at compile */
-  int n_dead;     /* nodes removed */
-  int n_inplace;  /* nodes writing over an input that dies with them */
-  int n_implicit; /* im2cols whose GEMMs read the columns in place (kiln's GEMM only) */
+  int n_cse;                  /* duplicate nodes merged */
+  int n_fused;                /* matmul/conv + bias (+ relu) groups fused into one kernel */
+  int n_folded;               /* constant nodes computed once at compile */
+  int n_dead;                 /* nodes removed */
+  int n_inplace;              /* nodes writing over an input that dies with them */
+  int n_implicit;             /* im2cols whose GEMMs read the columns in place (kiln's GEMM only) */
+  int n_implicit_input_grads; /* col2ims replaced by a transposed convolution (the same) */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -230,7 +231,11 @@ enum {
   /* a convolution's GEMMs read its im2col columns in place from the padded
    * input (kiln's own GEMM only) */
   KN_PASS_IMPLICIT_COLUMNS = 32,
-  KN_PASS_ALL = 63
+  /* a stride-1 convolution's input gradient as one GEMM over dy's padded
+   * columns read in place, instead of a GEMM into columns and col2im; it
+   * sums in another order, so its values differ in the last bits */
+  KN_PASS_IMPLICIT_INPUT_GRAD = 64,
+  KN_PASS_ALL = 127
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per

@@ -60,6 +60,7 @@ typedef struct gemm_job {
   const kn_conv_cols *cols; /* A is a convolution's columns, read from its padded input */
   const float *bias;        /* fused epilogue: + bias per column, then relu if set */
   int relu;
+  const kn_conv_flip *flip; /* B is a convolution kernel turned 180 degrees */
 } gemm_job;
 
 /* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
@@ -70,7 +71,11 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
     float *panel = dst + (size_t)p * kc * NR;
     for (int kk = 0; kk < kc; kk++) {
       float *row = panel + (size_t)kk * NR;
-      if (!j->tb) {
+      if (j->flip) {
+        const float *wf = j->flip->w;
+        const ptrdiff_t at = kn_flip_at(j->flip, k0 + kk, c0); /* columns are F apart */
+        for (int c = 0; c < w; c++) row[c] = wf[at + (ptrdiff_t)c * j->flip->f];
+      } else if (!j->tb) {
         memcpy(row, j->b + (size_t)(k0 + kk) * j->ldb + c0, (size_t)w * sizeof *row);
       } else {
         for (int c = 0; c < w; c++) row[c] = j->b[(size_t)(c0 + c) * j->ldb + k0 + kk];
@@ -257,13 +262,14 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
 
 static void gemm_own(kn_pool *pool, float *workspace, int ta, int tb, int m, int n, int k,
                      const float *a, int lda, const float *b, int ldb, float *c, int ldc,
-                     const kn_conv_cols *cols, const float *bias, int relu) {
+                     const kn_conv_cols *cols, const float *bias, int relu,
+                     const kn_conv_flip *flip) {
   const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
   const int by_columns = m <= n && panels >= 2;
   int tasks = kn_pool_threads(pool);
   if (tasks > (by_columns ? panels : blocks)) tasks = by_columns ? panels : blocks;
-  gemm_job j = {ta,  tb, m,         n,     k,          a,    b,    lda, ldb,
-                ldc, c,  workspace, tasks, by_columns, cols, bias, relu};
+  gemm_job j = {ta,  tb, m,         n,     k,          a,    b,    lda,  ldb,
+                ldc, c,  workspace, tasks, by_columns, cols, bias, relu, flip};
   kn_pool_for(tasks > 1 ? pool : NULL, tasks, gemm_range, &j);
 }
 #define KN_HAVE_OWN_GEMM 1
@@ -323,7 +329,8 @@ int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float
   if (m <= 0 || n <= 0) return 1;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && g->gemm_workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias, relu);
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias, relu,
+             NULL);
     return 1;
   }
 #else
@@ -355,8 +362,8 @@ void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_co
   if (m <= 0 || n <= 0) return;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && kn_sgemm_cols_available(g)) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols, bias,
-             relu);
+    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols, bias, relu,
+             NULL);
     return;
   }
 #endif
@@ -372,6 +379,26 @@ void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_co
       }
       if (bias) sum += bias[col];
       if (relu) sum = sum > 0 ? sum : 0;
+      c[(size_t)i * ldc + col] = sum;
+    }
+  }
+}
+
+void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
+                        const kn_conv_flip *b, float *c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+#ifdef KN_HAVE_OWN_GEMM
+  if (k > 0 && kn_sgemm_cols_available(g)) {
+    gemm_own(g->pool, g->gemm_workspace, 0, 0, m, n, k, NULL, 0, NULL, 0, c, ldc, cols, NULL, 0, b);
+    return;
+  }
+#endif
+  const float *w = b->w;
+  for (int i = 0; i < m; i++) {
+    for (int col = 0; col < n; col++) {
+      float sum = 0.0f;
+      for (int kk = 0; kk < k; kk++)
+        sum += ((const float *)cols->x)[cols_at(cols, i, kk)] * w[kn_flip_at(b, kk, col)];
       c[(size_t)i * ldc + col] = sum;
     }
   }

@@ -66,6 +66,12 @@ typedef enum kn_op {
    * (WP alike), im2col's attrs: an im2col the implicit-GEMM pass replaced;
    * the GEMMs that read it take the columns straight from it. */
   KN_OP_CONV_PAD,
+  /* (dy zero-padded by KH-1-PT, KW-1-PL (a KN_OP_CONV_PAD), kernel (KH, KW,
+   * C, F)) -> dx (B, H, W, C), col2im's attrs: the input gradient of a
+   * stride-1, undilated convolution as one GEMM, dx's pixels times the
+   * kernel turned 180 degrees, its columns read in place from the padded
+   * dy; it replaces the column-gradient GEMM and col2im. */
+  KN_OP_CONV_INPUT_GRAD,
   KN_OP_COUNT
 } kn_op;
 
@@ -268,6 +274,17 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
   const int q = t / v->c, ch = t % v->c, ki = q / v->kw, kj = q % v->kw;
   return (ptrdiff_t)(((ptrdiff_t)ki * v->dh * v->wp + (ptrdiff_t)kj * v->dw) * v->c + ch);
 }
+/* A convolution kernel (KH, KW, C, F), f32 or bf16, read as the B of a
+ * transposed convolution: element (k, c), k = (ki*KW + kj)*F + f, is
+ * kernel[KH-1-ki][KW-1-kj][c][f]. */
+typedef struct kn_conv_flip {
+  const void *w;
+  int kh, kw, c, f;
+} kn_conv_flip;
+static inline ptrdiff_t kn_flip_at(const kn_conv_flip *v, int k, int c) {
+  const int q = k / v->f, f = k % v->f, ki = q / v->kw, kj = q % v->kw;
+  return (((ptrdiff_t)(v->kh - 1 - ki) * v->kw + (v->kw - 1 - kj)) * v->c + c) * v->f + f;
+}
 /* C (m x n) = op(cols) op(B), op(cols) = cols (ta = 0: m rows of columns,
  * k = KH*KW*C) or its transpose (ta = 1: m = KH*KW*C, k rows), cols f32.
  * The same sums, in the same order, as kn_sgemm on the materialized
@@ -275,6 +292,10 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
  * (kn_sgemm_cols_available); bias and relu as kn_sgemm_fused, always applied. */
 void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
                    const float *b, int ldb, float *c, int ldc, const float *bias, int relu);
+/* C (m x C) = cols (m x k) times a flipped kernel (k x C), all f32, with
+ * kiln's GEMM where it is in use (else plainly): a transposed convolution. */
+void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
+                        const kn_conv_flip *b, float *c, int ldc);
 /* kn_sgemm, then + bias per column (bias not NULL) and relu, applied as
  * kiln's GEMM stores each tile; returns 0 without them where OpenBLAS ran. */
 int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
@@ -305,6 +326,7 @@ typedef struct kn_gemm_operand {
   kn_dtype dtype; /* KN_F32 or KN_BF16 */
   int ld, trans;
   const kn_conv_cols *cols; /* A only: a convolution's columns, read from cols->x (data unused) */
+  const kn_conv_flip *flip; /* B only: a kernel turned 180 degrees (data unused) */
 } kn_gemm_operand;
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
@@ -324,7 +346,7 @@ double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);
 
 typedef struct kn_pass_stats {
-  int cse, fused, folded, dead, implicit;
+  int cse, fused, folded, dead, implicit, implicit_input_grads;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds n_nodes ints. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);

@@ -269,6 +269,82 @@ static int implicit_conv_columns(kn_graph *g) {
   return replaced;
 }
 
+static int round_in_gemm(kn_graph *g, kn_node cast); /* mixed_bfloat16, below */
+
+/* The input gradient of a stride-1, undilated convolution, a GEMM of dy by
+ * the kernel into columns (KH x KW times the input's size) that col2im then
+ * sums, becomes one GEMM of dx's pixels by the kernel turned 180 degrees,
+ * its columns read in place from dy zero-padded by KH-1-PT, KW-1-PL (the
+ * column GEMM's node becomes that padded dy). The columns are never
+ * written; the sums run over taps and filters in one order instead of two
+ * passes, so values move in the last bits. Only where kiln's f32 GEMM is
+ * the one in use; f32 and bf16 operands. */
+static int implicit_input_grads(kn_graph *g) {
+  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  int replaced = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *c = &g->nodes[i];
+    if (c->dead || c->op != KN_OP_COL2IM || c->dtype != KN_F32) continue;
+    const kn_node mi = c->inputs[0];
+    kn_node_rec *mm = &g->nodes[mi];
+    if (mm->dead || mm->op != KN_OP_MATMUL || mm->keep || mm->storage != KN_STORE_ARENA ||
+        mm->attr_i[0] != 0 || mm->attr_i[1] != 1)
+      continue;
+    int readers = 0;
+    for (int r = mi + 1; r < g->n_nodes; r++) {
+      if (g->nodes[r].dead) continue;
+      for (int k = 0; k < g->nodes[r].n_inputs; k++) readers += g->nodes[r].inputs[k] == mi;
+    }
+    const kn_node_rec *dyv = &g->nodes[mm->inputs[0]], *wv = &g->nodes[mm->inputs[1]];
+    if (readers != 1 || dyv->op != KN_OP_RESHAPE || wv->op != KN_OP_RESHAPE) continue;
+    const kn_node dy = dyv->inputs[0], w = wv->inputs[0];
+    const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
+    const int *a = c->attr_i;
+    const int KH = a[KN_CA_KH], KW = a[KN_CA_KW], H = c->dims[1], W = c->dims[2];
+    if (DY->ndim != 4 || Wk->ndim != 4 || a[KN_CA_SH] != 1 || a[KN_CA_SW] != 1 ||
+        a[KN_CA_DH] != 1 || a[KN_CA_DW] != 1 || Wk->dims[0] != KH || Wk->dims[1] != KW ||
+        Wk->dims[2] != c->dims[3] || Wk->dims[3] != DY->dims[3])
+      continue;
+    const int pt = KH - 1 - a[KN_CA_PAD_TOP], pl = KW - 1 - a[KN_CA_PAD_LEFT];
+    const int hp = H + KH - 1, wp = W + KW - 1;
+    if (pt < 0 || pl < 0 || hp - pt < DY->dims[1] || wp - pl < DY->dims[2]) continue;
+    if ((DY->dtype != KN_F32 && DY->dtype != KN_BF16) ||
+        (Wk->dtype != KN_F32 && Wk->dtype != KN_BF16))
+      continue;
+    /* the column GEMM's node: dy zero-padded */
+    mm->op = KN_OP_CONV_PAD;
+    mm->n_inputs = 1;
+    mm->inputs[0] = dy;
+    mm->inputs[1] = -1;
+    mm->dtype = DY->dtype;
+    mm->ndim = 4;
+    mm->dims[0] = DY->dims[0];
+    mm->dims[1] = hp;
+    mm->dims[2] = wp;
+    mm->dims[3] = DY->dims[3];
+    mm->batched = DY->batched;
+    memset(mm->attr_i, 0, sizeof mm->attr_i);
+    mm->attr_i[KN_CA_KH] = KH;
+    mm->attr_i[KN_CA_KW] = KW;
+    mm->attr_i[KN_CA_SH] = mm->attr_i[KN_CA_SW] = mm->attr_i[KN_CA_DH] = mm->attr_i[KN_CA_DW] = 1;
+    mm->attr_i[KN_CA_PAD_TOP] = pt;
+    mm->attr_i[KN_CA_PAD_LEFT] = pl;
+    mm->attr_i[KN_CA_OH] = H;
+    mm->attr_i[KN_CA_OW] = W;
+    /* col2im: the transposed convolution */
+    c->op = KN_OP_CONV_INPUT_GRAD;
+    c->n_inputs = 2;
+    c->inputs[1] = w;
+    /* mixed_bfloat16: rounded on the way into a pool gradient, in bf16 */
+    for (int r = i + 1; r < g->n_nodes; r++)
+      if (!g->nodes[r].dead && g->nodes[r].op == KN_OP_CAST && g->nodes[r].inputs[0] == i &&
+          round_in_gemm(g, r))
+        break;
+    replaced++;
+  }
+  return replaced;
+}
+
 /* Constant subgraphs (fills and pure ops of constants, unbatched) are
  * computed once at compile and never again. */
 static int fold_constants(kn_graph *g) {
@@ -395,6 +471,58 @@ static void take_place_of_narrow_copies(kn_graph *g, kn_node x) {
   }
 }
 
+/* A gradient rounded to bf16 (a CAST to f32 through bf16) and read only
+ * by tiled max-pool gradients as their dy, where its producer is a GEMM (a
+ * matmul, possibly under a view, or a convolution's input gradient) that
+ * nothing else reads: the GEMM writes it rounded, in bf16, the pool
+ * gradients read that, and the cast goes. The same values: the GEMM
+ * rounds its complete sums as the cast did. Returns whether it did. */
+static int round_in_gemm(kn_graph *g, kn_node cast) {
+  kn_node_rec *n = &g->nodes[cast];
+  if (n->dead || n->op != KN_OP_CAST || n->dtype != KN_F32 || n->attr_i[0] != KN_BF16 || n->keep ||
+      g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->nodes[n->inputs[0]].dtype != KN_F32)
+    return 0;
+  int readers = 0;
+  for (int c = cast + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++) {
+      if (r->inputs[k] != cast) continue;
+      if (r->op != KN_OP_POOL_GRAD || k != 0 || !kn_pool_tiles(r->attr_i)) return 0;
+      readers++;
+    }
+  }
+  kn_node src = n->inputs[0], view = -1;
+  if (g->nodes[src].op == KN_OP_RESHAPE && g->nodes[src].storage == KN_STORE_VIEW) {
+    view = src;
+    src = g->nodes[view].inputs[0];
+  }
+  kn_node_rec *p = &g->nodes[src];
+  const kn_node only_reader = view >= 0 ? view : cast;
+  if (readers == 0 || p->dead || p->keep || p->storage != KN_STORE_ARENA || p->dtype != KN_F32 ||
+      (p->op != KN_OP_MATMUL && p->op != KN_OP_CONV_INPUT_GRAD))
+    return 0;
+  for (int c = src + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] == src && c != only_reader) return 0;
+  }
+  if (view >= 0) {
+    for (int c = view + 1; c < g->n_nodes; c++) {
+      const kn_node_rec *r = &g->nodes[c];
+      if (r->dead) continue;
+      for (int k = 0; k < r->n_inputs; k++)
+        if (r->inputs[k] == view && c != cast) return 0;
+    }
+    g->nodes[view].dtype = KN_BF16;
+  }
+  p->dtype = KN_BF16;
+  replace_reads(g, cast, view >= 0 ? view : src);
+  n->dead = 1;
+  return 1;
+}
+
 /* Under mixed_bfloat16 the matmuls of dense and conv layers, forward and
  * backward, read bf16 operands and run the bf16 GEMM; the f32 values they
  * read before are then left unread and DCE drops them, so activations are
@@ -438,6 +566,8 @@ static void narrow_gemm_operands(kn_graph *g) {
         p->dtype = KN_BF16;
         replace_reads(g, i, n->inputs[0]);
         n->dead = 1;
+      } else {
+        round_in_gemm(g, i); /* a dense layer's input gradient into a pool */
       }
     } else {
       for (int k = 0; k < n->n_inputs; k++) {
@@ -488,5 +618,6 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   /* Last: the values the narrowing left unread are gone, so they do not
    * count as readers of an im2col. */
   if (passes & KN_PASS_IMPLICIT_COLUMNS) st->implicit = implicit_conv_columns(g);
+  if (passes & KN_PASS_IMPLICIT_INPUT_GRAD) st->implicit_input_grads = implicit_input_grads(g);
   return 0;
 }

@@ -335,7 +335,8 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     int matmuls = 0;
     for (int i = 0; i < g->n_nodes; i++) {
       const kn_node_rec *n = &g->nodes[i];
-      matmuls += !n->dead && (n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT);
+      matmuls += !n->dead && (n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT ||
+                              n->op == KN_OP_CONV_INPUT_GRAD);
     }
     const size_t bytes =
         (size_t)kn_pool_threads(g->pool) * kn_gemm_workspace_floats() * sizeof(float);
@@ -349,11 +350,18 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   int bf16_gemms = 0, bf16_out_depth = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i], *A = &g->nodes[n->inputs[0]];
-    if (n->dead || (n->op != KN_OP_MATMUL && n->op != KN_OP_MATMUL_BIAS_ACT)) continue;
+    if (n->dead ||
+        (n->op != KN_OP_MATMUL && n->op != KN_OP_MATMUL_BIAS_ACT && n->op != KN_OP_CONV_INPUT_GRAD))
+      continue;
     if (A->dtype != KN_BF16 && g->nodes[n->inputs[1]].dtype != KN_BF16 && n->dtype != KN_BF16)
       continue;
     bf16_gemms++;
     int depth = n->attr_i[0] ? A->dims[0] : A->dims[1];
+    if (n->op == KN_OP_CONV_INPUT_GRAD) /* its sums run over dy's taps and filters */
+      depth = n->attr_i[KN_CA_KH] * n->attr_i[KN_CA_KW] * A->dims[3];
+    else if (A->op == KN_OP_CONV_PAD) /* the columns it stands for (matmul_shape_of) */
+      depth = n->attr_i[0] ? A->dims[0] * A->attr_i[KN_CA_OH] * A->attr_i[KN_CA_OW]
+                           : A->attr_i[KN_CA_KH] * A->attr_i[KN_CA_KW] * A->dims[3];
     if (n->dtype == KN_BF16 && depth > bf16_out_depth) bf16_out_depth = depth;
   }
   if (bf16_gemms) {
@@ -383,6 +391,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->n_cse = pass_stats.cse;
     stats->n_fused = pass_stats.fused;
     stats->n_implicit = pass_stats.implicit;
+    stats->n_implicit_input_grads = pass_stats.implicit_input_grads;
     stats->n_folded = pass_stats.folded;
     stats->n_dead = pass_stats.dead;
     stats->n_inplace = n_inplace;

@@ -218,7 +218,8 @@ static void mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent(
   assert_true(bf16.saved_bytes * 100 <= f32.saved_bytes * 55);
   /* The whole planned peak too: mixed_bfloat16's matmuls read bf16, so no
    * f32 copy of an im2col or a layer input is planned, and the gradients
-   * between a pool and its layer's GEMMs are bf16. */
+   * between a pool and its layer's GEMMs are bf16, the GEMMs writing them
+   * rounded. */
   assert_true(bf16.arena_bytes * 100 <= f32.arena_bytes * 55);
   /* mixed_float16 keeps f16 copies of its im2cols for backward and widens
    * them for f32 GEMMs, so its columns stay materialized: it is measured
@@ -408,6 +409,51 @@ static void implicit_columns_change_no_bits(void **state) {
   }
 }
 
+/* A convolution's input gradient as one GEMM over dy's padded columns
+ * (implicit_input_grad) sums over taps and filters in one order instead of
+ * a GEMM into columns and col2im: the same training to rounding, in
+ * float32 (losses and weights within 1e-5) and mixed_bfloat16 (losses
+ * within 1e-3, weights within 1e-2: a gradient rounded to bf16 from other
+ * sums may move by one bf16 step, 2^-8), on 1 and 2 threads; and the plan
+ * is no larger. */
+static void implicit_input_grads_train_the_same(void **state) {
+  (void)state;
+  const kn_precision precisions[2] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
+  const float tolerance[2] = {1e-5f, 1e-3f}, weight_tolerance[2] = {1e-5f, 1e-2f};
+  for (int p = 0; p < 2; p++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      kn_plan_stats on, off;
+      kn_model a = build_cnn_passes(12, 16, precisions[p], 0, threads, KN_PASS_ALL, &on);
+      kn_model b = build_cnn_passes(12, 16, precisions[p], 0, threads,
+                                    KN_PASS_ALL & ~KN_PASS_IMPLICIT_INPUT_GRAD, &off);
+      assert_int_equal(on.n_implicit_input_grads, kn_cpu_gemm() == KN_GEMM_KILN ? 1 : 0);
+      assert_int_equal(off.n_implicit_input_grads, 0);
+      assert_true(on.arena_bytes <= off.arena_bytes);
+      float la[4], lb[4];
+      sgd_losses(&a, 4, la);
+      sgd_losses(&b, 4, lb);
+      for (int s = 0; s < 4; s++) {
+        if (threads == 1)
+          print_message("%s, step %d: loss %.9g with, %.9g without\n",
+                        p ? "mixed_bfloat16" : "float32", s, la[s], lb[s]);
+        assert_true(fabsf(la[s] - lb[s]) <= tolerance[p] * fabsf(lb[s]));
+      }
+      const float *wa = kn_params(a.graph), *wb = kn_params(b.graph);
+      float largest = 0.0f, worst = 0.0f;
+      for (size_t i = 0; i < kn_param_count(a.graph); i++) {
+        largest = fmaxf(largest, fabsf(wb[i]));
+        worst = fmaxf(worst, fabsf(wa[i] - wb[i]));
+      }
+      if (threads == 1)
+        print_message("%s: largest weight difference %.3g of the largest weight\n",
+                      p ? "mixed_bfloat16" : "float32", worst / largest);
+      assert_true(worst <= weight_tolerance[p] * largest);
+      kn_model_free(&a);
+      kn_model_free(&b);
+    }
+  }
+}
+
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
  * portable one, and on 1 and 3 threads: the same losses, to rounding. */
 static void training_on_either_bf16_kernel_gives_the_same_losses(void **state) {
@@ -578,6 +624,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
       cmocka_unit_test(implicit_columns_change_no_bits),
+      cmocka_unit_test(implicit_input_grads_train_the_same),
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),
       cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
