@@ -409,6 +409,32 @@ static void implicit_columns_change_no_bits(void **state) {
   }
 }
 
+/* A graph compiled with kiln's GEMM reads its convolutions' columns in
+ * place; switched to OpenBLAS afterwards, those GEMMs run a plain loop over
+ * the same columns: the same training as a graph compiled for OpenBLAS
+ * (materialized columns), to rounding. */
+static void implicit_columns_survive_a_gemm_switch(void **state) {
+  (void)state;
+  if (kn_cpu_gemm() != KN_GEMM_KILN) {
+    print_message("kiln's GEMM does not run here (no AVX-512F): nothing reads columns in place\n");
+    return;
+  }
+  char err[256];
+  kn_plan_stats implicit, plain;
+  kn_model a = build_cnn_passes(12, 16, KN_PRECISION_FLOAT32, 0, 1, KN_PASS_ALL, &implicit);
+  assert_int_equal(kn_cpu_set_gemm(KN_GEMM_OPENBLAS, err, sizeof err), KN_OK);
+  kn_model b = build_cnn_passes(12, 16, KN_PRECISION_FLOAT32, 0, 1, KN_PASS_ALL, &plain);
+  assert_true(implicit.n_implicit == 2 && implicit.n_implicit_input_grads == 1);
+  assert_true(plain.n_implicit == 0 && plain.n_implicit_input_grads == 0);
+  float la[4], lb[4];
+  sgd_losses(&a, 4, la);
+  sgd_losses(&b, 4, lb);
+  assert_int_equal(kn_cpu_set_gemm(KN_GEMM_AUTO, err, sizeof err), KN_OK);
+  for (int s = 0; s < 4; s++) assert_true(fabsf(la[s] - lb[s]) <= 1e-5f * fabsf(lb[s]));
+  kn_model_free(&a);
+  kn_model_free(&b);
+}
+
 /* A convolution's input gradient as one GEMM over dy's padded columns
  * (implicit_input_grad) sums over taps and filters in one order instead of
  * a GEMM into columns and col2im: the same training to rounding, in
@@ -625,6 +651,7 @@ int main(void) {
       cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
       cmocka_unit_test(implicit_columns_change_no_bits),
       cmocka_unit_test(implicit_input_grads_train_the_same),
+      cmocka_unit_test(implicit_columns_survive_a_gemm_switch),
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),
       cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
