@@ -231,6 +231,42 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* The one live node that reads x (however many of its inputs do), or -1
+ * when none or several do. */
+static kn_node sole_reader(const kn_graph *g, kn_node x) {
+  kn_node reader = -1;
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++) {
+      if (r->inputs[k] != x) continue;
+      if (reader >= 0 && reader != c) return -1;
+      reader = c;
+    }
+  }
+  return reader;
+}
+
+/* Node n becomes x zero-padded (KN_OP_CONV_PAD, x's batching, stored as
+ * dtype: an f32 x padded into bf16 is rounded) to (B, hp, wp, C), with the
+ * convolution attrs its GEMMs read the columns by. */
+static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dtype,
+                            const int *attrs, int hp, int wp) {
+  const kn_node_rec *X = &g->nodes[x];
+  n->op = KN_OP_CONV_PAD;
+  n->n_inputs = 1;
+  n->inputs[0] = x;
+  for (int k = 1; k < KN_MAX_INPUTS; k++) n->inputs[k] = -1;
+  n->dtype = dtype;
+  n->ndim = 4;
+  n->dims[0] = X->dims[0];
+  n->dims[1] = hp;
+  n->dims[2] = wp;
+  n->dims[3] = X->dims[3];
+  n->batched = X->batched;
+  if (attrs != n->attr_i) memcpy(n->attr_i, attrs, sizeof n->attr_i);
+}
+
 /* An im2col read only as the A of GEMMs (a convolution's forward product,
  * and its weight gradient through the transpose) becomes the zero-padded
  * input those GEMMs read the columns from in place: the columns, KH x KW
@@ -255,15 +291,10 @@ static int implicit_conv_columns(kn_graph *g) {
       }
     }
     if (!ok || readers == 0) continue;
-    const kn_node_rec *X = &g->nodes[n->inputs[0]];
     const int *a = n->attr_i;
-    n->op = KN_OP_CONV_PAD;
-    n->ndim = 4;
-    n->dims[0] = X->dims[0];
-    n->dims[1] = (a[KN_CA_OH] - 1) * a[KN_CA_SH] + (a[KN_CA_KH] - 1) * a[KN_CA_DH] + 1;
-    n->dims[2] = (a[KN_CA_OW] - 1) * a[KN_CA_SW] + (a[KN_CA_KW] - 1) * a[KN_CA_DW] + 1;
-    n->dims[3] = X->dims[3];
-    n->batched = X->batched;
+    become_conv_pad(g, n, n->inputs[0], n->dtype, a,
+                    (a[KN_CA_OH] - 1) * a[KN_CA_SH] + (a[KN_CA_KH] - 1) * a[KN_CA_DH] + 1,
+                    (a[KN_CA_OW] - 1) * a[KN_CA_SW] + (a[KN_CA_KW] - 1) * a[KN_CA_DW] + 1);
     replaced++;
   }
   return replaced;
@@ -290,13 +321,8 @@ static int implicit_input_grads(kn_graph *g) {
     if (mm->dead || mm->op != KN_OP_MATMUL || mm->keep || mm->storage != KN_STORE_ARENA ||
         mm->attr_i[0] != 0 || mm->attr_i[1] != 1)
       continue;
-    int readers = 0;
-    for (int r = mi + 1; r < g->n_nodes; r++) {
-      if (g->nodes[r].dead) continue;
-      for (int k = 0; k < g->nodes[r].n_inputs; k++) readers += g->nodes[r].inputs[k] == mi;
-    }
     const kn_node_rec *dyv = &g->nodes[mm->inputs[0]], *wv = &g->nodes[mm->inputs[1]];
-    if (readers != 1 || dyv->op != KN_OP_RESHAPE || wv->op != KN_OP_RESHAPE) continue;
+    if (sole_reader(g, mi) != i || dyv->op != KN_OP_RESHAPE || wv->op != KN_OP_RESHAPE) continue;
     const kn_node dy = dyv->inputs[0], w = wv->inputs[0];
     const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
     const int *a = c->attr_i;
@@ -312,25 +338,16 @@ static int implicit_input_grads(kn_graph *g) {
         (Wk->dtype != KN_F32 && Wk->dtype != KN_BF16))
       continue;
     /* the column GEMM's node: dy zero-padded */
-    mm->op = KN_OP_CONV_PAD;
-    mm->n_inputs = 1;
-    mm->inputs[0] = dy;
-    mm->inputs[1] = -1;
-    mm->dtype = DY->dtype;
-    mm->ndim = 4;
-    mm->dims[0] = DY->dims[0];
-    mm->dims[1] = hp;
-    mm->dims[2] = wp;
-    mm->dims[3] = DY->dims[3];
-    mm->batched = DY->batched;
-    memset(mm->attr_i, 0, sizeof mm->attr_i);
-    mm->attr_i[KN_CA_KH] = KH;
-    mm->attr_i[KN_CA_KW] = KW;
-    mm->attr_i[KN_CA_SH] = mm->attr_i[KN_CA_SW] = mm->attr_i[KN_CA_DH] = mm->attr_i[KN_CA_DW] = 1;
-    mm->attr_i[KN_CA_PAD_TOP] = pt;
-    mm->attr_i[KN_CA_PAD_LEFT] = pl;
-    mm->attr_i[KN_CA_OH] = H;
-    mm->attr_i[KN_CA_OW] = W;
+    int *pa = mm->attr_i;
+    memset(pa, 0, sizeof mm->attr_i);
+    pa[KN_CA_KH] = KH;
+    pa[KN_CA_KW] = KW;
+    pa[KN_CA_SH] = pa[KN_CA_SW] = pa[KN_CA_DH] = pa[KN_CA_DW] = 1;
+    pa[KN_CA_PAD_TOP] = pt;
+    pa[KN_CA_PAD_LEFT] = pl;
+    pa[KN_CA_OH] = H;
+    pa[KN_CA_OW] = W;
+    become_conv_pad(g, mm, dy, DY->dtype, pa, hp, wp);
     /* col2im: the transposed convolution */
     c->op = KN_OP_CONV_INPUT_GRAD;
     c->n_inputs = 2;
@@ -498,25 +515,12 @@ static int round_in_gemm(kn_graph *g, kn_node cast) {
     src = g->nodes[view].inputs[0];
   }
   kn_node_rec *p = &g->nodes[src];
-  const kn_node only_reader = view >= 0 ? view : cast;
   if (readers == 0 || p->dead || p->keep || p->storage != KN_STORE_ARENA || p->dtype != KN_F32 ||
-      (p->op != KN_OP_MATMUL && p->op != KN_OP_CONV_INPUT_GRAD))
+      (p->op != KN_OP_MATMUL && p->op != KN_OP_CONV_INPUT_GRAD) ||
+      sole_reader(g, src) != (view >= 0 ? view : cast) ||
+      (view >= 0 && sole_reader(g, view) != cast))
     return 0;
-  for (int c = src + 1; c < g->n_nodes; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead) continue;
-    for (int k = 0; k < r->n_inputs; k++)
-      if (r->inputs[k] == src && c != only_reader) return 0;
-  }
-  if (view >= 0) {
-    for (int c = view + 1; c < g->n_nodes; c++) {
-      const kn_node_rec *r = &g->nodes[c];
-      if (r->dead) continue;
-      for (int k = 0; k < r->n_inputs; k++)
-        if (r->inputs[k] == view && c != cast) return 0;
-    }
-    g->nodes[view].dtype = KN_BF16;
-  }
+  if (view >= 0) g->nodes[view].dtype = KN_BF16;
   p->dtype = KN_BF16;
   replace_reads(g, cast, view >= 0 ? view : src);
   n->dead = 1;
