@@ -169,19 +169,29 @@ static int post_receive(server *sv, int w, char *err, size_t errlen) {
 }
 
 /* Sends worker w the shard (and with the optimizer state, for a gather). */
+/* The arrays a server and its workers exchange, in this order: the
+ * parameters, then (with_state) the optimizer moments it keeps, m and v.
+ * Returns how many; *iterations is the optimizer's step counter. */
+static int state_arrays(kn_optimizer *opt, float *params, int with_state, float *arrays[3],
+                        int64_t **iterations) {
+  kn_optimizer_type type;
+  size_t n;
+  float *m, *v;
+  kn_optimizer_moments(opt, &type, &n, &m, &v, iterations);
+  int count = 0;
+  arrays[count++] = params;
+  if (with_state && m) arrays[count++] = m;
+  if (with_state && v) arrays[count++] = v;
+  return count;
+}
+
 static int answer(server *sv, int w, int with_state, char *err, size_t errlen) {
   int rc = wait_requests(&sv->send[w], 1, 0, NULL, sv->timeout_s, "a worker taking its answer", err,
                          errlen);
   if (rc) return rc;
-  kn_optimizer_type type;
-  size_t n;
-  float *m, *v;
+  float *src[3];
   int64_t *iterations;
-  kn_optimizer_moments(sv->opt, &type, &n, &m, &v, &iterations);
-  float *src[3] = {sv->params, NULL, NULL};
-  int n_src = 1;
-  if (with_state && m) src[n_src++] = m;
-  if (with_state && v) src[n_src++] = v;
+  const int n_src = state_arrays(sv->opt, sv->params, with_state, src, &iterations);
   ps_header h = {.step = *iterations, .stop_after = sv->stop_after};
   /* The shard arrays start at 0: pack takes [0, len). */
   const int bytes = pack(sv->out[w], h, src, n_src, 0, sv->len);
@@ -288,12 +298,10 @@ static int take_initial_state(server *sv, char *err, size_t errlen) {
   if (rc) return rc;
   ps_header h;
   memcpy(&h, sv->in[0], sizeof h);
-  kn_optimizer_type type;
-  size_t n;
-  float *m, *v;
+  float *dst[3];
   int64_t *iterations;
-  kn_optimizer_moments(sv->opt, &type, &n, &m, &v, &iterations);
-  if (h.kind != MSG_INIT || h.floats != 1 + (m != NULL) + (v != NULL)) {
+  const int n_dst = state_arrays(sv->opt, sv->params, 1, dst, &iterations);
+  if (h.kind != MSG_INIT || h.floats != n_dst) {
     snprintf(err, errlen,
              "parameter server: worker 0's first message is kind %d with %d shards, not the "
              "parameters and optimizer state",
@@ -301,9 +309,7 @@ static int take_initial_state(server *sv, char *err, size_t errlen) {
     return KN_EFORMAT;
   }
   const float *at = payload(sv->in[0]);
-  memcpy(sv->params, at, sv->len * sizeof(float));
-  if (m) memcpy(m, at + sv->len, sv->len * sizeof(float));
-  if (v) memcpy(v, at + sv->len * (m ? 2 : 1), sv->len * sizeof(float));
+  for (int a = 0; a < n_dst; a++) memcpy(dst[a], at + sv->len * a, sv->len * sizeof(float));
   *iterations = h.step;
   return KN_OK;
 }
@@ -463,15 +469,9 @@ int kn_ps_new(const kn_train_config *cfg, float *params, size_t n_params, kn_opt
   }
   const double limit = ps->timeout_s > START_TIMEOUT_S ? ps->timeout_s : START_TIMEOUT_S;
   if (ps->rank == 0) { /* the servers start from worker 0's parameters and optimizer state */
-    kn_optimizer_type type;
-    size_t n;
-    float *m, *v;
+    float *src[3];
     int64_t *iterations;
-    kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
-    float *src[3] = {params, NULL, NULL};
-    int n_src = 1;
-    if (m) src[n_src++] = m;
-    if (v) src[n_src++] = v;
+    const int n_src = state_arrays(opt, params, 1, src, &iterations);
     rc = exchange(ps, (ps_header){.kind = MSG_INIT, .step = *iterations}, src, n_src, NULL, -1,
                   limit, "handing the servers the parameters", err, errlen);
   }
@@ -513,14 +513,9 @@ double kn_ps_comm_seconds(const kn_ps *ps) {
 }
 
 int kn_ps_gather(kn_ps *ps, float *params, kn_optimizer *opt, char *err, size_t errlen) {
-  kn_optimizer_type type;
-  size_t n;
-  float *m, *v;
+  float *dst[3];
   int64_t *iterations;
-  kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
-  float *dst[3] = {params, m, v};
-  int n_dst = 1 + (m != NULL) + (v != NULL);
-  if (!m) dst[1] = v;
+  const int n_dst = state_arrays(opt, params, 1, dst, &iterations);
   int rc = exchange(ps, (ps_header){.kind = MSG_GATHER}, NULL, 0, dst, n_dst, ps->timeout_s,
                     "gathering the parameters for a checkpoint", err, errlen);
   if (rc) return rc;
