@@ -388,6 +388,15 @@ static void mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm(void **state) {
   kn_model_free(&bf16);
 }
 
+/* The test CNN (12x12, batch 16) twice: a with every pass (stats on), b
+ * with every pass but `pass` (off); the plan with the pass is no larger. */
+static void build_with_and_without(kn_precision precision, int threads, unsigned pass, kn_model *a,
+                                   kn_model *b, kn_plan_stats *on, kn_plan_stats *off) {
+  *a = build_cnn_passes(12, 16, precision, 0, threads, KN_PASS_ALL, on);
+  *b = build_cnn_passes(12, 16, precision, 0, threads, KN_PASS_ALL & ~pass, off);
+  assert_true(on->arena_bytes <= off->arena_bytes);
+}
+
 /* Reading a convolution's columns in place (kiln's f32 GEMM gathering as
  * it reads, the bf16 GEMM as it packs) sums the same products in the same
  * order as materialized columns: the same losses and weights, bit for bit,
@@ -398,12 +407,10 @@ static void implicit_columns_change_no_bits(void **state) {
   for (int p = 0; p < 2; p++) {
     for (int threads = 1; threads <= 2; threads++) {
       kn_plan_stats on, off;
-      kn_model a = build_cnn_passes(12, 16, precisions[p], 0, threads, KN_PASS_ALL, &on);
-      kn_model b = build_cnn_passes(12, 16, precisions[p], 0, threads,
-                                    KN_PASS_ALL & ~KN_PASS_IMPLICIT_COLUMNS, &off);
+      kn_model a, b;
+      build_with_and_without(precisions[p], threads, KN_PASS_IMPLICIT_COLUMNS, &a, &b, &on, &off);
       assert_int_equal(on.n_implicit, kn_cpu_gemm() == KN_GEMM_KILN ? 2 : 0);
       assert_int_equal(off.n_implicit, 0);
-      assert_true(on.arena_bytes <= off.arena_bytes);
       assert_same_training_and_free(&a, &b);
     }
   }
@@ -449,12 +456,11 @@ static void implicit_input_grads_train_the_same(void **state) {
   for (int p = 0; p < 2; p++) {
     for (int threads = 1; threads <= 2; threads++) {
       kn_plan_stats on, off;
-      kn_model a = build_cnn_passes(12, 16, precisions[p], 0, threads, KN_PASS_ALL, &on);
-      kn_model b = build_cnn_passes(12, 16, precisions[p], 0, threads,
-                                    KN_PASS_ALL & ~KN_PASS_IMPLICIT_INPUT_GRAD, &off);
+      kn_model a, b;
+      build_with_and_without(precisions[p], threads, KN_PASS_IMPLICIT_INPUT_GRAD, &a, &b, &on,
+                             &off);
       assert_int_equal(on.n_implicit_input_grads, kn_cpu_gemm() == KN_GEMM_KILN ? 1 : 0);
       assert_int_equal(off.n_implicit_input_grads, 0);
-      assert_true(on.arena_bytes <= off.arena_bytes);
       float la[4], lb[4];
       sgd_losses(&a, 4, la);
       sgd_losses(&b, 4, lb);

@@ -215,33 +215,28 @@ static pid_t trainer_child(pid_t parent) {
   return found;
 }
 
+/* An MLP job on 12,800 Fashion-MNIST examples that checkpoints every 50
+ * steps and may restart once, under a strategy. */
+#define RANK_LOSS_SPEC(name, strategy, epochs)                                                     \
+  "{\"display_name\":\"" name "\","                                                                \
+  "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},"                       \
+  "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10}]}" \
+  ","                                                                                              \
+  "\"loss\":\"sparse_categorical_crossentropy\","                                                  \
+  "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"                              \
+  "\"pipeline\":{\"batch_size\":32,\"take\":12800},"                                               \
+  "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.05},"                                       \
+  "\"strategy\":" strategy ","                                                                     \
+  "\"checkpoint\":{\"every_steps\":50},\"max_restarts\":1,"                                        \
+  "\"epochs\":" epochs ",\"log_every_steps\":50,\"seed\":5}"
+
 static const char multi_worker_spec[] =
-    "{\"display_name\":\"rank-loss\","
-    "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},"
-    "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10}]}"
-    ","
-    "\"loss\":\"sparse_categorical_crossentropy\","
-    "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"
-    "\"pipeline\":{\"batch_size\":32,\"take\":12800},"
-    "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.05},"
-    "\"strategy\":{\"type\":\"multi_worker\",\"workers\":2},"
-    "\"checkpoint\":{\"every_steps\":50},\"max_restarts\":1,"
-    "\"epochs\":6,\"log_every_steps\":50,\"seed\":5}";
+    RANK_LOSS_SPEC("rank-loss", "{\"type\":\"multi_worker\",\"workers\":2}", "6");
 
 /* One worker and one server (two processes, so two cores do): pushes and
  * pulls every step. */
 static const char parameter_server_spec[] =
-    "{\"display_name\":\"server-loss\","
-    "\"model\":{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"flatten\"},"
-    "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10}]}"
-    ","
-    "\"loss\":\"sparse_categorical_crossentropy\","
-    "\"dataset\":{\"name\":\"fashion-mnist\",\"validation\":\"none\"},"
-    "\"pipeline\":{\"batch_size\":32,\"take\":12800},"
-    "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.05},"
-    "\"strategy\":{\"type\":\"parameter_server\",\"ps\":1,\"workers\":1},"
-    "\"checkpoint\":{\"every_steps\":50},\"max_restarts\":1,"
-    "\"epochs\":3,\"log_every_steps\":50,\"seed\":5}";
+    RANK_LOSS_SPEC("server-loss", "{\"type\":\"parameter_server\",\"ps\":1,\"workers\":1}", "3");
 
 /* A job under mpirun (started as `processes` says) loses a rank to
  * SIGKILL: it leaves RUNNING within 30 s and is retried from its newest
