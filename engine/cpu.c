@@ -107,9 +107,8 @@ static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
   int a_rows = rows_of(g, A), b_rows = rows_of(g, B);
   s.lda = A->dims[1];
   if (A->op == KN_OP_CONV_PAD) { /* the im2col columns it stands for */
-    const int *a = A->attr_i;
-    a_rows *= a[KN_CA_OH] * a[KN_CA_OW];
-    s.lda = a[KN_CA_KH] * a[KN_CA_KW] * A->dims[3];
+    a_rows *= kn_pad_rows_per_image(A);
+    s.lda = kn_pad_cols_width(A);
   }
   s.ldb = B->dims[1];
   s.m = s.trans_a ? s.lda : a_rows;
@@ -167,7 +166,7 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_node_rec *P = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
   const int *a = n->attr_i;
   const int H = n->dims[1], W = n->dims[2], C = n->dims[3], F = P->dims[3];
-  const int m = rows_of(g, P) * H * W, k = a[KN_CA_KH] * a[KN_CA_KW] * F;
+  const int m = rows_of(g, P) * H * W, k = kn_pad_cols_width(P);
   const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a[KN_CA_KW], 1, 1, 1, 1, H, W};
   const kn_conv_flip flip = {K->data, a[KN_CA_KH], a[KN_CA_KW], C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {

@@ -274,6 +274,14 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
   const int q = t / v->c, ch = t % v->c, ki = q / v->kw, kj = q % v->kw;
   return (ptrdiff_t)(((ptrdiff_t)ki * v->dh * v->wp + (ptrdiff_t)kj * v->dw) * v->c + ch);
 }
+/* The im2col a padded input (KN_OP_CONV_PAD) stands for: columns per row
+ * (KH*KW*C) and rows per image (OH*OW). */
+static inline int kn_pad_cols_width(const kn_node_rec *pad) {
+  return pad->attr_i[KN_CA_KH] * pad->attr_i[KN_CA_KW] * pad->dims[3];
+}
+static inline int kn_pad_rows_per_image(const kn_node_rec *pad) {
+  return pad->attr_i[KN_CA_OH] * pad->attr_i[KN_CA_OW];
+}
 /* A convolution kernel (KH, KW, C, F), f32 or bf16, read as the B of a
  * transposed convolution: element (k, c), k = (ki*KW + kj)*F + f, is
  * kernel[KH-1-ki][KW-1-kj][c][f]. */

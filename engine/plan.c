@@ -358,10 +358,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     bf16_gemms++;
     int depth = n->attr_i[0] ? A->dims[0] : A->dims[1];
     if (n->op == KN_OP_CONV_INPUT_GRAD) /* its sums run over dy's taps and filters */
-      depth = n->attr_i[KN_CA_KH] * n->attr_i[KN_CA_KW] * A->dims[3];
+      depth = kn_pad_cols_width(A);
     else if (A->op == KN_OP_CONV_PAD) /* the columns it stands for (matmul_shape_of) */
-      depth = n->attr_i[0] ? A->dims[0] * A->attr_i[KN_CA_OH] * A->attr_i[KN_CA_OW]
-                           : A->attr_i[KN_CA_KH] * A->attr_i[KN_CA_KW] * A->dims[3];
+      depth = n->attr_i[0] ? A->dims[0] * kn_pad_rows_per_image(A) : kn_pad_cols_width(A);
     if (n->dtype == KN_BF16 && depth > bf16_out_depth) bf16_out_depth = depth;
   }
   if (bf16_gemms) {
