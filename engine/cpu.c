@@ -148,13 +148,13 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
 /* A matmul whose A is a convolution's padded input: kiln's GEMM reads the
  * columns from it in place (kn_sgemm_cols), a fused one's bias and relu
  * applied on the way. */
-static int conv_cols_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s) {
+static int conv_cols_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, float *b_sums) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
   kn_conv_cols cols;
   conv_cols_of(A, &cols);
   kn_sgemm_cols(g, s->trans_a, s->trans_b, s->m, s->n, s->k, &cols, B->data, s->ldb, n->data, s->n,
-                fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr_i[2]);
+                fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr_i[2], b_sums);
   g->gemm_calls[KN_GEMM_SGEMM]++;
   return 1;
 }

@@ -210,6 +210,7 @@ typedef struct kn_plan_stats {
   int n_inplace;              /* nodes writing over an input that dies with them */
   int n_implicit;             /* im2cols whose GEMMs read the columns in place (kiln's GEMM only) */
   int n_implicit_input_grads; /* col2ims replaced by a transposed convolution (the same) */
+  int n_bias_grads_in_gemm;   /* bias gradients summed by a weight gradient's GEMM */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -235,7 +236,12 @@ enum {
    * columns read in place, instead of a GEMM into columns and col2im; it
    * sums in another order, so its values differ in the last bits */
   KN_PASS_IMPLICIT_INPUT_GRAD = 64,
-  KN_PASS_ALL = 127
+  /* a bias gradient (dy summed over rows) is taken by the GEMM of its
+   * layer's weight gradient as it packs the same dy, which is then read
+   * once instead of twice (kiln's own GEMM only); the same bits unless that
+   * GEMM sums a deep product in slices, where each slice's sums add up */
+  KN_PASS_BIAS_GRAD_IN_GEMM = 128,
+  KN_PASS_ALL = 255
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per

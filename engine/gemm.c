@@ -17,9 +17,15 @@
  *
  * Each thread takes whole 12-row blocks of C (or, for a C no taller than
  * it is wide, whole 32-column panels) and packs its own B, so every
- * element of C is summed by one thread in one order: the result is the
- * same bits for any thread count, and nothing is allocated here (the
- * workspace is the graph's, sized at compile). */
+ * element of C is summed by one thread in one order. A deep product with a
+ * small C (a weight gradient: 9 x 32 summed over 100,352 pixels) has too
+ * few blocks to share, so its depth is cut into slices fixed by the shape,
+ * each summed whole by one thread and then added in slice order. Either
+ * way the result is the same bits for any thread count, and nothing is
+ * allocated here (the workspace is the graph's, sized at compile).
+ *
+ * The packing of B can sum B's rows on the way: a layer's bias gradient
+ * is the row sum of the dy its weight gradient's GEMM packs. */
 #include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,8 +39,33 @@
 #define KC_MAX 512
 #define NC     128 /* a multiple of NR */
 
+/* Depth split: a product summed over many more rows than C has elements (a
+ * convolution's weight gradient sums over every pixel of the batch) is cut
+ * into SLICES slices of the depth, at least SLICE_MIN deep, summed apiece
+ * and then added in slice order. The slices depend on the shape alone, so
+ * the bits do not depend on the thread count; the partial sums of slices
+ * 1 .. SLICES-1 are capped at PARTIAL_MAX floats. */
+#define SLICE_MIN   2048
+#define SLICES_MAX  16
+#define PARTIAL_MAX (1 << 20)
+
 size_t kn_gemm_workspace_floats(void) {
   return (size_t)KC_MAX * NC;
+}
+
+/* The slices a product of this shape is summed in (1: not split); an
+ * epilogue (bias, relu) keeps it whole. */
+static int gemm_slices(int m, int n, int k) {
+  int s = k / SLICE_MIN;
+  if (s > SLICES_MAX) s = SLICES_MAX;
+  const size_t per = (size_t)m * n + (size_t)n; /* C's and B's row sums */
+  if (s > 1 && (size_t)(s - 1) * per > PARTIAL_MAX) s = (int)(PARTIAL_MAX / per) + 1;
+  return s > 1 ? s : 1;
+}
+
+size_t kn_gemm_partial_floats(int m, int n, int k) {
+  const int s = gemm_slices(m, n, k);
+  return s > 1 ? (size_t)(s - 1) * ((size_t)m * n + (size_t)n) : 0;
 }
 
 static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
@@ -61,11 +92,15 @@ typedef struct gemm_job {
   const float *bias;        /* fused epilogue: + bias per column, then relu if set */
   int relu;
   const kn_conv_flip *flip; /* B is a convolution kernel turned 180 degrees */
+  float *b_sums;            /* when set: op(B)'s rows summed, n floats (a bias gradient) */
+  int slices;               /* depth slices (gemm_slices): slice 0 into C and b_sums, */
+  float *partials;          /* slice s > 0 into partials + (s - 1) * (m * n + n) */
 } gemm_job;
 
 /* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
- * columns: panel p holds [kk][NR] at dst + p * kc * NR. */
-static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst) {
+ * columns: panel p holds [kk][NR] at dst + p * kc * NR. With sums set,
+ * each row is added to sums[n0 ..] on the way, in row order. */
+static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst, float *sums) {
   for (int p = 0; p * NR < nc; p++) {
     const int c0 = n0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
     float *panel = dst + (size_t)p * kc * NR;
@@ -81,6 +116,8 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
         for (int c = 0; c < w; c++) row[c] = j->b[(size_t)(c0 + c) * j->ldb + k0 + kk];
       }
       for (int c = w; c < NR; c++) row[c] = 0.0f;
+      if (sums)
+        for (int c = 0; c < w; c++) sums[c0 - n0 + c] += row[c];
     }
   }
 }
@@ -173,14 +210,24 @@ __attribute__((target("avx512f"))) static void tile_gather(int kc, const float *
   tile(2, kc, rows, 0, koff, bp, d);
 }
 
+/* Where one task's share of the product goes: C itself, or a depth
+ * slice's partial sums (C's shape, row stride n), with the column sums of
+ * op(B) over the same rows. */
+typedef struct gemm_part {
+  float *c;
+  int ldc;
+  int k_lo, k_hi; /* the depth it sums over */
+  float *b_sums;  /* or NULL */
+} gemm_part;
+
 /* The destination of the tile at C's row i0, column c0, depth block k0. */
-static tile_dst tile_at(const gemm_job *j, int i0, int c0, int k0, int kc) {
+static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, int k0, int kc) {
   const int last = k0 + kc >= j->k;
-  tile_dst d = {j->c + (size_t)i0 * j->ldc + c0,
-                j->ldc,
+  tile_dst d = {pt->c + (size_t)i0 * pt->ldc + c0,
+                pt->ldc,
                 j->m - i0 < MR ? j->m - i0 : MR,
                 j->n - c0 < NR ? j->n - c0 : NR,
-                k0 > 0,
+                k0 > pt->k_lo,
                 last && j->bias ? j->bias + c0 : NULL,
                 last && j->relu};
   return d;
@@ -190,8 +237,8 @@ static tile_dst tile_at(const gemm_job *j, int i0, int c0, int k0, int kc) {
  * convolution's columns: op(A)'s row i starts at rows[i], its column kk
  * lies koff[kk] further (a row of the columns is a pixel, a column a
  * tap and channel; transposed, the roles swap). */
-static void cols_block(const gemm_job *j, int i0, int k0, int kc, const ptrdiff_t *koff, int n0,
-                       int nc, const float *bpack) {
+static void cols_block(const gemm_job *j, const gemm_part *pt, int i0, int k0, int kc,
+                       const ptrdiff_t *koff, int n0, int nc, const float *bpack) {
   const float *rows[MR];
   const int mr = j->m - i0 < MR ? j->m - i0 : MR;
   for (int i = 0; i < MR; i++) {
@@ -200,25 +247,83 @@ static void cols_block(const gemm_job *j, int i0, int k0, int kc, const ptrdiff_
         (const float *)j->cols->x + (j->ta ? kn_cols_col(j->cols, r) : kn_cols_row(j->cols, r));
   }
   for (int p = 0; p * NR < nc; p++) {
-    const tile_dst d = tile_at(j, i0, n0 + p * NR, k0, kc);
+    const tile_dst d = tile_at(j, pt, i0, n0 + p * NR, k0, kc);
     tile_gather(kc, rows, koff, bpack + (size_t)p * kc * NR, &d);
   }
+}
+
+/* C's row blocks [b0, b1) and columns [n_lo, n_hi), summed over the part's
+ * depth into its destination; B is packed into bpack, its row sums taken
+ * on the way into the part's b_sums when sums is set. */
+static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int b1, int n_lo,
+                             int n_hi, int sums, float *bpack) {
+  /* the depth in near-equal blocks of at most KC_MAX */
+  const int depth = pt->k_hi - pt->k_lo, k_blocks = (depth + KC_MAX - 1) / KC_MAX;
+  const int kc_step = (depth + k_blocks - 1) / k_blocks;
+  for (int n0 = n_lo; n0 < n_hi; n0 += NC) {
+    const int nc = n_hi - n0 < NC ? n_hi - n0 : NC;
+    float *b_sums = sums && pt->b_sums ? pt->b_sums + n0 : NULL;
+    if (b_sums) memset(b_sums, 0, (size_t)nc * sizeof *b_sums);
+    for (int k0 = pt->k_lo; k0 < pt->k_hi; k0 += kc_step) {
+      const int kc = pt->k_hi - k0 < kc_step ? pt->k_hi - k0 : kc_step;
+      pack_b(j, k0, kc, n0, nc, bpack, b_sums);
+      if (j->cols) {
+        ptrdiff_t koff[KC_MAX];
+        for (int kk = 0; kk < kc; kk++)
+          koff[kk] = j->ta ? kn_cols_row(j->cols, k0 + kk) : kn_cols_col(j->cols, k0 + kk);
+        for (int blk = b0; blk < b1; blk++)
+          cols_block(j, pt, blk * MR, k0, kc, koff, n0, nc, bpack);
+        continue;
+      }
+      for (int blk = b0; blk < b1; blk++) {
+        const int i0 = blk * MR;
+        /* op(A)'s block at row i0, column k0 */
+        const float *ablk =
+            j->ta ? j->a + (size_t)k0 * j->lda + i0 : j->a + (size_t)i0 * j->lda + k0;
+        for (int p = 0; p * NR < nc; p++) {
+          const tile_dst d = tile_at(j, pt, i0, n0 + p * NR, k0, kc);
+          const float *bp = bpack + (size_t)p * kc * NR;
+          if (j->ta)
+            tile_t(kc, ablk, j->lda, bp, &d);
+          else
+            tile_n(kc, ablk, j->lda, bp, &d);
+        }
+      }
+    }
+  }
+}
+
+/* Depth slice s of a split product: slice 0 into C and b_sums, the others
+ * into their partial sums. */
+static gemm_part slice_part(const gemm_job *j, int s) {
+  const int lo = (int)((int64_t)j->k * s / j->slices),
+            hi = (int)((int64_t)j->k * (s + 1) / j->slices);
+  if (s == 0) return (gemm_part){j->c, j->ldc, lo, hi, j->b_sums};
+  float *p = j->partials + (size_t)(s - 1) * ((size_t)j->m * j->n + (size_t)j->n);
+  return (gemm_part){p, j->n, lo, hi, j->b_sums ? p + (size_t)j->m * j->n : NULL};
 }
 
 /* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T) of
  * every column, or, when C is no taller than it is wide (a dense layer's
  * GEMMs at batch 128), column panels [panels * t / T, panels * (t + 1) / T)
  * of every row: there each thread would otherwise pack all of B, and B is
- * most of the work. Either way each element of C is summed in the same
- * order by one thread, so the bits do not depend on the split. */
+ * most of the work. A product split in depth gives each thread whole
+ * slices instead. Either way each element of C (and of a slice) is summed
+ * in the same order by one thread, so the bits do not depend on the split.
+ * Where every thread packs all of B, the first one sums its rows. */
 static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
   const gemm_job *j = ctx;
   const int blocks = (j->m + MR - 1) / MR, panels = (j->n + NR - 1) / NR;
-  /* k in near-equal blocks of at most KC_MAX */
-  const int k_blocks = (j->k + KC_MAX - 1) / KC_MAX;
-  const int kc_step = (j->k + k_blocks - 1) / k_blocks;
   for (int64_t t = t0; t < t1; t++) {
     float *bpack = j->workspace + (size_t)t * kn_gemm_workspace_floats();
+    if (j->slices > 1) {
+      const int s0 = (int)(j->slices * t / j->tasks), s1 = (int)(j->slices * (t + 1) / j->tasks);
+      for (int s = s0; s < s1; s++) {
+        const gemm_part pt = slice_part(j, s);
+        gemm_block_range(j, &pt, 0, blocks, 0, j->n, 1, bpack);
+      }
+      continue;
+    }
     int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->n;
     if (j->by_columns) {
       n_lo = (int)(panels * t / j->tasks) * NR;
@@ -229,48 +334,61 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
       b1 = (int)(blocks * (t + 1) / j->tasks);
     }
     if (b0 >= b1 || n_lo >= n_hi) continue;
-    for (int n0 = n_lo; n0 < n_hi; n0 += NC) {
-      const int nc = n_hi - n0 < NC ? n_hi - n0 : NC;
-      for (int k0 = 0; k0 < j->k; k0 += kc_step) {
-        const int kc = j->k - k0 < kc_step ? j->k - k0 : kc_step;
-        pack_b(j, k0, kc, n0, nc, bpack);
-        if (j->cols) {
-          ptrdiff_t koff[KC_MAX];
-          for (int kk = 0; kk < kc; kk++)
-            koff[kk] = j->ta ? kn_cols_row(j->cols, k0 + kk) : kn_cols_col(j->cols, k0 + kk);
-          for (int blk = b0; blk < b1; blk++) cols_block(j, blk * MR, k0, kc, koff, n0, nc, bpack);
-          continue;
-        }
-        for (int blk = b0; blk < b1; blk++) {
-          const int i0 = blk * MR;
-          /* op(A)'s block at row i0, column k0 */
-          const float *ablk =
-              j->ta ? j->a + (size_t)k0 * j->lda + i0 : j->a + (size_t)i0 * j->lda + k0;
-          for (int p = 0; p * NR < nc; p++) {
-            const tile_dst d = tile_at(j, i0, n0 + p * NR, k0, kc);
-            const float *bp = bpack + (size_t)p * kc * NR;
-            if (j->ta)
-              tile_t(kc, ablk, j->lda, bp, &d);
-            else
-              tile_n(kc, ablk, j->lda, bp, &d);
-          }
-        }
-      }
+    const gemm_part whole = {j->c, j->ldc, 0, j->k, j->b_sums};
+    gemm_block_range(j, &whole, b0, b1, n_lo, n_hi, j->by_columns || b0 == 0, bpack);
+  }
+}
+
+/* C's rows [r0, r1) (and, with the first, the column sums): the partial
+ * sums of slices 1 .. S-1 added to slice 0's, in slice order. */
+static void add_slices(void *ctx, int64_t r0, int64_t r1) {
+  const gemm_job *j = ctx;
+  const size_t per = (size_t)j->m * j->n + (size_t)j->n;
+  for (int64_t r = r0; r < r1; r++) {
+    const int sums_row = r == j->m; /* one past C's rows: the column sums */
+    if (sums_row && !j->b_sums) continue;
+    float *dst = sums_row ? j->b_sums : j->c + (size_t)r * j->ldc;
+    for (int s = 1; s < j->slices; s++) {
+      const float *src = j->partials + (size_t)(s - 1) * per + (size_t)r * j->n;
+      for (int c = 0; c < j->n; c++) dst[c] += src[c];
     }
   }
 }
 
-static void gemm_own(kn_pool *pool, float *workspace, int ta, int tb, int m, int n, int k,
-                     const float *a, int lda, const float *b, int ldb, float *c, int ldc,
-                     const kn_conv_cols *cols, const float *bias, int relu,
-                     const kn_conv_flip *flip) {
+static void gemm_own(const kn_graph *g, int ta, int tb, int m, int n, int k, const float *a,
+                     int lda, const float *b, int ldb, float *c, int ldc, const kn_conv_cols *cols,
+                     const float *bias, int relu, const kn_conv_flip *flip, float *b_sums) {
   const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
   const int by_columns = m <= n && panels >= 2;
-  int tasks = kn_pool_threads(pool);
-  if (tasks > (by_columns ? panels : blocks)) tasks = by_columns ? panels : blocks;
-  gemm_job j = {ta,  tb, m,         n,     k,          a,    b,    lda,  ldb,
-                ldc, c,  workspace, tasks, by_columns, cols, bias, relu, flip};
-  kn_pool_for(tasks > 1 ? pool : NULL, tasks, gemm_range, &j);
+  int slices = bias || relu || flip ? 1 : gemm_slices(m, n, k);
+  if (slices > 1 && kn_gemm_partial_floats(m, n, k) > g->gemm_partial_floats)
+    slices = 1; /* a shape compile did not plan for */
+  int tasks = kn_pool_threads(g->pool);
+  const int units = slices > 1 ? slices : by_columns ? panels : blocks;
+  if (tasks > units) tasks = units;
+  gemm_job j = {.ta = ta,
+                .tb = tb,
+                .m = m,
+                .n = n,
+                .k = k,
+                .a = a,
+                .b = b,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc,
+                .c = c,
+                .workspace = g->gemm_workspace,
+                .tasks = tasks,
+                .by_columns = by_columns,
+                .cols = cols,
+                .bias = bias,
+                .relu = relu,
+                .flip = flip,
+                .b_sums = b_sums,
+                .slices = slices,
+                .partials = g->gemm_partials};
+  kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, gemm_range, &j);
+  if (slices > 1) kn_pool_for(g->pool, m + 1, add_slices, &j); /* C's rows, the column sums */
 }
 #define KN_HAVE_OWN_GEMM 1
 #else
@@ -321,16 +439,25 @@ int kn_gemm_wants_workspace(void) {
   return own_available();
 }
 
+/* op(B)'s rows summed into sums (n floats), in row order: what the GEMM
+ * gives on the way, when it did not run the product. */
+static void sum_b_rows(int tb, int n, int k, const float *b, int ldb, float *sums) {
+  for (int c = 0; c < n; c++) sums[c] = 0.0f;
+  for (int kk = 0; kk < k; kk++)
+    for (int c = 0; c < n; c++) sums[c] += tb ? b[(size_t)c * ldb + kk] : b[(size_t)kk * ldb + c];
+}
+
 /* kn_sgemm with the fused epilogue (bias per column, then relu) applied
  * as kiln's GEMM stores its tiles; returns 0, having applied nothing, when
- * OpenBLAS runs the product (the caller then runs the epilogue). */
+ * OpenBLAS runs the product (the caller then runs the epilogue). op(B)'s
+ * row sums land in b_sums (when set) either way. */
 int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu) {
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
+                   float *b_sums) {
   if (m <= 0 || n <= 0) return 1;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && g->gemm_workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias, relu,
-             NULL);
+    gemm_own(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias, relu, NULL, b_sums);
     return 1;
   }
 #else
@@ -340,12 +467,13 @@ int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float
 #endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (b_sums) sum_b_rows(tb, n, k, b, ldb, b_sums);
   return 0;
 }
 
 void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
               const float *b, int ldb, float *c, int ldc) {
-  kn_sgemm_fused(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, 0);
+  kn_sgemm_fused(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, 0, NULL);
 }
 
 int kn_sgemm_cols_available(const kn_graph *g) {
@@ -358,12 +486,12 @@ int kn_sgemm_cols_available(const kn_graph *g) {
 }
 
 void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu) {
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
+                   float *b_sums) {
   if (m <= 0 || n <= 0) return;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && kn_sgemm_cols_available(g)) {
-    gemm_own(g->pool, g->gemm_workspace, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols, bias, relu,
-             NULL);
+    gemm_own(g, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols, bias, relu, NULL, b_sums);
     return;
   }
 #endif
@@ -382,6 +510,7 @@ void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_co
       c[(size_t)i * ldc + col] = sum;
     }
   }
+  if (b_sums) sum_b_rows(tb, n, k, b, ldb, b_sums);
 }
 
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
@@ -389,7 +518,7 @@ void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *co
   if (m <= 0 || n <= 0) return;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && kn_sgemm_cols_available(g)) {
-    gemm_own(g->pool, g->gemm_workspace, 0, 0, m, n, k, NULL, 0, NULL, 0, c, ldc, cols, NULL, 0, b);
+    gemm_own(g, 0, 0, m, n, k, NULL, 0, NULL, 0, c, ldc, cols, NULL, 0, b, NULL);
     return;
   }
 #endif

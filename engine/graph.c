@@ -142,7 +142,7 @@ static kn_dtype narrow_type(const kn_graph *g) {
 static int is_activation(const kn_graph *g, kn_node x) {
   const kn_node_rec *n = &g->nodes[x];
   if (n->dtype != KN_F32 || !n->batched || n->keep || n->folded || n->op == KN_OP_INPUT) return 0;
-  while (n->storage == KN_STORE_VIEW) n = &g->nodes[n->inputs[0]];
+  n = &g->nodes[kn_storage_root(g, x)];
   return n->storage == KN_STORE_ARENA && !n->keep && n->op != KN_OP_INPUT;
 }
 

@@ -120,6 +120,11 @@ static inline int kn_pool_tiles(const int *a) {
 /* Set by the fusion pass on an elementwise node (bias_add, add, binary,
  * bn_apply) that absorbed the relu reading it: relu runs in its loop. */
 #define KN_ATTR_RELU 11
+/* Set by the bias_grad_in_gemm pass on a pair: on a reduce_rows, 1 + the
+ * weight-gradient matmul whose GEMM it runs, summing the same dy as it
+ * packs it; on that matmul, 1 + the reduce_rows that runs it (the matmul
+ * then runs nothing; its value is live from the reduce_rows on). */
+#define KN_ATTR_GEMM_PAIR 10
 
 #define KN_MAX_INPUTS 4
 
@@ -177,7 +182,9 @@ struct kn_graph {
   int threads;           /* compute threads for own kernels (0/1: the calling thread) */
   kn_pool *pool;         /* started at compile when threads > 1 */
   float *gemm_workspace; /* packing space for kiln's GEMM, per thread (gemm.c) */
-  uint64_t train_runs;   /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
+  float *gemm_partials;  /* its depth slices' partial sums (in the same allocation) */
+  size_t gemm_partial_floats;
+  uint64_t train_runs; /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
@@ -253,6 +260,11 @@ int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
  * the op is not one of them. */
 int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
                      int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node));
+/* The node whose storage n shares, through reshapes and other views. */
+static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
+  while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
+  return n;
+}
 /* gemm.c: C (m x n, row stride ldc) = op(A) op(B) in single precision,
  * by the GEMM kn_cpu_gemm names, on g's threads. */
 void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
@@ -297,22 +309,34 @@ static inline ptrdiff_t kn_flip_at(const kn_conv_flip *v, int k, int c) {
  * k = KH*KW*C) or its transpose (ta = 1: m = KH*KW*C, k rows), cols f32.
  * The same sums, in the same order, as kn_sgemm on the materialized
  * columns with kiln's GEMM, which must be the one in use
- * (kn_sgemm_cols_available); bias and relu as kn_sgemm_fused, always applied. */
+ * (kn_sgemm_cols_available); bias, relu and b_sums as kn_sgemm_fused,
+ * always applied. */
 void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu);
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
+                   float *b_sums);
 /* C (m x C) = cols (m x k) times a flipped kernel (k x C), all f32, with
  * kiln's GEMM where it is in use (else plainly): a transposed convolution. */
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
                         const kn_conv_flip *b, float *c, int ldc);
 /* kn_sgemm, then + bias per column (bias not NULL) and relu, applied as
- * kiln's GEMM stores each tile; returns 0 without them where OpenBLAS ran. */
+ * kiln's GEMM stores each tile; returns 0 without them where OpenBLAS ran.
+ * b_sums (n floats, or NULL) gets op(B)'s rows summed, either way: a bias
+ * gradient taken as a weight gradient's GEMM packs its dy. Each column is
+ * summed in row order (reduce_rows' bits) unless the GEMM splits the depth
+ * (kn_gemm_partial_floats), where the slices' sums are added in order. */
 int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu);
+                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
+                   float *b_sums);
 int kn_sgemm_cols_available(const kn_graph *g);
 /* Floats of packing space one thread of kiln's GEMM needs, and whether
  * this CPU can run it (so compile allocates the space). */
 size_t kn_gemm_workspace_floats(void);
 int kn_gemm_wants_workspace(void);
+/* Floats of partial sums kiln's GEMM needs for an m x n product summed
+ * over k rows: a deep product (a weight gradient) is summed in depth
+ * slices fixed by its shape, on as many threads as there are, and the
+ * slices then added in order. 0 when it is not split. */
+size_t kn_gemm_partial_floats(int m, int n, int k);
 
 /* The persistent thread pool (pool.c). */
 #define KN_POOL_MAX_THREADS 256
@@ -354,7 +378,7 @@ double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);
 
 typedef struct kn_pass_stats {
-  int cse, fused, folded, dead, implicit, implicit_input_grads;
+  int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds n_nodes ints. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);

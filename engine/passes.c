@@ -362,6 +362,45 @@ static int implicit_input_grads(kn_graph *g) {
   return replaced;
 }
 
+/* A layer's bias gradient, reduce_rows(dy), and its weight gradient,
+ * op(A)^T dy, both read all of dy, a convolution's largest gradient. The
+ * weight gradient's GEMM packs every row of dy anyway, so it sums them on
+ * the way and dy is read once. The reduce_rows comes first in the schedule
+ * (autodiff emits it first), so it runs the pair: the matmul's GEMM with
+ * the bias gradient as its row sums; the matmul then runs nothing, and the
+ * planner keeps its value live from the reduce_rows on. Each column sums
+ * in row order, as reduce_rows does, unless the GEMM splits a deep product
+ * into slices. f32, and only where kiln's GEMM is the one in use; A must
+ * exist when the reduce_rows runs (not a recompute emitted after it). */
+static int bias_grads_in_gemm(kn_graph *g) {
+  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  int paired = 0;
+  for (int r = 0; r < g->n_nodes; r++) {
+    kn_node_rec *R = &g->nodes[r];
+    if (R->dead || R->op != KN_OP_REDUCE_ROWS || R->dtype != KN_F32 || R->attr_i[KN_ATTR_GEMM_PAIR])
+      continue;
+    const kn_node dy = kn_storage_root(g, R->inputs[0]);
+    const kn_node_rec *D = &g->nodes[dy];
+    if (D->dtype != KN_F32 || R->ndim != 1 || R->dims[0] != D->dims[D->ndim - 1]) continue;
+    for (int m = r + 1; m < g->n_nodes; m++) {
+      kn_node_rec *M = &g->nodes[m];
+      if (M->dead || M->op != KN_OP_MATMUL || M->attr_i[0] != 1 || M->attr_i[1] != 0 ||
+          M->dtype != KN_F32 || M->attr_i[KN_ATTR_GEMM_PAIR] ||
+          kn_storage_root(g, M->inputs[1]) != dy)
+        continue;
+      const kn_node_rec *A = &g->nodes[M->inputs[0]], *B = &g->nodes[M->inputs[1]];
+      if (A->dtype != KN_F32 || kn_storage_root(g, M->inputs[0]) > r || B->ndim != 2 ||
+          B->dims[1] != R->dims[0])
+        continue;
+      R->attr_i[KN_ATTR_GEMM_PAIR] = 1 + m;
+      M->attr_i[KN_ATTR_GEMM_PAIR] = 1 + r;
+      paired++;
+      break;
+    }
+  }
+  return paired;
+}
+
 /* Constant subgraphs (fills and pure ops of constants, unbatched) are
  * computed once at compile and never again. */
 static int fold_constants(kn_graph *g) {
@@ -623,5 +662,6 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
    * count as readers of an im2col. */
   if (passes & KN_PASS_IMPLICIT_COLUMNS) st->implicit = implicit_conv_columns(g);
   if (passes & KN_PASS_IMPLICIT_INPUT_GRAD) st->implicit_input_grads = implicit_input_grads(g);
+  if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = bias_grads_in_gemm(g);
   return 0;
 }

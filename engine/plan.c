@@ -15,12 +15,6 @@ static size_t align_up(size_t v) {
   return (v + KN_ALIGN - 1) & ~(size_t)(KN_ALIGN - 1);
 }
 
-/* The node whose storage a view ultimately shares. */
-static kn_node storage_root(const kn_graph *g, kn_node n) {
-  while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
-  return n;
-}
-
 /* A backward node that re-runs a forward op (not a widened narrow copy,
  * nor a view of one). */
 static int is_recompute(const kn_node_rec *n) {
@@ -77,6 +71,10 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
     kn_node_rec *n = &g->nodes[i];
     if (n->keep || n->op == KN_OP_INPUT) n->last_use = g->n_nodes; /* never reused */
     if (n->folded) n->first_use = 0;                               /* computed at compile */
+    /* a matmul whose GEMM an earlier reduce_rows runs is written there */
+    if (n->op == KN_OP_MATMUL && n->attr_i[KN_ATTR_GEMM_PAIR] &&
+        n->attr_i[KN_ATTR_GEMM_PAIR] - 1 < n->first_use)
+      n->first_use = n->attr_i[KN_ATTR_GEMM_PAIR] - 1;
   }
 }
 
@@ -293,7 +291,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
-    if (n->storage == KN_STORE_VIEW) n->data = g->nodes[storage_root(g, i)].data;
+    if (n->storage == KN_STORE_VIEW) n->data = g->nodes[kn_storage_root(g, i)].data;
   }
   /* Parameters in creation order so a seed means the same weights everywhere
    * (and the same in f64 mode: drawn as floats, then widened). */
@@ -332,18 +330,37 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     }
   }
   if (!g->f64 && !g->gemm_workspace && kn_gemm_wants_workspace()) {
+    /* Packing space per thread, then the partial sums of the deepest
+     * products' slices (the largest any f32 matmul needs at the planned
+     * batch; a smaller batch needs no more). */
     int matmuls = 0;
+    size_t partials = 0;
     for (int i = 0; i < g->n_nodes; i++) {
       const kn_node_rec *n = &g->nodes[i];
-      matmuls += !n->dead && (n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT ||
-                              n->op == KN_OP_CONV_INPUT_GRAD);
+      if (n->dead || (n->op != KN_OP_MATMUL && n->op != KN_OP_MATMUL_BIAS_ACT &&
+                      n->op != KN_OP_CONV_INPUT_GRAD))
+        continue;
+      matmuls++;
+      const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+      if (n->op == KN_OP_CONV_INPUT_GRAD || A->dtype != KN_F32 || B->dtype != KN_F32 ||
+          n->dtype != KN_F32)
+        continue;
+      const int pad = A->op == KN_OP_CONV_PAD;
+      const int a_rows = A->dims[0] * (pad ? kn_pad_rows_per_image(A) : 1);
+      const int a_cols = pad ? kn_pad_cols_width(A) : A->dims[1];
+      const size_t need = kn_gemm_partial_floats(n->attr_i[0] ? a_cols : a_rows,
+                                                 n->attr_i[1] ? B->dims[0] : B->dims[1],
+                                                 n->attr_i[0] ? a_rows : a_cols);
+      if (need > partials) partials = need;
     }
-    const size_t bytes =
-        (size_t)kn_pool_threads(g->pool) * kn_gemm_workspace_floats() * sizeof(float);
+    const size_t packing = (size_t)kn_pool_threads(g->pool) * kn_gemm_workspace_floats();
+    const size_t bytes = (packing + partials) * sizeof(float);
     if (matmuls && !(g->gemm_workspace = aligned_alloc(KN_ALIGN, align_up(bytes)))) {
       kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu GEMM workspace bytes", bytes);
       goto out;
     }
+    g->gemm_partials = g->gemm_workspace ? g->gemm_workspace + packing : NULL;
+    g->gemm_partial_floats = g->gemm_workspace ? partials : 0;
   }
   /* Packing buffers for the matmuls that run the bf16 GEMM, one per thread,
    * deep enough for the longest sum rounded into a bf16 output. */
@@ -391,6 +408,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->n_fused = pass_stats.fused;
     stats->n_implicit = pass_stats.implicit;
     stats->n_implicit_input_grads = pass_stats.implicit_input_grads;
+    stats->n_bias_grads_in_gemm = pass_stats.bias_grads_in_gemm;
     stats->n_folded = pass_stats.folded;
     stats->n_dead = pass_stats.dead;
     stats->n_inplace = n_inplace;

@@ -265,8 +265,7 @@ static int plan_buckets(kn_dist *d, size_t cap, char *err, size_t errlen) {
 /* Raises the ready node of the buckets overlapping node n's gradient slot
  * (if its storage is one) to i. */
 static void touch(kn_dist *d, const kn_graph *g, kn_node n, int i) {
-  while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
-  const kn_node_rec *r = &g->nodes[n];
+  const kn_node_rec *r = &g->nodes[kn_storage_root(g, n)];
   if (r->storage != KN_STORE_GRAD) return;
   const size_t lo = r->flat_offset, hi = lo + kn_node_elems(r, 0);
   for (int b = 0; b < d->n_buckets; b++)

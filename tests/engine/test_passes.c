@@ -143,9 +143,13 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
   static const struct {
     unsigned passes;
     const char *name;
-  } configs[] = {{KN_PASS_DCE, "dce"},         {KN_PASS_CONST_FOLD, "const_fold"},
-                 {KN_PASS_CSE, "cse"},         {KN_PASS_FUSION, "fusion"},
-                 {KN_PASS_INPLACE, "inplace"}, {KN_PASS_IMPLICIT_COLUMNS, "implicit_columns"},
+  } configs[] = {{KN_PASS_DCE, "dce"},
+                 {KN_PASS_CONST_FOLD, "const_fold"},
+                 {KN_PASS_CSE, "cse"},
+                 {KN_PASS_FUSION, "fusion"},
+                 {KN_PASS_INPLACE, "inplace"},
+                 {KN_PASS_IMPLICIT_COLUMNS, "implicit_columns"},
+                 {KN_PASS_BIAS_GRAD_IN_GEMM, "bias_grad_in_gemm"},
                  {KN_PASS_ALL, "all"}};
   for (int cnn = 0; cnn <= 1; cnn++) {
     result none = train_once(cnn, 0, 0);
@@ -169,6 +173,9 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
   result all = train_once(0, KN_PASS_ALL, 0);
   /* Three dense layers: two matmul + bias + relu and one matmul + bias. */
   assert_int_equal(all.st.n_fused, 3);
+  /* Each dense layer's bias gradient summed by its weight gradient's GEMM
+   * (kiln's GEMM only). */
+  assert_int_equal(all.st.n_bias_grads_in_gemm, kn_cpu_gemm() == KN_GEMM_KILN ? 3 : 0);
   assert_true(all.st.n_inplace > 0);
   assert_true(all.st.n_folded >= 1); /* the loss gradient's seed */
   result no_inplace = train_once(0, KN_PASS_ALL & ~KN_PASS_INPLACE, 0);
@@ -186,6 +193,9 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
     assert_int_equal(cnn.st.n_implicit, 1);
   else
     assert_int_equal(cnn.st.n_implicit, 0);
+  /* The bias gradients of the 3x3 convolution, the pointwise convolution
+   * and the two dense layers, in their weight gradients' GEMMs. */
+  assert_int_equal(cnn.st.n_bias_grads_in_gemm, kn_cpu_gemm() == KN_GEMM_KILN ? 4 : 0);
   result eager = train_once(1, 0, 1);
   assert_int_equal(eager.st.n_fused + eager.st.n_inplace + eager.st.n_dead + eager.st.n_implicit,
                    0);

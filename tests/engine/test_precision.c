@@ -417,9 +417,10 @@ static void implicit_columns_change_no_bits(void **state) {
 }
 
 /* A graph compiled with kiln's GEMM reads its convolutions' columns in
- * place; switched to OpenBLAS afterwards, those GEMMs run a plain loop over
- * the same columns: the same training as a graph compiled for OpenBLAS
- * (materialized columns), to rounding. */
+ * place and sums its bias gradients in the weight gradients' GEMMs;
+ * switched to OpenBLAS afterwards, those GEMMs run a plain loop over the
+ * same columns and the bias gradients a plain row sum: the same training
+ * as a graph compiled for OpenBLAS (materialized columns), to rounding. */
 static void implicit_columns_survive_a_gemm_switch(void **state) {
   (void)state;
   if (kn_cpu_gemm() != KN_GEMM_KILN) {
@@ -431,8 +432,10 @@ static void implicit_columns_survive_a_gemm_switch(void **state) {
   kn_model a = build_cnn_passes(12, 16, KN_PRECISION_FLOAT32, 0, 1, KN_PASS_ALL, &implicit);
   assert_int_equal(kn_cpu_set_gemm(KN_GEMM_OPENBLAS, err, sizeof err), KN_OK);
   kn_model b = build_cnn_passes(12, 16, KN_PRECISION_FLOAT32, 0, 1, KN_PASS_ALL, &plain);
-  assert_true(implicit.n_implicit == 2 && implicit.n_implicit_input_grads == 1);
-  assert_true(plain.n_implicit == 0 && plain.n_implicit_input_grads == 0);
+  assert_true(implicit.n_implicit == 2 && implicit.n_implicit_input_grads == 1 &&
+              implicit.n_bias_grads_in_gemm == 4);
+  assert_true(plain.n_implicit == 0 && plain.n_implicit_input_grads == 0 &&
+              plain.n_bias_grads_in_gemm == 0);
   float la[4], lb[4];
   sgd_losses(&a, 4, la);
   sgd_losses(&b, 4, lb);
@@ -440,6 +443,32 @@ static void implicit_columns_survive_a_gemm_switch(void **state) {
   for (int s = 0; s < 4; s++) assert_true(fabsf(la[s] - lb[s]) <= 1e-5f * fabsf(lb[s]));
   kn_model_free(&a);
   kn_model_free(&b);
+}
+
+/* Four SGD steps of a (a pass on) and b (off): losses within loss_tol and
+ * every weight within weight_tol of the largest, relative; the figures
+ * printed when `say` is set; both models freed. */
+static void assert_trains_within_and_free(kn_model *a, kn_model *b, float loss_tol,
+                                          float weight_tol, const char *what, int say) {
+  float la[4], lb[4];
+  sgd_losses(a, 4, la);
+  sgd_losses(b, 4, lb);
+  for (int s = 0; s < 4; s++) {
+    if (say) print_message("%s, step %d: loss %.9g with, %.9g without\n", what, s, la[s], lb[s]);
+    assert_true(fabsf(la[s] - lb[s]) <= loss_tol * fabsf(lb[s]));
+  }
+  const float *wa = kn_params(a->graph), *wb = kn_params(b->graph);
+  float largest = 0.0f, worst = 0.0f;
+  for (size_t i = 0; i < kn_param_count(a->graph); i++) {
+    largest = fmaxf(largest, fabsf(wb[i]));
+    worst = fmaxf(worst, fabsf(wa[i] - wb[i]));
+  }
+  if (say)
+    print_message("%s: largest weight difference %.3g of the largest weight\n", what,
+                  worst / largest);
+  assert_true(worst <= weight_tol * largest);
+  kn_model_free(a);
+  kn_model_free(b);
 }
 
 /* A convolution's input gradient as one GEMM over dy's padded columns
@@ -461,28 +490,35 @@ static void implicit_input_grads_train_the_same(void **state) {
                              &off);
       assert_int_equal(on.n_implicit_input_grads, kn_cpu_gemm() == KN_GEMM_KILN ? 1 : 0);
       assert_int_equal(off.n_implicit_input_grads, 0);
-      float la[4], lb[4];
-      sgd_losses(&a, 4, la);
-      sgd_losses(&b, 4, lb);
-      for (int s = 0; s < 4; s++) {
-        if (threads == 1)
-          print_message("%s, step %d: loss %.9g with, %.9g without\n",
-                        p ? "mixed_bfloat16" : "float32", s, la[s], lb[s]);
-        assert_true(fabsf(la[s] - lb[s]) <= tolerance[p] * fabsf(lb[s]));
-      }
-      const float *wa = kn_params(a.graph), *wb = kn_params(b.graph);
-      float largest = 0.0f, worst = 0.0f;
-      for (size_t i = 0; i < kn_param_count(a.graph); i++) {
-        largest = fmaxf(largest, fabsf(wb[i]));
-        worst = fmaxf(worst, fabsf(wa[i] - wb[i]));
-      }
-      if (threads == 1)
-        print_message("%s: largest weight difference %.3g of the largest weight\n",
-                      p ? "mixed_bfloat16" : "float32", worst / largest);
-      assert_true(worst <= weight_tolerance[p] * largest);
-      kn_model_free(&a);
-      kn_model_free(&b);
+      assert_trains_within_and_free(&a, &b, tolerance[p], weight_tolerance[p],
+                                    p ? "mixed_bfloat16" : "float32", threads == 1);
     }
+  }
+}
+
+/* Bias gradients summed by the weight gradients' GEMMs (bias_grad_in_gemm)
+ * as they pack dy: the four layers' pairs on kiln's GEMM, the same bits
+ * where each column sums in row order (12x12 images: no GEMM deep enough
+ * to split), and, on 28x28 images, where the first convolution's weight
+ * gradient sums 12,544 pixels in depth slices and the bias sums per slice
+ * too, the same training to rounding; on 1 and 2 threads. The float32 test
+ * CNN; mixed_bfloat16's gradients are bf16 and not paired. */
+static void bias_grads_in_gemm_train_the_same(void **state) {
+  (void)state;
+  const int own = kn_cpu_gemm() == KN_GEMM_KILN;
+  for (int threads = 1; threads <= 2; threads++) {
+    kn_plan_stats on, off;
+    kn_model a, b;
+    build_with_and_without(KN_PRECISION_FLOAT32, threads, KN_PASS_BIAS_GRAD_IN_GEMM, &a, &b, &on,
+                           &off);
+    assert_int_equal(on.n_bias_grads_in_gemm, own ? 4 : 0);
+    assert_int_equal(off.n_bias_grads_in_gemm, 0);
+    assert_same_training_and_free(&a, &b);
+    a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL, &on);
+    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads,
+                         KN_PASS_ALL & ~KN_PASS_BIAS_GRAD_IN_GEMM, &off);
+    assert_int_equal(on.n_bias_grads_in_gemm, own ? 4 : 0);
+    assert_trains_within_and_free(&a, &b, 1e-5f, 1e-5f, "float32, 28x28", threads == 1);
   }
 }
 
@@ -657,6 +693,7 @@ int main(void) {
       cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
       cmocka_unit_test(implicit_columns_change_no_bits),
       cmocka_unit_test(implicit_input_grads_train_the_same),
+      cmocka_unit_test(bias_grads_in_gemm_train_the_same),
       cmocka_unit_test(implicit_columns_survive_a_gemm_switch),
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),

@@ -21,10 +21,12 @@ typedef struct shape {
 } shape;
 
 /* 1 x 1 x 1; tails in m, n and k; k over one block (512); n over one
- * block (128); a single row; a single column; the CNN's shapes, smaller. */
-static const shape shapes[] = {{1, 1, 1},      {17, 33, 65},  {12, 32, 1},
-                               {13, 31, 1100}, {25, 300, 40}, {1, 70, 300},
-                               {90, 1, 77},    {300, 64, 72}, {36, 32, 900}};
+ * block (128); a single row; a single column; the CNN's shapes, smaller;
+ * deep products summed in depth slices (a first convolution's weight
+ * gradient, 9 x 32 over 9000 pixels; and an uneven one). */
+static const shape shapes[] = {{1, 1, 1},     {17, 33, 65},  {12, 32, 1},   {13, 31, 1100},
+                               {25, 300, 40}, {1, 70, 300},  {90, 1, 77},   {300, 64, 72},
+                               {36, 32, 900}, {9, 32, 9000}, {40, 70, 5001}};
 
 typedef struct mm {
   kn_graph *g;
@@ -103,7 +105,9 @@ static void own_and_openblas_match_double_for_every_transpose(void **state) {
   assert_int_equal(kn_cpu_gemm(), own ? KN_GEMM_KILN : KN_GEMM_OPENBLAS);
 }
 
-/* Each element of C is summed by one thread in one order. */
+/* Each element of C is summed by one thread in one order; a deep product
+ * in depth slices fixed by its shape (9 here, over 2 to 5 threads), added
+ * in slice order. */
 static void own_gemm_gives_the_same_bits_for_every_thread_count(void **state) {
   (void)state;
   char err[256] = "";
@@ -111,16 +115,19 @@ static void own_gemm_gives_the_same_bits_for_every_thread_count(void **state) {
     printf("kiln's GEMM: %s; skipped\n", err);
     return;
   }
-  const shape s = {301, 70, 600};
-  for (int t = 0; t < 4; t++) {
-    mm one = build(s, t & 1, t >> 1, 1);
-    const float *c1 = run(&one);
-    for (int threads = 2; threads <= 5; threads++) {
-      mm x = build(s, t & 1, t >> 1, threads);
-      assert_memory_equal(c1, run(&x), (size_t)s.m * s.n * sizeof(float));
-      kn_graph_free(x.g);
+  const shape shapes_split[] = {{301, 70, 600}, {30, 40, 20000}};
+  for (int sh = 0; sh < 2; sh++) {
+    const shape s = shapes_split[sh];
+    for (int t = 0; t < 4; t++) {
+      mm one = build(s, t & 1, t >> 1, 1);
+      const float *c1 = run(&one);
+      for (int threads = 2; threads <= 5; threads++) {
+        mm x = build(s, t & 1, t >> 1, threads);
+        assert_memory_equal(c1, run(&x), (size_t)s.m * s.n * sizeof(float));
+        kn_graph_free(x.g);
+      }
+      kn_graph_free(one.g);
     }
-    kn_graph_free(one.g);
   }
   assert_int_equal(kn_cpu_set_gemm(KN_GEMM_AUTO, err, sizeof err), KN_OK);
 }
