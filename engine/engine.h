@@ -211,6 +211,7 @@ typedef struct kn_plan_stats {
   int n_implicit;             /* im2cols whose GEMMs read the columns in place (kiln's GEMM only) */
   int n_implicit_input_grads; /* col2ims replaced by a transposed convolution (the same) */
   int n_bias_grads_in_gemm;   /* bias gradients summed by a weight gradient's GEMM */
+  int n_pool_argmax;          /* max pools whose gradient reads their recorded argmax */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -241,7 +242,11 @@ enum {
    * once instead of twice (kiln's own GEMM only); the same bits unless that
    * GEMM sums a deep product in slices, where each slice's sums add up */
   KN_PASS_BIAS_GRAD_IN_GEMM = 128,
-  KN_PASS_ALL = 255
+  /* a 2x2 max pool records which cell held each window's maximum (a byte
+   * per output element) and its gradient reads that instead of the pool's
+   * input and output, so the input need not live until backward; f32 */
+  KN_PASS_POOL_ARGMAX = 256,
+  KN_PASS_ALL = 511
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per

@@ -125,6 +125,13 @@ static inline int kn_pool_tiles(const int *a) {
  * packs it; on that matmul, 1 + the reduce_rows that runs it (the matmul
  * then runs nothing; its value is live from the reduce_rows on). */
 #define KN_ATTR_GEMM_PAIR 10
+/* Set by the pool_argmax pass. On a tiled max pool: 1 + relu — the pool
+ * also records, after its output, one byte per output element naming the
+ * window's cell that held the maximum (00, 01, 10, 11 in that order of
+ * preference, as the gradient rule), or 4 for none when relu is set and the
+ * maximum is not above 0 (the fused relu gradient's mask). On its
+ * gradient: 1 — inputs are (dy, that pool), read through those bytes. */
+#define KN_ATTR_ARGMAX 12
 
 #define KN_MAX_INPUTS 4
 
@@ -137,7 +144,7 @@ typedef struct kn_node_rec {
                           * batch (k > 1 for rows per example, e.g. im2col's OH*OW) */
   int n_inputs;
   kn_node inputs[KN_MAX_INPUTS];
-  int attr_i[12];
+  int attr_i[14];
   float attr_f[2];
   uint64_t attr_u; /* dropout seed */
   kn_init init;
@@ -265,6 +272,11 @@ static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
   while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
   return n;
 }
+/* The argmax bytes a pool with KN_ATTR_ARGMAX keeps after its output
+ * (sized for the planned batch). */
+static inline unsigned char *kn_pool_argmax(const kn_graph *g, const kn_node_rec *pool) {
+  return (unsigned char *)pool->data + kn_node_planned_bytes(g, pool) - kn_node_elems(pool, 0);
+}
 /* gemm.c: C (m x n, row stride ldc) = op(A) op(B) in single precision,
  * by the GEMM kn_cpu_gemm names, on g's threads. */
 void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
@@ -378,7 +390,7 @@ double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);
 
 typedef struct kn_pass_stats {
-  int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm;
+  int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds n_nodes ints. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);

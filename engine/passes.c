@@ -231,6 +231,38 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* A tiled max pool's gradient reads the pool's input x (as large as four
+ * outputs) and output to find each window's maximum again. Instead the
+ * pool records it as it computes the maximum, a byte per output element
+ * after its output (KN_ATTR_ARGMAX), and the gradient reads that: x is
+ * then read by nothing after the pool and dies in the forward pass, and the
+ * gradient reads a quarter of the bytes. The byte says the cell the rule
+ * would pick, or none when the fused relu gradient masks the window, so
+ * the values do not change. f32; runs after the relu fusion. */
+static int pool_argmax(kn_graph *g) {
+  if (g->f64) return 0;
+  int recorded = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *G = &g->nodes[i];
+    if (G->dead || G->op != KN_OP_POOL_GRAD || !kn_pool_tiles(G->attr_i) ||
+        G->attr_i[KN_ATTR_ARGMAX] || G->dtype != KN_F32 || G->n_inputs != 3)
+      continue;
+    const kn_node p = G->inputs[2];
+    kn_node_rec *P = &g->nodes[p];
+    if (P->dead || P->op != KN_OP_POOL || !kn_pool_tiles(P->attr_i) || P->attr_i[KN_ATTR_ARGMAX] ||
+        P->dtype != KN_F32 || P->storage != KN_STORE_ARENA || P->inputs[0] != G->inputs[1] ||
+        g->nodes[G->inputs[0]].dtype != KN_F32 || g->nodes[G->inputs[1]].dtype != KN_F32)
+      continue;
+    P->attr_i[KN_ATTR_ARGMAX] = 1 + (G->attr_i[KN_ATTR_RELU] != 0);
+    G->attr_i[KN_ATTR_ARGMAX] = 1;
+    G->n_inputs = 2;
+    G->inputs[1] = p;
+    G->inputs[2] = -1;
+    recorded++;
+  }
+  return recorded;
+}
+
 /* The one live node that reads x (however many of its inputs do), or -1
  * when none or several do. */
 static kn_node sole_reader(const kn_graph *g, kn_node x) {
@@ -656,6 +688,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_FUSION) {
     st->fused += fuse_pool_relu_grads(g, scratch);
   }
+  if (passes & KN_PASS_POOL_ARGMAX) st->pool_argmax = pool_argmax(g);
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
   /* Last: the values the narrowing left unread are gone, so they do not

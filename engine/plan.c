@@ -409,6 +409,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->n_implicit = pass_stats.implicit;
     stats->n_implicit_input_grads = pass_stats.implicit_input_grads;
     stats->n_bias_grads_in_gemm = pass_stats.bias_grads_in_gemm;
+    stats->n_pool_argmax = pass_stats.pool_argmax;
     stats->n_folded = pass_stats.folded;
     stats->n_dead = pass_stats.dead;
     stats->n_inplace = n_inplace;

@@ -150,6 +150,7 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
                  {KN_PASS_INPLACE, "inplace"},
                  {KN_PASS_IMPLICIT_COLUMNS, "implicit_columns"},
                  {KN_PASS_BIAS_GRAD_IN_GEMM, "bias_grad_in_gemm"},
+                 {KN_PASS_POOL_ARGMAX, "pool_argmax"},
                  {KN_PASS_ALL, "all"}};
   for (int cnn = 0; cnn <= 1; cnn++) {
     result none = train_once(cnn, 0, 0);
@@ -196,6 +197,10 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
   /* The bias gradients of the 3x3 convolution, the pointwise convolution
    * and the two dense layers, in their weight gradients' GEMMs. */
   assert_int_equal(cnn.st.n_bias_grads_in_gemm, kn_cpu_gemm() == KN_GEMM_KILN ? 4 : 0);
+  /* The max pool records its argmax for its gradient (test_precision
+   * shows the plan shrinking on the test CNN, where the pool's input sets
+   * the peak). */
+  assert_int_equal(cnn.st.n_pool_argmax, 1);
   result eager = train_once(1, 0, 1);
   assert_int_equal(eager.st.n_fused + eager.st.n_inplace + eager.st.n_dead + eager.st.n_implicit,
                    0);
