@@ -111,6 +111,10 @@ static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
     s.lda = kn_pad_cols_width(A);
   }
   s.ldb = B->dims[1];
+  if (n->op == KN_OP_MATMUL && n->attr_i[KN_ATTR_ARGMAX]) { /* a max pool's dx: (B*H*W, C) */
+    b_rows *= n->attr_i[KN_MA_POOL_H] * n->attr_i[KN_MA_POOL_W];
+    s.ldb = B->dims[3];
+  }
   s.m = s.trans_a ? s.lda : a_rows;
   s.k = s.trans_a ? a_rows : s.lda;
   s.n = s.trans_b ? b_rows : s.ldb;
@@ -145,18 +149,44 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
   return epilogue;
 }
 
-/* A matmul whose A is a convolution's padded input: kiln's GEMM reads the
- * columns from it in place (kn_sgemm_cols), a fused one's bias and relu
- * applied on the way. */
-static int conv_cols_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, float *b_sums) {
+/* An f32 matmul through kn_sgemm_run: A read in place as a convolution's
+ * columns when it is a padded input (KN_OP_CONV_PAD), B as a max pool's
+ * gradient when the matmul reads one (KN_ATTR_ARGMAX: inputs (A, dy, the
+ * pool)), a fused one's bias and relu applied on the way, and op(B)'s row
+ * sums into b_sums when set. Returns whether the epilogue ran. */
+static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, float *b_sums) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
   kn_conv_cols cols;
-  conv_cols_of(A, &cols);
-  kn_sgemm_cols(g, s->trans_a, s->trans_b, s->m, s->n, s->k, &cols, B->data, s->ldb, n->data, s->n,
-                fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr_i[2], b_sums);
-  g->gemm_calls[KN_GEMM_SGEMM]++;
-  return 1;
+  if (A->op == KN_OP_CONV_PAD) conv_cols_of(A, &cols);
+  kn_pool_grad_b pool;
+  if (n->attr_i[KN_ATTR_ARGMAX]) {
+    const kn_node_rec *P = &g->nodes[n->inputs[2]];
+    pool = (kn_pool_grad_b){kn_pool_argmax(g, P),
+                            B->data,
+                            n->attr_i[KN_MA_POOL_H],
+                            n->attr_i[KN_MA_POOL_W],
+                            P->dims[1],
+                            P->dims[2],
+                            P->dims[3]};
+  }
+  const kn_sgemm_args x = {.ta = s->trans_a,
+                           .tb = s->trans_b,
+                           .m = s->m,
+                           .n = s->n,
+                           .k = s->k,
+                           .a = A->data,
+                           .lda = s->lda,
+                           .cols = A->op == KN_OP_CONV_PAD ? &cols : NULL,
+                           .b = B->data,
+                           .ldb = s->ldb,
+                           .pool = n->attr_i[KN_ATTR_ARGMAX] ? &pool : NULL,
+                           .c = n->data,
+                           .ldc = s->n,
+                           .bias = fused ? g->nodes[n->inputs[2]].data : NULL,
+                           .relu = fused && n->attr_i[2],
+                           .b_sums = b_sums};
+  return kn_sgemm_run(g, &x);
 }
 
 /* A stride-1 convolution's input gradient (KN_OP_CONV_INPUT_GRAD): dx's

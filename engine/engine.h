@@ -212,6 +212,7 @@ typedef struct kn_plan_stats {
   int n_implicit_input_grads; /* col2ims replaced by a transposed convolution (the same) */
   int n_bias_grads_in_gemm;   /* bias gradients summed by a weight gradient's GEMM */
   int n_pool_argmax;          /* max pools whose gradient reads their recorded argmax */
+  int n_pool_grads_in_gemm;   /* max pool gradients computed inside a weight gradient's GEMM */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -246,7 +247,12 @@ enum {
    * per output element) and its gradient reads that instead of the pool's
    * input and output, so the input need not live until backward; f32 */
   KN_PASS_POOL_ARGMAX = 256,
-  KN_PASS_ALL = 511
+  /* a max pool's input gradient read only by its layer's weight gradient
+   * (and bias gradient) is never written: that GEMM computes each row from
+   * the pool's argmax and dy as it packs it (kiln's own GEMM only; the
+   * same bits) */
+  KN_PASS_POOL_GRAD_IN_GEMM = 512,
+  KN_PASS_ALL = 1023
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per

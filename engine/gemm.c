@@ -81,21 +81,51 @@ static int own_available(void) {
 }
 
 typedef struct gemm_job {
-  int ta, tb, m, n, k;
-  const float *a, *b;
-  int lda, ldb, ldc;
-  float *c;
+  kn_sgemm_args x;          /* the product: operands, C, epilogue, row sums of B */
   float *workspace;         /* kn_gemm_workspace_floats() per thread */
   int64_t tasks;            /* threads taking part */
   int by_columns;           /* split C's columns among them, not its rows */
-  const kn_conv_cols *cols; /* A is a convolution's columns, read from its padded input */
-  const float *bias;        /* fused epilogue: + bias per column, then relu if set */
-  int relu;
   const kn_conv_flip *flip; /* B is a convolution kernel turned 180 degrees */
-  float *b_sums;            /* when set: op(B)'s rows summed, n floats (a bias gradient) */
   int slices;               /* depth slices (gemm_slices): slice 0 into C and b_sums, */
   float *partials;          /* slice s > 0 into partials + (s - 1) * (m * n + n) */
 } gemm_job;
+
+/* Rows p0 .. p0 + kc - 1 (pixels), columns c0 .. c0 + w - 1 of a max
+ * pool's input gradient (kn_pool_grad_b_row's values) into rows NR apart:
+ * the pixel's position is stepped, not divided out, and 16 channels at a
+ * time take dy where the argmax byte names the pixel's cell, else 0. */
+__attribute__((target("avx512f"))) static void pack_pool_rows(const kn_pool_grad_b *v, int64_t p0,
+                                                              int kc, int c0, int w, float *dst) {
+  const int64_t per = (int64_t)v->h * v->w;
+  int64_t b = p0 / per;
+  int y = (int)(p0 % per / v->w), x = (int)(p0 % per % v->w);
+  for (int kk = 0; kk < kc; kk++) {
+    float *restrict row = dst + (size_t)kk * NR;
+    if (y >= 2 * v->oh || x >= 2 * v->ow) {
+      for (int c = 0; c < w; c++) row[c] = 0.0f;
+    } else {
+      const int cell = (y & 1) * 2 + (x & 1);
+      const size_t o =
+          (((size_t)b * v->oh + (size_t)(y / 2)) * v->ow + (size_t)(x / 2)) * v->c + c0;
+      const unsigned char *restrict am = v->argmax + o;
+      const float *restrict dy = v->dy + o;
+      int c = 0;
+      for (; c + 16 <= w; c += 16) {
+        const __m512i cells = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(am + c)));
+        const __mmask16 hit = _mm512_cmpeq_epi32_mask(cells, _mm512_set1_epi32(cell));
+        _mm512_storeu_ps(row + c, _mm512_maskz_loadu_ps(hit, dy + c));
+      }
+      for (; c < w; c++) row[c] = am[c] == cell ? dy[c] : 0.0f;
+    }
+    if (++x == v->w) {
+      x = 0;
+      if (++y == v->h) {
+        y = 0;
+        b++;
+      }
+    }
+  }
+}
 
 /* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
  * columns: panel p holds [kk][NR] at dst + p * kc * NR. With sums set,
@@ -104,16 +134,19 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
   for (int p = 0; p * NR < nc; p++) {
     const int c0 = n0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
     float *panel = dst + (size_t)p * kc * NR;
+    if (j->x.pool) pack_pool_rows(j->x.pool, k0, kc, c0, w, panel);
     for (int kk = 0; kk < kc; kk++) {
       float *row = panel + (size_t)kk * NR;
       if (j->flip) {
         const float *wf = j->flip->w;
         const ptrdiff_t at = kn_flip_at(j->flip, k0 + kk, c0); /* columns are F apart */
         for (int c = 0; c < w; c++) row[c] = wf[at + (ptrdiff_t)c * j->flip->f];
-      } else if (!j->tb) {
-        memcpy(row, j->b + (size_t)(k0 + kk) * j->ldb + c0, (size_t)w * sizeof *row);
+      } else if (j->x.pool) {
+        /* packed above */
+      } else if (!j->x.tb) {
+        memcpy(row, j->x.b + (size_t)(k0 + kk) * j->x.ldb + c0, (size_t)w * sizeof *row);
       } else {
-        for (int c = 0; c < w; c++) row[c] = j->b[(size_t)(c0 + c) * j->ldb + k0 + kk];
+        for (int c = 0; c < w; c++) row[c] = j->x.b[(size_t)(c0 + c) * j->x.ldb + k0 + kk];
       }
       for (int c = w; c < NR; c++) row[c] = 0.0f;
       if (sums)
@@ -222,14 +255,14 @@ typedef struct gemm_part {
 
 /* The destination of the tile at C's row i0, column c0, depth block k0. */
 static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, int k0, int kc) {
-  const int last = k0 + kc >= j->k;
+  const int last = k0 + kc >= j->x.k;
   tile_dst d = {pt->c + (size_t)i0 * pt->ldc + c0,
                 pt->ldc,
-                j->m - i0 < MR ? j->m - i0 : MR,
-                j->n - c0 < NR ? j->n - c0 : NR,
+                j->x.m - i0 < MR ? j->x.m - i0 : MR,
+                j->x.n - c0 < NR ? j->x.n - c0 : NR,
                 k0 > pt->k_lo,
-                last && j->bias ? j->bias + c0 : NULL,
-                last && j->relu};
+                last && j->x.bias ? j->x.bias + c0 : NULL,
+                last && j->x.relu};
   return d;
 }
 
@@ -240,11 +273,11 @@ static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, 
 static void cols_block(const gemm_job *j, const gemm_part *pt, int i0, int k0, int kc,
                        const ptrdiff_t *koff, int n0, int nc, const float *bpack) {
   const float *rows[MR];
-  const int mr = j->m - i0 < MR ? j->m - i0 : MR;
+  const int mr = j->x.m - i0 < MR ? j->x.m - i0 : MR;
   for (int i = 0; i < MR; i++) {
     const int r = i0 + (i < mr ? i : 0);
-    rows[i] =
-        (const float *)j->cols->x + (j->ta ? kn_cols_col(j->cols, r) : kn_cols_row(j->cols, r));
+    rows[i] = (const float *)j->x.cols->x +
+              (j->x.ta ? kn_cols_col(j->x.cols, r) : kn_cols_row(j->x.cols, r));
   }
   for (int p = 0; p * NR < nc; p++) {
     const tile_dst d = tile_at(j, pt, i0, n0 + p * NR, k0, kc);
@@ -267,10 +300,10 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
     for (int k0 = pt->k_lo; k0 < pt->k_hi; k0 += kc_step) {
       const int kc = pt->k_hi - k0 < kc_step ? pt->k_hi - k0 : kc_step;
       pack_b(j, k0, kc, n0, nc, bpack, b_sums);
-      if (j->cols) {
+      if (j->x.cols) {
         ptrdiff_t koff[KC_MAX];
         for (int kk = 0; kk < kc; kk++)
-          koff[kk] = j->ta ? kn_cols_row(j->cols, k0 + kk) : kn_cols_col(j->cols, k0 + kk);
+          koff[kk] = j->x.ta ? kn_cols_row(j->x.cols, k0 + kk) : kn_cols_col(j->x.cols, k0 + kk);
         for (int blk = b0; blk < b1; blk++)
           cols_block(j, pt, blk * MR, k0, kc, koff, n0, nc, bpack);
         continue;
@@ -279,14 +312,14 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
         const int i0 = blk * MR;
         /* op(A)'s block at row i0, column k0 */
         const float *ablk =
-            j->ta ? j->a + (size_t)k0 * j->lda + i0 : j->a + (size_t)i0 * j->lda + k0;
+            j->x.ta ? j->x.a + (size_t)k0 * j->x.lda + i0 : j->x.a + (size_t)i0 * j->x.lda + k0;
         for (int p = 0; p * NR < nc; p++) {
           const tile_dst d = tile_at(j, pt, i0, n0 + p * NR, k0, kc);
           const float *bp = bpack + (size_t)p * kc * NR;
-          if (j->ta)
-            tile_t(kc, ablk, j->lda, bp, &d);
+          if (j->x.ta)
+            tile_t(kc, ablk, j->x.lda, bp, &d);
           else
-            tile_n(kc, ablk, j->lda, bp, &d);
+            tile_n(kc, ablk, j->x.lda, bp, &d);
         }
       }
     }
@@ -296,11 +329,11 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
 /* Depth slice s of a split product: slice 0 into C and b_sums, the others
  * into their partial sums. */
 static gemm_part slice_part(const gemm_job *j, int s) {
-  const int lo = (int)((int64_t)j->k * s / j->slices),
-            hi = (int)((int64_t)j->k * (s + 1) / j->slices);
-  if (s == 0) return (gemm_part){j->c, j->ldc, lo, hi, j->b_sums};
-  float *p = j->partials + (size_t)(s - 1) * ((size_t)j->m * j->n + (size_t)j->n);
-  return (gemm_part){p, j->n, lo, hi, j->b_sums ? p + (size_t)j->m * j->n : NULL};
+  const int lo = (int)((int64_t)j->x.k * s / j->slices),
+            hi = (int)((int64_t)j->x.k * (s + 1) / j->slices);
+  if (s == 0) return (gemm_part){j->x.c, j->x.ldc, lo, hi, j->x.b_sums};
+  float *p = j->partials + (size_t)(s - 1) * ((size_t)j->x.m * j->x.n + (size_t)j->x.n);
+  return (gemm_part){p, j->x.n, lo, hi, j->x.b_sums ? p + (size_t)j->x.m * j->x.n : NULL};
 }
 
 /* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T) of
@@ -313,28 +346,28 @@ static gemm_part slice_part(const gemm_job *j, int s) {
  * Where every thread packs all of B, the first one sums its rows. */
 static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
   const gemm_job *j = ctx;
-  const int blocks = (j->m + MR - 1) / MR, panels = (j->n + NR - 1) / NR;
+  const int blocks = (j->x.m + MR - 1) / MR, panels = (j->x.n + NR - 1) / NR;
   for (int64_t t = t0; t < t1; t++) {
     float *bpack = j->workspace + (size_t)t * kn_gemm_workspace_floats();
     if (j->slices > 1) {
       const int s0 = (int)(j->slices * t / j->tasks), s1 = (int)(j->slices * (t + 1) / j->tasks);
       for (int s = s0; s < s1; s++) {
         const gemm_part pt = slice_part(j, s);
-        gemm_block_range(j, &pt, 0, blocks, 0, j->n, 1, bpack);
+        gemm_block_range(j, &pt, 0, blocks, 0, j->x.n, 1, bpack);
       }
       continue;
     }
-    int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->n;
+    int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->x.n;
     if (j->by_columns) {
       n_lo = (int)(panels * t / j->tasks) * NR;
       n_hi = (int)(panels * (t + 1) / j->tasks) * NR;
-      if (n_hi > j->n) n_hi = j->n;
+      if (n_hi > j->x.n) n_hi = j->x.n;
     } else {
       b0 = (int)(blocks * t / j->tasks);
       b1 = (int)(blocks * (t + 1) / j->tasks);
     }
     if (b0 >= b1 || n_lo >= n_hi) continue;
-    const gemm_part whole = {j->c, j->ldc, 0, j->k, j->b_sums};
+    const gemm_part whole = {j->x.c, j->x.ldc, 0, j->x.k, j->x.b_sums};
     gemm_block_range(j, &whole, b0, b1, n_lo, n_hi, j->by_columns || b0 == 0, bpack);
   }
 }
@@ -343,48 +376,33 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
  * sums of slices 1 .. S-1 added to slice 0's, in slice order. */
 static void add_slices(void *ctx, int64_t r0, int64_t r1) {
   const gemm_job *j = ctx;
-  const size_t per = (size_t)j->m * j->n + (size_t)j->n;
+  const size_t per = (size_t)j->x.m * j->x.n + (size_t)j->x.n;
   for (int64_t r = r0; r < r1; r++) {
-    const int sums_row = r == j->m; /* one past C's rows: the column sums */
-    if (sums_row && !j->b_sums) continue;
-    float *dst = sums_row ? j->b_sums : j->c + (size_t)r * j->ldc;
+    const int sums_row = r == j->x.m; /* one past C's rows: the column sums */
+    if (sums_row && !j->x.b_sums) continue;
+    float *dst = sums_row ? j->x.b_sums : j->x.c + (size_t)r * j->x.ldc;
     for (int s = 1; s < j->slices; s++) {
-      const float *src = j->partials + (size_t)(s - 1) * per + (size_t)r * j->n;
-      for (int c = 0; c < j->n; c++) dst[c] += src[c];
+      const float *src = j->partials + (size_t)(s - 1) * per + (size_t)r * j->x.n;
+      for (int c = 0; c < j->x.n; c++) dst[c] += src[c];
     }
   }
 }
 
-static void gemm_own(const kn_graph *g, int ta, int tb, int m, int n, int k, const float *a,
-                     int lda, const float *b, int ldb, float *c, int ldc, const kn_conv_cols *cols,
-                     const float *bias, int relu, const kn_conv_flip *flip, float *b_sums) {
+static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_flip *flip) {
+  const int m = x->m, n = x->n, k = x->k;
   const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
   const int by_columns = m <= n && panels >= 2;
-  int slices = bias || relu || flip ? 1 : gemm_slices(m, n, k);
+  int slices = x->bias || x->relu || flip ? 1 : gemm_slices(m, n, k);
   if (slices > 1 && kn_gemm_partial_floats(m, n, k) > g->gemm_partial_floats)
     slices = 1; /* a shape compile did not plan for */
   int tasks = kn_pool_threads(g->pool);
   const int units = slices > 1 ? slices : by_columns ? panels : blocks;
   if (tasks > units) tasks = units;
-  gemm_job j = {.ta = ta,
-                .tb = tb,
-                .m = m,
-                .n = n,
-                .k = k,
-                .a = a,
-                .b = b,
-                .lda = lda,
-                .ldb = ldb,
-                .ldc = ldc,
-                .c = c,
+  gemm_job j = {.x = *x,
                 .workspace = g->gemm_workspace,
                 .tasks = tasks,
                 .by_columns = by_columns,
-                .cols = cols,
-                .bias = bias,
-                .relu = relu,
                 .flip = flip,
-                .b_sums = b_sums,
                 .slices = slices,
                 .partials = g->gemm_partials};
   kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, gemm_range, &j);
@@ -439,43 +457,6 @@ int kn_gemm_wants_workspace(void) {
   return own_available();
 }
 
-/* op(B)'s rows summed into sums (n floats), in row order: what the GEMM
- * gives on the way, when it did not run the product. */
-static void sum_b_rows(int tb, int n, int k, const float *b, int ldb, float *sums) {
-  for (int c = 0; c < n; c++) sums[c] = 0.0f;
-  for (int kk = 0; kk < k; kk++)
-    for (int c = 0; c < n; c++) sums[c] += tb ? b[(size_t)c * ldb + kk] : b[(size_t)kk * ldb + c];
-}
-
-/* kn_sgemm with the fused epilogue (bias per column, then relu) applied
- * as kiln's GEMM stores its tiles; returns 0, having applied nothing, when
- * OpenBLAS runs the product (the caller then runs the epilogue). op(B)'s
- * row sums land in b_sums (when set) either way. */
-int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
-                   float *b_sums) {
-  if (m <= 0 || n <= 0) return 1;
-#ifdef KN_HAVE_OWN_GEMM
-  if (k > 0 && g->gemm_workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
-    gemm_own(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, bias, relu, NULL, b_sums);
-    return 1;
-  }
-#else
-  (void)g;
-  (void)bias;
-  (void)relu;
-#endif
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-  if (b_sums) sum_b_rows(tb, n, k, b, ldb, b_sums);
-  return 0;
-}
-
-void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
-              const float *b, int ldb, float *c, int ldc) {
-  kn_sgemm_fused(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, NULL, 0, NULL);
-}
-
 int kn_sgemm_cols_available(const kn_graph *g) {
 #ifdef KN_HAVE_OWN_GEMM
   return g->gemm_workspace != NULL && kn_cpu_gemm() == KN_GEMM_KILN;
@@ -485,32 +466,74 @@ int kn_sgemm_cols_available(const kn_graph *g) {
 #endif
 }
 
-void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
-                   float *b_sums) {
-  if (m <= 0 || n <= 0) return;
+/* Element (kk, col) of op(B). */
+static float b_at(const kn_sgemm_args *x, int kk, int col) {
+  if (x->pool) {
+    float v;
+    kn_pool_grad_b_row(x->pool, kk, col, 1, &v);
+    return v;
+  }
+  return x->tb ? x->b[(size_t)col * x->ldb + kk] : x->b[(size_t)kk * x->ldb + col];
+}
+
+/* op(B)'s rows summed into b_sums, in row order: what kiln's GEMM gives
+ * on the way, for a product it did not run. */
+static void sum_b_rows(const kn_sgemm_args *x) {
+  for (int c = 0; c < x->n; c++) x->b_sums[c] = 0.0f;
+  for (int kk = 0; kk < x->k; kk++)
+    for (int c = 0; c < x->n; c++) x->b_sums[c] += b_at(x, kk, c);
+}
+
+int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
+  if (x->m <= 0 || x->n <= 0) return 1;
 #ifdef KN_HAVE_OWN_GEMM
-  if (k > 0 && kn_sgemm_cols_available(g)) {
-    gemm_own(g, ta, tb, m, n, k, NULL, 0, b, ldb, c, ldc, cols, bias, relu, NULL, b_sums);
-    return;
+  if (x->k > 0 && kn_sgemm_cols_available(g)) {
+    gemm_own(g, x, NULL);
+    return 1;
   }
 #endif
-  /* The pass that reads columns in place runs only with kiln's GEMM; if
-   * the GEMM was switched after compile, the same product, plainly. */
-  for (int i = 0; i < m; i++) {
-    for (int col = 0; col < n; col++) {
+  if (x->b_sums) sum_b_rows(x);
+  if (!x->cols && !x->pool) {
+    cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans,
+                x->m, x->n, x->k, 1.0f, x->a, x->lda, x->b, x->ldb, 0.0f, x->c, x->ldc);
+    return 0;
+  }
+  /* The passes that read columns in place or a pool's gradient as B run
+   * only with kiln's GEMM; if the GEMM was switched after compile, the
+   * same product, plainly. */
+  for (int i = 0; i < x->m; i++) {
+    for (int col = 0; col < x->n; col++) {
       float sum = 0.0f;
-      for (int kk = 0; kk < k; kk++) {
-        const ptrdiff_t at = ta ? cols_at(cols, kk, i) : cols_at(cols, i, kk);
-        sum += ((const float *)cols->x)[at] *
-               (tb ? b[(size_t)col * ldb + kk] : b[(size_t)kk * ldb + col]);
+      for (int kk = 0; kk < x->k; kk++) {
+        const float av =
+            x->cols ? ((const float *)
+                           x->cols->x)[x->ta ? cols_at(x->cols, kk, i) : cols_at(x->cols, i, kk)]
+            : x->ta ? x->a[(size_t)kk * x->lda + i]
+                    : x->a[(size_t)i * x->lda + kk];
+        sum += av * b_at(x, kk, col);
       }
-      if (bias) sum += bias[col];
-      if (relu) sum = sum > 0 ? sum : 0;
-      c[(size_t)i * ldc + col] = sum;
+      if (x->bias) sum += x->bias[col];
+      if (x->relu) sum = sum > 0 ? sum : 0;
+      x->c[(size_t)i * x->ldc + col] = sum;
     }
   }
-  if (b_sums) sum_b_rows(tb, n, k, b, ldb, b_sums);
+  return 1;
+}
+
+void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
+              const float *b, int ldb, float *c, int ldc) {
+  const kn_sgemm_args x = {.ta = ta,
+                           .tb = tb,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .a = a,
+                           .lda = lda,
+                           .b = b,
+                           .ldb = ldb,
+                           .c = c,
+                           .ldc = ldc};
+  kn_sgemm_run(g, &x);
 }
 
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
@@ -518,7 +541,8 @@ void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *co
   if (m <= 0 || n <= 0) return;
 #ifdef KN_HAVE_OWN_GEMM
   if (k > 0 && kn_sgemm_cols_available(g)) {
-    gemm_own(g, 0, 0, m, n, k, NULL, 0, NULL, 0, c, ldc, cols, NULL, 0, b, NULL);
+    const kn_sgemm_args x = {.m = m, .n = n, .k = k, .cols = cols, .c = c, .ldc = ldc};
+    gemm_own(g, &x, b);
     return;
   }
 #endif

@@ -132,6 +132,11 @@ static inline int kn_pool_tiles(const int *a) {
  * maximum is not above 0 (the fused relu gradient's mask). On its
  * gradient: 1 — inputs are (dy, that pool), read through those bytes. */
 #define KN_ATTR_ARGMAX 12
+/* On a weight-gradient matmul the pool_grad_in_gemm pass made read a max
+ * pool's gradient as its B (KN_ATTR_ARGMAX set, inputs (A, dy, the pool)):
+ * that gradient's height and width. */
+#define KN_MA_POOL_H 3
+#define KN_MA_POOL_W 4
 
 #define KN_MAX_INPUTS 4
 
@@ -317,28 +322,64 @@ static inline ptrdiff_t kn_flip_at(const kn_conv_flip *v, int k, int c) {
   const int q = k / v->f, f = k % v->f, ki = q / v->kw, kj = q % v->kw;
   return (((ptrdiff_t)(v->kh - 1 - ki) * v->kw + (v->kw - 1 - kj)) * v->c + c) * v->f + f;
 }
-/* C (m x n) = op(cols) op(B), op(cols) = cols (ta = 0: m rows of columns,
- * k = KH*KW*C) or its transpose (ta = 1: m = KH*KW*C, k rows), cols f32.
- * The same sums, in the same order, as kn_sgemm on the materialized
- * columns with kiln's GEMM, which must be the one in use
- * (kn_sgemm_cols_available); bias, relu and b_sums as kn_sgemm_fused,
- * always applied. */
-void kn_sgemm_cols(kn_graph *g, int ta, int tb, int m, int n, int k, const kn_conv_cols *cols,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
-                   float *b_sums);
+/* The input gradient of a tiled 2x2 max pool that records its argmax
+ * (KN_ATTR_ARGMAX), read as a GEMM's B without being written: element
+ * (p, c), p = (b*H + h)*W + w a pixel of dx (B, H, W, C), is dy[b][h/2][w/2][c]
+ * where the pool's argmax names cell (h%2, w%2) there, else 0 (0 too
+ * outside the windows, at an odd edge). */
+typedef struct kn_pool_grad_b {
+  const unsigned char *argmax;
+  const float *dy;
+  int h, w, oh, ow, c;
+} kn_pool_grad_b;
+/* Columns c0 .. c0 + n - 1 of row p of such a B into row. */
+static inline void kn_pool_grad_b_row(const kn_pool_grad_b *v, int64_t p, int c0, int n,
+                                      float *row) {
+  const int64_t per = (int64_t)v->h * v->w, b = p / per, r = p % per;
+  const int y = (int)(r / v->w), x = (int)(r % v->w);
+  if (y >= 2 * v->oh || x >= 2 * v->ow) {
+    for (int c = 0; c < n; c++) row[c] = 0.0f;
+    return;
+  }
+  const int cell = (y & 1) * 2 + (x & 1);
+  const size_t o = (((size_t)b * v->oh + (size_t)(y / 2)) * v->ow + (size_t)(x / 2)) * v->c + c0;
+  for (int c = 0; c < n; c++) row[c] = v->argmax[o + c] == cell ? v->dy[o + c] : 0.0f;
+}
+/* One f32 product for kiln's GEMM: C (m x n, row stride ldc) = op(A) op(B).
+ * A is a (lda) or, when cols is set, a convolution's columns read in place
+ * from its padded input (op(cols) = cols, ta = 0: m rows of columns, k =
+ * KH*KW*C; or its transpose, ta = 1: m = KH*KW*C, k rows). B is b (ldb) or,
+ * when pool is set, a max pool's input gradient (tb = 0). Then + bias per
+ * column (when set) and relu, and b_sums (n floats, when set) gets op(B)'s
+ * rows summed: a bias gradient, taken as a weight gradient's GEMM packs
+ * its dy, each column summed in row order (reduce_rows' bits) unless the
+ * GEMM splits the depth (kn_gemm_partial_floats), where the slices' sums
+ * are added in order. */
+typedef struct kn_sgemm_args {
+  int ta, tb, m, n, k;
+  const float *a;
+  int lda;
+  const kn_conv_cols *cols;
+  const float *b;
+  int ldb;
+  const kn_pool_grad_b *pool;
+  float *c;
+  int ldc;
+  const float *bias;
+  int relu;
+  float *b_sums;
+} kn_sgemm_args;
+/* Runs it with the GEMM kn_cpu_gemm names, on g's threads; returns
+ * whether bias and relu were applied: 0 only where OpenBLAS ran a plain
+ * product (the caller then applies them). A product with columns read in
+ * place or a pool's gradient as B runs with kiln's GEMM, as the passes
+ * that make them do; if the GEMM was switched after compile, plainly.
+ * b_sums are always filled. */
+int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x);
 /* C (m x C) = cols (m x k) times a flipped kernel (k x C), all f32, with
  * kiln's GEMM where it is in use (else plainly): a transposed convolution. */
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
                         const kn_conv_flip *b, float *c, int ldc);
-/* kn_sgemm, then + bias per column (bias not NULL) and relu, applied as
- * kiln's GEMM stores each tile; returns 0 without them where OpenBLAS ran.
- * b_sums (n floats, or NULL) gets op(B)'s rows summed, either way: a bias
- * gradient taken as a weight gradient's GEMM packs its dy. Each column is
- * summed in row order (reduce_rows' bits) unless the GEMM splits the depth
- * (kn_gemm_partial_floats), where the slices' sums are added in order. */
-int kn_sgemm_fused(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
-                   const float *b, int ldb, float *c, int ldc, const float *bias, int relu,
-                   float *b_sums);
 int kn_sgemm_cols_available(const kn_graph *g);
 /* Floats of packing space one thread of kiln's GEMM needs, and whether
  * this CPU can run it (so compile allocates the space). */
@@ -390,7 +431,8 @@ double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);
 
 typedef struct kn_pass_stats {
-  int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax;
+  int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
+      pool_grads_in_gemm;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds n_nodes ints. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);

@@ -433,6 +433,61 @@ static int bias_grads_in_gemm(kn_graph *g) {
   return paired;
 }
 
+/* Whether node x's only live readers are `a` and `b` (either may be -1). */
+static int read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead || c == a || c == b) continue;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] == x) return 0;
+  }
+  return 1;
+}
+
+/* A first convolution's max pool gradient (it has no input gradient to
+ * feed) is read only by the layer's weight gradient, op(A)^T dx, and its
+ * bias gradient paired with it: it is as large as the layer's output and
+ * is written once and read once. With the pool's argmax recorded, the
+ * weight gradient's GEMM computes each row of dx as it packs it (the dy of
+ * its window where the argmax names the pixel, else 0) and dx is never
+ * written. The same values, summed in the same order: the same bits. f32,
+ * where kiln's GEMM is in use; runs after pool_argmax and the bias pairing.
+ * The matmul then reads (A, dy, the pool). */
+static int pool_grads_in_gemm(kn_graph *g) {
+  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  int moved = 0;
+  for (int m = 0; m < g->n_nodes; m++) {
+    kn_node_rec *M = &g->nodes[m];
+    if (M->dead || M->op != KN_OP_MATMUL || M->attr_i[0] != 1 || M->attr_i[1] != 0 ||
+        M->dtype != KN_F32 || M->attr_i[KN_ATTR_ARGMAX] || M->n_inputs != 2)
+      continue;
+    const kn_node v = M->inputs[1];
+    const kn_node dx = kn_storage_root(g, v);
+    kn_node_rec *G = &g->nodes[dx];
+    if (G->op != KN_OP_POOL_GRAD || G->attr_i[KN_ATTR_ARGMAX] != 1 || G->dtype != KN_F32 ||
+        G->keep || G->storage != KN_STORE_ARENA || G->ndim != 4 ||
+        (v != dx && (g->nodes[v].op != KN_OP_RESHAPE || g->nodes[v].inputs[0] != dx)))
+      continue;
+    const kn_node r = M->attr_i[KN_ATTR_GEMM_PAIR] - 1; /* -1: not paired */
+    if (!read_only_by(g, dx, v, r) || (v != dx && !read_only_by(g, v, m, -1)) ||
+        (r >= 0 && kn_storage_root(g, g->nodes[r].inputs[0]) != dx))
+      continue;
+    const kn_node dy = G->inputs[0], pool = G->inputs[1];
+    if (g->nodes[dy].dtype != KN_F32) continue;
+    M->n_inputs = 3;
+    M->inputs[1] = dy;
+    M->inputs[2] = pool;
+    M->attr_i[KN_ATTR_ARGMAX] = 1;
+    M->attr_i[KN_MA_POOL_H] = G->dims[1];
+    M->attr_i[KN_MA_POOL_W] = G->dims[2];
+    if (r >= 0) g->nodes[r].inputs[0] = dy; /* it runs M's GEMM; dx is gone */
+    G->dead = 1;
+    if (v != dx) g->nodes[v].dead = 1;
+    moved++;
+  }
+  return moved;
+}
+
 /* Constant subgraphs (fills and pure ops of constants, unbatched) are
  * computed once at compile and never again. */
 static int fold_constants(kn_graph *g) {
@@ -696,5 +751,6 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_IMPLICIT_COLUMNS) st->implicit = implicit_conv_columns(g);
   if (passes & KN_PASS_IMPLICIT_INPUT_GRAD) st->implicit_input_grads = implicit_input_grads(g);
   if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = bias_grads_in_gemm(g);
+  if (passes & KN_PASS_POOL_GRAD_IN_GEMM) st->pool_grads_in_gemm = pool_grads_in_gemm(g);
   return 0;
 }

@@ -348,8 +348,10 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       const int pad = A->op == KN_OP_CONV_PAD;
       const int a_rows = A->dims[0] * (pad ? kn_pad_rows_per_image(A) : 1);
       const int a_cols = pad ? kn_pad_cols_width(A) : A->dims[1];
-      const size_t need = kn_gemm_partial_floats(n->attr_i[0] ? a_cols : a_rows,
-                                                 n->attr_i[1] ? B->dims[0] : B->dims[1],
+      const int b_cols = n->attr_i[KN_ATTR_ARGMAX] ? B->dims[3] /* a pool's dx (B*H*W, C) */
+                         : n->attr_i[1]            ? B->dims[0]
+                                                   : B->dims[1];
+      const size_t need = kn_gemm_partial_floats(n->attr_i[0] ? a_cols : a_rows, b_cols,
                                                  n->attr_i[0] ? a_rows : a_cols);
       if (need > partials) partials = need;
     }
@@ -410,6 +412,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->n_implicit_input_grads = pass_stats.implicit_input_grads;
     stats->n_bias_grads_in_gemm = pass_stats.bias_grads_in_gemm;
     stats->n_pool_argmax = pass_stats.pool_argmax;
+    stats->n_pool_grads_in_gemm = pass_stats.pool_grads_in_gemm;
     stats->n_folded = pass_stats.folded;
     stats->n_dead = pass_stats.dead;
     stats->n_inplace = n_inplace;

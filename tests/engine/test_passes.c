@@ -151,6 +151,7 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
                  {KN_PASS_IMPLICIT_COLUMNS, "implicit_columns"},
                  {KN_PASS_BIAS_GRAD_IN_GEMM, "bias_grad_in_gemm"},
                  {KN_PASS_POOL_ARGMAX, "pool_argmax"},
+                 {KN_PASS_POOL_GRAD_IN_GEMM, "pool_grad_in_gemm"},
                  {KN_PASS_ALL, "all"}};
   for (int cnn = 0; cnn <= 1; cnn++) {
     result none = train_once(cnn, 0, 0);

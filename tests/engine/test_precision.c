@@ -427,10 +427,11 @@ static void implicit_columns_change_no_bits(void **state) {
 }
 
 /* A graph compiled with kiln's GEMM reads its convolutions' columns in
- * place and sums its bias gradients in the weight gradients' GEMMs;
- * switched to OpenBLAS afterwards, those GEMMs run a plain loop over the
- * same columns and the bias gradients a plain row sum: the same training
- * as a graph compiled for OpenBLAS (materialized columns), to rounding. */
+ * place, sums its bias gradients in the weight gradients' GEMMs and
+ * computes the first pool's gradient inside one; switched to OpenBLAS
+ * afterwards, those GEMMs run a plain loop over the same columns and pool
+ * gradient, and the bias gradients a plain row sum: the same training as
+ * a graph compiled for OpenBLAS (materialized columns), to rounding. */
 static void implicit_columns_survive_a_gemm_switch(void **state) {
   (void)state;
   if (kn_cpu_gemm() != KN_GEMM_KILN) {
@@ -443,9 +444,9 @@ static void implicit_columns_survive_a_gemm_switch(void **state) {
   assert_int_equal(kn_cpu_set_gemm(KN_GEMM_OPENBLAS, err, sizeof err), KN_OK);
   kn_model b = build_cnn_passes(12, 16, KN_PRECISION_FLOAT32, 0, 1, KN_PASS_ALL, &plain);
   assert_true(implicit.n_implicit == 2 && implicit.n_implicit_input_grads == 1 &&
-              implicit.n_bias_grads_in_gemm == 4);
+              implicit.n_bias_grads_in_gemm == 4 && implicit.n_pool_grads_in_gemm == 1);
   assert_true(plain.n_implicit == 0 && plain.n_implicit_input_grads == 0 &&
-              plain.n_bias_grads_in_gemm == 0);
+              plain.n_bias_grads_in_gemm == 0 && plain.n_pool_grads_in_gemm == 0);
   float la[4], lb[4];
   sgd_losses(&a, 4, la);
   sgd_losses(&b, 4, lb);
@@ -548,6 +549,30 @@ static void pool_argmax_changes_no_bits_and_shrinks_the_plan(void **state) {
       print_message("arena %zu bytes with pool_argmax, %zu without\n", on.arena_bytes,
                     off.arena_bytes);
     assert_true(on.arena_bytes < off.arena_bytes);
+    assert_same_training_and_free(&a, &b);
+  }
+}
+
+/* The first convolution's max pool gradient computed inside its weight
+ * gradient's GEMM as it packs it (pool_grad_in_gemm), never written: the
+ * same values summed in the same order, so the same bits, on 1 and 2
+ * threads, on 12x12 images and on 28x28 ones, where that GEMM sums 12,544
+ * pixels in depth slices. */
+static void pool_grads_in_gemm_change_no_bits(void **state) {
+  (void)state;
+  const int own = kn_cpu_gemm() == KN_GEMM_KILN;
+  for (int threads = 1; threads <= 2; threads++) {
+    kn_plan_stats on, off;
+    kn_model a, b;
+    build_with_and_without(KN_PRECISION_FLOAT32, threads, KN_PASS_POOL_GRAD_IN_GEMM, &a, &b, &on,
+                           &off);
+    assert_int_equal(on.n_pool_grads_in_gemm, own ? 1 : 0);
+    assert_int_equal(off.n_pool_grads_in_gemm, 0);
+    assert_same_training_and_free(&a, &b);
+    a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL, &on);
+    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads,
+                         KN_PASS_ALL & ~KN_PASS_POOL_GRAD_IN_GEMM, &off);
+    assert_int_equal(on.n_pool_grads_in_gemm, own ? 1 : 0);
     assert_same_training_and_free(&a, &b);
   }
 }
@@ -725,6 +750,7 @@ int main(void) {
       cmocka_unit_test(implicit_input_grads_train_the_same),
       cmocka_unit_test(bias_grads_in_gemm_train_the_same),
       cmocka_unit_test(pool_argmax_changes_no_bits_and_shrinks_the_plan),
+      cmocka_unit_test(pool_grads_in_gemm_change_no_bits),
       cmocka_unit_test(implicit_columns_survive_a_gemm_switch),
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),
