@@ -305,7 +305,7 @@ typedef struct api_job_spec {
   int replicas;                /* mirrored: replicas; multi_worker: replicas_per_worker; 1 */
   int workers;                 /* multi_worker, parameter_server: processes; 1 otherwise */
   api_aggregation aggregation; /* default mean */
-  double bucket_cap_mb;        /* multi_worker: all-reduce bucket cap; default 25 */
+  double bucket_cap_mb;        /* multi_worker: all-reduce bucket cap; default 1 */
   int ps_servers;              /* parameter_server: ps, the server processes; 0 otherwise */
   int ps_async;                /* parameter_server: mode async (1) or sync (0, the default) */
   int max_staleness;           /* parameter_server async: steps ahead of the slowest; -1 = any */

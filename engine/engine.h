@@ -751,7 +751,7 @@ typedef struct kn_distribution {
   kn_model *const *replicas;
   int world_size, rank; /* processes and this one's index; world_size 0 or 1 = one process */
   kn_aggregation aggregation;
-  size_t bucket_bytes; /* all-reduce bucket cap; 0 = 25 MiB */
+  size_t bucket_bytes; /* all-reduce bucket cap; 0 = 1 MiB */
   /* If set, receives at the end the seconds spent making the replicas'
    * gradients one: summing in shared memory, and all-reducing across
    * processes (which includes waiting for the slowest). */

@@ -416,7 +416,7 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
 #ifdef KILN_HAVE_MPI
   d->comm = MPI_COMM_WORLD;
 #endif
-  int rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)25 << 20, err, errlen);
+  int rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)1 << 20, err, errlen);
   if (!rc) rc = order_buckets(d, err, errlen);
 #ifdef KILN_HAVE_MPI
   /* Overlap only with one replica here: with several, their gradients are

@@ -93,9 +93,9 @@ static void multi_worker_fills_its_defaults(void **state) {
   assert_int_equal(spec.strategy, API_STRATEGY_MULTI_WORKER);
   assert_int_equal(spec.workers, 2);
   assert_int_equal(spec.replicas, 1);
-  assert_true(spec.bucket_cap_mb == 25);
+  assert_true(spec.bucket_cap_mb == 1);
   assert_int_equal(spec.aggregation, API_AGGREGATE_MEAN);
-  assert_non_null(strstr(text, "\"workers\":2,\"replicas_per_worker\":1,\"bucket_cap_mb\":25"));
+  assert_non_null(strstr(text, "\"workers\":2,\"replicas_per_worker\":1,\"bucket_cap_mb\":1"));
   free(text);
   accepted("{\"type\":\"multi_worker\",\"workers\":4,\"replicas_per_worker\":2,"
            "\"bucket_cap_mb\":0.5,\"aggregation\":\"sum\"}",
