@@ -119,6 +119,7 @@ static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
 int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   int rc = KN_OK;
   kn_node *grads = NULL;
+  const kn_device building = g->device; /* the gradient nodes go elsewhere, below */
   if (g->error_code) goto out;
   if (g->has_backward || g->compiled) {
     kn_graph_fail(g, KN_ESTATE, "autodiff: the graph already has a backward pass");
@@ -149,11 +150,15 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   seed.attr_f[0] = 1.0f;
   seed.attr_i[0] = 1; /* marks the seed apart from other fills (never merged) */
   snprintf(seed.name, sizeof seed.name, "grad/%.100s", g->nodes[loss].name);
+  /* Each node's gradient nodes go where it runs (the seed where the loss
+   * does, a gradient's copy into its slot where the parameter is). */
+  g->device = g->nodes[loss].device;
   grads[loss] = kn_graph_push(g, &seed);
   g->loss_seed = grads[loss];
 
   for (int i = loss; i >= 0 && !g->error_code; i--) {
     if (grads[i] < 0 || !g->nodes[i].requires_grad) continue;
+    g->device = g->nodes[i].device;
     grad_of(g, i, grads[i], grads);
   }
   if (g->error_code) goto out;
@@ -175,6 +180,7 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
       copy.n_inputs = 1;
       copy.inputs[0] = d;
       copy.init = KN_INIT_ZEROS;
+      g->device = g->nodes[param].device;
       d = kn_graph_push(g, &copy);
       if (d < 0) goto out;
       dn = &g->nodes[d];
@@ -186,6 +192,7 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   }
 
 out:
+  g->device = building;
   free(grads);
   rc = g->error_code;
   if (rc && err && errlen) snprintf(err, errlen, "%s", g->error);

@@ -186,6 +186,8 @@ int kn_graph_error(const kn_graph *g, char *err, size_t errlen); /* 0 or the fir
 int kn_graph_node_count(const kn_graph *g);
 void kn_node_shape(const kn_graph *g, kn_node n, int *ndim, int *dims);
 const char *kn_node_name(const kn_graph *g, kn_node n);
+/* The first node named name ("d1.kernel", "grad/d1.kernel"), or -1. */
+kn_node kn_graph_find(const kn_graph *g, const char *name);
 /* Keep a node's value readable after a run (the planner never reuses it). */
 void kn_graph_keep(kn_graph *g, kn_node n);
 
@@ -258,6 +260,18 @@ void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* Eager mode, for debugging and comparison: no passes and one buffer per
  * node, each node run in turn. */
 void kn_graph_set_eager(kn_graph *g, int eager);
+/* Placement, as under tf.device: nodes built from now on run on d (cpu by
+ * default); autodiff puts each gradient node on its forward node's device.
+ * kn_node_set_device moves one node before compile (KN_ESTATE after).
+ * Compile checks every placement: a node on cuda:N needs a CUDA kernel for
+ * its op (kiln's CUDA backend runs matmul, relu and relu's gradient; other
+ * ops are refused by name) and device N on this machine; such a graph is
+ * float32 and its rewriting passes (fusion and the rest) leave it as
+ * placed. Values live in host memory either way: a CUDA kernel copies its
+ * operands to the device and its result back. */
+void kn_graph_set_device(kn_graph *g, kn_device d);
+int kn_node_set_device(kn_graph *g, kn_node n, kn_device d);
+kn_device kn_node_device(const kn_graph *g, kn_node n);
 /* Threads for the engine's own kernels (im2col, pooling, elementwise, the
  * GEMMs), started at compile and kept for every run; results are the same
  * for every thread count. OpenBLAS, where it runs the f32 GEMM, has

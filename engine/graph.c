@@ -82,6 +82,30 @@ void kn_graph_free(kn_graph *g) {
   free(g);
 }
 
+void kn_graph_set_device(kn_graph *g, kn_device d) {
+  g->device = d;
+}
+
+int kn_node_set_device(kn_graph *g, kn_node n, kn_device d) {
+  if (n < 0 || n >= g->n_nodes) {
+    kn_graph_fail(g, KN_EINVAL, "device: no node %d", n);
+    return KN_EINVAL;
+  }
+  if (g->compiled) {
+    char name[32];
+    kn_device_format(d, name, sizeof name);
+    kn_graph_fail(g, KN_ESTATE, "device: node '%s' can't move to %s: the graph is compiled",
+                  g->nodes[n].name, name);
+    return KN_ESTATE;
+  }
+  g->nodes[n].device = d;
+  return KN_OK;
+}
+
+kn_device kn_node_device(const kn_graph *g, kn_node n) {
+  return n >= 0 && n < g->n_nodes ? g->nodes[n].device : (kn_device){KN_DEVICE_CPU, 0};
+}
+
 void kn_graph_set_profile(kn_graph *g, kn_profile *p) {
   g->profile = p;
 }
@@ -112,6 +136,7 @@ static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   kn_node id = g->n_nodes++;
   g->nodes[id] = *proto;
   kn_node_rec *n = &g->nodes[id];
+  n->device = g->device;
   n->requires_grad = n->op == KN_OP_PARAM;
   for (int i = 0; i < n->n_inputs; i++) n->requires_grad |= g->nodes[n->inputs[i]].requires_grad;
   if (!g->has_backward) g->n_forward = g->n_nodes;
@@ -515,6 +540,12 @@ void kn_node_shape(const kn_graph *g, kn_node n, int *ndim, int *dims) {
 
 const char *kn_node_name(const kn_graph *g, kn_node n) {
   return g->nodes[n].name;
+}
+
+kn_node kn_graph_find(const kn_graph *g, const char *name) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (strcmp(g->nodes[i].name, name) == 0) return i;
+  return -1;
 }
 
 void kn_graph_keep(kn_graph *g, kn_node n) {

@@ -169,6 +169,7 @@ typedef struct kn_node_rec {
    * keeping it alive: a recompute (same op, same inputs) or, for a cast, a
    * widened narrow copy. 0 = an ordinary node. */
   int remat_of;
+  kn_device device; /* where its kernel runs (kn_node_set_device); cpu by default */
   void *data;
 } kn_node_rec;
 
@@ -191,6 +192,7 @@ struct kn_graph {
   unsigned passes;                         /* KN_PASS_* flags (when passes_set; else all) */
   int passes_set;
   int eager;             /* no passes, one buffer per node */
+  kn_device device;      /* where nodes built from now on are placed (kn_graph_set_device) */
   int threads;           /* compute threads for own kernels (0/1: the calling thread) */
   kn_pool *pool;         /* started at compile when threads > 1 */
   float *gemm_workspace; /* packing space for kiln's GEMM, per thread (gemm.c) */
@@ -390,6 +392,13 @@ int kn_gemm_wants_workspace(void);
  * slices fixed by its shape, on as many threads as there are, and the
  * slices then added in order. 0 when it is not split. */
 size_t kn_gemm_partial_floats(int m, int n, int k);
+
+/* placement.c: whether any live node is placed off the CPU; compile's
+ * check that every placement can run here (a failure recorded in g); and
+ * the run of node i on its GPU. */
+int kn_graph_places_on_gpu(const kn_graph *g);
+int kn_check_placement(kn_graph *g);
+int kn_cuda_run_node(kn_graph *g, int i, char *err, size_t errlen);
 
 /* The persistent thread pool (pool.c). */
 #define KN_POOL_MAX_THREADS 256

@@ -67,7 +67,8 @@ static int pure(kn_op op) {
 
 static int same_node(const kn_node_rec *a, const kn_node_rec *b) {
   if (a->op != b->op || a->dtype != b->dtype || a->ndim != b->ndim || a->batched != b->batched ||
-      a->n_inputs != b->n_inputs || a->storage != b->storage)
+      a->n_inputs != b->n_inputs || a->storage != b->storage || a->device.kind != b->device.kind ||
+      a->device.index != b->device.index)
     return 0;
   for (int d = 0; d < a->ndim; d++)
     if (a->dims[d] != b->dims[d]) return 0;
@@ -731,6 +732,11 @@ static void narrow_gemm_operands(kn_graph *g) {
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   unsigned passes = kn_graph_passes(g);
   memset(st, 0, sizeof *st);
+  /* A graph with nodes on a GPU keeps every node as placed (a fused or
+   * rewritten op has no CUDA kernel): only the passes that drop nodes,
+   * fold constants (on the CPU, at compile) and share buffers run. */
+  if (kn_graph_places_on_gpu(g))
+    passes &= KN_PASS_DCE | KN_PASS_CSE | KN_PASS_CONST_FOLD | KN_PASS_INPLACE;
   /* Unread values first (mixed precision's unused narrow copies), so they
    * do not count as readers that block fusion. */
   if (passes & KN_PASS_DCE) st->dead = eliminate_dead(g, scratch);

@@ -201,6 +201,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_graph_fail(g, KN_EINVAL, "compile: the graph is empty");
     goto out;
   }
+  if (kn_check_placement(g)) goto out;
   kn_pass_stats pass_stats;
   {
     int *scratch = malloc((size_t)g->n_nodes * sizeof *scratch);
@@ -473,7 +474,9 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
   for (int i = 0; i < end; i++) {
     if (g->nodes[i].dead || g->nodes[i].folded) continue;
     const double start = profiling ? kn_profile_now() : 0.0;
-    int rc = g->f64 ? kn_cpu_run_node_f64(g, i, err, errlen) : kn_cpu_run_node(g, i, err, errlen);
+    int rc = g->f64                                      ? kn_cpu_run_node_f64(g, i, err, errlen)
+             : g->nodes[i].device.kind == KN_DEVICE_CUDA ? kn_cuda_run_node(g, i, err, errlen)
+                                                         : kn_cpu_run_node(g, i, err, errlen);
     if (rc) return rc;
     if (profiling) kn_profile_node(g->profile, g, i, start, kn_profile_now());
     if (g->node_done && mode == KN_RUN_TRAIN) g->node_done(g->node_done_ctx, i);

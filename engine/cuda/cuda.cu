@@ -1,8 +1,10 @@
-/* cuda.cu — the CUDA backend's first pieces: device discovery, sgemm on
- * host row-major buffers through cuBLAS, and relu with an own kernel.
+/* cuda.cu — the CUDA backend: device discovery and selection, sgemm on
+ * host row-major buffers through cuBLAS, and relu and its gradient with own
+ * kernels; the graph runs nodes placed on cuda:N through them (placement.c).
  * Built only with KILN_CUDA=ON; C callers see the extern "C" face in cuda.h.
- * Each call copies in, computes and copies out: a correctness baseline for
- * the graph executor, which will keep tensors resident on the device. */
+ * Each call copies in, computes and copies out: values stay in the graph's
+ * host arena, so a node on a GPU and one on the CPU read each other's
+ * outputs as they are. */
 #include "cuda.h"
 
 #include <cublas_v2.h>
@@ -69,6 +71,26 @@ static __global__ void relu_kernel(const float *x, float *y, size_t n) {
     float v = x[i];
     y[i] = v < 0.0f ? 0.0f : v;
   }
+}
+
+static __global__ void relu_grad_kernel(const float *dy, const float *y, float *dx, size_t n) {
+  size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* Enough blocks of RELU_THREADS to fill every SM of the current device, no
+ * more (the kernels' grid-stride loops do the rest). */
+static int grid_for(size_t n, unsigned *blocks, char *err, size_t errlen) {
+  int rc = -1, device = 0, sm_count = 0;
+  size_t b = (n + RELU_THREADS - 1) / RELU_THREADS;
+  KN_CUDA_CHECK(cudaGetDevice(&device));
+  KN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  if (b > (size_t)sm_count * RELU_BLOCKS_PER_SM) b = (size_t)sm_count * RELU_BLOCKS_PER_SM;
+  *blocks = b > 0 ? (unsigned)b : 1u;
+  rc = 0;
+cleanup:
+  return rc;
 }
 
 extern "C" int kn_cuda_device_count(int *count, char *err, size_t errlen) {
@@ -181,30 +203,64 @@ extern "C" int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_
   int rc = -1;
   float *d_buf = nullptr; // (n): x in, y out, computed in place
   size_t bytes = n * sizeof(float);
-  size_t blocks = 0;
-  int device = 0, sm_count = 0;
+  unsigned blocks = 0;
 
   if (n == 0) return 0;
   if (!x || !y) {
     set_err(err, errlen, "kn_cuda_relu: x and y must not be NULL (n=%zu)", n);
     return -1;
   }
-  KN_CUDA_CHECK(cudaGetDevice(&device));
-  KN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
   KN_CUDA_CHECK(cudaMalloc((void **)&d_buf, bytes));
   KN_CUDA_CHECK(cudaMemcpy(d_buf, x, bytes, cudaMemcpyHostToDevice));
-
-  /* Enough blocks to fill every SM, no more: the grid-stride loop does the rest. */
-  blocks = (n + RELU_THREADS - 1) / RELU_THREADS;
-  if (blocks > (size_t)sm_count * RELU_BLOCKS_PER_SM)
-    blocks = (size_t)sm_count * RELU_BLOCKS_PER_SM;
-  if (blocks == 0) blocks = 1;
-  relu_kernel<<<(unsigned)blocks, RELU_THREADS>>>(d_buf, d_buf, n);
+  relu_kernel<<<blocks, RELU_THREADS>>>(d_buf, d_buf, n);
   KN_CUDA_CHECK(cudaGetLastError()); /* launch errors: bad configuration */
   KN_CUDA_CHECK(cudaMemcpy(y, d_buf, bytes, cudaMemcpyDeviceToHost)); /* waits, reports faults */
   rc = 0;
 
 cleanup:
   cudaFree(d_buf);
+  return rc;
+}
+
+extern "C" int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                                 size_t errlen) {
+  int rc = -1;
+  float *d_dy = nullptr, *d_y = nullptr; // (n) each; dx computed into d_dy
+  size_t bytes = n * sizeof(float);
+  unsigned blocks = 0;
+
+  if (n == 0) return 0;
+  if (!dy || !y || !dx) {
+    set_err(err, errlen, "kn_cuda_relu_grad: dy, y and dx must not be NULL (n=%zu)", n);
+    return -1;
+  }
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  KN_CUDA_CHECK(cudaMalloc((void **)&d_dy, bytes));
+  KN_CUDA_CHECK(cudaMalloc((void **)&d_y, bytes));
+  KN_CUDA_CHECK(cudaMemcpy(d_dy, dy, bytes, cudaMemcpyHostToDevice));
+  KN_CUDA_CHECK(cudaMemcpy(d_y, y, bytes, cudaMemcpyHostToDevice));
+  relu_grad_kernel<<<blocks, RELU_THREADS>>>(d_dy, d_y, d_dy, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  KN_CUDA_CHECK(cudaMemcpy(dx, d_dy, bytes, cudaMemcpyDeviceToHost));
+  rc = 0;
+
+cleanup:
+  cudaFree(d_y);
+  cudaFree(d_dy);
+  return rc;
+}
+
+extern "C" int kn_cuda_set_device(int device, char *err, size_t errlen) {
+  int rc = -1, count = 0;
+  if (kn_cuda_device_count(&count, err, errlen) != 0) return -1;
+  if (device < 0 || device >= count) {
+    set_err(err, errlen, "CUDA device %d does not exist: this machine has %d CUDA device%s", device,
+            count, count == 1 ? "" : "s");
+    return -1;
+  }
+  KN_CUDA_CHECK(cudaSetDevice(device));
+  rc = 0;
+cleanup:
   return rc;
 }

@@ -34,6 +34,15 @@ int kn_cuda_matmul(const float *a, const float *b, float *c, int m, int n, int k
  * x == y is allowed. */
 int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen);
 
+/* dx[i] = y[i] > 0 ? dy[i] : 0 for n host floats: relu's gradient from its
+ * output y, as the CPU kernel. dx may be dy. */
+int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                      size_t errlen);
+
+/* Makes device the calling thread's current one (cudaSetDevice), after
+ * checking it exists. */
+int kn_cuda_set_device(int device, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,148 @@
+/* Device placement: every node carries a device (cpu or cuda:N); nodes
+ * take the graph's current one, gradients their forward node's; compile
+ * refuses, by node and rule, a placement that cannot run here (an op the
+ * CUDA backend has no kernel for, a mixed-precision graph, a device this
+ * machine lacks); on a machine with a GPU, a graph whose matmuls and relus
+ * run there trains as the same graph on the CPU does. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+
+static const kn_device cpu = {KN_DEVICE_CPU, 0}, gpu0 = {KN_DEVICE_CUDA, 0};
+
+static int on(const kn_graph *g, kn_node n, kn_device d) {
+  const kn_device at = kn_node_device(g, n);
+  return at.kind == d.kind && at.index == d.index;
+}
+
+typedef struct net {
+  kn_graph *g;
+  kn_node x, y, w1, h, r, w2, logits, loss;
+} net;
+
+/* x (8, 6) -> matmul w1 (6, 5) -> relu -> matmul w2 (5, 3) -> softmax
+ * cross-entropy: the first matmul and the relu on `hidden`, the rest on
+ * the CPU; autodiff'd. */
+static net build(kn_device hidden, kn_precision precision) {
+  net t = {.g = kn_graph_new()};
+  char err[256] = "";
+  assert_int_equal(kn_graph_set_precision(t.g, precision, err, sizeof err), KN_OK);
+  t.x = kn_input(t.g, "x", KN_F32, 2, (int[]){8, 6});
+  t.y = kn_input(t.g, "y", KN_I32, 1, (int[]){8});
+  kn_graph_set_device(t.g, hidden);
+  t.w1 = kn_param(t.g, "w1", 2, (int[]){6, 5}, KN_INIT_GLOROT_UNIFORM);
+  t.h = kn_matmul(t.g, t.x, t.w1, 0, 0);
+  t.r = kn_relu(t.g, t.h);
+  kn_graph_set_device(t.g, cpu);
+  t.w2 = kn_param(t.g, "w2", 2, (int[]){5, 3}, KN_INIT_GLOROT_UNIFORM);
+  t.logits = kn_matmul(t.g, t.r, t.w2, 0, 0);
+  t.loss = kn_softmax_xent(t.g, t.logits, t.y);
+  assert_int_equal(kn_autodiff(t.g, t.loss, err, sizeof err), KN_OK);
+  return t;
+}
+
+static void nodes_take_the_graph_device_and_gradients_their_forward_node(void **state) {
+  (void)state;
+  net t = build(gpu0, KN_PRECISION_FLOAT32);
+  assert_true(on(t.g, t.x, cpu) && on(t.g, t.y, cpu));
+  assert_true(on(t.g, t.w1, gpu0) && on(t.g, t.h, gpu0) && on(t.g, t.r, gpu0));
+  assert_true(on(t.g, t.w2, cpu) && on(t.g, t.logits, cpu) && on(t.g, t.loss, cpu));
+  /* w1's gradient (a matmul of the relu's gradient) runs where w1's matmul
+   * does; w2's where its matmul does. */
+  const kn_node g1 = kn_graph_find(t.g, "grad/w1"), g2 = kn_graph_find(t.g, "grad/w2");
+  assert_true(g1 >= 0 && g2 >= 0);
+  assert_true(on(t.g, g1, gpu0) && on(t.g, g2, cpu));
+  char where[32];
+  kn_device_format(kn_node_device(t.g, g1), where, sizeof where);
+  assert_string_equal(where, "cuda:0");
+  /* Moved back before compile, it is a CPU graph again. */
+  assert_int_equal(kn_node_set_device(t.g, 1000, cpu), KN_EINVAL);
+  kn_graph_free(t.g);
+}
+
+static void expect_refusal(net *t, const char *a, const char *b) {
+  char err[512] = "";
+  assert_int_not_equal(kn_graph_compile(t->g, 1, NULL, err, sizeof err), KN_OK);
+  print_message("refused: %s\n", err);
+  assert_non_null(strstr(err, a));
+  if (b) assert_non_null(strstr(err, b));
+  kn_graph_free(t->g);
+}
+
+static void compile_refuses_placements_that_cannot_run(void **state) {
+  (void)state;
+  /* An op the CUDA backend has no kernel for, named with its node. */
+  net t = build(cpu, KN_PRECISION_FLOAT32);
+  assert_int_equal(kn_node_set_device(t.g, t.loss, gpu0), KN_OK);
+  char name[160];
+  snprintf(name, sizeof name, "node '%s' (softmax_xent) is placed on cuda:0",
+           kn_node_name(t.g, t.loss));
+  expect_refusal(&t, name, "no kernel");
+  /* A mixed-precision graph keeps to the CPU. */
+  t = build(gpu0, KN_PRECISION_MIXED_BFLOAT16);
+  expect_refusal(&t, "is placed on cuda:0", "runs in float32");
+  /* A device this machine lacks. */
+  t = build((kn_device){KN_DEVICE_CUDA, 7}, KN_PRECISION_FLOAT32);
+  expect_refusal(&t, "is placed on cuda:7", NULL);
+}
+
+/* Eight steps of SGD on fixed data; the losses. */
+static void train(net *t, float *losses) {
+  char err[256] = "";
+  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
+  kn_optimizer *opt;
+  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(t->g), &opt, err, sizeof err), KN_OK);
+  float *x = kn_node_data(t->g, t->x);
+  int32_t *y = kn_node_data(t->g, t->y);
+  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
+  for (int i = 0; i < 8; i++) y[i] = i % 3;
+  for (int s = 0; s < 8; s++) {
+    if (kn_graph_run(t->g, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
+    losses[s] = *(float *)kn_node_data(t->g, t->loss);
+    kn_optimizer_step(opt, kn_params(t->g), kn_grads(t->g));
+  }
+  kn_optimizer_free(opt);
+}
+
+static void a_gpu_placed_graph_trains_as_on_the_cpu(void **state) {
+  (void)state;
+  net t = build(gpu0, KN_PRECISION_FLOAT32);
+  char err[512] = "";
+  kn_plan_stats st;
+  if (kn_graph_compile(t.g, 1, &st, err, sizeof err) != KN_OK) {
+    /* No GPU here: refused with the reason, nothing else to check. */
+    assert_non_null(strstr(err, "is placed on cuda:0"));
+    print_message("SKIPPED on this machine, no CUDA device: %s\n", err);
+    kn_graph_free(t.g);
+    return;
+  }
+  assert_int_equal(st.n_fused, 0); /* the placed matmul and relu stay as they are */
+  net c = build(cpu, KN_PRECISION_FLOAT32);
+  assert_int_equal(kn_graph_compile(c.g, 1, NULL, err, sizeof err), KN_OK);
+  assert_int_equal(kn_node_set_device(t.g, t.h, cpu), KN_ESTATE);
+  float lg[8], lc[8];
+  train(&t, lg);
+  train(&c, lc);
+  for (int s = 0; s < 8; s++) {
+    print_message("step %d: loss %.7f on cuda:0, %.7f on cpu\n", s, lg[s], lc[s]);
+    assert_true(fabsf(lg[s] - lc[s]) <= 1e-5f * fabsf(lc[s]) + 1e-6f);
+  }
+  kn_graph_free(t.g);
+  kn_graph_free(c.g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(nodes_take_the_graph_device_and_gradients_their_forward_node),
+      cmocka_unit_test(compile_refuses_placements_that_cannot_run),
+      cmocka_unit_test(a_gpu_placed_graph_trains_as_on_the_cpu),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
