@@ -247,7 +247,8 @@ enum {
   KN_PASS_BIAS_GRAD_IN_GEMM = 128,
   /* a 2x2 max pool records which cell held each window's maximum (a byte
    * per output element) and its gradient reads that instead of the pool's
-   * input and output, so the input need not live until backward; f32 */
+   * input and output, so the input need not live until backward; float32
+   * and mixed_bfloat16 */
   KN_PASS_POOL_ARGMAX = 256,
   /* a max pool's input gradient read only by its layer's weight gradient
    * (and bias gradient) is never written: that GEMM computes each row from

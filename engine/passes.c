@@ -239,20 +239,36 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
  * then read by nothing after the pool and dies in the forward pass, and the
  * gradient reads a quarter of the bytes. The byte says the cell the rule
  * would pick, or none when the fused relu gradient masks the window, so
- * the values do not change. f32; runs after the relu fusion. */
+ * the values do not change. f32, and mixed_bfloat16's bf16 windows (where
+ * the pool's output, a max of bf16 values, equals its narrow copy); runs
+ * after the relu fusion, before the dead narrow copies are dropped. */
 static int pool_argmax(kn_graph *g) {
   if (g->f64) return 0;
   int recorded = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *G = &g->nodes[i];
     if (G->dead || G->op != KN_OP_POOL_GRAD || !kn_pool_tiles(G->attr_i) ||
-        G->attr_i[KN_ATTR_ARGMAX] || G->dtype != KN_F32 || G->n_inputs != 3)
+        G->attr_i[KN_ATTR_ARGMAX] || G->n_inputs != 3)
       continue;
-    const kn_node p = G->inputs[2];
+    /* y: the pool, or (mixed_bfloat16) its narrow copy, the same values */
+    kn_node p = G->inputs[2];
+    if (g->nodes[p].op == KN_OP_CAST && g->nodes[p].dtype == KN_BF16) p = g->nodes[p].inputs[0];
+    /* With recompute, the pool re-run in backward from its kept input: the
+     * forward pool records the argmax instead, and the re-run (and keeping
+     * its input) goes. */
+    int rerun = 0;
+    if (g->nodes[p].op == KN_OP_POOL && g->nodes[p].remat_of) {
+      p = g->nodes[p].remat_of - 1;
+      rerun = 1;
+    }
     kn_node_rec *P = &g->nodes[p];
+    const kn_dtype x = g->nodes[P->inputs[0]].dtype, dy = g->nodes[G->inputs[0]].dtype;
+    /* the kernels' types: f32 throughout, or mixed_bfloat16's bf16 x and dx */
+    const int f32 = G->dtype == KN_F32 && x == KN_F32 && dy == KN_F32;
+    const int bf16 = G->dtype == KN_BF16 && x == KN_BF16 && (dy == KN_F32 || dy == KN_BF16);
     if (P->dead || P->op != KN_OP_POOL || !kn_pool_tiles(P->attr_i) || P->attr_i[KN_ATTR_ARGMAX] ||
-        P->dtype != KN_F32 || P->storage != KN_STORE_ARENA || P->inputs[0] != G->inputs[1] ||
-        g->nodes[G->inputs[0]].dtype != KN_F32 || g->nodes[G->inputs[1]].dtype != KN_F32)
+        P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
+        (!rerun && P->inputs[0] != G->inputs[1]) || !(f32 || bf16))
       continue;
     P->attr_i[KN_ATTR_ARGMAX] = 1 + (G->attr_i[KN_ATTR_RELU] != 0);
     G->attr_i[KN_ATTR_ARGMAX] = 1;

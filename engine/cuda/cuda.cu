@@ -5,7 +5,7 @@
  * Each call copies in, computes and copies out: values stay in the graph's
  * host arena, so a node on a GPU and one on the CPU read each other's
  * outputs as they are. */
-#include "cuda.h"
+#include "cuda_module.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -93,7 +93,7 @@ cleanup:
   return rc;
 }
 
-extern "C" int kn_cuda_device_count(int *count, char *err, size_t errlen) {
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_device_count(int *count, char *err, size_t errlen) {
   if (!count) {
     set_err(err, errlen, "kn_cuda_device_count: count must not be NULL");
     return -1;
@@ -113,7 +113,8 @@ extern "C" int kn_cuda_device_count(int *count, char *err, size_t errlen) {
   return -1;
 }
 
-extern "C" int kn_cuda_device_name(int device, char *name, size_t len, char *err, size_t errlen) {
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_device_name(int device, char *name, size_t len,
+                                                           char *err, size_t errlen) {
   int rc = -1;
   int count = 0;
   cudaDeviceProp prop;
@@ -122,7 +123,7 @@ extern "C" int kn_cuda_device_name(int device, char *name, size_t len, char *err
     return -1;
   }
   name[0] = '\0';
-  if (kn_cuda_device_count(&count, err, errlen) != 0) return -1;
+  if (kiln_cuda_module_device_count(&count, err, errlen) != 0) return -1;
   if (device < 0 || device >= count) {
     set_err(err, errlen, "CUDA device %d does not exist: this machine has %d CUDA device%s", device,
             count, count == 1 ? "" : "s");
@@ -135,8 +136,9 @@ cleanup:
   return rc;
 }
 
-extern "C" int kn_cuda_matmul(const float *a, const float *b, float *c, int m, int n, int k,
-                              int trans_a, int trans_b, char *err, size_t errlen) {
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const float *b, float *c,
+                                                      int m, int n, int k, int trans_a, int trans_b,
+                                                      char *err, size_t errlen) {
   int rc = -1;
   float *d_a = nullptr; // (m, k) or (k, m), as on the host
   float *d_b = nullptr; // (k, n) or (n, k)
@@ -199,7 +201,8 @@ cleanup:
   return rc;
 }
 
-extern "C" int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, size_t n, char *err,
+                                                    size_t errlen) {
   int rc = -1;
   float *d_buf = nullptr; // (n): x in, y out, computed in place
   size_t bytes = n * sizeof(float);
@@ -223,8 +226,8 @@ cleanup:
   return rc;
 }
 
-extern "C" int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
-                                 size_t errlen) {
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx,
+                                                         size_t n, char *err, size_t errlen) {
   int rc = -1;
   float *d_dy = nullptr, *d_y = nullptr; // (n) each; dx computed into d_dy
   size_t bytes = n * sizeof(float);
@@ -251,9 +254,9 @@ cleanup:
   return rc;
 }
 
-extern "C" int kn_cuda_set_device(int device, char *err, size_t errlen) {
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen) {
   int rc = -1, count = 0;
-  if (kn_cuda_device_count(&count, err, errlen) != 0) return -1;
+  if (kiln_cuda_module_device_count(&count, err, errlen) != 0) return -1;
   if (device < 0 || device >= count) {
     set_err(err, errlen, "CUDA device %d does not exist: this machine has %d CUDA device%s", device,
             count, count == 1 ? "" : "s");

@@ -48,6 +48,48 @@ static net build(kn_device hidden, kn_precision precision) {
   return t;
 }
 
+/* Eight steps of SGD on fixed data; the losses. */
+static void train(net *t, float *losses) {
+  char err[256] = "";
+  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
+  kn_optimizer *opt;
+  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(t->g), &opt, err, sizeof err), KN_OK);
+  float *x = kn_node_data(t->g, t->x);
+  int32_t *y = kn_node_data(t->g, t->y);
+  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
+  for (int i = 0; i < 8; i++) y[i] = i % 3;
+  for (int s = 0; s < 8; s++) {
+    if (kn_graph_run(t->g, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
+    losses[s] = *(float *)kn_node_data(t->g, t->loss);
+    kn_optimizer_step(opt, kn_params(t->g), kn_grads(t->g));
+  }
+  kn_optimizer_free(opt);
+}
+
+/* A process that never asks for a GPU never maps the CUDA libraries (the
+ * backend is a module opened on first use; cuBLAS alone would add about
+ * 150 MiB to every process). Runs first, before anything here asks. */
+static void a_cpu_graph_never_maps_the_cuda_libraries(void **state) {
+  (void)state;
+  net t = build(cpu, KN_PRECISION_FLOAT32);
+  char err[256] = "";
+  assert_int_equal(kn_graph_compile(t.g, 1, NULL, err, sizeof err), KN_OK);
+  float losses[8];
+  train(&t, losses);
+  kn_graph_free(t.g);
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (!maps) {
+    print_message("SKIPPED: no /proc/self/maps here\n");
+    return;
+  }
+  char line[1024];
+  int cuda_mapped = 0;
+  while (fgets(line, sizeof line, maps))
+    cuda_mapped |= strstr(line, "libcublas") != NULL || strstr(line, "libcudart") != NULL;
+  fclose(maps);
+  assert_false(cuda_mapped);
+}
+
 static void nodes_take_the_graph_device_and_gradients_their_forward_node(void **state) {
   (void)state;
   net t = build(gpu0, KN_PRECISION_FLOAT32);
@@ -93,24 +135,6 @@ static void compile_refuses_placements_that_cannot_run(void **state) {
   expect_refusal(&t, "is placed on cuda:7", NULL);
 }
 
-/* Eight steps of SGD on fixed data; the losses. */
-static void train(net *t, float *losses) {
-  char err[256] = "";
-  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
-  kn_optimizer *opt;
-  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(t->g), &opt, err, sizeof err), KN_OK);
-  float *x = kn_node_data(t->g, t->x);
-  int32_t *y = kn_node_data(t->g, t->y);
-  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
-  for (int i = 0; i < 8; i++) y[i] = i % 3;
-  for (int s = 0; s < 8; s++) {
-    if (kn_graph_run(t->g, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
-    losses[s] = *(float *)kn_node_data(t->g, t->loss);
-    kn_optimizer_step(opt, kn_params(t->g), kn_grads(t->g));
-  }
-  kn_optimizer_free(opt);
-}
-
 static void a_gpu_placed_graph_trains_as_on_the_cpu(void **state) {
   (void)state;
   net t = build(gpu0, KN_PRECISION_FLOAT32);
@@ -140,6 +164,7 @@ static void a_gpu_placed_graph_trains_as_on_the_cpu(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(a_cpu_graph_never_maps_the_cuda_libraries),
       cmocka_unit_test(nodes_take_the_graph_device_and_gradients_their_forward_node),
       cmocka_unit_test(compile_refuses_placements_that_cannot_run),
       cmocka_unit_test(a_gpu_placed_graph_trains_as_on_the_cpu),

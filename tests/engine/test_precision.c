@@ -203,19 +203,26 @@ static kn_model build_cnn(int side, int batch, kn_precision precision, int recom
 
 static void mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent(void **state) {
   (void)state;
-  /* Against float32 with the passes that also run in mixed_bfloat16:
-   * pool_argmax is float32's only (it drops the pools' inputs from what
-   * backward keeps, printed below). */
-  kn_plan_stats f32, bf16, f16, f32_argmax;
-  kn_model a = build_cnn_passes(28, 128, KN_PRECISION_FLOAT32, 0, 1,
-                                KN_PASS_ALL & ~KN_PASS_POOL_ARGMAX, &f32);
-  kn_model b = build_cnn(28, 128, KN_PRECISION_MIXED_BFLOAT16, 0, &bf16);
+  /* The two precisions with the same passes, pool_argmax off: it drops
+   * the activations the pools read from what backward keeps in both, and
+   * what is left is mostly the pools' float32 outputs, which hold their
+   * argmax (printed below). */
+  const unsigned passes = KN_PASS_ALL & ~KN_PASS_POOL_ARGMAX;
+  kn_plan_stats f32, bf16, f16, f32_argmax, bf16_argmax;
+  kn_model a = build_cnn_passes(28, 128, KN_PRECISION_FLOAT32, 0, 1, passes, &f32);
+  kn_model b = build_cnn_passes(28, 128, KN_PRECISION_MIXED_BFLOAT16, 0, 1, passes, &bf16);
   kn_model e = build_cnn(28, 128, KN_PRECISION_FLOAT32, 0, &f32_argmax);
-  print_message("float32 with pool_argmax: saved %.2f MiB, arena %.2f MiB\n",
-                f32_argmax.saved_bytes / 1048576.0, f32_argmax.arena_bytes / 1048576.0);
-  assert_true(f32_argmax.arena_bytes < f32.arena_bytes);
+  kn_model h = build_cnn(28, 128, KN_PRECISION_MIXED_BFLOAT16, 0, &bf16_argmax);
+  print_message("with pool_argmax: saved float32 %.2f MiB, mixed_bfloat16 %.2f MiB; arena %.2f -> "
+                "%.2f MiB\n",
+                f32_argmax.saved_bytes / 1048576.0, bf16_argmax.saved_bytes / 1048576.0,
+                f32_argmax.arena_bytes / 1048576.0, bf16_argmax.arena_bytes / 1048576.0);
+  assert_true(f32_argmax.arena_bytes < f32.arena_bytes &&
+              bf16_argmax.arena_bytes < bf16.arena_bytes);
+  assert_true(bf16_argmax.arena_bytes < f32_argmax.arena_bytes);
   kn_model_free(&e);
-  kn_model c = build_cnn(28, 128, KN_PRECISION_MIXED_FLOAT16, 0, &f16);
+  kn_model_free(&h);
+  kn_model c = build_cnn_passes(28, 128, KN_PRECISION_MIXED_FLOAT16, 0, 1, passes, &f16);
   print_message("saved for backward: float32 %.2f MiB, mixed_bfloat16 %.2f MiB (%.1f%%); arena "
                 "peak %.2f -> %.2f MiB (%.1f%%); mixed_float16 %.2f MiB\n",
                 f32.saved_bytes / 1048576.0, bf16.saved_bytes / 1048576.0,
@@ -238,8 +245,7 @@ static void mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent(
   char err[256];
   const kn_gemm_kind gemm = kn_cpu_gemm();
   assert_int_equal(kn_cpu_set_gemm(KN_GEMM_OPENBLAS, err, sizeof err), KN_OK);
-  kn_model d = build_cnn_passes(28, 128, KN_PRECISION_FLOAT32, 0, 1,
-                                KN_PASS_ALL & ~KN_PASS_POOL_ARGMAX, &f32_cols);
+  kn_model d = build_cnn_passes(28, 128, KN_PRECISION_FLOAT32, 0, 1, passes, &f32_cols);
   assert_int_equal(kn_cpu_set_gemm(gemm, err, sizeof err), KN_OK);
   assert_int_equal(f32_cols.n_implicit, 0);
   print_message("float32 with materialized columns: saved %.2f MiB, arena %.2f MiB; columns read "
@@ -352,6 +358,8 @@ static void recompute_and_mixed_precision_combine(void **state) {
   kn_plan_stats mixed, both;
   kn_model a = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, &mixed);
   kn_model b = build_cnn(12, 16, KN_PRECISION_MIXED_BFLOAT16, 1, &both);
+  print_message("mixed %zu, with recompute %zu (%d re-run)\n", mixed.arena_bytes, both.arena_bytes,
+                both.n_recomputed);
   assert_true(both.arena_bytes < mixed.arena_bytes);
   float la[3], lb[3];
   sgd_losses(&a, 3, la);
@@ -534,22 +542,26 @@ static void bias_grads_in_gemm_train_the_same(void **state) {
 }
 
 /* Max pools that record their argmax (pool_argmax) give their gradients
- * the same values, so training is the same bits, on 1 and 2 threads; each
- * relu output a pool reads then dies in the forward pass, so the plan is
- * smaller. The float32 test CNN's two pools. */
+ * the same values, so training is the same bits, in float32 and
+ * mixed_bfloat16, on 1 and 2 threads; each activation a pool reads then
+ * dies in the forward pass, so the plan is smaller. The test CNN's two
+ * pools. */
 static void pool_argmax_changes_no_bits_and_shrinks_the_plan(void **state) {
   (void)state;
-  for (int threads = 1; threads <= 2; threads++) {
-    kn_plan_stats on, off;
-    kn_model a, b;
-    build_with_and_without(KN_PRECISION_FLOAT32, threads, KN_PASS_POOL_ARGMAX, &a, &b, &on, &off);
-    assert_int_equal(on.n_pool_argmax, 2);
-    assert_int_equal(off.n_pool_argmax, 0);
-    if (threads == 1)
-      print_message("arena %zu bytes with pool_argmax, %zu without\n", on.arena_bytes,
-                    off.arena_bytes);
-    assert_true(on.arena_bytes < off.arena_bytes);
-    assert_same_training_and_free(&a, &b);
+  const kn_precision precisions[2] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
+  for (int p = 0; p < 2; p++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      kn_plan_stats on, off;
+      kn_model a, b;
+      build_with_and_without(precisions[p], threads, KN_PASS_POOL_ARGMAX, &a, &b, &on, &off);
+      assert_int_equal(on.n_pool_argmax, 2);
+      assert_int_equal(off.n_pool_argmax, 0);
+      if (threads == 1)
+        print_message("%s: arena %zu bytes with pool_argmax, %zu without\n",
+                      kn_precision_name(precisions[p]), on.arena_bytes, off.arena_bytes);
+      assert_true(on.arena_bytes < off.arena_bytes);
+      assert_same_training_and_free(&a, &b);
+    }
   }
 }
 

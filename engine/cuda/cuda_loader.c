@@ -1,0 +1,90 @@
+/* cuda_loader.c — cuda.h for a build with the CUDA backend: the backend is
+ * the shared module kiln_cuda (cuda.cu, linked with cudart and cuBLAS),
+ * opened with dlopen the first time the engine needs it, so a process that
+ * never touches a GPU never maps those libraries (they would add about
+ * 150 MiB to every process's resident memory). The module is looked for
+ * where the build put it (KILN_CUDA_MODULE), then by name on the loader's
+ * search path. A module that can't be opened reads as "no CUDA device",
+ * and any computation reports why. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "cuda.h"
+#include "cuda_module.h"
+
+static struct {
+  pthread_once_t once;
+  int ok;
+  char why[512];
+  int (*device_count)(int *, char *, size_t);
+  int (*device_name)(int, char *, size_t, char *, size_t);
+  int (*matmul)(const float *, const float *, float *, int, int, int, int, int, char *, size_t);
+  int (*relu)(const float *, float *, size_t, char *, size_t);
+  int (*relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
+  int (*set_device)(int, char *, size_t);
+} mod = {.once = PTHREAD_ONCE_INIT};
+
+/* dlsym's void * to a function pointer, as POSIX allows. */
+#define FIND(field, name)                                                                          \
+  do {                                                                                             \
+    *(void **)(&mod.field) = dlsym(h, name);                                                       \
+    if (!mod.field) {                                                                              \
+      snprintf(mod.why, sizeof mod.why, "the CUDA module lacks %s", name);                         \
+      return;                                                                                      \
+    }                                                                                              \
+  } while (0)
+
+static void open_module(void) {
+  void *h = dlopen(KILN_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libkiln_cuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(mod.why, sizeof mod.why, "the CUDA module could not be loaded: %s", dlerror());
+    return;
+  }
+  FIND(device_count, "kiln_cuda_module_device_count");
+  FIND(device_name, "kiln_cuda_module_device_name");
+  FIND(matmul, "kiln_cuda_module_matmul");
+  FIND(relu, "kiln_cuda_module_relu");
+  FIND(relu_grad, "kiln_cuda_module_relu_grad");
+  FIND(set_device, "kiln_cuda_module_set_device");
+  mod.ok = 1;
+}
+
+/* Whether the module is open; if not, the reason in err. */
+static int loaded(char *err, size_t errlen) {
+  pthread_once(&mod.once, open_module);
+  if (!mod.ok && err && errlen > 0) snprintf(err, errlen, "%s", mod.why);
+  return mod.ok;
+}
+
+int kn_cuda_device_count(int *count, char *err, size_t errlen) {
+  if (!loaded(NULL, 0)) {
+    if (count) *count = 0; /* as a machine without a GPU */
+    return 0;
+  }
+  return mod.device_count(count, err, errlen);
+}
+
+int kn_cuda_device_name(int device, char *name, size_t len, char *err, size_t errlen) {
+  if (name && len > 0) name[0] = '\0';
+  return loaded(err, errlen) ? mod.device_name(device, name, len, err, errlen) : -1;
+}
+
+int kn_cuda_matmul(const float *a, const float *b, float *c, int m, int n, int k, int trans_a,
+                   int trans_b, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen) : -1;
+}
+
+int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.relu(x, y, n, err, errlen) : -1;
+}
+
+int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                      size_t errlen) {
+  return loaded(err, errlen) ? mod.relu_grad(dy, y, dx, n, err, errlen) : -1;
+}
+
+int kn_cuda_set_device(int device, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.set_device(device, err, errlen) : -1;
+}
