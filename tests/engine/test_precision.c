@@ -515,30 +515,43 @@ static void implicit_input_grads_train_the_same(void **state) {
   }
 }
 
-/* Bias gradients summed by the weight gradients' GEMMs (bias_grad_in_gemm)
- * as they pack dy: the four layers' pairs on kiln's GEMM, the same bits
- * where each column sums in row order (12x12 images: no GEMM deep enough
- * to split), and, on 28x28 images, where the first convolution's weight
- * gradient sums 12,544 pixels in depth slices and the bias sums per slice
- * too, the same training to rounding; on 1 and 2 threads. The float32 test
- * CNN; mixed_bfloat16's gradients are bf16 and not paired. */
-static void bias_grads_in_gemm_train_the_same(void **state) {
-  (void)state;
+/* How many times a pass that moves work into kiln's GEMM applied. */
+static int gemm_pass_applied(const kn_plan_stats *st, unsigned pass) {
+  return pass == KN_PASS_BIAS_GRAD_IN_GEMM ? st->n_bias_grads_in_gemm : st->n_pool_grads_in_gemm;
+}
+
+/* Such a pass on and off, on 1 and 2 threads, in the float32 test CNN: it
+ * applies `expect` times on kiln's GEMM (never elsewhere); the same bits
+ * on 12x12 images; on 28x28 images, where the first convolution's weight
+ * gradient sums 12,544 pixels in depth slices, the same bits too or, with
+ * a tolerance, the same training within it. */
+static void check_gemm_pass(unsigned pass, int expect, float tolerance) {
   const int own = kn_cpu_gemm() == KN_GEMM_KILN;
   for (int threads = 1; threads <= 2; threads++) {
     kn_plan_stats on, off;
     kn_model a, b;
-    build_with_and_without(KN_PRECISION_FLOAT32, threads, KN_PASS_BIAS_GRAD_IN_GEMM, &a, &b, &on,
-                           &off);
-    assert_int_equal(on.n_bias_grads_in_gemm, own ? 4 : 0);
-    assert_int_equal(off.n_bias_grads_in_gemm, 0);
+    build_with_and_without(KN_PRECISION_FLOAT32, threads, pass, &a, &b, &on, &off);
+    assert_int_equal(gemm_pass_applied(&on, pass), own ? expect : 0);
+    assert_int_equal(gemm_pass_applied(&off, pass), 0);
     assert_same_training_and_free(&a, &b);
     a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL, &on);
-    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads,
-                         KN_PASS_ALL & ~KN_PASS_BIAS_GRAD_IN_GEMM, &off);
-    assert_int_equal(on.n_bias_grads_in_gemm, own ? 4 : 0);
-    assert_trains_within_and_free(&a, &b, 1e-5f, 1e-5f, "float32, 28x28", threads == 1);
+    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL & ~pass, &off);
+    assert_int_equal(gemm_pass_applied(&on, pass), own ? expect : 0);
+    if (tolerance > 0)
+      assert_trains_within_and_free(&a, &b, tolerance, tolerance, "float32, 28x28", threads == 1);
+    else
+      assert_same_training_and_free(&a, &b);
   }
+}
+
+/* Bias gradients summed by the weight gradients' GEMMs (bias_grad_in_gemm)
+ * as they pack dy, the four layers' pairs: each column sums in row order,
+ * as reduce_rows does (the same bits), unless the GEMM sums in depth
+ * slices, where the bias sums per slice too (the same training within
+ * 1e-5). mixed_bfloat16's gradients are bf16 and not paired. */
+static void bias_grads_in_gemm_train_the_same(void **state) {
+  (void)state;
+  check_gemm_pass(KN_PASS_BIAS_GRAD_IN_GEMM, 4, 1e-5f);
 }
 
 /* Max pools that record their argmax (pool_argmax) give their gradients
@@ -567,26 +580,10 @@ static void pool_argmax_changes_no_bits_and_shrinks_the_plan(void **state) {
 
 /* The first convolution's max pool gradient computed inside its weight
  * gradient's GEMM as it packs it (pool_grad_in_gemm), never written: the
- * same values summed in the same order, so the same bits, on 1 and 2
- * threads, on 12x12 images and on 28x28 ones, where that GEMM sums 12,544
- * pixels in depth slices. */
+ * same values summed in the same order, so the same bits. */
 static void pool_grads_in_gemm_change_no_bits(void **state) {
   (void)state;
-  const int own = kn_cpu_gemm() == KN_GEMM_KILN;
-  for (int threads = 1; threads <= 2; threads++) {
-    kn_plan_stats on, off;
-    kn_model a, b;
-    build_with_and_without(KN_PRECISION_FLOAT32, threads, KN_PASS_POOL_GRAD_IN_GEMM, &a, &b, &on,
-                           &off);
-    assert_int_equal(on.n_pool_grads_in_gemm, own ? 1 : 0);
-    assert_int_equal(off.n_pool_grads_in_gemm, 0);
-    assert_same_training_and_free(&a, &b);
-    a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL, &on);
-    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads,
-                         KN_PASS_ALL & ~KN_PASS_POOL_GRAD_IN_GEMM, &off);
-    assert_int_equal(on.n_pool_grads_in_gemm, own ? 1 : 0);
-    assert_same_training_and_free(&a, &b);
-  }
+  check_gemm_pass(KN_PASS_POOL_GRAD_IN_GEMM, 1, 0.0f);
 }
 
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
