@@ -162,13 +162,9 @@ static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, fl
   kn_pool_grad_b pool;
   if (n->attr_i[KN_ATTR_ARGMAX]) {
     const kn_node_rec *P = &g->nodes[n->inputs[2]];
-    pool = (kn_pool_grad_b){kn_pool_argmax(g, P),
-                            B->data,
-                            n->attr_i[KN_MA_POOL_H],
-                            n->attr_i[KN_MA_POOL_W],
-                            P->dims[1],
-                            P->dims[2],
-                            P->dims[3]};
+    pool = (kn_pool_grad_b){
+        P->data,    B->data,   n->attr_i[KN_MA_POOL_H], n->attr_i[KN_MA_POOL_W], P->dims[1],
+        P->dims[2], P->dims[3]};
   }
   const kn_sgemm_args x = {.ta = s->trans_a,
                            .tb = s->trans_b,

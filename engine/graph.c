@@ -46,10 +46,7 @@ size_t kn_node_elems(const kn_node_rec *n, int batch) {
 }
 
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n) {
-  const size_t elems = kn_node_elems(n, 0);
-  /* a max pool recording its argmax: a byte per output element after it */
-  const size_t argmax = n->op == KN_OP_POOL && n->attr_i[KN_ATTR_ARGMAX] ? elems : 0;
-  return elems * kn_graph_elem_size(g, n->dtype) + argmax;
+  return kn_node_elems(n, 0) * kn_graph_elem_size(g, n->dtype);
 }
 
 int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...) {

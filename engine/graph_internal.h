@@ -72,6 +72,11 @@ typedef enum kn_op {
    * kernel turned 180 degrees, its columns read in place from the padded
    * dy; it replaces the column-gradient GEMM and col2im. */
   KN_OP_CONV_INPUT_GRAD,
+  /* The argmax bytes of a tiled max pool (attr_i[0] = 1 + the pool), one
+   * per output element, (B, OH, OW, C) u8: written by the pool as it runs
+   * (KN_ATTR_ARGMAX), read by its gradient; no kernel of its own. Appended
+   * by the pool_argmax pass; live from the pool to its last reader. */
+  KN_OP_POOL_ARGMAX,
   KN_OP_COUNT
 } kn_op;
 
@@ -126,12 +131,13 @@ static inline int kn_pool_tiles(const int *a) {
  * then runs nothing; its value is live from the reduce_rows on). */
 #define KN_ATTR_GEMM_PAIR 10
 /* Set by the pool_argmax pass. On a tiled max pool: 1 + relu — the pool
- * also records, after its output, one byte per output element naming the
- * window's cell that held the maximum (00, 01, 10, 11 in that order of
- * preference, as the gradient rule), or 4 for none when relu is set and the
- * maximum is not above 0 (the fused relu gradient's mask). On its
- * gradient: 1 — inputs are (dy, that pool), read through those bytes. */
-#define KN_ATTR_ARGMAX 12
+ * also records, in its KN_OP_POOL_ARGMAX node (KN_ATTR_ARGMAX_AT), one
+ * byte per output element naming the window's cell that held the maximum
+ * (00, 01, 10, 11 in that order of preference, as the gradient rule), or 4
+ * for none when relu is set and the maximum is not above 0 (the fused relu
+ * gradient's mask). On its gradient: 1 — inputs are (dy, those bytes). */
+#define KN_ATTR_ARGMAX    12
+#define KN_ATTR_ARGMAX_AT 13 /* on the pool: 1 + its KN_OP_POOL_ARGMAX node */
 /* On a weight-gradient matmul the pool_grad_in_gemm pass made read a max
  * pool's gradient as its B (KN_ATTR_ARGMAX set, inputs (A, dy, the pool)):
  * that gradient's height and width. */
@@ -279,10 +285,9 @@ static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
   while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
   return n;
 }
-/* The argmax bytes a pool with KN_ATTR_ARGMAX keeps after its output
- * (sized for the planned batch). */
+/* The argmax bytes a pool with KN_ATTR_ARGMAX writes. */
 static inline unsigned char *kn_pool_argmax(const kn_graph *g, const kn_node_rec *pool) {
-  return (unsigned char *)pool->data + kn_node_planned_bytes(g, pool) - kn_node_elems(pool, 0);
+  return g->nodes[pool->attr_i[KN_ATTR_ARGMAX_AT] - 1].data;
 }
 /* gemm.c: C (m x n, row stride ldc) = op(A) op(B) in single precision,
  * by the GEMM kn_cpu_gemm names, on g's threads. */
@@ -443,7 +448,8 @@ typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
       pool_grads_in_gemm;
 } kn_pass_stats;
-/* Runs the enabled passes; scratch holds n_nodes ints. */
+/* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
+ * passes begin): the passes append at most n_nodes nodes. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);
 unsigned kn_graph_passes(const kn_graph *g);
 /* Whether an op may write its output over an input that dies with it. */

@@ -8,6 +8,7 @@
  * dead-node elimination. In-place reuse is decided by the planner (plan.c)
  * for the whitelist in kn_op_inplace_ok. Passes never change values: tests
  * run every graph with each pass on and off and compare. */
+#include <stdio.h>
 #include <string.h>
 
 #include "graph_internal.h"
@@ -235,17 +236,18 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
 /* A tiled max pool's gradient reads the pool's input x (as large as four
  * outputs) and output to find each window's maximum again. Instead the
  * pool records it as it computes the maximum, a byte per output element
- * after its output (KN_ATTR_ARGMAX), and the gradient reads that: x is
- * then read by nothing after the pool and dies in the forward pass, and the
- * gradient reads a quarter of the bytes. The byte says the cell the rule
+ * in a node of its own (KN_OP_POOL_ARGMAX, appended), and the gradient
+ * reads that: x, and the pool's output once the next layer has read it,
+ * then die in the forward pass, and the gradient reads a quarter of the
+ * bytes. The byte says the cell the rule
  * would pick, or none when the fused relu gradient masks the window, so
  * the values do not change. f32, and mixed_bfloat16's bf16 windows (where
  * the pool's output, a max of bf16 values, equals its narrow copy); runs
  * after the relu fusion, before the dead narrow copies are dropped. */
-static int pool_argmax(kn_graph *g) {
+static int pool_argmax(kn_graph *g, int max_nodes) {
   if (g->f64) return 0;
   int recorded = 0;
-  for (int i = 0; i < g->n_nodes; i++) {
+  for (int i = 0; i < g->n_nodes && g->n_nodes < max_nodes; i++) {
     kn_node_rec *G = &g->nodes[i];
     if (G->dead || G->op != KN_OP_POOL_GRAD || !kn_pool_tiles(G->attr_i) ||
         G->attr_i[KN_ATTR_ARGMAX] || G->n_inputs != 3)
@@ -270,10 +272,28 @@ static int pool_argmax(kn_graph *g) {
         P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
         (!rerun && P->inputs[0] != G->inputs[1]) || !(f32 || bf16))
       continue;
+    /* the bytes: a node of their own, so the pool's output need not live
+     * until backward for them (pushing may move g->nodes) */
+    kn_node_rec bytes;
+    memset(&bytes, 0, sizeof bytes);
+    bytes.op = KN_OP_POOL_ARGMAX;
+    bytes.dtype = KN_U8;
+    bytes.ndim = P->ndim;
+    memcpy(bytes.dims, P->dims, sizeof bytes.dims);
+    bytes.batched = P->batched;
+    bytes.attr_i[0] = 1 + p;
+    bytes.device = P->device;
+    bytes.inputs[0] = bytes.inputs[1] = bytes.inputs[2] = bytes.inputs[3] = -1;
+    snprintf(bytes.name, sizeof bytes.name, "argmax/%.100s", P->name);
+    const kn_node am = kn_graph_push(g, &bytes);
+    if (am < 0) return recorded;
+    G = &g->nodes[i];
+    P = &g->nodes[p];
     P->attr_i[KN_ATTR_ARGMAX] = 1 + (G->attr_i[KN_ATTR_RELU] != 0);
+    P->attr_i[KN_ATTR_ARGMAX_AT] = 1 + am;
     G->attr_i[KN_ATTR_ARGMAX] = 1;
     G->n_inputs = 2;
-    G->inputs[1] = p;
+    G->inputs[1] = am;
     G->inputs[2] = -1;
     recorded++;
   }
@@ -747,6 +767,7 @@ static void narrow_gemm_operands(kn_graph *g) {
 
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   unsigned passes = kn_graph_passes(g);
+  const int max_nodes = 2 * g->n_nodes; /* what scratch holds */
   memset(st, 0, sizeof *st);
   /* A graph with nodes on a GPU keeps every node as placed (a fused or
    * rewritten op has no CUDA kernel): only the passes that drop nodes,
@@ -765,7 +786,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_FUSION) {
     st->fused += fuse_pool_relu_grads(g, scratch);
   }
-  if (passes & KN_PASS_POOL_ARGMAX) st->pool_argmax = pool_argmax(g);
+  if (passes & KN_PASS_POOL_ARGMAX) st->pool_argmax = pool_argmax(g, max_nodes);
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
   /* Last: the values the narrowing left unread are gone, so they do not

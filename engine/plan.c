@@ -50,8 +50,10 @@ static int plan_is_view(const kn_graph *g, const plan_view *v, kn_node n) {
 
 static void compute_liveness(kn_graph *g, const plan_view *v) {
   for (int i = 0; i < g->n_nodes; i++) {
-    g->nodes[i].first_use = i;
-    g->nodes[i].last_use = i;
+    /* a pool's argmax bytes are written when the pool runs */
+    const int at = g->nodes[i].op == KN_OP_POOL_ARGMAX ? g->nodes[i].attr_i[0] - 1 : i;
+    g->nodes[i].first_use = at;
+    g->nodes[i].last_use = at;
   }
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
@@ -204,7 +206,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   if (kn_check_placement(g)) goto out;
   kn_pass_stats pass_stats;
   {
-    int *scratch = malloc((size_t)g->n_nodes * sizeof *scratch);
+    int *scratch = malloc((size_t)2 * g->n_nodes * sizeof *scratch); /* kn_run_passes */
     if (!scratch) {
       kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
       goto out;

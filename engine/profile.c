@@ -42,6 +42,7 @@ static const char *const op_names[KN_OP_COUNT] = {
     [KN_OP_IM2COL] = "im2col",
     [KN_OP_CONV_PAD] = "conv_pad",
     [KN_OP_CONV_INPUT_GRAD] = "conv_input_grad",
+    [KN_OP_POOL_ARGMAX] = "pool_argmax",
     [KN_OP_COL2IM] = "col2im",
     [KN_OP_DWCONV] = "depthwise_conv2d",
     [KN_OP_DWCONV_DX] = "depthwise_conv2d_dx",
