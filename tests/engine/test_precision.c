@@ -415,23 +415,46 @@ static void build_with_and_without(kn_precision precision, int threads, unsigned
   assert_true(on->arena_bytes <= off->arena_bytes);
 }
 
+/* How many times a pass applied, as the plan reports it. */
+static int pass_applied(const kn_plan_stats *st, unsigned pass) {
+  switch (pass) {
+  case KN_PASS_IMPLICIT_COLUMNS: return st->n_implicit;
+  case KN_PASS_BIAS_GRAD_IN_GEMM: return st->n_bias_grads_in_gemm;
+  case KN_PASS_POOL_ARGMAX: return st->n_pool_argmax;
+  default: return st->n_pool_grads_in_gemm;
+  }
+}
+
+/* A pass that changes no value, on and off, in float32 and
+ * mixed_bfloat16, on 1 and 2 threads: it applies `expect` times, the
+ * training is the same bits, and the plan is no larger (with `shrinks`,
+ * smaller). */
+static void check_same_bits_in_both_precisions(unsigned pass, int expect, int shrinks) {
+  const kn_precision precisions[2] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
+  for (int p = 0; p < 2; p++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      kn_plan_stats on, off;
+      kn_model a, b;
+      build_with_and_without(precisions[p], threads, pass, &a, &b, &on, &off);
+      assert_int_equal(pass_applied(&on, pass), expect);
+      assert_int_equal(pass_applied(&off, pass), 0);
+      if (threads == 1)
+        print_message("%s: arena %zu bytes with the pass, %zu without\n",
+                      kn_precision_name(precisions[p]), on.arena_bytes, off.arena_bytes);
+      if (shrinks) assert_true(on.arena_bytes < off.arena_bytes);
+      assert_same_training_and_free(&a, &b);
+    }
+  }
+}
+
 /* Reading a convolution's columns in place (kiln's f32 GEMM gathering as
  * it reads, the bf16 GEMM as it packs) sums the same products in the same
  * order as materialized columns: the same losses and weights, bit for bit,
  * in float32 and mixed_bfloat16, on 1 and 2 threads. */
 static void implicit_columns_change_no_bits(void **state) {
   (void)state;
-  const kn_precision precisions[2] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
-  for (int p = 0; p < 2; p++) {
-    for (int threads = 1; threads <= 2; threads++) {
-      kn_plan_stats on, off;
-      kn_model a, b;
-      build_with_and_without(precisions[p], threads, KN_PASS_IMPLICIT_COLUMNS, &a, &b, &on, &off);
-      assert_int_equal(on.n_implicit, kn_cpu_gemm() == KN_GEMM_KILN ? 2 : 0);
-      assert_int_equal(off.n_implicit, 0);
-      assert_same_training_and_free(&a, &b);
-    }
-  }
+  check_same_bits_in_both_precisions(KN_PASS_IMPLICIT_COLUMNS,
+                                     kn_cpu_gemm() == KN_GEMM_KILN ? 2 : 0, 0);
 }
 
 /* A graph compiled with kiln's GEMM reads its convolutions' columns in
@@ -515,11 +538,6 @@ static void implicit_input_grads_train_the_same(void **state) {
   }
 }
 
-/* How many times a pass that moves work into kiln's GEMM applied. */
-static int gemm_pass_applied(const kn_plan_stats *st, unsigned pass) {
-  return pass == KN_PASS_BIAS_GRAD_IN_GEMM ? st->n_bias_grads_in_gemm : st->n_pool_grads_in_gemm;
-}
-
 /* Such a pass on and off, on 1 and 2 threads, in the float32 test CNN: it
  * applies `expect` times on kiln's GEMM (never elsewhere); the same bits
  * on 12x12 images; on 28x28 images, where the first convolution's weight
@@ -531,12 +549,12 @@ static void check_gemm_pass(unsigned pass, int expect, float tolerance) {
     kn_plan_stats on, off;
     kn_model a, b;
     build_with_and_without(KN_PRECISION_FLOAT32, threads, pass, &a, &b, &on, &off);
-    assert_int_equal(gemm_pass_applied(&on, pass), own ? expect : 0);
-    assert_int_equal(gemm_pass_applied(&off, pass), 0);
+    assert_int_equal(pass_applied(&on, pass), own ? expect : 0);
+    assert_int_equal(pass_applied(&off, pass), 0);
     assert_same_training_and_free(&a, &b);
     a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL, &on);
     b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL & ~pass, &off);
-    assert_int_equal(gemm_pass_applied(&on, pass), own ? expect : 0);
+    assert_int_equal(pass_applied(&on, pass), own ? expect : 0);
     if (tolerance > 0)
       assert_trains_within_and_free(&a, &b, tolerance, tolerance, "float32, 28x28", threads == 1);
     else
@@ -561,21 +579,7 @@ static void bias_grads_in_gemm_train_the_same(void **state) {
  * pools. */
 static void pool_argmax_changes_no_bits_and_shrinks_the_plan(void **state) {
   (void)state;
-  const kn_precision precisions[2] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
-  for (int p = 0; p < 2; p++) {
-    for (int threads = 1; threads <= 2; threads++) {
-      kn_plan_stats on, off;
-      kn_model a, b;
-      build_with_and_without(precisions[p], threads, KN_PASS_POOL_ARGMAX, &a, &b, &on, &off);
-      assert_int_equal(on.n_pool_argmax, 2);
-      assert_int_equal(off.n_pool_argmax, 0);
-      if (threads == 1)
-        print_message("%s: arena %zu bytes with pool_argmax, %zu without\n",
-                      kn_precision_name(precisions[p]), on.arena_bytes, off.arena_bytes);
-      assert_true(on.arena_bytes < off.arena_bytes);
-      assert_same_training_and_free(&a, &b);
-    }
-  }
+  check_same_bits_in_both_precisions(KN_PASS_POOL_ARGMAX, 2, 1);
 }
 
 /* The first convolution's max pool gradient computed inside its weight
