@@ -121,6 +121,13 @@ static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
   return s;
 }
 
+void kn_matmul_dims(const kn_graph *g, const kn_node_rec *n, int *m, int *cols, int *k) {
+  const matmul_shape s = matmul_shape_of(g, n);
+  *m = s.m;
+  *cols = s.n;
+  *k = s.k;
+}
+
 /* The columns a convolution's padded input (KN_OP_CONV_PAD) stands for. */
 static void conv_cols_of(const kn_node_rec *A, kn_conv_cols *cols) {
   const int *a = A->attr_i;

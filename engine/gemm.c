@@ -68,6 +68,19 @@ size_t kn_gemm_partial_floats(int m, int n, int k) {
   return s > 1 ? (size_t)(s - 1) * ((size_t)m * n + (size_t)n) : 0;
 }
 
+/* Columns c0 .. c0 + n - 1 of row p of a pool's gradient read as B
+ * (kn_pool_grad_b) into row: the definition pack_pool_rows steps through. */
+static void pool_grad_b_row(const kn_pool_grad_b *v, int64_t p, int c0, int n, float *row) {
+  const int64_t per = (int64_t)v->h * v->w, b = p / per, r = p % per;
+  const int y = (int)(r / v->w), x = (int)(r % v->w);
+  if (y >= 2 * v->oh || x >= 2 * v->ow) {
+    for (int c = 0; c < n; c++) row[c] = 0.0f;
+    return;
+  }
+  const int cell = (y & 1) * 2 + (x & 1);
+  const size_t o = (((size_t)b * v->oh + (size_t)(y / 2)) * v->ow + (size_t)(x / 2)) * v->c + c0;
+  for (int c = 0; c < n; c++) row[c] = v->argmax[o + c] == cell ? v->dy[o + c] : 0.0f;
+}
 static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
   return kn_cols_row(v, p) + kn_cols_col(v, t);
 }
@@ -91,7 +104,7 @@ typedef struct gemm_job {
 } gemm_job;
 
 /* Rows p0 .. p0 + kc - 1 (pixels), columns c0 .. c0 + w - 1 of a max
- * pool's input gradient (kn_pool_grad_b_row's values) into rows NR apart:
+ * pool's input gradient (pool_grad_b_row's values) into rows NR apart:
  * the pixel's position is stepped, not divided out, and 16 channels at a
  * time take dy where the argmax byte names the pixel's cell, else 0. */
 __attribute__((target("avx512f"))) static void pack_pool_rows(const kn_pool_grad_b *v, int64_t p0,
@@ -457,7 +470,9 @@ int kn_gemm_wants_workspace(void) {
   return own_available();
 }
 
-int kn_sgemm_cols_available(const kn_graph *g) {
+/* Whether kiln's GEMM runs g's products now: it is the one in use and
+ * compile planned its workspace. */
+static int own_gemm_ready(const kn_graph *g) {
 #ifdef KN_HAVE_OWN_GEMM
   return g->gemm_workspace != NULL && kn_cpu_gemm() == KN_GEMM_KILN;
 #else
@@ -470,7 +485,7 @@ int kn_sgemm_cols_available(const kn_graph *g) {
 static float b_at(const kn_sgemm_args *x, int kk, int col) {
   if (x->pool) {
     float v;
-    kn_pool_grad_b_row(x->pool, kk, col, 1, &v);
+    pool_grad_b_row(x->pool, kk, col, 1, &v);
     return v;
   }
   return x->tb ? x->b[(size_t)col * x->ldb + kk] : x->b[(size_t)kk * x->ldb + col];
@@ -487,7 +502,7 @@ static void sum_b_rows(const kn_sgemm_args *x) {
 int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
   if (x->m <= 0 || x->n <= 0) return 1;
 #ifdef KN_HAVE_OWN_GEMM
-  if (x->k > 0 && kn_sgemm_cols_available(g)) {
+  if (x->k > 0 && own_gemm_ready(g)) {
     gemm_own(g, x, NULL);
     return 1;
   }
@@ -540,7 +555,7 @@ void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *co
                         const kn_conv_flip *b, float *c, int ldc) {
   if (m <= 0 || n <= 0) return;
 #ifdef KN_HAVE_OWN_GEMM
-  if (k > 0 && kn_sgemm_cols_available(g)) {
+  if (k > 0 && own_gemm_ready(g)) {
     const kn_sgemm_args x = {.m = m, .n = n, .k = k, .cols = cols, .c = c, .ldc = ldc};
     gemm_own(g, &x, b);
     return;

@@ -339,19 +339,6 @@ typedef struct kn_pool_grad_b {
   const float *dy;
   int h, w, oh, ow, c;
 } kn_pool_grad_b;
-/* Columns c0 .. c0 + n - 1 of row p of such a B into row. */
-static inline void kn_pool_grad_b_row(const kn_pool_grad_b *v, int64_t p, int c0, int n,
-                                      float *row) {
-  const int64_t per = (int64_t)v->h * v->w, b = p / per, r = p % per;
-  const int y = (int)(r / v->w), x = (int)(r % v->w);
-  if (y >= 2 * v->oh || x >= 2 * v->ow) {
-    for (int c = 0; c < n; c++) row[c] = 0.0f;
-    return;
-  }
-  const int cell = (y & 1) * 2 + (x & 1);
-  const size_t o = (((size_t)b * v->oh + (size_t)(y / 2)) * v->ow + (size_t)(x / 2)) * v->c + c0;
-  for (int c = 0; c < n; c++) row[c] = v->argmax[o + c] == cell ? v->dy[o + c] : 0.0f;
-}
 /* One f32 product for kiln's GEMM: C (m x n, row stride ldc) = op(A) op(B).
  * A is a (lda) or, when cols is set, a convolution's columns read in place
  * from its padded input (op(cols) = cols, ta = 0: m rows of columns, k =
@@ -387,7 +374,6 @@ int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x);
  * kiln's GEMM where it is in use (else plainly): a transposed convolution. */
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
                         const kn_conv_flip *b, float *c, int ldc);
-int kn_sgemm_cols_available(const kn_graph *g);
 /* Floats of packing space one thread of kiln's GEMM needs, and whether
  * this CPU can run it (so compile allocates the space). */
 size_t kn_gemm_workspace_floats(void);
@@ -397,6 +383,11 @@ int kn_gemm_wants_workspace(void);
  * slices fixed by its shape, on as many threads as there are, and the
  * slices then added in order. 0 when it is not split. */
 size_t kn_gemm_partial_floats(int m, int n, int k);
+
+/* cpu.c: a matmul node's GEMM, C (m x cols) summed over k, at the current
+ * batch (the planned one before any run): columns a padded input stands
+ * for and a pool's gradient read as B included. */
+void kn_matmul_dims(const kn_graph *g, const kn_node_rec *n, int *m, int *cols, int *k);
 
 /* placement.c: whether any live node is placed off the CPU; compile's
  * check that every placement can run here (a failure recorded in g); and

@@ -300,20 +300,32 @@ static int pool_argmax(kn_graph *g, int max_nodes) {
   return recorded;
 }
 
+/* Whether node x's only live readers are `a` and `b` (either may be -1). */
+static int read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead || c == a || c == b) continue;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] == x) return 0;
+  }
+  return 1;
+}
+
 /* The one live node that reads x (however many of its inputs do), or -1
  * when none or several do. */
 static kn_node sole_reader(const kn_graph *g, kn_node x) {
-  kn_node reader = -1;
   for (int c = x + 1; c < g->n_nodes; c++) {
     const kn_node_rec *r = &g->nodes[c];
-    if (r->dead) continue;
-    for (int k = 0; k < r->n_inputs; k++) {
-      if (r->inputs[k] != x) continue;
-      if (reader >= 0 && reader != c) return -1;
-      reader = c;
-    }
+    for (int k = 0; k < r->n_inputs && !r->dead; k++)
+      if (r->inputs[k] == x) return read_only_by(g, x, c, -1) ? c : -1;
   }
-  return reader;
+  return -1;
+}
+
+/* Whether kiln's own f32 GEMM runs this graph's products: the passes that
+ * hand it columns, bias sums or a pool's gradient to read in place need it. */
+static int kiln_gemm_runs(const kn_graph *g) {
+  return !g->f64 && kn_gemm_wants_workspace() && kn_cpu_gemm() == KN_GEMM_KILN;
 }
 
 /* Node n becomes x zero-padded (KN_OP_CONV_PAD, x's batching, stored as
@@ -344,7 +356,7 @@ static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dty
  * in bf16); the same sums in the same order, so the values do not change.
  * Only where kiln's f32 GEMM is the one in use. */
 static int implicit_conv_columns(kn_graph *g) {
-  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  if (!kiln_gemm_runs(g)) return 0;
   int replaced = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
@@ -380,7 +392,7 @@ static int round_in_gemm(kn_graph *g, kn_node cast); /* mixed_bfloat16, below */
  * passes, so values move in the last bits. Only where kiln's f32 GEMM is
  * the one in use; f32 and bf16 operands. */
 static int implicit_input_grads(kn_graph *g) {
-  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  if (!kiln_gemm_runs(g)) return 0;
   int replaced = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *c = &g->nodes[i];
@@ -442,7 +454,7 @@ static int implicit_input_grads(kn_graph *g) {
  * into slices. f32, and only where kiln's GEMM is the one in use; A must
  * exist when the reduce_rows runs (not a recompute emitted after it). */
 static int bias_grads_in_gemm(kn_graph *g) {
-  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  if (!kiln_gemm_runs(g)) return 0;
   int paired = 0;
   for (int r = 0; r < g->n_nodes; r++) {
     kn_node_rec *R = &g->nodes[r];
@@ -470,17 +482,6 @@ static int bias_grads_in_gemm(kn_graph *g) {
   return paired;
 }
 
-/* Whether node x's only live readers are `a` and `b` (either may be -1). */
-static int read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
-  for (int c = x + 1; c < g->n_nodes; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead || c == a || c == b) continue;
-    for (int k = 0; k < r->n_inputs; k++)
-      if (r->inputs[k] == x) return 0;
-  }
-  return 1;
-}
-
 /* A first convolution's max pool gradient (it has no input gradient to
  * feed) is read only by the layer's weight gradient, op(A)^T dx, and its
  * bias gradient paired with it: it is as large as the layer's output and
@@ -491,7 +492,7 @@ static int read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
  * where kiln's GEMM is in use; runs after pool_argmax and the bias pairing.
  * The matmul then reads (A, dy, the pool). */
 static int pool_grads_in_gemm(kn_graph *g) {
-  if (g->f64 || !kn_gemm_wants_workspace() || kn_cpu_gemm() != KN_GEMM_KILN) return 0;
+  if (!kiln_gemm_runs(g)) return 0;
   int moved = 0;
   for (int m = 0; m < g->n_nodes; m++) {
     kn_node_rec *M = &g->nodes[m];

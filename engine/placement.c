@@ -80,12 +80,6 @@ int kn_check_placement(kn_graph *g) {
   return KN_OK;
 }
 
-/* A node's 2-D shape at the current batch. */
-static void matrix_of(const kn_graph *g, const kn_node_rec *n, int *rows, int *cols) {
-  *cols = n->dims[n->ndim - 1];
-  *rows = (int)(kn_node_elems(n, g->batch) / (size_t)*cols);
-}
-
 int kn_cuda_run_node(kn_graph *g, int i, char *err, size_t errlen) {
   kn_node_rec *n = &g->nodes[i];
   if (storage_only(n->op)) return KN_OK;
@@ -94,13 +88,10 @@ int kn_cuda_run_node(kn_graph *g, int i, char *err, size_t errlen) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]];
   int rc = -1;
   if (n->op == KN_OP_MATMUL) {
-    const kn_node_rec *B = &g->nodes[n->inputs[1]];
-    const int ta = n->attr_i[0], tb = n->attr_i[1];
-    int ar, ac, br, bc;
-    matrix_of(g, A, &ar, &ac);
-    matrix_of(g, B, &br, &bc);
-    rc = kn_cuda_matmul(A->data, B->data, n->data, ta ? ac : ar, tb ? br : bc, ta ? ar : ac, ta, tb,
-                        err, errlen);
+    int m, cols, k;
+    kn_matmul_dims(g, n, &m, &cols, &k);
+    rc = kn_cuda_matmul(A->data, g->nodes[n->inputs[1]].data, n->data, m, cols, k, n->attr_i[0],
+                        n->attr_i[1], err, errlen);
   } else if (n->op == KN_OP_RELU) {
     rc = kn_cuda_relu(A->data, n->data, kn_node_elems(n, g->batch), err, errlen);
   } else if (n->op == KN_OP_RELU_GRAD) {

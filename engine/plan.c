@@ -332,6 +332,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       goto out;
     }
   }
+  g->batch = 0; /* the matmuls' shapes below are the planned batch's */
   if (!g->f64 && !g->gemm_workspace && kn_gemm_wants_workspace()) {
     /* Packing space per thread, then the partial sums of the deepest
      * products' slices (the largest any f32 matmul needs at the planned
@@ -348,14 +349,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       if (n->op == KN_OP_CONV_INPUT_GRAD || A->dtype != KN_F32 || B->dtype != KN_F32 ||
           n->dtype != KN_F32)
         continue;
-      const int pad = A->op == KN_OP_CONV_PAD;
-      const int a_rows = A->dims[0] * (pad ? kn_pad_rows_per_image(A) : 1);
-      const int a_cols = pad ? kn_pad_cols_width(A) : A->dims[1];
-      const int b_cols = n->attr_i[KN_ATTR_ARGMAX] ? B->dims[3] /* a pool's dx (B*H*W, C) */
-                         : n->attr_i[1]            ? B->dims[0]
-                                                   : B->dims[1];
-      const size_t need = kn_gemm_partial_floats(n->attr_i[0] ? a_cols : a_rows, b_cols,
-                                                 n->attr_i[0] ? a_rows : a_cols);
+      int m, cols, k;
+      kn_matmul_dims(g, n, &m, &cols, &k);
+      const size_t need = kn_gemm_partial_floats(m, cols, k);
       if (need > partials) partials = need;
     }
     const size_t packing = (size_t)kn_pool_threads(g->pool) * kn_gemm_workspace_floats();
@@ -378,11 +374,11 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     if (A->dtype != KN_BF16 && g->nodes[n->inputs[1]].dtype != KN_BF16 && n->dtype != KN_BF16)
       continue;
     bf16_gemms++;
-    int depth = n->attr_i[0] ? A->dims[0] : A->dims[1];
+    int m, cols, depth;
     if (n->op == KN_OP_CONV_INPUT_GRAD) /* its sums run over dy's taps and filters */
       depth = kn_pad_cols_width(A);
-    else if (A->op == KN_OP_CONV_PAD) /* the columns it stands for (matmul_shape_of) */
-      depth = n->attr_i[0] ? A->dims[0] * kn_pad_rows_per_image(A) : kn_pad_cols_width(A);
+    else
+      kn_matmul_dims(g, n, &m, &cols, &depth);
     if (n->dtype == KN_BF16 && depth > bf16_out_depth) bf16_out_depth = depth;
   }
   if (bf16_gemms) {
