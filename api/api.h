@@ -296,7 +296,7 @@ typedef struct api_job_spec {
   char precision[16];
   int recompute; /* recompute cheap activations in backward; default false */
   /* resources */
-  char device_type[8]; /* "cpu" */
+  char device_type[8]; /* "cpu" or "gpu" */
   int devices;         /* default 1; all at once (gang) */
   char pool[32];       /* default "default" */
   /* strategy: pipeline.batch_size is per replica, the global batch is

@@ -1375,9 +1375,8 @@ static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
   refuse_unknown(&s, fields);
   char quoted[64];
   const char *device_type = get_string(&s, "device_type", OPTIONAL);
-  if (device_type && strcmp(device_type, "cpu") != 0)
-    problem(c, "resources.device_type",
-            "unsupported device_type '%s'; only 'cpu' is available for now",
+  if (device_type && strcmp(device_type, "cpu") != 0 && strcmp(device_type, "gpu") != 0)
+    problem(c, "resources.device_type", "must be cpu or gpu, got '%s'",
             clip(device_type, quoted, sizeof quoted));
   else if (device_type)
     copy_text(spec->device_type, sizeof spec->device_type, device_type);
@@ -1392,6 +1391,24 @@ static void parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
             sizeof spec->pool - 1, clip(pool, quoted, sizeof quoted));
   else if (pool)
     copy_text(spec->pool, sizeof spec->pool, pool);
+  else if (strcmp(spec->device_type, "gpu") == 0) /* kilnd's pool of every GPU */
+    copy_text(spec->pool, sizeof spec->pool, "gpu");
+}
+
+/* A GPU job: its replicas run float32 kernels on their GPUs (matmul and
+ * relu, forward and backward; the other ops on the host), one GPU each,
+ * gradients summed by NCCL. */
+static void check_gpu(checker *c, const api_job_spec *spec) {
+  if (strcmp(spec->device_type, "gpu") != 0) return;
+  if (strcmp(spec->precision, "float32") != 0)
+    problem(c, "precision",
+            "resources.device_type gpu trains in float32 (kiln's CUDA kernels are float32), got "
+            "'%s'",
+            spec->precision);
+  if (spec->strategy == API_STRATEGY_PARAMETER_SERVER)
+    problem(c, "resources.device_type",
+            "parameter_server runs its servers and workers on CPU cores; on GPUs use mirrored or "
+            "multi_worker");
 }
 
 static const char *const strategy_names[] = {"single", "mirrored", "multi_worker",
@@ -1543,6 +1560,7 @@ static void parse_profile(checker *c, json_t *obj, api_job_spec *spec) {
  * its scale on one graph, so mixed_float16 trains one replica for now. */
 static void check_strategy_resources(checker *c, json_t *resources, api_job_spec *spec) {
   const int needed = spec->replicas * spec->workers + spec->ps_servers;
+  const char *each = strcmp(spec->device_type, "gpu") == 0 ? "a GPU" : "a core";
   if (!resources || !json_object_get(resources, "devices"))
     spec->devices = needed;
   else if (spec->devices < needed && spec->strategy == API_STRATEGY_PARAMETER_SERVER)
@@ -1551,9 +1569,8 @@ static void check_strategy_resources(checker *c, json_t *resources, api_job_spec
             needed, spec->devices);
   else if (spec->devices < needed)
     problem(c, "resources.devices",
-            "must be at least replicas x workers = %d for this strategy (a core per replica), "
-            "got %d",
-            needed, spec->devices);
+            "must be at least replicas x workers = %d for this strategy (%s per replica), got %d",
+            needed, each, spec->devices);
   /* In sync mode each server holds a shard of the step's gradient only. */
   if (spec->strategy == API_STRATEGY_PARAMETER_SERVER && !spec->ps_async &&
       spec->global_clipnorm > 0)
@@ -1679,6 +1696,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
   json_t *strategy = get_object(&s, "strategy", OPTIONAL);
   if (strategy) parse_strategy(c, strategy, spec);
   if (spec->strategy != API_STRATEGY_SINGLE) check_strategy_resources(c, resources, spec);
+  check_gpu(c, spec);
   check_loss(c, spec, loss_index >= 0, metric_at);
   json_t *checkpoint = get_object(&s, "checkpoint", OPTIONAL);
   if (checkpoint) parse_checkpoint(c, checkpoint, spec);

@@ -271,6 +271,14 @@ void kn_graph_set_eager(kn_graph *g, int eager);
  * placed. Values live in host memory either way: a CUDA kernel copies its
  * operands to the device and its result back. */
 void kn_graph_set_device(kn_graph *g, kn_device d);
+/* Soft placement (TensorFlow's allow_soft_placement): every node built so
+ * far that d has a kernel for moves to d, and the rest stay where they
+ * are. Returns how many moved. A graph in another precision than float32
+ * has none that a GPU runs. */
+int kn_graph_place_soft(kn_graph *g, kn_device d);
+/* The CUDA device a graph's nodes are placed on, or -1 if all run on the
+ * host (with several, the lowest). */
+int kn_graph_gpu(const kn_graph *g);
 int kn_node_set_device(kn_graph *g, kn_node n, kn_device d);
 kn_device kn_node_device(const kn_graph *g, kn_node n);
 /* Threads for the engine's own kernels (im2col, pooling, elementwise, the
@@ -477,6 +485,9 @@ typedef struct kn_model_config {
   kn_loss loss;   /* zero: sparse categorical cross-entropy */
   kn_precision precision;
   int recompute;
+  /* cpu (zero), or cuda:N: the ops the CUDA backend has kernels for run on
+   * GPU N and the rest on the host (kn_graph_place_soft); float32 only */
+  kn_device device;
 } kn_model_config;
 
 /* A model built from Keras-style layers: input x (B, ...) f32, the loss's

@@ -295,6 +295,18 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
   }
   int rc = kn_graph_error(g, err, errlen);
   if (!rc) rc = kn_autodiff(g, loss, err, errlen);
+  if (!rc && cfg->device.kind == KN_DEVICE_CUDA) {
+    char where[32];
+    kn_device_format(cfg->device, where, sizeof where);
+    if (cfg->precision != KN_PRECISION_FLOAT32) {
+      snprintf(err, errlen, "model: a model on %s trains in float32, not %s", where,
+               kn_precision_name(cfg->precision));
+      rc = KN_EINVAL;
+    } else {
+      kn_graph_place_soft(g, cfg->device); /* forward and gradient kernels alike */
+      rc = kn_graph_error(g, err, errlen);
+    }
+  }
   if (rc) {
     kn_graph_free(g);
     memset(out, 0, sizeof *out);

@@ -38,6 +38,28 @@ static int cuda_runs(const kn_graph *g, const kn_node_rec *n) {
   return n->op == KN_OP_MATMUL || n->op == KN_OP_RELU || n->op == KN_OP_RELU_GRAD;
 }
 
+int kn_graph_place_soft(kn_graph *g, kn_device d) {
+  int moved = 0;
+  if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->eager) return 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead || storage_only(n->op) || host_copy(n->op) || !cuda_runs(g, n)) continue;
+    if (kn_node_set_device(g, i, d) != KN_OK) return moved;
+    moved++;
+  }
+  return moved;
+}
+
+int kn_graph_gpu(const kn_graph *g) {
+  int gpu = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (!n->dead && n->device.kind == KN_DEVICE_CUDA && (gpu < 0 || n->device.index < gpu))
+      gpu = n->device.index;
+  }
+  return gpu;
+}
+
 int kn_check_placement(kn_graph *g) {
   if (!kn_graph_places_on_gpu(g)) return KN_OK;
   char where[32];

@@ -1245,6 +1245,16 @@ int sched_check_fits(sched *s, const char *pool, const char *device_type, int de
                      size_t field_len, char *msg, size_t msg_len) {
   if (!s) return 0;
   int k = pool_index(s, pool && pool[0] ? pool : STORE_DEFAULT_POOL);
+  int gpus = 0;
+  for (int i = 0; i < s->n_pools; i++) gpus += strcmp(s->pools[i].device_type, "gpu") == 0;
+  if (k < 0 && device_type && strcmp(device_type, "gpu") == 0 && gpus == 0) {
+    snprintf(field, field_len, "resources.device_type");
+    snprintf(msg, msg_len, "this kilnd has no pool of GPUs: %s",
+             s->inventory.gpus > 0 ? "its --pools file names none"
+                                   : "it found no CUDA device (a build without CUDA, or a "
+                                     "machine without a GPU or its driver)");
+    return -1;
+  }
   if (k < 0) {
     char names[SCHED_MAX_POOLS * 34] = "";
     size_t used = 0;

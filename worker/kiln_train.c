@@ -46,6 +46,8 @@ static volatile sig_atomic_t stop_requested;
 
 /* multi_worker: MPI was started, and how many processes run the job. */
 static int mpi_started, mpi_world = 1;
+/* This process among those on its machine (its GPUs are its own share). */
+static int mpi_local_rank, mpi_local_size = 1;
 
 static void on_sigterm(int sig) {
   (void)sig;
@@ -368,6 +370,13 @@ static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, cha
              spec->workers, mpi_world, spec->workers);
     return -1;
   }
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Comm_rank(node, &mpi_local_rank);
+    MPI_Comm_size(node, &mpi_local_size);
+    MPI_Comm_free(&node);
+  }
   if (*rank != 0) {
     rep->progress_fd = -1;
     rep->quiet = 1;
@@ -484,8 +493,18 @@ static int train_main(int argc, char **argv) {
       start_workers(&spec, &rep, &rank, err, sizeof err))
     return fail(&rep, EXIT_SPEC, "SPEC_INVALID", err);
   /* Replicas in threads, and parameter_server processes, take a core
-   * each: GEMMs on the caller's thread. */
-  const int compute_threads = spec.replicas > 1 ? 1 : threads ? threads : ps ? 1 : spec.devices;
+   * each: GEMMs on the caller's thread. GPU replicas share the machine's
+   * cores for the ops that run on the host. */
+  const int gpu = strcmp(spec.device_type, "gpu") == 0;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const int gpu_threads = (int)(cpus / (spec.replicas * mpi_local_size));
+  const int compute_threads = gpu                 ? (threads           ? threads
+                                                     : gpu_threads > 1 ? gpu_threads
+                                                                       : 1)
+                              : spec.replicas > 1 ? 1
+                              : threads           ? threads
+                              : ps                ? 1
+                                                  : spec.devices;
   openblas_set_num_threads(compute_threads);
 
   if (!uploads_dir || !*uploads_dir) uploads_dir = "datasets";
@@ -527,6 +546,10 @@ static int train_main(int argc, char **argv) {
                    : strcmp(spec.precision, "mixed_float16") == 0 ? KN_PRECISION_MIXED_FLOAT16
                                                                   : KN_PRECISION_FLOAT32,
       .recompute = spec.recompute};
+  /* A GPU job: replica i of this process on the machine's GPU
+   * local rank x replicas + i, of those the scheduler made visible. */
+  const int first_gpu = mpi_local_rank * spec.replicas;
+  if (gpu) mc.device = (kn_device){KN_DEVICE_CUDA, first_gpu};
   memcpy(mc.input_shape, spec.input_shape, sizeof mc.input_shape);
   kn_model model;
   kn_plan_stats stats;
@@ -539,6 +562,7 @@ static int train_main(int argc, char **argv) {
   kn_model *others[API_MAX_REPLICAS];
   int n_others = 0;
   for (int i = 1; !rc && i < spec.replicas; i++) {
+    if (gpu) mc.device.index = first_gpu + i;
     rc = kn_model_build(&mc, &replicas[n_others], err, sizeof err);
     if (rc) break;
     others[n_others] = &replicas[n_others];
@@ -552,6 +576,16 @@ static int train_main(int argc, char **argv) {
   char extra[320];
   snprintf(extra, sizeof extra, "; %.2f MiB of them kept for backward",
            stats.saved_bytes / 1048576.0);
+  if (gpu) {
+    size_t used = strlen(extra);
+    char gpus[32];
+    if (spec.replicas > 1)
+      snprintf(gpus, sizeof gpus, "cuda:%d-%d", first_gpu, first_gpu + spec.replicas - 1);
+    else
+      snprintf(gpus, sizeof gpus, "cuda:%d", first_gpu);
+    snprintf(extra + used, sizeof extra - used, "; matmul and relu on %s, the rest on the host",
+             gpus);
+  }
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);
     snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",

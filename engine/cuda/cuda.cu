@@ -267,3 +267,236 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err,
 cleanup:
   return rc;
 }
+
+/* ------------------------------------------------------------------ NCCL -- */
+
+#include <nccl.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <sched.h>
+
+static_assert(sizeof(ncclUniqueId) == KN_NCCL_ID_BYTES, "ncclUniqueId is KN_NCCL_ID_BYTES bytes");
+
+/* One rank of a communicator: its device, a stream, and the device and
+ * pinned host buffers the all-reduces stage through (capacity floats
+ * each). started[] are the host ranges in flight, copied back by wait. */
+struct kn_nccl {
+  ncclComm_t comm;
+  int device, rank, nranks;
+  double timeout_s;
+  cudaStream_t stream;
+  float *dev, *pinned;
+  size_t capacity;
+  struct range {
+    float *host;
+    size_t at, n;
+  } * started;
+  size_t n_started, max_started;
+  int ready;  /* joined: the communicator may be destroyed cleanly */
+  int broken; /* aborted: every later call fails */
+};
+
+#define KN_NCCL_CHECK(call)                                                                        \
+  do {                                                                                             \
+    ncclResult_t kn_status_ = (call);                                                              \
+    if (kn_status_ != ncclSuccess && kn_status_ != ncclInProgress) {                               \
+      set_err(err, errlen, "%s:%d: %s failed: %s", base_name(__FILE__), __LINE__, #call,           \
+              ncclGetErrorString(kn_status_));                                                     \
+      goto cleanup;                                                                                \
+    }                                                                                              \
+  } while (0)
+
+static double seconds_now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Aborts the communicator (a peer died or hangs): ncclCommAbort, unlike
+ * ncclCommDestroy, never waits for the peers. */
+static void abort_comm(kn_nccl *c) {
+  if (c->comm && !c->broken) ncclCommAbort(c->comm);
+  c->broken = 1;
+}
+
+/* Waits until the non-blocking communicator has finished its last call
+ * (init or enqueue), at most until deadline; a failure or the deadline
+ * aborts it. */
+static int settle(kn_nccl *c, double deadline, const char *what, char *err, size_t errlen) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t rc = ncclCommGetAsyncError(c->comm, &state);
+    if (rc != ncclSuccess) state = rc;
+    if (state == ncclSuccess) return 0;
+    if (state != ncclInProgress) {
+      set_err(err, errlen, "NCCL rank %d of %d on cuda:%d: %s failed: %s (%s)", c->rank, c->nranks,
+              c->device, what, ncclGetErrorString(state), ncclGetLastError(c->comm));
+      abort_comm(c);
+      return -1;
+    }
+    if (seconds_now() > deadline) {
+      set_err(err, errlen,
+              "NCCL rank %d of %d on cuda:%d: %s waited more than %g s for the other ranks; one "
+              "of them died or hangs",
+              c->rank, c->nranks, c->device, what, c->timeout_s);
+      abort_comm(c);
+      return -1;
+    }
+    sched_yield();
+  }
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_nccl_unique_id(unsigned char *id, char *err,
+                                                              size_t errlen) {
+  int rc = -1;
+  ncclUniqueId uid;
+  KN_NCCL_CHECK(ncclGetUniqueId(&uid));
+  memcpy(id, &uid, sizeof uid);
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT void kiln_cuda_module_nccl_close(kn_nccl *c) {
+  if (!c) return;
+  if (c->comm && !c->broken) { /* aborted already: the handle is gone */
+    cudaSetDevice(c->device);
+    /* Not joined, or work in flight that no one will wait for: abort, which
+     * never waits for the peers. */
+    if (c->ready && c->n_started == 0)
+      ncclCommDestroy(c->comm);
+    else
+      ncclCommAbort(c->comm);
+  }
+  if (c->stream) cudaStreamDestroy(c->stream);
+  cudaFree(c->dev);
+  cudaFreeHost(c->pinned);
+  free(c->started);
+  free(c);
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_nccl_open(const unsigned char *id, int nranks,
+                                                         int rank, int device, size_t capacity,
+                                                         double timeout_s, kn_nccl **out, char *err,
+                                                         size_t errlen) {
+  int rc = -1, count = 0;
+  kn_nccl *c = nullptr;
+  ncclUniqueId uid;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  *out = nullptr;
+  if (nranks < 1 || rank < 0 || rank >= nranks || capacity == 0) {
+    set_err(err, errlen, "kn_nccl_open: rank %d of %d ranks, %zu floats: out of range", rank,
+            nranks, capacity);
+    return -1;
+  }
+  if (kiln_cuda_module_device_count(&count, err, errlen) != 0) return -1;
+  if (device < 0 || device >= count) {
+    set_err(err, errlen,
+            "NCCL rank %d of %d needs CUDA device %d, and this machine has %d CUDA device%s", rank,
+            nranks, device, count, count == 1 ? "" : "s");
+    return -1;
+  }
+  c = static_cast<kn_nccl *>(calloc(1, sizeof *c));
+  if (!c) {
+    set_err(err, errlen, "kn_nccl_open: out of memory");
+    return -1;
+  }
+  c->device = device;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+  c->capacity = capacity;
+  KN_CUDA_CHECK(cudaSetDevice(device));
+  KN_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  KN_CUDA_CHECK(cudaMalloc((void **)&c->dev, capacity * sizeof(float)));
+  KN_CUDA_CHECK(cudaMallocHost((void **)&c->pinned, capacity * sizeof(float)));
+  memcpy(&uid, id, sizeof uid);
+  /* Non-blocking: init and enqueues return at once, and settle() polls,
+   * so a rank that never comes cannot hold this one past its timeout. */
+  config.blocking = 0;
+  KN_NCCL_CHECK(ncclCommInitRankConfig(&c->comm, nranks, uid, rank, &config));
+  if (settle(c, seconds_now() + c->timeout_s, "joining the communicator", err, errlen) != 0)
+    goto cleanup;
+  c->ready = 1;
+  *out = c;
+  c = nullptr;
+  rc = 0;
+cleanup:
+  kiln_cuda_module_nccl_close(c);
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_nccl_start(kn_nccl *c, float *host, size_t at,
+                                                          size_t n, char *err, size_t errlen) {
+  int rc = -1;
+  if (c->broken) {
+    set_err(err, errlen, "NCCL rank %d of %d on cuda:%d: the communicator was aborted", c->rank,
+            c->nranks, c->device);
+    return -1;
+  }
+  if (at > c->capacity || n > c->capacity - at) {
+    set_err(err, errlen, "kn_nccl_start: floats [%zu, %zu) are past the %zu staged", at, at + n,
+            c->capacity);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (c->n_started == c->max_started) {
+    size_t max = c->max_started ? 2 * c->max_started : 16;
+    void *grown = realloc(c->started, max * sizeof *c->started);
+    if (!grown) {
+      set_err(err, errlen, "kn_nccl_start: out of memory");
+      return -1;
+    }
+    c->started = static_cast<kn_nccl::range *>(grown);
+    c->max_started = max;
+  }
+  KN_CUDA_CHECK(cudaSetDevice(c->device));
+  memcpy(c->pinned + at, host, n * sizeof(float));
+  KN_CUDA_CHECK(cudaMemcpyAsync(c->dev + at, c->pinned + at, n * sizeof(float),
+                                cudaMemcpyHostToDevice, c->stream));
+  KN_NCCL_CHECK(ncclAllReduce(c->dev + at, c->dev + at, n, ncclFloat, ncclSum, c->comm, c->stream));
+  if (settle(c, seconds_now() + c->timeout_s, "starting an all-reduce", err, errlen) != 0)
+    return -1;
+  KN_CUDA_CHECK(cudaMemcpyAsync(c->pinned + at, c->dev + at, n * sizeof(float),
+                                cudaMemcpyDeviceToHost, c->stream));
+  c->started[c->n_started++] = {host, at, n};
+  rc = 0;
+cleanup:
+  if (rc) abort_comm(c); /* a half-enqueued collective: the peers would wait on it */
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_nccl_wait(kn_nccl *c, char *err, size_t errlen) {
+  int rc = -1;
+  const double deadline = seconds_now() + c->timeout_s;
+  if (c->broken) {
+    set_err(err, errlen, "NCCL rank %d of %d on cuda:%d: the communicator was aborted", c->rank,
+            c->nranks, c->device);
+    return -1;
+  }
+  KN_CUDA_CHECK(cudaSetDevice(c->device));
+  for (;;) {
+    cudaError_t done = cudaStreamQuery(c->stream);
+    if (done == cudaSuccess) break;
+    if (done != cudaErrorNotReady) KN_CUDA_CHECK(done);
+    /* In flight: a peer's failure shows as the communicator's error. */
+    if (settle(c, deadline, "an all-reduce", err, errlen) != 0) return -1;
+    if (seconds_now() > deadline) {
+      set_err(err, errlen,
+              "NCCL rank %d of %d on cuda:%d: an all-reduce waited more than %g s for the other "
+              "ranks; one of them died or hangs",
+              c->rank, c->nranks, c->device, c->timeout_s);
+      abort_comm(c);
+      return -1;
+    }
+    sched_yield();
+  }
+  for (size_t i = 0; i < c->n_started; i++)
+    memcpy(c->started[i].host, c->pinned + c->started[i].at, c->started[i].n * sizeof(float));
+  c->n_started = 0;
+  rc = 0;
+cleanup:
+  if (rc) abort_comm(c);
+  return rc;
+}

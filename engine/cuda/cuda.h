@@ -4,7 +4,8 @@
  *
  * Every function returns 0 on success or -1 with a sentence in err (naming
  * file:line and CUDA's own error string for a failed CUDA or cuBLAS call).
- * The functions work on the calling thread's current device. */
+ * The kernels work on the calling thread's current device; a
+ * communicator on its own. */
 #ifndef KILN_ENGINE_CUDA_H
 #define KILN_ENGINE_CUDA_H
 
@@ -42,6 +43,39 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
 /* Makes device the calling thread's current one (cudaSetDevice), after
  * checking it exists. */
 int kn_cuda_set_device(int device, char *err, size_t errlen);
+
+/* ------------------------------------------------------------- NCCL -- */
+
+/* Sums across GPUs with NCCL: ranks in one process (a thread per device)
+ * or in many (the id sent over MPI). Values stay in host memory, as every
+ * kernel's do: an all-reduce copies its floats into a pinned staging
+ * buffer and to the device, sums them over the ranks on the device, and
+ * copies the sum back. */
+#define KN_NCCL_ID_BYTES 128
+typedef struct kn_nccl kn_nccl; /* one rank of a communicator */
+
+/* A new communicator's id (ncclGetUniqueId): made by one rank, handed to
+ * every other before they open it. */
+int kn_nccl_unique_id(unsigned char id[KN_NCCL_ID_BYTES], char *err, size_t errlen);
+
+/* Joins communicator id as rank of nranks on CUDA device `device`, with
+ * staging room for `capacity` floats. Every rank must call it, each from
+ * its own thread or process; it waits for all of them at most timeout_s
+ * (0: 300 s), and fails then (one died or hangs). */
+int kn_nccl_open(const unsigned char id[KN_NCCL_ID_BYTES], int nranks, int rank, int device,
+                 size_t capacity, double timeout_s, kn_nccl **out, char *err, size_t errlen);
+
+/* Starts summing host[0, n) over the ranks, staged at floats [at, at + n)
+ * of the communicator's room: the host floats are read now and written by
+ * kn_nccl_wait. Every rank starts the same sizes in the same order. */
+int kn_nccl_start(kn_nccl *c, float *host, size_t at, size_t n, char *err, size_t errlen);
+
+/* Waits for every started sum, at most timeout_s, and writes them to their
+ * host floats. A failure or the timeout aborts the communicator (a peer
+ * died or hangs): every later call fails, and nothing waits on the peers. */
+int kn_nccl_wait(kn_nccl *c, char *err, size_t errlen);
+
+void kn_nccl_close(kn_nccl *c); /* NULL is a no-op */
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* cuda_loader.c — cuda.h for a build with the CUDA backend: the backend is
- * the shared module kiln_cuda (cuda.cu, linked with cudart and cuBLAS),
+ * the shared module kiln_cuda (cuda.cu, linked with cudart, cuBLAS and
+ * NCCL),
  * opened with dlopen the first time the engine needs it, so a process that
  * never touches a GPU never maps those libraries (they would add about
  * 150 MiB to every process's resident memory). The module is looked for
@@ -23,6 +24,12 @@ static struct {
   int (*relu)(const float *, float *, size_t, char *, size_t);
   int (*relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
   int (*set_device)(int, char *, size_t);
+  int (*nccl_unique_id)(unsigned char *, char *, size_t);
+  int (*nccl_open)(const unsigned char *, int, int, int, size_t, double, kn_nccl **, char *,
+                   size_t);
+  int (*nccl_start)(kn_nccl *, float *, size_t, size_t, char *, size_t);
+  int (*nccl_wait)(kn_nccl *, char *, size_t);
+  void (*nccl_close)(kn_nccl *);
 } mod = {.once = PTHREAD_ONCE_INIT};
 
 /* dlsym's void * to a function pointer, as POSIX allows. */
@@ -48,6 +55,11 @@ static void open_module(void) {
   FIND(relu, "kiln_cuda_module_relu");
   FIND(relu_grad, "kiln_cuda_module_relu_grad");
   FIND(set_device, "kiln_cuda_module_set_device");
+  FIND(nccl_unique_id, "kiln_cuda_module_nccl_unique_id");
+  FIND(nccl_open, "kiln_cuda_module_nccl_open");
+  FIND(nccl_start, "kiln_cuda_module_nccl_start");
+  FIND(nccl_wait, "kiln_cuda_module_nccl_wait");
+  FIND(nccl_close, "kiln_cuda_module_nccl_close");
   mod.ok = 1;
 }
 
@@ -87,4 +99,28 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
 
 int kn_cuda_set_device(int device, char *err, size_t errlen) {
   return loaded(err, errlen) ? mod.set_device(device, err, errlen) : -1;
+}
+
+int kn_nccl_unique_id(unsigned char id[KN_NCCL_ID_BYTES], char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.nccl_unique_id(id, err, errlen) : -1;
+}
+
+int kn_nccl_open(const unsigned char id[KN_NCCL_ID_BYTES], int nranks, int rank, int device,
+                 size_t capacity, double timeout_s, kn_nccl **out, char *err, size_t errlen) {
+  *out = NULL;
+  return loaded(err, errlen)
+             ? mod.nccl_open(id, nranks, rank, device, capacity, timeout_s, out, err, errlen)
+             : -1;
+}
+
+int kn_nccl_start(kn_nccl *c, float *host, size_t at, size_t n, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.nccl_start(c, host, at, n, err, errlen) : -1;
+}
+
+int kn_nccl_wait(kn_nccl *c, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.nccl_wait(c, err, errlen) : -1;
+}
+
+void kn_nccl_close(kn_nccl *c) {
+  if (c && loaded(NULL, 0)) mod.nccl_close(c);
 }

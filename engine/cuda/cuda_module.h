@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "cuda.h" /* kn_nccl, KN_NCCL_ID_BYTES */
+
 #define KN_CUDA_EXPORT __attribute__((visibility("default")))
 
 #ifdef __cplusplus
@@ -25,6 +27,14 @@ KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, size_t n, cha
 KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_t n,
                                               char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_nccl_unique_id(unsigned char *id, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_nccl_open(const unsigned char *id, int nranks, int rank,
+                                              int device, size_t capacity, double timeout_s,
+                                              kn_nccl **out, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_nccl_start(kn_nccl *c, float *host, size_t at, size_t n,
+                                               char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_nccl_wait(kn_nccl *c, char *err, size_t errlen);
+KN_CUDA_EXPORT void kiln_cuda_module_nccl_close(kn_nccl *c);
 
 #ifdef __cplusplus
 }

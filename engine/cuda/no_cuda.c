@@ -58,3 +58,37 @@ int kn_cuda_set_device(int device, char *err, size_t errlen) {
   (void)device;
   return missing(err, errlen);
 }
+
+int kn_nccl_unique_id(unsigned char id[KN_NCCL_ID_BYTES], char *err, size_t errlen) {
+  (void)id;
+  return missing(err, errlen);
+}
+
+int kn_nccl_open(const unsigned char id[KN_NCCL_ID_BYTES], int nranks, int rank, int device,
+                 size_t capacity, double timeout_s, kn_nccl **out, char *err, size_t errlen) {
+  (void)id;
+  (void)nranks;
+  (void)rank;
+  (void)device;
+  (void)capacity;
+  (void)timeout_s;
+  *out = NULL;
+  return missing(err, errlen);
+}
+
+int kn_nccl_start(kn_nccl *c, float *host, size_t at, size_t n, char *err, size_t errlen) {
+  (void)c;
+  (void)host;
+  (void)at;
+  (void)n;
+  return missing(err, errlen);
+}
+
+int kn_nccl_wait(kn_nccl *c, char *err, size_t errlen) {
+  (void)c;
+  return missing(err, errlen);
+}
+
+void kn_nccl_close(kn_nccl *c) {
+  (void)c; /* never opened here */
+}

@@ -11,7 +11,13 @@
  * buffers (JOB_REDUCE, JOB_SYNC); everything else belongs to the training
  * thread, which is replica 0's and sets the next job while the others
  * wait; it alone calls MPI (the hook runs in it: overlap needs replica 0
- * alone in its process). job_lock guards generation and pending. */
+ * alone in its process). job_lock guards generation and pending.
+ * GPU replicas (their graphs placed on CUDA devices) sum their gradients
+ * with NCCL instead: replica i of process r is rank r x replicas + i of one
+ * communicator over every replica of every process, and each replica
+ * thread starts its buckets' all-reduces in bucket order and waits for
+ * them (JOB_NCCL); MPI still carries the counts, the first parameters and
+ * the state. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -23,13 +29,22 @@
 #include <mpi.h>
 #endif
 
+#include "cuda/cuda.h"
 #include "dist/dist.h"
 #include "dist/ps.h"
 #include "graph_internal.h"
 
 #define START_TIMEOUT_S 600.0 /* the first collective: every process has loaded its data */
 
-typedef enum job { JOB_RUN = 0, JOB_REDUCE, JOB_SYNC, JOB_QUIT } job;
+typedef enum job {
+  JOB_RUN = 0,
+  JOB_REDUCE,
+  JOB_SYNC,
+  JOB_NCCL_OPEN,  /* GPU replicas: join the communicator */
+  JOB_NCCL,       /* GPU replicas: weigh the gradient, all-reduce it */
+  JOB_NCCL_CLOSE, /* GPU replicas: leave the communicator */
+  JOB_QUIT
+} job;
 
 typedef struct worker_arg {
   kn_dist *d;
@@ -75,6 +90,12 @@ struct kn_dist {
   /* parameter_server: the servers sum the workers' shares (no all-reduce);
    * async: a worker's step waits for no other worker */
   int ps, ps_async;
+  /* GPU replicas: replica i runs on cuda:gpu[i] and is NCCL rank
+   * rank x n_local + i of world x n_local (nccl_id) */
+  int on_gpu;
+  int gpu[KN_DIST_MAX_LOCAL];
+  unsigned char nccl_id[KN_NCCL_ID_BYTES];
+  kn_nccl *nccl[KN_DIST_MAX_LOCAL];
 #ifdef KILN_HAVE_MPI
   MPI_Request *requests; /* (n_buckets) the all-reduces in flight */
   MPI_Comm comm;         /* the workers: MPI_COMM_WORLD, or without the parameter servers */
@@ -145,6 +166,23 @@ static void slice_of(size_t count, int i, int n, size_t *lo, size_t *hi) {
   *hi = count * (size_t)(i + 1) / (size_t)n;
 }
 
+/* JOB_NCCL for replica i: its gradient times its weight (zero where it saw
+ * no rows: its graph did not run), then every bucket summed over all GPU
+ * replicas, in bucket order, into its own flat buffer. */
+static int nccl_reduce(kn_dist *d, int i) {
+  float *g = kn_grads(d->models[i]->graph);
+  const float w = d->weight[i];
+  if (w == 0.0f)
+    memset(g, 0, d->n_params * sizeof(float));
+  else if (w != 1.0f)
+    for (size_t j = 0; j < d->n_params; j++) g[j] *= w;
+  for (int b = 0; b < d->n_buckets; b++)
+    if (kn_nccl_start(d->nccl[i], g + d->bucket_start[b], d->bucket_start[b], d->bucket_len[b],
+                      d->errs[i], sizeof d->errs[i]))
+      return KN_EIO;
+  return kn_nccl_wait(d->nccl[i], d->errs[i], sizeof d->errs[i]) ? KN_EIO : KN_OK;
+}
+
 static void do_job(kn_dist *d, int i) {
   size_t lo, hi;
   slice_of(d->n_params, i, d->n_local, &lo, &hi);
@@ -177,6 +215,17 @@ static void do_job(kn_dist *d, int i) {
       memcpy(kn_params(d->models[k]->graph) + lo, p + lo, (hi - lo) * sizeof(float));
     break;
   }
+  case JOB_NCCL_OPEN:
+    d->rc[i] = kn_nccl_open(d->nccl_id, d->world * d->n_local, d->rank * d->n_local + i, d->gpu[i],
+                            d->n_params, d->timeout_s, &d->nccl[i], d->errs[i], sizeof d->errs[i])
+                   ? KN_EIO
+                   : KN_OK;
+    break;
+  case JOB_NCCL: d->rc[i] = nccl_reduce(d, i); break;
+  case JOB_NCCL_CLOSE:
+    kn_nccl_close(d->nccl[i]);
+    d->nccl[i] = NULL;
+    break;
   case JOB_QUIT: break;
   }
 }
@@ -349,6 +398,64 @@ static void node_done(void *ctx, int node) {
 }
 #endif
 
+/* The first failed replica's error, after a job. */
+static int job_failed(const kn_dist *d, char *err, size_t errlen) {
+  for (int i = 0; i < d->n_local; i++) {
+    if (d->rc[i]) {
+      snprintf(err, errlen, "replica %d: %s", i, d->errs[i]);
+      return d->rc[i];
+    }
+  }
+  return KN_OK;
+}
+
+/* Where the replicas run: all on the host, or each on a GPU of its own
+ * (NCCL takes a device per rank). */
+static int find_gpus(kn_dist *d, char *err, size_t errlen) {
+  for (int i = 0; i < d->n_local; i++) {
+    d->gpu[i] = kn_graph_gpu(d->models[i]->graph);
+    if ((d->gpu[i] >= 0) != (d->gpu[0] >= 0)) {
+      snprintf(err, errlen,
+               "dist: replica %d runs on %s and replica 0 on %s; place every replica alike", i,
+               d->gpu[i] >= 0 ? "a GPU" : "the host", d->gpu[0] >= 0 ? "a GPU" : "the host");
+      return KN_EINVAL;
+    }
+    for (int k = 0; k < i; k++) {
+      if (d->gpu[i] >= 0 && d->gpu[k] == d->gpu[i]) {
+        snprintf(err, errlen,
+                 "dist: replicas %d and %d are both on cuda:%d; NCCL needs a GPU of its own for "
+                 "each replica",
+                 k, i, d->gpu[i]);
+        return KN_EINVAL;
+      }
+    }
+  }
+  if (d->gpu[0] >= 0 && d->ps) {
+    snprintf(err, errlen,
+             "dist: parameter_server workers train on the host; place the model on cpu");
+    return KN_EINVAL;
+  }
+  d->on_gpu = d->gpu[0] >= 0 && d->world * d->n_local > 1;
+  return KN_OK;
+}
+
+/* GPU replicas: rank 0's NCCL id to every process, then every replica
+ * joins the communicator from its own thread (all at once: each waits for
+ * the others). */
+static int open_nccl(kn_dist *d, char *err, size_t errlen) {
+  if (d->rank == 0 && kn_nccl_unique_id(d->nccl_id, err, errlen)) return KN_EIO;
+#ifdef KILN_HAVE_MPI
+  if (d->world > 1) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast(d->nccl_id, KN_NCCL_ID_BYTES, MPI_BYTE, 0, d->comm, &req));
+    int rc = wait_collective(d->timeout_s, &req, "broadcasting the NCCL id", err, errlen);
+    if (rc) return rc;
+  }
+#endif
+  run_job(d, JOB_NCCL_OPEN);
+  return job_failed(d, err, errlen);
+}
+
 static int check_replica(const kn_model *primary, const kn_model *m, int i, char *err,
                          size_t errlen) {
   if (!m || !m->graph || !m->graph->compiled) {
@@ -416,12 +523,14 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
 #ifdef KILN_HAVE_MPI
   d->comm = MPI_COMM_WORLD;
 #endif
-  int rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)1 << 20, err, errlen);
+  int rc = find_gpus(d, err, errlen);
+  if (!rc)
+    rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)1 << 20, err, errlen);
   if (!rc) rc = order_buckets(d, err, errlen);
 #ifdef KILN_HAVE_MPI
   /* Overlap only with one replica here: with several, their gradients are
    * summed in shared memory after all backward runs are done. */
-  if (!rc && world > 1 && n_local == 1 && !d->ps) {
+  if (!rc && world > 1 && n_local == 1 && !d->ps && !d->on_gpu) {
     d->overlap = 1;
     primary->graph->node_done = node_done;
     primary->graph->node_done_ctx = d;
@@ -464,6 +573,7 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
     }
   }
 #endif
+  if (!rc && d->on_gpu) rc = open_nccl(d, err, errlen);
   if (!rc) rc = kn_dist_sync(d, err, errlen);
   if (rc) {
     kn_dist_free(d);
@@ -475,6 +585,9 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
 
 void kn_dist_free(kn_dist *d) {
   if (!d) return;
+  int joined = 0;
+  for (int i = 0; i < d->n_local; i++) joined |= d->nccl[i] != NULL;
+  if (joined) run_job(d, JOB_NCCL_CLOSE); /* each from its own thread, all at once */
   if (d->n_threads > 0) {
     post_job(d, JOB_QUIT);
     for (int i = 1; i <= d->n_threads; i++) pthread_join(d->threads[i], NULL);
@@ -531,13 +644,7 @@ int kn_dist_run(kn_dist *d, kn_run_mode mode, const int *rows, char *err, size_t
     d->send_weight = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[0] : 1.0f;
   }
   run_job(d, JOB_RUN);
-  for (int i = 0; i < d->n_local; i++) {
-    if (d->rc[i]) {
-      snprintf(err, errlen, "replica %d: %s", i, d->errs[i]);
-      return d->rc[i];
-    }
-  }
-  return KN_OK;
+  return job_failed(d, err, errlen);
 }
 
 int kn_dist_sum(kn_dist *d, double *values, int n, char *err, size_t errlen) {
@@ -605,7 +712,15 @@ static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t e
     scale = (float)(1.0 / active);
   for (int i = 0; i < d->n_local; i++) {
     float w = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[i] : rows[i] > 0;
-    d->weight[i] = d->world == 1 || d->ps ? w * scale : w;
+    d->weight[i] = (d->world == 1 || d->ps) && !d->on_gpu ? w * scale : w;
+  }
+  if (d->on_gpu) { /* NCCL sums every replica's weighted gradient; scaled after */
+    run_job(d, JOB_NCCL);
+    rc = job_failed(d, err, errlen);
+    float *grads = kn_grads(d->models[0]->graph);
+    if (!rc && scale != 1.0f)
+      for (size_t j = 0; j < d->n_params; j++) grads[j] *= scale;
+    return rc;
   }
   if (!d->overlap && (d->n_local > 1 || d->weight[0] != 1.0f)) run_job(d, JOB_REDUCE);
   if (d->world == 1 || d->ps) return KN_OK; /* the parameter servers sum the workers' shares */

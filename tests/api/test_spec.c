@@ -322,8 +322,20 @@ static const struct CMUnitTest rules[] = {
     RULE("max_runtime_past_a_year_is_refused", "max_runtime", "31622401", .field = "max_runtime",
          .description = "got 31622401"),
     /* resources, precision, strategy */
-    RULE("gpu_device_type_is_refused_for_now", "resources.device_type", "\"cuda\"",
-         .field = "resources.device_type", .description = "only 'cpu' is available for now"),
+    RULE("unknown_device_type_is_refused", "resources.device_type", "\"cuda\"",
+         .field = "resources.device_type", .description = "must be cpu or gpu, got 'cuda'"),
+    RULE("gpu_job_in_mixed_precision_is_refused", "resources.device_type", "\"gpu\"", "precision",
+         "\"mixed_bfloat16\"", .field = "precision",
+         .description = "gpu trains in float32 (kiln's CUDA kernels are float32), got "
+                        "'mixed_bfloat16'"),
+    RULE("parameter_server_on_gpus_is_refused", "resources",
+         "{\"device_type\":\"gpu\",\"devices\":3}", "strategy",
+         "{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2}", .field = "resources.device_type",
+         .description = "on GPUs use mirrored or multi_worker"),
+    RULE("mirrored_on_fewer_gpus_than_replicas_is_refused", "resources",
+         "{\"device_type\":\"gpu\",\"devices\":1}", "strategy",
+         "{\"type\":\"mirrored\",\"replicas\":2}", .field = "resources.devices",
+         .description = "replicas x workers = 2 for this strategy (a GPU per replica), got 1"),
     RULE("zero_devices_are_refused", "resources.devices", "0", .field = "resources.devices",
          .description = "between 1 and 256"),
     RULE("more_devices_than_a_pool_can_hold_are_refused", "resources.devices", "257",
@@ -824,6 +836,28 @@ static void canonical_json_parses_back_to_the_same_struct(void **state) {
   assert_round_trip(MINIMAL);
 }
 
+/* A GPU job: its pool defaults to kilnd's "gpu" pool, and a replicated one
+ * holds a GPU per replica. */
+static void gpu_job_takes_the_gpu_pool_and_a_gpu_per_replica(void **state) {
+  (void)state;
+  char *text = edited("resources", "{\"device_type\":\"gpu\"}", "strategy",
+                      "{\"type\":\"multi_worker\",\"workers\":2,\"replicas_per_worker\":2}");
+  api_job_spec spec;
+  api_error err;
+  if (parse(text, &spec, &err) != 0)
+    fail_msg("%s: %s", err.message, err.n_details ? err.details[0].description : "");
+  assert_string_equal(spec.device_type, "gpu");
+  assert_string_equal(spec.pool, "gpu");
+  assert_int_equal(spec.devices, 4);
+  assert_round_trip(text);
+  free(text);
+  text = edited("resources", "{\"device_type\":\"gpu\",\"pool\":\"h100\"}", NULL, NULL);
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_string_equal(spec.pool, "h100"); /* a pool named is the pool taken */
+  assert_int_equal(spec.devices, 1);
+  free(text);
+}
+
 static void mixed_precision_and_recompute_are_read_and_round_trip(void **state) {
   (void)state;
   static const char *const policies[] = {"\"mixed_bfloat16\"", "\"mixed_float16\"", "\"float32\""};
@@ -1052,6 +1086,7 @@ int main(void) {
       cmocka_unit_test(canonical_json_of_the_example_fills_every_default),
       cmocka_unit_test(canonical_json_parses_back_to_the_same_struct),
       cmocka_unit_test(mixed_precision_and_recompute_are_read_and_round_trip),
+      cmocka_unit_test(gpu_job_takes_the_gpu_pool_and_a_gpu_per_replica),
       cmocka_unit_test(every_pipeline_option_is_read_and_round_trips),
       cmocka_unit_test(regression_spec_reads_keras_names_and_aliases),
       cmocka_unit_test(awkward_doubles_round_trip_exactly),

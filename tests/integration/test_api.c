@@ -765,6 +765,9 @@ static void bad_inputs_get_the_right_4xx_and_change_nothing(void **state) {
        409, "FAILED_PRECONDITION", "resources.devices"},
       {"unknown pool", "POST", "/v1/jobs", "SPEC:resources.pool=\"fast\"", NULL, NULL, 409,
        "FAILED_PRECONDITION", "resources.pool"},
+      {"gpu job in a pool of cores", "POST", "/v1/jobs",
+       "SPEC:resources={\"device_type\":\"gpu\",\"pool\":\"default\"}", NULL, NULL, 409,
+       "FAILED_PRECONDITION", "resources.device_type"},
       {"display_name too long", "POST", "/v1/jobs", long_name, NULL, NULL, 400, "INVALID_ARGUMENT",
        "display_name"},
       /* unknown fields and values */
