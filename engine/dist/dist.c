@@ -14,9 +14,10 @@
  * alone in its process). job_lock guards generation and pending.
  * GPU replicas (their graphs placed on CUDA devices) sum their gradients
  * with NCCL instead: replica i of process r is rank r x replicas + i of one
- * communicator over every replica of every process, and each replica
- * thread starts its buckets' all-reduces in bucket order and waits for
- * them (JOB_NCCL); MPI still carries the counts, the first parameters and
+ * communicator over every replica of every process. Each replica's
+ * node-done hook starts its buckets' all-reduces, in bucket order, as
+ * backward finishes them, in the replica's own thread; JOB_NCCL starts the
+ * rest and waits. MPI still carries the counts, the first parameters and
  * the state. */
 #include <pthread.h>
 #include <sched.h>
@@ -96,6 +97,11 @@ struct kn_dist {
   int gpu[KN_DIST_MAX_LOCAL];
   unsigned char nccl_id[KN_NCCL_ID_BYTES];
   kn_nccl *nccl[KN_DIST_MAX_LOCAL];
+  /* during a training run (stepping): replica i's buckets [0, lane_next[i])
+   * have started, each times weight[i]; its hook's first failure */
+  int lane_next[KN_DIST_MAX_LOCAL];
+  int lane_rc[KN_DIST_MAX_LOCAL];
+  char lane_err[KN_DIST_MAX_LOCAL][256];
 #ifdef KILN_HAVE_MPI
   MPI_Request *requests; /* (n_buckets) the all-reduces in flight */
   MPI_Comm comm;         /* the workers: MPI_COMM_WORLD, or without the parameter servers */
@@ -166,20 +172,44 @@ static void slice_of(size_t count, int i, int n, size_t *lo, size_t *hi) {
   *hi = count * (size_t)(i + 1) / (size_t)n;
 }
 
-/* JOB_NCCL for replica i: its gradient times its weight (zero where it saw
- * no rows: its graph did not run), then every bucket summed over all GPU
- * replicas, in bucket order, into its own flat buffer. */
-static int nccl_reduce(kn_dist *d, int i) {
-  float *g = kn_grads(d->models[i]->graph);
+/* GPU replica i's next bucket: its gradients times the replica's weight
+ * (zero where it saw no rows: its graph did not run), then their sum over
+ * every GPU replica started. */
+static int start_lane_bucket(kn_dist *d, int i, char *err, size_t errlen) {
+  const int b = d->lane_next[i]++;
+  float *g = kn_grads(d->models[i]->graph) + d->bucket_start[b];
+  const size_t len = d->bucket_len[b];
   const float w = d->weight[i];
   if (w == 0.0f)
-    memset(g, 0, d->n_params * sizeof(float));
+    memset(g, 0, len * sizeof(float));
   else if (w != 1.0f)
-    for (size_t j = 0; j < d->n_params; j++) g[j] *= w;
-  for (int b = 0; b < d->n_buckets; b++)
-    if (kn_nccl_start(d->nccl[i], g + d->bucket_start[b], d->bucket_start[b], d->bucket_len[b],
-                      d->errs[i], sizeof d->errs[i]))
-      return KN_EIO;
+    for (size_t j = 0; j < len; j++) g[j] *= w;
+  return kn_nccl_start(d->nccl[i], g, d->bucket_start[b], len, err, errlen) ? KN_EIO : KN_OK;
+}
+
+/* A GPU replica's node-done hook, in its own thread: starts the buckets
+ * backward has just finished. Never waits. */
+static void gpu_node_done(void *ctx, int node) {
+  const worker_arg *a = ctx;
+  kn_dist *d = a->d;
+  const int i = a->index;
+  if (!d->stepping || d->lane_rc[i]) return;
+  const double start = i == 0 ? seconds_now() : 0.0;
+  while (!d->lane_rc[i] && d->lane_next[i] < d->n_buckets &&
+         d->bucket_ready[d->lane_next[i]] <= node)
+    d->lane_rc[i] = start_lane_bucket(d, i, d->lane_err[i], sizeof d->lane_err[i]);
+  if (i == 0) d->comm_seconds += seconds_now() - start; /* the training thread's */
+}
+
+/* JOB_NCCL for replica i: the buckets its backward did not start (all of
+ * them where it saw no rows), then every sum into its own flat buffer. */
+static int nccl_reduce(kn_dist *d, int i) {
+  if (d->lane_rc[i]) {
+    memcpy(d->errs[i], d->lane_err[i], sizeof d->errs[i]); /* the same size */
+    return d->lane_rc[i];
+  }
+  while (d->lane_next[i] < d->n_buckets)
+    if (start_lane_bucket(d, i, d->errs[i], sizeof d->errs[i])) return KN_EIO;
   return kn_nccl_wait(d->nccl[i], d->errs[i], sizeof d->errs[i]) ? KN_EIO : KN_OK;
 }
 
@@ -517,6 +547,7 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   d->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300.0;
   d->models[0] = primary;
   for (int i = 1; i < n_local; i++) d->models[i] = cfg->replicas[i - 1];
+  for (int i = 0; i < n_local; i++) d->args[i] = (worker_arg){d, i};
   d->n_params = kn_param_count(primary->graph);
   d->ps = cfg->ps_servers > 0;
   d->ps_async = d->ps && cfg->ps_async;
@@ -546,7 +577,6 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
       d->sync_made = 1;
     }
     for (int i = 1; !rc && i < n_local; i++) {
-      d->args[i] = (worker_arg){d, i};
       if (pthread_create(&d->threads[i], NULL, replica_thread, &d->args[i]) != 0) {
         snprintf(err, errlen, "dist: cannot start replica thread %d", i);
         rc = KN_ENOMEM;
@@ -574,6 +604,10 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   }
 #endif
   if (!rc && d->on_gpu) rc = open_nccl(d, err, errlen);
+  for (int i = 0; !rc && d->on_gpu && i < n_local; i++) {
+    d->models[i]->graph->node_done = gpu_node_done;
+    d->models[i]->graph->node_done_ctx = &d->args[i];
+  }
   if (!rc) rc = kn_dist_sync(d, err, errlen);
   if (rc) {
     kn_dist_free(d);
@@ -597,9 +631,12 @@ void kn_dist_free(kn_dist *d) {
     pthread_cond_destroy(&d->job_posted);
     pthread_cond_destroy(&d->job_finished);
   }
-  if (d->overlap) {
-    d->models[0]->graph->node_done = NULL; /* the graph outlives the strategy */
-    d->models[0]->graph->node_done_ctx = NULL;
+  for (int i = 0; i < d->n_local; i++) { /* the graphs outlive the strategy */
+    if (d->models[i]->graph->node_done_ctx == d ||
+        d->models[i]->graph->node_done_ctx == &d->args[i]) {
+      d->models[i]->graph->node_done = NULL;
+      d->models[i]->graph->node_done_ctx = NULL;
+    }
   }
   free(d->bucket_start);
   free(d->bucket_len);
@@ -642,6 +679,14 @@ int kn_dist_run(kn_dist *d, kn_run_mode mode, const int *rows, char *err, size_t
     d->ran = rows[0] > 0;
     d->next_bucket = d->tested = 0;
     d->send_weight = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[0] : 1.0f;
+  }
+  if (d->on_gpu && mode == KN_RUN_TRAIN) { /* kn_dist_reduce ends the step */
+    d->stepping = 1;
+    for (int i = 0; i < d->n_local; i++) {
+      d->lane_next[i] = d->lane_rc[i] = 0;
+      /* the replica's gradient's weight in the sum, as kn_dist_reduce sets it */
+      d->weight[i] = d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN ? (float)rows[i] : rows[i] > 0;
+    }
   }
   run_job(d, JOB_RUN);
   return job_failed(d, err, errlen);
@@ -716,6 +761,7 @@ static int reduce(kn_dist *d, const int *rows, double *sums, char *err, size_t e
   }
   if (d->on_gpu) { /* NCCL sums every replica's weighted gradient; scaled after */
     run_job(d, JOB_NCCL);
+    d->stepping = 0;
     rc = job_failed(d, err, errlen);
     float *grads = kn_grads(d->models[0]->graph);
     if (!rc && scale != 1.0f)
