@@ -4,7 +4,8 @@
  * Built only with KILN_CUDA=ON; C callers see the extern "C" face in cuda.h.
  * Each call copies in, computes and copies out: values stay in the graph's
  * host arena, so a node on a GPU and one on the CPU read each other's
- * outputs as they are. */
+ * outputs as they are. The device memory and cuBLAS handle they use are
+ * the calling thread's, kept between calls. */
 #include "cuda_module.h"
 
 #include <cublas_v2.h>
@@ -60,7 +61,59 @@ const char *base_name(const char *path) {
     }                                                                                              \
   } while (0)
 
-enum { RELU_THREADS = 256, RELU_BLOCKS_PER_SM = 32 };
+enum { RELU_THREADS = 256, RELU_BLOCKS_PER_SM = 32, MAX_DEVICES = 64 };
+
+/* What a thread keeps on each device between kernels: a cuBLAS handle
+ * (creating one costs milliseconds) and device memory for operands, grown
+ * to the largest call so far. A graph's nodes run on the thread that runs
+ * the graph, so replicas in threads never share one; thread exit frees
+ * them. */
+struct workspace {
+  int made;
+  cublasHandle_t handle;
+  float *buf;
+  size_t floats;
+};
+
+struct thread_workspaces {
+  workspace on[MAX_DEVICES];
+  ~thread_workspaces() {
+    for (int d = 0; d < MAX_DEVICES; d++) {
+      if (!on[d].made) continue;
+      cudaSetDevice(d);
+      if (on[d].handle) cublasDestroy(on[d].handle);
+      cudaFree(on[d].buf);
+    }
+  }
+};
+
+static thread_local thread_workspaces workspaces;
+
+/* The current device's workspace with room for `floats` floats, and a
+ * cuBLAS handle if `blas`. */
+static workspace *workspace_for(size_t floats, int blas, char *err, size_t errlen) {
+  workspace *w = nullptr, *out = nullptr;
+  int device = 0;
+  KN_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= MAX_DEVICES) {
+    set_err(err, errlen, "CUDA device %d: kiln keeps workspaces for devices 0 to %d", device,
+            MAX_DEVICES - 1);
+    return nullptr;
+  }
+  w = &workspaces.on[device];
+  w->made = 1;
+  if (blas && !w->handle) KN_CUBLAS_CHECK(cublasCreate(&w->handle));
+  if (floats > w->floats) {
+    cudaFree(w->buf);
+    w->buf = nullptr;
+    w->floats = 0;
+    KN_CUDA_CHECK(cudaMalloc((void **)&w->buf, floats * sizeof(float)));
+    w->floats = floats;
+  }
+  out = w;
+cleanup:
+  return out;
+}
 
 /* y = relu(x) over n elements, grid-stride so any grid covers any n.
  * `v < 0 ? 0 : v` rather than fmaxf: NaN passes through, as in PyTorch,
@@ -140,10 +193,10 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const floa
                                                       int m, int n, int k, int trans_a, int trans_b,
                                                       char *err, size_t errlen) {
   int rc = -1;
+  workspace *w = nullptr;
   float *d_a = nullptr; // (m, k) or (k, m), as on the host
   float *d_b = nullptr; // (k, n) or (n, k)
   float *d_c = nullptr; // (m, n)
-  cublasHandle_t handle = nullptr;
   const float alpha = 1.0f, beta = 0.0f;
   size_t a_bytes = 0, b_bytes = 0, c_bytes = 0;
   int lda = 0, ldb = 0;
@@ -170,12 +223,13 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const floa
   a_bytes = (size_t)m * (size_t)k * sizeof(float);
   b_bytes = (size_t)k * (size_t)n * sizeof(float);
 
-  KN_CUDA_CHECK(cudaMalloc((void **)&d_a, a_bytes));
-  KN_CUDA_CHECK(cudaMalloc((void **)&d_b, b_bytes));
-  KN_CUDA_CHECK(cudaMalloc((void **)&d_c, c_bytes));
+  w = workspace_for((a_bytes + b_bytes + c_bytes) / sizeof(float), 1, err, errlen);
+  if (!w) return -1;
+  d_a = w->buf;
+  d_b = d_a + a_bytes / sizeof(float);
+  d_c = d_b + b_bytes / sizeof(float);
   KN_CUDA_CHECK(cudaMemcpy(d_a, a, a_bytes, cudaMemcpyHostToDevice));
   KN_CUDA_CHECK(cudaMemcpy(d_b, b, b_bytes, cudaMemcpyHostToDevice));
-  KN_CUBLAS_CHECK(cublasCreate(&handle));
 
   /* cuBLAS is column-major, and a row-major (r, s) buffer read column-major
    * is its transpose. So the row-major C (m, n) is a column-major C^T (n, m)
@@ -187,23 +241,20 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const floa
   lda = trans_a ? m : k;
   ldb = trans_b ? k : n;
   KN_CUBLAS_CHECK(
-      cublasSgemm(handle, op_b, op_a, n, m, k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, n));
+      cublasSgemm(w->handle, op_b, op_a, n, m, k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, n));
   /* A blocking copy on the default stream, which cuBLAS also uses: it waits
    * for the sgemm and reports any error the kernel raised. */
   KN_CUDA_CHECK(cudaMemcpy(c, d_c, c_bytes, cudaMemcpyDeviceToHost));
   rc = 0;
 
 cleanup:
-  if (handle) cublasDestroy(handle);
-  cudaFree(d_c); /* cudaFree(nullptr) is a no-op */
-  cudaFree(d_b);
-  cudaFree(d_a);
   return rc;
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, size_t n, char *err,
                                                     size_t errlen) {
   int rc = -1;
+  workspace *w = nullptr;
   float *d_buf = nullptr; // (n): x in, y out, computed in place
   size_t bytes = n * sizeof(float);
   unsigned blocks = 0;
@@ -214,7 +265,9 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, si
     return -1;
   }
   if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  KN_CUDA_CHECK(cudaMalloc((void **)&d_buf, bytes));
+  w = workspace_for(n, 0, err, errlen);
+  if (!w) return -1;
+  d_buf = w->buf;
   KN_CUDA_CHECK(cudaMemcpy(d_buf, x, bytes, cudaMemcpyHostToDevice));
   relu_kernel<<<blocks, RELU_THREADS>>>(d_buf, d_buf, n);
   KN_CUDA_CHECK(cudaGetLastError()); /* launch errors: bad configuration */
@@ -222,13 +275,13 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, si
   rc = 0;
 
 cleanup:
-  cudaFree(d_buf);
   return rc;
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx,
                                                          size_t n, char *err, size_t errlen) {
   int rc = -1;
+  workspace *w = nullptr;
   float *d_dy = nullptr, *d_y = nullptr; // (n) each; dx computed into d_dy
   size_t bytes = n * sizeof(float);
   unsigned blocks = 0;
@@ -239,8 +292,10 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const 
     return -1;
   }
   if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  KN_CUDA_CHECK(cudaMalloc((void **)&d_dy, bytes));
-  KN_CUDA_CHECK(cudaMalloc((void **)&d_y, bytes));
+  w = workspace_for(2 * n, 0, err, errlen);
+  if (!w) return -1;
+  d_dy = w->buf;
+  d_y = d_dy + n;
   KN_CUDA_CHECK(cudaMemcpy(d_dy, dy, bytes, cudaMemcpyHostToDevice));
   KN_CUDA_CHECK(cudaMemcpy(d_y, y, bytes, cudaMemcpyHostToDevice));
   relu_grad_kernel<<<blocks, RELU_THREADS>>>(d_dy, d_y, d_dy, n);
@@ -249,8 +304,6 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const 
   rc = 0;
 
 cleanup:
-  cudaFree(d_y);
-  cudaFree(d_dy);
   return rc;
 }
 
