@@ -1,6 +1,7 @@
 /* cuda.h — private to the engine: the CUDA backend's entry points, callable
- * from C. cuda.cu implements them when kiln is built with KILN_CUDA=ON;
- * no_cuda.c stands in otherwise, so callers need no #ifdef.
+ * from C. cuda.cu implements them in the module kiln_cuda (built with
+ * KILN_CUDA=ON), which cuda_loader.c opens on first use; without it there
+ * are no devices and every kernel says why, so callers need no #ifdef.
  *
  * Every function returns 0 on success or -1 with a sentence in err (naming
  * file:line and CUDA's own error string for a failed CUDA or cuBLAS call).

@@ -1,15 +1,18 @@
-/* cuda_loader.c — cuda.h for a build with the CUDA backend: the backend is
- * the shared module kiln_cuda (cuda.cu, linked with cudart, cuBLAS and
- * NCCL),
- * opened with dlopen the first time the engine needs it, so a process that
- * never touches a GPU never maps those libraries (they would add about
- * 150 MiB to every process's resident memory). The module is looked for
- * where the build put it (KILN_CUDA_MODULE), then by name on the loader's
+/* cuda_loader.c — cuda.h: the backend is the shared module kiln_cuda
+ * (cuda.cu, built with KILN_CUDA=ON and linked with cudart, cuBLAS and
+ * NCCL), opened with dlopen the first time the engine needs it, so a
+ * process that never touches a GPU never maps those libraries (they would
+ * add about 150 MiB to every process's resident memory). The module is
+ * the one KILN_CUDA_MODULE in the environment names (a module built
+ * elsewhere, or the tests' host-memory stand-in), else the one the build
+ * made (KILN_CUDA_MODULE_PATH), else libkiln_cuda.so on the loader's
  * search path. A module that can't be opened reads as "no CUDA device",
- * and any computation reports why. */
+ * and any computation reports why (in a build without CUDA: that it was
+ * built without). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda.h"
 #include "cuda_module.h"
@@ -43,12 +46,31 @@ static struct {
   } while (0)
 
 static void open_module(void) {
-  void *h = dlopen(KILN_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+  const char *path = getenv("KILN_CUDA_MODULE");
+  void *h = NULL;
+  if (path && *path) {
+    if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+      snprintf(mod.why, sizeof mod.why,
+               "the CUDA module KILN_CUDA_MODULE names could not be "
+               "loaded: %s",
+               dlerror());
+      return;
+    }
+  }
+#ifdef KILN_CUDA_MODULE_PATH
+  if (!h) h = dlopen(KILN_CUDA_MODULE_PATH, RTLD_NOW | RTLD_LOCAL);
   if (!h) h = dlopen("libkiln_cuda.so", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     snprintf(mod.why, sizeof mod.why, "the CUDA module could not be loaded: %s", dlerror());
     return;
   }
+#else
+  if (!h) {
+    snprintf(mod.why, sizeof mod.why,
+             "kiln was built without CUDA (configure with -DKILN_CUDA=ON)");
+    return;
+  }
+#endif
   FIND(device_count, "kiln_cuda_module_device_count");
   FIND(device_name, "kiln_cuda_module_device_name");
   FIND(matmul, "kiln_cuda_module_matmul");

@@ -2,9 +2,14 @@
  * backend has a kernel for on the model's GPU and leaves the rest on the
  * host; NCCL communicators sum host floats over their ranks and never
  * hang on a rank that does not come; mirrored replicas on two GPUs end
- * 20 steps with the weights one GPU reaches at twice the batch.
+ * 20 steps with the weights one GPU reaches at twice the batch, and so
+ * does weighted_mean on an uneven last batch that leaves a replica no
+ * rows; a replica that never joins fails the job in time.
  * Tests that need a GPU (or two) skip with a message where there are
- * fewer; the placement and refusal tests run everywhere. */
+ * fewer; the placement and refusal tests run everywhere. ctest runs it
+ * twice: on this machine's CUDA module (test_nccl), and on the host
+ * stand-in module (test_nccl_host_gpus, host_gpus.c), whose two devices
+ * let the GPU paths of the engine run where there is no GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +30,7 @@
 #define OUTPUTS 4
 
 static int device_count; /* set once in main() */
+static int host_standin; /* the devices are host_gpus.c's */
 
 static void require_devices(int n) {
   if (device_count < n) {
@@ -196,10 +202,25 @@ static kn_dataset teacher_data(int64_t n) {
   return ds;
 }
 
-/* Trains `replicas` models at `batch`, replica i on cuda:gpus[i], 20 Adam
- * steps; the weights (or NULL with the error in err). */
-static float *train(int replicas, int batch, const int *gpus, size_t *n_params, char *err,
-                    size_t errlen) {
+typedef struct run_config {
+  int replicas, batch;
+  const int *gpus; /* replica i on cuda:gpus[i] */
+  kn_aggregation aggregation;
+  int64_t examples;
+  kn_optimizer_type optimizer;
+  float learning_rate;
+} run_config;
+
+/* 20 Adam steps: 640 examples, 5 steps an epoch at a global batch of 128. */
+static run_config adam_run(int replicas, int batch, const int *gpus) {
+  return (run_config){replicas, batch, gpus, KN_AGGREGATE_MEAN, 640, KN_OPT_ADAM, 0.01f};
+}
+
+/* Trains run.replicas models at run.batch for 4 epochs; the weights (or
+ * NULL with the error in err). */
+static float *train(run_config run, size_t *n_params, char *err, size_t errlen) {
+  const int replicas = run.replicas, batch = run.batch;
+  const int *gpus = run.gpus;
   kn_model models[4];
   kn_model *others[4];
   int rc = KN_OK, built = 0;
@@ -211,18 +232,21 @@ static float *train(int replicas, int batch, const int *gpus, size_t *n_params, 
     others[i] = &models[i + 1];
   }
   float *weights = NULL;
-  kn_dataset ds = teacher_data(640); /* 5 steps an epoch at a global batch of 128 */
+  kn_dataset ds = teacher_data(run.examples);
   kn_train_config tc = {.epochs = 4,
                         .batch_size = batch,
                         .shuffle = 1,
                         .seed = 11,
                         .log_every_steps = 5,
-                        .optimizer = {.type = KN_OPT_ADAM,
-                                      .learning_rate = 0.01f,
+                        .optimizer = {.type = run.optimizer,
+                                      .learning_rate = run.learning_rate,
                                       .beta1 = 0.9f,
                                       .beta2 = 0.999f,
                                       .epsilon = 1e-7f}};
-  tc.dist = (kn_distribution){.n_replicas = replicas, .replicas = others, .timeout_s = 60.0};
+  tc.dist = (kn_distribution){.n_replicas = replicas,
+                              .replicas = others,
+                              .aggregation = run.aggregation,
+                              .timeout_s = host_standin ? 5.0 : 60.0};
   if (!rc) rc = kn_train(&models[0], &ds, NULL, &tc, NULL, NULL, err, errlen);
   if (!rc) {
     *n_params = kn_param_count(models[0].graph);
@@ -237,33 +261,83 @@ static float *train(int replicas, int batch, const int *gpus, size_t *n_params, 
   return weights;
 }
 
-static void mirrored_on_two_gpus_matches_one_gpu_at_twice_the_batch(void **state) {
-  (void)state;
-  require_devices(2);
-  char err[512] = "";
-  size_t n = 0, n2 = 0;
-  float *single = train(1, 128, (int[]){0}, &n, err, sizeof err);
-  if (!single) fail_msg("one GPU: %s", err);
-  float *mirrored = train(2, 64, (int[]){0, 1}, &n2, err, sizeof err);
-  if (!mirrored) fail_msg("two GPUs: %s", err);
-  assert_int_equal(n, n2);
-  double worst = 0.0, moved = 0.0;
+/* The largest difference relative to the weight's size (floored at 1e-2,
+ * so weights near zero are compared absolutely). */
+static double worst_relative(const float *a, const float *b, size_t n) {
+  double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
-    const double scale = fabs(single[i]) > 1e-2 ? fabs(single[i]) : 1e-2;
-    const double d = fabs((double)mirrored[i] - single[i]) / scale;
+    const double scale = fabs(b[i]) > 1e-2 ? fabs(b[i]) : 1e-2;
+    const double d = fabs((double)a[i] - b[i]) / scale;
     if (d > worst) worst = d;
   }
-  float *other = train(1, 64, (int[]){0}, &n2, err, sizeof err); /* a different run */
-  if (!other) fail_msg("one GPU at 64: %s", err);
-  for (size_t i = 0; i < n; i++) moved = fmax(moved, fabs((double)other[i] - single[i]));
-  print_message("mirrored on cuda:0-1 at 64 vs cuda:0 at 128 after 20 steps: worst relative "
-                "%.3g (a different run: %.3g away)\n",
-                worst, moved);
+  return worst;
+}
+
+/* Two replicas (run) against one at twice their batch on cuda:0, within
+ * 1e-5; a different run (one at their batch) is far away. */
+static void two_gpus_match_one(run_config run, const char *what) {
+  char err[512] = "";
+  size_t n = 0, n2 = 0;
+  run_config one = run;
+  one.replicas = 1;
+  one.batch = 2 * run.batch;
+  float *single = train(one, &n, err, sizeof err);
+  if (!single) fail_msg("one GPU: %s", err);
+  float *mirrored = train(run, &n2, err, sizeof err);
+  if (!mirrored) fail_msg("two GPUs: %s", err);
+  assert_int_equal(n, n2);
+  const double worst = worst_relative(mirrored, single, n);
+  one.batch = run.batch;
+  float *other = train(one, &n2, err, sizeof err);
+  if (!other) fail_msg("one GPU at %d: %s", run.batch, err);
+  const double moved = worst_relative(other, single, n);
+  print_message("%s on cuda:0-1 at %d vs cuda:0 at %d: worst relative %.3g (a different run: "
+                "%.3g)\n",
+                what, run.batch, 2 * run.batch, worst, moved);
   assert_true(worst <= 1e-5);
   assert_true(moved > 1e-2); /* the comparison can fail */
   free(single);
   free(mirrored);
   free(other);
+}
+
+static void mirrored_on_two_gpus_matches_one_gpu_at_twice_the_batch(void **state) {
+  (void)state;
+  require_devices(2);
+  two_gpus_match_one(adam_run(2, 64, (int[]){0, 1}), "mirrored, 20 adam steps,");
+}
+
+/* 560 examples at a global batch of 128: the last batch has 48 rows, all
+ * replica 0's; replica 1 runs nothing and sends zeros, weighted by 0. */
+static void weighted_mean_on_an_uneven_last_batch_matches_one_gpu(void **state) {
+  (void)state;
+  require_devices(2);
+  run_config run = {2, 64, (int[]){0, 1}, KN_AGGREGATE_WEIGHTED_MEAN, 560, KN_OPT_SGD, 0.5f};
+  two_gpus_match_one(run, "weighted_mean, 20 sgd steps,");
+}
+
+/* A replica whose rank never joins (the stand-in's fault injection): the
+ * other gives up after the collective timeout and the job fails, naming
+ * why, instead of hanging. */
+static void a_replica_that_never_joins_fails_the_job_in_time(void **state) {
+  (void)state;
+  require_devices(2);
+  if (!host_standin) {
+    print_message("SKIPPED: a rank that never joins is injected by the host stand-in only\n");
+    skip();
+  }
+  setenv("KILN_HOST_GPUS_ABSENT_RANK", "1", 1);
+  char err[512] = "";
+  size_t n = 0;
+  const double start = seconds_now();
+  float *w = train(adam_run(2, 64, (int[]){0, 1}), &n, err, sizeof err);
+  const double took = seconds_now() - start;
+  unsetenv("KILN_HOST_GPUS_ABSENT_RANK");
+  print_message("failed after %.1f s: %s\n", took, err);
+  assert_null(w);
+  assert_non_null(strstr(err, "replica 0: NCCL rank 0 of 2 on cuda:0: joining the communicator "
+                              "waited more than 5 s"));
+  assert_true(took >= 4.5 && took < 60.0);
 }
 
 /* NCCL takes a device per rank: two replicas on one GPU are refused by
@@ -273,7 +347,7 @@ static void two_replicas_on_one_gpu_are_refused(void **state) {
   require_devices(1);
   char err[512] = "";
   size_t n = 0;
-  float *w = train(2, 64, (int[]){0, 0}, &n, err, sizeof err);
+  float *w = train(adam_run(2, 64, (int[]){0, 0}), &n, err, sizeof err);
   assert_null(w);
   print_message("refused: %s\n", err);
   assert_non_null(strstr(err, "replicas 0 and 1 are both on cuda:0"));
@@ -285,7 +359,11 @@ int main(void) {
     printf("kn_cuda_device_count failed: %s\n", err);
     device_count = 0;
   }
-  printf("%d CUDA device%s\n", device_count, device_count == 1 ? "" : "s");
+  char name[64] = "";
+  if (device_count > 0 && kn_cuda_device_name(0, name, sizeof name, err, sizeof err) == 0)
+    host_standin = strstr(name, "host stand-in") != NULL;
+  printf("%d CUDA device%s%s\n", device_count, device_count == 1 ? "" : "s",
+         host_standin ? " (the host stand-in)" : "");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(soft_placement_puts_the_gpu_kernels_on_the_gpu),
       cmocka_unit_test(a_gpu_model_in_mixed_precision_is_refused),
@@ -293,6 +371,8 @@ int main(void) {
       cmocka_unit_test(one_rank_sums_to_itself),
       cmocka_unit_test(a_rank_that_never_comes_fails_the_others_in_time),
       cmocka_unit_test(mirrored_on_two_gpus_matches_one_gpu_at_twice_the_batch),
+      cmocka_unit_test(weighted_mean_on_an_uneven_last_batch_matches_one_gpu),
+      cmocka_unit_test(a_replica_that_never_joins_fails_the_job_in_time),
       cmocka_unit_test(two_replicas_on_one_gpu_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

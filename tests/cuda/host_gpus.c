@@ -1,0 +1,279 @@
+/* host_gpus.c — a stand-in for the CUDA module (engine/cuda/cuda.cu) on
+ * machines without a GPU, for tests only: KILN_HOST_GPUS devices (default
+ * 2) whose memory is the host's, kernels computed with OpenBLAS and plain
+ * loops, and NCCL communicators between the threads of one process whose
+ * all-reduce sums the ranks' floats in rank order. Opened through
+ * KILN_CUDA_MODULE, it lets the engine's GPU paths (placement, GPU
+ * replicas with their buckets, weights and hooks, a rank that never
+ * joins) run in CI; the real kernels and NCCL are tested by test_cuda and
+ * test_nccl on a machine with GPUs. KILN_HOST_GPUS_ABSENT_RANK=r makes
+ * rank r of every communicator fail to join, as a rank that died would. */
+#include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda/cuda_module.h"
+
+#define MAX_RANKS 64
+
+static int devices(void) {
+  const char *e = getenv("KILN_HOST_GPUS");
+  return e && *e ? atoi(e) : 2;
+}
+
+static int check_device(int device, char *err, size_t errlen) {
+  const int n = devices();
+  if (device >= 0 && device < n) return 0;
+  snprintf(err, errlen, "CUDA device %d does not exist: this machine has %d CUDA device%s", device,
+           n, n == 1 ? "" : "s");
+  return -1;
+}
+
+int kiln_cuda_module_device_count(int *count, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  *count = devices();
+  return 0;
+}
+
+int kiln_cuda_module_device_name(int device, char *name, size_t len, char *err, size_t errlen) {
+  if (check_device(device, err, errlen)) return -1;
+  snprintf(name, len, "host stand-in %d", device);
+  return 0;
+}
+
+int kiln_cuda_module_set_device(int device, char *err, size_t errlen) {
+  return check_device(device, err, errlen);
+}
+
+int kiln_cuda_module_matmul(const float *a, const float *b, float *c, int m, int n, int k,
+                            int trans_a, int trans_b, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  if (m == 0 || n == 0) return 0;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, trans_a ? m : k, b,
+              trans_b ? k : n, 0.0f, c, n);
+  return 0;
+}
+
+int kiln_cuda_module_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i]; /* NaN passes, as on a GPU */
+  return 0;
+}
+
+int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                               size_t errlen) {
+  (void)err;
+  (void)errlen;
+  for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  return 0;
+}
+
+/* ------------------------------------------------------------- NCCL -- */
+
+/* The ranks that opened one id: they meet at barriers, and read each
+ * other's staging buffers between two of them. */
+typedef struct group {
+  unsigned char id[KN_NCCL_ID_BYTES];
+  int nranks, joined, users;
+  int waiting;         /* ranks at the current barrier */
+  uint64_t generation; /* barriers passed */
+  const float *staging[MAX_RANKS];
+  struct group *next;
+} group;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
+static group *groups;
+
+struct kn_nccl {
+  group *g;
+  int rank, device;
+  double timeout_s;
+  float *staging;
+  size_t capacity;
+  struct range {
+    float *host;
+    size_t at, n;
+  } started[256];
+  int n_started;
+};
+
+static struct timespec deadline_after(double seconds) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const double t = (double)ts.tv_nsec * 1e-9 + seconds;
+  ts.tv_sec += (time_t)t;
+  ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+  return ts;
+}
+
+static int gave_up(const kn_nccl *c, const char *what, char *err, size_t errlen) {
+  snprintf(err, errlen,
+           "NCCL rank %d of %d on cuda:%d: %s waited more than %g s for the other ranks; one of "
+           "them died or hangs",
+           c->rank, c->g->nranks, c->device, what, c->timeout_s);
+  return -1;
+}
+
+/* Every rank of c's group here, or the timeout; with lock held. */
+static int barrier(kn_nccl *c, const char *what, char *err, size_t errlen) {
+  group *g = c->g;
+  const uint64_t gen = g->generation;
+  if (++g->waiting == g->nranks) {
+    g->waiting = 0;
+    g->generation++;
+    pthread_cond_broadcast(&changed);
+    return 0;
+  }
+  const struct timespec until = deadline_after(c->timeout_s);
+  while (g->generation == gen) {
+    if (pthread_cond_timedwait(&changed, &lock, &until) == ETIMEDOUT && g->generation == gen) {
+      g->waiting--;
+      return gave_up(c, what, err, errlen);
+    }
+  }
+  return 0;
+}
+
+int kiln_cuda_module_nccl_unique_id(unsigned char *id, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  static uint64_t made;
+  pthread_mutex_lock(&lock);
+  const uint64_t n = ++made;
+  pthread_mutex_unlock(&lock);
+  memset(id, 0, KN_NCCL_ID_BYTES);
+  const uint64_t pid = (uint64_t)getpid();
+  memcpy(id, &pid, sizeof pid);
+  memcpy(id + sizeof pid, &n, sizeof n);
+  return 0;
+}
+
+void kiln_cuda_module_nccl_close(kn_nccl *c) {
+  if (!c) return;
+  pthread_mutex_lock(&lock);
+  if (--c->g->users == 0) {
+    for (group **p = &groups; *p; p = &(*p)->next) {
+      if (*p == c->g) {
+        *p = c->g->next;
+        break;
+      }
+    }
+    free(c->g);
+  }
+  pthread_mutex_unlock(&lock);
+  free(c->staging);
+  free(c);
+}
+
+int kiln_cuda_module_nccl_open(const unsigned char *id, int nranks, int rank, int device,
+                               size_t capacity, double timeout_s, kn_nccl **out, char *err,
+                               size_t errlen) {
+  *out = NULL;
+  if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks || capacity == 0) {
+    snprintf(err, errlen, "kn_nccl_open: rank %d of %d ranks, %zu floats: out of range", rank,
+             nranks, capacity);
+    return -1;
+  }
+  if (check_device(device, err, errlen)) return -1;
+  const char *absent = getenv("KILN_HOST_GPUS_ABSENT_RANK");
+  if (absent && *absent && atoi(absent) == rank) {
+    snprintf(err, errlen, "host stand-in: rank %d does not join (KILN_HOST_GPUS_ABSENT_RANK)",
+             rank);
+    return -1;
+  }
+  kn_nccl *c = calloc(1, sizeof *c);
+  float *staging = malloc(capacity * sizeof(float));
+  if (!c || !staging) {
+    free(c);
+    free(staging);
+    snprintf(err, errlen, "kn_nccl_open: out of memory");
+    return -1;
+  }
+  *c = (kn_nccl){.rank = rank,
+                 .device = device,
+                 .timeout_s = timeout_s > 0 ? timeout_s : 300.0,
+                 .staging = staging,
+                 .capacity = capacity};
+  pthread_mutex_lock(&lock);
+  group *g = groups;
+  while (g && memcmp(g->id, id, KN_NCCL_ID_BYTES) != 0) g = g->next;
+  if (!g && (g = calloc(1, sizeof *g)) != NULL) {
+    memcpy(g->id, id, KN_NCCL_ID_BYTES);
+    g->nranks = nranks;
+    g->next = groups;
+    groups = g;
+  }
+  if (!g || g->nranks != nranks) {
+    pthread_mutex_unlock(&lock);
+    snprintf(err, errlen, "host stand-in: communicator of %d ranks opened as one of %d",
+             g ? g->nranks : 0, nranks);
+    free(staging);
+    free(c);
+    return -1;
+  }
+  c->g = g;
+  g->users++;
+  g->joined++;
+  pthread_cond_broadcast(&changed);
+  const struct timespec until = deadline_after(c->timeout_s);
+  int rc = 0;
+  while (g->joined < nranks && rc == 0)
+    if (pthread_cond_timedwait(&changed, &lock, &until) == ETIMEDOUT && g->joined < nranks)
+      rc = gave_up(c, "joining the communicator", err, errlen);
+  pthread_mutex_unlock(&lock);
+  if (rc) {
+    kiln_cuda_module_nccl_close(c);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
+int kiln_cuda_module_nccl_start(kn_nccl *c, float *host, size_t at, size_t n, char *err,
+                                size_t errlen) {
+  if (at > c->capacity || n > c->capacity - at) {
+    snprintf(err, errlen, "kn_nccl_start: floats [%zu, %zu) are past the %zu staged", at, at + n,
+             c->capacity);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (c->n_started == (int)(sizeof c->started / sizeof c->started[0])) {
+    snprintf(err, errlen, "host stand-in: more than %d all-reduces in flight", c->n_started);
+    return -1;
+  }
+  memcpy(c->staging + at, host, n * sizeof(float));
+  c->started[c->n_started++] = (struct range){host, at, n};
+  return 0;
+}
+
+int kiln_cuda_module_nccl_wait(kn_nccl *c, char *err, size_t errlen) {
+  group *g = c->g;
+  pthread_mutex_lock(&lock);
+  g->staging[c->rank] = c->staging;
+  int rc = barrier(c, "an all-reduce", err, errlen); /* every rank's floats staged */
+  pthread_mutex_unlock(&lock);
+  for (int k = 0; rc == 0 && k < c->n_started; k++) {
+    const struct range *r = &c->started[k];
+    for (size_t j = 0; j < r->n; j++) {
+      float sum = 0.0f;
+      for (int q = 0; q < g->nranks; q++) sum += g->staging[q][r->at + j];
+      r->host[j] = sum;
+    }
+  }
+  pthread_mutex_lock(&lock);
+  if (rc == 0) rc = barrier(c, "an all-reduce", err, errlen); /* all read before any restage */
+  pthread_mutex_unlock(&lock);
+  c->n_started = 0;
+  return rc;
+}
