@@ -17,40 +17,10 @@
 #include "dist/dist.h"
 #include "engine.h"
 #include "graph_internal.h"
+#include "teacher.h"
 
-#define INPUTS  20
-#define OUTPUTS 4
-
-/* Labels from a fixed random linear teacher: argmax of T x. */
-static kn_dataset teacher_data(int64_t n) {
-  kn_dataset ds = {.n = n, .ndim = 1, .shape = {INPUTS}, .example_size = INPUTS};
-  ds.n_classes = OUTPUTS;
-  ds.x = malloc((size_t)n * INPUTS * sizeof(float));
-  ds.y = malloc((size_t)n * sizeof(int32_t));
-  assert_non_null(ds.x);
-  assert_non_null(ds.y);
-  kn_rng rng;
-  kn_rng_seed(&rng, 2024);
-  float teacher[OUTPUTS][INPUTS];
-  for (int o = 0; o < OUTPUTS; o++)
-    for (int i = 0; i < INPUTS; i++) teacher[o][i] = 2.0f * kn_rng_uniform(&rng) - 1.0f;
-  for (int64_t e = 0; e < n; e++) {
-    float *x = ds.x + e * INPUTS;
-    for (int i = 0; i < INPUTS; i++) x[i] = 2.0f * kn_rng_uniform(&rng) - 1.0f;
-    int best = 0;
-    float best_score = -INFINITY;
-    for (int o = 0; o < OUTPUTS; o++) {
-      float score = 0.0f;
-      for (int i = 0; i < INPUTS; i++) score += teacher[o][i] * x[i];
-      if (score > best_score) {
-        best_score = score;
-        best = o;
-      }
-    }
-    ds.y[e] = best;
-  }
-  return ds;
-}
+#define INPUTS  TEACHER_INPUTS
+#define OUTPUTS TEACHER_OUTPUTS
 
 static void build(kn_model *m, int batch) {
   static const kn_layer_config layers[] = {
