@@ -82,7 +82,7 @@ struct thread_workspaces {
       if (!on[d].made) continue;
       cudaSetDevice(d);
       if (on[d].handle) cublasDestroy(on[d].handle);
-      cudaFree(on[d].buf);
+      if (on[d].buf) cudaFreeAsync(on[d].buf, 0);
     }
   }
 };
@@ -104,10 +104,13 @@ static workspace *workspace_for(size_t floats, int blas, char *err, size_t errle
   w->made = 1;
   if (blas && !w->handle) KN_CUBLAS_CHECK(cublasCreate(&w->handle));
   if (floats > w->floats) {
-    cudaFree(w->buf);
+    /* Stream-ordered on the default stream: cudaFree would wait for the
+     * whole device, NCCL all-reduces of other replicas in flight included
+     * (and for ever, if a peer died). */
+    if (w->buf) KN_CUDA_CHECK(cudaFreeAsync(w->buf, 0));
     w->buf = nullptr;
     w->floats = 0;
-    KN_CUDA_CHECK(cudaMalloc((void **)&w->buf, floats * sizeof(float)));
+    KN_CUDA_CHECK(cudaMallocAsync((void **)&w->buf, floats * sizeof(float), 0));
     w->floats = floats;
   }
   out = w;
@@ -413,13 +416,18 @@ cleanup:
 
 extern "C" KN_CUDA_EXPORT void kiln_cuda_module_nccl_close(kn_nccl *c) {
   if (!c) return;
+  cudaSetDevice(c->device);
   if (c->comm && !c->broken) { /* aborted already: the handle is gone */
-    cudaSetDevice(c->device);
-    /* Not joined, or work in flight that no one will wait for: abort, which
-     * never waits for the peers. */
-    if (c->ready && c->n_started == 0)
+    /* A clean leave flushes and waits for the peers (finalize), at most the
+     * timeout; not joined, work in flight that no one will wait for, or a
+     * peer that does not leave: abort, which never waits for them. The
+     * destroy after a finalize waits for nothing. */
+    ncclResult_t left = ncclInternalError;
+    if (c->ready && c->n_started == 0) left = ncclCommFinalize(c->comm);
+    if ((left == ncclSuccess || left == ncclInProgress) &&
+        settle(c, seconds_now() + c->timeout_s, "leaving the communicator", nullptr, 0) == 0)
       ncclCommDestroy(c->comm);
-    else
+    else if (!c->broken)
       ncclCommAbort(c->comm);
   }
   if (c->stream) cudaStreamDestroy(c->stream);
@@ -488,9 +496,11 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_nccl_start(kn_nccl *c, float *hos
             c->nranks, c->device);
     return -1;
   }
+  /* Every failure aborts: the peers would wait on a sum this rank skips. */
   if (at > c->capacity || n > c->capacity - at) {
     set_err(err, errlen, "kn_nccl_start: floats [%zu, %zu) are past the %zu staged", at, at + n,
             c->capacity);
+    abort_comm(c);
     return -1;
   }
   if (n == 0) return 0;
@@ -499,6 +509,7 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_nccl_start(kn_nccl *c, float *hos
     void *grown = realloc(c->started, max * sizeof *c->started);
     if (!grown) {
       set_err(err, errlen, "kn_nccl_start: out of memory");
+      abort_comm(c);
       return -1;
     }
     c->started = static_cast<kn_nccl::range *>(grown);

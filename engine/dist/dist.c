@@ -201,6 +201,35 @@ static void gpu_node_done(void *ctx, int node) {
   if (i == 0) d->comm_seconds += seconds_now() - start; /* the training thread's */
 }
 
+/* JOB_NCCL_OPEN for replica i, in its own thread: makes the thread's cuBLAS
+ * handle (a tiny matmul) and joins the communicator, then sums zeros over
+ * every bucket once, so that NCCL connects the ranks for each size now
+ * rather than in the middle of the first backward. */
+static int nccl_join(kn_dist *d, int i) {
+  char *err = d->errs[i];
+  const size_t errlen = sizeof d->errs[i];
+  const float one = 1.0f;
+  float out = 0.0f;
+  if (kn_cuda_set_device(d->gpu[i], err, errlen) ||
+      kn_cuda_matmul(&one, &one, &out, 1, 1, 1, 0, 0, err, errlen) ||
+      kn_nccl_open(d->nccl_id, d->world * d->n_local, d->rank * d->n_local + i, d->gpu[i],
+                   d->n_params, d->timeout_s, &d->nccl[i], err, errlen))
+    return KN_EIO;
+  float *zeros = calloc(d->n_params > 0 ? d->n_params : 1, sizeof(float));
+  if (!zeros) {
+    snprintf(err, errlen, "dist: out of memory");
+    return KN_ENOMEM;
+  }
+  int rc = KN_OK;
+  for (int b = 0; b < d->n_buckets && !rc; b++)
+    if (kn_nccl_start(d->nccl[i], zeros + d->bucket_start[b], d->bucket_start[b], d->bucket_len[b],
+                      err, errlen))
+      rc = KN_EIO;
+  if (!rc && kn_nccl_wait(d->nccl[i], err, errlen)) rc = KN_EIO;
+  free(zeros);
+  return rc;
+}
+
 /* JOB_NCCL for replica i: the buckets its backward did not start (all of
  * them where it saw no rows), then every sum into its own flat buffer. */
 static int nccl_reduce(kn_dist *d, int i) {
@@ -221,6 +250,12 @@ static void do_job(kn_dist *d, int i) {
     d->rc[i] = d->rows[i] > 0 ? kn_graph_run(d->models[i]->graph, d->mode, d->rows[i], d->errs[i],
                                              sizeof d->errs[i])
                               : KN_OK;
+    /* A GPU replica without rows sends its zeros now, not after the others'
+     * backward: a peer's all-reduce may wait for it to start (NCCL connects
+     * lazily), and that peer's backward for the peer's. */
+    while (d->rows[i] == 0 && d->on_gpu && d->stepping && !d->lane_rc[i] &&
+           d->lane_next[i] < d->n_buckets)
+      d->lane_rc[i] = start_lane_bucket(d, i, d->lane_err[i], sizeof d->lane_err[i]);
     break;
   case JOB_REDUCE: {
     float *out = kn_grads(d->models[0]->graph);
@@ -245,12 +280,7 @@ static void do_job(kn_dist *d, int i) {
       memcpy(kn_params(d->models[k]->graph) + lo, p + lo, (hi - lo) * sizeof(float));
     break;
   }
-  case JOB_NCCL_OPEN:
-    d->rc[i] = kn_nccl_open(d->nccl_id, d->world * d->n_local, d->rank * d->n_local + i, d->gpu[i],
-                            d->n_params, d->timeout_s, &d->nccl[i], d->errs[i], sizeof d->errs[i])
-                   ? KN_EIO
-                   : KN_OK;
-    break;
+  case JOB_NCCL_OPEN: d->rc[i] = nccl_join(d, i); break;
   case JOB_NCCL: d->rc[i] = nccl_reduce(d, i); break;
   case JOB_NCCL_CLOSE:
     kn_nccl_close(d->nccl[i]);
@@ -469,6 +499,25 @@ static int find_gpus(kn_dist *d, char *err, size_t errlen) {
   return KN_OK;
 }
 
+#ifdef KILN_HAVE_MPI
+/* Every process's replicas on GPUs, or none's: a process that made another
+ * choice would pair its collectives with the wrong ones. */
+static int agree_on_gpus(kn_dist *d, char *err, size_t errlen) {
+  int on = d->gpu[0] >= 0, total = 0;
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&on, &total, 1, MPI_INT, MPI_SUM, d->comm, &req));
+  int rc = wait_collective(d->timeout_s, &req, "agreeing where the replicas run", err, errlen);
+  if (!rc && total != 0 && total != d->world) {
+    snprintf(err, errlen,
+             "dist: %d of %d processes place their replicas on GPUs, the others on the host; "
+             "place every worker alike",
+             total, d->world);
+    rc = KN_EINVAL;
+  }
+  return rc;
+}
+#endif
+
 /* GPU replicas: rank 0's NCCL id to every process, then every replica
  * joins the communicator from its own thread (all at once: each waits for
  * the others). */
@@ -496,6 +545,7 @@ static int check_replica(const kn_model *primary, const kn_model *m, int i, char
   kn_node_shape(primary->graph, primary->x, &pn, pd);
   kn_node_shape(m->graph, m->x, &rn, rd);
   if (kn_param_count(m->graph) != kn_param_count(primary->graph) ||
+      m->graph->n_nodes != primary->graph->n_nodes ||
       m->graph->n_state_floats != primary->graph->n_state_floats || rd[0] != pd[0] ||
       m->example_size != primary->example_size || m->n_outputs != primary->n_outputs) {
     snprintf(err, errlen,
@@ -602,6 +652,9 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
       }
     }
   }
+#endif
+#ifdef KILN_HAVE_MPI
+  if (!rc && world > 1 && !d->ps) rc = agree_on_gpus(d, err, errlen);
 #endif
   if (!rc && d->on_gpu) rc = open_nccl(d, err, errlen);
   for (int i = 0; !rc && d->on_gpu && i < n_local; i++) {
