@@ -498,13 +498,8 @@ static int train_main(int argc, char **argv) {
   const int gpu = strcmp(spec.device_type, "gpu") == 0;
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const int gpu_threads = (int)(cpus / (spec.replicas * mpi_local_size));
-  const int compute_threads = gpu                 ? (threads           ? threads
-                                                     : gpu_threads > 1 ? gpu_threads
-                                                                       : 1)
-                              : spec.replicas > 1 ? 1
-                              : threads           ? threads
-                              : ps                ? 1
-                                                  : spec.devices;
+  int compute_threads = spec.replicas > 1 ? 1 : threads ? threads : ps ? 1 : spec.devices;
+  if (gpu) compute_threads = threads ? threads : gpu_threads > 1 ? gpu_threads : 1;
   openblas_set_num_threads(compute_threads);
 
   if (!uploads_dir || !*uploads_dir) uploads_dir = "datasets";
