@@ -118,6 +118,9 @@ text = open(log).read()
 arena = re.search(r"activations planned in ([0-9.]+) MiB", text).group(1)
 kept = re.search(r"([0-9.]+) MiB of them kept for backward", text)
 without = re.search(r"peak ([0-9.]+) MiB without", text)
+declined = re.search(r"recompute declined: it would plan ([0-9.]+) MiB", text)
+if declined:  # compiled without: recompute's own plan was the larger
+    recompute += f" (declined: it would plan {declined.group(1)})"
 acc = re.findall(r"val_accuracy ([0-9.]+)", text)[-1]
 print(f"| {precision} | {recompute} | {acc} | {arena} | {kept.group(1) if kept else '-'} | "
       f"{without.group(1) if without else arena} | {float(end) - float(start):.0f} |")

@@ -224,6 +224,10 @@ typedef struct kn_plan_stats {
    * recompute); arena_bytes when nothing is recomputed. */
   size_t arena_bytes_without_recompute;
   int n_recomputed; /* backward nodes that re-run a forward op */
+  /* kn_model_compile: recompute was asked for, and its plan's arena (this
+   * many bytes) was larger than the plan without it, so the model was
+   * compiled without; 0 otherwise */
+  size_t recompute_declined_bytes;
 } kn_plan_stats;
 
 /* Graph passes, each switchable before compile (all on by default). */
@@ -509,6 +513,15 @@ typedef struct kn_model {
 } kn_model;
 
 int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t errlen);
+/* Compiles m, built from cfg (kn_graph_compile; threads and passes as set
+ * on m's graph). With cfg->recompute it also builds and compiles the model
+ * without recompute, and keeps whichever plans the smaller arena: re-running
+ * forward ops pays only where their values are large, and where little is
+ * left to re-create (columns read in place, pools keeping their argmax)
+ * the re-run ops' own buffers can raise the peak instead. m is then the
+ * model kept (stats->recompute_declined_bytes says which). */
+int kn_model_compile(kn_model *m, const kn_model_config *cfg, uint64_t seed, kn_plan_stats *stats,
+                     char *err, size_t errlen);
 void kn_model_free(kn_model *m); /* frees the graph; the struct is the caller's */
 
 /* --------------------------------------------------------------- datasets -- */

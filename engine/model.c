@@ -322,6 +322,35 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
   return KN_OK;
 }
 
+int kn_model_compile(kn_model *m, const kn_model_config *cfg, uint64_t seed, kn_plan_stats *stats,
+                     char *err, size_t errlen) {
+  kn_plan_stats with;
+  int rc = kn_graph_compile(m->graph, seed, &with, err, errlen);
+  if (!rc && cfg->recompute && with.n_recomputed > 0) {
+    kn_model_config plain = *cfg;
+    plain.recompute = 0;
+    kn_model alt;
+    kn_plan_stats without;
+    char alt_err[256];
+    if (kn_model_build(&plain, &alt, alt_err, sizeof alt_err) == KN_OK) {
+      kn_graph_set_threads(alt.graph, m->graph->threads);
+      alt.graph->passes = m->graph->passes;
+      alt.graph->passes_set = m->graph->passes_set;
+      if (kn_graph_compile(alt.graph, seed, &without, alt_err, sizeof alt_err) == KN_OK &&
+          without.arena_bytes < with.arena_bytes) {
+        without.recompute_declined_bytes = with.arena_bytes;
+        kn_model_free(m);
+        *m = alt;
+        with = without;
+      } else {
+        kn_model_free(&alt);
+      }
+    }
+  }
+  if (!rc && stats) *stats = with;
+  return rc;
+}
+
 void kn_model_free(kn_model *m) {
   if (!m) return;
   kn_graph_free(m->graph);

@@ -405,6 +405,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     }
   }
   if (stats) {
+    stats->recompute_declined_bytes = 0; /* kn_model_compile's to say */
     stats->n_cse = pass_stats.cse;
     stats->n_fused = pass_stats.fused;
     stats->n_implicit = pass_stats.implicit;

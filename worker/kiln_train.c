@@ -551,7 +551,8 @@ static int train_main(int argc, char **argv) {
   int status = 0;
   rc = kn_model_build(&mc, &model, err, sizeof err);
   if (!rc) kn_graph_set_threads(model.graph, compute_threads);
-  if (!rc) rc = kn_graph_compile(model.graph, spec.seed, &stats, err, sizeof err);
+  if (!rc) rc = kn_model_compile(&model, &mc, spec.seed, &stats, err, sizeof err);
+  if (!rc && stats.recompute_declined_bytes) mc.recompute = 0; /* the replicas as the model */
   /* The other replicas of this process: the same model, the same seed. */
   kn_model replicas[API_MAX_REPLICAS];
   kn_model *others[API_MAX_REPLICAS];
@@ -585,6 +586,12 @@ static int train_main(int argc, char **argv) {
     size_t used = strlen(extra);
     snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",
              kn_precision_name(mc.precision), kn_mixed_matmul_path(mc.precision));
+  }
+  if (stats.recompute_declined_bytes) {
+    size_t used = strlen(extra);
+    snprintf(extra + used, sizeof extra - used,
+             "; recompute declined: it would plan %.2f MiB, more than without it",
+             stats.recompute_declined_bytes / 1048576.0);
   }
   if (mc.recompute) {
     size_t used = strlen(extra);

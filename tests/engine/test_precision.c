@@ -172,16 +172,20 @@ static const kn_layer_config cnn_layers[7] = {
      .activation = KN_ACT_RELU},
     {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
 
+static kn_model_config cnn_config(int side, int batch, kn_precision precision, int recompute) {
+  return (kn_model_config){.input_ndim = 3,
+                           .input_shape = {side, side, 1},
+                           .n_layers = 7,
+                           .layers = cnn_layers,
+                           .batch_size = batch,
+                           .seed = 3,
+                           .precision = precision,
+                           .recompute = recompute};
+}
+
 static kn_model build_cnn_passes(int side, int batch, kn_precision precision, int recompute,
                                  int threads, unsigned passes, kn_plan_stats *stats) {
-  kn_model_config cfg = {.input_ndim = 3,
-                         .input_shape = {side, side, 1},
-                         .n_layers = 7,
-                         .layers = cnn_layers,
-                         .batch_size = batch,
-                         .seed = 3,
-                         .precision = precision,
-                         .recompute = recompute};
+  kn_model_config cfg = cnn_config(side, batch, precision, recompute);
   kn_model m;
   char err[512] = "";
   if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
@@ -317,6 +321,48 @@ static void recompute_lowers_the_planned_peak_and_keeps_the_losses(void **state)
   assert_true(rc.arena_bytes_without_recompute > rc.arena_bytes);
   assert_true(plain.arena_bytes_without_recompute == plain.arena_bytes);
   assert_same_training_and_free(&a, &b);
+}
+
+/* kn_model_compile with recompute keeps the smaller of the two plans: at
+ * 12x12 and batch 16 the re-run ops' buffers are small and recompute
+ * lowers the peak; at 28x28 and batch 128, with the columns read in place
+ * and the pools keeping their argmax (kiln's GEMM), little is left to
+ * re-create and the plan without recompute may be the smaller one. Either
+ * way the peak is the lower of the two, with the same initial weights. */
+static void model_compile_keeps_the_smaller_plan(void **state) {
+  (void)state;
+  static const int sizes[][2] = {{12, 16}, {28, 128}};
+  for (int k = 0; k < 2; k++) {
+    const int side = sizes[k][0], batch = sizes[k][1];
+    kn_plan_stats plain, with, kept;
+    kn_model a = build_cnn(side, batch, KN_PRECISION_FLOAT32, 0, &plain);
+    kn_model b = build_cnn(side, batch, KN_PRECISION_FLOAT32, 1, &with);
+    kn_model_config cfg = cnn_config(side, batch, KN_PRECISION_FLOAT32, 1);
+    kn_model m;
+    char err[512] = "";
+    if (kn_model_build(&cfg, &m, err, sizeof err) ||
+        kn_model_compile(&m, &cfg, 11, &kept, err, sizeof err))
+      fail_msg("%s", err);
+    print_message("%dx%d batch %d: %zu bytes without recompute, %zu with; kept %zu (%s)\n", side,
+                  side, batch, plain.arena_bytes, with.arena_bytes, kept.arena_bytes,
+                  kept.recompute_declined_bytes ? "recompute declined" : "recompute kept");
+    assert_true(with.n_recomputed > 0);
+    if (plain.arena_bytes < with.arena_bytes) {
+      assert_int_equal(kept.arena_bytes, plain.arena_bytes);
+      assert_int_equal(kept.recompute_declined_bytes, with.arena_bytes);
+      assert_int_equal(kept.n_recomputed, 0);
+    } else {
+      assert_int_equal(kept.arena_bytes, with.arena_bytes);
+      assert_int_equal(kept.recompute_declined_bytes, 0);
+      assert_int_equal(kept.n_recomputed, with.n_recomputed);
+    }
+    assert_int_equal(plain.recompute_declined_bytes, 0);
+    assert_memory_equal(kn_params(m.graph), kn_params(a.graph),
+                        kn_param_count(a.graph) * sizeof(float));
+    kn_model_free(&a);
+    kn_model_free(&b);
+    kn_model_free(&m);
+  }
 }
 
 /* Every parameter's gradient in a mixed graph stays within a few percent
@@ -770,6 +816,7 @@ int main(void) {
       cmocka_unit_test(gradients_through_casts_are_rounded_like_the_narrow_type),
       cmocka_unit_test(mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent),
       cmocka_unit_test(recompute_lowers_the_planned_peak_and_keeps_the_losses),
+      cmocka_unit_test(model_compile_keeps_the_smaller_plan),
       cmocka_unit_test(mixed_precision_gradients_stay_close_to_float32),
       cmocka_unit_test(recompute_and_mixed_precision_combine),
       cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
