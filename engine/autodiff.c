@@ -156,11 +156,17 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   grads[loss] = kn_graph_push(g, &seed);
   g->loss_seed = grads[loss];
 
+  char scope[sizeof g->scope];
+  snprintf(scope, sizeof scope, "%s", g->scope);
   for (int i = loss; i >= 0 && !g->error_code; i--) {
     if (grads[i] < 0 || !g->nodes[i].requires_grad) continue;
     g->device = g->nodes[i].device;
+    char within[sizeof g->scope];
+    snprintf(within, sizeof within, "grad/%.90s", g->nodes[i].name);
+    kn_graph_set_scope(g, within); /* its gradient's nodes: "grad/<node>/<op>" */
     grad_of(g, i, grads[i], grads);
   }
+  kn_graph_set_scope(g, scope);
   if (g->error_code) goto out;
 
   /* Bind each parameter's final gradient to its slot of the flat buffer. A

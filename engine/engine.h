@@ -275,6 +275,12 @@ void kn_graph_set_eager(kn_graph *g, int eager);
  * placed. Values live in host memory either way: a CUDA kernel copies its
  * operands to the device and its result back. */
 void kn_graph_set_device(kn_graph *g, kn_device d);
+/* Name scope, as tf.name_scope: a node built from now on without a name of
+ * its own is named "<scope>/<op>" ("dense_1/matmul", then
+ * "dense_1/matmul_1"), which errors, profiles and traces show; NULL or ""
+ * = none ("n<index>"). kn_model_build scopes each layer's nodes by the
+ * layer's name, and autodiff each gradient's by "grad/<forward node>". */
+void kn_graph_set_scope(kn_graph *g, const char *scope);
 /* Soft placement (TensorFlow's allow_soft_placement): every node built so
  * far that d has a kernel for moves to d, and the rest stay where they
  * are. Returns how many moved. A graph in another precision than float32

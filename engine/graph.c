@@ -83,6 +83,25 @@ void kn_graph_set_device(kn_graph *g, kn_device d) {
   g->device = d;
 }
 
+void kn_graph_set_scope(kn_graph *g, const char *scope) {
+  snprintf(g->scope, sizeof g->scope, "%s", scope ? scope : "");
+}
+
+/* Whether a node before `before` is named name. */
+static int name_taken(const kn_graph *g, int before, const char *name) {
+  for (int i = 0; i < before; i++)
+    if (strcmp(g->nodes[i].name, name) == 0) return 1;
+  return 0;
+}
+
+/* "<scope>/<op>", or with _1, _2 ... where that is taken. */
+static void name_in_scope(kn_graph *g, kn_node id) {
+  kn_node_rec *n = &g->nodes[id];
+  snprintf(n->name, sizeof n->name, "%.95s/%s", g->scope, kn_op_name(n->op));
+  for (int k = 1; name_taken(g, id, n->name); k++)
+    snprintf(n->name, sizeof n->name, "%.95s/%s_%d", g->scope, kn_op_name(n->op), k);
+}
+
 int kn_node_set_device(kn_graph *g, kn_node n, kn_device d) {
   if (n < 0 || n >= g->n_nodes) {
     kn_graph_fail(g, KN_EINVAL, "device: no node %d", n);
@@ -137,7 +156,10 @@ static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   n->requires_grad = n->op == KN_OP_PARAM;
   for (int i = 0; i < n->n_inputs; i++) n->requires_grad |= g->nodes[n->inputs[i]].requires_grad;
   if (!g->has_backward) g->n_forward = g->n_nodes;
-  if (n->name[0] == '\0') snprintf(n->name, sizeof n->name, "n%d", id);
+  if (n->name[0] == '\0' && g->scope[0])
+    name_in_scope(g, id);
+  else if (n->name[0] == '\0')
+    snprintf(n->name, sizeof n->name, "n%d", id);
   return id;
 }
 

@@ -199,6 +199,7 @@ struct kn_graph {
   int passes_set;
   int eager;             /* no passes, one buffer per node */
   kn_device device;      /* where nodes built from now on are placed (kn_graph_set_device) */
+  char scope[96];        /* names nodes built from now on (kn_graph_set_scope); "" = none */
   int threads;           /* compute threads for own kernels (0/1: the calling thread) */
   kn_pool *pool;         /* started at compile when threads > 1 */
   float *gemm_workspace; /* packing space for kiln's GEMM, per thread (gemm.c) */

@@ -252,6 +252,12 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
       ins[k] = from < 0 ? x : outputs[from];
     }
     if (g->error_code) break;
+    char scope[96];
+    if (L->name[0])
+      snprintf(scope, sizeof scope, "%s", L->name);
+    else
+      snprintf(scope, sizeof scope, "%s_%d", layer_kind(L->type), i);
+    kn_graph_set_scope(g, scope);
     h = build_layer(g, cfg, i, ins, n_ins);
     if (h < 0 && !g->error_code) {
       kn_graph_fail(g, KN_EINVAL, "layer %d (%s, %s) failed to build", i, L->name,
@@ -279,6 +285,7 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     }
   }
   kn_node loss = -1;
+  kn_graph_set_scope(g, "loss");
   if (!g->error_code) {
     kn_graph_keep(g, h);
     if (!sparse) {
@@ -293,6 +300,7 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     case KN_LOSS_MAE: loss = kn_mae(g, h, y); break;
     }
   }
+  kn_graph_set_scope(g, NULL);
   int rc = kn_graph_error(g, err, errlen);
   if (!rc) rc = kn_autodiff(g, loss, err, errlen);
   if (!rc && cfg->device.kind == KN_DEVICE_CUDA) {

@@ -199,6 +199,36 @@ static void builder_errors_name_the_shapes(void **state) {
   kn_graph_free(g);
 }
 
+/* Name scopes, as tf.name_scope: unnamed nodes take "<scope>/<op>" (then
+ * _1, _2 within the scope), named ones keep their names, no scope gives
+ * "n<index>", and each gradient's nodes are scoped by their forward node. */
+static void scoped_nodes_and_their_gradients_are_named_by_scope(void **state) {
+  (void)state;
+  kn_graph *g = kn_graph_new();
+  kn_node x = kn_input(g, "x", KN_F32, 2, (int[]){4, 3});
+  kn_node y = kn_input(g, "y", KN_I32, 1, (int[]){4});
+  kn_graph_set_scope(g, "dense_a");
+  kn_node w = kn_param(g, "dense_a.kernel", 2, (int[]){3, 3}, KN_INIT_GLOROT_UNIFORM);
+  kn_node h1 = kn_matmul(g, x, w, 0, 0);
+  kn_node h2 = kn_matmul(g, h1, w, 0, 0);
+  kn_node r = kn_relu(g, h2);
+  kn_graph_set_scope(g, NULL);
+  kn_node loss = kn_softmax_xent(g, r, y);
+  assert_string_equal(kn_node_name(g, w), "dense_a.kernel");
+  assert_string_equal(kn_node_name(g, h1), "dense_a/matmul");
+  assert_string_equal(kn_node_name(g, h2), "dense_a/matmul_1");
+  assert_string_equal(kn_node_name(g, r), "dense_a/relu");
+  char unscoped[32];
+  snprintf(unscoped, sizeof unscoped, "n%d", loss);
+  assert_string_equal(kn_node_name(g, loss), unscoped);
+  char err[256] = "";
+  assert_int_equal(kn_autodiff(g, loss, err, sizeof err), KN_OK);
+  assert_true(kn_graph_find(g, "grad/dense_a/relu/relu_grad") >= 0);
+  assert_true(kn_graph_find(g, "grad/dense_a/matmul_1/matmul") >= 0);
+  assert_true(kn_graph_find(g, "grad/dense_a.kernel") >= 0);
+  kn_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_gradients_match_finite_differences),
@@ -207,6 +237,7 @@ int main(void) {
       cmocka_unit_test(partial_batch_gradients_match),
       cmocka_unit_test(cross_entropy_value_matches_hand_computation),
       cmocka_unit_test(builder_errors_name_the_shapes),
+      cmocka_unit_test(scoped_nodes_and_their_gradients_are_named_by_scope),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
