@@ -10,13 +10,7 @@
 
 static kn_node push_op(kn_graph *g, kn_op op, const kn_node_rec *shape_like, int n_inputs,
                        kn_node in0, kn_node in1, kn_node in2) {
-  kn_node_rec p;
-  memset(&p, 0, sizeof p);
-  p.op = op;
-  p.dtype = KN_F32;
-  p.ndim = shape_like->ndim;
-  memcpy(p.dims, shape_like->dims, sizeof p.dims);
-  p.batched = shape_like->batched;
+  kn_node_rec p = kn_node_shaped_like(shape_like, op, KN_F32);
   p.n_inputs = n_inputs;
   p.inputs[0] = in0;
   p.inputs[1] = in1;

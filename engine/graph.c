@@ -163,15 +163,19 @@ static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   return id;
 }
 
-kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int remat_of) {
-  const kn_node_rec *X = &g->nodes[x];
+kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtype) {
   kn_node_rec p;
   memset(&p, 0, sizeof p);
-  p.op = KN_OP_CAST;
-  p.dtype = to;
-  p.ndim = X->ndim;
-  memcpy(p.dims, X->dims, sizeof p.dims);
-  p.batched = X->batched;
+  p.op = op;
+  p.dtype = dtype;
+  p.ndim = like->ndim;
+  memcpy(p.dims, like->dims, sizeof p.dims);
+  p.batched = like->batched;
+  return p;
+}
+
+kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int remat_of) {
+  kn_node_rec p = kn_node_shaped_like(&g->nodes[x], KN_OP_CAST, to);
   p.n_inputs = 1;
   p.inputs[0] = x;
   p.attr_i[0] = (int)via;

@@ -269,6 +269,9 @@ int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Appends a node (copying *proto), returning its index or -1. */
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
+/* A fresh node record of op and dtype with like's shape (dims, batched),
+ * everything else zero, to fill in and push. */
+kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtype);
 /* Appends a node that lives in a flat buffer (parameters, non-trainable
  * state): recorded in *list in creation order, its offset taken from and
  * added to *floats. Returns its index or -1. */

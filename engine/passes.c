@@ -274,13 +274,7 @@ static int pool_argmax(kn_graph *g, int max_nodes) {
       continue;
     /* the bytes: a node of their own, so the pool's output need not live
      * until backward for them (pushing may move g->nodes) */
-    kn_node_rec bytes;
-    memset(&bytes, 0, sizeof bytes);
-    bytes.op = KN_OP_POOL_ARGMAX;
-    bytes.dtype = KN_U8;
-    bytes.ndim = P->ndim;
-    memcpy(bytes.dims, P->dims, sizeof bytes.dims);
-    bytes.batched = P->batched;
+    kn_node_rec bytes = kn_node_shaped_like(P, KN_OP_POOL_ARGMAX, KN_U8);
     bytes.attr_i[0] = 1 + p;
     bytes.device = P->device;
     bytes.inputs[0] = bytes.inputs[1] = bytes.inputs[2] = bytes.inputs[3] = -1;

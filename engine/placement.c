@@ -28,14 +28,19 @@ static int host_copy(kn_op op) {
   return op == KN_OP_COPY;
 }
 
-/* Whether the CUDA backend has a kernel for node n as it stands (f32). */
-static int cuda_runs(const kn_graph *g, const kn_node_rec *n) {
-  if (storage_only(n->op)) return 1;
+/* Whether the CUDA backend has a kernel of its own for node n (float32
+ * matmul, relu and relu's gradient). */
+static int cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
   if (n->dtype != KN_F32) return 0;
-  if (host_copy(n->op)) return 1;
   for (int k = 0; k < n->n_inputs; k++)
     if (g->nodes[n->inputs[k]].dtype != KN_F32) return 0;
   return n->op == KN_OP_MATMUL || n->op == KN_OP_RELU || n->op == KN_OP_RELU_GRAD;
+}
+
+/* Whether node n can be placed on a GPU as it stands: a kernel there, or
+ * no kernel needed (storage), or a copy the host makes. */
+static int cuda_runs(const kn_graph *g, const kn_node_rec *n) {
+  return storage_only(n->op) || (n->dtype == KN_F32 && host_copy(n->op)) || cuda_kernel(g, n);
 }
 
 int kn_graph_place_soft(kn_graph *g, kn_device d) {
@@ -43,7 +48,7 @@ int kn_graph_place_soft(kn_graph *g, kn_device d) {
   if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->eager) return 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
-    if (n->dead || storage_only(n->op) || host_copy(n->op) || !cuda_runs(g, n)) continue;
+    if (n->dead || !cuda_kernel(g, n)) continue;
     if (kn_node_set_device(g, i, d) != KN_OK) return moved;
     moved++;
   }

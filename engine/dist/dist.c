@@ -19,6 +19,7 @@
  * backward finishes them, in the replica's own thread; JOB_NCCL starts the
  * rest and waits. MPI still carries the counts, the first parameters and
  * the state. */
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -187,6 +188,15 @@ static int start_lane_bucket(kn_dist *d, int i, char *err, size_t errlen) {
   return kn_nccl_start(d->nccl[i], g, d->bucket_start[b], len, err, errlen) ? KN_EIO : KN_OK;
 }
 
+/* Starts GPU replica i's buckets, in order, as far as those whose
+ * gradients are final once `node` has run (INT_MAX: all the rest); the
+ * first failure is kept in lane_rc and lane_err. */
+static void start_lanes(kn_dist *d, int i, int node) {
+  while (!d->lane_rc[i] && d->lane_next[i] < d->n_buckets &&
+         d->bucket_ready[d->lane_next[i]] <= node)
+    d->lane_rc[i] = start_lane_bucket(d, i, d->lane_err[i], sizeof d->lane_err[i]);
+}
+
 /* A GPU replica's node-done hook, in its own thread: starts the buckets
  * backward has just finished. Never waits. */
 static void gpu_node_done(void *ctx, int node) {
@@ -195,9 +205,7 @@ static void gpu_node_done(void *ctx, int node) {
   const int i = a->index;
   if (!d->stepping || d->lane_rc[i]) return;
   const double start = i == 0 ? seconds_now() : 0.0;
-  while (!d->lane_rc[i] && d->lane_next[i] < d->n_buckets &&
-         d->bucket_ready[d->lane_next[i]] <= node)
-    d->lane_rc[i] = start_lane_bucket(d, i, d->lane_err[i], sizeof d->lane_err[i]);
+  start_lanes(d, i, node);
   if (i == 0) d->comm_seconds += seconds_now() - start; /* the training thread's */
 }
 
@@ -233,12 +241,11 @@ static int nccl_join(kn_dist *d, int i) {
 /* JOB_NCCL for replica i: the buckets its backward did not start (all of
  * them where it saw no rows), then every sum into its own flat buffer. */
 static int nccl_reduce(kn_dist *d, int i) {
+  start_lanes(d, i, INT_MAX);
   if (d->lane_rc[i]) {
     memcpy(d->errs[i], d->lane_err[i], sizeof d->errs[i]); /* the same size */
     return d->lane_rc[i];
   }
-  while (d->lane_next[i] < d->n_buckets)
-    if (start_lane_bucket(d, i, d->errs[i], sizeof d->errs[i])) return KN_EIO;
   return kn_nccl_wait(d->nccl[i], d->errs[i], sizeof d->errs[i]) ? KN_EIO : KN_OK;
 }
 
@@ -253,9 +260,7 @@ static void do_job(kn_dist *d, int i) {
     /* A GPU replica without rows sends its zeros now, not after the others'
      * backward: a peer's all-reduce may wait for it to start (NCCL connects
      * lazily), and that peer's backward for the peer's. */
-    while (d->rows[i] == 0 && d->on_gpu && d->stepping && !d->lane_rc[i] &&
-           d->lane_next[i] < d->n_buckets)
-      d->lane_rc[i] = start_lane_bucket(d, i, d->lane_err[i], sizeof d->lane_err[i]);
+    if (d->rows[i] == 0 && d->on_gpu && d->stepping) start_lanes(d, i, INT_MAX);
     break;
   case JOB_REDUCE: {
     float *out = kn_grads(d->models[0]->graph);
@@ -438,7 +443,7 @@ static int start_bucket(kn_dist *d, int b, char *err, size_t errlen) {
 /* The graph's node-done hook while overlapping: starts the buckets node
  * finished, and moves the ones in flight on. Never blocks. */
 static void node_done(void *ctx, int node) {
-  kn_dist *d = ctx;
+  kn_dist *d = ((const worker_arg *)ctx)->d;
   const int more = d->next_bucket < d->n_buckets && d->bucket_ready[d->next_bucket] <= node;
   if (!d->stepping || d->overlap_rc || (!more && d->tested == d->next_bucket)) return;
   const double start = seconds_now();
@@ -614,7 +619,7 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   if (!rc && world > 1 && n_local == 1 && !d->ps && !d->on_gpu) {
     d->overlap = 1;
     primary->graph->node_done = node_done;
-    primary->graph->node_done_ctx = d;
+    primary->graph->node_done_ctx = &d->args[0]; /* as a GPU replica's hook */
   }
 #endif
   if (!rc && n_local > 1) {
@@ -685,8 +690,7 @@ void kn_dist_free(kn_dist *d) {
     pthread_cond_destroy(&d->job_finished);
   }
   for (int i = 0; i < d->n_local; i++) { /* the graphs outlive the strategy */
-    if (d->models[i]->graph->node_done_ctx == d ||
-        d->models[i]->graph->node_done_ctx == &d->args[i]) {
+    if (d->models[i]->graph->node_done_ctx == &d->args[i]) {
       d->models[i]->graph->node_done = NULL;
       d->models[i]->graph->node_done_ctx = NULL;
     }
