@@ -1,6 +1,7 @@
 /* graph.c — building a static graph: node storage, shape inference for each
  * op, sticky builder errors and the accessors the rest of the engine uses. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +61,17 @@ int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...) {
   return -1;
 }
 
+/* The node growth of graphs made from now on (kn_graph_set_node_growth). */
+static _Atomic int node_growth;
+
+void kn_graph_set_node_growth(int nodes) {
+  atomic_store(&node_growth, nodes > 0 ? nodes : 0);
+}
+
 kn_graph *kn_graph_new(void) {
-  return calloc(1, sizeof(kn_graph));
+  kn_graph *g = calloc(1, sizeof(kn_graph));
+  if (g) g->node_growth = atomic_load(&node_growth);
+  return g;
 }
 
 void kn_graph_free(kn_graph *g) {
@@ -143,7 +153,7 @@ int kn_graph_node_count(const kn_graph *g) {
 static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   if (g->compiled) return kn_graph_fail(g, KN_ESTATE, "graph is compiled; it can't grow");
   if (g->n_nodes == g->cap_nodes) {
-    int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
+    int cap = g->node_growth ? g->cap_nodes + g->node_growth : g->cap_nodes ? g->cap_nodes * 2 : 64;
     kn_node_rec *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
     if (!nodes) return kn_graph_fail(g, KN_ENOMEM, "graph: out of memory for %d nodes", cap);
     g->nodes = nodes;

@@ -182,6 +182,8 @@ typedef struct kn_node_rec {
 struct kn_graph {
   kn_node_rec *nodes;
   int n_nodes, cap_nodes;
+  /* 0: the node array starts at 64 and doubles; n: it grows n at a time */
+  int node_growth;
   int n_forward; /* nodes [0, n_forward) form the forward pass */
   int has_backward;
   kn_node *params; /* parameter nodes in creation order */
@@ -269,6 +271,10 @@ int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Appends a node (copying *proto), returning its index or -1. */
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
+/* A test hook, process-wide: graphs made from now on start their node
+ * array at `nodes` records and grow it by as many at a time, so with 1
+ * every push moves the array; 0 restores the default (64, doubling). */
+void kn_graph_set_node_growth(int nodes);
 /* A fresh node record of op and dtype with like's shape (dims, batched),
  * everything else zero, to fill in and push. */
 kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtype);
