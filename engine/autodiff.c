@@ -8,16 +8,6 @@
 
 #include "graph_internal.h"
 
-static kn_node push_op(kn_graph *g, kn_op op, const kn_node_rec *shape_like, int n_inputs,
-                       kn_node in0, kn_node in1, kn_node in2) {
-  kn_node_rec p = kn_node_shaped_like(shape_like, op, KN_F32);
-  p.n_inputs = n_inputs;
-  p.inputs[0] = in0;
-  p.inputs[1] = in1;
-  p.inputs[2] = in2;
-  return kn_graph_push(g, &p);
-}
-
 /* Adds contribution `d` to the running gradient grads[target]. */
 static int accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d) {
   if (d < 0) return -1;
@@ -59,7 +49,7 @@ static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
   case KN_OP_BIAS_ADD:
     if (need_a && accumulate(g, grads, a, dy)) return -1;
     if (need_b) {
-      kn_node db = push_op(g, KN_OP_REDUCE_ROWS, &g->nodes[b], 1, dy, -1, -1);
+      kn_node db = kn_push_like(g, KN_OP_REDUCE_ROWS, b, 1, dy, -1, -1);
       if (accumulate(g, grads, b, db)) return -1;
     }
     return 0;
@@ -69,27 +59,24 @@ static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
     return 0;
   case KN_OP_RELU:
     if (need_a) {
-      return accumulate(g, grads, a, push_op(g, KN_OP_RELU_GRAD, &n, 2, dy, i, -1));
+      return accumulate(g, grads, a, kn_push_like(g, KN_OP_RELU_GRAD, i, 2, dy, i, -1));
     }
     return 0;
   case KN_OP_SOFTMAX:
     if (need_a) {
-      return accumulate(g, grads, a, push_op(g, KN_OP_SOFTMAX_GRAD, &n, 2, dy, i, -1));
+      return accumulate(g, grads, a, kn_push_like(g, KN_OP_SOFTMAX_GRAD, i, 2, dy, i, -1));
     }
     return 0;
   case KN_OP_RESHAPE:
     if (need_a) {
-      const kn_node_rec *x = &g->nodes[a];
       int dims[KN_MAX_DIMS];
-      memcpy(dims, x->dims, sizeof dims);
-      return accumulate(g, grads, a, kn_reshape(g, dy, x->ndim, dims));
+      memcpy(dims, g->nodes[a].dims, sizeof dims);
+      return accumulate(g, grads, a, kn_reshape(g, dy, g->nodes[a].ndim, dims));
     }
     return 0;
   case KN_OP_SOFTMAX_XENT:
-    if (need_a) {
-      kn_node_rec logits = g->nodes[a];
-      return accumulate(g, grads, a, push_op(g, KN_OP_SOFTMAX_XENT_GRAD, &logits, 3, a, b, dy));
-    }
+    if (need_a)
+      return accumulate(g, grads, a, kn_push_like(g, KN_OP_SOFTMAX_XENT_GRAD, a, 3, a, b, dy));
     return 0;
   case KN_OP_CAST:
     if (!need_a) return 0;
@@ -170,8 +157,8 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
     kn_node param = g->params[p];
     kn_node d = param < n_forward ? grads[param] : -1;
     if (d < 0) continue; /* unused parameter: its slot stays zero */
-    kn_node_rec *dn = &g->nodes[d];
-    if (dn->storage != KN_STORE_ARENA || dn->op == KN_OP_FILL || dn->op == KN_OP_INPUT) {
+    if (g->nodes[d].storage != KN_STORE_ARENA || g->nodes[d].op == KN_OP_FILL ||
+        g->nodes[d].op == KN_OP_INPUT) {
       kn_node_rec copy = g->nodes[param];
       memset(copy.inputs, 0, sizeof copy.inputs);
       copy.op = KN_OP_COPY;
@@ -183,8 +170,8 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
       g->device = g->nodes[param].device;
       d = kn_graph_push(g, &copy);
       if (d < 0) goto out;
-      dn = &g->nodes[d];
     }
+    kn_node_rec *dn = &g->nodes[d]; /* taken after the push, which may move g->nodes */
     dn->storage = KN_STORE_GRAD;
     dn->flat_offset = g->nodes[param].flat_offset;
     dn->keep = 1;

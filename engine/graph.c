@@ -212,34 +212,34 @@ static int is_activation(const kn_graph *g, kn_node x) {
  * each emitted right before the reader so x itself dies in forward. */
 static kn_node backward_source(kn_graph *g, kn_node x) {
   if (x < 0 || x >= g->n_forward || !is_activation(g, x)) return x;
-  const kn_node_rec *n = &g->nodes[x];
+  const kn_node_rec n = g->nodes[x]; /* a copy: pushing nodes may move g->nodes */
   /* im2col and pooling move data and do no arithmetic to speak of, and
    * their inputs are values backward keeps anyway (the layer's input for
    * the conv GEMM's dW, the relu output for relu_grad); a second level lets
    * im2col re-read a recomputed pooling. */
-  if (g->recompute && g->remat_depth < 2 && (n->op == KN_OP_IM2COL || n->op == KN_OP_POOL)) {
-    kn_node_rec r = *n;
+  if (g->recompute && g->remat_depth < 2 && (n.op == KN_OP_IM2COL || n.op == KN_OP_POOL)) {
+    kn_node_rec r = n;
     r.remat_of = x + 1;
     r.shadow = 0;
-    snprintf(r.name, sizeof r.name, "recompute/%.100s", n->name);
+    snprintf(r.name, sizeof r.name, "recompute/%.100s", n.name);
     g->remat_depth++;
     kn_node id = kn_graph_push(g, &r);
     g->remat_depth--;
     return id;
   }
-  if (n->storage == KN_STORE_VIEW) {
+  if (n.storage == KN_STORE_VIEW) {
     /* A view (reshape) of the re-created value it views. */
-    kn_node src = backward_source(g, n->inputs[0]);
-    if (src == n->inputs[0] || src < 0) return src;
-    kn_node_rec v = *n;
+    kn_node src = backward_source(g, n.inputs[0]);
+    if (src == n.inputs[0] || src < 0) return src;
+    kn_node_rec v = n;
     v.inputs[0] = src;
     v.remat_of = x + 1;
     v.shadow = 0;
     return push_raw(g, &v);
   }
-  if (n->shadow) return kn_push_cast(g, n->shadow - 1, KN_F32, narrow_type(g), x + 1);
-  if (n->op == KN_OP_CAST && g->nodes[n->inputs[0]].dtype != KN_F32)
-    return kn_push_cast(g, n->inputs[0], KN_F32, kn_cast_via(n), x + 1);
+  if (n.shadow) return kn_push_cast(g, n.shadow - 1, KN_F32, narrow_type(g), x + 1);
+  if (n.op == KN_OP_CAST && g->nodes[n.inputs[0]].dtype != KN_F32)
+    return kn_push_cast(g, n.inputs[0], KN_F32, kn_cast_via(&n), x + 1);
   return x;
 }
 
@@ -255,8 +255,7 @@ kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto) {
     } else if (mixed && g->nodes[in].op == KN_OP_PARAM) {
       /* The forward reads a narrow copy of each weight; its gradient flows
        * back (rounded) into the f32 master weight. */
-      kn_node_rec *P = &g->nodes[in];
-      if (!P->shadow) {
+      if (!g->nodes[in].shadow) {
         kn_node down = kn_push_cast(g, in, narrow_type(g), narrow_type(g), 0);
         if (down < 0) return -1;
         g->nodes[in].shadow = down + 1;

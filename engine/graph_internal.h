@@ -269,7 +269,11 @@ kn_node kn_narrow_boundary(kn_graph *g, kn_node x);
 /* Records the first builder error; returns -1 for `return kn_graph_fail(...)`. */
 int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Appends a node (copying *proto), returning its index or -1. */
+/* Appends a node (copying *proto, which must not point into g->nodes),
+ * returning its index or -1. Pushing may move g->nodes: every call that
+ * can push a node (a builder, an op's gradient rule, a pass that appends)
+ * leaves any kn_node_rec * taken before it dangling, so graph building
+ * holds node indices, or a copy of a record, across such calls. */
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
 /* A test hook, process-wide: graphs made from now on start their node
  * array at `nodes` records and grow it by as many at a time, so with 1

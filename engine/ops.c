@@ -488,9 +488,10 @@ kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_no
   kn_node_rec p = proto(KN_OP_BN_STATS, KN_F32, 2, sdims, 0);
   p.attr_f[0] = momentum;
   p.attr_f[1] = epsilon;
+  /* shaped before the statistics are pushed, which may move X */
+  kn_node_rec a = proto(KN_OP_BN_APPLY, KN_F32, X->ndim, X->dims, X->batched);
   kn_node stats = push_inputs(g, &p, 3, x, moving_mean, moving_var, -1);
   if (stats < 0) return -1;
-  kn_node_rec a = proto(KN_OP_BN_APPLY, KN_F32, X->ndim, X->dims, X->batched);
   return push_inputs(g, &a, 4, x, stats, gamma, beta);
 }
 
