@@ -1,9 +1,11 @@
 /* The memory plan: live values never overlap, kept values are never reused,
  * the arena beats one buffer per node, and running allocates nothing. */
 #include <malloc.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -92,6 +94,73 @@ static void live_values_never_overlap_and_kept_values_survive(void **state) {
   check_no_overlap(1);
 }
 
+/* A small CNN whose last layer is flatten: the logits are a view of the
+ * head convolution's output. */
+static const kn_layer_config flatten_last[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "max_pool"},
+    {.type = KN_LAYER_AVG_POOL2D, .name = "avg_pool", .pool_size = {3, 3}},
+    {.type = KN_LAYER_CONV2D, .name = "head", .filters = 5, .kernel_size = {1, 1}, .use_bias = 1},
+    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+};
+
+static kn_model build_model(const kn_layer_config *layers, int n_layers, int side, int channels,
+                            kn_precision precision, int recompute) {
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {side, side, channels},
+                         .n_layers = n_layers,
+                         .layers = layers,
+                         .batch_size = 16,
+                         .precision = precision,
+                         .recompute = recompute};
+  kn_model m;
+  char err[256];
+  if (kn_model_build(&cfg, &m, err, sizeof err) != KN_OK) fail_msg("build: %s", err);
+  return m;
+}
+
+/* Training accuracy is counted from the logits a training step leaves:
+ * they must be the forward pass's, not a buffer backward reused. */
+static void logits_that_are_a_view_survive_a_training_step(void **state) {
+  (void)state;
+  const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
+  for (int p = 0; p < 2; p++) {
+    for (int recompute = 0; recompute < 2; recompute++) {
+      kn_model m = build_model(flatten_last, (int)(sizeof flatten_last / sizeof flatten_last[0]), 8,
+                               3, precisions[p], recompute);
+      char err[256];
+      assert_int_equal(kn_graph_compile(m.graph, 3, NULL, err, sizeof err), KN_OK);
+      float *x = kn_node_data(m.graph, m.x);
+      for (size_t k = 0; k < 16 * m.example_size; k++) x[k] = sinf(0.61f * (float)k);
+      int32_t *y = kn_node_data(m.graph, m.y);
+      for (int r = 0; r < 16; r++) y[r] = r % m.n_classes;
+      const float *logits = kn_node_data(m.graph, m.logits);
+      float trained[16 * 5], forward[16 * 5];
+      assert_int_equal(m.n_outputs, 5);
+      assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+      memcpy(trained, logits, sizeof trained);
+      assert_int_equal(kn_graph_run(m.graph, KN_RUN_FORWARD, 16, err, sizeof err), KN_OK);
+      memcpy(forward, logits, sizeof forward);
+      float worst = 0.0f, largest = 0.0f;
+      for (int k = 0; k < 16 * 5; k++) {
+        float d = fabsf(trained[k] - forward[k]);
+        if (!(d <= worst)) worst = d;
+        if (fabsf(forward[k]) > largest) largest = fabsf(forward[k]);
+      }
+      assert_true(largest > 1e-3f); /* the forward logits are not zeros themselves */
+      if (worst != 0.0f)
+        fail_msg("%s, recompute %d: the logits a training step leaves are %g from a forward run's",
+                 kn_precision_name(precisions[p]), recompute, (double)worst);
+      kn_model_free(&m);
+    }
+  }
+}
+
 static void planned_arena_beats_one_buffer_per_node(void **state) {
   (void)state;
   kn_model m = build_mlp(128, 512);
@@ -165,6 +234,7 @@ static void model_build_refuses_dense_on_unflattened_input(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(live_values_never_overlap_and_kept_values_survive),
+      cmocka_unit_test(logits_that_are_a_view_survive_a_training_step),
       cmocka_unit_test(planned_arena_beats_one_buffer_per_node),
       cmocka_unit_test(running_a_step_allocates_nothing),
       cmocka_unit_test(same_seed_gives_same_initial_weights),
