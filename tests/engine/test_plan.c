@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "graph_internal.h"
 
 static kn_model build_mlp(int batch, int hidden) {
   kn_layer_config layers[4] = {{.type = KN_LAYER_FLATTEN, .name = "flatten_0"},
@@ -41,58 +42,59 @@ static kn_model build_mlp(int batch, int hidden) {
   return m;
 }
 
-/* Without in-place reuse no two values live at the same step share a byte;
- * with it, a value may take over a buffer only at the step that reads it
- * last (its producer's input dies there). */
-static void check_no_overlap(int inplace) {
-  kn_model m = build_mlp(32, 128);
-  kn_graph_set_passes(m.graph, inplace ? KN_PASS_ALL : KN_PASS_ALL & ~KN_PASS_INPLACE);
-  kn_plan_stats st;
-  char err[256];
-  assert_int_equal(kn_graph_compile(m.graph, 1, &st, err, sizeof err), KN_OK);
-  if (inplace) {
-    assert_true(st.n_inplace > 0);
-  } else {
-    assert_int_equal(st.n_inplace, 0);
-  }
-  int n = kn_graph_node_count(m.graph);
-  int checked_pairs = 0;
-  for (int a = 0; a < n; a++) {
-    size_t abytes, bbytes;
-    int64_t aoff = kn_node_arena_offset(m.graph, a, &abytes);
-    if (aoff < 0) continue;
-    int af, al;
-    kn_node_lifetime(m.graph, a, &af, &al);
-    for (int b = a + 1; b < n; b++) {
-      int64_t boff = kn_node_arena_offset(m.graph, b, &bbytes);
-      if (boff < 0) continue;
-      int bf, bl;
-      kn_node_lifetime(m.graph, b, &bf, &bl);
-      int live_together = inplace ? (af <= bl && bf < al) : (af <= bl && bf <= al);
-      int overlap = aoff < boff + (int64_t)bbytes && boff < aoff + (int64_t)abytes;
-      if (live_together && overlap) {
-        fail_msg("nodes %s and %s are live together and share arena bytes",
-                 kn_node_name(m.graph, a), kn_node_name(m.graph, b));
-      }
-      checked_pairs++;
-    }
-  }
-  assert_true(checked_pairs > 50);
-  /* Inputs, logits and loss are outputs: live to the end of the schedule. */
-  kn_node kept[] = {m.x, m.y, m.logits, m.loss};
-  for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
-    int first, last;
-    kn_node_lifetime(m.graph, kept[i], &first, &last);
-    assert_int_equal(last, n);
-  }
-  kn_model_free(&m);
-}
+/* A CNN: convolutions (one padded), both pools, flatten, dense. */
+static const kn_layer_config cnn[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv_1",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "max_pool"},
+    {.type = KN_LAYER_CONV2D,
+     .name = "conv_2",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_AVG_POOL2D, .name = "avg_pool"},
+    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+    {.type = KN_LAYER_DENSE,
+     .name = "out",
+     .units = 10,
+     .use_bias = 1,
+     .activation = KN_ACT_SOFTMAX},
+};
 
-static void live_values_never_overlap_and_kept_values_survive(void **state) {
-  (void)state;
-  check_no_overlap(0);
-  check_no_overlap(1);
-}
+/* A residual block: two branches from one stem, added. */
+static const kn_layer_config residual[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 4,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "branch_a",
+     .filters = 4,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "branch_b",
+     .filters = 4,
+     .kernel_size = {1, 1},
+     .use_bias = 1,
+     .n_inputs = 1,
+     .inputs = {0}},
+    {.type = KN_LAYER_ADD, .name = "add", .n_inputs = 2, .inputs = {1, 2}},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "max_pool"},
+    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1},
+};
 
 /* A small CNN whose last layer is flatten: the logits are a view of the
  * head convolution's output. */
@@ -109,6 +111,8 @@ static const kn_layer_config flatten_last[] = {
     {.type = KN_LAYER_FLATTEN, .name = "flatten"},
 };
 
+#define N_LAYERS(layers) ((int)(sizeof layers / sizeof layers[0]))
+
 static kn_model build_model(const kn_layer_config *layers, int n_layers, int side, int channels,
                             kn_precision precision, int recompute) {
   kn_model_config cfg = {.input_ndim = 3,
@@ -124,6 +128,102 @@ static kn_model build_model(const kn_layer_config *layers, int n_layers, int sid
   return m;
 }
 
+/* Compiles m and checks its plan. Without in-place reuse no two values
+ * live at the same step share a byte; with it, a value may take over a
+ * buffer only at the step that reads it last (its producer's input dies
+ * there). A kept value, and the storage a kept view aliases, lives to the
+ * end of the schedule, so nothing reuses it. Returns the values placed in
+ * place. */
+static int check_plan(kn_model *m, int inplace, int recompute, const char *what) {
+  kn_graph_set_passes(m->graph, inplace ? KN_PASS_ALL : KN_PASS_ALL & ~KN_PASS_INPLACE);
+  kn_plan_stats st;
+  char err[256];
+  assert_int_equal(kn_graph_compile(m->graph, 1, &st, err, sizeof err), KN_OK);
+  if (!inplace) assert_int_equal(st.n_inplace, 0);
+  if (recompute && st.n_recomputed == 0) fail_msg("%s: nothing is recomputed", what);
+  const kn_graph *g = m->graph;
+  int n = kn_graph_node_count(g);
+  int checked_pairs = 0;
+  for (int a = 0; a < n; a++) {
+    size_t abytes, bbytes;
+    int64_t aoff = kn_node_arena_offset(g, a, &abytes);
+    if (aoff < 0) continue;
+    int af, al;
+    kn_node_lifetime(g, a, &af, &al);
+    for (int b = a + 1; b < n; b++) {
+      int64_t boff = kn_node_arena_offset(g, b, &bbytes);
+      if (boff < 0) continue;
+      int bf, bl;
+      kn_node_lifetime(g, b, &bf, &bl);
+      int live_together = inplace ? (af <= bl && bf < al) : (af <= bl && bf <= al);
+      int overlap = aoff < boff + (int64_t)bbytes && boff < aoff + (int64_t)abytes;
+      if (live_together && overlap) {
+        fail_msg("%s: nodes %s and %s are live together and share arena bytes", what,
+                 kn_node_name(g, a), kn_node_name(g, b));
+      }
+      checked_pairs++;
+    }
+  }
+  assert_true(checked_pairs > 50);
+  /* Inputs, logits and loss are outputs, kept; so are gradients. */
+  const kn_node outputs[] = {m->x, m->y, m->logits, m->loss};
+  for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++)
+    assert_true(g->nodes[outputs[i]].keep);
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    if (!g->nodes[i].keep || g->nodes[i].dead) continue;
+    const kn_node base = kn_storage_root(g, i);
+    int first, last, base_first, base_last;
+    kn_node_lifetime(g, i, &first, &last);
+    kn_node_lifetime(g, base, &base_first, &base_last);
+    if (last != n || base_last != n)
+      fail_msg("%s: kept node %s lives to %d and its storage %s to %d, not to the end (%d)", what,
+               kn_node_name(g, i), last, kn_node_name(g, base), base_last, n);
+    kept++;
+  }
+  assert_true(kept >= 4);
+  return st.n_inplace;
+}
+
+static void check_no_overlap(int inplace) {
+  kn_model mlp = build_mlp(32, 128);
+  int n_inplace = check_plan(&mlp, inplace, 0, inplace ? "mlp, in place on" : "mlp, in place off");
+  if (inplace) assert_true(n_inplace > 0);
+  kn_model_free(&mlp);
+  const struct {
+    const char *what;
+    const kn_layer_config *layers;
+    int n_layers, side, channels;
+    kn_precision precision;
+    int recompute;
+  } cases[] = {
+      {"cnn", cnn, N_LAYERS(cnn), 12, 1, KN_PRECISION_FLOAT32, 0},
+      {"cnn, mixed_bfloat16", cnn, N_LAYERS(cnn), 12, 1, KN_PRECISION_MIXED_BFLOAT16, 0},
+      {"cnn, recompute", cnn, N_LAYERS(cnn), 12, 1, KN_PRECISION_FLOAT32, 1},
+      {"cnn, mixed_bfloat16, recompute", cnn, N_LAYERS(cnn), 12, 1, KN_PRECISION_MIXED_BFLOAT16, 1},
+      {"residual", residual, N_LAYERS(residual), 8, 3, KN_PRECISION_FLOAT32, 0},
+      {"residual, mixed_bfloat16, recompute", residual, N_LAYERS(residual), 8, 3,
+       KN_PRECISION_MIXED_BFLOAT16, 1},
+      {"flatten last", flatten_last, N_LAYERS(flatten_last), 8, 3, KN_PRECISION_FLOAT32, 0},
+      {"flatten last, mixed_bfloat16, recompute", flatten_last, N_LAYERS(flatten_last), 8, 3,
+       KN_PRECISION_MIXED_BFLOAT16, 1},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char what[96];
+    snprintf(what, sizeof what, "%s, in place %s", cases[c].what, inplace ? "on" : "off");
+    kn_model m = build_model(cases[c].layers, cases[c].n_layers, cases[c].side, cases[c].channels,
+                             cases[c].precision, cases[c].recompute);
+    check_plan(&m, inplace, cases[c].recompute, what);
+    kn_model_free(&m);
+  }
+}
+
+static void live_values_never_overlap_and_kept_values_survive(void **state) {
+  (void)state;
+  check_no_overlap(0);
+  check_no_overlap(1);
+}
+
 /* Training accuracy is counted from the logits a training step leaves:
  * they must be the forward pass's, not a buffer backward reused. */
 static void logits_that_are_a_view_survive_a_training_step(void **state) {
@@ -131,8 +231,8 @@ static void logits_that_are_a_view_survive_a_training_step(void **state) {
   const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
   for (int p = 0; p < 2; p++) {
     for (int recompute = 0; recompute < 2; recompute++) {
-      kn_model m = build_model(flatten_last, (int)(sizeof flatten_last / sizeof flatten_last[0]), 8,
-                               3, precisions[p], recompute);
+      kn_model m =
+          build_model(flatten_last, N_LAYERS(flatten_last), 8, 3, precisions[p], recompute);
       char err[256];
       assert_int_equal(kn_graph_compile(m.graph, 3, NULL, err, sizeof err), KN_OK);
       float *x = kn_node_data(m.graph, m.x);
