@@ -71,8 +71,13 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
   }
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
-    if (n->keep || n->op == KN_OP_INPUT) n->last_use = g->n_nodes; /* never reused */
-    if (n->folded) n->first_use = 0;                               /* computed at compile */
+    if (n->keep || n->op == KN_OP_INPUT) {
+      /* Never reused, nor is the storage a kept view aliases (logits that
+       * are a flatten of the last layer are read after the run). */
+      n->last_use = g->n_nodes;
+      g->nodes[plan_root(g, v, i)].last_use = g->n_nodes;
+    }
+    if (n->folded) n->first_use = 0; /* computed at compile */
     /* a matmul whose GEMM an earlier reduce_rows runs is written there */
     if (n->op == KN_OP_MATMUL && n->attr_i[KN_ATTR_GEMM_PAIR] &&
         n->attr_i[KN_ATTR_GEMM_PAIR] - 1 < n->first_use)
