@@ -1,6 +1,7 @@
 #!/bin/sh
-# The strategies end to end on Fashion-MNIST: 20 steps of one replica at
-# batch 128, of mirrored with 2 replicas at batch 64, of multi_worker
+# The strategies end to end on Fashion-MNIST, an MLP with dropout (each
+# row's mask drawn by its row in the global batch): 20 steps of one
+# replica at batch 128, of mirrored with 2 replicas at batch 64, of multi_worker
 # under mpirun -np 2 at batch 64 (each worker reading its own part of the
 # batches, all-reduces overlapped with backward) and of parameter_server
 # sync (1 server, 2 workers at batch 64, mpirun -np 3) must end with the
@@ -28,7 +29,7 @@ cat > "$d/base.json" <<'SPEC'
 {"display_name": "strategy-check",
  "model": {"input_shape": [28, 28, 1], "layers": [
    {"type": "flatten"}, {"type": "dense", "units": 64, "activation": "relu"},
-   {"type": "dense", "units": 10}]},
+   {"type": "dropout", "rate": 0.2}, {"type": "dense", "units": 10}]},
  "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"],
  "dataset": {"name": "fashion-mnist", "validation": "none"},
  "pipeline": {"batch_size": BATCH, "take": 2560},
