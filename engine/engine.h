@@ -127,8 +127,9 @@ kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x);                /* (B, H, W
  * (1 - m) * old + m * batch with m = 1 - momentum); other runs use them. */
 kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
                       kn_node moving_var, float momentum, float epsilon);
-/* Inverted dropout with a per-step mask from (seed, step); identity
- * outside training runs. */
+/* Inverted dropout with a per-step mask from (seed, step, the row's place
+ * in the step's global batch: data-parallel replicas mask their slices as
+ * one replica at the global batch would); identity outside training runs. */
 kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed);
 /* Losses, scalar means: softmax cross-entropy against probabilities (B, C);
  * binary cross-entropy with logits; mean squared / absolute error. */

@@ -208,6 +208,10 @@ struct kn_graph {
   float *gemm_partials;  /* its depth slices' partial sums (in the same allocation) */
   size_t gemm_partial_floats;
   uint64_t train_runs; /* KN_RUN_TRAIN runs so far: dropout masks differ per step */
+  /* The first of this graph's rows in the step's global batch (the
+   * data-parallel strategy sets it for each replica, dist.c): dropout masks
+   * are drawn by global row. 0 for a graph trained alone. */
+  int64_t row_offset;
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;

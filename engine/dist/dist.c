@@ -603,6 +603,11 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   d->models[0] = primary;
   for (int i = 1; i < n_local; i++) d->models[i] = cfg->replicas[i - 1];
   for (int i = 0; i < n_local; i++) d->args[i] = (worker_arg){d, i};
+  /* Global replica k = rank x n_local + i takes rows k x batch .. of every
+   * global batch (kn_dist_slice of this process's part): its dropout masks
+   * are drawn from there. */
+  for (int i = 0; i < n_local; i++)
+    d->models[i]->graph->row_offset = ((int64_t)d->rank * n_local + i) * batch;
   d->n_params = kn_param_count(primary->graph);
   d->ps = cfg->ps_servers > 0;
   d->ps_async = d->ps && cfg->ps_async;
@@ -690,6 +695,7 @@ void kn_dist_free(kn_dist *d) {
     pthread_cond_destroy(&d->job_finished);
   }
   for (int i = 0; i < d->n_local; i++) { /* the graphs outlive the strategy */
+    d->models[i]->graph->row_offset = 0;
     if (d->models[i]->graph->node_done_ctx == &d->args[i]) {
       d->models[i]->graph->node_done = NULL;
       d->models[i]->graph->node_done_ctx = NULL;

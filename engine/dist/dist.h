@@ -12,9 +12,10 @@
 typedef struct kn_dist kn_dist;
 
 /* Starts the replica threads for primary (the trained model, replica 0)
- * and cfg's other replicas, checks they match it, and gives every replica
- * (on every process) the primary's parameters and state as rank 0 holds
- * them. */
+ * and cfg's other replicas, checks they match it, tells each its first
+ * row in the global batch (dropout masks are drawn by global row), and
+ * gives every replica (on every process) the primary's parameters and
+ * state as rank 0 holds them. */
 int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dist **out, char *err,
                 size_t errlen);
 void kn_dist_free(kn_dist *d); /* NULL is a no-op */
