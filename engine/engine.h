@@ -457,16 +457,23 @@ typedef struct kn_layer_config {
   int units; /* dense */
   int use_bias;
   kn_activation activation;
-  float alpha;                     /* leaky_relu slope (0: 0.3), elu alpha (0: 1.0) */
-  int filters;                     /* conv2d, separable_conv2d */
-  int kernel_size[2];              /* conv layers */
-  int strides[2];                  /* conv (0: 1), pools (0: pool_size) */
-  int dilation_rate[2];            /* conv (0: 1) */
-  kn_padding padding;              /* conv "valid", pools "valid" */
-  int depth_multiplier;            /* depthwise / separable (0: 1) */
-  int pool_size[2];                /* pools (0: 2) */
-  float rate;                      /* dropout */
-  float momentum, epsilon;         /* batch_norm (0: 0.99, 0.001) */
+  float alpha;             /* leaky_relu slope (0: 0.3), elu alpha (0: 1.0) */
+  int filters;             /* conv2d, separable_conv2d */
+  int kernel_size[2];      /* conv layers */
+  int strides[2];          /* conv (0: 1), pools (0: pool_size) */
+  int dilation_rate[2];    /* conv (0: 1) */
+  kn_padding padding;      /* conv "valid", pools "valid" */
+  int depth_multiplier;    /* depthwise / separable (0: 1) */
+  int pool_size[2];        /* pools (0: 2) */
+  float rate;              /* dropout */
+  float momentum, epsilon; /* batch_norm (0: 0.99, 0.001) */
+  /* batch_norm, as Keras's synchronized=True: in data-parallel training the
+   * batch statistics (and the two sums of its input gradient) are taken
+   * over every replica of every process, so R replicas at batch b train as
+   * one at R x b. 0 (the default): each replica normalizes by its own
+   * slice's statistics, and the moving statistics follow replica 0 of
+   * rank 0. Nothing changes for a model trained alone. */
+  int synchronized;
   int axis;                        /* concatenate (0: -1, the channels) */
   kn_init kernel_initializer;      /* used when kernel_initializer_set, else glorot_uniform */
   int kernel_initializer_set;      /* (a zeroed config means the Keras default) */

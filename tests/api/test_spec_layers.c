@@ -1,7 +1,8 @@
-/* The spec's Keras layers beyond dense: image layers, batch norm, dropout,
- * pools, residual add and concatenate by named inputs; their shape walk and
- * field-path errors; the new optimizers; and the canonical form of all of
- * them reading back to the same struct. */
+/* The spec's Keras layers beyond dense: image layers, batch norm (and its
+ * synchronized option), dropout, pools, residual add and concatenate by
+ * named inputs; their shape walk and field-path errors; the new
+ * optimizers; and the canonical form of all of them reading back to the
+ * same struct. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +148,85 @@ static void bad_layers_are_refused_with_their_field_paths(void **state) {
   }
 }
 
+/* A spec with an MLP whose batch_norm layer carries bn_fields (text after
+ * its name, "" for none) and the strategy member given (NULL: none). */
+static int parse_bn(const char *bn_fields, const char *strategy, api_job_spec *spec,
+                    api_error *err) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "{\"model\":{\"input_shape\":[784],\"layers\":[{\"type\":\"dense\",\"units\":32},"
+           "{\"type\":\"batch_norm\",\"name\":\"bn\"%s},{\"type\":\"dense\",\"units\":10}]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"dataset\":{\"name\":\"fashion-mnist\"},"
+           "\"optimizer\":{\"type\":\"sgd\"}%s%s}",
+           bn_fields, strategy ? ",\"strategy\":" : "", strategy ? strategy : "");
+  memset(err, 0, sizeof *err);
+  return api_spec_parse(text, strlen(text), spec, err);
+}
+
+/* Parses, and the canonical form holds `expect` and reads back the same. */
+static void bn_accepted(const char *bn_fields, const char *strategy, const char *expect) {
+  api_job_spec spec, again;
+  api_error err;
+  if (parse_bn(bn_fields, strategy, &spec, &err) != 0)
+    fail_msg("'%s' with strategy %s refused: %s: %s", bn_fields, strategy ? strategy : "none",
+             err.details[0].field, err.details[0].description);
+  char *canon = api_spec_to_json(&spec);
+  assert_non_null(canon);
+  if (!strstr(canon, expect)) fail_msg("no %s in %s", expect, canon);
+  assert_int_equal(api_spec_parse(canon, strlen(canon), &again, &err), 0);
+  assert_memory_equal(&spec, &again, sizeof spec);
+  free(canon);
+}
+
+static void bn_refused(const char *bn_fields, const char *strategy, const char *field,
+                       const char *description) {
+  api_job_spec spec;
+  api_error err;
+  assert_int_equal(parse_bn(bn_fields, strategy, &spec, &err), -1);
+  assert_int_equal(err.http, 400);
+  for (int d = 0; d < err.n_details; d++)
+    if (strcmp(err.details[d].field, field) == 0 && strstr(err.details[d].description, description))
+      return;
+  fail_msg("'%s': no %s '%s' (first: %s: %s)", bn_fields, field, description,
+           err.n_details ? err.details[0].field : "-",
+           err.n_details ? err.details[0].description : err.message);
+}
+
+/* batch_norm's synchronized (Keras's): a boolean, false by default, that
+ * every strategy whose replicas step together takes (and a job of one
+ * replica ignores); a wrong type is a 400 naming the field. */
+static void batch_norm_synchronized_is_a_boolean_false_by_default(void **state) {
+  (void)state;
+  const char *mirrored = "{\"type\":\"mirrored\",\"replicas\":2}";
+  bn_accepted("", mirrored,
+              "\"name\":\"bn\",\"momentum\":0.99,\"epsilon\":0.001,"
+              "\"synchronized\":false");
+  bn_accepted(",\"synchronized\":true", mirrored, "\"synchronized\":true");
+  bn_accepted(",\"synchronized\":true", "{\"type\":\"multi_worker\",\"workers\":2}",
+              "\"synchronized\":true");
+  bn_accepted(",\"synchronized\":true", "{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2}",
+              "\"synchronized\":true");
+  bn_accepted(",\"synchronized\":true", NULL, "\"synchronized\":true"); /* one replica: no-op */
+  bn_refused(",\"synchronized\":\"yes\"", mirrored, "model.layers[1].synchronized",
+             "must be a boolean (true or false), got string");
+  bn_refused(",\"synchronized\":1", mirrored, "model.layers[1].synchronized",
+             "must be a boolean (true or false)");
+  bn_refused(",\"synchronized\":true",
+             "{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2,\"mode\":\"async\"}",
+             "model.layers[1].synchronized", "parameter_server mode async");
+  /* Only batch_norm has it. */
+  char *text = spec_with("{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10,"
+                         "\"synchronized\":true}",
+                         "{\"type\":\"sgd\"}");
+  api_job_spec spec;
+  api_error err;
+  memset(&err, 0, sizeof err);
+  assert_int_equal(api_spec_parse(text, strlen(text), &spec, &err), -1);
+  assert_string_equal(err.details[0].field, "model.layers[1].synchronized");
+  assert_string_equal(err.details[0].description, "not a field of a 'dense' layer");
+  free(text);
+}
+
 static void new_optimizers_take_keras_defaults_and_check_their_options(void **state) {
   (void)state;
   const char *layers = "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":10}";
@@ -185,6 +265,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(residual_cnn_parses_with_keras_defaults),
       cmocka_unit_test(bad_layers_are_refused_with_their_field_paths),
+      cmocka_unit_test(batch_norm_synchronized_is_a_boolean_false_by_default),
       cmocka_unit_test(new_optimizers_take_keras_defaults_and_check_their_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

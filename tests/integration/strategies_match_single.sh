@@ -8,7 +8,9 @@
 # same weights (every tensor within 1e-5 of its largest value) and the same
 # epoch loss (within 1e-6); so must weighted_mean on an uneven last batch
 # (one replica per worker, and two), and a multi_worker run resumed
-# mid-epoch must match its straight run. parameter_server resumes exactly
+# mid-epoch must match its straight run. With a synchronized batch_norm
+# (statistics over every replica of every worker) mirrored and
+# multi_worker match one replica too, an uneven last batch included. parameter_server resumes exactly
 # from a checkpoint, and async trains the Fashion-MNIST MLP to >= 0.85 test
 # accuracy. A rank that hangs (SIGSTOP) ends the run after
 # --collective-timeout. On GPUs: one GPU trains as the CPU does, and
@@ -86,6 +88,20 @@ if compare "$d/other/ckpt-00000040.safetensors" "$d/single/ckpt-00000020.safeten
   echo "a different run matched: the comparison proves nothing"; exit 1
 fi
 echo "mirrored R=2 at batch 64 matches single at batch 128"
+
+# Synchronized batch norm: its batch statistics and the two sums of its
+# input gradient are taken over the global batch, moving statistics too.
+with_sync_bn() { # FROM TO
+  sed -e 's/{"type": "dropout"/{"type": "batch_norm", "synchronized": true}, {"type": "dropout"/' \
+    "$1" > "$2"
+}
+with_sync_bn "$d/single.json" "$d/bn-single.json"
+with_sync_bn "$d/mirrored.json" "$d/bn-mirrored.json"
+"$trainer" --json --checkpoint-dir "$d/bn-single" "$d/bn-single.json" > "$d/bn-single.out"
+"$trainer" --json --checkpoint-dir "$d/bn-mirrored" "$d/bn-mirrored.json" > "$d/bn-mirrored.out"
+compare "$d/bn-mirrored/ckpt-00000020.safetensors" "$d/bn-single/ckpt-00000020.safetensors" 1e-5
+same_loss "$d/bn-mirrored.out" "$d/bn-single.out"
+echo "mirrored R=2 with synchronized batch norm matches single at batch 128"
 
 # GPU jobs: on this machine's GPUs, or where it has none, on the host
 # stand-in module (two devices in host memory, NCCL between threads; its
@@ -170,6 +186,26 @@ $mpi "$trainer" --json --checkpoint-dir "$d/multi-2x2" "$d/multi-2x2.json" > "$d
 compare "$d/multi-2x2/ckpt-00000021.safetensors" "$d/single-uneven/ckpt-00000021.safetensors" 1e-5
 same_loss "$d/multi-2x2.out" "$d/single-uneven.out"
 echo "multi_worker 2 workers x 2 replicas on an uneven last batch matches single"
+
+# Synchronized batch norm over MPI: one replica per worker (its sums
+# between the overlapped gradient all-reduces), then on the uneven last
+# batch, where rank 1 has no rows in the last step and still takes part
+# in every sum, with one replica per worker and with two.
+with_sync_bn "$d/multi.json" "$d/bn-multi.json"
+$mpi "$trainer" --json --checkpoint-dir "$d/bn-multi" "$d/bn-multi.json" > "$d/bn-multi.out"
+compare "$d/bn-multi/ckpt-00000020.safetensors" "$d/bn-single/ckpt-00000020.safetensors" 1e-5
+same_loss "$d/bn-multi.out" "$d/bn-single.out"
+echo "multi_worker N=2 with synchronized batch norm matches single at batch 128"
+with_sync_bn "$d/single-uneven.json" "$d/bn-single-uneven.json"
+"$trainer" --json --checkpoint-dir "$d/bn-single-uneven" "$d/bn-single-uneven.json" \
+  > "$d/bn-single-uneven.out"
+for f in multi-uneven multi-2x2; do
+  with_sync_bn "$d/$f.json" "$d/bn-$f.json"
+  $mpi "$trainer" --json --checkpoint-dir "$d/bn-$f" "$d/bn-$f.json" > "$d/bn-$f.out"
+  compare "$d/bn-$f/ckpt-00000021.safetensors" "$d/bn-single-uneven/ckpt-00000021.safetensors" 1e-5
+  same_loss "$d/bn-$f.out" "$d/bn-single-uneven.out"
+done
+echo "multi_worker with synchronized batch norm on an uneven last batch matches single"
 
 # A sharded run resumed from a mid-epoch checkpoint (augmentation on, each
 # worker restoring its pipeline's position) ends with the straight run's
