@@ -127,6 +127,15 @@ kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x);                /* (B, H, W
  * (1 - m) * old + m * batch with m = 1 - momentum); other runs use them. */
 kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
                       kn_node moving_var, float momentum, float epsilon);
+/* Batch norm as Keras's synchronized=True: in a data-parallel step its
+ * batch statistics, and the two sums over the batch its input gradient
+ * takes, cover every replica of every process (summed as the strategy sums
+ * gradients: between threads, then over MPI), so the replicas normalize
+ * and differentiate as one replica at the global batch would. A graph
+ * trained alone runs it as kn_batch_norm. */
+kn_node kn_batch_norm_synchronized(kn_graph *g, kn_node x, kn_node gamma, kn_node beta,
+                                   kn_node moving_mean, kn_node moving_var, float momentum,
+                                   float epsilon);
 /* Inverted dropout with a per-step mask from (seed, step, the row's place
  * in the step's global batch: data-parallel replicas mask their slices as
  * one replica at the global batch would); identity outside training runs. */

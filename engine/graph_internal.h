@@ -176,6 +176,9 @@ typedef struct kn_node_rec {
    * widened narrow copy. 0 = an ordinary node. */
   int remat_of;
   kn_device device; /* where its kernel runs (kn_node_set_device); cpu by default */
+  /* Synchronized batch norm's BN_STATS and BN_GRAD_X: their sums over the
+   * batch cover every replica of the step (kn_replica_sums). */
+  int replica_sync;
   void *data;
 } kn_node_rec;
 
@@ -212,6 +215,17 @@ struct kn_graph {
    * data-parallel strategy sets it for each replica, dist.c): dropout masks
    * are drawn by global row. 0 for a graph trained alone. */
   int64_t row_offset;
+  /* Synchronized batch norm (dist.c sets these on each replica):
+   * replica_sum adds n doubles in place over every replica of the step,
+   * in the running thread; every replica calls it at the same nodes in the
+   * same order. values lie in replica_sums, room for the widest node's
+   * sums. replica_weight is this replica's gradient's weight in the
+   * strategy's aggregate, up to a factor every replica shares. NULL: the
+   * graph's own rows are the whole batch. */
+  int (*replica_sum)(void *ctx, double *values, int n, char *err, size_t errlen);
+  void *replica_sum_ctx;
+  double *replica_sums;
+  double replica_weight;
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
   int compiled;
@@ -291,6 +305,30 @@ kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtyp
  * added to *floats. Returns its index or -1. */
 kn_node kn_graph_push_flat(kn_graph *g, const kn_node_rec *proto, kn_node **list, int *n, int *cap,
                            size_t *floats, const char *what);
+/* The sums over every replica a node with replica_sync takes in a
+ * training run, in order, as places in the graph's replica_sums: BN_STATS
+ * the rows and each channel's sum of x, then each channel's squared
+ * deviations from the mean; BN_GRAD_X the rows and each channel's two
+ * sums of its input gradient (weighed by replica_weight). Returns their
+ * count (at has room for 2), 0 when the node takes none (or the graph has
+ * no replica_sum). */
+typedef struct kn_replica_sum_at {
+  int offset, len; /* doubles */
+} kn_replica_sum_at;
+static inline int kn_replica_sums(const kn_graph *g, const kn_node_rec *n, kn_replica_sum_at *at) {
+  if (!g->replica_sum || !n->replica_sync) return 0;
+  const int channels = n->dims[n->ndim - 1];
+  if (n->op == KN_OP_BN_STATS) {
+    at[0] = (kn_replica_sum_at){0, channels + 1};
+    at[1] = (kn_replica_sum_at){channels + 1, channels};
+    return 2;
+  }
+  if (n->op == KN_OP_BN_GRAD_X) {
+    at[0] = (kn_replica_sum_at){0, 2 * channels + 1};
+    return 1;
+  }
+  return 0;
+}
 /* Runs node i on the CPU for the graph's current batch. */
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen);
 int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);

@@ -153,7 +153,8 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
     }
     float momentum = L->momentum > 0.0f ? L->momentum : 0.99f;
     float eps = L->epsilon > 0.0f ? L->epsilon : 1e-3f;
-    return kn_batch_norm(g, h, v[0], v[1], v[2], v[3], momentum, eps);
+    return L->synchronized ? kn_batch_norm_synchronized(g, h, v[0], v[1], v[2], v[3], momentum, eps)
+                           : kn_batch_norm(g, h, v[0], v[1], v[2], v[3], momentum, eps);
   }
   case KN_LAYER_DROPOUT:
     /* One stream per layer: the same seed gives the same masks. */

@@ -461,8 +461,8 @@ kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x) {
 
 /* ---- batch norm and dropout ---- */
 
-kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
-                      kn_node moving_var, float momentum, float epsilon) {
+static kn_node batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
+                          kn_node moving_var, float momentum, float epsilon, int synchronized) {
   if (!need_f32(g, x, "batch_norm") || !valid(g, gamma, "batch_norm") ||
       !valid(g, beta, "batch_norm") || !valid(g, moving_mean, "batch_norm") ||
       !valid(g, moving_var, "batch_norm"))
@@ -488,11 +488,23 @@ kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_no
   kn_node_rec p = proto(KN_OP_BN_STATS, KN_F32, 2, sdims, 0);
   p.attr_f[0] = momentum;
   p.attr_f[1] = epsilon;
+  p.replica_sync = synchronized;
   /* shaped before the statistics are pushed, which may move X */
   kn_node_rec a = proto(KN_OP_BN_APPLY, KN_F32, X->ndim, X->dims, X->batched);
   kn_node stats = push_inputs(g, &p, 3, x, moving_mean, moving_var, -1);
   if (stats < 0) return -1;
   return push_inputs(g, &a, 4, x, stats, gamma, beta);
+}
+
+kn_node kn_batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, kn_node moving_mean,
+                      kn_node moving_var, float momentum, float epsilon) {
+  return batch_norm(g, x, gamma, beta, moving_mean, moving_var, momentum, epsilon, 0);
+}
+
+kn_node kn_batch_norm_synchronized(kn_graph *g, kn_node x, kn_node gamma, kn_node beta,
+                                   kn_node moving_mean, kn_node moving_var, float momentum,
+                                   float epsilon) {
+  return batch_norm(g, x, gamma, beta, moving_mean, moving_var, momentum, epsilon, 1);
 }
 
 kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed) {
@@ -671,6 +683,7 @@ int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
       if (dx >= 0) {
         g->nodes[dx].n_inputs = 4;
         g->nodes[dx].inputs[3] = gamma;
+        g->nodes[dx].replica_sync = g->nodes[stats].replica_sync;
       }
       if (accumulate(g, grads, a, dx)) return -1;
     }

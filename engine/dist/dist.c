@@ -18,7 +18,13 @@
  * node-done hook starts its buckets' all-reduces, in bucket order, as
  * backward finishes them, in the replica's own thread; JOB_NCCL starts the
  * rest and waits. MPI still carries the counts, the first parameters and
- * the state. */
+ * the state.
+ * Synchronized batch norm sums its statistics over every replica in the
+ * middle of a run: each replica thread leaves its sums in its slot and
+ * waits; the training thread adds the slots in replica order, all-reduces
+ * that over MPI, and hands the total back. sum_lock guards sum_arrived,
+ * sum_round and sum_broken; a replica with no rows in a run still takes
+ * part in every sum, with zeros. */
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -103,6 +109,20 @@ struct kn_dist {
   int lane_next[KN_DIST_MAX_LOCAL];
   int lane_rc[KN_DIST_MAX_LOCAL];
   char lane_err[KN_DIST_MAX_LOCAL][256];
+  /* Synchronized batch norm (synced: the model has it): replica i's sums
+   * in sums[i x sum_width ..], their total over every replica in
+   * sum_total (sum_width each). sum_arrived replicas have left theirs for
+   * the sum under way; sum_round counts the sums done this run;
+   * sum_broken is 1 + a replica whose run failed mid-step, so that the
+   * others stop waiting for it. */
+  int synced;
+  size_t sum_width;
+  double *sums, *sum_total;
+  int sum_made; /* sum_lock and sum_moved are initialised */
+  pthread_mutex_t sum_lock;
+  pthread_cond_t sum_moved;
+  int sum_arrived, sum_broken;
+  uint64_t sum_round;
 #ifdef KILN_HAVE_MPI
   MPI_Request *requests; /* (n_buckets) the all-reduces in flight */
   MPI_Comm comm;         /* the workers: MPI_COMM_WORLD, or without the parameter servers */
@@ -249,6 +269,90 @@ static int nccl_reduce(kn_dist *d, int i) {
   return kn_nccl_wait(d->nccl[i], d->errs[i], sizeof d->errs[i]) ? KN_EIO : KN_OK;
 }
 
+/* Replica i's run failed: the others stop waiting for it in a sum. */
+static void break_sums(kn_dist *d, int i) {
+  if (!d->sum_made) return;
+  pthread_mutex_lock(&d->sum_lock);
+  if (!d->sum_broken) d->sum_broken = 1 + i;
+  pthread_cond_broadcast(&d->sum_moved);
+  pthread_mutex_unlock(&d->sum_lock);
+}
+
+/* A replica graph's replica_sum, in the replica's own thread: values, n
+ * doubles of its slot, become their sum over every replica of every
+ * process. Replica 0's thread (the training thread, which alone calls
+ * MPI) adds the slots in replica order and all-reduces the total. */
+static int replica_sum(void *ctx, double *values, int n, char *err, size_t errlen) {
+  const worker_arg *a = ctx;
+  kn_dist *d = a->d;
+  const int i = a->index;
+  if (d->n_local == 1) return kn_dist_sum(d, values, n, err, errlen);
+  const size_t at = (size_t)(values - (d->sums + (size_t)i * d->sum_width));
+  int rc = KN_OK;
+  pthread_mutex_lock(&d->sum_lock);
+  const uint64_t round = d->sum_round;
+  d->sum_arrived++;
+  if (i == 0) {
+    while (d->sum_arrived < d->n_local && !d->sum_broken)
+      pthread_cond_wait(&d->sum_moved, &d->sum_lock);
+    const int broken = d->sum_broken;
+    d->sum_arrived = 0;
+    pthread_mutex_unlock(&d->sum_lock);
+    if (broken) {
+      snprintf(err, errlen, "dist: replica %d failed in this step", broken - 1);
+      return KN_EIO;
+    }
+    for (int j = 0; j < n; j++) {
+      double total = 0.0;
+      for (int k = 0; k < d->n_local; k++) total += d->sums[(size_t)k * d->sum_width + at + j];
+      d->sum_total[j] = total;
+    }
+    rc = kn_dist_sum(d, d->sum_total, n, err, errlen);
+    pthread_mutex_lock(&d->sum_lock);
+    if (rc && !d->sum_broken) d->sum_broken = 1;
+    if (!rc) d->sum_round++;
+    pthread_cond_broadcast(&d->sum_moved);
+  } else {
+    pthread_cond_broadcast(&d->sum_moved);
+    while (d->sum_round == round && !d->sum_broken) pthread_cond_wait(&d->sum_moved, &d->sum_lock);
+    if (d->sum_round == round) {
+      snprintf(err, errlen, "dist: replica %d failed in this step", d->sum_broken - 1);
+      rc = KN_EIO;
+    }
+  }
+  if (!rc) memcpy(values, d->sum_total, (size_t)n * sizeof(double));
+  pthread_mutex_unlock(&d->sum_lock);
+  return rc;
+}
+
+/* Replica i has no rows in this run and its graph does not run; it still
+ * takes part, with zeros, in every sum a run's synchronized batch norm
+ * takes, in the run's order. Where backward starts the gradient buckets
+ * (overlap), it starts them at the same nodes, from a zero gradient, so
+ * that every process starts its collectives in one order (a GPU replica
+ * has sent all its zeros already). */
+static int take_part_without_rows(kn_dist *d, int i) {
+  kn_graph *g = d->models[i]->graph;
+  if (d->mode == KN_RUN_FORWARD) return KN_OK; /* moving statistics: nothing summed */
+  const int train = d->mode == KN_RUN_TRAIN;
+  if (train && d->overlap) memset(kn_grads(g), 0, d->n_params * sizeof(float));
+  const int end = train ? g->n_nodes : g->n_forward;
+  for (int k = 0; k < end; k++) {
+    const kn_node_rec *n = &g->nodes[k];
+    if (n->dead || n->folded) continue;
+    kn_replica_sum_at at[2];
+    const int count = kn_replica_sums(g, n, at);
+    for (int s = 0; s < count; s++) {
+      double *values = g->replica_sums + at[s].offset;
+      memset(values, 0, (size_t)at[s].len * sizeof(double));
+      int rc = replica_sum(&d->args[i], values, at[s].len, d->errs[i], sizeof d->errs[i]);
+      if (rc) return rc;
+    }
+    if (train && g->node_done) g->node_done(g->node_done_ctx, k);
+  }
+  return KN_OK;
+}
+
 static void do_job(kn_dist *d, int i) {
   size_t lo, hi;
   slice_of(d->n_params, i, d->n_local, &lo, &hi);
@@ -261,6 +365,8 @@ static void do_job(kn_dist *d, int i) {
      * backward: a peer's all-reduce may wait for it to start (NCCL connects
      * lazily), and that peer's backward for the peer's. */
     if (d->rows[i] == 0 && d->on_gpu && d->stepping) start_lanes(d, i, INT_MAX);
+    if (d->rows[i] == 0 && d->synced) d->rc[i] = take_part_without_rows(d, i);
+    if (d->rc[i] && d->synced) break_sums(d, i);
     break;
   case JOB_REDUCE: {
     float *out = kn_grads(d->models[0]->graph);
@@ -463,9 +569,12 @@ static void node_done(void *ctx, int node) {
 }
 #endif
 
-/* The first failed replica's error, after a job. */
+/* The first failed replica's error, after a job; first the one whose
+ * failure released the others from a sum (theirs only say so). */
 static int job_failed(const kn_dist *d, char *err, size_t errlen) {
-  for (int i = 0; i < d->n_local; i++) {
+  const int first = d->sum_broken > 0 ? d->sum_broken - 1 : 0;
+  for (int k = 0; k < d->n_local; k++) {
+    const int i = (first + k) % d->n_local;
     if (d->rc[i]) {
       snprintf(err, errlen, "replica %d: %s", i, d->errs[i]);
       return d->rc[i];
@@ -538,6 +647,53 @@ static int open_nccl(kn_dist *d, char *err, size_t errlen) {
 #endif
   run_job(d, JOB_NCCL_OPEN);
   return job_failed(d, err, errlen);
+}
+
+/* Synchronized batch norm: each replica graph sums through replica_sum
+ * into its slot of one buffer, as wide as the widest node's sums. A
+ * model without it is left alone. */
+static int start_sums(kn_dist *d, char *err, size_t errlen) {
+  const kn_graph *g = d->models[0]->graph;
+  for (int k = 0; k < g->n_nodes; k++) {
+    const kn_node_rec *n = &g->nodes[k];
+    if (!n->replica_sync || n->dead) continue;
+    const size_t width = 2 * (size_t)n->dims[n->ndim - 1] + 1; /* kn_replica_sums' widest */
+    if (width > d->sum_width) d->sum_width = width;
+  }
+  if (d->sum_width == 0) return KN_OK;
+  if (d->ps_async) {
+    snprintf(err, errlen,
+             "dist: synchronized batch norm sums over every worker's step, and parameter_server "
+             "async workers do not step together; use mode sync or unsynchronized batch norm");
+    return KN_EINVAL;
+  }
+  d->sums = calloc((size_t)d->n_local * d->sum_width, sizeof(double));
+  d->sum_total = calloc(d->sum_width, sizeof(double));
+  if (!d->sums || !d->sum_total) {
+    snprintf(err, errlen, "dist: out of memory for synchronized batch norm's sums");
+    return KN_ENOMEM;
+  }
+  if (d->n_local > 1) {
+    if (pthread_mutex_init(&d->sum_lock, NULL) != 0) {
+      snprintf(err, errlen, "dist: cannot make synchronized batch norm's lock");
+      return KN_ENOMEM;
+    }
+    if (pthread_cond_init(&d->sum_moved, NULL) != 0) {
+      pthread_mutex_destroy(&d->sum_lock);
+      snprintf(err, errlen, "dist: cannot make synchronized batch norm's lock");
+      return KN_ENOMEM;
+    }
+    d->sum_made = 1;
+  }
+  for (int i = 0; i < d->n_local; i++) {
+    kn_graph *rg = d->models[i]->graph;
+    rg->replica_sum = replica_sum;
+    rg->replica_sum_ctx = &d->args[i];
+    rg->replica_sums = d->sums + (size_t)i * d->sum_width;
+    rg->replica_weight = 1.0;
+  }
+  d->synced = 1;
+  return KN_OK;
 }
 
 static int check_replica(const kn_model *primary, const kn_model *m, int i, char *err,
@@ -615,6 +771,7 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
   d->comm = MPI_COMM_WORLD;
 #endif
   int rc = find_gpus(d, err, errlen);
+  if (!rc) rc = start_sums(d, err, errlen);
   if (!rc)
     rc = plan_buckets(d, cfg->bucket_bytes ? cfg->bucket_bytes : (size_t)1 << 20, err, errlen);
   if (!rc) rc = order_buckets(d, err, errlen);
@@ -694,8 +851,19 @@ void kn_dist_free(kn_dist *d) {
     pthread_cond_destroy(&d->job_posted);
     pthread_cond_destroy(&d->job_finished);
   }
+  if (d->sum_made) {
+    pthread_mutex_destroy(&d->sum_lock);
+    pthread_cond_destroy(&d->sum_moved);
+  }
+  free(d->sums);
+  free(d->sum_total);
   for (int i = 0; i < d->n_local; i++) { /* the graphs outlive the strategy */
     d->models[i]->graph->row_offset = 0;
+    if (d->models[i]->graph->replica_sum_ctx == &d->args[i]) {
+      d->models[i]->graph->replica_sum = NULL;
+      d->models[i]->graph->replica_sum_ctx = NULL;
+      d->models[i]->graph->replica_sums = NULL;
+    }
     if (d->models[i]->graph->node_done_ctx == &d->args[i]) {
       d->models[i]->graph->node_done = NULL;
       d->models[i]->graph->node_done_ctx = NULL;
@@ -737,6 +905,14 @@ void kn_dist_slice(const kn_dist *d, int i, int rows, int *start, int *count) {
 int kn_dist_run(kn_dist *d, kn_run_mode mode, const int *rows, char *err, size_t errlen) {
   d->mode = mode;
   memcpy(d->rows, rows, (size_t)d->n_local * sizeof(int));
+  if (d->synced) { /* no replica is in a sum between runs */
+    d->sum_arrived = d->sum_broken = 0;
+    /* batch norm's gradient sums weighed as kn_dist_reduce weighs the
+     * gradients, up to the factor they all share */
+    for (int i = 0; i < d->n_local; i++)
+      d->models[i]->graph->replica_weight =
+          d->aggregation == KN_AGGREGATE_WEIGHTED_MEAN && rows[i] > 0 ? rows[i] : 1.0;
+  }
   if (d->overlap && mode == KN_RUN_TRAIN) { /* kn_dist_reduce ends the step */
     d->stepping = 1;
     d->ran = rows[0] > 0;
@@ -787,7 +963,10 @@ static int start_rest(kn_dist *d, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", d->overlap_err);
     return d->overlap_rc;
   }
-  if (!d->ran) memset(kn_grads(d->models[0]->graph), 0, d->n_params * sizeof(float));
+  /* (Buckets already started came from a zero gradient: a run without
+   * rows that took part in synchronized batch norm's sums.) */
+  if (!d->ran && d->next_bucket == 0)
+    memset(kn_grads(d->models[0]->graph), 0, d->n_params * sizeof(float));
   while (d->next_bucket < d->n_buckets) {
     int rc = start_bucket(d, d->next_bucket++, err, errlen);
     if (rc) return rc;

@@ -31,8 +31,9 @@ kn_model *kn_dist_model(kn_dist *d, int i); /* local replica i; 0 is the primary
  * it. */
 void kn_dist_slice(const kn_dist *d, int i, int rows, int *start, int *count);
 
-/* Runs local replica i on rows[i] rows (0: not at all) in mode, all at
- * once; their inputs must be fed. */
+/* Runs local replica i on rows[i] rows (0: its graph does not run, but
+ * it takes part, with nothing, in synchronized batch norm's sums) in
+ * mode, all at once; their inputs must be fed. */
 int kn_dist_run(kn_dist *d, kn_run_mode mode, const int *rows, char *err, size_t errlen);
 
 /* After a training run with rows[i] per local replica: the aggregated

@@ -376,6 +376,43 @@ static void batch_norm_statistics_are_per_replica_unless_synchronized(void **sta
   bn_step_free(&sync);
 }
 
+/* A replica whose run fails after the forward's sums (a label out of
+ * range) leaves replica 0 waiting in backward's; it is let go, and the
+ * error reported is the failing replica's. */
+static void a_replica_failing_mid_step_releases_the_others(void **state) {
+  (void)state;
+  const kn_layer_config layers[] = {
+      {.type = KN_LAYER_DENSE, .name = "d1", .units = 8},
+      {.type = KN_LAYER_BATCH_NORM, .name = "bn", .synchronized = 1},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = OUTPUTS, .use_bias = 1}};
+  const net arch = {layers, 3};
+  kn_model m[2];
+  for (int i = 0; i < 2; i++) build_net(&m[i], 16, &arch);
+  kn_model *others[1] = {&m[1]};
+  kn_distribution cfg = {.n_replicas = 2, .replicas = others};
+  kn_dist *d = NULL;
+  char err[512] = "";
+  if (kn_dist_new(&m[0], 16, &cfg, &d, err, sizeof err)) fail_msg("%s", err);
+  kn_rng rng;
+  kn_rng_seed(&rng, 8);
+  for (int i = 0; i < 2; i++) feed_random(&m[i], 16, &rng);
+  ((int32_t *)kn_node_data(m[1].graph, m[1].y))[3] = 99;
+  const int rows[2] = {16, 16};
+  assert_int_equal(kn_dist_run(d, KN_RUN_TRAIN, rows, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "replica 1: "));
+  assert_non_null(strstr(err, "label 99 of row 3"));
+  /* The next step runs: nothing is left waiting. */
+  ((int32_t *)kn_node_data(m[1].graph, m[1].y))[3] = 0;
+  if (kn_dist_run(d, KN_RUN_TRAIN, rows, err, sizeof err)) fail_msg("%s", err);
+  kn_dist_free(d);
+  /* parameter_server async workers never step together: refused. */
+  kn_distribution async = {.world_size = 2, .ps_servers = 1, .ps_async = 1};
+  assert_int_equal(kn_dist_new(&m[0], 16, &async, &d, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "parameter_server async"));
+  kn_model_free(&m[0]);
+  kn_model_free(&m[1]);
+}
+
 static void mismatched_replica_is_refused(void **state) {
   (void)state;
   kn_model primary, small;
@@ -494,6 +531,7 @@ int main(void) {
       cmocka_unit_test(dropout_masks_follow_the_global_batch),
       cmocka_unit_test(synchronized_batch_norm_matches_one_replica_at_the_global_batch),
       cmocka_unit_test(batch_norm_statistics_are_per_replica_unless_synchronized),
+      cmocka_unit_test(a_replica_failing_mid_step_releases_the_others),
       cmocka_unit_test(mismatched_replica_is_refused),
       cmocka_unit_test(buckets_hold_final_gradients_once_their_ready_node_has_run),
   };
