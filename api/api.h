@@ -131,6 +131,7 @@ typedef struct api_layer {
   int pool_size[2];                   /* pools; default 2 */
   double rate;                        /* dropout */
   double momentum, epsilon;           /* batch_norm; defaults 0.99, 0.001 */
+  int synchronized;                   /* batch_norm: statistics over every replica; default 0 */
   int axis;                           /* concatenate; default -1 */
   api_initializer kernel_initializer; /* dense, conv2d */
   api_initializer bias_initializer;   /* dense, conv2d */

@@ -286,6 +286,7 @@ static const char *const layer_fields[] = {"type",
                                            "rate",
                                            "momentum",
                                            "epsilon",
+                                           "synchronized",
                                            "axis",
                                            "alpha",
                                            NULL};
@@ -304,7 +305,8 @@ static const char *const fields_by_type[][14] = {
     [API_LAYER_SEPARABLE_CONV2D] = {"type", "name", "inputs", "filters", "kernel_size", "strides",
                                     "padding", "dilation_rate", "depth_multiplier", "activation",
                                     "use_bias", NULL},
-    [API_LAYER_BATCH_NORM] = {"type", "name", "inputs", "momentum", "epsilon", NULL},
+    [API_LAYER_BATCH_NORM] = {"type", "name", "inputs", "momentum", "epsilon", "synchronized",
+                              NULL},
     [API_LAYER_DROPOUT] = {"type", "name", "inputs", "rate", NULL},
     [API_LAYER_MAX_POOL2D] = {"type", "name", "inputs", "pool_size", "strides", "padding", NULL},
     [API_LAYER_AVG_POOL2D] = {"type", "name", "inputs", "pool_size", "strides", "padding", NULL},
@@ -446,6 +448,7 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
       join_path(field, path, "epsilon");
       problem(c, field, "must be > 0 and < 1, got %g", layer->epsilon);
     }
+    get_bool(&s, "synchronized", &layer->synchronized);
     break;
   case API_LAYER_DROPOUT:
     if (get_number(&s, "rate", REQUIRED, &layer->rate) == 1 &&
@@ -1577,6 +1580,17 @@ static void check_strategy_resources(checker *c, json_t *resources, api_job_spec
     problem(c, "optimizer.global_clipnorm",
             "needs the whole gradient, which no process of a parameter_server sync job holds; "
             "use mode async (each worker clips its own), or multi_worker");
+  /* Synchronized batch norm sums over every worker's step. */
+  for (int i = 0;
+       i < spec->n_layers && spec->strategy == API_STRATEGY_PARAMETER_SERVER && spec->ps_async;
+       i++) {
+    char field[PATH_LEN];
+    snprintf(field, sizeof field, "model.layers[%d].synchronized", i);
+    if (spec->layers[i].type == API_LAYER_BATCH_NORM && spec->layers[i].synchronized)
+      problem(c, field,
+              "needs every replica's step at once, and parameter_server mode async workers step "
+              "alone; use mode sync, or leave batch norm unsynchronized");
+  }
   if (strcmp(spec->precision, "mixed_float16") == 0)
     problem(c, "precision",
             "mixed_float16 (dynamic loss scaling) runs with strategy 'single' only for now; "
@@ -2007,6 +2021,7 @@ static json_t *layer_to_json(builder *b, const api_job_spec *spec, const api_lay
   case API_LAYER_BATCH_NORM:
     put(b, obj, "momentum", json_real(layer->momentum));
     put(b, obj, "epsilon", json_real(layer->epsilon));
+    put(b, obj, "synchronized", json_boolean(layer->synchronized));
     break;
   case API_LAYER_DROPOUT: put(b, obj, "rate", json_real(layer->rate)); break;
   case API_LAYER_MAX_POOL2D:

@@ -308,6 +308,7 @@ static void to_engine_layers(const api_job_spec *spec, kn_layer_config *layers) 
     k->rate = (float)a->rate;
     k->momentum = (float)a->momentum;
     k->epsilon = (float)a->epsilon;
+    k->synchronized = a->synchronized;
     k->axis = a->axis;
     k->kernel_initializer = to_engine_init(a->kernel_initializer);
     k->kernel_initializer_set = 1;
