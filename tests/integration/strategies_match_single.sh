@@ -9,8 +9,9 @@
 # epoch loss (within 1e-6); so must weighted_mean on an uneven last batch
 # (one replica per worker, and two), and a multi_worker run resumed
 # mid-epoch must match its straight run. With a synchronized batch_norm
-# (statistics over every replica of every worker) mirrored and
-# multi_worker match one replica too, an uneven last batch included. parameter_server resumes exactly
+# (statistics over every replica of every worker) mirrored, multi_worker
+# and parameter_server sync match one replica too, an uneven last batch
+# included. parameter_server resumes exactly
 # from a checkpoint, and async trains the Fashion-MNIST MLP to >= 0.85 test
 # accuracy. A rank that hangs (SIGSTOP) ends the run after
 # --collective-timeout. On GPUs: one GPU trains as the CPU does, and
@@ -243,6 +244,12 @@ compare "$d/ps/ckpt-00000020.safetensors" "$d/single/ckpt-00000020.safetensors" 
 same_loss "$d/ps.out" "$d/single.out"
 test "$(grep -c '"step":20,' "$d/ps.out")" -eq "$(grep -c '"step":20,' "$d/single.out")"
 echo "parameter_server sync P=1 W=2 at batch 64 matches single at batch 128"
+# Synchronized batch norm sums over the workers alone (not the servers).
+with_sync_bn "$d/ps.json" "$d/bn-ps.json"
+$mpi3 "$trainer" --json --checkpoint-dir "$d/bn-ps" "$d/bn-ps.json" > "$d/bn-ps.out"
+compare "$d/bn-ps/ckpt-00000020.safetensors" "$d/bn-single/ckpt-00000020.safetensors" 1e-5
+same_loss "$d/bn-ps.out" "$d/bn-single.out"
+echo "parameter_server sync with synchronized batch norm matches single at batch 128"
 
 # Two servers (each half of the flat buffer): the same bits, weights and
 # optimizer state alike.
