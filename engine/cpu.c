@@ -6,6 +6,8 @@
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -385,17 +387,43 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define FABS  fabs
 #include "cpu_kernels.inc"
 
-/* The path in use: set once by kn_cpu_set_isa (before graphs run) or
- * picked on first use; read by the thread running a graph. */
-static kn_isa active_isa = KN_ISA_AUTO;
+/* Threads: the CPU's features are read once, by whichever thread asks
+ * first (pthread_once: __builtin_cpu_init writes libgcc's table); the path
+ * in use is an atomic, set by kn_cpu_set_isa (before graphs run) or on
+ * first use, when threads running graphs at once (the mirrored strategy's
+ * replicas) may all find it unset. */
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+static kn_cpu_features features;
+static _Atomic int active_isa = KN_ISA_AUTO;
+
+static void read_features(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  features.avx2 = __builtin_cpu_supports("avx2");
+  features.avx512f = __builtin_cpu_supports("avx512f");
+#if !defined(__clang__)
+  features.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+#endif
+}
+
+const kn_cpu_features *kn_cpu_features_get(void) {
+  pthread_once(&features_once, read_features);
+  return &features;
+}
 
 static int cpu_has(kn_isa isa) {
 #ifdef KN_HAVE_ISA_PATHS
-  __builtin_cpu_init();
-  if (isa == KN_ISA_AVX2) return __builtin_cpu_supports("avx2");
-  if (isa == KN_ISA_AVX512) return __builtin_cpu_supports("avx512f");
+  if (isa == KN_ISA_AVX2) return kn_cpu_features_get()->avx2;
+  if (isa == KN_ISA_AVX512) return kn_cpu_features_get()->avx512f;
 #endif
   return isa == KN_ISA_BASELINE;
+}
+
+static kn_isa best_isa(void) {
+  return cpu_has(KN_ISA_AVX512) ? KN_ISA_AVX512
+         : cpu_has(KN_ISA_AVX2) ? KN_ISA_AVX2
+                                : KN_ISA_BASELINE;
 }
 
 const char *kn_isa_name(kn_isa isa) {
@@ -410,22 +438,24 @@ const char *kn_isa_name(kn_isa isa) {
 
 int kn_cpu_set_isa(kn_isa isa, char *err, size_t errlen) {
   if (isa == KN_ISA_AUTO) {
-    active_isa = cpu_has(KN_ISA_AVX512) ? KN_ISA_AVX512
-                 : cpu_has(KN_ISA_AVX2) ? KN_ISA_AVX2
-                                        : KN_ISA_BASELINE;
+    atomic_store(&active_isa, (int)best_isa());
     return KN_OK;
   }
   if ((int)isa < 0 || isa > KN_ISA_AVX512 || !cpu_has(isa)) {
     snprintf(err, errlen, "cpu: this CPU (or build) has no %s path", kn_isa_name(isa));
     return KN_EINVAL;
   }
-  active_isa = isa;
+  atomic_store(&active_isa, (int)isa);
   return KN_OK;
 }
 
 kn_isa kn_cpu_isa(void) {
-  if (active_isa == KN_ISA_AUTO) kn_cpu_set_isa(KN_ISA_AUTO, NULL, 0);
-  return active_isa;
+  int isa = atomic_load(&active_isa);
+  if (isa != KN_ISA_AUTO) return (kn_isa)isa;
+  /* First use: the best path, unless another thread set one meanwhile
+   * (then isa holds that one). */
+  const int best = (int)best_isa();
+  return atomic_compare_exchange_strong(&active_isa, &isa, best) ? (kn_isa)best : (kn_isa)isa;
 }
 
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen) {

@@ -55,8 +55,7 @@ const char *kn_gemm_kernel_name(kn_gemm_kernel kernel) {
 
 kn_gemm_kernel kn_gemm_bf16_kernel(void) {
 #ifdef KN_HAVE_AVX512BF16
-  __builtin_cpu_init();
-  if (kn_cpu_isa() == KN_ISA_AVX512 && __builtin_cpu_supports("avx512bf16"))
+  if (kn_cpu_isa() == KN_ISA_AVX512 && kn_cpu_features_get()->avx512bf16)
     return KN_GEMM_BF16_AVX512;
 #endif
   return KN_GEMM_BF16_PORTABLE;

@@ -27,6 +27,7 @@
  * The packing of B can sum B's rows on the way: a layer's bias gradient
  * is the row sum of the dy its weight gradient's GEMM packs. */
 #include <cblas.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +90,7 @@ static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
 #include <immintrin.h>
 
 static int own_available(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
+  return kn_cpu_features_get()->avx512f;
 }
 
 typedef struct gemm_job {
@@ -428,8 +428,10 @@ static int own_available(void) {
 }
 #endif
 
-/* The GEMM in use: set by kn_cpu_set_gemm, or picked on first use. */
-static kn_gemm_kind active_gemm = KN_GEMM_AUTO;
+/* The GEMM in use: set by kn_cpu_set_gemm (before graphs run), or picked
+ * on first use, when threads running graphs at once may all find it
+ * unset; an atomic, as cpu.c's ISA path. */
+static _Atomic int active_gemm = KN_GEMM_AUTO;
 
 const char *kn_gemm_name(kn_gemm_kind kind) {
   switch (kind) {
@@ -440,13 +442,17 @@ const char *kn_gemm_name(kn_gemm_kind kind) {
   return "?";
 }
 
+/* KILN_GEMM=openblas asks for OpenBLAS's everywhere (to compare with a
+ * framework that uses it); kiln's own otherwise, where it runs. */
+static kn_gemm_kind auto_gemm(void) {
+  const char *env = getenv("KILN_GEMM");
+  const int blas = env && strcmp(env, "openblas") == 0;
+  return own_available() && !blas ? KN_GEMM_KILN : KN_GEMM_OPENBLAS;
+}
+
 int kn_cpu_set_gemm(kn_gemm_kind kind, char *err, size_t errlen) {
   if (kind == KN_GEMM_AUTO) {
-    /* KILN_GEMM=openblas asks for OpenBLAS's everywhere (to compare with
-     * a framework that uses it); kiln's own otherwise, where it runs. */
-    const char *env = getenv("KILN_GEMM");
-    const int blas = env && strcmp(env, "openblas") == 0;
-    active_gemm = own_available() && !blas ? KN_GEMM_KILN : KN_GEMM_OPENBLAS;
+    atomic_store(&active_gemm, (int)auto_gemm());
     return KN_OK;
   }
   if (kind == KN_GEMM_KILN && !own_available()) {
@@ -457,13 +463,18 @@ int kn_cpu_set_gemm(kn_gemm_kind kind, char *err, size_t errlen) {
     snprintf(err, errlen, "cpu: unknown GEMM %d", (int)kind);
     return KN_EINVAL;
   }
-  active_gemm = kind;
+  atomic_store(&active_gemm, (int)kind);
   return KN_OK;
 }
 
 kn_gemm_kind kn_cpu_gemm(void) {
-  if (active_gemm == KN_GEMM_AUTO) kn_cpu_set_gemm(KN_GEMM_AUTO, NULL, 0);
-  return active_gemm;
+  int kind = atomic_load(&active_gemm);
+  if (kind != KN_GEMM_AUTO) return (kn_gemm_kind)kind;
+  /* First use: the automatic choice, unless another thread set one
+   * meanwhile (then kind holds that one). */
+  const int pick = (int)auto_gemm();
+  return atomic_compare_exchange_strong(&active_gemm, &kind, pick) ? (kn_gemm_kind)pick
+                                                                   : (kn_gemm_kind)kind;
 }
 
 int kn_gemm_wants_workspace(void) {

@@ -329,6 +329,12 @@ static inline int kn_replica_sums(const kn_graph *g, const kn_node_rec *n, kn_re
   }
   return 0;
 }
+/* What this CPU has, read once per process whichever thread asks first
+ * (cpu.c); the paths a build compiled decide what is used of it. */
+typedef struct kn_cpu_features {
+  int avx2, avx512f, avx512bf16;
+} kn_cpu_features;
+const kn_cpu_features *kn_cpu_features_get(void);
 /* Runs node i on the CPU for the graph's current batch. */
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen);
 int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
