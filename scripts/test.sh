@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: format check, a warnings-as-errors build with every
 # suite under ctest, then the same suites under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Exits non-zero if anything fails.
+# UndefinedBehaviorSanitizer, and the engine's threaded suites under
+# ThreadSanitizer. Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -33,3 +34,11 @@ cmake --build build-sanitize -j "$jobs"
 echo "== tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-sanitize --output-on-failure
+
+# Replicas in threads and the engine's first use from several threads.
+echo "== build (ThreadSanitizer)"
+cmake -S . -B build-tsan -DKILN_TSAN=ON -DKILN_WERROR=ON -DKILN_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+cmake --build build-tsan -j "$jobs" --target test_engine_first_use test_engine_dist
+
+echo "== tests (ThreadSanitizer)"
+ctest --test-dir build-tsan -R '^test_engine_(first_use|dist)$' --output-on-failure
