@@ -354,6 +354,13 @@ static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, cha
     return -1;
   }
   mpi_started = 1;
+  /* MPI's failures come back as codes, so the engine's errors can say which
+   * rank failed and why (the default ends every process first); main()
+   * still ends the job with MPI_Abort when a rank fails. */
+  if (MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+    snprintf(err, errlen, "strategy: MPI_ERRORS_RETURN cannot be set on MPI_COMM_WORLD");
+    return -1;
+  }
   MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
   if (spec->strategy == API_STRATEGY_PARAMETER_SERVER &&

@@ -148,16 +148,16 @@ int kn_dist_have_mpi(void) {
 }
 
 #ifdef KILN_HAVE_MPI
-/* An MPI call's failure as an engine error naming the call and line. */
+/* An MPI call's failure as an engine error naming the rank, the call and
+ * its line, and MPI's reason (MPI_ERRORS_RETURN is set on every
+ * communicator used here, so failures come back as codes). */
 #define MPI_CHECK(call)                                                                            \
   do {                                                                                             \
     int mpi_rc_ = (call);                                                                          \
     if (mpi_rc_ != MPI_SUCCESS) {                                                                  \
-      char text_[MPI_MAX_ERROR_STRING];                                                            \
-      int len_ = 0;                                                                                \
-      MPI_Error_string(mpi_rc_, text_, &len_);                                                     \
-      snprintf(err, errlen, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, text_);             \
-      return KN_EIO;                                                                               \
+      char what_[512];                                                                             \
+      snprintf(what_, sizeof what_, "%s (%s:%d)", #call, __FILE__, __LINE__);                      \
+      return kn_mpi_failed(mpi_rc_, "dist", what_, err, errlen);                                   \
     }                                                                                              \
   } while (0)
 #endif
@@ -173,12 +173,15 @@ static int wait_collective(double limit_s, MPI_Request *req, const char *what, c
   const double deadline = seconds_now() + limit_s;
   int done = 0;
   while (!done) {
-    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    const int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return kn_mpi_failed(rc, "dist", what, err, errlen);
     if (!done && seconds_now() > deadline) {
+      char where[48];
+      kn_mpi_where(where, sizeof where);
       snprintf(err, errlen,
-               "dist: %s waited more than %g s for the other processes; one of them died or "
+               "dist: %s: %s waited more than %g s for the other processes; one of them died or "
                "hangs",
-               what, limit_s);
+               where, what, limit_s);
       return KN_EIO;
     }
     if (!done) sched_yield();
@@ -558,11 +561,11 @@ static void node_done(void *ctx, int node) {
   while (!d->overlap_rc && d->next_bucket < d->n_buckets && d->bucket_ready[d->next_bucket] <= node)
     d->overlap_rc = start_bucket(d, d->next_bucket++, err, errlen);
   int done = 0;
-  if (!d->overlap_rc && d->tested < d->next_bucket &&
-      MPI_Testall(d->next_bucket - d->tested, d->requests + d->tested, &done,
-                  MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
-    snprintf(err, errlen, "dist: testing the gradient all-reduces failed");
-    d->overlap_rc = KN_EIO;
+  if (!d->overlap_rc && d->tested < d->next_bucket) {
+    const int rc = MPI_Testall(d->next_bucket - d->tested, d->requests + d->tested, &done,
+                               MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS)
+      d->overlap_rc = kn_mpi_failed(rc, "dist", "testing the gradient all-reduces", err, errlen);
   }
   if (done) d->tested = d->next_bucket;
   d->comm_seconds += seconds_now() - start;
@@ -803,15 +806,16 @@ int kn_dist_new(kn_model *primary, int batch, const kn_distribution *cfg, kn_dis
     }
   }
 #ifdef KILN_HAVE_MPI
+  if (!rc && world > 1) rc = kn_mpi_errors_return(MPI_COMM_WORLD, "dist", err, errlen);
   if (!rc && world > 1 && d->ps) rc = kn_ps_workers_comm(world, &d->comm, err, errlen);
   if (!rc && world > 1) { /* rank 0's initial weights everywhere, as DDP starts */
     float *params = kn_params(primary->graph);
     for (size_t off = 0; off < d->n_params && !rc; off += (size_t)1 << 30) {
       size_t len = d->n_params - off < ((size_t)1 << 30) ? d->n_params - off : (size_t)1 << 30;
       MPI_Request req;
-      if (MPI_Ibcast(params + off, (int)len, MPI_FLOAT, 0, d->comm, &req) != MPI_SUCCESS) {
-        snprintf(err, errlen, "dist: broadcasting the initial parameters failed");
-        rc = KN_EIO;
+      const int started = MPI_Ibcast(params + off, (int)len, MPI_FLOAT, 0, d->comm, &req);
+      if (started != MPI_SUCCESS) {
+        rc = kn_mpi_failed(started, "dist", "broadcasting the initial parameters", err, errlen);
       } else {
         /* Processes load their data at their own pace: the start waits longer. */
         const double start_limit = d->timeout_s > START_TIMEOUT_S ? d->timeout_s : START_TIMEOUT_S;

@@ -88,13 +88,31 @@ static double seconds_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int mpi_failed(int code, const char *what, char *err, size_t errlen) {
-  char text[MPI_MAX_ERROR_STRING];
+void kn_mpi_where(char *buf, size_t len) {
+  int rank = -1, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  snprintf(buf, len, "rank %d of %d", rank, size);
+}
+
+int kn_mpi_failed(int code, const char *who, const char *what, char *err, size_t errlen) {
+  char text[MPI_MAX_ERROR_STRING], where[48];
   int len = 0;
-  MPI_Error_string(code, text, &len);
-  snprintf(err, errlen, "parameter server: %s failed: %.*s", what,
-           (int)(errlen > 64 ? errlen - 64 : 0), text);
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error code %d", code);
+  kn_mpi_where(where, sizeof where);
+  snprintf(err, errlen, "%s: %s: %s failed: %s", who, where, what, text);
   return KN_EIO;
+}
+
+int kn_mpi_errors_return(MPI_Comm comm, const char *who, char *err, size_t errlen) {
+  const int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return rc == MPI_SUCCESS ? KN_OK
+                           : kn_mpi_failed(rc, who, "setting MPI_ERRORS_RETURN", err, errlen);
+}
+
+static int mpi_failed(int code, const char *what, char *err, size_t errlen) {
+  return kn_mpi_failed(code, "parameter server", what, err, errlen);
 }
 
 /* Waits for all n requests, or with any for one of them (its index in
@@ -111,10 +129,12 @@ static int wait_requests(MPI_Request *reqs, int n, int any, int *index, double l
     if (rc != MPI_SUCCESS) return mpi_failed(rc, what, err, errlen);
     if (done) return KN_OK;
     if (seconds_now() > deadline) {
+      char where[48];
+      kn_mpi_where(where, sizeof where);
       snprintf(err, errlen,
-               "parameter server: %s waited more than %g s for the other processes; one of them "
-               "died or hangs",
-               what, limit_s);
+               "parameter server: %s: %s waited more than %g s for the other processes; one of "
+               "them died or hangs",
+               where, what, limit_s);
       return KN_EIO;
     }
     if (polls > 2000) nanosleep(&(struct timespec){0, 50000}, NULL);
@@ -339,6 +359,8 @@ static void server_free(server *sv) {
 int kn_ps_serve(const kn_train_config *cfg, size_t n_params, char *err, size_t errlen) {
   int rc = kn_ps_check(cfg, n_params, err, errlen);
   if (rc) return rc;
+  rc = kn_mpi_errors_return(MPI_COMM_WORLD, "parameter server", err, errlen);
+  if (rc) return rc;
   const kn_distribution *d = &cfg->dist;
   server sv = {.cfg = cfg, .async = d->ps_async, .max_staleness = d->ps_max_staleness};
   sv.n_workers = d->world_size > 1 ? d->world_size : 1;
@@ -447,6 +469,7 @@ int kn_ps_new(const kn_train_config *cfg, float *params, size_t n_params, kn_opt
               int64_t step, kn_ps **out, char *err, size_t errlen) {
   *out = NULL;
   int rc = kn_ps_check(cfg, n_params, err, errlen);
+  if (!rc) rc = kn_mpi_errors_return(MPI_COMM_WORLD, "parameter server", err, errlen);
   if (rc) return rc;
   const kn_distribution *d = &cfg->dist;
   kn_ps *ps = calloc(1, sizeof *ps);
@@ -553,8 +576,8 @@ int kn_ps_workers_comm(int world, MPI_Comm *out, char *err, size_t errlen) {
     MPI_Group_free(&workers);
   }
   MPI_Group_free(&all);
-  return rc == MPI_SUCCESS ? KN_OK
-                           : mpi_failed(rc, "making the workers' communicator", err, errlen);
+  if (rc != MPI_SUCCESS) return mpi_failed(rc, "making the workers' communicator", err, errlen);
+  return kn_mpi_errors_return(*out, "parameter server", err, errlen);
 }
 
 #else /* no MPI: the servers are other processes, and this build cannot reach them */

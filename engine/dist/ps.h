@@ -60,8 +60,19 @@ void kn_ps_free(kn_ps *ps);
 
 #ifdef KILN_HAVE_MPI
 /* The workers' own communicator, ranks 0 .. world-1 of MPI_COMM_WORLD,
- * made by the workers alone (the servers take no part in collectives). */
+ * made by the workers alone (the servers take no part in collectives),
+ * with MPI_ERRORS_RETURN. */
 int kn_ps_workers_comm(int world, MPI_Comm *out, char *err, size_t errlen);
+
+/* This process as mpirun numbers it: "rank R of N" (of MPI_COMM_WORLD). */
+void kn_mpi_where(char *buf, size_t len);
+/* MPI's failure `code` in `what` as the engine's error: "<who>: rank R of
+ * N: <what> failed: <MPI's reason>". Returns KN_EIO. */
+int kn_mpi_failed(int code, const char *who, const char *what, char *err, size_t errlen);
+/* MPI's failures on comm come back as codes to the calls' error paths (the
+ * default, MPI_ERRORS_ARE_FATAL, ends every process of the job before kiln
+ * can say which rank failed and why). */
+int kn_mpi_errors_return(MPI_Comm comm, const char *who, char *err, size_t errlen);
 #endif
 
 #endif
