@@ -21,7 +21,10 @@ static int device_count; /* set once in main() */
 
 #define REQUIRE_DEVICE()                                                                           \
   do {                                                                                             \
-    if (device_count == 0) skip();                                                                 \
+    if (device_count == 0) {                                                                       \
+      print_message("SKIPPED: no CUDA device on this machine\n");                                  \
+      skip();                                                                                      \
+    }                                                                                              \
   } while (0)
 
 /* Deterministic values in [-1, 1): the same inputs on every run. */
@@ -121,7 +124,10 @@ static void device_name_of_a_missing_device_fails_with_a_message(void **state) {
 
 static void matmul_without_a_device_fails_with_a_message(void **state) {
   (void)state;
-  if (device_count > 0) skip(); /* the opposite case is what the GPU tests cover */
+  if (device_count > 0) { /* the opposite case is what the GPU tests cover */
+    print_message("SKIPPED: this machine has a CUDA device; the failure needs none\n");
+    skip();
+  }
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {0};
   char err[512] = "";
   assert_int_equal(kn_cuda_matmul(a, b, c, 2, 2, 2, 0, 0, err, sizeof err), -1);

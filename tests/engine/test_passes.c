@@ -286,6 +286,10 @@ static void isa_paths_give_identical_results(void **state) {
   release(&base[1]);
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
   assert_int_not_equal(kn_cpu_isa(), KN_ISA_AUTO);
+  if (tested == 0) {
+    print_message("SKIPPED: this CPU has only the baseline path, nothing to compare it with\n");
+    skip();
+  }
 }
 
 static void a_cnn_training_step_allocates_nothing(void **state) {

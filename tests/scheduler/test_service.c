@@ -257,7 +257,10 @@ static void jobs_run_side_by_side_on_their_own_cores_and_a_gang_waits_for_all(vo
   (void)state;
   sched_inventory inv;
   sched_inventory_detect(&inv);
-  if (inv.cpus < 2) skip(); /* needs two cores to share out */
+  if (inv.cpus < 2) {
+    print_message("SKIPPED: needs two cores to share out, this machine has %d\n", inv.cpus);
+    skip();
+  }
   char pools[400], go[400], path[600];
   snprintf(pools, sizeof pools, "%s/pools.json", dir);
   FILE *f = fopen(pools, "w");
