@@ -3,7 +3,8 @@
  * STEPS steps after a warm-up, printed as one JSON line. bench/engine.py runs
  * it beside the same loop in PyTorch.
  *
- *   kiln-bench-step mlp|cnn THREADS STEPS [eager|mixed_bfloat16] */
+ *   kiln-bench-step mlp|cnn THREADS STEPS [unoptimized|mixed_bfloat16]
+ * (unoptimized: the same compiled graph with no passes and no buffer reuse) */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,11 +71,11 @@ static double now(void) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: kiln-bench-step mlp|cnn THREADS STEPS [eager|mixed_bfloat16]\n");
+    fprintf(stderr, "usage: kiln-bench-step mlp|cnn THREADS STEPS [unoptimized|mixed_bfloat16]\n");
     return 2;
   }
   int is_cnn = strcmp(argv[1], "cnn") == 0, threads = atoi(argv[2]), steps = atoi(argv[3]);
-  int eager = argc > 4 && strcmp(argv[4], "eager") == 0;
+  int unoptimized = argc > 4 && strcmp(argv[4], "unoptimized") == 0;
   int bf16 = argc > 4 && strcmp(argv[4], "mixed_bfloat16") == 0;
   openblas_set_num_threads(threads);
   kn_model_config cfg = {.input_ndim = 3,
@@ -90,7 +91,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }
-  if (eager) kn_graph_set_eager(m.graph, 1);
+  if (unoptimized) kn_graph_set_unoptimized(m.graph, 1);
   kn_graph_set_threads(m.graph, threads);
   kn_optimizer_config oc = {.type = KN_OPT_ADAM,
                             .learning_rate = 1e-3f,
@@ -124,9 +125,9 @@ int main(int argc, char **argv) {
   printf("{\"framework\":\"kiln%s\",\"model\":\"%s\",\"threads\":%d,\"ms_per_step\":%.3f,"
          "\"samples_per_s\":%.1f,\"gflops\":%.2f,\"peak_rss_mib\":%.1f,\"arena_mib\":%.2f,"
          "\"one_buffer_per_node_mib\":%.2f}\n",
-         eager  ? "-eager"
-         : bf16 ? "-mixed_bfloat16"
-                : "",
+         unoptimized ? "-unoptimized"
+         : bf16      ? "-mixed_bfloat16"
+                     : "",
          argv[1], threads, secs / steps * 1e3, steps * BATCH / secs,
          step_flops(is_cnn) * steps / secs / 1e9, ru.ru_maxrss / 1024.0, st.arena_bytes / 1048576.0,
          st.naive_bytes / 1048576.0);

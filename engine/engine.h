@@ -272,9 +272,11 @@ enum {
   KN_PASS_ALL = 1023
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
-/* Eager mode, for debugging and comparison: no passes and one buffer per
- * node, each node run in turn. */
-void kn_graph_set_eager(kn_graph *g, int eager);
+/* The unoptimized plan, for debugging and comparison: the same compiled
+ * graph with every pass off and no buffer reuse (one arena buffer per
+ * node), run node by node as graph mode is. It is not an op-by-op (eager)
+ * executor: nodes are still built first and compiled. */
+void kn_graph_set_unoptimized(kn_graph *g, int unoptimized);
 /* Placement, as under tf.device: nodes built from now on run on d (cpu by
  * default); autodiff puts each gradient node on its forward node's device.
  * kn_node_set_device moves one node before compile (KN_ESTATE after).

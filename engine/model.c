@@ -335,9 +335,9 @@ int kn_model_compile(kn_model *m, const kn_model_config *cfg, uint64_t seed, kn_
                      char *err, size_t errlen) {
   kn_plan_stats with;
   int rc = kn_graph_compile(m->graph, seed, &with, err, errlen);
-  /* Not in the eager or the double-precision reference mode: they are for
-   * comparing kernels, and keep the graph as asked. */
-  if (!rc && cfg->recompute && with.n_recomputed > 0 && !m->graph->eager && !m->graph->f64) {
+  /* Not with the unoptimized plan or in the double-precision reference
+   * mode: they are for comparing kernels, and keep the graph as asked. */
+  if (!rc && cfg->recompute && with.n_recomputed > 0 && !m->graph->unoptimized && !m->graph->f64) {
     kn_model_config plain = *cfg;
     plain.recompute = 0;
     kn_model alt;

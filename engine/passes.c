@@ -18,12 +18,12 @@ void kn_graph_set_passes(kn_graph *g, unsigned passes) {
   g->passes_set = 1;
 }
 
-void kn_graph_set_eager(kn_graph *g, int eager) {
-  g->eager = eager != 0;
+void kn_graph_set_unoptimized(kn_graph *g, int unoptimized) {
+  g->unoptimized = unoptimized != 0;
 }
 
 unsigned kn_graph_passes(const kn_graph *g) {
-  if (g->eager) return 0;
+  if (g->unoptimized) return 0;
   return g->passes_set ? g->passes : KN_PASS_ALL;
 }
 

@@ -45,7 +45,7 @@ static int cuda_runs(const kn_graph *g, const kn_node_rec *n) {
 
 int kn_graph_place_soft(kn_graph *g, kn_device d) {
   int moved = 0;
-  if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->eager) return 0;
+  if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->unoptimized) return 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     if (n->dead || !cuda_kernel(g, n)) continue;
@@ -75,14 +75,14 @@ int kn_check_placement(kn_graph *g) {
     const kn_node_rec *n = &g->nodes[i];
     if (n->dead || n->device.kind == KN_DEVICE_CPU) continue;
     kn_device_format(n->device, where, sizeof where);
-    if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->eager) {
+    if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->unoptimized) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' is placed on %s; a graph with nodes on a GPU runs in "
-                    "float32, in graph mode (not %s)",
+                    "float32, with the optimized plan (not %s)",
                     n->name, where,
-                    g->f64     ? "the float64 reference mode"
-                    : g->eager ? "eager mode"
-                               : kn_precision_name(g->precision));
+                    g->f64           ? "the float64 reference mode"
+                    : g->unoptimized ? "the unoptimized plan"
+                                     : kn_precision_name(g->precision));
       return KN_EINVAL;
     }
     if (!cuda_runs(g, n)) {

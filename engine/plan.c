@@ -133,7 +133,7 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
     if (!planned(g, v, i)) continue;
     size_t bytes = align_up(kn_node_planned_bytes(g, n));
     g->naive_bytes += bytes;
-    if (g->eager) { /* one buffer per node */
+    if (g->unoptimized) { /* one buffer per node */
       n->arena_offset = g->naive_bytes - bytes;
       continue;
     }
@@ -162,7 +162,7 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
     groups[n_groups++] = (group){n->folded ? 0 : n->first_use, n->last_use, bytes, 0};
   }
   size_t top = 0;
-  if (!g->eager) {
+  if (!g->unoptimized) {
     for (int k = 0; k < n_groups; k++) sorted[k] = &groups[k];
     qsort(sorted, (size_t)n_groups, sizeof *sorted, by_size_desc);
     for (int k = 0; k < n_groups; k++) {
@@ -185,7 +185,7 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
     for (int i = 0; i < n_nodes; i++)
       if (owner[i] >= 0) g->nodes[i].arena_offset = groups[owner[i]].offset;
   }
-  *peak = g->eager ? g->naive_bytes : top;
+  *peak = g->unoptimized ? g->naive_bytes : top;
   *n_inplace_out = n_inplace;
   rc = 0;
 out:
@@ -228,7 +228,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   for (int i = 0; i < g->n_nodes; i++)
     n_recomputed += !g->nodes[i].dead && is_recompute(&g->nodes[i]);
   g->arena_bytes_without_recompute = 0;
-  if (n_recomputed > 0 && !g->eager) {
+  if (n_recomputed > 0 && !g->unoptimized) {
     /* Nodes only recomputes read are absent without recompute; a recompute
      * keeps its forward value alive instead. */
     for (int i = 0; i < g->n_nodes; i++) skip[i] = 1;

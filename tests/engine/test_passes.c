@@ -1,10 +1,10 @@
-/* Graph passes: each on alone, all on, all but it, none, and eager mode
+/* Graph passes: each on alone, all on, all but it, none, and the unoptimized plan
  * give bit-for-bit the same losses, logits, gradients and moving
  * statistics on an MLP, a CNN with every layer type and a hand-made graph
  * (implicit_input_grad, which sums in another order, the same values to
  * rounding); each pass the test toggles fires on its graph (counts in the
  * plan stats, and for implicit_input_grad the node it makes); in-place
- * reuse shrinks the arena; eager mode plans one buffer per node; and a
+ * reuse shrinks the arena; the unoptimized plan has one buffer per node; and a
  * training step of the CNN allocates nothing. */
 #include <malloc.h>
 #include <math.h>
@@ -87,8 +87,9 @@ static int count_op(const kn_graph *g, kn_op op) {
   return n;
 }
 
-/* eager: -1 = passes as given; 1 = eager mode. */
-static result train_threaded(int cnn, unsigned passes, int eager, int threads) {
+/* unoptimized: 0 = passes as given; 1 = the unoptimized plan (no passes,
+ * no buffer reuse). */
+static result train_threaded(int cnn, unsigned passes, int unoptimized, int threads) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
                          .n_layers = cnn ? CNN_LAYERS : 4,
@@ -98,8 +99,8 @@ static result train_threaded(int cnn, unsigned passes, int eager, int threads) {
   kn_model m;
   char err[512] = "";
   if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
-  if (eager) {
-    kn_graph_set_eager(m.graph, 1);
+  if (unoptimized) {
+    kn_graph_set_unoptimized(m.graph, 1);
   } else {
     kn_graph_set_passes(m.graph, passes);
   }
@@ -137,8 +138,8 @@ static result train_threaded(int cnn, unsigned passes, int eager, int threads) {
   return r;
 }
 
-static result train_once(int cnn, unsigned passes, int eager) {
-  return train_threaded(cnn, passes, eager, 1);
+static result train_once(int cnn, unsigned passes, int unoptimized) {
+  return train_threaded(cnn, passes, unoptimized, 1);
 }
 
 static void assert_same(const result *a, const result *b, const char *what) {
@@ -303,9 +304,9 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
   for (int cnn = 0; cnn <= 1; cnn++) {
     result none = train_once(cnn, 0, 0);
     assert_true(none.loss > 0.5f); /* 3 classes from random weights: about log 3 */
-    result eager = train_once(cnn, 0, 1);
-    assert_same(&none, &eager, cnn ? "cnn eager" : "mlp eager");
-    release(&eager);
+    result unoptimized = train_once(cnn, 0, 1);
+    assert_same(&none, &unoptimized, cnn ? "cnn unoptimized" : "mlp unoptimized");
+    release(&unoptimized);
     release(&none);
   }
 }
@@ -365,17 +366,18 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
    * shows the plan shrinking on the test CNN, where the pool's input sets
    * the peak). */
   assert_int_equal(cnn.st.n_pool_argmax, 2);
-  result eager = train_once(1, 0, 1);
-  assert_int_equal(eager.st.n_fused + eager.st.n_inplace + eager.st.n_dead + eager.st.n_implicit,
+  result unoptimized = train_once(1, 0, 1);
+  assert_int_equal(unoptimized.st.n_fused + unoptimized.st.n_inplace + unoptimized.st.n_dead +
+                       unoptimized.st.n_implicit,
                    0);
-  assert_int_equal(eager.st.arena_bytes, eager.st.naive_bytes);
-  printf("cnn arena %zu bytes planned, %zu eager (one buffer per node)\n", cnn.st.arena_bytes,
-         eager.st.arena_bytes);
-  assert_true(cnn.st.arena_bytes * 3 < eager.st.arena_bytes * 2); /* 5.4x seen */
+  assert_int_equal(unoptimized.st.arena_bytes, unoptimized.st.naive_bytes);
+  printf("cnn arena %zu bytes planned, %zu unoptimized (one buffer per node)\n", cnn.st.arena_bytes,
+         unoptimized.st.arena_bytes);
+  assert_true(cnn.st.arena_bytes * 3 < unoptimized.st.arena_bytes * 2); /* 5.4x seen */
   release(&all);
   release(&no_inplace);
   release(&cnn);
-  release(&eager);
+  release(&unoptimized);
 
   /* The hand-made graph: cse, const_fold and dce do their work there. */
   result hand = train_hand_made(KN_PASS_ALL);
