@@ -295,7 +295,7 @@ typedef struct api_job_spec {
   int checkpoint_mode_max; /* 1: higher is better */
   /* precision: "float32" (default), "mixed_bfloat16" or "mixed_float16" */
   char precision[16];
-  int recompute; /* recompute cheap activations in backward; default false */
+  int recompute; /* re-run im2col and pooling in backward, keep the rest; default false */
   /* resources */
   char device_type[8]; /* "cpu" or "gpu" */
   int devices;         /* default 1; all at once (gang) */

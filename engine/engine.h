@@ -172,10 +172,14 @@ kn_precision kn_graph_precision(const kn_graph *g);
 const char *kn_precision_name(kn_precision precision); /* "float32", "mixed_bfloat16", ... */
 /* How a policy's matmuls run on this machine, in words. */
 const char *kn_mixed_matmul_path(kn_precision precision);
-/* Recomputation: backward re-runs im2col and pooling from their inputs
- * (values backward keeps anyway) instead of keeping their outputs alive
- * from forward; kn_plan_stats reports the arena with and without. Set
- * before autodiff. */
+/* Recomputation, of im2col and pooling nodes only: where backward reads
+ * the output of an im2col or a pool (or a reshape of one), it re-runs that
+ * node from its input (a value backward keeps anyway) instead of keeping
+ * the forward output alive; an im2col may re-read a recomputed pool. Every
+ * other node's output backward reads (matmuls, convolutions' GEMMs,
+ * activations, batch norm, dropout, ...) is kept from forward as without
+ * recompute. kn_plan_stats reports the arena with and without. Set before
+ * autodiff. */
 void kn_graph_set_recompute(kn_graph *g, int on);
 /* x (f32) to bf16 / f16, or x (bf16 / f16) to f32; round to nearest even,
  * f16 saturating to inf past 65504 and rounding below its subnormals to 0.

@@ -213,10 +213,11 @@ static int is_activation(const kn_graph *g, kn_node x) {
 static kn_node backward_source(kn_graph *g, kn_node x) {
   if (x < 0 || x >= g->n_forward || !is_activation(g, x)) return x;
   const kn_node_rec n = g->nodes[x]; /* a copy: pushing nodes may move g->nodes */
-  /* im2col and pooling move data and do no arithmetic to speak of, and
-   * their inputs are values backward keeps anyway (the layer's input for
-   * the conv GEMM's dW, the relu output for relu_grad); a second level lets
-   * im2col re-read a recomputed pooling. */
+  /* Recompute's whole scope: im2col and pooling, which move data and do no
+   * arithmetic to speak of, and whose inputs are values backward keeps
+   * anyway (the layer's input for the conv GEMM's dW, the relu output for
+   * relu_grad); a second level lets im2col re-read a recomputed pooling.
+   * Every other forward value backward reads is kept. */
   if (g->recompute && g->remat_depth < 2 && (n.op == KN_OP_IM2COL || n.op == KN_OP_POOL)) {
     kn_node_rec r = n;
     r.remat_of = x + 1;
