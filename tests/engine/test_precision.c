@@ -343,6 +343,15 @@ static void assert_same_training_and_free(kn_model *a, kn_model *b) {
 
 static void recompute_lowers_the_planned_peak_and_keeps_the_losses(void **state) {
   (void)state;
+  /* On OpenBLAS the columns are written out and the re-run im2col's
+   * buffer outweighs what it frees (996,160 -> 1,208,128 bytes here): there
+   * recompute is declined, which model_compile_keeps_the_smaller_plan
+   * checks. */
+  if (kn_cpu_gemm() != KN_GEMM_KILN) {
+    print_message("SKIPPED: recompute lowers this CNN's peak only where kiln's GEMM reads the "
+                  "columns in place (no AVX-512F here, or KILN_GEMM=openblas)\n");
+    skip();
+  }
   kn_plan_stats plain, rc;
   kn_model a = build_cnn(12, 16, KN_PRECISION_FLOAT32, 0, &plain);
   kn_model b = build_cnn(12, 16, KN_PRECISION_FLOAT32, 1, &rc);
