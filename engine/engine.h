@@ -858,6 +858,11 @@ typedef enum kn_event_kind {
 
 #define KN_EVENT_MAX_METRICS 8
 
+/* A step or epoch event's loss and metrics are means over the window's
+ * examples whose loss was finite; a window with none (under mixed_float16,
+ * every step skipped for a non-finite loss) reports none of them rather
+ * than a 0. Under loss scaling step events add loss_scale, and step and
+ * epoch events skipped_steps: the steps skipped so far in the run. */
 typedef struct kn_train_event {
   kn_event_kind kind;
   int epoch;    /* 1-based */
@@ -991,9 +996,13 @@ typedef struct kn_train_config {
   int eval_every_steps;
   /* Dynamic loss scaling, on for a mixed_float16 model (Keras's
    * LossScaleOptimizer): the first scale (0 = 2^15) and the finite steps in
-   * a row after which it doubles (0 = 2000). */
+   * a row after which it doubles (0 = 2000). A run fails with KN_ENUMERIC
+   * when loss_scale_max_skipped_steps steps in a row have been skipped
+   * (0 = 50): halving from 2^15 reaches the floor of 1 in 15 of them, and
+   * a step that still overflows there has diverged, not underflowed. */
   double initial_loss_scale;
   int64_t loss_scale_growth_interval;
+  int64_t loss_scale_max_skipped_steps;
   /* Replicas and processes training together (zeroed: one replica). Only
    * rank 0 writes checkpoints; every rank reports the same metrics,
    * summed over all replicas. */
@@ -1002,12 +1011,16 @@ typedef struct kn_train_config {
 
 /* Dynamic loss scaling: backward is seeded with scale; the gradients are
  * unscaled and checked; a step with an inf or NaN is skipped and halves the
- * scale, and growth_interval finite steps in a row double it. */
+ * scale, though never below KN_LOSS_SCALE_MIN (as Keras's
+ * LossScaleOptimizer), and growth_interval finite steps in a row double
+ * it. */
+#define KN_LOSS_SCALE_MIN 1.0
 typedef struct kn_loss_scaler {
   double scale;
   int64_t good_steps; /* finite steps since the scale last changed */
   int64_t growth_interval;
-  int64_t skipped; /* steps skipped so far */
+  int64_t skipped;          /* steps skipped so far (the metric skipped_steps) */
+  int64_t skipped_in_a_row; /* skipped since the last finite step */
 } kn_loss_scaler;
 void kn_loss_scaler_init(kn_loss_scaler *s, double initial_scale, int64_t growth_interval);
 /* Divides n gradients by the scale in place; 1 when all are finite. */

@@ -124,10 +124,13 @@ static const char *const val_names[N_NAMES] = {"val_loss", "val_accuracy", "val_
 static const unsigned name_bits[N_NAMES] = {0, KN_METRIC_ACCURACY, KN_METRIC_MSE, KN_METRIC_MAE,
                                             KN_METRIC_TOP_K};
 
-/* Appends prefix+loss and prefix+each metric to the event. */
+/* Appends prefix+loss and prefix+each metric to the event; nothing for a
+ * window without rows (every step's loss was non-finite), whose means are
+ * not 0 but undefined. */
 static void put_metrics(kn_model *m, kn_train_event *ev, const tally *t, unsigned metrics,
                         const char *const names[N_NAMES]) {
-  const double rows = t->rows > 0 ? (double)t->rows : 1.0;
+  if (t->rows <= 0) return;
+  const double rows = (double)t->rows;
   const double values = rows * (double)m->n_outputs;
   const double value[N_NAMES] = {t->loss / rows, (double)t->correct / rows, t->sq / values,
                                  t->abs / values, (double)t->top_k / rows};
@@ -136,6 +139,13 @@ static void put_metrics(kn_model *m, kn_train_event *ev, const tally *t, unsigne
     ev->names[ev->n_metrics] = names[i];
     ev->values[ev->n_metrics++] = value[i];
   }
+}
+
+/* Appends one value to the event, while there is room. */
+static void put_metric(kn_train_event *ev, const char *name, double value) {
+  if (ev->n_metrics >= KN_EVENT_MAX_METRICS) return;
+  ev->names[ev->n_metrics] = name;
+  ev->values[ev->n_metrics++] = value;
 }
 
 /* Whether an epoch event carries name (a callback's monitor). */
@@ -258,6 +268,7 @@ void kn_loss_scaler_init(kn_loss_scaler *s, double initial_scale, int64_t growth
   s->growth_interval = growth_interval > 0 ? growth_interval : 2000;
   s->good_steps = 0;
   s->skipped = 0;
+  s->skipped_in_a_row = 0;
 }
 
 int kn_loss_scaler_unscale(const kn_loss_scaler *s, float *grads, size_t n) {
@@ -272,16 +283,23 @@ int kn_loss_scaler_unscale(const kn_loss_scaler *s, float *grads, size_t n) {
 
 void kn_loss_scaler_update(kn_loss_scaler *s, int finite) {
   if (!finite) {
-    s->scale *= 0.5;
+    s->scale = s->scale * 0.5 > KN_LOSS_SCALE_MIN ? s->scale * 0.5 : KN_LOSS_SCALE_MIN;
     s->good_steps = 0;
     s->skipped++;
+    s->skipped_in_a_row++;
     return;
   }
+  s->skipped_in_a_row = 0;
   if (++s->good_steps >= s->growth_interval) {
     s->scale *= 2.0;
     s->good_steps = 0;
   }
 }
+
+/* Skipped steps in a row that fail a run when the config leaves it 0: the
+ * 15 halvings from 2^15 to the floor and 35 more where halving no longer
+ * changes anything. */
+enum { DEFAULT_MAX_SKIPPED = 50 };
 
 /* One run of kn_train: what the steps share. */
 typedef struct run {
@@ -301,6 +319,7 @@ typedef struct run {
   int report_lr;
   int scaling;           /* dynamic loss scaling (mixed_float16) */
   kn_loss_scaler scaler; /* when scaling */
+  int64_t max_skipped;   /* skipped steps in a row that fail the run */
   int window_finite;     /* every gradient of the window was finite */
   double t0;
   tally epoch_t, interval_t;
@@ -449,6 +468,8 @@ static int save_checkpoint(run *r, int mid_epoch) {
   if (r->scaling) {
     st.loss_scale = r->scaler.scale;
     st.loss_scale_good_steps = r->scaler.good_steps;
+    st.loss_scale_skipped = r->scaler.skipped;
+    st.loss_scale_skipped_in_a_row = r->scaler.skipped_in_a_row;
   }
   kn_train_state_path(path, state_path, sizeof state_path);
   rc = kn_train_state_write(state_path, &st, r->opt, r->err, r->errlen);
@@ -678,15 +699,33 @@ static void free_run(run *r) {
   kn_dist_free(r->dist);
 }
 
+/* Where a run that failed numerically can resume from. */
+static void last_good_checkpoint(const run *r, char *where, size_t len) {
+  if (r->last_checkpoint >= 0)
+    snprintf(where, len, "the last good checkpoint is %s (step %lld)", r->last_checkpoint_name,
+             (long long)r->last_checkpoint);
+  else
+    snprintf(where, len, "no checkpoint was written before it");
+}
+
 static int numeric_error(run *r, float loss, int epoch) {
   char where[320];
-  if (r->last_checkpoint >= 0)
-    snprintf(where, sizeof where, "the last good checkpoint is %s (step %lld)",
-             r->last_checkpoint_name, (long long)r->last_checkpoint);
-  else
-    snprintf(where, sizeof where, "no checkpoint was written before it");
+  last_good_checkpoint(r, where, sizeof where);
   snprintf(r->err, r->errlen, "loss became %f at step %lld (epoch %d); %s", loss,
            (long long)r->step + 1, epoch, where);
+  return KN_ENUMERIC;
+}
+
+/* Under loss scaling: the step just made was one more skipped in a row,
+ * and the bound is reached. */
+static int skipped_steps_error(run *r, int epoch) {
+  char where[320];
+  last_good_checkpoint(r, where, sizeof where);
+  snprintf(r->err, r->errlen,
+           "mixed_float16: %lld steps in a row were skipped for a non-finite loss or gradients, "
+           "up to step %lld (epoch %d), with the loss scale at %g; the run diverged; %s",
+           (long long)r->scaler.skipped_in_a_row, (long long)r->step, epoch, r->scaler.scale,
+           where);
   return KN_ENUMERIC;
 }
 
@@ -714,11 +753,16 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
                 cfg->schedule.warmup_steps > 0;
   r.scaling = kn_graph_precision(m->graph) == KN_PRECISION_MIXED_FLOAT16;
   r.window_finite = 1;
-  if (cfg->initial_loss_scale < 0 || cfg->loss_scale_growth_interval < 0) {
-    snprintf(err, errlen, "train: initial_loss_scale and loss_scale_growth_interval must be >= 0");
+  if (cfg->initial_loss_scale < 0 || cfg->loss_scale_growth_interval < 0 ||
+      cfg->loss_scale_max_skipped_steps < 0) {
+    snprintf(err, errlen,
+             "train: initial_loss_scale, loss_scale_growth_interval and "
+             "loss_scale_max_skipped_steps must be >= 0");
     return KN_EINVAL;
   }
   kn_loss_scaler_init(&r.scaler, cfg->initial_loss_scale, cfg->loss_scale_growth_interval);
+  r.max_skipped = cfg->loss_scale_max_skipped_steps > 0 ? cfg->loss_scale_max_skipped_steps
+                                                        : DEFAULT_MAX_SKIPPED;
   rc = resolve_metrics(m, cfg->metrics, &r.metrics, err, errlen);
   if (!rc) rc = check_loop_options(cfg, r.metrics, val != NULL, err, errlen);
   const int replicated =
@@ -818,6 +862,8 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
   if (cfg->resume_from && saved.loss_scale > 0) {
     r.scaler.scale = saved.loss_scale;
     r.scaler.good_steps = saved.loss_scale_good_steps;
+    r.scaler.skipped = saved.loss_scale_skipped;
+    r.scaler.skipped_in_a_row = saved.loss_scale_skipped_in_a_row;
   }
   kn_graph_set_loss_scale(m->graph, r.scaling ? (float)r.scaler.scale : 1.0f);
   if (resume) {
@@ -899,6 +945,10 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         continue;
       }
       if ((rc = update(&r)) != 0) break;
+      if (r.scaling && r.scaler.skipped_in_a_row >= r.max_skipped) {
+        rc = skipped_steps_error(&r, epoch);
+        break;
+      }
       if (r.dist && (rc = kn_dist_sync(r.dist, err, errlen)) != 0) break;
       if (kn_profile_recording(r.profile)) {
         const double end = kn_profile_now();
@@ -912,13 +962,10 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
         tally interval_t;
         if ((rc = report_tally(&r, &r.interval_t, &interval_t)) != 0) break;
         put_metrics(m, &ev, &interval_t, r.metrics, step_names);
-        if (r.report_lr) {
-          ev.names[ev.n_metrics] = "learning_rate";
-          ev.values[ev.n_metrics++] = kn_optimizer_learning_rate(r.opt);
-        }
+        if (r.report_lr) put_metric(&ev, "learning_rate", kn_optimizer_learning_rate(r.opt));
         if (r.scaling) {
-          ev.names[ev.n_metrics] = "loss_scale";
-          ev.values[ev.n_metrics++] = r.scaler.scale;
+          put_metric(&ev, "loss_scale", r.scaler.scale);
+          put_metric(&ev, "skipped_steps", (double)r.scaler.skipped);
         }
         ev.seconds = elapsed(&r);
         stop = cb(&ev, user);
@@ -952,6 +999,7 @@ int kn_train(kn_model *m, const kn_dataset *train, const kn_dataset *val,
       if (rc) break;
       put_metrics(m, &ev, &val_t, r.metrics, val_names);
     }
+    if (r.scaling) put_metric(&ev, "skipped_steps", (double)r.scaler.skipped);
     ev.seconds = elapsed(&r);
     if (cb) stop = cb(&ev, user);
     if (end_of_epoch_callbacks(&r, &ev)) stop = 1;

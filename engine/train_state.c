@@ -3,10 +3,11 @@
  * step count and flat moment arrays. Layout (little-endian, as x86 and Arm
  * are): the 8-byte magic "KILNTS01", int64 fields (21 in version 1; 29 in
  * version 2, which adds top-k hit counts and the callbacks' state; 31 in
- * version 3, which adds the dynamic loss scale and its counter), then m
- * (n floats) and v (n floats) where the optimizer keeps them, then the
- * SHA-256 of all that came before, so a torn or altered file is refused
- * rather than half-used. Version 1 and 2 files still resume. */
+ * version 3, which adds the dynamic loss scale and its counter; 33 in
+ * version 4, which adds the loss scaler's skipped steps, in all and in a
+ * row), then m (n floats) and v (n floats) where the optimizer keeps them,
+ * then the SHA-256 of all that came before, so a torn or altered file is
+ * refused rather than half-used. Version 1 to 3 files still resume. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 #include "train_state.h"
 
 #define STATE_MAGIC "KILNTS01"
-enum { N_FIELDS_V1 = 21, N_FIELDS_V2 = 29, N_FIELDS = 31, VERSION = 3 };
+enum { N_FIELDS_V1 = 21, N_FIELDS_V2 = 29, N_FIELDS_V3 = 31, N_FIELDS = 33, VERSION = 4 };
 
 void kn_train_state_path(const char *checkpoint_path, char *out, size_t len) {
   static const char ext[] = ".safetensors";
@@ -69,7 +70,9 @@ static void pack(const kn_train_state *st, kn_optimizer *opt, int64_t f[N_FIELDS
                               bits[8],
                               cs->stop_wait,
                               bits[9],
-                              st->loss_scale_good_steps};
+                              st->loss_scale_good_steps,
+                              st->loss_scale_skipped,
+                              st->loss_scale_skipped_in_a_row};
   memcpy(f, fields, sizeof fields);
 }
 
@@ -129,8 +132,8 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
     goto out;
   }
   memcpy(f, buf + 8, N_FIELDS_V1 * sizeof(int64_t));
-  if (f[0] == 1 || f[0] == 2) { /* the shorter headers of versions 1 and 2 */
-    const size_t fields = f[0] == 1 ? N_FIELDS_V1 : N_FIELDS_V2;
+  if (f[0] >= 1 && f[0] <= 3) { /* the shorter headers of versions 1 to 3 */
+    const size_t fields = f[0] == 1 ? N_FIELDS_V1 : f[0] == 2 ? N_FIELDS_V2 : N_FIELDS_V3;
     head = 8 + fields * sizeof(int64_t);
     want = head + moments;
     if (got >= head) memcpy(f, buf + 8, fields * sizeof(int64_t));
@@ -193,6 +196,10 @@ int kn_train_state_read(const char *path, kn_train_state *st, kn_optimizer *opt,
   if (f[0] >= 3) {
     memcpy(&st->loss_scale, &f[29], sizeof(double));
     st->loss_scale_good_steps = f[30];
+  }
+  if (f[0] >= 4) {
+    st->loss_scale_skipped = f[31];
+    st->loss_scale_skipped_in_a_row = f[32];
   }
   *iterations = f[13];
   if (m) memcpy(m, buf + head, n * sizeof(float));

@@ -39,9 +39,11 @@ typedef struct kn_train_state {
   kn_metric_sums epoch, interval;
   kn_callback_state callbacks;
   /* Dynamic loss scaling (version 3): the scale (0 = none saved) and the
-   * finite steps since it last changed. */
+   * finite steps since it last changed; (version 4) the steps skipped so
+   * far and since the last finite one. */
   double loss_scale;
   int64_t loss_scale_good_steps;
+  int64_t loss_scale_skipped, loss_scale_skipped_in_a_row;
 } kn_train_state;
 
 /* The state file's name for a checkpoint path: "X.safetensors" -> "X.state". */

@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "engine.h"
+#include "train_state.h"
 
 #define CLASSES  3
 #define FEATURES 8
@@ -197,12 +199,64 @@ static void a_healthy_mixed_float16_run_reports_its_skipped_steps(void **state) 
   kn_dataset_free(&train);
 }
 
+/* The bound is the job's to set: 3 skips in a row end the run at step 3. */
+static void the_bound_on_skipped_steps_is_configurable(void **state) {
+  (void)state;
+  kn_dataset train = make_blobs(256, 3, 1e6f);
+  kn_model m = make_linear(KN_PRECISION_MIXED_FLOAT16, 32);
+  kn_train_config tc = config(2);
+  tc.loss_scale_max_skipped_steps = 3;
+  seen s = {0};
+  char err[512] = "";
+  assert_int_equal(kn_train(&m, &train, NULL, &tc, watch, &s, err, sizeof err), KN_ENUMERIC);
+  assert_non_null(strstr(err, "3 steps in a row were skipped"));
+  assert_non_null(strstr(err, "up to step 3 (epoch 1)"));
+  assert_int_equal(s.steps, 2);
+  tc.loss_scale_max_skipped_steps = -1;
+  assert_int_equal(kn_train(&m, &train, NULL, &tc, NULL, NULL, err, sizeof err), KN_EINVAL);
+  assert_non_null(strstr(err, "loss_scale_max_skipped_steps"));
+  kn_model_free(&m);
+  kn_dataset_free(&train);
+}
+
+/* A checkpoint keeps the skipped steps, in all and in a row, so a resumed
+ * run reports the same count and fails at the same step. */
+static void the_training_state_keeps_the_skipped_steps(void **state) {
+  (void)state;
+  char dir[] = "/tmp/kiln-test-numerics-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[600];
+  snprintf(path, sizeof path, "%s/ckpt-00000007.state", dir);
+  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
+  kn_optimizer *opt = NULL;
+  char err[512] = "";
+  assert_int_equal(kn_optimizer_new(&oc, 4, &opt, err, sizeof err), KN_OK);
+  kn_train_state st = {.step = 7,
+                       .loss_scale = 2.0,
+                       .loss_scale_good_steps = 1,
+                       .loss_scale_skipped = 5,
+                       .loss_scale_skipped_in_a_row = 2};
+  assert_int_equal(kn_train_state_write(path, &st, opt, err, sizeof err), KN_OK);
+  kn_train_state back = {0};
+  assert_int_equal(kn_train_state_read(path, &back, opt, err, sizeof err), KN_OK);
+  assert_int_equal(back.step, 7);
+  assert_true(back.loss_scale == 2.0);
+  assert_int_equal(back.loss_scale_good_steps, 1);
+  assert_int_equal(back.loss_scale_skipped, 5);
+  assert_int_equal(back.loss_scale_skipped_in_a_row, 2);
+  kn_optimizer_free(opt);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(loss_scale_never_falls_below_one),
       cmocka_unit_test(a_mixed_float16_run_whose_gradients_keep_overflowing_fails),
       cmocka_unit_test(epochs_whose_every_loss_was_non_finite_report_no_loss),
       cmocka_unit_test(a_healthy_mixed_float16_run_reports_its_skipped_steps),
+      cmocka_unit_test(the_bound_on_skipped_steps_is_configurable),
+      cmocka_unit_test(the_training_state_keeps_the_skipped_steps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
