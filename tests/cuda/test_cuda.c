@@ -1,5 +1,6 @@
 /* test_cuda.c — the CUDA backend against plain CPU loops: sgemm in all four
- * transpose combinations on odd sizes, and relu (NaN, -0, inf included).
+ * transpose combinations on odd sizes, and relu and its gradient (NaN, -0,
+ * inf included).
  * Without a CUDA device, or in a build without CUDA, the GPU tests are
  * skipped with a message; the tests that need no device still run. */
 #include <setjmp.h>
@@ -244,6 +245,46 @@ static void relu_works_in_place(void **state) {
   check_relu(4099, 1);
 }
 
+/* relu's gradient masks dy only where y <= 0 (PyTorch's threshold_backward,
+ * and the CPU kernel's rule): a NaN y passes dy, so a NaN is not zeroed. */
+static void relu_grad_passes_dy_where_y_is_nan(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { N = 1001 };
+  float *dy = malloc(N * sizeof *dy), *y = malloc(N * sizeof *y), *dx = malloc(N * sizeof *dx);
+  assert_non_null(dy);
+  assert_non_null(y);
+  assert_non_null(dx);
+  fill_uniform(dy, N, 7u);
+  fill_uniform(y, N, 8u);
+  y[0] = NAN;
+  y[1] = -NAN;
+  y[2] = -0.0f;
+  y[3] = INFINITY;
+  y[4] = -INFINITY;
+  dy[5] = NAN; /* masked where y <= 0, passed where y > 0 */
+  y[5] = -1.0f;
+  dy[6] = NAN;
+  y[6] = 1.0f;
+  char err[512] = "";
+  int rc = kn_cuda_relu_grad(dy, y, dx, N, err, sizeof err);
+  if (rc != 0) print_error("kn_cuda_relu_grad: %s\n", err);
+  assert_int_equal(rc, 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < N; i++) {
+    const float want = y[i] <= 0.0f ? 0.0f : dy[i];
+    int same = isnan(want) ? isnan(dx[i]) : dx[i] == want;
+    if (!same && bad++ < 5)
+      print_error("relu_grad: dx[%zu] = %g for y %g, dy %g; expected %g\n", i, (double)dx[i],
+                  (double)y[i], (double)dy[i], (double)want);
+  }
+  assert_int_equal(bad, 0);
+  assert_true(dx[0] == dy[0] && dx[1] == dy[1]);
+  free(dy);
+  free(y);
+  free(dx);
+}
+
 int main(void) {
   char err[512] = "";
   if (kn_cuda_device_count(&device_count, err, sizeof err) != 0) {
@@ -266,6 +307,7 @@ int main(void) {
       cmocka_unit_test(matmul_with_k_zero_writes_zeros),
       cmocka_unit_test(relu_matches_cpu),
       cmocka_unit_test(relu_works_in_place),
+      cmocka_unit_test(relu_grad_passes_dy_where_y_is_nan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
