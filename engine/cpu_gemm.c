@@ -296,7 +296,7 @@ static void store_tile(float (*acc)[NR], const tile_out *o, int mr, int nr) {
     if (o->bias)
       for (int j = 0; j < nr; j++) v[j] += o->bias[j];
     if (o->relu)
-      for (int j = 0; j < nr; j++) v[j] = v[j] > 0 ? v[j] : 0;
+      for (int j = 0; j < nr; j++) v[j] = KN_RELU(v[j]);
     if (o->c_bf16) {
       uint16_t *ci = (uint16_t *)o->c + (size_t)i * o->ldc;
       for (int j = 0; j < nr; j++) ci[j] = kn_bf16_from_f32(v[j]);
@@ -373,10 +373,9 @@ micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *
       v[1] = _mm512_add_ps(v[1], bias1);
     }
     for (int h = 0; h < 2; h++) {
-      /* relu as v > 0 ? v : 0, which (unlike max) sends NaN to 0 as the
-       * portable kernel does */
-      if (o->relu)
-        v[h] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v[h], _mm512_setzero_ps(), _CMP_GT_OQ), v[h]);
+      /* relu as KN_RELU, as the portable kernel: max(0, v) returns its
+       * second operand, v, when either is NaN */
+      if (o->relu) v[h] = _mm512_max_ps(_mm512_setzero_ps(), v[h]);
       if (o->c_bf16) {
         /* Round to nearest even in integers, as kn_bf16_from_f32 does:
          * no flushing of subnormals; NaN stays a quiet NaN. */

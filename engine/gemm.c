@@ -170,8 +170,8 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
 
 /* Where a tile of C goes and what happens on the way: C = sums (or C +
  * sums); then, on the last depth block of a fused matmul, + bias per
- * column and relu (v > 0 ? v : 0) — the operations, in the order, of the
- * epilogue that otherwise runs over C after the GEMM. */
+ * column and relu (KN_RELU: NaN passes) — the operations, in the order, of
+ * the epilogue that otherwise runs over C after the GEMM. */
 typedef struct tile_dst {
   float *c;
   int ldc, mr, nr, accumulate;
@@ -227,9 +227,9 @@ tile(int mode, int kc, const float *const *rows, int lda, const ptrdiff_t *restr
       v0 = _mm512_add_ps(v0, bias0);
       v1 = _mm512_add_ps(v1, bias1);
     }
-    if (d->relu) {
-      v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, _mm512_setzero_ps(), _CMP_GT_OQ), v0);
-      v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, _mm512_setzero_ps(), _CMP_GT_OQ), v1);
+    if (d->relu) { /* max(0, v) returns its second operand, v, when either is NaN */
+      v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
+      v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
     }
     _mm512_mask_storeu_ps(out, m0, v0);
     _mm512_mask_storeu_ps(out + 16, m1, v1);
@@ -539,7 +539,7 @@ int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
         sum += av * b_at(x, kk, col);
       }
       if (x->bias) sum += x->bias[col];
-      if (x->relu) sum = sum > 0 ? sum : 0;
+      if (x->relu) sum = KN_RELU(sum);
       x->c[(size_t)i * x->ldc + col] = sum;
     }
   }

@@ -272,6 +272,20 @@ static inline float kn_bf16_to_f32(uint16_t h) {
   memcpy(&f, &u, sizeof f);
   return f;
 }
+/* NaN's rules for every backend, so a diverging run shows NaN instead of
+ * training on zeros (as PyTorch): relu(v) is v < 0 ? 0 : v, and NaN passes
+ * (the CUDA kernel's rule, and a SIMD max(0, v) with v second, which
+ * returns v when either is NaN); relu's gradient masks dy only where
+ * y <= 0 (PyTorch's threshold_backward), so a NaN y passes dy; a max keeps
+ * a NaN it meets (PyTorch's max pooling), and its gradient goes to the
+ * first cell equal to it, or NaN when it is, so relu's gradient there
+ * passes it too, fused or not. Bitwise |, not ||, keeps the pooling loops
+ * free of branches, so they still vectorize. Macros: the kernels apply
+ * them to float and double alike. */
+#define KN_RELU(v)           ((v) < 0 ? 0 : (v))
+#define KN_RELU_PASSES(y)    (!((y) <= 0))
+#define KN_MAX_NAN(m, v)     ((((v) > (m)) | ((v) != (v))) ? (v) : (m))
+#define KN_IS_MAX_CELL(x, m) (((x) == (m)) | ((x) != (x)))
 /* Converts n floats to `via` (bf16 or f16) and back, round to nearest even. */
 void kn_round_f32(kn_dtype via, const float *src, float *dst, size_t n);
 /* The dtype a cast node rounds through. */

@@ -129,10 +129,12 @@ static __global__ void relu_kernel(const float *x, float *y, size_t n) {
   }
 }
 
+/* dy masked where y <= 0 only, as PyTorch's threshold_backward and the
+ * CPU kernels (KN_RELU_PASSES): a NaN y passes dy. */
 static __global__ void relu_grad_kernel(const float *dy, const float *y, float *dx, size_t n) {
   size_t stride = (size_t)blockDim.x * gridDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
 /* Enough blocks of RELU_THREADS to fill every SM of the current device, no

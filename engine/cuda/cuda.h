@@ -36,8 +36,8 @@ int kn_cuda_matmul(const float *a, const float *b, float *c, int m, int n, int k
  * x == y is allowed. */
 int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen);
 
-/* dx[i] = y[i] > 0 ? dy[i] : 0 for n host floats: relu's gradient from its
- * output y, as the CPU kernel. dx may be dy. */
+/* dx[i] = y[i] <= 0 ? 0 : dy[i] for n host floats: relu's gradient from its
+ * output y, as the CPU kernel (a NaN y passes dy). dx may be dy. */
 int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                       size_t errlen);
 

@@ -74,7 +74,7 @@ int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_
                                size_t errlen) {
   (void)err;
   (void)errlen;
-  for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  for (size_t i = 0; i < n; i++) dx[i] = y[i] <= 0.0f ? 0.0f : dy[i]; /* NaN y passes dy */
   return 0;
 }
 
