@@ -1,0 +1,171 @@
+/* engine_data.h — data sets (IDX, CSV, image folders) and the tf.data-style
+ * input pipeline (map, augment, shuffle, batch, cache, prefetch). Part of
+ * engine.h. */
+#ifndef KILN_ENGINE_PUBLIC_DATA_H
+#define KILN_ENGINE_PUBLIC_DATA_H
+
+#include "engine_graph.h"
+
+/* --------------------------------------------------------------- datasets -- */
+
+typedef struct kn_dataset {
+  int64_t n; /* examples */
+  int ndim;  /* per-example rank */
+  int shape[KN_MAX_DIMS];
+  size_t example_size; /* floats per example */
+  float *x;            /* (n, example_size) */
+  int32_t *y;          /* (n) */
+  int n_classes;       /* max label + 1 */
+  float *targets;      /* (n, n_targets) regression targets, or NULL (CSV numeric labels) */
+  int n_targets;
+  float value_range; /* pixels: 255 (normalize divides by it); 0 = unknown (min-max) */
+} kn_dataset;
+
+/* Reads an IDX images file and an IDX labels file (raw or gzip'd), checking
+ * magic numbers, dimensions, sizes and that the counts agree. Pixels become
+ * floats, divided by 255 when normalize is set. */
+int kn_dataset_load_idx(const char *images_path, const char *labels_path, int normalize,
+                        kn_dataset *out, char *err, size_t errlen);
+void kn_dataset_free(kn_dataset *ds); /* frees the arrays; NULL is a no-op */
+
+/* A CSV file with a header row: label_column names the class column
+ * (integers >= 0, or names mapped to classes in sorted order), every other
+ * column is a numeric feature; examples are flat (shape {features}). A cell
+ * that is not a number is refused naming the file, row and column. When
+ * every label is a number (3.7 too), it is also kept as a regression
+ * target (targets, n_targets 1). */
+int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *out, char *err,
+                        size_t errlen);
+
+/* A directory with one sub-folder per class (classes in sorted name order)
+ * holding PNG or JPEG images, each decoded and resized (bilinear) to
+ * height x width x channels (1 = gray, 3 = RGB). Pixels stay in 0..255
+ * (value_range 255). A file that does not decode is refused by name. */
+int kn_dataset_load_images(const char *dir, int height, int width, int channels, kn_dataset *out,
+                           char *err, size_t errlen);
+
+/* A decoded dataset in a file (pipeline cache "file"): written to a
+ * per-process temp file and renamed into place; read back as it was. */
+int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, size_t errlen);
+int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t errlen);
+
+/* src reordered as tf.data's interleave reads its parts (files, class
+ * folders): part i is examples [part_start[i], part_start[i + 1]), and
+ * part_start[n_parts] == src->n. cycle_length parts are open at once and
+ * block_length examples are taken from each in turn; a part that runs out
+ * is replaced by the next unopened one. */
+int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *part_start,
+                          int cycle_length, int block_length, kn_dataset *out, char *err,
+                          size_t errlen);
+
+/* Examples [start, start + count) of src as a new dataset (copied). */
+int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dataset *out,
+                     char *err, size_t errlen);
+
+/* ------------------------------------------------------------- pipeline -- */
+
+/* A tf.data-style input pipeline over an in-memory dataset: skip/take,
+ * shard, shuffle (buffer, reshuffled each epoch), map (cast, normalize,
+ * standardize, one-hot), augment, batch, repeat, with background producer
+ * threads filling a bounded ring of batches. Every example's randomness is
+ * drawn from (seed, epoch, position), so the batches are byte-identical
+ * whatever the thread count, and a saved position restores exactly. */
+
+#define KN_AUTO (-1)
+
+enum {
+  KN_AUG_FLIP_LEFT_RIGHT = 1 << 0,
+  KN_AUG_FLIP_UP_DOWN = 1 << 1,
+  KN_AUG_RANDOM_CROP = 1 << 2,       /* pad with zeros, crop back at a random offset */
+  KN_AUG_RANDOM_BRIGHTNESS = 1 << 3, /* add U(-max_delta, max_delta) to the whole example */
+};
+
+typedef struct kn_pipeline_config {
+  int batch_size;
+  int drop_remainder;
+  int64_t shuffle_buffer; /* 0 = keep order; >= examples = a full uniform shuffle */
+  uint64_t seed;
+  int normalize;   /* x / value_range, or per-feature min-max when value_range is 0 */
+  int standardize; /* per channel (last dim): (x - mean) / std, after normalize */
+  int n_channels_given;
+  const float *mean, *std; /* given (n_channels_given values each); NULL = computed */
+  int one_hot;             /* also fill kn_batch.y_onehot */
+  int one_hot_depth;       /* its width; 0 = the dataset's classes */
+  /* Storage type of the examples the pipeline reads: KN_F32 (0, as given),
+   * or KN_F16 / KN_BF16: read from a copy at that precision, converted
+   * back to f32 for the maps and the model. */
+  kn_dtype cast;
+  unsigned augment;             /* KN_AUG_* */
+  int crop_padding;             /* random_crop: zeros on each side */
+  float brightness_delta;       /* random_brightness */
+  int64_t skip, take;           /* on the source, first: take < 0 = all */
+  int shard_index, shard_count; /* worker i of n sees positions p with p % n == i */
+  int repeat;                   /* epochs; < 0 = forever */
+  int num_parallel_calls;       /* producer threads; 0 = in the consumer; KN_AUTO */
+  int prefetch;                 /* batches in the ring; KN_AUTO */
+  /* A worker's part of each (global) batch: with part_count n > 1 (n must
+   * divide batch_size) this pipeline makes only rows [i x batch_size / n,
+   * (i + 1) x batch_size / n) of every batch, after the shuffle, so the n
+   * parts of a batch are exactly the batch one pipeline makes, augmentation
+   * included; maps and augmentation run on the part's rows only. A short
+   * last batch leaves the later parts short or empty (rows 0). 0 or 1 =
+   * the whole batch. */
+  int part_index, part_count;
+} kn_pipeline_config;
+
+/* Keras defaults: batch 32, no shuffle, one epoch, 1 thread, prefetch 2. */
+void kn_pipeline_config_default(kn_pipeline_config *cfg);
+
+typedef struct kn_batch {
+  int rows;
+  int epoch;             /* 0-based */
+  int64_t index;         /* batch within its epoch */
+  const float *x;        /* (rows, example_size) */
+  const int32_t *y;      /* (rows) */
+  const float *y_onehot; /* (rows, one_hot_depth), only with one_hot */
+  const float *targets;  /* (rows, n_targets), when the dataset has regression targets */
+} kn_batch;
+
+typedef struct kn_pipeline kn_pipeline;
+
+/* The dataset must outlive the pipeline. Statistics (min-max, mean/std)
+ * are computed here over the examples this pipeline reads. */
+int kn_pipeline_new(const kn_dataset *ds, const kn_pipeline_config *cfg, kn_pipeline **out,
+                    char *err, size_t errlen);
+/* An evaluation pipeline over ds with train's maps and statistics: no
+ * augmentation, shuffle, skip/take or shard, one epoch, remainder kept;
+ * train's part of each batch (a worker evaluates its own part). */
+int kn_pipeline_new_eval(const kn_pipeline *train, const kn_dataset *ds, kn_pipeline **out,
+                         char *err, size_t errlen);
+void kn_pipeline_free(kn_pipeline *p); /* stops the threads; NULL is a no-op */
+/* 1 and the next batch (valid until the next call), or 0 at the end. */
+int kn_pipeline_next(kn_pipeline *p, kn_batch *out);
+int64_t kn_pipeline_batches_per_epoch(const kn_pipeline *p);
+int64_t kn_pipeline_examples_per_epoch(const kn_pipeline *p);
+int kn_pipeline_example_size(const kn_pipeline *p);
+
+/* The position of the next batch; restoring it (into a pipeline made with
+ * the same dataset and config) yields exactly the batches that would have
+ * followed. The text form is "epoch:batch:seed". */
+typedef struct kn_pipeline_state {
+  int64_t epoch, batch;
+  uint64_t seed;
+} kn_pipeline_state;
+void kn_pipeline_save(const kn_pipeline *p, kn_pipeline_state *st);
+int kn_pipeline_restore(kn_pipeline *p, const kn_pipeline_state *st, char *err, size_t errlen);
+int kn_pipeline_state_format(const kn_pipeline_state *st, char *buf, size_t len);
+int kn_pipeline_state_parse(const char *text, kn_pipeline_state *st, char *err, size_t errlen);
+
+/* What the pipeline runs with and what it measured. With KN_AUTO, after a
+ * warm-up of batches it sizes threads and prefetch from the producer's time
+ * per batch and the consumer's time between batches; tuned says it did. */
+typedef struct kn_pipeline_stats {
+  int threads, prefetch, tuned;
+  double produce_ms; /* one producer's time per batch */
+  double consume_ms; /* the consumer's own time between two batches */
+  double wait_s;     /* the consumer's total time waiting for a batch */
+  int64_t batches;   /* handed out so far */
+} kn_pipeline_stats;
+void kn_pipeline_stats_get(const kn_pipeline *p, kn_pipeline_stats *out);
+
+#endif
