@@ -1,7 +1,7 @@
 /* dist.h — the engine's private face of data-parallel training: replicas
  * run in threads of one process, their gradients aggregated into the
  * trained model's flat buffer and all-reduced across processes over MPI.
- * Used by train.c only. */
+ * Used by the training run (train*.c) only. */
 #ifndef KILN_ENGINE_DIST_H
 #define KILN_ENGINE_DIST_H
 

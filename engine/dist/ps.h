@@ -1,8 +1,8 @@
 /* ps.h — the engine's private face of the parameter_server strategy: the
  * protocol between the workers (ranks 0 .. W-1, each a data-parallel
  * trainer) and the servers (ranks W .. W+P-1, each holding a shard of the
- * parameters and its optimizer state) over MPI. Used by train.c and
- * dist.c only. */
+ * parameters and its optimizer state) over MPI. Used by the training
+ * run (train*.c) and dist.c only. */
 #ifndef KILN_ENGINE_PS_H
 #define KILN_ENGINE_PS_H
 
