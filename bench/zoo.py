@@ -20,9 +20,12 @@ two in the later ones. Then one
 profiled kiln-train run a model and thread count (the spec's "profile"
 option) gives the costliest nodes, their share of the step and, for
 memory-bound nodes, an estimate of the bytes they move per second against
-kiln-bench-stream's triad bandwidth. --accuracy trains each recipe for its
+kiln-bench-stream's triad bandwidth (a node's output bytes from the trace,
+plus its layer's input activations, plus, for a backward node, the layer's
+output gradient; layer sizes from a shape walk over the spec). --accuracy trains each recipe for its
 epochs with --seeds seeds in both frameworks (mean test accuracy, or test
-MSE for the regression). Prints markdown tables; --json writes them all."""
+MSE for the regression; kiln at 2 threads, PyTorch at 1, which it runs
+faster on a busy machine). Prints markdown tables; --json writes them all."""
 import argparse
 import json
 import os
@@ -213,7 +216,11 @@ def prod(xs):
 
 
 def compute_bound(op):
-    return "matmul" in op or "gemm" in op or op in ("conv2d", "im2col")
+    """GEMM nodes. A bias's reduce_rows runs its layer's weight-gradient GEMM
+    (the bias_grad_in_gemm pass), and conv_input_grad is one GEMM over the
+    padded gradient; every other node is counted as memory-bound."""
+    return ("matmul" in op or "gemm" in op or op == "phase"
+            or op in ("conv2d", "im2col", "reduce_rows", "conv_input_grad"))
 
 
 def kiln_profile(build, model, threads, uploads, warm, steps, triad_gbs, top=5):
@@ -242,7 +249,7 @@ def kiln_profile(build, model, threads, uploads, warm, steps, triad_gbs, top=5):
         ms = n["us"] / n_steps / 1e3
         row = {"node": name, "op": n["op"], "pass": n["pass"], "ms": ms,
                "share": ms / step_ms}
-        if not compute_bound(n["op"]) and n["op"] != "phase":
+        if n["op"] != "phase":
             path = name.split(":", 1)[1]
             if path.startswith("grad/"):
                 path = path[5:]
@@ -253,7 +260,11 @@ def kiln_profile(build, model, threads, uploads, warm, steps, triad_gbs, top=5):
             row["gbs"] = moved / (ms / 1e3) / 1e9
             row["of_triad"] = row["gbs"] / triad_gbs
         rows.append(row)
-    return {"step_ms": step_ms, "top": rows}
+    by_op = {}
+    for n in nodes.values():
+        by_op[n["op"]] = by_op.get(n["op"], 0.0) + n["us"] / n_steps / 1e3 / step_ms
+    return {"step_ms": step_ms, "top": rows,
+            "by_op": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:6])}
 
 
 def kiln_accuracy(build, model, seed, uploads):
@@ -275,9 +286,8 @@ def torch_accuracy(model, seed, csv):
     for v in BLAS_VARS:
         env.pop(v, None)
     env.update(TUNABLES)
-    env["OPENBLAS_NUM_THREADS"] = "1"
     argv = [PY, os.path.join(ROOT, "bench", "torch_zoo.py"), "train",
-            os.path.join(SPECS, model + ".json"), "2", str(spec["epochs"]), str(seed), DATA]
+            os.path.join(SPECS, model + ".json"), "1", str(spec["epochs"]), str(seed), DATA]
     if csv:
         argv.append(csv)
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -302,8 +312,14 @@ def main():
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--no-speed", action="store_true", help="with --accuracy: accuracy only")
+    ap.add_argument("--profile-only", action="store_true", help="kiln's profiles, no timing")
     ap.add_argument("--json", default=None, help="where to write every figure")
+    ap.add_argument("--tables-from", default=None, help="print the tables of a --json file")
     args = ap.parse_args()
+    if args.tables_from:
+        with open(args.tables_from) as f:
+            print_tables(json.load(f))
+        return
     models = args.models.split(",")
     threads = [int(t) for t in args.threads.split(",")]
     repeats = 1 if args.quick else args.repeats
@@ -322,7 +338,7 @@ def main():
     for m in models:
         result["models"][m] = MODELS[m][4]
 
-    if not args.no_speed:
+    if not args.no_speed and not args.profile_only:
         runs = {(m, t): {"kiln": [], "unset": [], "OPENBLAS_NUM_THREADS=1": []}
                 for m in models for t in threads}
         chosen = {}
@@ -362,6 +378,7 @@ def main():
                     "rss_ratio": rss["kiln"] / rss[best],
                     "kiln_arena_mib": rr["kiln"][0]["arena_mib"],
                     "runs": {k: [x["examples_per_s"] for x in v] for k, v in rr.items()}})
+    if not args.no_speed:
         for m in models:
             warm, steps, quick_steps = MODELS[m][:3]
             steps = quick_steps if args.quick else steps
@@ -380,13 +397,13 @@ def main():
 
     result["load_after"] = os.getloadavg()
     result["seconds"] = time.perf_counter() - started
-    print_tables(result, threads)
+    print_tables(result)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
 
 
-def print_tables(result, threads):
+def print_tables(result):
     la, lb = result["load_before"], result["load_after"]
     print(f"\nload average {la[0]:.1f} before, {lb[0]:.1f} after; {result['seconds']:.0f} s\n")
     if result["speed"]:
@@ -408,10 +425,18 @@ def print_tables(result, threads):
         print("|---|---|---|---|---|---|---|")
         for key, p in result["profile"].items():
             for i, n in enumerate(p["top"]):
-                bw = (f"{n['gbs']:.1f} ({n['of_triad']:.0%})" if "gbs" in n else "compute")
+                bw = ("phase" if n["op"] == "phase" else "GEMM" if compute_bound(n["op"])
+                      else f"{n['gbs']:.2f} ({n['of_triad']:.0%})")
                 head = f"{key} | {p['step_ms']:.1f}" if i == 0 else " | "
                 print(f"| {head} | `{n['node']}` | {n['pass'][:3]} | {n['ms']:.2f} | "
                       f"{n['share']:.1%} | {bw} |")
+    if any("by_op" in p for p in result["profile"].values()):
+        print("\nkiln's step by op kind (share of the profiled step, the six largest)\n")
+        print("| model, threads | step ms | op kinds |")
+        print("|---|---|---|")
+        for key, p in result["profile"].items():
+            ops = ", ".join(f"{op} {share:.0%}" for op, share in p.get("by_op", {}).items())
+            print(f"| {key} | {p['step_ms']:.1f} | {ops} |")
     if result["accuracy"]:
         print("\n| model | seeds | kiln (mean) | PyTorch (mean) | gap (points; MSE for regression) |")
         print("|---|---|---|---|---|")
