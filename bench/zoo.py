@@ -357,7 +357,7 @@ def main():
                     for setting in settings:
                         rr[setting].append(torch_speed(m, t, warm, steps, setting,
                                                        csv if m == "regression" else None))
-                    if r == 0:
+                    if r == 0 or args.quick:
                         chosen[(m, t)] = max(settings, key=lambda s: rr[s][0]["examples_per_s"])
                     print(f"  repeat {r + 1}/{repeats} {m} {t}: kiln "
                           f"{rr['kiln'][-1]['examples_per_s']:.0f}, torch "
@@ -366,13 +366,14 @@ def main():
         for m in models:
             for t in threads:
                 rr = runs[(m, t)]
+                rr = {k: v for k, v in rr.items() if v}
                 med = {k: statistics.median(x["examples_per_s"] for x in v) for k, v in rr.items()}
                 rss = {k: statistics.median(x["peak_rss_mib"] for x in v) for k, v in rr.items()}
                 best = chosen[(m, t)]
                 result["speed"].append({
                     "model": m, "threads": t, "kiln_examples_per_s": med["kiln"],
                     "torch_examples_per_s": med[best], "torch_setting": best,
-                    "torch_examples_per_s_by_setting": {s: med[s] for s, _ in TORCH_SETTINGS},
+                    "torch_examples_per_s_by_setting": {s: med[s] for s in med if s != "kiln"},
                     "ratio": med["kiln"] / med[best], "target": MODELS[m][3],
                     "kiln_peak_rss_mib": rss["kiln"], "torch_peak_rss_mib": rss[best],
                     "rss_ratio": rss["kiln"] / rss[best],
