@@ -47,7 +47,7 @@ def act_fn(name, alpha=None):
             "sigmoid": nn.Sigmoid(), "tanh": nn.Tanh()}[name]
 
 
-def same_pad(k, stride):
+def same_pad(k):
     """torch's padding giving Keras's "same" output size for odd kernels
     (for stride 2 Keras pads one more at the bottom/right; the sizes agree)."""
     return (k[0] // 2, k[1] // 2)
@@ -80,7 +80,7 @@ class Layer(nn.Module):
             k = pair(spec.get("kernel_size"), 3)
             s = pair(spec.get("strides"), 1)
             same = spec.get("padding", "valid") == "same"
-            pad = same_pad(k, s) if same else (0, 0)
+            pad = same_pad(k) if same else (0, 0)
             bias = spec.get("use_bias", True)
             mult = spec.get("depth_multiplier", 1)
             if t == "conv2d":
@@ -111,7 +111,7 @@ class Layer(nn.Module):
             k = pair(spec.get("pool_size"), 2)
             s = pair(spec["strides"], 1) if "strides" in spec else k
             same = spec.get("padding", "valid") == "same"
-            pad = same_pad(k, s) if same else (0, 0)
+            pad = same_pad(k) if same else (0, 0)
             if t == "max_pool2d":
                 self.mod = nn.MaxPool2d(k, s, pad)
             else:
@@ -256,11 +256,10 @@ def main():
     torch.set_num_threads(threads)
     with open(spec_path) as f:
         spec = json.load(f)
+    csv = sys.argv[7] if len(sys.argv) > 7 else None
     if mode == "speed":
-        csv = sys.argv[7] if len(sys.argv) > 7 else None
         out = speed(spec, int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], csv)
     else:
-        csv = sys.argv[7] if len(sys.argv) > 7 else None
         out = train(spec, int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], csv)
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps(out))
