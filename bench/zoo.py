@@ -27,9 +27,11 @@ epochs with --seeds seeds in both frameworks (mean test accuracy, or test
 MSE for the regression; kiln at 2 threads, PyTorch at 1, which it runs
 faster on a busy machine). Prints markdown tables; --json writes them all."""
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -327,6 +329,7 @@ def main():
               "accuracy": []}
     started = time.perf_counter()
     uploads = tempfile.mkdtemp(prefix="kiln-zoo-")
+    atexit.register(shutil.rmtree, uploads, True)
     csv = write_regression_csv(uploads)
 
     stream = json.loads(subprocess.run([os.path.join(args.build, "bench", "kiln-bench-stream")],
