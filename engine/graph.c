@@ -1,5 +1,6 @@
 /* graph.c — building a static graph: node storage, shape inference for each
  * op, sticky builder errors and the accessors the rest of the engine uses. */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -164,6 +165,8 @@ static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   kn_node_rec *n = &g->nodes[id];
   n->device = g->device;
   n->requires_grad = n->op == KN_OP_PARAM;
+  assert(n->n_inputs >= kn_op_def_of(n->op)->min_inputs &&
+         n->n_inputs <= kn_op_def_of(n->op)->max_inputs);
   for (int i = 0; i < n->n_inputs; i++) n->requires_grad |= g->nodes[n->inputs[i]].requires_grad;
   if (!g->has_backward) g->n_forward = g->n_nodes;
   if (n->name[0] == '\0' && g->scope[0])
@@ -202,9 +205,10 @@ static kn_dtype narrow_type(const kn_graph *g) {
  * recompute may re-run. Inputs and kept values live all run anyway. */
 static int is_activation(const kn_graph *g, kn_node x) {
   const kn_node_rec *n = &g->nodes[x];
-  if (n->dtype != KN_F32 || !n->batched || n->keep || n->folded || n->op == KN_OP_INPUT) return 0;
+  if (n->dtype != KN_F32 || !n->batched || n->keep || n->folded || kn_op_has(n->op, KN_OPF_FED))
+    return 0;
   n = &g->nodes[kn_storage_root(g, x)];
-  return n->storage == KN_STORE_ARENA && !n->keep && n->op != KN_OP_INPUT;
+  return n->storage == KN_STORE_ARENA && !n->keep && !kn_op_has(n->op, KN_OPF_FED);
 }
 
 /* What a backward node reads in place of forward value x: a re-run of a
@@ -213,12 +217,13 @@ static int is_activation(const kn_graph *g, kn_node x) {
 static kn_node backward_source(kn_graph *g, kn_node x) {
   if (x < 0 || x >= g->n_forward || !is_activation(g, x)) return x;
   const kn_node_rec n = g->nodes[x]; /* a copy: pushing nodes may move g->nodes */
-  /* Recompute's whole scope: im2col and pooling, which move data and do no
-   * arithmetic to speak of, and whose inputs are values backward keeps
-   * anyway (the layer's input for the conv GEMM's dW, the relu output for
-   * relu_grad); a second level lets im2col re-read a recomputed pooling.
-   * Every other forward value backward reads is kept. */
-  if (g->recompute && g->remat_depth < 2 && (n.op == KN_OP_IM2COL || n.op == KN_OP_POOL)) {
+  /* Recompute's whole scope: the ops the op table marks KN_OPF_RECOMPUTE,
+   * im2col and pooling, which move data and do no arithmetic to speak of,
+   * and whose inputs are values backward keeps anyway (the layer's input
+   * for the conv GEMM's dW, the relu output for relu_grad); a second level
+   * lets im2col re-read a recomputed pooling. Every other forward value
+   * backward reads is kept. */
+  if (g->recompute && g->remat_depth < 2 && kn_op_has(n.op, KN_OPF_RECOMPUTE)) {
     kn_node_rec r = n;
     r.remat_of = x + 1;
     r.shadow = 0;

@@ -7,78 +7,9 @@
 #include <string.h>
 
 #include "engine.h"
+#include "op_table.h"
 
 typedef struct kn_pool kn_pool; /* pool.c */
-
-typedef enum kn_op {
-  KN_OP_INPUT = 0,
-  KN_OP_PARAM,
-  KN_OP_FILL,   /* constant fill with attr_f[0] */
-  KN_OP_MATMUL, /* attr_i[0] = trans_a, attr_i[1] = trans_b */
-  KN_OP_BIAS_ADD,
-  KN_OP_ADD,
-  KN_OP_RELU,
-  KN_OP_SOFTMAX,
-  KN_OP_RESHAPE, /* a view of its input */
-  KN_OP_SOFTMAX_XENT,
-  /* gradient ops, emitted by autodiff */
-  KN_OP_RELU_GRAD,         /* (dy, y) -> dy * (y > 0) */
-  KN_OP_SOFTMAX_GRAD,      /* (dy, y) -> y * (dy - sum(dy * y)) */
-  KN_OP_REDUCE_ROWS,       /* (dy) -> sum over all but the last dim */
-  KN_OP_SOFTMAX_XENT_GRAD, /* (logits, labels, dloss) -> dloss * (softmax - onehot) / B */
-  KN_OP_COPY,
-  /* added with the full op set (ops.c); attrs are listed per op there */
-  KN_OP_STATE,            /* non-trainable state in the flat state buffer (moving stats) */
-  KN_OP_BINARY,           /* broadcast a (op) b; attr_i[0] = kn_binop */
-  KN_OP_SUM_TO,           /* (dy, like) -> dy summed over the dims `like` broadcast along */
-  KN_OP_UNARY,            /* attr_i[0] = kn_unop, attr_f[0] = alpha */
-  KN_OP_UNARY_GRAD,       /* (dy, x, y) -> dx for the same attrs */
-  KN_OP_LOG_SOFTMAX,      /* over the last dim */
-  KN_OP_LOG_SOFTMAX_GRAD, /* (dy, y) -> dy - exp(y) * sum(dy) */
-  KN_OP_REDUCE,           /* attr_i[0] = kn_reduce_kind, attr_i[1] = axis (-1: all) */
-  KN_OP_REDUCE_GRAD,      /* (dy, x, y) -> dx */
-  KN_OP_TRANSPOSE,        /* attr_i[0..ndim) = permutation */
-  KN_OP_CONCAT,           /* (a, b) along attr_i[0] */
-  KN_OP_SLICE,            /* (x) along attr_i[0] from attr_i[1], attr_i[2] long */
-  KN_OP_IM2COL,           /* (x NHWC) -> (B*OH*OW, KH*KW*C); attrs: see kn_conv_attrs */
-  KN_OP_COL2IM,           /* (dcols, like x) -> dx */
-  KN_OP_DWCONV,           /* (x, w (KH, KW, C, M)) -> (B, OH, OW, C*M) */
-  KN_OP_DWCONV_DX,        /* (dy, w, like x) */
-  KN_OP_DWCONV_DW,        /* (dy, x, like w) */
-  KN_OP_POOL,             /* (x) attr_i[10] = 0 max / 1 avg */
-  KN_OP_POOL_GRAD,        /* (dy, x, y) -> dx */
-  KN_OP_BN_STATS,         /* (x, moving_mean, moving_var) -> (2, C): mean, 1/sqrt(var+eps) */
-  KN_OP_BN_APPLY,         /* (x, stats, gamma, beta) -> (x - mean) * invstd * gamma + beta */
-  KN_OP_BN_GRAD_X,        /* (dy, x, stats, gamma) -> dx through the batch statistics */
-  KN_OP_BN_GRAD_GAMMA,    /* (dy, x, stats) -> (C) */
-  KN_OP_DROPOUT_MASK,     /* (like x) -> 0 or 1/(1-rate); all ones outside training */
-  KN_OP_XENT_DENSE,       /* (logits (B, C), probs (B, C)) -> mean -sum(p log softmax) */
-  KN_OP_XENT_DENSE_GRAD,  /* (logits, probs, dloss) */
-  KN_OP_BCE_LOGITS,       /* (logits, targets) -> mean over all elements */
-  KN_OP_BCE_LOGITS_GRAD,  /* (logits, targets, dloss) */
-  KN_OP_TOPK_ACCURACY,    /* (logits (B, C), labels (B)) -> fraction with label in top attr_i[0] */
-  KN_OP_MATMUL_BIAS_ACT,  /* fused (a, w, bias): attr_i[0..1] transposes, attr_i[2] relu */
-  /* (x) -> x converted to the node's dtype through attr_i[0] (bf16 or f16,
-   * round to nearest even): f32 -> narrow ("down"), narrow -> f32 ("up"),
-   * or f32 -> f32 rounded ("round", the gradient of an up-cast). */
-  KN_OP_CAST,
-  /* (x NHWC) -> x zero-padded to (B, HP, WP, C), HP = (OH-1)*SH + (KH-1)*DH + 1
-   * (WP alike), im2col's attrs: an im2col the implicit-GEMM pass replaced;
-   * the GEMMs that read it take the columns straight from it. */
-  KN_OP_CONV_PAD,
-  /* (dy zero-padded by KH-1-PT, KW-1-PL (a KN_OP_CONV_PAD), kernel (KH, KW,
-   * C, F)) -> dx (B, H, W, C), col2im's attrs: the input gradient of a
-   * stride-1, undilated convolution as one GEMM, dx's pixels times the
-   * kernel turned 180 degrees, its columns read in place from the padded
-   * dy; it replaces the column-gradient GEMM and col2im. */
-  KN_OP_CONV_INPUT_GRAD,
-  /* The argmax bytes of a tiled max pool (attr_i[0] = 1 + the pool), one
-   * per output element, (B, OH, OW, C) u8: written by the pool as it runs
-   * (KN_ATTR_ARGMAX), read by its gradient; no kernel of its own. Appended
-   * by the pool_argmax pass; live from the pool to its last reader. */
-  KN_OP_POOL_ARGMAX,
-  KN_OP_COUNT
-} kn_op;
 
 typedef enum kn_storage {
   KN_STORE_ARENA = 0, /* planned in the activation arena */
@@ -519,8 +450,6 @@ typedef struct kn_pass_stats {
  * passes begin): the passes append at most n_nodes nodes. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);
 unsigned kn_graph_passes(const kn_graph *g);
-/* Whether an op may write its output over an input that dies with it. */
-int kn_op_inplace_ok(kn_op op);
 /* A node shaped like `like` (dims, dtype f32, batching) with op and inputs. */
 kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
                      kn_node in2);

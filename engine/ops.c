@@ -679,12 +679,10 @@ int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
   case KN_OP_BN_APPLY: {
     kn_node stats = b, gamma = n.inputs[2], beta = n.inputs[3];
     if (need_a) {
-      kn_node dx = kn_push_like(g, KN_OP_BN_GRAD_X, a, 3, dy, a, stats);
-      if (dx >= 0) {
-        g->nodes[dx].n_inputs = 4;
-        g->nodes[dx].inputs[3] = gamma;
-        g->nodes[dx].replica_sync = g->nodes[stats].replica_sync;
-      }
+      const kn_node_rec *X = &g->nodes[a];
+      kn_node_rec p = proto(KN_OP_BN_GRAD_X, KN_F32, X->ndim, X->dims, X->batched);
+      p.replica_sync = g->nodes[stats].replica_sync;
+      kn_node dx = push_inputs(g, &p, 4, dy, a, stats, gamma);
       if (accumulate(g, grads, a, dx)) return -1;
     }
     if (g->nodes[gamma].requires_grad &&

@@ -6,7 +6,7 @@
  * convolution's GEMMs (implicit GEMM), constant
  * folding (constant subgraphs computed once at compile, not every step) and
  * dead-node elimination. In-place reuse is decided by the planner (plan.c)
- * for the whitelist in kn_op_inplace_ok. Passes never change values: tests
+ * for the ops the op table allows it. Passes never change values: tests
  * run every graph with each pass on and off and compare. */
 #include <stdio.h>
 #include <string.h>
@@ -27,21 +27,6 @@ unsigned kn_graph_passes(const kn_graph *g) {
   return g->passes_set ? g->passes : KN_PASS_ALL;
 }
 
-int kn_op_inplace_ok(kn_op op) {
-  switch (op) {
-  case KN_OP_RELU:
-  case KN_OP_UNARY:
-  case KN_OP_BIAS_ADD:
-  case KN_OP_ADD:
-  case KN_OP_BINARY:
-  case KN_OP_RELU_GRAD:
-  case KN_OP_UNARY_GRAD:
-  case KN_OP_BN_APPLY:
-  case KN_OP_CAST: /* only an f32 -> f32 rounding has its input's size */ return 1;
-  default: return 0;
-  }
-}
-
 /* Consumers of each node among live nodes. */
 static void count_consumers(kn_graph *g, int *uses) {
   memset(uses, 0, (size_t)g->n_nodes * sizeof *uses);
@@ -52,18 +37,10 @@ static void count_consumers(kn_graph *g, int *uses) {
   }
 }
 
-/* Ops whose value depends on more than their inputs and attrs, or that
- * write somewhere else: never merged, folded or removed as duplicates. */
+/* Ops whose value depends on only their inputs and attrs and that write
+ * nowhere else: merged, folded and removed as duplicates. */
 static int pure(kn_op op) {
-  switch (op) {
-  case KN_OP_INPUT:
-  case KN_OP_PARAM:
-  case KN_OP_STATE:
-  case KN_OP_BN_STATS:     /* moves the moving statistics */
-  case KN_OP_DROPOUT_MASK: /* changes every training step */
-  case KN_OP_COPY: return 0;
-  default: return 1;
-  }
+  return !kn_op_has(op, KN_OPF_IMPURE);
 }
 
 static int same_node(const kn_node_rec *a, const kn_node_rec *b) {
@@ -181,8 +158,7 @@ static int fuse_chains(kn_graph *g, int *uses) {
     if (top->dead || top->op != KN_OP_RELU || top->storage != KN_STORE_ARENA) continue;
     kn_node p = top->inputs[0];
     kn_node_rec *pr = &g->nodes[p];
-    int chain = pr->op == KN_OP_BIAS_ADD || pr->op == KN_OP_ADD || pr->op == KN_OP_BINARY ||
-                pr->op == KN_OP_BN_APPLY;
+    const int chain = kn_op_has(pr->op, KN_OPF_RELU_EPILOGUE);
     if (!chain || pr->dead || pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA ||
         pr->attr_i[KN_ATTR_RELU])
       continue;
@@ -546,8 +522,7 @@ static int eliminate_dead(kn_graph *g, int *live) {
   for (int i = g->n_nodes - 1; i >= 0; i--) {
     const kn_node_rec *n = &g->nodes[i];
     if (n->dead) continue;
-    if (n->keep || n->storage == KN_STORE_GRAD || n->op == KN_OP_INPUT || n->op == KN_OP_PARAM ||
-        n->op == KN_OP_STATE)
+    if (n->keep || n->storage == KN_STORE_GRAD || kn_op_has(n->op, KN_OPF_FED | KN_OPF_FLAT))
       live[i] = 1;
     if (!live[i]) continue;
     for (int k = 0; k < n->n_inputs; k++) live[n->inputs[k]] = 1;

@@ -19,13 +19,13 @@ int kn_graph_places_on_gpu(const kn_graph *g) {
 /* Ops whose value needs no kernel: data fed or held in the flat buffers,
  * and views. They live in host memory on any device. */
 static int storage_only(kn_op op) {
-  return op == KN_OP_INPUT || op == KN_OP_PARAM || op == KN_OP_STATE || op == KN_OP_RESHAPE;
+  return kn_op_has(op, KN_OPF_FED | KN_OPF_FLAT | KN_OPF_VIEW);
 }
 
 /* A copy between host buffers (a gradient into its parameter's slot) runs
  * on the host wherever it is placed: no value lives on a device. */
 static int host_copy(kn_op op) {
-  return op == KN_OP_COPY;
+  return kn_op_has(op, KN_OPF_HOST_COPY);
 }
 
 /* Whether the CUDA backend has a kernel of its own for node n (float32

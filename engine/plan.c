@@ -71,7 +71,7 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
   }
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
-    if (n->keep || n->op == KN_OP_INPUT) {
+    if (n->keep || kn_op_has(n->op, KN_OPF_FED)) {
       /* Never reused, nor is the storage a kept view aliases (logits that
        * are a flatten of the last layer are read after the run). */
       n->last_use = g->n_nodes;
@@ -141,12 +141,13 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
      * last reader it is (same size and type, not kept); the buffer then
      * lives until this node dies. */
     kn_node donor = -1;
-    for (int k = 0;
-         !n->folded && inplace && kn_op_inplace_ok(n->op) && k < n->n_inputs && donor < 0; k++) {
+    const unsigned may_overwrite = kn_op_def_of(n->op)->inplace_inputs;
+    for (int k = 0; !n->folded && inplace && k < n->n_inputs && donor < 0; k++) {
+      if (!(may_overwrite & (1u << k))) continue;
       kn_node r = plan_root(g, v, n->inputs[k]);
       const kn_node_rec *in = &g->nodes[r];
-      if (planned(g, v, r) && owner[r] >= 0 && !in->keep && !in->folded && in->op != KN_OP_INPUT &&
-          in->dtype == n->dtype && in->last_use == i &&
+      if (planned(g, v, r) && owner[r] >= 0 && !in->keep && !in->folded &&
+          !kn_op_has(in->op, KN_OPF_FED) && in->dtype == n->dtype && in->last_use == i &&
           align_up(kn_node_planned_bytes(g, in)) == bytes)
         donor = r;
     }
@@ -235,8 +236,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     for (int i = g->n_nodes - 1; i >= 0; i--) {
       const kn_node_rec *n = &g->nodes[i];
       if (n->dead) continue;
-      if (n->keep || n->storage == KN_STORE_GRAD || n->op == KN_OP_INPUT || n->op == KN_OP_PARAM ||
-          n->op == KN_OP_STATE)
+      if (n->keep || n->storage == KN_STORE_GRAD || kn_op_has(n->op, KN_OPF_FED | KN_OPF_FLAT))
         skip[i] = 0;
       if (skip[i]) continue;
       if (is_recompute(n)) {
@@ -327,7 +327,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   g->planned_batch = 0;
   for (int i = 0; i < g->n_nodes && !g->planned_batch; i++) {
-    if (g->nodes[i].op == KN_OP_INPUT && g->nodes[i].batched)
+    if (kn_op_has(g->nodes[i].op, KN_OPF_FED) && g->nodes[i].batched)
       g->planned_batch = kn_node_planned_rows_per_batch(&g->nodes[i]);
   }
   if (g->threads > 1 && !g->pool) {
@@ -346,9 +346,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     size_t partials = 0;
     for (int i = 0; i < g->n_nodes; i++) {
       const kn_node_rec *n = &g->nodes[i];
-      if (n->dead || (n->op != KN_OP_MATMUL && n->op != KN_OP_MATMUL_BIAS_ACT &&
-                      n->op != KN_OP_CONV_INPUT_GRAD))
-        continue;
+      if (n->dead || !kn_op_has(n->op, KN_OPF_GEMM)) continue;
       matmuls++;
       const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
       if (n->op == KN_OP_CONV_INPUT_GRAD || A->dtype != KN_F32 || B->dtype != KN_F32 ||
@@ -373,9 +371,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   int bf16_gemms = 0, bf16_out_depth = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i], *A = &g->nodes[n->inputs[0]];
-    if (n->dead ||
-        (n->op != KN_OP_MATMUL && n->op != KN_OP_MATMUL_BIAS_ACT && n->op != KN_OP_CONV_INPUT_GRAD))
-      continue;
+    if (n->dead || !kn_op_has(n->op, KN_OPF_GEMM)) continue;
     if (A->dtype != KN_BF16 && g->nodes[n->inputs[1]].dtype != KN_BF16 && n->dtype != KN_BF16)
       continue;
     bf16_gemms++;

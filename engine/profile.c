@@ -11,58 +11,6 @@
 
 #include "graph_internal.h"
 
-static const char *const op_names[KN_OP_COUNT] = {
-    [KN_OP_INPUT] = "input",
-    [KN_OP_PARAM] = "param",
-    [KN_OP_FILL] = "fill",
-    [KN_OP_MATMUL] = "matmul",
-    [KN_OP_BIAS_ADD] = "bias_add",
-    [KN_OP_ADD] = "add",
-    [KN_OP_RELU] = "relu",
-    [KN_OP_SOFTMAX] = "softmax",
-    [KN_OP_RESHAPE] = "reshape",
-    [KN_OP_SOFTMAX_XENT] = "softmax_xent",
-    [KN_OP_RELU_GRAD] = "relu_grad",
-    [KN_OP_SOFTMAX_GRAD] = "softmax_grad",
-    [KN_OP_REDUCE_ROWS] = "reduce_rows",
-    [KN_OP_SOFTMAX_XENT_GRAD] = "softmax_xent_grad",
-    [KN_OP_COPY] = "copy",
-    [KN_OP_STATE] = "state",
-    [KN_OP_BINARY] = "binary",
-    [KN_OP_SUM_TO] = "sum_to",
-    [KN_OP_UNARY] = "unary",
-    [KN_OP_UNARY_GRAD] = "unary_grad",
-    [KN_OP_LOG_SOFTMAX] = "log_softmax",
-    [KN_OP_LOG_SOFTMAX_GRAD] = "log_softmax_grad",
-    [KN_OP_REDUCE] = "reduce",
-    [KN_OP_REDUCE_GRAD] = "reduce_grad",
-    [KN_OP_TRANSPOSE] = "transpose",
-    [KN_OP_CONCAT] = "concat",
-    [KN_OP_SLICE] = "slice",
-    [KN_OP_IM2COL] = "im2col",
-    [KN_OP_CONV_PAD] = "conv_pad",
-    [KN_OP_CONV_INPUT_GRAD] = "conv_input_grad",
-    [KN_OP_POOL_ARGMAX] = "pool_argmax",
-    [KN_OP_COL2IM] = "col2im",
-    [KN_OP_DWCONV] = "depthwise_conv2d",
-    [KN_OP_DWCONV_DX] = "depthwise_conv2d_dx",
-    [KN_OP_DWCONV_DW] = "depthwise_conv2d_dw",
-    [KN_OP_POOL] = "pool",
-    [KN_OP_POOL_GRAD] = "pool_grad",
-    [KN_OP_BN_STATS] = "bn_stats",
-    [KN_OP_BN_APPLY] = "bn_apply",
-    [KN_OP_BN_GRAD_X] = "bn_grad_x",
-    [KN_OP_BN_GRAD_GAMMA] = "bn_grad_gamma",
-    [KN_OP_DROPOUT_MASK] = "dropout_mask",
-    [KN_OP_XENT_DENSE] = "xent_dense",
-    [KN_OP_XENT_DENSE_GRAD] = "xent_dense_grad",
-    [KN_OP_BCE_LOGITS] = "bce_logits",
-    [KN_OP_BCE_LOGITS_GRAD] = "bce_logits_grad",
-    [KN_OP_TOPK_ACCURACY] = "top_k_accuracy",
-    [KN_OP_MATMUL_BIAS_ACT] = "matmul_bias_act",
-    [KN_OP_CAST] = "cast",
-};
-
 typedef struct prof_event {
   int node;          /* graph node, or -1 for a phase of the step */
   const char *phase; /* "step", "data", "feed", "metrics", "optimizer"; NULL for a node */
@@ -149,10 +97,6 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
   e->dur = end - start;
   e->bytes = kn_node_elems(r, g->batch) * kn_graph_elem_size(g, r->dtype);
   e->backward = node >= g->n_forward;
-}
-
-const char *kn_op_name(int op) {
-  return op >= 0 && op < KN_OP_COUNT && op_names[op] ? op_names[op] : "op";
 }
 
 /* A node's label: its name where it has one, else op#index. */

@@ -1,0 +1,132 @@
+/* op_table.h — private to the engine: the op codes and one descriptor per
+ * op (op_table.c): its name, arity, the properties passes, the planner and
+ * placement ask about (purity, in-place, views, ...), its gradient rule and
+ * its kernels per backend. Adding an op: its code here, its record in
+ * op_table.c, its builder and gradient rule beside its family's (graph.c,
+ * ops.c, autodiff.c), its CPU kernel in cpu_kernels.inc. docs/engine.md
+ * walks through it. */
+#ifndef KILN_ENGINE_OP_TABLE_H
+#define KILN_ENGINE_OP_TABLE_H
+
+#include <stddef.h>
+
+#include "engine.h"
+
+typedef enum kn_op {
+  KN_OP_INPUT = 0,
+  KN_OP_PARAM,
+  KN_OP_FILL,   /* constant fill with attr.fill.value */
+  KN_OP_MATMUL, /* attr.matmul: trans_a, trans_b */
+  KN_OP_BIAS_ADD,
+  KN_OP_ADD,
+  KN_OP_RELU,
+  KN_OP_SOFTMAX,
+  KN_OP_RESHAPE, /* a view of its input */
+  KN_OP_SOFTMAX_XENT,
+  /* gradient ops, emitted by autodiff */
+  KN_OP_RELU_GRAD,         /* (dy, y) -> dy * (y > 0) */
+  KN_OP_SOFTMAX_GRAD,      /* (dy, y) -> y * (dy - sum(dy * y)) */
+  KN_OP_REDUCE_ROWS,       /* (dy) -> sum over all but the last dim */
+  KN_OP_SOFTMAX_XENT_GRAD, /* (logits, labels, dloss) -> dloss * (softmax - onehot) / B */
+  KN_OP_COPY,
+  /* added with the full op set (ops.c) */
+  KN_OP_STATE,            /* non-trainable state in the flat state buffer (moving stats) */
+  KN_OP_BINARY,           /* broadcast a (op) b; attr.binary.op */
+  KN_OP_SUM_TO,           /* (dy, like) -> dy summed over the dims `like` broadcast along */
+  KN_OP_UNARY,            /* attr.unary: op, alpha */
+  KN_OP_UNARY_GRAD,       /* (dy, x, y) -> dx for the same attrs */
+  KN_OP_LOG_SOFTMAX,      /* over the last dim */
+  KN_OP_LOG_SOFTMAX_GRAD, /* (dy, y) -> dy - exp(y) * sum(dy) */
+  KN_OP_REDUCE,           /* attr.reduce: kind, axis (-1: all) */
+  KN_OP_REDUCE_GRAD,      /* (dy, x, y) -> dx */
+  KN_OP_TRANSPOSE,        /* attr.transpose.perm[0..ndim) */
+  KN_OP_CONCAT,           /* (a, b) along attr.slice.axis */
+  KN_OP_SLICE,            /* (x) along attr.slice: axis, start, len */
+  KN_OP_IM2COL,           /* (x NHWC) -> (B*OH*OW, KH*KW*C); attr.conv */
+  KN_OP_COL2IM,           /* (dcols, like x) -> dx */
+  KN_OP_DWCONV,           /* (x, w (KH, KW, C, M)) -> (B, OH, OW, C*M) */
+  KN_OP_DWCONV_DX,        /* (dy, w, like x) */
+  KN_OP_DWCONV_DW,        /* (dy, x, like w) */
+  KN_OP_POOL,             /* (x); attr.conv.pool_kind 0 max / 1 avg */
+  KN_OP_POOL_GRAD,        /* (dy, x, y) -> dx */
+  KN_OP_BN_STATS,         /* (x, moving_mean, moving_var) -> (2, C): mean, 1/sqrt(var+eps) */
+  KN_OP_BN_APPLY,         /* (x, stats, gamma, beta) -> (x - mean) * invstd * gamma + beta */
+  KN_OP_BN_GRAD_X,        /* (dy, x, stats, gamma) -> dx through the batch statistics */
+  KN_OP_BN_GRAD_GAMMA,    /* (dy, x, stats) -> (C) */
+  KN_OP_DROPOUT_MASK,     /* (like x) -> 0 or 1/(1-rate); all ones outside training */
+  KN_OP_XENT_DENSE,       /* (logits (B, C), probs (B, C)) -> mean -sum(p log softmax) */
+  KN_OP_XENT_DENSE_GRAD,  /* (logits, probs, dloss) */
+  KN_OP_BCE_LOGITS,       /* (logits, targets) -> mean over all elements */
+  KN_OP_BCE_LOGITS_GRAD,  /* (logits, targets, dloss) */
+  KN_OP_TOPK_ACCURACY,    /* (logits (B, C), labels (B)) -> fraction with label in top attr.top_k */
+  KN_OP_MATMUL_BIAS_ACT,  /* fused (a, w, bias): attr.matmul: trans_a, trans_b, relu */
+  /* (x) -> x converted to the node's dtype through attr.cast_via (bf16 or
+   * f16, round to nearest even): f32 -> narrow ("down"), narrow -> f32
+   * ("up"), or f32 -> f32 rounded ("round", the gradient of an up-cast). */
+  KN_OP_CAST,
+  /* (x NHWC) -> x zero-padded to (B, HP, WP, C), HP = (OH-1)*SH + (KH-1)*DH + 1
+   * (WP alike), im2col's attrs: an im2col the implicit-GEMM pass replaced;
+   * the GEMMs that read it take the columns straight from it. */
+  KN_OP_CONV_PAD,
+  /* (dy zero-padded by KH-1-PT, KW-1-PL (a KN_OP_CONV_PAD), kernel (KH, KW,
+   * C, F)) -> dx (B, H, W, C), col2im's attrs: the input gradient of a
+   * stride-1, undilated convolution as one GEMM, dx's pixels times the
+   * kernel turned 180 degrees, its columns read in place from the padded
+   * dy; it replaces the column-gradient GEMM and col2im. */
+  KN_OP_CONV_INPUT_GRAD,
+  /* The argmax bytes of a tiled max pool (attr.argmax_of = 1 + the pool),
+   * one per output element, (B, OH, OW, C) u8: written by the pool as it
+   * runs (its argmax mark), read by its gradient; no kernel of its own.
+   * Appended by the pool_argmax pass; live from the pool to its last
+   * reader. */
+  KN_OP_POOL_ARGMAX,
+  KN_OP_COUNT
+} kn_op;
+
+typedef struct kn_graph kn_graph;
+typedef struct kn_node_rec kn_node_rec;
+
+/* What the passes, the planner and placement may assume of an op. */
+enum kn_op_flag {
+  /* Its value depends on more than its inputs and attrs, or it writes
+   * somewhere else: never merged (CSE), folded or recomputed. */
+  KN_OPF_IMPURE = 1u << 0,
+  /* Written by the caller before each run (an input): always live, never
+   * reused. */
+  KN_OPF_FED = 1u << 1,
+  /* Held in a flat buffer (parameters, state): always live. */
+  KN_OPF_FLAT = 1u << 2,
+  /* Shares its input's storage (a reshape): no kernel, no bytes. */
+  KN_OPF_VIEW = 1u << 3,
+  /* Runs no kernel: its value is fed, held, viewed or written by another
+   * node's kernel (a pool's argmax bytes). */
+  KN_OPF_NO_KERNEL = 1u << 4,
+  /* A copy between host buffers: runs on the host wherever it is placed. */
+  KN_OPF_HOST_COPY = 1u << 5,
+  /* Moves data with no arithmetic to speak of: backward may re-run it
+   * instead of keeping its value (recompute). */
+  KN_OPF_RECOMPUTE = 1u << 6,
+  /* Runs a GEMM: compile plans packing space and partial sums for it. */
+  KN_OPF_GEMM = 1u << 7,
+  /* Elementwise, with an optional relu in its loop (the node's fused_relu
+   * mark): the fusion pass folds a relu that alone reads it into it. */
+  KN_OPF_RELU_EPILOGUE = 1u << 8,
+};
+
+typedef struct kn_op_def {
+  const char *name;           /* profiles, traces, node names in scopes */
+  int min_inputs, max_inputs; /* arity (passes may widen it: max covers them) */
+  unsigned flags;             /* enum kn_op_flag */
+  unsigned inplace_inputs;    /* bit k: may write its output over input k when it dies here */
+} kn_op_def;
+
+extern const kn_op_def kn_op_defs[KN_OP_COUNT];
+
+static inline const kn_op_def *kn_op_def_of(kn_op op) {
+  return &kn_op_defs[op];
+}
+static inline int kn_op_has(kn_op op, unsigned flags) {
+  return (kn_op_defs[op].flags & flags) != 0;
+}
+
+#endif
