@@ -1,15 +1,15 @@
 /* autodiff.c — reverse-mode differentiation that writes gradient nodes into
  * the same graph, so the backward pass is planned and run like the forward.
- * Each op's gradient rule lives in grad_of(); contributions from several
- * consumers are summed with add nodes. */
+ * Each op's gradient rule is its op table record's (the first cut's here,
+ * the rest in ops.c); contributions from several consumers are summed with
+ * add nodes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph_internal.h"
 
-/* Adds contribution `d` to the running gradient grads[target]. */
-static int accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d) {
+int kn_grad_accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d) {
   if (d < 0) return -1;
   if (grads[target] < 0) {
     grads[target] = d;
@@ -20,81 +20,106 @@ static int accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d) {
   return 0;
 }
 
-/* Emits the gradients of node i's inputs given dy, the gradient of its output. */
+/* Whether input k of n exists and depends on a parameter. */
+static int needs(const kn_graph *g, const kn_node_rec *n, int k) {
+  return n->n_inputs > k && g->nodes[n->inputs[k]].requires_grad;
+}
+
+/* ---- the first cut's gradient rules (graph.c's builders). Each reads a
+ * copy of its node: pushing nodes may move g->nodes. ---- */
+
+int kn_grad_none(KN_GRAD_ARGS) {
+  (void)g, (void)i, (void)dy, (void)grads;
+  return 0;
+}
+
+int kn_grad_matmul(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], b = n.inputs[1];
+  const int ta = n.attr_i[0], tb = n.attr_i[1];
+  /* C = op(A) op(B): dA = dC op(B)^T (or its transpose), dB = op(A)^T dC. */
+  /* dB first: it is the last reader of A (a layer's input, kept from
+   * forward), which can then die before dA takes its place. */
+  if (needs(g, &n, 1)) {
+    kn_node db = tb ? kn_matmul(g, dy, a, 1, ta) : kn_matmul(g, a, dy, !ta, 0);
+    if (kn_grad_accumulate(g, grads, b, db)) return -1;
+  }
+  if (needs(g, &n, 0)) {
+    kn_node da = ta ? kn_matmul(g, b, dy, tb, 1) : kn_matmul(g, dy, b, 0, !tb);
+    if (kn_grad_accumulate(g, grads, a, da)) return -1;
+  }
+  return 0;
+}
+
+int kn_grad_bias_add(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], b = n.inputs[1];
+  if (needs(g, &n, 0) && kn_grad_accumulate(g, grads, a, dy)) return -1;
+  if (needs(g, &n, 1)) {
+    kn_node db = kn_push_like(g, KN_OP_REDUCE_ROWS, b, 1, dy, -1, -1);
+    if (kn_grad_accumulate(g, grads, b, db)) return -1;
+  }
+  return 0;
+}
+
+int kn_grad_add(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (needs(g, &n, 0) && kn_grad_accumulate(g, grads, n.inputs[0], dy)) return -1;
+  if (needs(g, &n, 1) && kn_grad_accumulate(g, grads, n.inputs[1], dy)) return -1;
+  return 0;
+}
+
+int kn_grad_relu(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  return kn_grad_accumulate(g, grads, n.inputs[0],
+                            kn_push_like(g, KN_OP_RELU_GRAD, i, 2, dy, i, -1));
+}
+
+int kn_grad_softmax(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  return kn_grad_accumulate(g, grads, n.inputs[0],
+                            kn_push_like(g, KN_OP_SOFTMAX_GRAD, i, 2, dy, i, -1));
+}
+
+int kn_grad_reshape(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  const kn_node a = n.inputs[0];
+  int dims[KN_MAX_DIMS];
+  memcpy(dims, g->nodes[a].dims, sizeof dims);
+  return kn_grad_accumulate(g, grads, a, kn_reshape(g, dy, g->nodes[a].ndim, dims));
+}
+
+int kn_grad_softmax_xent(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  const kn_node a = n.inputs[0];
+  return kn_grad_accumulate(g, grads, a,
+                            kn_push_like(g, KN_OP_SOFTMAX_XENT_GRAD, a, 3, a, n.inputs[1], dy));
+}
+
+int kn_grad_cast(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  /* Widening: the gradient is rounded through the narrow type, as it
+   * would be stored there (f16 underflow and overflow are real; loss
+   * scaling is the cure). Narrowing: dy is already that rounded value. */
+  if (n.dtype == KN_F32)
+    return kn_grad_accumulate(g, grads, n.inputs[0],
+                              kn_push_cast(g, dy, KN_F32, kn_cast_via(&n), 0));
+  return kn_grad_accumulate(g, grads, n.inputs[0], dy);
+}
+
+/* Emits the gradients of node i's inputs given dy, the gradient of its
+ * output, by its op's rule. */
 static int grad_of(kn_graph *g, kn_node i, kn_node dy, kn_node *grads) {
-  /* Copy: pushing nodes may move g->nodes. */
-  kn_node_rec n = g->nodes[i];
-  kn_node a = n.inputs[0], b = n.inputs[1];
-  int need_a = n.n_inputs > 0 && g->nodes[a].requires_grad;
-  int need_b = n.n_inputs > 1 && g->nodes[b].requires_grad;
-  switch (n.op) {
-  case KN_OP_INPUT:
-  case KN_OP_PARAM:
-  case KN_OP_FILL: return 0;
-  case KN_OP_MATMUL: {
-    int ta = n.attr_i[0], tb = n.attr_i[1];
-    /* C = op(A) op(B): dA = dC op(B)^T (or its transpose), dB = op(A)^T dC. */
-    /* dB first: it is the last reader of A (a layer's input, kept from
-     * forward), which can then die before dA takes its place. */
-    if (need_b) {
-      kn_node db = tb ? kn_matmul(g, dy, a, 1, ta) : kn_matmul(g, a, dy, !ta, 0);
-      if (accumulate(g, grads, b, db)) return -1;
-    }
-    if (need_a) {
-      kn_node da = ta ? kn_matmul(g, b, dy, tb, 1) : kn_matmul(g, dy, b, 0, !tb);
-      if (accumulate(g, grads, a, da)) return -1;
-    }
-    return 0;
-  }
-  case KN_OP_BIAS_ADD:
-    if (need_a && accumulate(g, grads, a, dy)) return -1;
-    if (need_b) {
-      kn_node db = kn_push_like(g, KN_OP_REDUCE_ROWS, b, 1, dy, -1, -1);
-      if (accumulate(g, grads, b, db)) return -1;
-    }
-    return 0;
-  case KN_OP_ADD:
-    if (need_a && accumulate(g, grads, a, dy)) return -1;
-    if (need_b && accumulate(g, grads, b, dy)) return -1;
-    return 0;
-  case KN_OP_RELU:
-    if (need_a) {
-      return accumulate(g, grads, a, kn_push_like(g, KN_OP_RELU_GRAD, i, 2, dy, i, -1));
-    }
-    return 0;
-  case KN_OP_SOFTMAX:
-    if (need_a) {
-      return accumulate(g, grads, a, kn_push_like(g, KN_OP_SOFTMAX_GRAD, i, 2, dy, i, -1));
-    }
-    return 0;
-  case KN_OP_RESHAPE:
-    if (need_a) {
-      int dims[KN_MAX_DIMS];
-      memcpy(dims, g->nodes[a].dims, sizeof dims);
-      return accumulate(g, grads, a, kn_reshape(g, dy, g->nodes[a].ndim, dims));
-    }
-    return 0;
-  case KN_OP_SOFTMAX_XENT:
-    if (need_a)
-      return accumulate(g, grads, a, kn_push_like(g, KN_OP_SOFTMAX_XENT_GRAD, a, 3, a, b, dy));
-    return 0;
-  case KN_OP_CAST:
-    if (!need_a) return 0;
-    /* Widening: the gradient is rounded through the narrow type, as it
-     * would be stored there (f16 underflow and overflow are real; loss
-     * scaling is the cure). Narrowing: dy is already that rounded value. */
-    if (n.dtype == KN_F32)
-      return accumulate(g, grads, a, kn_push_cast(g, dy, KN_F32, kn_cast_via(&n), 0));
-    return accumulate(g, grads, a, dy);
-  default: {
-    int rc = kn_grad_rule_ext(g, i, dy, grads, accumulate);
-    if (rc == 1) {
-      return kn_graph_fail(g, KN_EINVAL, "autodiff: op %d of node '%s' has no gradient rule", n.op,
-                           n.name);
-    }
-    return rc;
-  }
-  }
+  const kn_op_def *def = kn_op_def_of(g->nodes[i].op);
+  if (!def->grad)
+    return kn_graph_fail(g, KN_EINVAL, "autodiff: op %d of node '%s' has no gradient rule",
+                         g->nodes[i].op, g->nodes[i].name);
+  return def->grad(g, i, dy, grads);
 }
 
 int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {

@@ -283,10 +283,6 @@ const kn_cpu_features *kn_cpu_features_get(void);
 /* Runs node i on the CPU for the graph's current batch. */
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen);
 int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen);
-/* Emits the gradient of node i's inputs for the ops of ops.c; returns 1 when
- * the op is not one of them. */
-int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
-                     int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node));
 /* The node whose storage n shares, through reshapes and other views. */
 static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
   while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];

@@ -113,11 +113,20 @@ enum kn_op_flag {
   KN_OPF_RELU_EPILOGUE = 1u << 8,
 };
 
+/* Adds contribution d to the running gradient grads[target] (autodiff.c);
+ * -1 when d is not a node. */
+int kn_grad_accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d);
+/* An op's gradient rule: emits the gradients of node i's inputs given dy,
+ * the gradient of its output, through kn_grad_accumulate. 0 or -1 (the
+ * error recorded in g). */
+typedef int (*kn_grad_fn)(kn_graph *g, kn_node i, kn_node dy, kn_node *grads);
+
 typedef struct kn_op_def {
   const char *name;           /* profiles, traces, node names in scopes */
   int min_inputs, max_inputs; /* arity (passes may widen it: max covers them) */
   unsigned flags;             /* enum kn_op_flag */
   unsigned inplace_inputs;    /* bit k: may write its output over input k when it dies here */
+  kn_grad_fn grad;            /* NULL: not differentiated (gradient ops, fused ops) */
 } kn_op_def;
 
 extern const kn_op_def kn_op_defs[KN_OP_COUNT];
@@ -128,5 +137,33 @@ static inline const kn_op_def *kn_op_def_of(kn_op op) {
 static inline int kn_op_has(kn_op op, unsigned flags) {
   return (kn_op_defs[op].flags & flags) != 0;
 }
+
+/* Gradient rules, beside their op family's builders. */
+#define KN_GRAD_ARGS kn_graph *g, kn_node i, kn_node dy, kn_node *grads
+int kn_grad_none(KN_GRAD_ARGS); /* nothing flows back (inputs, constants, metrics) */
+/* autodiff.c: the first cut's ops (graph.c's builders) */
+int kn_grad_matmul(KN_GRAD_ARGS);
+int kn_grad_bias_add(KN_GRAD_ARGS);
+int kn_grad_add(KN_GRAD_ARGS);
+int kn_grad_relu(KN_GRAD_ARGS);
+int kn_grad_softmax(KN_GRAD_ARGS);
+int kn_grad_reshape(KN_GRAD_ARGS);
+int kn_grad_softmax_xent(KN_GRAD_ARGS);
+int kn_grad_cast(KN_GRAD_ARGS);
+/* ops.c */
+int kn_grad_binary(KN_GRAD_ARGS);
+int kn_grad_sum_to(KN_GRAD_ARGS);
+int kn_grad_unary(KN_GRAD_ARGS);
+int kn_grad_log_softmax(KN_GRAD_ARGS);
+int kn_grad_reduce(KN_GRAD_ARGS);
+int kn_grad_transpose(KN_GRAD_ARGS);
+int kn_grad_concat(KN_GRAD_ARGS);
+int kn_grad_slice(KN_GRAD_ARGS);
+int kn_grad_im2col(KN_GRAD_ARGS);
+int kn_grad_dwconv(KN_GRAD_ARGS);
+int kn_grad_pool(KN_GRAD_ARGS);
+int kn_grad_bn_apply(KN_GRAD_ARGS);
+int kn_grad_xent_dense(KN_GRAD_ARGS);
+int kn_grad_bce_logits(KN_GRAD_ARGS);
 
 #endif

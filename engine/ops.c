@@ -1,8 +1,8 @@
 /* ops.c — the engine's full op set beyond the first cut (graph.c): shape
  * inference and checks for broadcasting arithmetic, activations,
  * reductions, layout ops, convolution, pooling, batch norm, dropout, losses
- * and metrics, and the gradient rule of each (kn_grad_rule_ext), which
- * autodiff calls. Kernels are in cpu_kernels.inc. */
+ * and metrics, and the gradient rule of each, which their op table records
+ * (op_table.c) name and autodiff calls. Kernels are in cpu_kernels.inc. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -588,128 +588,171 @@ static kn_node with_attrs(kn_graph *g, kn_node id, const int *attrs) {
   return id;
 }
 
-int kn_grad_rule_ext(kn_graph *g, kn_node i, kn_node dy, kn_node *grads,
-                     int (*accumulate)(kn_graph *, kn_node *, kn_node, kn_node)) {
-  kn_node_rec n = g->nodes[i]; /* a copy: pushing nodes may move g->nodes */
-  kn_node a = n.inputs[0], b = n.inputs[1];
-  int need_a = n.n_inputs > 0 && g->nodes[a].requires_grad;
-  int need_b = n.n_inputs > 1 && g->nodes[b].requires_grad;
-  switch (n.op) {
-  case KN_OP_STATE:
-  case KN_OP_DROPOUT_MASK:
-  case KN_OP_TOPK_ACCURACY: return 0;
-  case KN_OP_BINARY: {
-    kn_node da = -1, db = -1;
-    switch ((kn_binop)n.attr_i[0]) {
-    case KN_BIN_ADD:
-      da = dy;
-      db = dy;
-      break;
-    case KN_BIN_SUB:
-      da = dy;
-      if (need_b) db = kn_scale(g, dy, -1.0f);
-      break;
-    case KN_BIN_MUL:
-      if (need_a) da = kn_mul(g, dy, b);
-      if (need_b) db = kn_mul(g, dy, a);
-      break;
-    case KN_BIN_DIV:
-      if (need_a) da = kn_div(g, dy, b);
-      /* d(a/b)/db = -y / b */
-      if (need_b) db = kn_scale(g, kn_div(g, kn_mul(g, dy, i), b), -1.0f);
-      break;
-    }
-    if (need_a && accumulate(g, grads, a, sum_to(g, da, a))) return -1;
-    if (need_b && accumulate(g, grads, b, sum_to(g, db, b))) return -1;
-    return 0;
+/* Whether input k of n exists and depends on a parameter. */
+static int needs(const kn_graph *g, const kn_node_rec *n, int k) {
+  return n->n_inputs > k && g->nodes[n->inputs[k]].requires_grad;
+}
+
+/* Each rule reads a copy of its node: pushing nodes may move g->nodes. */
+
+int kn_grad_binary(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], b = n.inputs[1];
+  const int need_a = needs(g, &n, 0), need_b = needs(g, &n, 1);
+  kn_node da = -1, db = -1;
+  switch ((kn_binop)n.attr_i[0]) {
+  case KN_BIN_ADD:
+    da = dy;
+    db = dy;
+    break;
+  case KN_BIN_SUB:
+    da = dy;
+    if (need_b) db = kn_scale(g, dy, -1.0f);
+    break;
+  case KN_BIN_MUL:
+    if (need_a) da = kn_mul(g, dy, b);
+    if (need_b) db = kn_mul(g, dy, a);
+    break;
+  case KN_BIN_DIV:
+    if (need_a) da = kn_div(g, dy, b);
+    /* d(a/b)/db = -y / b */
+    if (need_b) db = kn_scale(g, kn_div(g, kn_mul(g, dy, i), b), -1.0f);
+    break;
   }
-  case KN_OP_SUM_TO:
-    return kn_graph_fail(g, KN_EINVAL, "autodiff: sum_to is a gradient op; it has no gradient");
-  case KN_OP_UNARY:
-    if (!need_a) return 0;
-    {
-      kn_node d = kn_push_like(g, KN_OP_UNARY_GRAD, i, 3, dy, a, i);
-      if (d >= 0) {
-        g->nodes[d].attr_i[0] = n.attr_i[0];
-        g->nodes[d].attr_f[0] = n.attr_f[0];
-      }
-      return accumulate(g, grads, a, d);
-    }
-  case KN_OP_LOG_SOFTMAX:
-    if (!need_a) return 0;
-    return accumulate(g, grads, a, kn_push_like(g, KN_OP_LOG_SOFTMAX_GRAD, i, 2, dy, i, -1));
-  case KN_OP_REDUCE:
-    if (!need_a) return 0;
-    return accumulate(g, grads, a,
-                      with_attrs(g, kn_push_like(g, KN_OP_REDUCE_GRAD, a, 3, dy, a, i), n.attr_i));
-  case KN_OP_TRANSPOSE:
-    if (!need_a) return 0;
-    {
-      int inv[KN_MAX_DIMS];
-      for (int d = 0; d < n.ndim; d++) inv[n.attr_i[d]] = d;
-      return accumulate(g, grads, a, kn_transpose(g, dy, inv));
-    }
-  case KN_OP_CONCAT: {
-    int axis = n.attr_i[0], la = g->nodes[a].dims[axis], lb = g->nodes[b].dims[axis];
-    if (need_a && accumulate(g, grads, a, kn_slice(g, dy, axis, 0, la))) return -1;
-    if (need_b && accumulate(g, grads, b, kn_slice(g, dy, axis, la, lb))) return -1;
-    return 0;
+  if (need_a && kn_grad_accumulate(g, grads, a, sum_to(g, da, a))) return -1;
+  if (need_b && kn_grad_accumulate(g, grads, b, sum_to(g, db, b))) return -1;
+  return 0;
+}
+
+int kn_grad_sum_to(KN_GRAD_ARGS) {
+  (void)i, (void)dy, (void)grads;
+  return kn_graph_fail(g, KN_EINVAL, "autodiff: sum_to is a gradient op; it has no gradient");
+}
+
+int kn_grad_unary(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  const kn_node a = n.inputs[0];
+  kn_node d = kn_push_like(g, KN_OP_UNARY_GRAD, i, 3, dy, a, i);
+  if (d >= 0) {
+    g->nodes[d].attr_i[0] = n.attr_i[0];
+    g->nodes[d].attr_f[0] = n.attr_f[0];
   }
-  case KN_OP_IM2COL:
-    if (!need_a) return 0;
-    return accumulate(g, grads, a,
-                      with_attrs(g, kn_push_like(g, KN_OP_COL2IM, a, 1, dy, -1, -1), n.attr_i));
-  case KN_OP_DWCONV:
-    if (need_a) {
-      kn_node dx = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DX, a, 2, dy, b, -1), n.attr_i);
-      if (accumulate(g, grads, a, dx)) return -1;
-    }
-    if (need_b) {
-      kn_node dw = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DW, b, 2, dy, a, -1), n.attr_i);
-      if (accumulate(g, grads, b, dw)) return -1;
-    }
-    return 0;
-  case KN_OP_POOL:
-    if (!need_a) return 0;
-    /* The window rides on the grad node: its y input may be a re-created
-     * copy of the pool's output (recompute, mixed precision). */
-    return accumulate(g, grads, a,
-                      with_attrs(g, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i), n.attr_i));
-  case KN_OP_BN_STATS: return 0; /* BN_APPLY's rule covers the path through the statistics */
-  case KN_OP_BN_APPLY: {
-    kn_node stats = b, gamma = n.inputs[2], beta = n.inputs[3];
-    if (need_a) {
-      const kn_node_rec *X = &g->nodes[a];
-      kn_node_rec p = proto(KN_OP_BN_GRAD_X, KN_F32, X->ndim, X->dims, X->batched);
-      p.replica_sync = g->nodes[stats].replica_sync;
-      kn_node dx = push_inputs(g, &p, 4, dy, a, stats, gamma);
-      if (accumulate(g, grads, a, dx)) return -1;
-    }
-    if (g->nodes[gamma].requires_grad &&
-        accumulate(g, grads, gamma, kn_push_like(g, KN_OP_BN_GRAD_GAMMA, gamma, 3, dy, a, stats)))
-      return -1;
-    if (g->nodes[beta].requires_grad &&
-        accumulate(g, grads, beta, kn_push_like(g, KN_OP_REDUCE_ROWS, beta, 1, dy, -1, -1)))
-      return -1;
-    return 0;
+  return kn_grad_accumulate(g, grads, a, d);
+}
+
+int kn_grad_log_softmax(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  return kn_grad_accumulate(g, grads, n.inputs[0],
+                            kn_push_like(g, KN_OP_LOG_SOFTMAX_GRAD, i, 2, dy, i, -1));
+}
+
+int kn_grad_reduce(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  const kn_node a = n.inputs[0];
+  return kn_grad_accumulate(
+      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_REDUCE_GRAD, a, 3, dy, a, i), n.attr_i));
+}
+
+int kn_grad_transpose(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  int inv[KN_MAX_DIMS];
+  for (int d = 0; d < n.ndim; d++) inv[n.attr_i[d]] = d;
+  return kn_grad_accumulate(g, grads, n.inputs[0], kn_transpose(g, dy, inv));
+}
+
+int kn_grad_concat(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], b = n.inputs[1];
+  const int axis = n.attr_i[0], la = g->nodes[a].dims[axis], lb = g->nodes[b].dims[axis];
+  if (needs(g, &n, 0) && kn_grad_accumulate(g, grads, a, kn_slice(g, dy, axis, 0, la))) return -1;
+  if (needs(g, &n, 1) && kn_grad_accumulate(g, grads, b, kn_slice(g, dy, axis, la, lb))) return -1;
+  return 0;
+}
+
+int kn_grad_slice(KN_GRAD_ARGS) {
+  (void)dy, (void)grads;
+  return kn_graph_fail(g, KN_EINVAL,
+                       "autodiff: slice '%s' is a gradient op; differentiate through concat",
+                       g->nodes[i].name);
+}
+
+int kn_grad_im2col(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  const kn_node a = n.inputs[0];
+  return kn_grad_accumulate(
+      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_COL2IM, a, 1, dy, -1, -1), n.attr_i));
+}
+
+int kn_grad_dwconv(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], b = n.inputs[1];
+  if (needs(g, &n, 0)) {
+    kn_node dx = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DX, a, 2, dy, b, -1), n.attr_i);
+    if (kn_grad_accumulate(g, grads, a, dx)) return -1;
   }
-  case KN_OP_XENT_DENSE:
-  case KN_OP_BCE_LOGITS:
-    if (need_b) {
-      return kn_graph_fail(g, KN_EINVAL,
-                           "autodiff: the targets of '%s' depend on a parameter; only the "
-                           "predictions are differentiated",
-                           n.name);
-    }
-    if (!need_a) return 0;
-    return accumulate(
-        g, grads, a,
-        kn_push_like(g, n.op == KN_OP_XENT_DENSE ? KN_OP_XENT_DENSE_GRAD : KN_OP_BCE_LOGITS_GRAD, a,
-                     3, a, b, dy));
-  case KN_OP_SLICE:
+  if (needs(g, &n, 1)) {
+    kn_node dw = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DW, b, 2, dy, a, -1), n.attr_i);
+    if (kn_grad_accumulate(g, grads, b, dw)) return -1;
+  }
+  return 0;
+}
+
+int kn_grad_pool(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  if (!needs(g, &n, 0)) return 0;
+  const kn_node a = n.inputs[0];
+  /* The window rides on the grad node: its y input may be a re-created
+   * copy of the pool's output (recompute, mixed precision). */
+  return kn_grad_accumulate(
+      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i), n.attr_i));
+}
+
+/* bn_stats has none of its own: this rule covers the path through the
+ * statistics. */
+int kn_grad_bn_apply(KN_GRAD_ARGS) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], stats = n.inputs[1], gamma = n.inputs[2], beta = n.inputs[3];
+  if (needs(g, &n, 0)) {
+    const kn_node_rec *X = &g->nodes[a];
+    kn_node_rec p = proto(KN_OP_BN_GRAD_X, KN_F32, X->ndim, X->dims, X->batched);
+    p.replica_sync = g->nodes[stats].replica_sync;
+    kn_node dx = push_inputs(g, &p, 4, dy, a, stats, gamma);
+    if (kn_grad_accumulate(g, grads, a, dx)) return -1;
+  }
+  if (g->nodes[gamma].requires_grad &&
+      kn_grad_accumulate(g, grads, gamma,
+                         kn_push_like(g, KN_OP_BN_GRAD_GAMMA, gamma, 3, dy, a, stats)))
+    return -1;
+  if (g->nodes[beta].requires_grad &&
+      kn_grad_accumulate(g, grads, beta, kn_push_like(g, KN_OP_REDUCE_ROWS, beta, 1, dy, -1, -1)))
+    return -1;
+  return 0;
+}
+
+/* A loss of (predictions, targets): only the predictions are
+ * differentiated, by grad_op (logits, targets, dloss). */
+static int grad_of_loss(kn_graph *g, kn_node i, kn_node dy, kn_node *grads, kn_op grad_op) {
+  const kn_node_rec n = g->nodes[i];
+  const kn_node a = n.inputs[0], b = n.inputs[1];
+  if (needs(g, &n, 1)) {
     return kn_graph_fail(g, KN_EINVAL,
-                         "autodiff: slice '%s' is a gradient op; differentiate through concat",
+                         "autodiff: the targets of '%s' depend on a parameter; only the "
+                         "predictions are differentiated",
                          n.name);
-  default: return 1;
   }
+  if (!needs(g, &n, 0)) return 0;
+  return kn_grad_accumulate(g, grads, a, kn_push_like(g, grad_op, a, 3, a, b, dy));
+}
+
+int kn_grad_xent_dense(KN_GRAD_ARGS) {
+  return grad_of_loss(g, i, dy, grads, KN_OP_XENT_DENSE_GRAD);
+}
+
+int kn_grad_bce_logits(KN_GRAD_ARGS) {
+  return grad_of_loss(g, i, dy, grads, KN_OP_BCE_LOGITS_GRAD);
 }
