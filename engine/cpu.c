@@ -2,7 +2,8 @@
  * through kiln's own (gemm.c) or OpenBLAS, the rest as plain loops the
  * compiler vectorizes. The kernels are instantiated for float (training)
  * and double (the gradient-check reference). Kernels read the run's batch
- * from the graph and never allocate. */
+ * from the graph and never allocate. The op table (op_table.c) names each
+ * op's kernel per path; kn_cpu_run_node looks it up. */
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
@@ -336,8 +337,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
  * -ffp-contract=off and GCC never reorders float sums without
  * -ffast-math, so every path gives the same bits: the paths differ in speed
  * only, and a test holds them to it. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define KN_HAVE_ISA_PATHS 1
+#ifdef KN_HAVE_ISA_PATHS /* op_table.h */
 #pragma GCC push_options
 #pragma GCC target("avx2")
 #define T       float
@@ -458,17 +458,27 @@ kn_isa kn_cpu_isa(void) {
   return atomic_compare_exchange_strong(&active_isa, &isa, best) ? (kn_isa)best : (kn_isa)isa;
 }
 
+/* Runs node i with its op's CPU kernel on instruction set path `path`. */
+static int run_on(kn_graph *g, int i, int path, char *err, size_t errlen) {
+  kn_node_rec *n = &g->nodes[i];
+  const kn_kernel_fn kernel = kn_op_defs[n->op].cpu[path];
+  if (kernel) return kernel(g, n, err, errlen);
+  if (kn_op_has(n->op, KN_OPF_NO_KERNEL)) return KN_OK; /* fed, held, a view, or written */
+  snprintf(err, errlen, "run: node '%s' (%s) has no CPU kernel", n->name, kn_op_name(n->op));
+  return KN_EINVAL;
+}
+
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen) {
 #ifdef KN_HAVE_ISA_PATHS
   switch (kn_cpu_isa()) {
-  case KN_ISA_AVX512: return kn_cpu_run_f32_avx512(g, i, err, errlen);
-  case KN_ISA_AVX2: return kn_cpu_run_f32_avx2(g, i, err, errlen);
+  case KN_ISA_AVX512: return run_on(g, i, KN_CPU_F32_AVX512, err, errlen);
+  case KN_ISA_AVX2: return run_on(g, i, KN_CPU_F32_AVX2, err, errlen);
   default: break;
   }
 #endif
-  return kn_cpu_run_f32(g, i, err, errlen);
+  return run_on(g, i, KN_CPU_F32, err, errlen);
 }
 
 int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen) {
-  return kn_cpu_run_f64(g, i, err, errlen);
+  return run_on(g, i, KN_CPU_F64, err, errlen);
 }

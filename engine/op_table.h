@@ -120,13 +120,23 @@ int kn_grad_accumulate(kn_graph *g, kn_node *grads, kn_node target, kn_node d);
  * the gradient of its output, through kn_grad_accumulate. 0 or -1 (the
  * error recorded in g). */
 typedef int (*kn_grad_fn)(kn_graph *g, kn_node i, kn_node dy, kn_node *grads);
+/* A kernel: runs node n of g for the graph's current batch. KN_OK or an
+ * error code with a sentence in err. */
+typedef int (*kn_kernel_fn)(kn_graph *g, kn_node_rec *n, char *err, size_t errlen);
+
+/* The CPU kernel instantiations (cpu_kernels.inc): f32 at each instruction
+ * set path, and f64 (the gradient-check reference). The f32 kernels also
+ * take mixed_bfloat16's bf16 operands where the op has them. */
+enum { KN_CPU_F32, KN_CPU_F32_AVX2, KN_CPU_F32_AVX512, KN_CPU_F64, KN_CPU_PATHS };
 
 typedef struct kn_op_def {
-  const char *name;           /* profiles, traces, node names in scopes */
-  int min_inputs, max_inputs; /* arity (passes may widen it: max covers them) */
-  unsigned flags;             /* enum kn_op_flag */
-  unsigned inplace_inputs;    /* bit k: may write its output over input k when it dies here */
-  kn_grad_fn grad;            /* NULL: not differentiated (gradient ops, fused ops) */
+  const char *name;               /* profiles, traces, node names in scopes */
+  int min_inputs, max_inputs;     /* arity (passes may widen it: max covers them) */
+  unsigned flags;                 /* enum kn_op_flag */
+  unsigned inplace_inputs;        /* bit k: may write its output over input k when it dies here */
+  kn_grad_fn grad;                /* NULL: not differentiated (gradient ops, fused ops) */
+  kn_kernel_fn cpu[KN_CPU_PATHS]; /* NULL for KN_OPF_NO_KERNEL ops */
+  kn_kernel_fn cuda;              /* the CUDA backend's kernel (f32); NULL: none */
 } kn_op_def;
 
 extern const kn_op_def kn_op_defs[KN_OP_COUNT];
@@ -165,5 +175,68 @@ int kn_grad_pool(KN_GRAD_ARGS);
 int kn_grad_bn_apply(KN_GRAD_ARGS);
 int kn_grad_xent_dense(KN_GRAD_ARGS);
 int kn_grad_bce_logits(KN_GRAD_ARGS);
+
+/* CPU kernels: kn_cpu_<kernel>_f32 (and _avx2, _avx512), _f64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KN_HAVE_ISA_PATHS 1
+#endif
+#define KN_KERNEL_ARGS kn_graph *g, kn_node_rec *n, char *err, size_t errlen
+#define KN_CPU_KERNEL_DECL(k)                                                                      \
+  int kn_cpu_##k##_f32(KN_KERNEL_ARGS);                                                            \
+  int kn_cpu_##k##_f32_avx2(KN_KERNEL_ARGS);                                                       \
+  int kn_cpu_##k##_f32_avx512(KN_KERNEL_ARGS);                                                     \
+  int kn_cpu_##k##_f64(KN_KERNEL_ARGS);
+#ifdef KN_HAVE_ISA_PATHS
+#define KN_CPU(k)                                                                                  \
+  { kn_cpu_##k##_f32, kn_cpu_##k##_f32_avx2, kn_cpu_##k##_f32_avx512, kn_cpu_##k##_f64 }
+#else
+#define KN_CPU(k)                                                                                  \
+  { kn_cpu_##k##_f32, kn_cpu_##k##_f32, kn_cpu_##k##_f32, kn_cpu_##k##_f64 }
+#endif
+KN_CPU_KERNEL_DECL(fill)
+KN_CPU_KERNEL_DECL(matmul)
+KN_CPU_KERNEL_DECL(matmul_bias_act)
+KN_CPU_KERNEL_DECL(bias_add)
+KN_CPU_KERNEL_DECL(elementwise)
+KN_CPU_KERNEL_DECL(softmax)
+KN_CPU_KERNEL_DECL(softmax_grad)
+KN_CPU_KERNEL_DECL(softmax_xent)
+KN_CPU_KERNEL_DECL(softmax_xent_grad)
+KN_CPU_KERNEL_DECL(reduce_rows)
+KN_CPU_KERNEL_DECL(copy)
+KN_CPU_KERNEL_DECL(binary)
+KN_CPU_KERNEL_DECL(sum_to)
+KN_CPU_KERNEL_DECL(log_softmax)
+KN_CPU_KERNEL_DECL(log_softmax_grad)
+KN_CPU_KERNEL_DECL(reduce)
+KN_CPU_KERNEL_DECL(reduce_grad)
+KN_CPU_KERNEL_DECL(transpose)
+KN_CPU_KERNEL_DECL(concat)
+KN_CPU_KERNEL_DECL(slice)
+KN_CPU_KERNEL_DECL(im2col)
+KN_CPU_KERNEL_DECL(conv_pad)
+KN_CPU_KERNEL_DECL(conv_input_grad)
+KN_CPU_KERNEL_DECL(col2im)
+KN_CPU_KERNEL_DECL(dwconv)
+KN_CPU_KERNEL_DECL(dwconv_dx)
+KN_CPU_KERNEL_DECL(dwconv_dw)
+KN_CPU_KERNEL_DECL(pool)
+KN_CPU_KERNEL_DECL(pool_grad)
+KN_CPU_KERNEL_DECL(bn_stats)
+KN_CPU_KERNEL_DECL(bn_apply)
+KN_CPU_KERNEL_DECL(bn_grad_x)
+KN_CPU_KERNEL_DECL(bn_grad_gamma)
+KN_CPU_KERNEL_DECL(dropout_mask)
+KN_CPU_KERNEL_DECL(xent_dense)
+KN_CPU_KERNEL_DECL(xent_dense_grad)
+KN_CPU_KERNEL_DECL(bce_logits)
+KN_CPU_KERNEL_DECL(bce_logits_grad)
+KN_CPU_KERNEL_DECL(top_k)
+KN_CPU_KERNEL_DECL(cast)
+
+/* CUDA kernels (backend_cuda.c): float32 matmul, relu and its gradient. */
+int kn_cuda_kernel_matmul(KN_KERNEL_ARGS);
+int kn_cuda_kernel_relu(KN_KERNEL_ARGS);
+int kn_cuda_kernel_relu_grad(KN_KERNEL_ARGS);
 
 #endif

@@ -28,13 +28,13 @@ static int host_copy(kn_op op) {
   return kn_op_has(op, KN_OPF_HOST_COPY);
 }
 
-/* Whether the CUDA backend has a kernel of its own for node n (float32
- * matmul, relu and relu's gradient). */
+/* Whether the CUDA backend has a kernel of its own for node n (its op
+ * table record names one; float32 only). */
 static int cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
   if (n->dtype != KN_F32) return 0;
   for (int k = 0; k < n->n_inputs; k++)
     if (g->nodes[n->inputs[k]].dtype != KN_F32) return 0;
-  return n->op == KN_OP_MATMUL || n->op == KN_OP_RELU || n->op == KN_OP_RELU_GRAD;
+  return kn_op_def_of(n->op)->cuda != NULL;
 }
 
 /* Whether node n can be placed on a GPU as it stands: a kernel there, or
@@ -111,22 +111,11 @@ int kn_cuda_run_node(kn_graph *g, int i, char *err, size_t errlen) {
   kn_node_rec *n = &g->nodes[i];
   if (storage_only(n->op)) return KN_OK;
   if (host_copy(n->op)) return kn_cpu_run_node(g, i, err, errlen);
-  if (kn_cuda_set_device(n->device.index, err, errlen) != 0) return KN_EIO;
-  const kn_node_rec *A = &g->nodes[n->inputs[0]];
-  int rc = -1;
-  if (n->op == KN_OP_MATMUL) {
-    int m, cols, k;
-    kn_matmul_dims(g, n, &m, &cols, &k);
-    rc = kn_cuda_matmul(A->data, g->nodes[n->inputs[1]].data, n->data, m, cols, k, n->attr_i[0],
-                        n->attr_i[1], err, errlen);
-  } else if (n->op == KN_OP_RELU) {
-    rc = kn_cuda_relu(A->data, n->data, kn_node_elems(n, g->batch), err, errlen);
-  } else if (n->op == KN_OP_RELU_GRAD) {
-    rc = kn_cuda_relu_grad(A->data, g->nodes[n->inputs[1]].data, n->data,
-                           kn_node_elems(n, g->batch), err, errlen);
-  } else {
+  const kn_kernel_fn kernel = kn_op_def_of(n->op)->cuda;
+  if (!kernel) {
     snprintf(err, errlen, "run: node '%s' (%s) has no CUDA kernel", n->name, kn_op_name(n->op));
     return KN_EINVAL;
   }
-  return rc == 0 ? KN_OK : KN_EIO;
+  if (kn_cuda_set_device(n->device.index, err, errlen) != 0) return KN_EIO;
+  return kernel(g, n, err, errlen);
 }
