@@ -36,7 +36,7 @@ int kn_grad_none(KN_GRAD_ARGS) {
 int kn_grad_matmul(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   const kn_node a = n.inputs[0], b = n.inputs[1];
-  const int ta = n.attr_i[0], tb = n.attr_i[1];
+  const int ta = n.attr.matmul.trans_a, tb = n.attr.matmul.trans_b;
   /* C = op(A) op(B): dA = dC op(B)^T (or its transpose), dB = op(A)^T dC. */
   /* dB first: it is the last reader of A (a layer's input, kept from
    * forward), which can then die before dA takes its place. */
@@ -153,8 +153,8 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   seed.dtype = KN_F32;
   seed.ndim = 1;
   seed.dims[0] = 1;
-  seed.attr_f[0] = 1.0f;
-  seed.attr_i[0] = 1; /* marks the seed apart from other fills (never merged) */
+  seed.attr.fill.value = 1.0f;
+  seed.attr.fill.loss_seed = 1; /* never merged with other fills */
   snprintf(seed.name, sizeof seed.name, "grad/%.100s", g->nodes[loss].name);
   /* Each node's gradient nodes go where it runs (the seed where the loss
    * does, a gradient's copy into its slot where the parameter is). */

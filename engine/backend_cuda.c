@@ -9,7 +9,7 @@ int kn_cuda_kernel_matmul(kn_graph *g, kn_node_rec *n, char *err, size_t errlen)
   int m, cols, k;
   kn_matmul_dims(g, n, &m, &cols, &k);
   return kn_cuda_matmul(g->nodes[n->inputs[0]].data, g->nodes[n->inputs[1]].data, n->data, m, cols,
-                        k, n->attr_i[0], n->attr_i[1], err, errlen)
+                        k, n->attr.matmul.trans_a, n->attr.matmul.trans_b, err, errlen)
              ? KN_EIO
              : KN_OK;
 }

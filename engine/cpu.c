@@ -106,7 +106,7 @@ typedef struct matmul_shape {
 
 static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
-  matmul_shape s = {.trans_a = n->attr_i[0], .trans_b = n->attr_i[1]};
+  matmul_shape s = {.trans_a = n->attr.matmul.trans_a, .trans_b = n->attr.matmul.trans_b};
   int a_rows = rows_of(g, A), b_rows = rows_of(g, B);
   s.lda = A->dims[1];
   if (A->op == KN_OP_CONV_PAD) { /* the im2col columns it stands for */
@@ -114,8 +114,8 @@ static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
     s.lda = kn_pad_cols_width(A);
   }
   s.ldb = B->dims[1];
-  if (n->op == KN_OP_MATMUL && n->attr_i[KN_ATTR_ARGMAX]) { /* a max pool's dx: (B*H*W, C) */
-    b_rows *= n->attr_i[KN_MA_POOL_H] * n->attr_i[KN_MA_POOL_W];
+  if (n->op == KN_OP_MATMUL && n->argmax) { /* a max pool's dx: (B*H*W, C) */
+    b_rows *= n->attr.matmul.pool_h * n->attr.matmul.pool_w;
     s.ldb = B->dims[3];
   }
   s.m = s.trans_a ? s.lda : a_rows;
@@ -133,10 +133,9 @@ void kn_matmul_dims(const kn_graph *g, const kn_node_rec *n, int *m, int *cols, 
 
 /* The columns a convolution's padded input (KN_OP_CONV_PAD) stands for. */
 static void conv_cols_of(const kn_node_rec *A, kn_conv_cols *cols) {
-  const int *a = A->attr_i;
-  *cols =
-      (kn_conv_cols){A->data,     A->dims[1],  A->dims[2],  A->dims[3],  a[KN_CA_KW], a[KN_CA_SH],
-                     a[KN_CA_SW], a[KN_CA_DH], a[KN_CA_DW], a[KN_CA_OH], a[KN_CA_OW]};
+  const kn_conv_attrs *a = &A->attr.conv;
+  *cols = (kn_conv_cols){A->data, A->dims[1], A->dims[2], A->dims[3], a->kw, a->sh,
+                         a->sw,   a->dh,      a->dw,      a->oh,      a->ow};
 }
 
 /* A matmul with a bf16 operand or output: kiln's bf16 GEMM on the graph's
@@ -154,14 +153,14 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
       g->pool, g->gemm_scratch, s->m, s->n, s->k,
       (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL, NULL},
       (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL}, n->data, n->dtype, s->n,
-      0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr_i[2]);
+      0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu);
   g->gemm_calls[used]++;
   return epilogue;
 }
 
 /* An f32 matmul through kn_sgemm_run: A read in place as a convolution's
  * columns when it is a padded input (KN_OP_CONV_PAD), B as a max pool's
- * gradient when the matmul reads one (KN_ATTR_ARGMAX: inputs (A, dy, the
+ * gradient when the matmul reads one (its argmax mark: inputs (A, dy, the
  * pool)), a fused one's bias and relu applied on the way, and op(B)'s row
  * sums into b_sums when set. Returns whether the epilogue ran. */
 static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, float *b_sums) {
@@ -170,10 +169,10 @@ static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, fl
   kn_conv_cols cols;
   if (A->op == KN_OP_CONV_PAD) conv_cols_of(A, &cols);
   kn_pool_grad_b pool;
-  if (n->attr_i[KN_ATTR_ARGMAX]) {
+  if (n->argmax) {
     const kn_node_rec *P = &g->nodes[n->inputs[2]];
     pool = (kn_pool_grad_b){
-        P->data,    B->data,   n->attr_i[KN_MA_POOL_H], n->attr_i[KN_MA_POOL_W], P->dims[1],
+        P->data,    B->data,   n->attr.matmul.pool_h, n->attr.matmul.pool_w, P->dims[1],
         P->dims[2], P->dims[3]};
   }
   const kn_sgemm_args x = {.ta = s->trans_a,
@@ -186,11 +185,11 @@ static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, fl
                            .cols = A->op == KN_OP_CONV_PAD ? &cols : NULL,
                            .b = B->data,
                            .ldb = s->ldb,
-                           .pool = n->attr_i[KN_ATTR_ARGMAX] ? &pool : NULL,
+                           .pool = n->argmax ? &pool : NULL,
                            .c = n->data,
                            .ldc = s->n,
                            .bias = fused ? g->nodes[n->inputs[2]].data : NULL,
-                           .relu = fused && n->attr_i[2],
+                           .relu = fused && n->attr.matmul.relu,
                            .b_sums = b_sums};
   return kn_sgemm_run(g, &x);
 }
@@ -200,11 +199,11 @@ static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, fl
  * from the padded dy; kiln's bf16 GEMM when either operand is bf16. */
 static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_node_rec *P = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
-  const int *a = n->attr_i;
+  const kn_conv_attrs *a = &n->attr.conv;
   const int H = n->dims[1], W = n->dims[2], C = n->dims[3], F = P->dims[3];
   const int m = rows_of(g, P) * H * W, k = kn_pad_cols_width(P);
-  const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a[KN_CA_KW], 1, 1, 1, 1, H, W};
-  const kn_conv_flip flip = {K->data, a[KN_CA_KH], a[KN_CA_KW], C, F};
+  const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a->kw, 1, 1, 1, 1, H, W};
+  const kn_conv_flip flip = {K->data, a->kh, a->kw, C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {
     kn_gemm_kernel used = kn_gemm_run(
         g->pool, g->gemm_scratch, m, C, k, (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL},
@@ -230,7 +229,7 @@ static void conv_pad_images(const kn_graph *g, const kn_node_rec *n, int64_t b0,
   const unsigned char *x = X->data;
   unsigned char *y = n->data;
   const int H = X->dims[1], W = X->dims[2], C = X->dims[3], HP = n->dims[1], WP = n->dims[2];
-  const int PT = n->attr_i[KN_CA_PAD_TOP], PL = n->attr_i[KN_CA_PAD_LEFT];
+  const int PT = n->attr.conv.pad_top, PL = n->attr.conv.pad_left;
   /* columns left of the image, the image's row, columns right of it */
   const int lo = PL < WP ? PL : WP, w = W < WP - lo ? W : WP - lo;
   const size_t pix = (size_t)C * es;
@@ -266,12 +265,12 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
   const int round = X->dtype == KN_F32 && n->dtype == KN_BF16;
   const unsigned char *x = X->data;
   unsigned char *cols = n->data;
-  const int *a = n->attr_i;
+  const kn_conv_attrs *a = &n->attr.conv;
   /* In locals: the stores below are bytes, which may alias anything. */
   const int H = X->dims[1], W = X->dims[2], C = X->dims[3];
-  const int KH = a[KN_CA_KH], KW = a[KN_CA_KW], OH = a[KN_CA_OH], OW = a[KN_CA_OW];
-  const int SH = a[KN_CA_SH], SW = a[KN_CA_SW], DH = a[KN_CA_DH], DW = a[KN_CA_DW];
-  const int PT = a[KN_CA_PAD_TOP], PL = a[KN_CA_PAD_LEFT];
+  const int KH = a->kh, KW = a->kw, OH = a->oh, OW = a->ow;
+  const int SH = a->sh, SW = a->sw, DH = a->dh, DW = a->dw;
+  const int PT = a->pad_top, PL = a->pad_left;
   const size_t pixel = (size_t)C * out_size;
   /* Few channels of f32 (a first convolution): whole words, no calls. */
   const int words = in_size == 4 && out_size == 4 && pixel <= 32;

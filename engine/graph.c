@@ -191,7 +191,7 @@ kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int rema
   kn_node_rec p = kn_node_shaped_like(&g->nodes[x], KN_OP_CAST, to);
   p.n_inputs = 1;
   p.inputs[0] = x;
-  p.attr_i[0] = (int)via;
+  p.attr.cast_via = via;
   p.remat_of = remat_of;
   return push_raw(g, &p);
 }
@@ -346,7 +346,7 @@ void kn_graph_set_recompute(kn_graph *g, int on) {
 void kn_graph_set_loss_scale(kn_graph *g, float scale) {
   if (g->loss_seed <= 0 || g->loss_seed >= g->n_nodes) return;
   kn_node_rec *seed = &g->nodes[g->loss_seed];
-  seed->attr_f[0] = scale;
+  seed->attr.fill.value = scale;
   /* A folded seed was computed once at compile: write the value there too. */
   if (seed->data && seed->folded) {
     if (g->f64)
@@ -462,8 +462,8 @@ kn_node kn_matmul(kn_graph *g, kn_node a, kn_node b, int trans_a, int trans_b) {
   p.n_inputs = 2;
   p.inputs[0] = a;
   p.inputs[1] = b;
-  p.attr_i[0] = trans_a != 0;
-  p.attr_i[1] = trans_b != 0;
+  p.attr.matmul.trans_a = trans_a != 0;
+  p.attr.matmul.trans_b = trans_b != 0;
   return kn_graph_push(g, &p);
 }
 

@@ -32,48 +32,69 @@ typedef enum kn_unop {
 } kn_unop;
 typedef enum kn_reduce_kind { KN_RED_SUM = 0, KN_RED_MEAN, KN_RED_MAX } kn_reduce_kind;
 
-/* Convolution and pooling attrs in attr_i, shared by im2col, depthwise and
- * pooling ops. */
-enum {
-  KN_CA_KH = 0,
-  KN_CA_KW,
-  KN_CA_SH,
-  KN_CA_SW,
-  KN_CA_DH,
-  KN_CA_DW,
-  KN_CA_PAD_TOP,
-  KN_CA_PAD_LEFT,
-  KN_CA_OH,
-  KN_CA_OW,
-  KN_CA_POOL_KIND
-};
+/* A window over an NHWC input: convolution (im2col, col2im, the padded
+ * input and input gradient the implicit-GEMM passes make of them),
+ * depthwise convolution and pooling. */
+typedef struct kn_conv_attrs {
+  int kh, kw;            /* kernel */
+  int sh, sw;            /* strides */
+  int dh, dw;            /* dilation */
+  int pad_top, pad_left; /* zero cells before the image (TF's same padding) */
+  int oh, ow;            /* output size */
+  int pool_kind;         /* pooling: 0 max, 1 average */
+} kn_conv_attrs;
 /* A 2x2, stride 2, unpadded max pool: its windows tile the input, so its
  * gradient writes each input cell once. */
-static inline int kn_pool_tiles(const int *a) {
-  return a[KN_CA_POOL_KIND] == 0 && a[KN_CA_KH] == 2 && a[KN_CA_KW] == 2 && a[KN_CA_SH] == 2 &&
-         a[KN_CA_SW] == 2 && a[KN_CA_PAD_TOP] == 0 && a[KN_CA_PAD_LEFT] == 0;
+static inline int kn_pool_tiles(const kn_conv_attrs *a) {
+  return a->pool_kind == 0 && a->kh == 2 && a->kw == 2 && a->sh == 2 && a->sw == 2 &&
+         a->pad_top == 0 && a->pad_left == 0;
 }
-/* Set by the fusion pass on an elementwise node (bias_add, add, binary,
- * bn_apply) that absorbed the relu reading it: relu runs in its loop. */
-#define KN_ATTR_RELU 11
-/* Set by the bias_grad_in_gemm pass on a pair: on a reduce_rows, 1 + the
- * weight-gradient matmul whose GEMM it runs, summing the same dy as it
- * packs it; on that matmul, 1 + the reduce_rows that runs it (the matmul
- * then runs nothing; its value is live from the reduce_rows on). */
-#define KN_ATTR_GEMM_PAIR 10
-/* Set by the pool_argmax pass. On a tiled max pool: 1 + relu — the pool
- * also records, in its KN_OP_POOL_ARGMAX node (KN_ATTR_ARGMAX_AT), one
- * byte per output element naming the window's cell that held the maximum
- * (00, 01, 10, 11 in that order of preference, as the gradient rule), or 4
- * for none when relu is set and the maximum is not above 0 (the fused relu
- * gradient's mask). On its gradient: 1 — inputs are (dy, those bytes). */
-#define KN_ATTR_ARGMAX    12
-#define KN_ATTR_ARGMAX_AT 13 /* on the pool: 1 + its KN_OP_POOL_ARGMAX node */
-/* On a weight-gradient matmul the pool_grad_in_gemm pass made read a max
- * pool's gradient as its B (KN_ATTR_ARGMAX set, inputs (A, dy, the pool)):
- * that gradient's height and width. */
-#define KN_MA_POOL_H 3
-#define KN_MA_POOL_W 4
+
+/* A node's attributes, by its op (the member named after it). */
+typedef union kn_node_attrs {
+  struct {
+    float value;
+    int loss_seed; /* the seed of d(loss)/d(loss): never merged with other fills */
+  } fill;
+  /* matmul and matmul_bias_act (relu: its epilogue's). pool_h, pool_w: on
+   * a weight-gradient matmul the pool_grad_in_gemm pass made read a max
+   * pool's gradient as its B (argmax mark set, inputs (A, dy, the pool)),
+   * that gradient's height and width. */
+  struct {
+    int trans_a, trans_b, relu, pool_h, pool_w;
+  } matmul;
+  struct {
+    kn_binop op;
+  } binary;
+  struct { /* unary and its gradient */
+    kn_unop op;
+    float alpha;
+  } unary;
+  struct { /* reduce and its gradient */
+    kn_reduce_kind kind;
+    int axis; /* -1: all */
+  } reduce;
+  struct {
+    int perm[KN_MAX_DIMS];
+  } transpose;
+  struct { /* slice; concat: axis */
+    int axis, start, len;
+  } slice;
+  kn_conv_attrs conv;
+  struct { /* bn_stats; bn_grad_x: synchronized */
+    float momentum, epsilon;
+    /* synchronized batch norm: the sums over the batch cover every replica
+     * of the step (kn_replica_sums) */
+    int synchronized;
+  } bn;
+  struct {
+    float rate;
+    uint64_t seed;
+  } dropout;
+  int top_k;         /* top_k_accuracy's k */
+  kn_dtype cast_via; /* cast: the narrow type it rounds through */
+  kn_node argmax_of; /* pool_argmax: 1 + the pool that writes it */
+} kn_node_attrs;
 
 #define KN_MAX_INPUTS 4
 
@@ -86,9 +107,27 @@ typedef struct kn_node_rec {
                           * batch (k > 1 for rows per example, e.g. im2col's OH*OW) */
   int n_inputs;
   kn_node inputs[KN_MAX_INPUTS];
-  int attr_i[14];
-  float attr_f[2];
-  uint64_t attr_u; /* dropout seed */
+  kn_node_attrs attr; /* the op's: attr.<op> */
+  /* Marks the passes set, apart from the op's attributes:
+   * - fused_relu: the fusion pass folded the relu reading this elementwise
+   *   node (an op with KN_OPF_RELU_EPILOGUE) or max pool gradient into it:
+   *   relu runs in its loop.
+   * - gemm_pair: the bias_grad_in_gemm pass paired a reduce_rows and a
+   *   weight-gradient matmul: on the reduce_rows, 1 + the matmul whose GEMM
+   *   it runs, summing the same dy as it packs it; on that matmul, 1 + the
+   *   reduce_rows that runs it (the matmul then runs nothing; its value is
+   *   live from the reduce_rows on).
+   * - argmax: set by the pool_argmax pass. On a tiled max pool: 1 + relu —
+   *   the pool also records, in its KN_OP_POOL_ARGMAX node (argmax_at), one
+   *   byte per output element naming the window's cell that held the
+   *   maximum (00, 01, 10, 11 in that order of preference, as the gradient
+   *   rule), or 4 for none when relu is set and the maximum is not above 0
+   *   (the fused relu gradient's mask). On its gradient: 1 — inputs are
+   *   (dy, those bytes). On a matmul reading that gradient as B
+   *   (pool_grad_in_gemm): 1.
+   * - argmax_at: on the pool, 1 + its KN_OP_POOL_ARGMAX node. */
+  int fused_relu, gemm_pair, argmax;
+  kn_node argmax_at;
   kn_init init;
   char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
@@ -107,9 +146,6 @@ typedef struct kn_node_rec {
    * widened narrow copy. 0 = an ordinary node. */
   int remat_of;
   kn_device device; /* where its kernel runs (kn_node_set_device); cpu by default */
-  /* Synchronized batch norm's BN_STATS and BN_GRAD_X: their sums over the
-   * batch cover every replica of the step (kn_replica_sums). */
-  int replica_sync;
   void *data;
 } kn_node_rec;
 
@@ -221,7 +257,7 @@ static inline float kn_bf16_to_f32(uint16_t h) {
 void kn_round_f32(kn_dtype via, const float *src, float *dst, size_t n);
 /* The dtype a cast node rounds through. */
 static inline kn_dtype kn_cast_via(const struct kn_node_rec *n) {
-  return (kn_dtype)n->attr_i[0];
+  return n->attr.cast_via;
 }
 /* Pushes cast(x) to dtype `to` through `via`, without the mixed precision
  * hooks; remat_of as in kn_node_rec. */
@@ -250,7 +286,11 @@ kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtyp
  * added to *floats. Returns its index or -1. */
 kn_node kn_graph_push_flat(kn_graph *g, const kn_node_rec *proto, kn_node **list, int *n, int *cap,
                            size_t *floats, const char *what);
-/* The sums over every replica a node with replica_sync takes in a
+/* Whether n is a synchronized batch norm's BN_STATS or BN_GRAD_X. */
+static inline int kn_node_replica_synced(const kn_node_rec *n) {
+  return (n->op == KN_OP_BN_STATS || n->op == KN_OP_BN_GRAD_X) && n->attr.bn.synchronized;
+}
+/* The sums over every replica a node kn_node_replica_synced takes in a
  * training run, in order, as places in the graph's replica_sums: BN_STATS
  * the rows and each channel's sum of x, then each channel's squared
  * deviations from the mean; BN_GRAD_X the rows and each channel's two
@@ -261,7 +301,7 @@ typedef struct kn_replica_sum_at {
   int offset, len; /* doubles */
 } kn_replica_sum_at;
 static inline int kn_replica_sums(const kn_graph *g, const kn_node_rec *n, kn_replica_sum_at *at) {
-  if (!g->replica_sum || !n->replica_sync) return 0;
+  if (!g->replica_sum || !kn_node_replica_synced(n)) return 0;
   const int channels = n->dims[n->ndim - 1];
   if (n->op == KN_OP_BN_STATS) {
     at[0] = (kn_replica_sum_at){0, channels + 1};
@@ -288,9 +328,9 @@ static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
   while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
   return n;
 }
-/* The argmax bytes a pool with KN_ATTR_ARGMAX writes. */
+/* The argmax bytes a pool with its argmax mark writes. */
 static inline unsigned char *kn_pool_argmax(const kn_graph *g, const kn_node_rec *pool) {
-  return g->nodes[pool->attr_i[KN_ATTR_ARGMAX_AT] - 1].data;
+  return g->nodes[pool->argmax_at - 1].data;
 }
 /* gemm.c: C (m x n, row stride ldc) = op(A) op(B) in single precision,
  * by the GEMM kn_cpu_gemm names, on g's threads. */
@@ -316,10 +356,10 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
 /* The im2col a padded input (KN_OP_CONV_PAD) stands for: columns per row
  * (KH*KW*C) and rows per image (OH*OW). */
 static inline int kn_pad_cols_width(const kn_node_rec *pad) {
-  return pad->attr_i[KN_CA_KH] * pad->attr_i[KN_CA_KW] * pad->dims[3];
+  return pad->attr.conv.kh * pad->attr.conv.kw * pad->dims[3];
 }
 static inline int kn_pad_rows_per_image(const kn_node_rec *pad) {
-  return pad->attr_i[KN_CA_OH] * pad->attr_i[KN_CA_OW];
+  return pad->attr.conv.oh * pad->attr.conv.ow;
 }
 /* A convolution kernel (KH, KW, C, F), f32 or bf16, read as the B of a
  * transposed convolution: element (k, c), k = (ki*KW + kj)*F + f, is
@@ -333,7 +373,7 @@ static inline ptrdiff_t kn_flip_at(const kn_conv_flip *v, int k, int c) {
   return (((ptrdiff_t)(v->kh - 1 - ki) * v->kw + (v->kw - 1 - kj)) * v->c + c) * v->f + f;
 }
 /* The input gradient of a tiled 2x2 max pool that records its argmax
- * (KN_ATTR_ARGMAX), read as a GEMM's B without being written: element
+ * (its argmax mark), read as a GEMM's B without being written: element
  * (p, c), p = (b*H + h)*W + w a pixel of dx (B, H, W, C), is dy[b][h/2][w/2][c]
  * where the pool's argmax names cell (h%2, w%2) there, else 0 (0 too
  * outside the windows, at an odd edge). */

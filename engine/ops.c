@@ -84,7 +84,7 @@ kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value) {
     }
   }
   kn_node_rec p = proto(KN_OP_FILL, KN_F32, ndim, dims, 0);
-  p.attr_f[0] = value;
+  p.attr.fill.value = value;
   return push_inputs(g, &p, 0, -1, -1, -1, -1);
 }
 
@@ -150,7 +150,7 @@ static kn_node binary(kn_graph *g, kn_binop op, kn_node a, kn_node b, const char
     batched = X->batched;
   }
   kn_node_rec p = proto(KN_OP_BINARY, KN_F32, ndim, dims, batched);
-  p.attr_i[0] = op;
+  p.attr.binary.op = op;
   return push_inputs(g, &p, 2, a, b, -1, -1);
 }
 
@@ -188,8 +188,8 @@ static kn_node unary(kn_graph *g, kn_unop op, kn_node x, float alpha, const char
   if (!need_f32(g, x, what)) return -1;
   kn_node_rec p =
       proto(KN_OP_UNARY, KN_F32, g->nodes[x].ndim, g->nodes[x].dims, g->nodes[x].batched);
-  p.attr_i[0] = op;
-  p.attr_f[0] = alpha;
+  p.attr.unary.op = op;
+  p.attr.unary.alpha = alpha;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -246,8 +246,8 @@ static kn_node reduce(kn_graph *g, kn_reduce_kind kind, kn_node x, int axis, int
   if (ndim == 0) dims[ndim++] = 1;
   int batched = (axis > 0 && X->batched) ? X->batched : 0;
   kn_node_rec p = proto(KN_OP_REDUCE, KN_F32, ndim, dims, batched);
-  p.attr_i[0] = kind;
-  p.attr_i[1] = axis;
+  p.attr.reduce.kind = kind;
+  p.attr.reduce.axis = axis;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -276,7 +276,7 @@ kn_node kn_transpose(kn_graph *g, kn_node x, const int *perm) {
     return kn_graph_fail(g, KN_EINVAL, "transpose: the batch dim must stay first (perm[0] = 0)");
   }
   kn_node_rec p = proto(KN_OP_TRANSPOSE, KN_F32, X->ndim, dims, X->batched);
-  for (int d = 0; d < X->ndim; d++) p.attr_i[d] = perm[d];
+  for (int d = 0; d < X->ndim; d++) p.attr.transpose.perm[d] = perm[d];
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -308,7 +308,7 @@ kn_node kn_concat(kn_graph *g, kn_node a, kn_node b, int axis) {
   memcpy(dims, A->dims, sizeof dims);
   dims[axis] += B->dims[axis];
   kn_node_rec p = proto(KN_OP_CONCAT, KN_F32, A->ndim, dims, A->batched);
-  p.attr_i[0] = axis;
+  p.attr.slice.axis = axis;
   return push_inputs(g, &p, 2, a, b, -1, -1);
 }
 
@@ -325,9 +325,9 @@ kn_node kn_slice(kn_graph *g, kn_node x, int axis, int start, int len) {
   memcpy(dims, X->dims, sizeof dims);
   dims[axis] = len;
   kn_node_rec p = proto(KN_OP_SLICE, KN_F32, X->ndim, dims, X->batched);
-  p.attr_i[0] = axis;
-  p.attr_i[1] = start;
-  p.attr_i[2] = len;
+  p.attr.slice.axis = axis;
+  p.attr.slice.start = start;
+  p.attr.slice.len = len;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -335,7 +335,7 @@ kn_node kn_slice(kn_graph *g, kn_node x, int axis, int start, int len) {
 
 /* Output size and padding of a window over x (B, H, W, C), TF's rules: same
  * gives ceil(H / stride) with the odd padding cell at the bottom/right. */
-static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, int *attrs,
+static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, kn_conv_attrs *attrs,
                         const char *what) {
   if (X->ndim != 4) {
     char sx[64];
@@ -369,23 +369,23 @@ static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, i
       }
       out = (in[i] - span) / s[i] + 1;
     }
-    attrs[i ? KN_CA_OW : KN_CA_OH] = out;
-    attrs[i ? KN_CA_PAD_LEFT : KN_CA_PAD_TOP] = pad;
+    *(i ? &attrs->ow : &attrs->oh) = out;
+    *(i ? &attrs->pad_left : &attrs->pad_top) = pad;
   }
-  attrs[KN_CA_KH] = w->kh;
-  attrs[KN_CA_KW] = w->kw;
-  attrs[KN_CA_SH] = w->stride_h;
-  attrs[KN_CA_SW] = w->stride_w;
-  attrs[KN_CA_DH] = w->dilation_h;
-  attrs[KN_CA_DW] = w->dilation_w;
+  attrs->kh = w->kh;
+  attrs->kw = w->kw;
+  attrs->sh = w->stride_h;
+  attrs->sw = w->stride_w;
+  attrs->dh = w->dilation_h;
+  attrs->dw = w->dilation_w;
   return 1;
 }
 
 kn_node kn_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win) {
   if (!need_f32(g, x, "conv2d") || !need_f32(g, w, "conv2d")) return -1;
   const kn_node_rec *X = &g->nodes[x], *Wn = &g->nodes[w];
-  int attrs[12] = {0};
-  if (!window_attrs(g, X, win, attrs, "conv2d")) return -1;
+  kn_conv_attrs attrs = {0};
+  if (!window_attrs(g, X, win, &attrs, "conv2d")) return -1;
   if (Wn->ndim != 4 || Wn->dims[0] != win->kh || Wn->dims[1] != win->kw ||
       Wn->dims[2] != X->dims[3]) {
     char sw[64];
@@ -394,24 +394,24 @@ kn_node kn_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win) {
                          win->kh, win->kw, X->dims[3], sw);
   }
   int B = X->dims[0], C = X->dims[3], Fo = Wn->dims[3];
-  int per = attrs[KN_CA_OH] * attrs[KN_CA_OW], k = win->kh * win->kw * C;
+  int per = attrs.oh * attrs.ow, k = win->kh * win->kw * C;
   /* (B*OH*OW, KH*KW*C) x (KH*KW*C, F) = (B*OH*OW, F), which is NHWC. */
   int cdims[2] = {B * per, k};
   kn_node_rec p = proto(KN_OP_IM2COL, KN_F32, 2, cdims, X->batched ? X->batched * per : 0);
-  memcpy(p.attr_i, attrs, sizeof attrs);
+  p.attr.conv = attrs;
   kn_node cols = push_inputs(g, &p, 1, x, -1, -1, -1);
   int wdims[2] = {k, Fo};
   kn_node w2 = kn_reshape(g, w, 2, wdims);
   kn_node y = kn_matmul(g, cols, w2, 0, 0);
-  int ydims[4] = {B, attrs[KN_CA_OH], attrs[KN_CA_OW], Fo};
+  int ydims[4] = {B, attrs.oh, attrs.ow, Fo};
   return kn_reshape(g, y, 4, ydims);
 }
 
 kn_node kn_depthwise_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win) {
   if (!need_f32(g, x, "depthwise_conv2d") || !need_f32(g, w, "depthwise_conv2d")) return -1;
   const kn_node_rec *X = &g->nodes[x], *Wn = &g->nodes[w];
-  int attrs[12] = {0};
-  if (!window_attrs(g, X, win, attrs, "depthwise_conv2d")) return -1;
+  kn_conv_attrs attrs = {0};
+  if (!window_attrs(g, X, win, &attrs, "depthwise_conv2d")) return -1;
   if (Wn->ndim != 4 || Wn->dims[0] != win->kh || Wn->dims[1] != win->kw ||
       Wn->dims[2] != X->dims[3]) {
     char sw[64];
@@ -420,9 +420,9 @@ kn_node kn_depthwise_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *
                          "depthwise_conv2d: kernel must be (%d, %d, %d, depth_multiplier), got %s",
                          win->kh, win->kw, X->dims[3], sw);
   }
-  int dims[4] = {X->dims[0], attrs[KN_CA_OH], attrs[KN_CA_OW], X->dims[3] * Wn->dims[3]};
+  int dims[4] = {X->dims[0], attrs.oh, attrs.ow, X->dims[3] * Wn->dims[3]};
   kn_node_rec p = proto(KN_OP_DWCONV, KN_F32, 4, dims, X->batched);
-  memcpy(p.attr_i, attrs, sizeof attrs);
+  p.attr.conv = attrs;
   return push_inputs(g, &p, 2, x, w, -1, -1);
 }
 
@@ -431,12 +431,12 @@ static kn_node pool(kn_graph *g, kn_node x, const kn_window *win, int kind, cons
   kn_window w = *win;
   w.dilation_h = w.dilation_w = 1;
   const kn_node_rec *X = &g->nodes[x];
-  int attrs[12] = {0};
-  if (!window_attrs(g, X, &w, attrs, what)) return -1;
-  attrs[KN_CA_POOL_KIND] = kind;
-  int dims[4] = {X->dims[0], attrs[KN_CA_OH], attrs[KN_CA_OW], X->dims[3]};
+  kn_conv_attrs attrs = {0};
+  if (!window_attrs(g, X, &w, &attrs, what)) return -1;
+  attrs.pool_kind = kind;
+  int dims[4] = {X->dims[0], attrs.oh, attrs.ow, X->dims[3]};
   kn_node_rec p = proto(KN_OP_POOL, KN_F32, 4, dims, X->batched);
-  memcpy(p.attr_i, attrs, sizeof attrs);
+  p.attr.conv = attrs;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -486,9 +486,9 @@ static kn_node batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, k
   }
   int sdims[2] = {2, C};
   kn_node_rec p = proto(KN_OP_BN_STATS, KN_F32, 2, sdims, 0);
-  p.attr_f[0] = momentum;
-  p.attr_f[1] = epsilon;
-  p.replica_sync = synchronized;
+  p.attr.bn.momentum = momentum;
+  p.attr.bn.epsilon = epsilon;
+  p.attr.bn.synchronized = synchronized;
   /* shaped before the statistics are pushed, which may move X */
   kn_node_rec a = proto(KN_OP_BN_APPLY, KN_F32, X->ndim, X->dims, X->batched);
   kn_node stats = push_inputs(g, &p, 3, x, moving_mean, moving_var, -1);
@@ -514,8 +514,8 @@ kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed) {
   }
   const kn_node_rec *X = &g->nodes[x];
   kn_node_rec p = proto(KN_OP_DROPOUT_MASK, KN_F32, X->ndim, X->dims, X->batched);
-  p.attr_f[0] = rate;
-  p.attr_u = seed;
+  p.attr.dropout.rate = rate;
+  p.attr.dropout.seed = seed;
   kn_node mask = push_inputs(g, &p, 0, -1, -1, -1, -1);
   return kn_mul(g, x, mask);
 }
@@ -575,7 +575,7 @@ kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k) {
   }
   kn_node id = scalar_of(g, KN_OP_TOPK_ACCURACY, logits, labels, 2);
   if (id >= 0) {
-    g->nodes[id].attr_i[0] = k;
+    g->nodes[id].attr.top_k = k;
     g->nodes[id].requires_grad = 0; /* a metric: nothing flows back */
   }
   return id;
@@ -583,8 +583,9 @@ kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k) {
 
 /* ---- gradient rules ---- */
 
-static kn_node with_attrs(kn_graph *g, kn_node id, const int *attrs) {
-  if (id >= 0) memcpy(g->nodes[id].attr_i, attrs, sizeof g->nodes[id].attr_i);
+/* Node id, given attrs (a gradient op takes its forward op's). */
+static kn_node with_attrs(kn_graph *g, kn_node id, const kn_node_attrs *attrs) {
+  if (id >= 0) g->nodes[id].attr = *attrs;
   return id;
 }
 
@@ -600,7 +601,7 @@ int kn_grad_binary(KN_GRAD_ARGS) {
   const kn_node a = n.inputs[0], b = n.inputs[1];
   const int need_a = needs(g, &n, 0), need_b = needs(g, &n, 1);
   kn_node da = -1, db = -1;
-  switch ((kn_binop)n.attr_i[0]) {
+  switch (n.attr.binary.op) {
   case KN_BIN_ADD:
     da = dy;
     db = dy;
@@ -635,8 +636,7 @@ int kn_grad_unary(KN_GRAD_ARGS) {
   const kn_node a = n.inputs[0];
   kn_node d = kn_push_like(g, KN_OP_UNARY_GRAD, i, 3, dy, a, i);
   if (d >= 0) {
-    g->nodes[d].attr_i[0] = n.attr_i[0];
-    g->nodes[d].attr_f[0] = n.attr_f[0];
+    g->nodes[d].attr.unary = n.attr.unary;
   }
   return kn_grad_accumulate(g, grads, a, d);
 }
@@ -653,21 +653,21 @@ int kn_grad_reduce(KN_GRAD_ARGS) {
   if (!needs(g, &n, 0)) return 0;
   const kn_node a = n.inputs[0];
   return kn_grad_accumulate(
-      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_REDUCE_GRAD, a, 3, dy, a, i), n.attr_i));
+      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_REDUCE_GRAD, a, 3, dy, a, i), &n.attr));
 }
 
 int kn_grad_transpose(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   int inv[KN_MAX_DIMS];
-  for (int d = 0; d < n.ndim; d++) inv[n.attr_i[d]] = d;
+  for (int d = 0; d < n.ndim; d++) inv[n.attr.transpose.perm[d]] = d;
   return kn_grad_accumulate(g, grads, n.inputs[0], kn_transpose(g, dy, inv));
 }
 
 int kn_grad_concat(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   const kn_node a = n.inputs[0], b = n.inputs[1];
-  const int axis = n.attr_i[0], la = g->nodes[a].dims[axis], lb = g->nodes[b].dims[axis];
+  const int axis = n.attr.slice.axis, la = g->nodes[a].dims[axis], lb = g->nodes[b].dims[axis];
   if (needs(g, &n, 0) && kn_grad_accumulate(g, grads, a, kn_slice(g, dy, axis, 0, la))) return -1;
   if (needs(g, &n, 1) && kn_grad_accumulate(g, grads, b, kn_slice(g, dy, axis, la, lb))) return -1;
   return 0;
@@ -685,18 +685,18 @@ int kn_grad_im2col(KN_GRAD_ARGS) {
   if (!needs(g, &n, 0)) return 0;
   const kn_node a = n.inputs[0];
   return kn_grad_accumulate(
-      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_COL2IM, a, 1, dy, -1, -1), n.attr_i));
+      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_COL2IM, a, 1, dy, -1, -1), &n.attr));
 }
 
 int kn_grad_dwconv(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   const kn_node a = n.inputs[0], b = n.inputs[1];
   if (needs(g, &n, 0)) {
-    kn_node dx = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DX, a, 2, dy, b, -1), n.attr_i);
+    kn_node dx = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DX, a, 2, dy, b, -1), &n.attr);
     if (kn_grad_accumulate(g, grads, a, dx)) return -1;
   }
   if (needs(g, &n, 1)) {
-    kn_node dw = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DW, b, 2, dy, a, -1), n.attr_i);
+    kn_node dw = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DW, b, 2, dy, a, -1), &n.attr);
     if (kn_grad_accumulate(g, grads, b, dw)) return -1;
   }
   return 0;
@@ -709,7 +709,7 @@ int kn_grad_pool(KN_GRAD_ARGS) {
   /* The window rides on the grad node: its y input may be a re-created
    * copy of the pool's output (recompute, mixed precision). */
   return kn_grad_accumulate(
-      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i), n.attr_i));
+      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i), &n.attr));
 }
 
 /* bn_stats has none of its own: this rule covers the path through the
@@ -720,7 +720,7 @@ int kn_grad_bn_apply(KN_GRAD_ARGS) {
   if (needs(g, &n, 0)) {
     const kn_node_rec *X = &g->nodes[a];
     kn_node_rec p = proto(KN_OP_BN_GRAD_X, KN_F32, X->ndim, X->dims, X->batched);
-    p.replica_sync = g->nodes[stats].replica_sync;
+    p.attr.bn.synchronized = g->nodes[stats].attr.bn.synchronized;
     kn_node dx = push_inputs(g, &p, 4, dy, a, stats, gamma);
     if (kn_grad_accumulate(g, grads, a, dx)) return -1;
   }

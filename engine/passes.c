@@ -52,8 +52,8 @@ static int same_node(const kn_node_rec *a, const kn_node_rec *b) {
     if (a->dims[d] != b->dims[d]) return 0;
   for (int k = 0; k < a->n_inputs; k++)
     if (a->inputs[k] != b->inputs[k]) return 0;
-  return memcmp(a->attr_i, b->attr_i, sizeof a->attr_i) == 0 &&
-         memcmp(a->attr_f, b->attr_f, sizeof a->attr_f) == 0 && a->attr_u == b->attr_u;
+  return memcmp(&a->attr, &b->attr, sizeof a->attr) == 0 && a->fused_relu == b->fused_relu &&
+         a->gemm_pair == b->gemm_pair && a->argmax == b->argmax && a->argmax_at == b->argmax_at;
 }
 
 /* A later node equal to an earlier one (same op, attrs and inputs) is
@@ -126,16 +126,17 @@ static int fuse(kn_graph *g, int *uses) {
     /* The bias runs along the matmul's columns. */
     if (m->dims[1] != bn->dims[bn->ndim - 1]) continue;
     kn_node a = m->inputs[0], w = m->inputs[1], bias = bn->inputs[1];
-    int ta = m->attr_i[0], tb = m->attr_i[1];
+    const int ta = m->attr.matmul.trans_a, tb = m->attr.matmul.trans_b;
     top->op = KN_OP_MATMUL_BIAS_ACT;
     top->n_inputs = 3;
     top->inputs[0] = a;
     top->inputs[1] = w;
     top->inputs[2] = bias;
-    memset(top->attr_i, 0, sizeof top->attr_i);
-    top->attr_i[0] = ta;
-    top->attr_i[1] = tb;
-    top->attr_i[2] = act;
+    memset(&top->attr, 0, sizeof top->attr);
+    top->attr.matmul.trans_a = ta;
+    top->attr.matmul.trans_b = tb;
+    top->attr.matmul.relu = act;
+    top->fused_relu = top->gemm_pair = top->argmax = top->argmax_at = 0;
     m->dead = 1;
     if (view >= 0) g->nodes[view].dead = 1;
     if (act) bn->dead = 1;
@@ -160,12 +161,12 @@ static int fuse_chains(kn_graph *g, int *uses) {
     kn_node_rec *pr = &g->nodes[p];
     const int chain = kn_op_has(pr->op, KN_OPF_RELU_EPILOGUE);
     if (!chain || pr->dead || pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA ||
-        pr->attr_i[KN_ATTR_RELU])
+        pr->fused_relu)
       continue;
     /* The relu node takes the producer's op, inputs and attrs (its shape is
      * the producer's), so relu_grad keeps reading the same value. */
     kn_node_rec fused_node = *pr;
-    fused_node.attr_i[KN_ATTR_RELU] = 1;
+    fused_node.fused_relu = 1;
     fused_node.storage = top->storage;
     fused_node.keep = top->keep;
     fused_node.requires_grad = top->requires_grad;
@@ -192,16 +193,18 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
     if (r->dead || r->op != KN_OP_RELU_GRAD) continue;
     kn_node p = r->inputs[0];
     kn_node_rec *pg = &g->nodes[p];
-    if (pg->dead || pg->op != KN_OP_POOL_GRAD || !kn_pool_tiles(pg->attr_i) || pg->keep ||
+    if (pg->dead || pg->op != KN_OP_POOL_GRAD || !kn_pool_tiles(&pg->attr.conv) || pg->keep ||
         uses[p] != 1 || pg->storage != KN_STORE_ARENA || pg->inputs[1] != r->inputs[1] ||
-        pg->attr_i[KN_ATTR_RELU])
+        pg->fused_relu)
       continue;
     r->op = KN_OP_POOL_GRAD;
     r->n_inputs = 3;
     memcpy(r->inputs, pg->inputs, sizeof r->inputs);
-    memcpy(r->attr_i, pg->attr_i, sizeof r->attr_i);
-    memcpy(r->attr_f, pg->attr_f, sizeof r->attr_f);
-    r->attr_i[KN_ATTR_RELU] = 1;
+    r->attr = pg->attr;
+    r->gemm_pair = pg->gemm_pair;
+    r->argmax = pg->argmax;
+    r->argmax_at = pg->argmax_at;
+    r->fused_relu = 1;
     pg->dead = 1;
     fused++;
     count_consumers(g, uses);
@@ -225,8 +228,8 @@ static int pool_argmax(kn_graph *g, int max_nodes) {
   int recorded = 0;
   for (int i = 0; i < g->n_nodes && g->n_nodes < max_nodes; i++) {
     kn_node_rec *G = &g->nodes[i];
-    if (G->dead || G->op != KN_OP_POOL_GRAD || !kn_pool_tiles(G->attr_i) ||
-        G->attr_i[KN_ATTR_ARGMAX] || G->n_inputs != 3)
+    if (G->dead || G->op != KN_OP_POOL_GRAD || !kn_pool_tiles(&G->attr.conv) || G->argmax ||
+        G->n_inputs != 3)
       continue;
     /* y: the pool, or (mixed_bfloat16) its narrow copy, the same values */
     kn_node p = G->inputs[2];
@@ -244,14 +247,14 @@ static int pool_argmax(kn_graph *g, int max_nodes) {
     /* the kernels' types: f32 throughout, or mixed_bfloat16's bf16 x and dx */
     const int f32 = G->dtype == KN_F32 && x == KN_F32 && dy == KN_F32;
     const int bf16 = G->dtype == KN_BF16 && x == KN_BF16 && (dy == KN_F32 || dy == KN_BF16);
-    if (P->dead || P->op != KN_OP_POOL || !kn_pool_tiles(P->attr_i) || P->attr_i[KN_ATTR_ARGMAX] ||
+    if (P->dead || P->op != KN_OP_POOL || !kn_pool_tiles(&P->attr.conv) || P->argmax ||
         P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
         (!rerun && P->inputs[0] != G->inputs[1]) || !(f32 || bf16))
       continue;
     /* the bytes: a node of their own, so the pool's output need not live
      * until backward for them (pushing may move g->nodes) */
     kn_node_rec bytes = kn_node_shaped_like(P, KN_OP_POOL_ARGMAX, KN_U8);
-    bytes.attr_i[0] = 1 + p;
+    bytes.attr.argmax_of = 1 + p;
     bytes.device = P->device;
     bytes.inputs[0] = bytes.inputs[1] = bytes.inputs[2] = bytes.inputs[3] = -1;
     snprintf(bytes.name, sizeof bytes.name, "argmax/%.100s", P->name);
@@ -259,9 +262,9 @@ static int pool_argmax(kn_graph *g, int max_nodes) {
     if (am < 0) return recorded;
     G = &g->nodes[i];
     P = &g->nodes[p];
-    P->attr_i[KN_ATTR_ARGMAX] = 1 + (G->attr_i[KN_ATTR_RELU] != 0);
-    P->attr_i[KN_ATTR_ARGMAX_AT] = 1 + am;
-    G->attr_i[KN_ATTR_ARGMAX] = 1;
+    P->argmax = 1 + (G->fused_relu != 0);
+    P->argmax_at = 1 + am;
+    G->argmax = 1;
     G->n_inputs = 2;
     G->inputs[1] = am;
     G->inputs[2] = -1;
@@ -302,7 +305,7 @@ static int kiln_gemm_runs(const kn_graph *g) {
  * dtype: an f32 x padded into bf16 is rounded) to (B, hp, wp, C), with the
  * convolution attrs its GEMMs read the columns by. */
 static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dtype,
-                            const int *attrs, int hp, int wp) {
+                            const kn_conv_attrs *attrs, int hp, int wp) {
   const kn_node_rec *X = &g->nodes[x];
   n->op = KN_OP_CONV_PAD;
   n->n_inputs = 1;
@@ -315,7 +318,10 @@ static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dty
   n->dims[2] = wp;
   n->dims[3] = X->dims[3];
   n->batched = X->batched;
-  if (attrs != n->attr_i) memcpy(n->attr_i, attrs, sizeof n->attr_i);
+  const kn_conv_attrs conv = *attrs;
+  memset(&n->attr, 0, sizeof n->attr);
+  n->attr.conv = conv;
+  n->fused_relu = n->gemm_pair = n->argmax = n->argmax_at = 0;
 }
 
 /* An im2col read only as the A of GEMMs (a convolution's forward product,
@@ -342,10 +348,9 @@ static int implicit_conv_columns(kn_graph *g) {
       }
     }
     if (!ok || readers == 0) continue;
-    const int *a = n->attr_i;
-    become_conv_pad(g, n, n->inputs[0], n->dtype, a,
-                    (a[KN_CA_OH] - 1) * a[KN_CA_SH] + (a[KN_CA_KH] - 1) * a[KN_CA_DH] + 1,
-                    (a[KN_CA_OW] - 1) * a[KN_CA_SW] + (a[KN_CA_KW] - 1) * a[KN_CA_DW] + 1);
+    const kn_conv_attrs *a = &n->attr.conv;
+    become_conv_pad(g, n, n->inputs[0], n->dtype, a, (a->oh - 1) * a->sh + (a->kh - 1) * a->dh + 1,
+                    (a->ow - 1) * a->sw + (a->kw - 1) * a->dw + 1);
     replaced++;
   }
   return replaced;
@@ -370,35 +375,36 @@ static int implicit_input_grads(kn_graph *g) {
     const kn_node mi = c->inputs[0];
     kn_node_rec *mm = &g->nodes[mi];
     if (mm->dead || mm->op != KN_OP_MATMUL || mm->keep || mm->storage != KN_STORE_ARENA ||
-        mm->attr_i[0] != 0 || mm->attr_i[1] != 1)
+        mm->attr.matmul.trans_a != 0 || mm->attr.matmul.trans_b != 1)
       continue;
     const kn_node_rec *dyv = &g->nodes[mm->inputs[0]], *wv = &g->nodes[mm->inputs[1]];
     if (sole_reader(g, mi) != i || dyv->op != KN_OP_RESHAPE || wv->op != KN_OP_RESHAPE) continue;
     const kn_node dy = dyv->inputs[0], w = wv->inputs[0];
     const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
-    const int *a = c->attr_i;
-    const int KH = a[KN_CA_KH], KW = a[KN_CA_KW], H = c->dims[1], W = c->dims[2];
-    if (DY->ndim != 4 || Wk->ndim != 4 || a[KN_CA_SH] != 1 || a[KN_CA_SW] != 1 ||
-        a[KN_CA_DH] != 1 || a[KN_CA_DW] != 1 || Wk->dims[0] != KH || Wk->dims[1] != KW ||
-        Wk->dims[2] != c->dims[3] || Wk->dims[3] != DY->dims[3])
+    const kn_conv_attrs *a = &c->attr.conv;
+    const int KH = a->kh, KW = a->kw, H = c->dims[1], W = c->dims[2];
+    if (DY->ndim != 4 || Wk->ndim != 4 || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1 ||
+        Wk->dims[0] != KH || Wk->dims[1] != KW || Wk->dims[2] != c->dims[3] ||
+        Wk->dims[3] != DY->dims[3])
       continue;
-    const int pt = KH - 1 - a[KN_CA_PAD_TOP], pl = KW - 1 - a[KN_CA_PAD_LEFT];
+    const int pt = KH - 1 - a->pad_top, pl = KW - 1 - a->pad_left;
     const int hp = H + KH - 1, wp = W + KW - 1;
     if (pt < 0 || pl < 0 || hp - pt < DY->dims[1] || wp - pl < DY->dims[2]) continue;
     if ((DY->dtype != KN_F32 && DY->dtype != KN_BF16) ||
         (Wk->dtype != KN_F32 && Wk->dtype != KN_BF16))
       continue;
     /* the column GEMM's node: dy zero-padded */
-    int *pa = mm->attr_i;
-    memset(pa, 0, sizeof mm->attr_i);
-    pa[KN_CA_KH] = KH;
-    pa[KN_CA_KW] = KW;
-    pa[KN_CA_SH] = pa[KN_CA_SW] = pa[KN_CA_DH] = pa[KN_CA_DW] = 1;
-    pa[KN_CA_PAD_TOP] = pt;
-    pa[KN_CA_PAD_LEFT] = pl;
-    pa[KN_CA_OH] = H;
-    pa[KN_CA_OW] = W;
-    become_conv_pad(g, mm, dy, DY->dtype, pa, hp, wp);
+    const kn_conv_attrs pa = {.kh = KH,
+                              .kw = KW,
+                              .sh = 1,
+                              .sw = 1,
+                              .dh = 1,
+                              .dw = 1,
+                              .pad_top = pt,
+                              .pad_left = pl,
+                              .oh = H,
+                              .ow = W};
+    become_conv_pad(g, mm, dy, DY->dtype, &pa, hp, wp);
     /* col2im: the transposed convolution */
     c->op = KN_OP_CONV_INPUT_GRAD;
     c->n_inputs = 2;
@@ -428,23 +434,22 @@ static int bias_grads_in_gemm(kn_graph *g) {
   int paired = 0;
   for (int r = 0; r < g->n_nodes; r++) {
     kn_node_rec *R = &g->nodes[r];
-    if (R->dead || R->op != KN_OP_REDUCE_ROWS || R->dtype != KN_F32 || R->attr_i[KN_ATTR_GEMM_PAIR])
-      continue;
+    if (R->dead || R->op != KN_OP_REDUCE_ROWS || R->dtype != KN_F32 || R->gemm_pair) continue;
     const kn_node dy = kn_storage_root(g, R->inputs[0]);
     const kn_node_rec *D = &g->nodes[dy];
     if (D->dtype != KN_F32 || R->ndim != 1 || R->dims[0] != D->dims[D->ndim - 1]) continue;
     for (int m = r + 1; m < g->n_nodes; m++) {
       kn_node_rec *M = &g->nodes[m];
-      if (M->dead || M->op != KN_OP_MATMUL || M->attr_i[0] != 1 || M->attr_i[1] != 0 ||
-          M->dtype != KN_F32 || M->attr_i[KN_ATTR_GEMM_PAIR] ||
+      if (M->dead || M->op != KN_OP_MATMUL || M->attr.matmul.trans_a != 1 ||
+          M->attr.matmul.trans_b != 0 || M->dtype != KN_F32 || M->gemm_pair ||
           kn_storage_root(g, M->inputs[1]) != dy)
         continue;
       const kn_node_rec *A = &g->nodes[M->inputs[0]], *B = &g->nodes[M->inputs[1]];
       if (A->dtype != KN_F32 || kn_storage_root(g, M->inputs[0]) > r || B->ndim != 2 ||
           B->dims[1] != R->dims[0])
         continue;
-      R->attr_i[KN_ATTR_GEMM_PAIR] = 1 + m;
-      M->attr_i[KN_ATTR_GEMM_PAIR] = 1 + r;
+      R->gemm_pair = 1 + m;
+      M->gemm_pair = 1 + r;
       paired++;
       break;
     }
@@ -466,17 +471,17 @@ static int pool_grads_in_gemm(kn_graph *g) {
   int moved = 0;
   for (int m = 0; m < g->n_nodes; m++) {
     kn_node_rec *M = &g->nodes[m];
-    if (M->dead || M->op != KN_OP_MATMUL || M->attr_i[0] != 1 || M->attr_i[1] != 0 ||
-        M->dtype != KN_F32 || M->attr_i[KN_ATTR_ARGMAX] || M->n_inputs != 2)
+    if (M->dead || M->op != KN_OP_MATMUL || M->attr.matmul.trans_a != 1 ||
+        M->attr.matmul.trans_b != 0 || M->dtype != KN_F32 || M->argmax || M->n_inputs != 2)
       continue;
     const kn_node v = M->inputs[1];
     const kn_node dx = kn_storage_root(g, v);
     kn_node_rec *G = &g->nodes[dx];
-    if (G->op != KN_OP_POOL_GRAD || G->attr_i[KN_ATTR_ARGMAX] != 1 || G->dtype != KN_F32 ||
-        G->keep || G->storage != KN_STORE_ARENA || G->ndim != 4 ||
+    if (G->op != KN_OP_POOL_GRAD || G->argmax != 1 || G->dtype != KN_F32 || G->keep ||
+        G->storage != KN_STORE_ARENA || G->ndim != 4 ||
         (v != dx && (g->nodes[v].op != KN_OP_RESHAPE || g->nodes[v].inputs[0] != dx)))
       continue;
-    const kn_node r = M->attr_i[KN_ATTR_GEMM_PAIR] - 1; /* -1: not paired */
+    const kn_node r = M->gemm_pair - 1; /* -1: not paired */
     if (!read_only_by(g, dx, v, r) || (v != dx && !read_only_by(g, v, m, -1)) ||
         (r >= 0 && kn_storage_root(g, g->nodes[r].inputs[0]) != dx))
       continue;
@@ -485,9 +490,9 @@ static int pool_grads_in_gemm(kn_graph *g) {
     M->n_inputs = 3;
     M->inputs[1] = dy;
     M->inputs[2] = pool;
-    M->attr_i[KN_ATTR_ARGMAX] = 1;
-    M->attr_i[KN_MA_POOL_H] = G->dims[1];
-    M->attr_i[KN_MA_POOL_W] = G->dims[2];
+    M->argmax = 1;
+    M->attr.matmul.pool_h = G->dims[1];
+    M->attr.matmul.pool_w = G->dims[2];
     if (r >= 0) g->nodes[r].inputs[0] = dy; /* it runs M's GEMM; dx is gone */
     G->dead = 1;
     if (v != dx) g->nodes[v].dead = 1;
@@ -629,8 +634,9 @@ static void take_place_of_narrow_copies(kn_graph *g, kn_node x) {
  * rounds its complete sums as the cast did. Returns whether it did. */
 static int round_in_gemm(kn_graph *g, kn_node cast) {
   kn_node_rec *n = &g->nodes[cast];
-  if (n->dead || n->op != KN_OP_CAST || n->dtype != KN_F32 || n->attr_i[0] != KN_BF16 || n->keep ||
-      g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->nodes[n->inputs[0]].dtype != KN_F32)
+  if (n->dead || n->op != KN_OP_CAST || n->dtype != KN_F32 || n->attr.cast_via != KN_BF16 ||
+      n->keep || g->precision != KN_PRECISION_MIXED_BFLOAT16 ||
+      g->nodes[n->inputs[0]].dtype != KN_F32)
     return 0;
   int readers = 0;
   for (int c = cast + 1; c < g->n_nodes; c++) {
@@ -638,7 +644,7 @@ static int round_in_gemm(kn_graph *g, kn_node cast) {
     if (r->dead) continue;
     for (int k = 0; k < r->n_inputs; k++) {
       if (r->inputs[k] != cast) continue;
-      if (r->op != KN_OP_POOL_GRAD || k != 0 || !kn_pool_tiles(r->attr_i)) return 0;
+      if (r->op != KN_OP_POOL_GRAD || k != 0 || !kn_pool_tiles(&r->attr.conv)) return 0;
       readers++;
     }
   }
@@ -698,7 +704,7 @@ static void narrow_gemm_operands(kn_graph *g) {
       /* The gradient of a layer input's up-cast, rounded to bf16: a tiled
        * max pool's gradient read by it alone writes it rounded, in bf16. */
       kn_node_rec *p = &g->nodes[n->inputs[0]];
-      if (p->op == KN_OP_POOL_GRAD && kn_pool_tiles(p->attr_i) && !p->keep &&
+      if (p->op == KN_OP_POOL_GRAD && kn_pool_tiles(&p->attr.conv) && !p->keep &&
           read_only(g, n->inputs[0], READ_BY_ROUNDING)) {
         p->dtype = KN_BF16;
         replace_reads(g, i, n->inputs[0]);

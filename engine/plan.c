@@ -51,7 +51,7 @@ static int plan_is_view(const kn_graph *g, const plan_view *v, kn_node n) {
 static void compute_liveness(kn_graph *g, const plan_view *v) {
   for (int i = 0; i < g->n_nodes; i++) {
     /* a pool's argmax bytes are written when the pool runs */
-    const int at = g->nodes[i].op == KN_OP_POOL_ARGMAX ? g->nodes[i].attr_i[0] - 1 : i;
+    const int at = g->nodes[i].op == KN_OP_POOL_ARGMAX ? g->nodes[i].attr.argmax_of - 1 : i;
     g->nodes[i].first_use = at;
     g->nodes[i].last_use = at;
   }
@@ -79,9 +79,8 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
     }
     if (n->folded) n->first_use = 0; /* computed at compile */
     /* a matmul whose GEMM an earlier reduce_rows runs is written there */
-    if (n->op == KN_OP_MATMUL && n->attr_i[KN_ATTR_GEMM_PAIR] &&
-        n->attr_i[KN_ATTR_GEMM_PAIR] - 1 < n->first_use)
-      n->first_use = n->attr_i[KN_ATTR_GEMM_PAIR] - 1;
+    if (n->op == KN_OP_MATMUL && n->gemm_pair && n->gemm_pair - 1 < n->first_use)
+      n->first_use = n->gemm_pair - 1;
   }
 }
 

@@ -659,7 +659,7 @@ static int start_sums(kn_dist *d, char *err, size_t errlen) {
   const kn_graph *g = d->models[0]->graph;
   for (int k = 0; k < g->n_nodes; k++) {
     const kn_node_rec *n = &g->nodes[k];
-    if (!n->replica_sync || n->dead) continue;
+    if (!kn_node_replica_synced(n) || n->dead) continue;
     const size_t width = 2 * (size_t)n->dims[n->ndim - 1] + 1; /* kn_replica_sums' widest */
     if (width > d->sum_width) d->sum_width = width;
   }
