@@ -1,9 +1,12 @@
-/* backend_cuda.c — the CUDA backend's kernels, as the op table names them
- * (op_table.c): each runs one node through the CUDA module (cuda/cuda.h)
- * on the current device, copying its host operands there and its result
- * back. */
+/* backend_cuda.c — the CUDA backend (backend.h) over the CUDA module
+ * (cuda/cuda.h): its kernels, as the op table names them (op_table.c),
+ * each running one node on the current device, copying its host operands
+ * there and its result back. Values fed, held or viewed need no kernel,
+ * and a copy between host buffers runs on the host. */
+#include <stdio.h>
+
+#include "backend.h"
 #include "cuda/cuda.h"
-#include "graph_internal.h"
 
 int kn_cuda_kernel_matmul(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
   int m, cols, k;
@@ -26,3 +29,54 @@ int kn_cuda_kernel_relu_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errl
              ? KN_EIO
              : KN_OK;
 }
+
+/* Ops whose value needs no kernel: data fed or held in the flat buffers,
+ * and views. They live in host memory on any device. */
+static int storage_only(kn_op op) {
+  return kn_op_has(op, KN_OPF_FED | KN_OPF_FLAT | KN_OPF_VIEW);
+}
+
+/* The op's CUDA kernel where n and its inputs are float32. */
+static kn_kernel_fn cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
+  if (n->dtype != KN_F32) return NULL;
+  for (int k = 0; k < n->n_inputs; k++)
+    if (g->nodes[n->inputs[k]].dtype != KN_F32) return NULL;
+  return kn_op_def_of(n->op)->cuda;
+}
+
+/* A kernel there, or no kernel needed (storage), or a copy the host makes
+ * (a gradient into its parameter's slot: no value lives on a device). */
+static int cuda_supports(const kn_graph *g, const kn_node_rec *n) {
+  return storage_only(n->op) || (n->dtype == KN_F32 && kn_op_has(n->op, KN_OPF_HOST_COPY)) ||
+         cuda_kernel(g, n);
+}
+
+static void *cuda_alloc(int device, size_t bytes, char *err, size_t errlen) {
+  void *p = NULL;
+  return kn_cuda_alloc(device, bytes, &p, err, errlen) == 0 ? p : NULL;
+}
+
+static int cuda_run(kn_graph *g, int i, char *err, size_t errlen) {
+  kn_node_rec *n = &g->nodes[i];
+  if (storage_only(n->op)) return KN_OK;
+  if (kn_op_has(n->op, KN_OPF_HOST_COPY)) return kn_cpu_run_node(g, i, err, errlen);
+  const kn_kernel_fn kernel = kn_op_def_of(n->op)->cuda;
+  if (!kernel) {
+    snprintf(err, errlen, "run: node '%s' (%s) has no CUDA kernel", n->name, kn_op_name(n->op));
+    return KN_EINVAL;
+  }
+  if (kn_cuda_set_device(n->device.index, err, errlen) != 0) return KN_EIO;
+  return kernel(g, n, err, errlen);
+}
+
+const kn_backend kn_backend_cuda = {
+    .name = "cuda",
+    .device_count = kn_cuda_device_count,
+    .kernel = cuda_kernel,
+    .supports = cuda_supports,
+    .alloc = cuda_alloc,
+    .free = kn_cuda_free,
+    .copy_in = kn_cuda_copy_in,
+    .copy_out = kn_cuda_copy_out,
+    .run = cuda_run,
+};

@@ -10,8 +10,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "graph_internal.h"
 
 static int rows_of(const kn_graph *g, const kn_node_rec *n) {
@@ -457,6 +459,23 @@ kn_isa kn_cpu_isa(void) {
   return atomic_compare_exchange_strong(&active_isa, &isa, best) ? (kn_isa)best : (kn_isa)isa;
 }
 
+/* The f32 kernels' path: the instruction set in use. */
+static int f32_path(void) {
+#ifdef KN_HAVE_ISA_PATHS
+  switch (kn_cpu_isa()) {
+  case KN_ISA_AVX512: return KN_CPU_F32_AVX512;
+  case KN_ISA_AVX2: return KN_CPU_F32_AVX2;
+  default: break;
+  }
+#endif
+  return KN_CPU_F32;
+}
+
+/* The path a graph's nodes run on: f64 in the reference mode. */
+static int cpu_path(const kn_graph *g) {
+  return g->f64 ? KN_CPU_F64 : f32_path();
+}
+
 /* Runs node i with its op's CPU kernel on instruction set path `path`. */
 static int run_on(kn_graph *g, int i, int path, char *err, size_t errlen) {
   kn_node_rec *n = &g->nodes[i];
@@ -468,16 +487,61 @@ static int run_on(kn_graph *g, int i, int path, char *err, size_t errlen) {
 }
 
 int kn_cpu_run_node(kn_graph *g, int i, char *err, size_t errlen) {
-#ifdef KN_HAVE_ISA_PATHS
-  switch (kn_cpu_isa()) {
-  case KN_ISA_AVX512: return run_on(g, i, KN_CPU_F32_AVX512, err, errlen);
-  case KN_ISA_AVX2: return run_on(g, i, KN_CPU_F32_AVX2, err, errlen);
-  default: break;
-  }
-#endif
-  return run_on(g, i, KN_CPU_F32, err, errlen);
+  return run_on(g, i, f32_path(), err, errlen);
 }
 
 int kn_cpu_run_node_f64(kn_graph *g, int i, char *err, size_t errlen) {
   return run_on(g, i, KN_CPU_F64, err, errlen);
 }
+
+/* ---- the CPU backend (backend.h): host memory, every op's kernel ---- */
+
+static int cpu_device_count(int *count, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  *count = 1;
+  return 0;
+}
+
+static kn_kernel_fn cpu_kernel(const kn_graph *g, const kn_node_rec *n) {
+  return kn_op_defs[n->op].cpu[cpu_path(g)];
+}
+
+static int cpu_supports(const kn_graph *g, const kn_node_rec *n) {
+  return cpu_kernel(g, n) || kn_op_has(n->op, KN_OPF_NO_KERNEL);
+}
+
+static void *cpu_alloc(int device, size_t bytes, char *err, size_t errlen) {
+  (void)device;
+  const size_t align = 64, rounded = (bytes + align - 1) / align * align;
+  void *p = aligned_alloc(align, rounded ? rounded : align);
+  if (!p) snprintf(err, errlen, "cpu: cannot allocate %zu bytes", bytes);
+  return p;
+}
+
+static void cpu_free(int device, void *p) {
+  (void)device;
+  free(p);
+}
+
+static int cpu_copy(int device, void *dst, const void *src, size_t bytes, char *err,
+                    size_t errlen) {
+  (void)device, (void)err, (void)errlen;
+  if (bytes) memcpy(dst, src, bytes);
+  return 0;
+}
+
+static int cpu_run(kn_graph *g, int i, char *err, size_t errlen) {
+  return run_on(g, i, cpu_path(g), err, errlen);
+}
+
+const kn_backend kn_backend_cpu = {
+    .name = "cpu",
+    .device_count = cpu_device_count,
+    .kernel = cpu_kernel,
+    .supports = cpu_supports,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_in = cpu_copy,
+    .copy_out = cpu_copy,
+    .run = cpu_run,
+};

@@ -432,12 +432,11 @@ size_t kn_gemm_partial_floats(int m, int n, int k);
  * for and a pool's gradient read as B included. */
 void kn_matmul_dims(const kn_graph *g, const kn_node_rec *n, int *m, int *cols, int *k);
 
-/* placement.c: whether any live node is placed off the CPU; compile's
- * check that every placement can run here (a failure recorded in g); and
- * the run of node i on its GPU. */
+/* placement.c: whether any live node is placed off the CPU, and
+ * compile's check that every placement can run here (a failure recorded
+ * in g). */
 int kn_graph_places_on_gpu(const kn_graph *g);
 int kn_check_placement(kn_graph *g);
-int kn_cuda_run_node(kn_graph *g, int i, char *err, size_t errlen);
 
 /* The persistent thread pool (pool.c). */
 #define KN_POOL_MAX_THREADS 256

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "backend.h"
 
 #define KN_ALIGN 64
 
@@ -473,9 +473,8 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
   for (int i = 0; i < end; i++) {
     if (g->nodes[i].dead || g->nodes[i].folded) continue;
     const double start = profiling ? kn_profile_now() : 0.0;
-    int rc = g->f64                                      ? kn_cpu_run_node_f64(g, i, err, errlen)
-             : g->nodes[i].device.kind == KN_DEVICE_CUDA ? kn_cuda_run_node(g, i, err, errlen)
-                                                         : kn_cpu_run_node(g, i, err, errlen);
+    /* its device's backend; the f64 reference mode runs on the CPU only */
+    int rc = kn_backend_of(g->nodes[i].device)->run(g, i, err, errlen);
     if (rc) return rc;
     if (profiling) kn_profile_node(g->profile, g, i, start, kn_profile_now());
     if (g->node_done && mode == KN_RUN_TRAIN) g->node_done(g->node_done_ctx, i);

@@ -326,6 +326,43 @@ cleanup:
   return rc;
 }
 
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_alloc(int device, size_t bytes, void **out,
+                                                     char *err, size_t errlen) {
+  int rc = -1;
+  *out = NULL;
+  if (kiln_cuda_module_set_device(device, err, errlen) != 0) return -1;
+  KN_CUDA_CHECK(cudaMalloc(out, bytes ? bytes : 1));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT void kiln_cuda_module_free(int device, void *p) {
+  if (!p || cudaSetDevice(device) != cudaSuccess) return;
+  (void)cudaFree(p);
+  (void)cudaGetLastError();
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_copy_in(int device, void *dst, const void *host,
+                                                       size_t bytes, char *err, size_t errlen) {
+  int rc = -1;
+  if (kiln_cuda_module_set_device(device, err, errlen) != 0) return -1;
+  KN_CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_copy_out(int device, void *host, const void *src,
+                                                        size_t bytes, char *err, size_t errlen) {
+  int rc = -1;
+  if (kiln_cuda_module_set_device(device, err, errlen) != 0) return -1;
+  KN_CUDA_CHECK(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
 /* ------------------------------------------------------------------ NCCL -- */
 
 #include <nccl.h>

@@ -45,6 +45,17 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
  * checking it exists. */
 int kn_cuda_set_device(int device, char *err, size_t errlen);
 
+/* bytes of memory on device (cudaMalloc there) into *out; kn_cuda_free
+ * gives it back (NULL is a no-op). */
+int kn_cuda_alloc(int device, size_t bytes, void **out, char *err, size_t errlen);
+void kn_cuda_free(int device, void *p);
+/* bytes from host memory to device memory on device (copy_in) or back
+ * (copy_out), synchronously. */
+int kn_cuda_copy_in(int device, void *dst, const void *host, size_t bytes, char *err,
+                    size_t errlen);
+int kn_cuda_copy_out(int device, void *host, const void *src, size_t bytes, char *err,
+                     size_t errlen);
+
 /* ------------------------------------------------------------- NCCL -- */
 
 /* Sums across GPUs with NCCL: ranks in one process (a thread per device)

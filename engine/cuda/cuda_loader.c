@@ -27,6 +27,10 @@ static struct {
   int (*relu)(const float *, float *, size_t, char *, size_t);
   int (*relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
   int (*set_device)(int, char *, size_t);
+  int (*alloc)(int, size_t, void **, char *, size_t);
+  void (*free)(int, void *);
+  int (*copy_in)(int, void *, const void *, size_t, char *, size_t);
+  int (*copy_out)(int, void *, const void *, size_t, char *, size_t);
   int (*nccl_unique_id)(unsigned char *, char *, size_t);
   int (*nccl_open)(const unsigned char *, int, int, int, size_t, double, kn_nccl **, char *,
                    size_t);
@@ -77,6 +81,10 @@ static void open_module(void) {
   FIND(relu, "kiln_cuda_module_relu");
   FIND(relu_grad, "kiln_cuda_module_relu_grad");
   FIND(set_device, "kiln_cuda_module_set_device");
+  FIND(alloc, "kiln_cuda_module_alloc");
+  FIND(free, "kiln_cuda_module_free");
+  FIND(copy_in, "kiln_cuda_module_copy_in");
+  FIND(copy_out, "kiln_cuda_module_copy_out");
   FIND(nccl_unique_id, "kiln_cuda_module_nccl_unique_id");
   FIND(nccl_open, "kiln_cuda_module_nccl_open");
   FIND(nccl_start, "kiln_cuda_module_nccl_start");
@@ -121,6 +129,25 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
 
 int kn_cuda_set_device(int device, char *err, size_t errlen) {
   return loaded(err, errlen) ? mod.set_device(device, err, errlen) : -1;
+}
+
+int kn_cuda_alloc(int device, size_t bytes, void **out, char *err, size_t errlen) {
+  *out = NULL;
+  return loaded(err, errlen) ? mod.alloc(device, bytes, out, err, errlen) : -1;
+}
+
+void kn_cuda_free(int device, void *p) {
+  if (p && loaded(NULL, 0)) mod.free(device, p);
+}
+
+int kn_cuda_copy_in(int device, void *dst, const void *host, size_t bytes, char *err,
+                    size_t errlen) {
+  return loaded(err, errlen) ? mod.copy_in(device, dst, host, bytes, err, errlen) : -1;
+}
+
+int kn_cuda_copy_out(int device, void *host, const void *src, size_t bytes, char *err,
+                     size_t errlen) {
+  return loaded(err, errlen) ? mod.copy_out(device, host, src, bytes, err, errlen) : -1;
 }
 
 int kn_nccl_unique_id(unsigned char id[KN_NCCL_ID_BYTES], char *err, size_t errlen) {

@@ -27,6 +27,13 @@ KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, size_t n, cha
 KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_t n,
                                               char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_alloc(int device, size_t bytes, void **out, char *err,
+                                          size_t errlen);
+KN_CUDA_EXPORT void kiln_cuda_module_free(int device, void *p);
+KN_CUDA_EXPORT int kiln_cuda_module_copy_in(int device, void *dst, const void *host, size_t bytes,
+                                            char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_copy_out(int device, void *host, const void *src, size_t bytes,
+                                             char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_nccl_unique_id(unsigned char *id, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_nccl_open(const unsigned char *id, int nranks, int rank,
                                               int device, size_t capacity, double timeout_s,

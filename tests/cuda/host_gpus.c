@@ -78,6 +78,36 @@ int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_
   return 0;
 }
 
+/* Device memory is host memory. */
+int kiln_cuda_module_alloc(int device, size_t bytes, void **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (check_device(device, err, errlen)) return -1;
+  if (!(*out = malloc(bytes ? bytes : 1))) {
+    snprintf(err, errlen, "host stand-in %d: out of memory for %zu bytes", device, bytes);
+    return -1;
+  }
+  return 0;
+}
+
+void kiln_cuda_module_free(int device, void *p) {
+  (void)device;
+  free(p);
+}
+
+int kiln_cuda_module_copy_in(int device, void *dst, const void *host, size_t bytes, char *err,
+                             size_t errlen) {
+  if (check_device(device, err, errlen)) return -1;
+  if (bytes) memcpy(dst, host, bytes);
+  return 0;
+}
+
+int kiln_cuda_module_copy_out(int device, void *host, const void *src, size_t bytes, char *err,
+                              size_t errlen) {
+  if (check_device(device, err, errlen)) return -1;
+  if (bytes) memcpy(host, src, bytes);
+  return 0;
+}
+
 /* ------------------------------------------------------------- NCCL -- */
 
 /* The ranks that opened one id: they meet at barriers, and read each

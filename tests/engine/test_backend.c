@@ -1,0 +1,108 @@
+/* The op table and the backend interface: every op has a record a pass or
+ * backend can rely on (a name, an arity, a CPU kernel at every path unless
+ * it needs none), the CUDA backend supports exactly the float32 ops with
+ * a CUDA kernel, and every backend with a device copies bytes into its
+ * memory and back unchanged. Run as test_engine_backend (no GPU: the CUDA
+ * part skips) and test_engine_backend_host_gpus (the CUDA module's host
+ * stand-in). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+
+static void every_op_has_a_name_an_arity_and_its_kernels(void **state) {
+  (void)state;
+  for (int op = 0; op < KN_OP_COUNT; op++) {
+    const kn_op_def *d = kn_op_def_of((kn_op)op);
+    if (!d->name) fail_msg("op %d has no record in the op table", op);
+    assert_string_equal(kn_op_name(op), d->name);
+    assert_true(d->min_inputs >= 0 && d->min_inputs <= d->max_inputs &&
+                d->max_inputs <= KN_MAX_INPUTS);
+    for (int path = 0; path < KN_CPU_PATHS; path++) {
+      const int kernel = d->cpu[path] != NULL, none = (d->flags & KN_OPF_NO_KERNEL) != 0;
+      if (kernel == none)
+        fail_msg("op %s: CPU kernel at path %d %s, but the op says it %s one", d->name, path,
+                 kernel ? "set" : "missing", none ? "needs none" : "has");
+    }
+    /* in place only over inputs it has */
+    assert_int_equal(d->inplace_inputs & ~((1u << KN_MAX_INPUTS) - 1u), 0);
+  }
+  assert_string_equal(kn_op_name(KN_OP_COUNT), "op");
+}
+
+/* A one-layer graph, float32: x (4, 3) matmul w (3, 2), relu. */
+static kn_graph *dense_relu(kn_node *mm, kn_node *r, kn_node *x) {
+  kn_graph *g = kn_graph_new();
+  *x = kn_input(g, "x", KN_F32, 2, (int[]){4, 3});
+  kn_node w = kn_param(g, "w", 2, (int[]){3, 2}, KN_INIT_GLOROT_UNIFORM);
+  *mm = kn_matmul(g, *x, w, 0, 0);
+  *r = kn_relu(g, *mm);
+  assert_int_equal(kn_graph_error(g, NULL, 0), KN_OK);
+  return g;
+}
+
+static void backends_support_the_ops_they_have_kernels_for(void **state) {
+  (void)state;
+  kn_node mm, r, x;
+  kn_graph *g = dense_relu(&mm, &r, &x);
+  const kn_backend *cpu = kn_backend_of((kn_device){KN_DEVICE_CPU, 0});
+  const kn_backend *cuda = kn_backend_of((kn_device){KN_DEVICE_CUDA, 0});
+  assert_string_equal(cpu->name, "cpu");
+  assert_string_equal(cuda->name, "cuda");
+  for (int i = 0; i < kn_graph_node_count(g); i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    assert_true(cpu->supports(g, n));
+    /* the CUDA backend: float32 matmul and relu by kernel, the input and
+     * parameter as storage */
+    assert_true(cuda->supports(g, n));
+    assert_int_equal(cuda->kernel(g, n) != NULL, i == mm || i == r);
+  }
+  kn_node s = kn_softmax(g, r);
+  assert_true(cpu->kernel(g, &g->nodes[s]) != NULL);
+  assert_null(cuda->kernel(g, &g->nodes[s]));
+  assert_false(cuda->supports(g, &g->nodes[s]));
+  kn_graph_free(g);
+}
+
+/* bytes into each device's memory and back: the same bytes. */
+static void every_backend_copies_bytes_in_and_out_unchanged(void **state) {
+  (void)state;
+  const kn_device kinds[] = {{KN_DEVICE_CPU, 0}, {KN_DEVICE_CUDA, 0}};
+  int tried = 0;
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    const kn_backend *be = kn_backend_of(kinds[k]);
+    char err[512] = "";
+    int devices = 0;
+    assert_int_equal(be->device_count(&devices, err, sizeof err), 0);
+    for (int dev = 0; dev < devices; dev++) {
+      unsigned char in[1000], out[1000];
+      for (size_t i = 0; i < sizeof in; i++) in[i] = (unsigned char)(i * 7 + 3);
+      memset(out, 0, sizeof out);
+      void *p = be->alloc(dev, sizeof in, err, sizeof err);
+      if (!p) fail_msg("%s:%d alloc: %s", be->name, dev, err);
+      assert_int_equal(be->copy_in(dev, p, in, sizeof in, err, sizeof err), 0);
+      assert_int_equal(be->copy_out(dev, out, p, sizeof out, err, sizeof err), 0);
+      assert_memory_equal(in, out, sizeof in);
+      be->free(dev, p);
+      be->free(dev, NULL);
+      tried++;
+    }
+    if (kinds[k].kind == KN_DEVICE_CUDA && devices == 0)
+      printf("note: no CUDA device (or module) here; only the CPU backend's memory was tried\n");
+  }
+  assert_true(tried >= 1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_op_has_a_name_an_arity_and_its_kernels),
+      cmocka_unit_test(backends_support_the_ops_they_have_kernels_for),
+      cmocka_unit_test(every_backend_copies_bytes_in_and_out_unchanged),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
