@@ -485,6 +485,14 @@ typedef struct kn_pass_stats {
  * passes begin): the passes append at most n_nodes nodes. */
 int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st);
 unsigned kn_graph_passes(const kn_graph *g);
+/* lower_cpu.c: the lowering onto the CPU backend's own kernels, each pass
+ * returning how many it rewrote (kn_run_passes runs them in order). */
+int kn_lower_pool_argmax(kn_graph *g, int max_nodes);
+int kn_lower_implicit_columns(kn_graph *g);
+int kn_lower_implicit_input_grads(kn_graph *g);
+int kn_lower_bias_grads_in_gemm(kn_graph *g);
+int kn_lower_pool_grads_in_gemm(kn_graph *g);
+void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* A node shaped like `like` (dims, dtype f32, batching) with op and inputs. */
 kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
                      kn_node in2);

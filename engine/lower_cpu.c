@@ -1,0 +1,501 @@
+/* lower_cpu.c — the passes that lower a graph onto the CPU backend's own
+ * kernels, as kn_run_passes (passes.c) orders them: a tiled max pool that
+ * records its argmax for its gradient, im2col columns and a convolution's
+ * input gradient read in place by kiln's GEMM (implicit GEMM), bias and
+ * pool gradients computed inside a weight gradient's GEMM, and under
+ * mixed_bfloat16 the matmuls' operands narrowed for the bf16 GEMM. They
+ * name the ops they rewrite: that is lowering, not a property of an op.
+ * Like every pass they never change values (tests compare each on and
+ * off). */
+#include <stdio.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+/* A tiled max pool's gradient reads the pool's input x (as large as four
+ * outputs) and output to find each window's maximum again. Instead the
+ * pool records it as it computes the maximum, a byte per output element
+ * in a node of its own (KN_OP_POOL_ARGMAX, appended), and the gradient
+ * reads that: x, and the pool's output once the next layer has read it,
+ * then die in the forward pass, and the gradient reads a quarter of the
+ * bytes. The byte says the cell the rule
+ * would pick, or none when the fused relu gradient masks the window, so
+ * the values do not change. f32, and mixed_bfloat16's bf16 windows (where
+ * the pool's output, a max of bf16 values, equals its narrow copy); runs
+ * after the relu fusion, before the dead narrow copies are dropped. */
+int kn_lower_pool_argmax(kn_graph *g, int max_nodes) {
+  if (g->f64) return 0;
+  int recorded = 0;
+  for (int i = 0; i < g->n_nodes && g->n_nodes < max_nodes; i++) {
+    kn_node_rec *G = &g->nodes[i];
+    if (G->dead || G->op != KN_OP_POOL_GRAD || !kn_pool_tiles(&G->attr.conv) || G->argmax ||
+        G->n_inputs != 3)
+      continue;
+    /* y: the pool, or (mixed_bfloat16) its narrow copy, the same values */
+    kn_node p = G->inputs[2];
+    if (g->nodes[p].op == KN_OP_CAST && g->nodes[p].dtype == KN_BF16) p = g->nodes[p].inputs[0];
+    /* With recompute, the pool re-run in backward from its kept input: the
+     * forward pool records the argmax instead, and the re-run (and keeping
+     * its input) goes. */
+    int rerun = 0;
+    if (g->nodes[p].op == KN_OP_POOL && g->nodes[p].remat_of) {
+      p = g->nodes[p].remat_of - 1;
+      rerun = 1;
+    }
+    kn_node_rec *P = &g->nodes[p];
+    const kn_dtype x = g->nodes[P->inputs[0]].dtype, dy = g->nodes[G->inputs[0]].dtype;
+    /* the kernels' types: f32 throughout, or mixed_bfloat16's bf16 x and dx */
+    const int f32 = G->dtype == KN_F32 && x == KN_F32 && dy == KN_F32;
+    const int bf16 = G->dtype == KN_BF16 && x == KN_BF16 && (dy == KN_F32 || dy == KN_BF16);
+    if (P->dead || P->op != KN_OP_POOL || !kn_pool_tiles(&P->attr.conv) || P->argmax ||
+        P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
+        (!rerun && P->inputs[0] != G->inputs[1]) || !(f32 || bf16))
+      continue;
+    /* the bytes: a node of their own, so the pool's output need not live
+     * until backward for them (pushing may move g->nodes) */
+    kn_node_rec bytes = kn_node_shaped_like(P, KN_OP_POOL_ARGMAX, KN_U8);
+    bytes.attr.argmax_of = 1 + p;
+    bytes.device = P->device;
+    bytes.inputs[0] = bytes.inputs[1] = bytes.inputs[2] = bytes.inputs[3] = -1;
+    snprintf(bytes.name, sizeof bytes.name, "argmax/%.100s", P->name);
+    const kn_node am = kn_graph_push(g, &bytes);
+    if (am < 0) return recorded;
+    G = &g->nodes[i];
+    P = &g->nodes[p];
+    P->argmax = 1 + (G->fused_relu != 0);
+    P->argmax_at = 1 + am;
+    G->argmax = 1;
+    G->n_inputs = 2;
+    G->inputs[1] = am;
+    G->inputs[2] = -1;
+    recorded++;
+  }
+  return recorded;
+}
+
+/* Whether node x's only live readers are `a` and `b` (either may be -1). */
+static int read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead || c == a || c == b) continue;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] == x) return 0;
+  }
+  return 1;
+}
+
+/* The one live node that reads x (however many of its inputs do), or -1
+ * when none or several do. */
+static kn_node sole_reader(const kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    for (int k = 0; k < r->n_inputs && !r->dead; k++)
+      if (r->inputs[k] == x) return read_only_by(g, x, c, -1) ? c : -1;
+  }
+  return -1;
+}
+
+/* Whether kiln's own f32 GEMM runs this graph's products: the passes that
+ * hand it columns, bias sums or a pool's gradient to read in place need it. */
+static int kiln_gemm_runs(const kn_graph *g) {
+  return !g->f64 && kn_gemm_wants_workspace() && kn_cpu_gemm() == KN_GEMM_KILN;
+}
+
+/* Node n becomes x zero-padded (KN_OP_CONV_PAD, x's batching, stored as
+ * dtype: an f32 x padded into bf16 is rounded) to (B, hp, wp, C), with the
+ * convolution attrs its GEMMs read the columns by. */
+static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dtype,
+                            const kn_conv_attrs *attrs, int hp, int wp) {
+  const kn_node_rec *X = &g->nodes[x];
+  n->op = KN_OP_CONV_PAD;
+  n->n_inputs = 1;
+  n->inputs[0] = x;
+  for (int k = 1; k < KN_MAX_INPUTS; k++) n->inputs[k] = -1;
+  n->dtype = dtype;
+  n->ndim = 4;
+  n->dims[0] = X->dims[0];
+  n->dims[1] = hp;
+  n->dims[2] = wp;
+  n->dims[3] = X->dims[3];
+  n->batched = X->batched;
+  const kn_conv_attrs conv = *attrs;
+  memset(&n->attr, 0, sizeof n->attr);
+  n->attr.conv = conv;
+  n->fused_relu = n->gemm_pair = n->argmax = n->argmax_at = 0;
+}
+
+/* An im2col read only as the A of GEMMs (a convolution's forward product,
+ * and its weight gradient through the transpose) becomes the zero-padded
+ * input those GEMMs read the columns from in place: the columns, KH x KW
+ * times the input's size, are never written. kiln's f32 GEMM gathers them
+ * as it reads, its bf16 GEMM as it packs (an im2col narrowed to bf16 pads
+ * in bf16); the same sums in the same order, so the values do not change.
+ * Only where kiln's f32 GEMM is the one in use. */
+int kn_lower_implicit_columns(kn_graph *g) {
+  if (!kiln_gemm_runs(g)) return 0;
+  int replaced = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead || n->op != KN_OP_IM2COL || n->keep || n->storage != KN_STORE_ARENA) continue;
+    int readers = 0, ok = 1;
+    for (int c = i + 1; c < g->n_nodes && ok; c++) {
+      const kn_node_rec *r = &g->nodes[c];
+      if (r->dead) continue;
+      for (int k = 0; k < r->n_inputs; k++) {
+        if (r->inputs[k] != i) continue;
+        readers++;
+        ok &= (r->op == KN_OP_MATMUL || r->op == KN_OP_MATMUL_BIAS_ACT) && k == 0;
+      }
+    }
+    if (!ok || readers == 0) continue;
+    const kn_conv_attrs *a = &n->attr.conv;
+    become_conv_pad(g, n, n->inputs[0], n->dtype, a, (a->oh - 1) * a->sh + (a->kh - 1) * a->dh + 1,
+                    (a->ow - 1) * a->sw + (a->kw - 1) * a->dw + 1);
+    replaced++;
+  }
+  return replaced;
+}
+
+static int round_in_gemm(kn_graph *g, kn_node cast); /* mixed_bfloat16, below */
+
+/* The input gradient of a stride-1, undilated convolution, a GEMM of dy by
+ * the kernel into columns (KH x KW times the input's size) that col2im then
+ * sums, becomes one GEMM of dx's pixels by the kernel turned 180 degrees,
+ * its columns read in place from dy zero-padded by KH-1-PT, KW-1-PL (the
+ * column GEMM's node becomes that padded dy). The columns are never
+ * written; the sums run over taps and filters in one order instead of two
+ * passes, so values move in the last bits. Only where kiln's f32 GEMM is
+ * the one in use; f32 and bf16 operands. */
+int kn_lower_implicit_input_grads(kn_graph *g) {
+  if (!kiln_gemm_runs(g)) return 0;
+  int replaced = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *c = &g->nodes[i];
+    if (c->dead || c->op != KN_OP_COL2IM || c->dtype != KN_F32) continue;
+    const kn_node mi = c->inputs[0];
+    kn_node_rec *mm = &g->nodes[mi];
+    if (mm->dead || mm->op != KN_OP_MATMUL || mm->keep || mm->storage != KN_STORE_ARENA ||
+        mm->attr.matmul.trans_a != 0 || mm->attr.matmul.trans_b != 1)
+      continue;
+    const kn_node_rec *dyv = &g->nodes[mm->inputs[0]], *wv = &g->nodes[mm->inputs[1]];
+    if (sole_reader(g, mi) != i || dyv->op != KN_OP_RESHAPE || wv->op != KN_OP_RESHAPE) continue;
+    const kn_node dy = dyv->inputs[0], w = wv->inputs[0];
+    const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
+    const kn_conv_attrs *a = &c->attr.conv;
+    const int KH = a->kh, KW = a->kw, H = c->dims[1], W = c->dims[2];
+    if (DY->ndim != 4 || Wk->ndim != 4 || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1 ||
+        Wk->dims[0] != KH || Wk->dims[1] != KW || Wk->dims[2] != c->dims[3] ||
+        Wk->dims[3] != DY->dims[3])
+      continue;
+    const int pt = KH - 1 - a->pad_top, pl = KW - 1 - a->pad_left;
+    const int hp = H + KH - 1, wp = W + KW - 1;
+    if (pt < 0 || pl < 0 || hp - pt < DY->dims[1] || wp - pl < DY->dims[2]) continue;
+    if ((DY->dtype != KN_F32 && DY->dtype != KN_BF16) ||
+        (Wk->dtype != KN_F32 && Wk->dtype != KN_BF16))
+      continue;
+    /* the column GEMM's node: dy zero-padded */
+    const kn_conv_attrs pa = {.kh = KH,
+                              .kw = KW,
+                              .sh = 1,
+                              .sw = 1,
+                              .dh = 1,
+                              .dw = 1,
+                              .pad_top = pt,
+                              .pad_left = pl,
+                              .oh = H,
+                              .ow = W};
+    become_conv_pad(g, mm, dy, DY->dtype, &pa, hp, wp);
+    /* col2im: the transposed convolution */
+    c->op = KN_OP_CONV_INPUT_GRAD;
+    c->n_inputs = 2;
+    c->inputs[1] = w;
+    /* mixed_bfloat16: rounded on the way into a pool gradient, in bf16 */
+    for (int r = i + 1; r < g->n_nodes; r++)
+      if (!g->nodes[r].dead && g->nodes[r].op == KN_OP_CAST && g->nodes[r].inputs[0] == i &&
+          round_in_gemm(g, r))
+        break;
+    replaced++;
+  }
+  return replaced;
+}
+
+/* A layer's bias gradient, reduce_rows(dy), and its weight gradient,
+ * op(A)^T dy, both read all of dy, a convolution's largest gradient. The
+ * weight gradient's GEMM packs every row of dy anyway, so it sums them on
+ * the way and dy is read once. The reduce_rows comes first in the schedule
+ * (autodiff emits it first), so it runs the pair: the matmul's GEMM with
+ * the bias gradient as its row sums; the matmul then runs nothing, and the
+ * planner keeps its value live from the reduce_rows on. Each column sums
+ * in row order, as reduce_rows does, unless the GEMM splits a deep product
+ * into slices. f32, and only where kiln's GEMM is the one in use; A must
+ * exist when the reduce_rows runs (not a recompute emitted after it). */
+int kn_lower_bias_grads_in_gemm(kn_graph *g) {
+  if (!kiln_gemm_runs(g)) return 0;
+  int paired = 0;
+  for (int r = 0; r < g->n_nodes; r++) {
+    kn_node_rec *R = &g->nodes[r];
+    if (R->dead || R->op != KN_OP_REDUCE_ROWS || R->dtype != KN_F32 || R->gemm_pair) continue;
+    const kn_node dy = kn_storage_root(g, R->inputs[0]);
+    const kn_node_rec *D = &g->nodes[dy];
+    if (D->dtype != KN_F32 || R->ndim != 1 || R->dims[0] != D->dims[D->ndim - 1]) continue;
+    for (int m = r + 1; m < g->n_nodes; m++) {
+      kn_node_rec *M = &g->nodes[m];
+      if (M->dead || M->op != KN_OP_MATMUL || M->attr.matmul.trans_a != 1 ||
+          M->attr.matmul.trans_b != 0 || M->dtype != KN_F32 || M->gemm_pair ||
+          kn_storage_root(g, M->inputs[1]) != dy)
+        continue;
+      const kn_node_rec *A = &g->nodes[M->inputs[0]], *B = &g->nodes[M->inputs[1]];
+      if (A->dtype != KN_F32 || kn_storage_root(g, M->inputs[0]) > r || B->ndim != 2 ||
+          B->dims[1] != R->dims[0])
+        continue;
+      R->gemm_pair = 1 + m;
+      M->gemm_pair = 1 + r;
+      paired++;
+      break;
+    }
+  }
+  return paired;
+}
+
+/* A first convolution's max pool gradient (it has no input gradient to
+ * feed) is read only by the layer's weight gradient, op(A)^T dx, and its
+ * bias gradient paired with it: it is as large as the layer's output and
+ * is written once and read once. With the pool's argmax recorded, the
+ * weight gradient's GEMM computes each row of dx as it packs it (the dy of
+ * its window where the argmax names the pixel, else 0) and dx is never
+ * written. The same values, summed in the same order: the same bits. f32,
+ * where kiln's GEMM is in use; runs after pool_argmax and the bias pairing.
+ * The matmul then reads (A, dy, the pool). */
+int kn_lower_pool_grads_in_gemm(kn_graph *g) {
+  if (!kiln_gemm_runs(g)) return 0;
+  int moved = 0;
+  for (int m = 0; m < g->n_nodes; m++) {
+    kn_node_rec *M = &g->nodes[m];
+    if (M->dead || M->op != KN_OP_MATMUL || M->attr.matmul.trans_a != 1 ||
+        M->attr.matmul.trans_b != 0 || M->dtype != KN_F32 || M->argmax || M->n_inputs != 2)
+      continue;
+    const kn_node v = M->inputs[1];
+    const kn_node dx = kn_storage_root(g, v);
+    kn_node_rec *G = &g->nodes[dx];
+    if (G->op != KN_OP_POOL_GRAD || G->argmax != 1 || G->dtype != KN_F32 || G->keep ||
+        G->storage != KN_STORE_ARENA || G->ndim != 4 ||
+        (v != dx && (g->nodes[v].op != KN_OP_RESHAPE || g->nodes[v].inputs[0] != dx)))
+      continue;
+    const kn_node r = M->gemm_pair - 1; /* -1: not paired */
+    if (!read_only_by(g, dx, v, r) || (v != dx && !read_only_by(g, v, m, -1)) ||
+        (r >= 0 && kn_storage_root(g, g->nodes[r].inputs[0]) != dx))
+      continue;
+    const kn_node dy = G->inputs[0], pool = G->inputs[1];
+    if (g->nodes[dy].dtype != KN_F32) continue;
+    M->n_inputs = 3;
+    M->inputs[1] = dy;
+    M->inputs[2] = pool;
+    M->argmax = 1;
+    M->attr.matmul.pool_h = G->dims[1];
+    M->attr.matmul.pool_w = G->dims[2];
+    if (r >= 0) g->nodes[r].inputs[0] = dy; /* it runs M's GEMM; dx is gone */
+    G->dead = 1;
+    if (v != dx) g->nodes[v].dead = 1;
+    moved++;
+  }
+  return moved;
+}
+
+/* ---- mixed_bfloat16: matmuls on bf16 operands ---- */
+
+static int is_gemm(kn_op op) {
+  return op == KN_OP_MATMUL || op == KN_OP_MATMUL_BIAS_ACT;
+}
+
+/* Whether op reads its input k as bf16 as well as f32: GEMM operands,
+ * pooling's input, and the forward values relu and pooling gradients
+ * compare. */
+static int reads_bf16(kn_op op, int k) {
+  return (is_gemm(op) && k < 2) || (op == KN_OP_RELU_GRAD && k == 1) ||
+         (op == KN_OP_POOL_GRAD && k >= 1) || op == KN_OP_POOL;
+}
+
+/* The bf16 value an up-cast (bf16 -> f32) widens, or -1. */
+static kn_node widened_bf16(const kn_graph *g, kn_node x) {
+  const kn_node_rec *n = &g->nodes[x];
+  if (n->op != KN_OP_CAST || n->dtype != KN_F32 || n->dead) return -1;
+  return g->nodes[n->inputs[0]].dtype == KN_BF16 ? n->inputs[0] : -1;
+}
+
+enum {
+  READ_AS_GEMM_OPERAND = 1,
+  READ_BY_NARROW_COPY = 2,
+  READ_BY_COL2IM = 4,
+  READ_BY_ROUNDING = 8
+};
+
+/* Whether x has live readers and every one reads it in one of the `ways`:
+ * as a GEMM operand, as x's own down-cast to bf16 (mixed precision's
+ * narrow copy), as col2im's columns, as a cast rounding it in f32. */
+static int read_only(const kn_graph *g, kn_node x, int ways) {
+  int readers = 0;
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      if (n->inputs[k] != x) continue;
+      readers++;
+      if ((ways & READ_AS_GEMM_OPERAND) && is_gemm(n->op) && k < 2) continue;
+      if ((ways & READ_BY_NARROW_COPY) && n->op == KN_OP_CAST && n->dtype == KN_BF16) continue;
+      if ((ways & READ_BY_COL2IM) && n->op == KN_OP_COL2IM) continue;
+      if ((ways & READ_BY_ROUNDING) && n->op == KN_OP_CAST && n->dtype == KN_F32) continue;
+      return 0;
+    }
+  }
+  return readers > 0;
+}
+
+/* Whether every live reader of x takes a bf16 value: a GEMM operand, a
+ * bias gradient's row sum, or a view that only GEMMs read. */
+static int gradient_read_as_bf16(const kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      if (n->inputs[k] != x) continue;
+      if ((is_gemm(n->op) && k < 2) || n->op == KN_OP_REDUCE_ROWS) continue;
+      if (n->storage == KN_STORE_VIEW && read_only(g, c, READ_AS_GEMM_OPERAND)) continue;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static void replace_reads(kn_graph *g, kn_node from, kn_node to) {
+  for (int c = from + 1; c < g->n_nodes; c++) {
+    kn_node_rec *n = &g->nodes[c];
+    for (int k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] == from) n->inputs[k] = to;
+  }
+}
+
+/* x, now bf16 itself, is read wherever its narrow copies were; they go. */
+static void take_place_of_narrow_copies(kn_graph *g, kn_node x) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    kn_node_rec *copy = &g->nodes[c];
+    if (!copy->dead && copy->op == KN_OP_CAST && copy->dtype == KN_BF16 && copy->inputs[0] == x) {
+      replace_reads(g, c, x);
+      copy->dead = 1;
+    }
+  }
+}
+
+/* A gradient rounded to bf16 (a CAST to f32 through bf16) and read only
+ * by tiled max-pool gradients as their dy, where its producer is a GEMM (a
+ * matmul, possibly under a view, or a convolution's input gradient) that
+ * nothing else reads: the GEMM writes it rounded, in bf16, the pool
+ * gradients read that, and the cast goes. The same values: the GEMM
+ * rounds its complete sums as the cast did. Returns whether it did. */
+static int round_in_gemm(kn_graph *g, kn_node cast) {
+  kn_node_rec *n = &g->nodes[cast];
+  if (n->dead || n->op != KN_OP_CAST || n->dtype != KN_F32 || n->attr.cast_via != KN_BF16 ||
+      n->keep || g->precision != KN_PRECISION_MIXED_BFLOAT16 ||
+      g->nodes[n->inputs[0]].dtype != KN_F32)
+    return 0;
+  int readers = 0;
+  for (int c = cast + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++) {
+      if (r->inputs[k] != cast) continue;
+      if (r->op != KN_OP_POOL_GRAD || k != 0 || !kn_pool_tiles(&r->attr.conv)) return 0;
+      readers++;
+    }
+  }
+  kn_node src = n->inputs[0], view = -1;
+  if (g->nodes[src].op == KN_OP_RESHAPE && g->nodes[src].storage == KN_STORE_VIEW) {
+    view = src;
+    src = g->nodes[view].inputs[0];
+  }
+  kn_node_rec *p = &g->nodes[src];
+  if (readers == 0 || p->dead || p->keep || p->storage != KN_STORE_ARENA || p->dtype != KN_F32 ||
+      (p->op != KN_OP_MATMUL && p->op != KN_OP_CONV_INPUT_GRAD) ||
+      sole_reader(g, src) != (view >= 0 ? view : cast) ||
+      (view >= 0 && sole_reader(g, view) != cast))
+    return 0;
+  if (view >= 0) g->nodes[view].dtype = KN_BF16;
+  p->dtype = KN_BF16;
+  replace_reads(g, cast, view >= 0 ? view : src);
+  n->dead = 1;
+  return 1;
+}
+
+/* Under mixed_bfloat16 the matmuls of dense and conv layers, forward and
+ * backward, read bf16 operands and run the bf16 GEMM; the f32 values they
+ * read before are then left unread and DCE drops them, so activations are
+ * planned in bf16:
+ * - a GEMM operand that widens a bf16 value (a weight copy, a layer input's
+ *   narrow copy, or a view of one) is replaced by that value, and so are
+ *   pooling's widened input and the widened forward values relu and
+ *   pooling gradients read;
+ * - an im2col read only by GEMMs (and its own narrow copy) is built in bf16
+ *   straight from its input's narrow copy (rounding an f32 input), and
+ *   takes the place of that copy;
+ * - a convolution's input gradient in columns is stored in bf16, and so
+ *   are the gradients from a tiled max pool down through relu to the
+ *   layer's GEMMs (values the policy rounds to bf16 anyway).
+ * Other gradients stay f32; the GEMM rounds them to bf16 as it packs. Not a
+ * switchable pass: it is what the policy computes. */
+void kn_lower_narrow_gemm_operands(kn_graph *g) {
+  if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead) continue;
+    if (n->op == KN_OP_IM2COL && n->dtype == KN_F32 &&
+        read_only(g, i, READ_AS_GEMM_OPERAND | READ_BY_NARROW_COPY)) {
+      kn_node src = widened_bf16(g, n->inputs[0]);
+      if (src >= 0 || g->nodes[n->inputs[0]].dtype == KN_F32) {
+        if (src >= 0) n->inputs[0] = src;
+        n->dtype = KN_BF16;
+        take_place_of_narrow_copies(g, i);
+      }
+    } else if (n->storage == KN_STORE_VIEW && n->dtype == KN_F32 &&
+               widened_bf16(g, n->inputs[0]) >= 0 && read_only(g, i, READ_AS_GEMM_OPERAND)) {
+      n->inputs[0] = widened_bf16(g, n->inputs[0]);
+      n->dtype = KN_BF16;
+    } else if (n->op == KN_OP_CAST && n->dtype == KN_F32 &&
+               g->nodes[n->inputs[0]].dtype == KN_F32) {
+      /* The gradient of a layer input's up-cast, rounded to bf16: a tiled
+       * max pool's gradient read by it alone writes it rounded, in bf16. */
+      kn_node_rec *p = &g->nodes[n->inputs[0]];
+      if (p->op == KN_OP_POOL_GRAD && kn_pool_tiles(&p->attr.conv) && !p->keep &&
+          read_only(g, n->inputs[0], READ_BY_ROUNDING)) {
+        p->dtype = KN_BF16;
+        replace_reads(g, i, n->inputs[0]);
+        n->dead = 1;
+      } else {
+        round_in_gemm(g, i); /* a dense layer's input gradient into a pool */
+      }
+    } else {
+      for (int k = 0; k < n->n_inputs; k++) {
+        kn_node src = widened_bf16(g, n->inputs[k]);
+        if (src >= 0 && reads_bf16(n->op, k)) n->inputs[k] = src;
+      }
+      /* relu's gradient masks a bf16 gradient: bf16 out, for readers that
+       * take bf16 (the layer's GEMMs and its bias gradient). */
+      if (n->op == KN_OP_RELU_GRAD && g->nodes[n->inputs[0]].dtype == KN_BF16 && !n->keep &&
+          gradient_read_as_bf16(g, i)) {
+        n->dtype = KN_BF16;
+        for (int c = i + 1; c < g->n_nodes; c++)
+          if (!g->nodes[c].dead && g->nodes[c].storage == KN_STORE_VIEW &&
+              g->nodes[c].inputs[0] == i)
+            g->nodes[c].dtype = KN_BF16;
+      }
+    }
+    if (is_gemm(n->op) && !n->keep && n->storage == KN_STORE_ARENA) {
+      /* A convolution's input gradient in columns, summed by col2im into
+       * an f32 gradient, and a layer output only its narrow copy reads:
+       * rounded to bf16 once the sums (and bias, relu) are complete. */
+      if (n->op == KN_OP_MATMUL && read_only(g, i, READ_BY_COL2IM)) n->dtype = KN_BF16;
+      if (read_only(g, i, READ_BY_NARROW_COPY)) {
+        n->dtype = KN_BF16;
+        take_place_of_narrow_copies(g, i);
+      }
+    }
+  }
+}
