@@ -89,7 +89,7 @@ typedef struct kn_node_rec kn_node_rec;
 /* What the passes, the planner and placement may assume of an op. */
 enum kn_op_flag {
   /* Its value depends on more than its inputs and attrs, or it writes
-   * somewhere else: never merged (CSE), folded or recomputed. */
+   * somewhere else: never merged (CSE) or folded into a constant. */
   KN_OPF_IMPURE = 1u << 0,
   /* Written by the caller before each run (an input): always live, never
    * reused. */
