@@ -538,6 +538,32 @@ static void nan_reaches_the_loss_through_the_avx512bf16_gemm(void **state) {
  * feature: the first step's loss is NaN, and the run fails there with the
  * step named, instead of zeroing the NaN, turning the first layer's
  * weights to NaN through its gradient and training on with a finite loss. */
+/* A reduce-max over a row that holds a NaN is NaN, as torch.amax, and its
+ * gradient goes to the NaN cell, as torch.max(dim): the NaN is not lost
+ * behind a larger number that comes after it. */
+static void nan_passes_reduce_max_and_its_gradient(void **state) {
+  (void)state;
+  kn_graph *g = kn_graph_new();
+  int xd[2] = {2, 4};
+  kn_node x = kn_param(g, "x", 2, xd, KN_INIT_ZEROS);
+  kn_node y = kept(g, kn_max(g, x, 1, 0));
+  kn_node loss = kn_sum(g, y, -1, 0);
+  char err[512] = "";
+  assert_int_equal(kn_autodiff(g, loss, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(g, 5, NULL, err, sizeof err), KN_OK);
+  const float values[8] = {1, NAN, 3, 2, 5, 1, 2, 0};
+  memcpy(kn_params(g), values, sizeof values);
+  assert_int_equal(kn_graph_run(g, KN_RUN_TRAIN, 2, err, sizeof err), KN_OK);
+  const float *out = kn_node_data(g, y), *dx = kn_grads(g);
+  print_message("max %g %g; gradient %g %g %g %g | %g %g %g %g\n", out[0], out[1], dx[0], dx[1],
+                dx[2], dx[3], dx[4], dx[5], dx[6], dx[7]);
+  assert_true(isnan(out[0]));
+  assert_true(out[1] == 5.0f);
+  const float want[8] = {0, 1, 0, 0, 1, 0, 0, 0};
+  assert_memory_equal(dx, want, sizeof want);
+  kn_graph_free(g);
+}
+
 static void a_nan_behind_a_relu_fails_a_float32_run_at_its_step(void **state) {
   (void)state;
   static const kn_layer_config layers[2] = {
@@ -585,6 +611,7 @@ int main(void) {
       cmocka_unit_test_teardown(nan_passes_relu_on_the_avx512_path_with_kilns_gemm, reset_paths),
       cmocka_unit_test_teardown(nan_reaches_the_loss_through_the_portable_bf16_gemm, reset_paths),
       cmocka_unit_test_teardown(nan_reaches_the_loss_through_the_avx512bf16_gemm, reset_paths),
+      cmocka_unit_test(nan_passes_reduce_max_and_its_gradient),
       cmocka_unit_test(a_nan_behind_a_relu_fails_a_float32_run_at_its_step),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
