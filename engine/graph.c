@@ -236,7 +236,8 @@ static kn_node backward_source(kn_graph *g, kn_node x) {
   if (n.storage == KN_STORE_VIEW) {
     /* A view (reshape) of the re-created value it views. */
     kn_node src = backward_source(g, n.inputs[0]);
-    if (src == n.inputs[0] || src < 0) return src;
+    if (src < 0) return -1;
+    if (src == n.inputs[0]) return x; /* nothing re-created: the view itself */
     kn_node_rec v = n;
     v.inputs[0] = src;
     v.remat_of = x + 1;
