@@ -56,7 +56,7 @@ int kn_grad_bias_add(KN_GRAD_ARGS) {
   const kn_node a = n.inputs[0], b = n.inputs[1];
   if (needs(g, &n, 0) && kn_grad_accumulate(g, grads, a, dy)) return -1;
   if (needs(g, &n, 1)) {
-    kn_node db = kn_push_like(g, KN_OP_REDUCE_ROWS, b, 1, dy, -1, -1);
+    kn_node db = kn_push_op(g, KN_OP_REDUCE_ROWS, NULL, 1, dy, -1, -1);
     if (kn_grad_accumulate(g, grads, b, db)) return -1;
   }
   return 0;
@@ -73,14 +73,14 @@ int kn_grad_relu(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   return kn_grad_accumulate(g, grads, n.inputs[0],
-                            kn_push_like(g, KN_OP_RELU_GRAD, i, 2, dy, i, -1));
+                            kn_push_op(g, KN_OP_RELU_GRAD, NULL, 2, dy, i, -1));
 }
 
 int kn_grad_softmax(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   return kn_grad_accumulate(g, grads, n.inputs[0],
-                            kn_push_like(g, KN_OP_SOFTMAX_GRAD, i, 2, dy, i, -1));
+                            kn_push_op(g, KN_OP_SOFTMAX_GRAD, NULL, 2, dy, i, -1));
 }
 
 int kn_grad_reshape(KN_GRAD_ARGS) {
@@ -97,7 +97,7 @@ int kn_grad_softmax_xent(KN_GRAD_ARGS) {
   if (!needs(g, &n, 0)) return 0;
   const kn_node a = n.inputs[0];
   return kn_grad_accumulate(g, grads, a,
-                            kn_push_like(g, KN_OP_SOFTMAX_XENT_GRAD, a, 3, a, n.inputs[1], dy));
+                            kn_push_op(g, KN_OP_SOFTMAX_XENT_GRAD, NULL, 3, a, n.inputs[1], dy));
 }
 
 int kn_grad_cast(KN_GRAD_ARGS) {

@@ -1,5 +1,6 @@
-/* graph.c — building a static graph: node storage, shape inference for each
- * op, sticky builder errors and the accessors the rest of the engine uses. */
+/* graph.c — building a static graph: node storage, the first cut's
+ * builders (their shapes come from the op table's rules), sticky builder
+ * errors and the accessors the rest of the engine uses. */
 #include <assert.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -150,9 +151,19 @@ int kn_graph_node_count(const kn_graph *g) {
   return g->n_nodes;
 }
 
-/* Appends *proto as it is. */
+/* Appends *proto, shaped by its op's rule. */
 static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   if (g->compiled) return kn_graph_fail(g, KN_ESTATE, "graph is compiled; it can't grow");
+  const kn_op_def *def = kn_op_def_of(proto->op);
+  assert(proto->n_inputs >= def->min_inputs && proto->n_inputs <= def->max_inputs);
+  for (int k = 0; k < proto->n_inputs; k++) {
+    if (proto->inputs[k] < 0 || proto->inputs[k] >= g->n_nodes) {
+      return kn_graph_fail(g, KN_EINVAL, "%s: input %d is node %d, which does not exist", def->name,
+                           k, proto->inputs[k]);
+    }
+  }
+  kn_node_rec shaped = *proto;
+  if (def->shape(g, &shaped)) return -1;
   if (g->n_nodes == g->cap_nodes) {
     int cap = g->node_growth ? g->cap_nodes + g->node_growth : g->cap_nodes ? g->cap_nodes * 2 : 64;
     kn_node_rec *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
@@ -161,12 +172,10 @@ static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
     g->cap_nodes = cap;
   }
   kn_node id = g->n_nodes++;
-  g->nodes[id] = *proto;
+  g->nodes[id] = shaped;
   kn_node_rec *n = &g->nodes[id];
   n->device = g->device;
   n->requires_grad = n->op == KN_OP_PARAM;
-  assert(n->n_inputs >= kn_op_def_of(n->op)->min_inputs &&
-         n->n_inputs <= kn_op_def_of(n->op)->max_inputs);
   for (int i = 0; i < n->n_inputs; i++) n->requires_grad |= g->nodes[n->inputs[i]].requires_grad;
   if (!g->has_backward) g->n_forward = g->n_nodes;
   if (n->name[0] == '\0' && g->scope[0])
@@ -176,19 +185,16 @@ static kn_node push_raw(kn_graph *g, const kn_node_rec *proto) {
   return id;
 }
 
-kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtype) {
+kn_node_rec kn_node_proto(kn_op op, kn_dtype dtype) {
   kn_node_rec p;
   memset(&p, 0, sizeof p);
   p.op = op;
   p.dtype = dtype;
-  p.ndim = like->ndim;
-  memcpy(p.dims, like->dims, sizeof p.dims);
-  p.batched = like->batched;
   return p;
 }
 
 kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int remat_of) {
-  kn_node_rec p = kn_node_shaped_like(&g->nodes[x], KN_OP_CAST, to);
+  kn_node_rec p = kn_node_proto(KN_OP_CAST, to);
   p.n_inputs = 1;
   p.inputs[0] = x;
   p.attr.cast_via = via;
@@ -366,14 +372,6 @@ static int valid(kn_graph *g, kn_node n, const char *op) {
   return 1;
 }
 
-static void shape_str(const kn_node_rec *n, char *buf, size_t len) {
-  size_t used = (size_t)snprintf(buf, len, "(");
-  for (int d = 0; d < n->ndim && used < len; d++) {
-    used += (size_t)snprintf(buf + used, len - used, d ? ", %d" : "%d", n->dims[d]);
-  }
-  if (used < len) snprintf(buf + used, len - used, ")");
-}
-
 static kn_node_rec proto_of(kn_op op, kn_dtype dtype, int ndim, const int *dims) {
   kn_node_rec p;
   memset(&p, 0, sizeof p);
@@ -437,29 +435,7 @@ kn_node kn_param(kn_graph *g, const char *name, int ndim, const int *dims, kn_in
 
 kn_node kn_matmul(kn_graph *g, kn_node a, kn_node b, int trans_a, int trans_b) {
   if (!valid(g, a, "matmul") || !valid(g, b, "matmul")) return -1;
-  const kn_node_rec *A = &g->nodes[a], *B = &g->nodes[b];
-  char sa[64], sb[64];
-  shape_str(A, sa, sizeof sa);
-  shape_str(B, sb, sizeof sb);
-  if (A->ndim != 2 || B->ndim != 2 || A->dtype != KN_F32 || B->dtype != KN_F32) {
-    return kn_graph_fail(g, KN_EINVAL, "matmul: needs two rank-2 f32 tensors, got %s and %s", sa,
-                         sb);
-  }
-  int m = trans_a ? A->dims[1] : A->dims[0], ka = trans_a ? A->dims[0] : A->dims[1];
-  int kb = trans_b ? B->dims[1] : B->dims[0], n = trans_b ? B->dims[0] : B->dims[1];
-  if (ka != kb) {
-    return kn_graph_fail(g, KN_EINVAL, "matmul: inner dimensions differ: %s%s x %s%s", sa,
-                         trans_a ? "^T" : "", sb, trans_b ? "^T" : "");
-  }
-  if (trans_b && B->batched) {
-    return kn_graph_fail(g, KN_EINVAL, "matmul: a batched right operand can't be transposed");
-  }
-  if (A->batched != B->batched && trans_a && !trans_b) {
-    return kn_graph_fail(g, KN_EINVAL, "matmul: contraction over the batch needs both batched");
-  }
-  int dims[2] = {m, n};
-  kn_node_rec p = proto_of(KN_OP_MATMUL, KN_F32, 2, dims);
-  p.batched = trans_a ? 0 : A->batched;
+  kn_node_rec p = kn_node_proto(KN_OP_MATMUL, KN_F32);
   p.n_inputs = 2;
   p.inputs[0] = a;
   p.inputs[1] = b;
@@ -470,15 +446,7 @@ kn_node kn_matmul(kn_graph *g, kn_node a, kn_node b, int trans_a, int trans_b) {
 
 kn_node kn_bias_add(kn_graph *g, kn_node x, kn_node bias) {
   if (!valid(g, x, "bias_add") || !valid(g, bias, "bias_add")) return -1;
-  const kn_node_rec *X = &g->nodes[x], *Bn = &g->nodes[bias];
-  if (Bn->ndim != 1 || Bn->dims[0] != X->dims[X->ndim - 1] || Bn->batched) {
-    char sx[64], sb[64];
-    shape_str(X, sx, sizeof sx);
-    shape_str(Bn, sb, sizeof sb);
-    return kn_graph_fail(g, KN_EINVAL, "bias_add: bias %s must match the last dim of %s", sb, sx);
-  }
-  kn_node_rec p = proto_of(KN_OP_BIAS_ADD, KN_F32, X->ndim, X->dims);
-  p.batched = X->batched;
+  kn_node_rec p = kn_node_proto(KN_OP_BIAS_ADD, KN_F32);
   p.n_inputs = 2;
   p.inputs[0] = x;
   p.inputs[1] = bias;
@@ -489,8 +457,7 @@ static kn_node unary(kn_graph *g, kn_op op, kn_node x, const char *what) {
   if (!valid(g, x, what)) return -1;
   const kn_node_rec *X = &g->nodes[x];
   if (X->dtype != KN_F32) return kn_graph_fail(g, KN_EINVAL, "%s: needs an f32 input", what);
-  kn_node_rec p = proto_of(op, KN_F32, X->ndim, X->dims);
-  p.batched = X->batched;
+  kn_node_rec p = kn_node_proto(op, KN_F32);
   p.n_inputs = 1;
   p.inputs[0] = x;
   return kn_graph_push(g, &p);
@@ -506,17 +473,7 @@ kn_node kn_softmax(kn_graph *g, kn_node x) {
 
 kn_node kn_add(kn_graph *g, kn_node a, kn_node b) {
   if (!valid(g, a, "add") || !valid(g, b, "add")) return -1;
-  const kn_node_rec *A = &g->nodes[a], *B = &g->nodes[b];
-  int same = A->ndim == B->ndim && A->batched == B->batched && A->dtype == B->dtype;
-  for (int d = 0; same && d < A->ndim; d++) same = A->dims[d] == B->dims[d];
-  if (!same) {
-    char sa[64], sb[64];
-    shape_str(A, sa, sizeof sa);
-    shape_str(B, sb, sizeof sb);
-    return kn_graph_fail(g, KN_EINVAL, "add: shapes differ: %s and %s", sa, sb);
-  }
-  kn_node_rec p = proto_of(KN_OP_ADD, A->dtype, A->ndim, A->dims);
-  p.batched = A->batched;
+  kn_node_rec p = kn_node_proto(KN_OP_ADD, KN_F32); /* the rule takes a's dtype */
   p.n_inputs = 2;
   p.inputs[0] = a;
   p.inputs[1] = b;
@@ -525,26 +482,7 @@ kn_node kn_add(kn_graph *g, kn_node a, kn_node b) {
 
 kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims) {
   if (!valid(g, x, "reshape") || !check_dims(g, "reshape", ndim, dims)) return -1;
-  const kn_node_rec *X = &g->nodes[x];
-  kn_node_rec p = proto_of(KN_OP_RESHAPE, X->dtype, ndim, dims);
-  p.batched = X->batched;
-  if (X->batched) {
-    /* The leading dim may fold rows per example in or out (im2col rows
-     * (B*OH*OW, K) <-> (B, OH, OW, K)) but must stay a multiple of B. */
-    int planned = kn_node_planned_rows_per_batch(X);
-    if (dims[0] % planned != 0) {
-      return kn_graph_fail(g, KN_EINVAL,
-                           "reshape: the leading dim must be a multiple of the batch %d, got %d",
-                           planned, dims[0]);
-    }
-    p.batched = dims[0] / planned;
-  }
-  if (kn_node_elems(&p, 0) != kn_node_elems(X, 0)) {
-    char sx[64], sp[64];
-    shape_str(X, sx, sizeof sx);
-    shape_str(&p, sp, sizeof sp);
-    return kn_graph_fail(g, KN_EINVAL, "reshape: %s and %s hold different element counts", sx, sp);
-  }
+  kn_node_rec p = proto_of(KN_OP_RESHAPE, KN_F32, ndim, dims); /* the target; the rule checks it */
   p.storage = KN_STORE_VIEW;
   p.n_inputs = 1;
   p.inputs[0] = x;
@@ -553,18 +491,7 @@ kn_node kn_reshape(kn_graph *g, kn_node x, int ndim, const int *dims) {
 
 kn_node kn_softmax_xent(kn_graph *g, kn_node logits, kn_node labels) {
   if (!valid(g, logits, "softmax_xent") || !valid(g, labels, "softmax_xent")) return -1;
-  const kn_node_rec *L = &g->nodes[logits], *Y = &g->nodes[labels];
-  if (L->ndim != 2 || L->dtype != KN_F32 || Y->ndim != 1 || Y->dtype != KN_I32 ||
-      Y->dims[0] != L->dims[0] || L->batched != Y->batched) {
-    char sl[64], sy[64];
-    shape_str(L, sl, sizeof sl);
-    shape_str(Y, sy, sizeof sy);
-    return kn_graph_fail(g, KN_EINVAL,
-                         "softmax_xent: needs f32 logits (B, C) and i32 labels (B), got %s and %s",
-                         sl, sy);
-  }
-  int one = 1;
-  kn_node_rec p = proto_of(KN_OP_SOFTMAX_XENT, KN_F32, 1, &one);
+  kn_node_rec p = kn_node_proto(KN_OP_SOFTMAX_XENT, KN_F32);
   p.n_inputs = 2;
   p.inputs[0] = logits;
   p.inputs[1] = labels;

@@ -41,6 +41,7 @@ typedef struct kn_conv_attrs {
   int dh, dw;            /* dilation */
   int pad_top, pad_left; /* zero cells before the image (TF's same padding) */
   int oh, ow;            /* output size */
+  int h, w;              /* input size (the gradients' output) */
   int pool_kind;         /* pooling: 0 max, 1 average */
 } kn_conv_attrs;
 /* A 2x2, stride 2, unpadded max pool: its windows tile the input, so its
@@ -72,7 +73,8 @@ typedef union kn_node_attrs {
   } unary;
   struct { /* reduce and its gradient */
     kn_reduce_kind kind;
-    int axis; /* -1: all */
+    int axis;     /* -1: all */
+    int keepdims; /* the reduced axis stays, as size 1 */
   } reduce;
   struct {
     int perm[KN_MAX_DIMS];
@@ -265,22 +267,25 @@ kn_node kn_push_cast(kn_graph *g, kn_node x, kn_dtype to, kn_dtype via, int rema
 /* In a mixed precision graph, a forward activation read through its narrow
  * copy (up(down(x))), as the next layer sees it; x itself otherwise. */
 kn_node kn_narrow_boundary(kn_graph *g, kn_node x);
+/* "(d0, d1, ...)" for error sentences. */
+void kn_shape_str(const kn_node_rec *n, char *buf, size_t len);
 /* Records the first builder error; returns -1 for `return kn_graph_fail(...)`. */
 int kn_graph_fail(kn_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Appends a node (copying *proto, which must not point into g->nodes),
- * returning its index or -1. Pushing may move g->nodes: every call that
- * can push a node (a builder, an op's gradient rule, a pass that appends)
- * leaves any kn_node_rec * taken before it dangling, so graph building
- * holds node indices, or a copy of a record, across such calls. */
+ * returning its index or -1. Its op's shape rule sets its ndim, dims and
+ * batching (op_table.h): a builder fills in op, inputs, attrs and dtype. Pushing may move g->nodes:
+ * every call that can push a node (a builder, an op's gradient rule, a pass that appends) leaves
+ * any kn_node_rec * taken before it dangling, so graph building holds node indices, or a copy of a
+ * record, across such calls. */
 kn_node kn_graph_push(kn_graph *g, const kn_node_rec *proto);
 /* A test hook, process-wide: graphs made from now on start their node
  * array at `nodes` records and grow it by as many at a time, so with 1
  * every push moves the array; 0 restores the default (64, doubling). */
 void kn_graph_set_node_growth(int nodes);
-/* A fresh node record of op and dtype with like's shape (dims, batched),
- * everything else zero, to fill in and push. */
-kn_node_rec kn_node_shaped_like(const kn_node_rec *like, kn_op op, kn_dtype dtype);
+/* A fresh node record of op and dtype, everything else zero, to fill in
+ * and push. */
+kn_node_rec kn_node_proto(kn_op op, kn_dtype dtype);
 /* Appends a node that lives in a flat buffer (parameters, non-trainable
  * state): recorded in *list in creation order, its offset taken from and
  * added to *floats. Returns its index or -1. */
@@ -493,8 +498,9 @@ int kn_lower_implicit_input_grads(kn_graph *g);
 int kn_lower_bias_grads_in_gemm(kn_graph *g);
 int kn_lower_pool_grads_in_gemm(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
-/* A node shaped like `like` (dims, dtype f32, batching) with op and inputs. */
-kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
-                     kn_node in2);
+/* Pushes an f32 node of op with attrs (NULL: none) and inputs, shaped by
+ * its op's rule. */
+kn_node kn_push_op(kn_graph *g, kn_op op, const kn_node_attrs *attrs, int n_inputs, kn_node in0,
+                   kn_node in1, kn_node in2);
 
 #endif

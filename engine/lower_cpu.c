@@ -53,7 +53,7 @@ int kn_lower_pool_argmax(kn_graph *g, int max_nodes) {
       continue;
     /* the bytes: a node of their own, so the pool's output need not live
      * until backward for them (pushing may move g->nodes) */
-    kn_node_rec bytes = kn_node_shaped_like(P, KN_OP_POOL_ARGMAX, KN_U8);
+    kn_node_rec bytes = kn_node_proto(KN_OP_POOL_ARGMAX, KN_U8);
     bytes.attr.argmax_of = 1 + p;
     bytes.device = P->device;
     bytes.inputs[0] = bytes.inputs[1] = bytes.inputs[2] = bytes.inputs[3] = -1;
@@ -101,27 +101,21 @@ static int kiln_gemm_runs(const kn_graph *g) {
   return !g->f64 && kn_gemm_wants_workspace() && kn_cpu_gemm() == KN_GEMM_KILN;
 }
 
-/* Node n becomes x zero-padded (KN_OP_CONV_PAD, x's batching, stored as
- * dtype: an f32 x padded into bf16 is rounded) to (B, hp, wp, C), with the
- * convolution attrs its GEMMs read the columns by. */
+/* Node n becomes x zero-padded (KN_OP_CONV_PAD, stored as dtype: an f32 x
+ * padded into bf16 is rounded), with the convolution attrs its GEMMs read
+ * the columns by; its op's rule shapes it. */
 static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dtype,
-                            const kn_conv_attrs *attrs, int hp, int wp) {
-  const kn_node_rec *X = &g->nodes[x];
+                            const kn_conv_attrs *attrs) {
   n->op = KN_OP_CONV_PAD;
   n->n_inputs = 1;
   n->inputs[0] = x;
   for (int k = 1; k < KN_MAX_INPUTS; k++) n->inputs[k] = -1;
   n->dtype = dtype;
-  n->ndim = 4;
-  n->dims[0] = X->dims[0];
-  n->dims[1] = hp;
-  n->dims[2] = wp;
-  n->dims[3] = X->dims[3];
-  n->batched = X->batched;
   const kn_conv_attrs conv = *attrs;
   memset(&n->attr, 0, sizeof n->attr);
   n->attr.conv = conv;
   n->fused_relu = n->gemm_pair = n->argmax = n->argmax_at = 0;
+  kn_shape_conv_pad(g, n); /* x is NHWC: an im2col's input or a 4-d dy */
 }
 
 /* An im2col read only as the A of GEMMs (a convolution's forward product,
@@ -149,8 +143,7 @@ int kn_lower_implicit_columns(kn_graph *g) {
     }
     if (!ok || readers == 0) continue;
     const kn_conv_attrs *a = &n->attr.conv;
-    become_conv_pad(g, n, n->inputs[0], n->dtype, a, (a->oh - 1) * a->sh + (a->kh - 1) * a->dh + 1,
-                    (a->ow - 1) * a->sw + (a->kw - 1) * a->dw + 1);
+    become_conv_pad(g, n, n->inputs[0], n->dtype, a);
     replaced++;
   }
   return replaced;
@@ -203,8 +196,10 @@ int kn_lower_implicit_input_grads(kn_graph *g) {
                               .pad_top = pt,
                               .pad_left = pl,
                               .oh = H,
-                              .ow = W};
-    become_conv_pad(g, mm, dy, DY->dtype, &pa, hp, wp);
+                              .ow = W,
+                              .h = DY->dims[1],
+                              .w = DY->dims[2]};
+    become_conv_pad(g, mm, dy, DY->dtype, &pa);
     /* col2im: the transposed convolution */
     c->op = KN_OP_CONV_INPUT_GRAD;
     c->n_inputs = 2;

@@ -1,10 +1,10 @@
 /* op_table.h — private to the engine: the op codes and one descriptor per
- * op (op_table.c): its name, arity, the properties passes, the planner and
- * placement ask about (purity, in-place, views, ...), its gradient rule and
- * its kernels per backend. Adding an op: its code here, its record in
- * op_table.c, its builder and gradient rule beside its family's (graph.c,
- * ops.c, autodiff.c), its CPU kernel in cpu_kernels.inc. docs/engine.md
- * walks through it. */
+ * op (op_table.c): its name, arity, shape rule, the properties passes, the
+ * planner and placement ask about (purity, in-place, views, ...), its
+ * gradient rule and its kernels per backend. Adding an op: its code here,
+ * its record in op_table.c, its shape rule in shapes.c, its builder and
+ * gradient rule beside its family's (graph.c, ops.c, autodiff.c), its CPU
+ * kernel in cpu_kernels.inc. docs/engine.md walks through it. */
 #ifndef KILN_ENGINE_OP_TABLE_H
 #define KILN_ENGINE_OP_TABLE_H
 
@@ -123,6 +123,14 @@ typedef int (*kn_grad_fn)(kn_graph *g, kn_node i, kn_node dy, kn_node *grads);
 /* A kernel: runs node n of g for the graph's current batch. KN_OK or an
  * error code with a sentence in err. */
 typedef int (*kn_kernel_fn)(kn_graph *g, kn_node_rec *n, char *err, size_t errlen);
+/* An op's shape rule (shapes.c): given a record with its op, inputs (all
+ * existing nodes), attrs and, where the op says so, dtype filled in, sets
+ * its ndim, dims and batched (and dtype where the op decides it) from its
+ * inputs and attrs. Ops whose shape is their own argument (inputs,
+ * parameters, constants, a reshape's target) check the dims they carry.
+ * 0, or -1 with a sentence naming the op and the offending shapes recorded
+ * in g. kn_graph_push applies it to every node. */
+typedef int (*kn_shape_fn)(kn_graph *g, kn_node_rec *n);
 
 /* The CPU kernel instantiations (cpu_kernels.inc): f32 at each instruction
  * set path, and f64 (the gradient-check reference). The f32 kernels also
@@ -134,6 +142,7 @@ typedef struct kn_op_def {
   int min_inputs, max_inputs;     /* arity (passes may widen it: max covers them) */
   unsigned flags;                 /* enum kn_op_flag */
   unsigned inplace_inputs;        /* bit k: may write its output over input k when it dies here */
+  kn_shape_fn shape;              /* its output's ndim, dims, batched (never NULL) */
   kn_grad_fn grad;                /* NULL: not differentiated (gradient ops, fused ops) */
   kn_kernel_fn cpu[KN_CPU_PATHS]; /* NULL for KN_OPF_NO_KERNEL ops */
   kn_kernel_fn cuda;              /* the CUDA backend's kernel (f32); NULL: none */
@@ -175,6 +184,36 @@ int kn_grad_pool(KN_GRAD_ARGS);
 int kn_grad_bn_apply(KN_GRAD_ARGS);
 int kn_grad_xent_dense(KN_GRAD_ARGS);
 int kn_grad_bce_logits(KN_GRAD_ARGS);
+
+/* Shape rules (shapes.c); several ops share one. */
+#define KN_SHAPE_ARGS kn_graph *g, kn_node_rec *n
+int kn_shape_given(KN_SHAPE_ARGS);       /* dims are the op's argument: checked, kept */
+int kn_shape_like_input0(KN_SHAPE_ARGS); /* input 0's dims and batching */
+int kn_shape_like_input1(KN_SHAPE_ARGS);
+int kn_shape_scalar(KN_SHAPE_ARGS);   /* (1), not batched: losses and metrics */
+int kn_shape_channels(KN_SHAPE_ARGS); /* (C), C input 0's last dim, not batched */
+int kn_shape_reshape(KN_SHAPE_ARGS);
+int kn_shape_cast(KN_SHAPE_ARGS);
+int kn_shape_add(KN_SHAPE_ARGS);
+int kn_shape_bias_add(KN_SHAPE_ARGS);
+int kn_shape_matmul(KN_SHAPE_ARGS); /* matmul and matmul_bias_act */
+int kn_shape_softmax_xent(KN_SHAPE_ARGS);
+int kn_shape_binary(KN_SHAPE_ARGS);
+int kn_shape_reduce(KN_SHAPE_ARGS);
+int kn_shape_transpose(KN_SHAPE_ARGS);
+int kn_shape_concat(KN_SHAPE_ARGS);
+int kn_shape_slice(KN_SHAPE_ARGS);
+int kn_shape_im2col(KN_SHAPE_ARGS);
+int kn_shape_col2im(KN_SHAPE_ARGS);
+int kn_shape_conv_pad(KN_SHAPE_ARGS);
+int kn_shape_conv_input_grad(KN_SHAPE_ARGS);
+int kn_shape_dwconv(KN_SHAPE_ARGS);
+int kn_shape_dwconv_dx(KN_SHAPE_ARGS);
+int kn_shape_dwconv_dw(KN_SHAPE_ARGS);
+int kn_shape_pool(KN_SHAPE_ARGS);
+int kn_shape_pool_grad(KN_SHAPE_ARGS);
+int kn_shape_pool_argmax(KN_SHAPE_ARGS);
+int kn_shape_bn_stats(KN_SHAPE_ARGS);
 
 /* CPU kernels: kn_cpu_<kernel>_f32 (and _avx2, _avx512), _f64. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)

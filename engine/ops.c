@@ -1,5 +1,6 @@
-/* ops.c — the engine's full op set beyond the first cut (graph.c): shape
- * inference and checks for broadcasting arithmetic, activations,
+/* ops.c — the engine's full op set beyond the first cut (graph.c): the
+ * builders (their argument checks; shapes come from the op table's rules,
+ * shapes.c) for broadcasting arithmetic, activations,
  * reductions, layout ops, convolution, pooling, batch norm, dropout, losses
  * and metrics, and the gradient rule of each, which their op table records
  * (op_table.c) name and autodiff calls. Kernels are in cpu_kernels.inc. */
@@ -16,14 +17,6 @@ static int valid(kn_graph *g, kn_node n, const char *op) {
     return 0;
   }
   return 1;
-}
-
-static void shape_str(const kn_node_rec *n, char *buf, size_t len) {
-  size_t used = (size_t)snprintf(buf, len, "(");
-  for (int d = 0; d < n->ndim && used < len; d++) {
-    used += (size_t)snprintf(buf + used, len - used, d ? ", %d" : "%d", n->dims[d]);
-  }
-  if (used < len) snprintf(buf + used, len - used, ")");
 }
 
 static kn_node_rec proto(kn_op op, kn_dtype dtype, int ndim, const int *dims, int batched) {
@@ -47,11 +40,11 @@ static kn_node push_inputs(kn_graph *g, kn_node_rec *p, int n_inputs, kn_node in
   return kn_graph_push(g, p);
 }
 
-kn_node kn_push_like(kn_graph *g, kn_op op, kn_node like, int n_inputs, kn_node in0, kn_node in1,
-                     kn_node in2) {
-  if (like < 0 || g->error_code) return -1;
-  const kn_node_rec *L = &g->nodes[like];
-  kn_node_rec p = proto(op, KN_F32, L->ndim, L->dims, L->batched);
+kn_node kn_push_op(kn_graph *g, kn_op op, const kn_node_attrs *attrs, int n_inputs, kn_node in0,
+                   kn_node in1, kn_node in2) {
+  if (g->error_code) return -1;
+  kn_node_rec p = kn_node_proto(op, KN_F32);
+  if (attrs) p.attr = *attrs;
   return push_inputs(g, &p, n_inputs, in0, in1, in2, -1);
 }
 
@@ -118,38 +111,7 @@ void *kn_state_data(kn_graph *g) {
 
 static kn_node binary(kn_graph *g, kn_binop op, kn_node a, kn_node b, const char *what) {
   if (!need_f32(g, a, what) || !need_f32(g, b, what)) return -1;
-  const kn_node_rec *A = &g->nodes[a], *B = &g->nodes[b];
-  int ndim = A->ndim > B->ndim ? A->ndim : B->ndim;
-  int dims[KN_MAX_DIMS];
-  char sa[64], sb[64];
-  shape_str(A, sa, sizeof sa);
-  shape_str(B, sb, sizeof sb);
-  for (int d = 0; d < ndim; d++) {
-    int ia = d - (ndim - A->ndim), ib = d - (ndim - B->ndim);
-    int da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
-    if (da != db && da != 1 && db != 1) {
-      return kn_graph_fail(g, KN_EINVAL, "%s: shapes %s and %s don't broadcast (dim %d: %d vs %d)",
-                           what, sa, sb, d, da, db);
-    }
-    dims[d] = da > db ? da : db;
-  }
-  /* A batched operand must span the full rank, so its batch dim is the
-   * output's first; the other must be batched alike there or have size 1. */
-  int batched = 0;
-  for (int k = 0; k < 2; k++) {
-    const kn_node_rec *X = k ? B : A, *O = k ? A : B;
-    if (!X->batched) continue;
-    int clash = X->ndim != ndim || (O->batched && O->batched != X->batched) ||
-                (!O->batched && O->ndim == ndim && O->dims[0] != 1);
-    if (clash) {
-      return kn_graph_fail(g, KN_EINVAL,
-                           "%s: %s and %s: the batch dim broadcasts only against size 1 or an "
-                           "equally batched dim",
-                           what, sa, sb);
-    }
-    batched = X->batched;
-  }
-  kn_node_rec p = proto(KN_OP_BINARY, KN_F32, ndim, dims, batched);
+  kn_node_rec p = kn_node_proto(KN_OP_BINARY, KN_F32);
   p.attr.binary.op = op;
   return push_inputs(g, &p, 2, a, b, -1, -1);
 }
@@ -179,15 +141,14 @@ static int same_shape(const kn_node_rec *a, const kn_node_rec *b) {
 static kn_node sum_to(kn_graph *g, kn_node dy, kn_node like) {
   if (dy < 0) return -1;
   if (same_shape(&g->nodes[dy], &g->nodes[like])) return dy;
-  return kn_push_like(g, KN_OP_SUM_TO, like, 2, dy, like, -1);
+  return kn_push_op(g, KN_OP_SUM_TO, NULL, 2, dy, like, -1);
 }
 
 /* ---- unary ---- */
 
 static kn_node unary(kn_graph *g, kn_unop op, kn_node x, float alpha, const char *what) {
   if (!need_f32(g, x, what)) return -1;
-  kn_node_rec p =
-      proto(KN_OP_UNARY, KN_F32, g->nodes[x].ndim, g->nodes[x].dims, g->nodes[x].batched);
+  kn_node_rec p = kn_node_proto(KN_OP_UNARY, KN_F32);
   p.attr.unary.op = op;
   p.attr.unary.alpha = alpha;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
@@ -220,7 +181,7 @@ kn_node kn_square(kn_graph *g, kn_node x) {
 
 kn_node kn_log_softmax(kn_graph *g, kn_node x) {
   if (!need_f32(g, x, "log_softmax")) return -1;
-  return kn_push_like(g, KN_OP_LOG_SOFTMAX, x, 1, x, -1, -1);
+  return kn_push_op(g, KN_OP_LOG_SOFTMAX, NULL, 1, x, -1, -1);
 }
 
 /* ---- reductions and layout ---- */
@@ -233,21 +194,10 @@ static kn_node reduce(kn_graph *g, kn_reduce_kind kind, kn_node x, int axis, int
     return kn_graph_fail(g, KN_EINVAL, "%s: axis must be -1 (all) or 0..%d, got %d", what,
                          X->ndim - 1, axis);
   }
-  int dims[KN_MAX_DIMS], ndim = 0;
-  if (axis >= 0) {
-    for (int d = 0; d < X->ndim; d++) {
-      if (d != axis) {
-        dims[ndim++] = X->dims[d];
-      } else if (keepdims) {
-        dims[ndim++] = 1;
-      }
-    }
-  }
-  if (ndim == 0) dims[ndim++] = 1;
-  int batched = (axis > 0 && X->batched) ? X->batched : 0;
-  kn_node_rec p = proto(KN_OP_REDUCE, KN_F32, ndim, dims, batched);
+  kn_node_rec p = kn_node_proto(KN_OP_REDUCE, KN_F32);
   p.attr.reduce.kind = kind;
   p.attr.reduce.axis = axis;
+  p.attr.reduce.keepdims = axis >= 0 && keepdims;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -263,20 +213,8 @@ kn_node kn_max(kn_graph *g, kn_node x, int axis, int keepdims) {
 
 kn_node kn_transpose(kn_graph *g, kn_node x, const int *perm) {
   if (!need_f32(g, x, "transpose")) return -1;
-  const kn_node_rec *X = &g->nodes[x];
-  int seen[KN_MAX_DIMS] = {0}, dims[KN_MAX_DIMS];
-  for (int d = 0; d < X->ndim; d++) {
-    if (perm[d] < 0 || perm[d] >= X->ndim || seen[perm[d]]++) {
-      return kn_graph_fail(g, KN_EINVAL, "transpose: perm[%d] = %d makes no permutation of %d dims",
-                           d, perm[d], X->ndim);
-    }
-    dims[d] = X->dims[perm[d]];
-  }
-  if (X->batched && perm[0] != 0) {
-    return kn_graph_fail(g, KN_EINVAL, "transpose: the batch dim must stay first (perm[0] = 0)");
-  }
-  kn_node_rec p = proto(KN_OP_TRANSPOSE, KN_F32, X->ndim, dims, X->batched);
-  for (int d = 0; d < X->ndim; d++) p.attr.transpose.perm[d] = perm[d];
+  kn_node_rec p = kn_node_proto(KN_OP_TRANSPOSE, KN_F32);
+  for (int d = 0; d < g->nodes[x].ndim; d++) p.attr.transpose.perm[d] = perm[d];
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
 
@@ -291,40 +229,14 @@ kn_node kn_flatten(kn_graph *g, kn_node x) {
 
 kn_node kn_concat(kn_graph *g, kn_node a, kn_node b, int axis) {
   if (!need_f32(g, a, "concat") || !need_f32(g, b, "concat")) return -1;
-  const kn_node_rec *A = &g->nodes[a], *B = &g->nodes[b];
-  char sa[64], sb[64];
-  shape_str(A, sa, sizeof sa);
-  shape_str(B, sb, sizeof sb);
-  if (axis < 0) axis += A->ndim;
-  int ok = A->ndim == B->ndim && A->batched == B->batched && axis >= 0 && axis < A->ndim &&
-           !(axis == 0 && A->batched);
-  for (int d = 0; ok && d < A->ndim; d++) ok = d == axis || A->dims[d] == B->dims[d];
-  if (!ok) {
-    return kn_graph_fail(g, KN_EINVAL,
-                         "concat: %s and %s must agree on every dim but the (non-batch) axis %d",
-                         sa, sb, axis);
-  }
-  int dims[KN_MAX_DIMS];
-  memcpy(dims, A->dims, sizeof dims);
-  dims[axis] += B->dims[axis];
-  kn_node_rec p = proto(KN_OP_CONCAT, KN_F32, A->ndim, dims, A->batched);
-  p.attr.slice.axis = axis;
+  kn_node_rec p = kn_node_proto(KN_OP_CONCAT, KN_F32);
+  p.attr.slice.axis = axis < 0 ? axis + g->nodes[a].ndim : axis;
   return push_inputs(g, &p, 2, a, b, -1, -1);
 }
 
 kn_node kn_slice(kn_graph *g, kn_node x, int axis, int start, int len) {
   if (!need_f32(g, x, "slice")) return -1;
-  const kn_node_rec *X = &g->nodes[x];
-  if (axis < 0 || axis >= X->ndim || (axis == 0 && X->batched) || start < 0 || len < 1 ||
-      start + len > X->dims[axis]) {
-    return kn_graph_fail(g, KN_EINVAL,
-                         "slice: [%d, %d) along axis %d is outside the tensor or on its batch dim",
-                         start, start + len, axis);
-  }
-  int dims[KN_MAX_DIMS];
-  memcpy(dims, X->dims, sizeof dims);
-  dims[axis] = len;
-  kn_node_rec p = proto(KN_OP_SLICE, KN_F32, X->ndim, dims, X->batched);
+  kn_node_rec p = kn_node_proto(KN_OP_SLICE, KN_F32);
   p.attr.slice.axis = axis;
   p.attr.slice.start = start;
   p.attr.slice.len = len;
@@ -339,7 +251,7 @@ static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, k
                         const char *what) {
   if (X->ndim != 4) {
     char sx[64];
-    shape_str(X, sx, sizeof sx);
+    kn_shape_str(X, sx, sizeof sx);
     kn_graph_fail(g, KN_EINVAL, "%s: needs an NHWC input (B, H, W, C), got %s", what, sx);
     return 0;
   }
@@ -372,6 +284,8 @@ static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, k
     *(i ? &attrs->ow : &attrs->oh) = out;
     *(i ? &attrs->pad_left : &attrs->pad_top) = pad;
   }
+  attrs->h = X->dims[1];
+  attrs->w = X->dims[2];
   attrs->kh = w->kh;
   attrs->kw = w->kw;
   attrs->sh = w->stride_h;
@@ -389,18 +303,17 @@ kn_node kn_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *win) {
   if (Wn->ndim != 4 || Wn->dims[0] != win->kh || Wn->dims[1] != win->kw ||
       Wn->dims[2] != X->dims[3]) {
     char sw[64];
-    shape_str(Wn, sw, sizeof sw);
+    kn_shape_str(Wn, sw, sizeof sw);
     return kn_graph_fail(g, KN_EINVAL, "conv2d: kernel must be (%d, %d, %d, filters), got %s",
                          win->kh, win->kw, X->dims[3], sw);
   }
-  int B = X->dims[0], C = X->dims[3], Fo = Wn->dims[3];
-  int per = attrs.oh * attrs.ow, k = win->kh * win->kw * C;
+  /* read before pushing, which may move X and Wn */
+  const int B = X->dims[0], Fo = Wn->dims[3];
+  int wdims[2] = {win->kh * win->kw * Wn->dims[2], Fo};
   /* (B*OH*OW, KH*KW*C) x (KH*KW*C, F) = (B*OH*OW, F), which is NHWC. */
-  int cdims[2] = {B * per, k};
-  kn_node_rec p = proto(KN_OP_IM2COL, KN_F32, 2, cdims, X->batched ? X->batched * per : 0);
+  kn_node_rec p = kn_node_proto(KN_OP_IM2COL, KN_F32);
   p.attr.conv = attrs;
   kn_node cols = push_inputs(g, &p, 1, x, -1, -1, -1);
-  int wdims[2] = {k, Fo};
   kn_node w2 = kn_reshape(g, w, 2, wdims);
   kn_node y = kn_matmul(g, cols, w2, 0, 0);
   int ydims[4] = {B, attrs.oh, attrs.ow, Fo};
@@ -415,13 +328,12 @@ kn_node kn_depthwise_conv2d(kn_graph *g, kn_node x, kn_node w, const kn_window *
   if (Wn->ndim != 4 || Wn->dims[0] != win->kh || Wn->dims[1] != win->kw ||
       Wn->dims[2] != X->dims[3]) {
     char sw[64];
-    shape_str(Wn, sw, sizeof sw);
+    kn_shape_str(Wn, sw, sizeof sw);
     return kn_graph_fail(g, KN_EINVAL,
                          "depthwise_conv2d: kernel must be (%d, %d, %d, depth_multiplier), got %s",
                          win->kh, win->kw, X->dims[3], sw);
   }
-  int dims[4] = {X->dims[0], attrs.oh, attrs.ow, X->dims[3] * Wn->dims[3]};
-  kn_node_rec p = proto(KN_OP_DWCONV, KN_F32, 4, dims, X->batched);
+  kn_node_rec p = kn_node_proto(KN_OP_DWCONV, KN_F32);
   p.attr.conv = attrs;
   return push_inputs(g, &p, 2, x, w, -1, -1);
 }
@@ -434,8 +346,7 @@ static kn_node pool(kn_graph *g, kn_node x, const kn_window *win, int kind, cons
   kn_conv_attrs attrs = {0};
   if (!window_attrs(g, X, &w, &attrs, what)) return -1;
   attrs.pool_kind = kind;
-  int dims[4] = {X->dims[0], attrs.oh, attrs.ow, X->dims[3]};
-  kn_node_rec p = proto(KN_OP_POOL, KN_F32, 4, dims, X->batched);
+  kn_node_rec p = kn_node_proto(KN_OP_POOL, KN_F32);
   p.attr.conv = attrs;
   return push_inputs(g, &p, 1, x, -1, -1, -1);
 }
@@ -452,7 +363,7 @@ kn_node kn_global_avg_pool2d(kn_graph *g, kn_node x) {
   const kn_node_rec *X = &g->nodes[x];
   if (X->ndim != 4) {
     char sx[64];
-    shape_str(X, sx, sizeof sx);
+    kn_shape_str(X, sx, sizeof sx);
     return kn_graph_fail(g, KN_EINVAL, "global_avg_pool2d: needs (B, H, W, C), got %s", sx);
   }
   int dims[3] = {X->dims[0], X->dims[1] * X->dims[2], X->dims[3]};
@@ -484,13 +395,11 @@ static kn_node batch_norm(kn_graph *g, kn_node x, kn_node gamma, kn_node beta, k
                          "batch_norm: momentum must be in [0, 1) and epsilon > 0, got %g and %g",
                          momentum, epsilon);
   }
-  int sdims[2] = {2, C};
-  kn_node_rec p = proto(KN_OP_BN_STATS, KN_F32, 2, sdims, 0);
+  kn_node_rec p = kn_node_proto(KN_OP_BN_STATS, KN_F32);
   p.attr.bn.momentum = momentum;
   p.attr.bn.epsilon = epsilon;
   p.attr.bn.synchronized = synchronized;
-  /* shaped before the statistics are pushed, which may move X */
-  kn_node_rec a = proto(KN_OP_BN_APPLY, KN_F32, X->ndim, X->dims, X->batched);
+  kn_node_rec a = kn_node_proto(KN_OP_BN_APPLY, KN_F32);
   kn_node stats = push_inputs(g, &p, 3, x, moving_mean, moving_var, -1);
   if (stats < 0) return -1;
   return push_inputs(g, &a, 4, x, stats, gamma, beta);
@@ -523,8 +432,7 @@ kn_node kn_dropout(kn_graph *g, kn_node x, float rate, uint64_t seed) {
 /* ---- losses and metrics ---- */
 
 static kn_node scalar_of(kn_graph *g, kn_op op, kn_node a, kn_node b, int n_inputs) {
-  int one = 1;
-  kn_node_rec p = proto(op, KN_F32, 1, &one, 0);
+  kn_node_rec p = kn_node_proto(op, KN_F32);
   return push_inputs(g, &p, n_inputs, a, b, -1, -1);
 }
 
@@ -532,8 +440,8 @@ static int same_f32_pair(kn_graph *g, kn_node a, kn_node b, const char *what) {
   if (!need_f32(g, a, what) || !need_f32(g, b, what)) return 0;
   if (!same_shape(&g->nodes[a], &g->nodes[b])) {
     char sa[64], sb[64];
-    shape_str(&g->nodes[a], sa, sizeof sa);
-    shape_str(&g->nodes[b], sb, sizeof sb);
+    kn_shape_str(&g->nodes[a], sa, sizeof sa);
+    kn_shape_str(&g->nodes[b], sb, sizeof sb);
     kn_graph_fail(g, KN_EINVAL, "%s: predictions %s and targets %s must have one shape", what, sa,
                   sb);
     return 0;
@@ -583,12 +491,6 @@ kn_node kn_top_k_accuracy(kn_graph *g, kn_node logits, kn_node labels, int k) {
 
 /* ---- gradient rules ---- */
 
-/* Node id, given attrs (a gradient op takes its forward op's). */
-static kn_node with_attrs(kn_graph *g, kn_node id, const kn_node_attrs *attrs) {
-  if (id >= 0) g->nodes[id].attr = *attrs;
-  return id;
-}
-
 /* Whether input k of n exists and depends on a parameter. */
 static int needs(const kn_graph *g, const kn_node_rec *n, int k) {
   return n->n_inputs > k && g->nodes[n->inputs[k]].requires_grad;
@@ -634,26 +536,21 @@ int kn_grad_unary(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   const kn_node a = n.inputs[0];
-  kn_node d = kn_push_like(g, KN_OP_UNARY_GRAD, i, 3, dy, a, i);
-  if (d >= 0) {
-    g->nodes[d].attr.unary = n.attr.unary;
-  }
-  return kn_grad_accumulate(g, grads, a, d);
+  return kn_grad_accumulate(g, grads, a, kn_push_op(g, KN_OP_UNARY_GRAD, &n.attr, 3, dy, a, i));
 }
 
 int kn_grad_log_softmax(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   return kn_grad_accumulate(g, grads, n.inputs[0],
-                            kn_push_like(g, KN_OP_LOG_SOFTMAX_GRAD, i, 2, dy, i, -1));
+                            kn_push_op(g, KN_OP_LOG_SOFTMAX_GRAD, NULL, 2, dy, i, -1));
 }
 
 int kn_grad_reduce(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   const kn_node a = n.inputs[0];
-  return kn_grad_accumulate(
-      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_REDUCE_GRAD, a, 3, dy, a, i), &n.attr));
+  return kn_grad_accumulate(g, grads, a, kn_push_op(g, KN_OP_REDUCE_GRAD, &n.attr, 3, dy, a, i));
 }
 
 int kn_grad_transpose(KN_GRAD_ARGS) {
@@ -684,19 +581,18 @@ int kn_grad_im2col(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   if (!needs(g, &n, 0)) return 0;
   const kn_node a = n.inputs[0];
-  return kn_grad_accumulate(
-      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_COL2IM, a, 1, dy, -1, -1), &n.attr));
+  return kn_grad_accumulate(g, grads, a, kn_push_op(g, KN_OP_COL2IM, &n.attr, 1, dy, -1, -1));
 }
 
 int kn_grad_dwconv(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   const kn_node a = n.inputs[0], b = n.inputs[1];
   if (needs(g, &n, 0)) {
-    kn_node dx = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DX, a, 2, dy, b, -1), &n.attr);
+    kn_node dx = kn_push_op(g, KN_OP_DWCONV_DX, &n.attr, 2, dy, b, -1);
     if (kn_grad_accumulate(g, grads, a, dx)) return -1;
   }
   if (needs(g, &n, 1)) {
-    kn_node dw = with_attrs(g, kn_push_like(g, KN_OP_DWCONV_DW, b, 2, dy, a, -1), &n.attr);
+    kn_node dw = kn_push_op(g, KN_OP_DWCONV_DW, &n.attr, 2, dy, a, -1);
     if (kn_grad_accumulate(g, grads, b, dw)) return -1;
   }
   return 0;
@@ -708,8 +604,7 @@ int kn_grad_pool(KN_GRAD_ARGS) {
   const kn_node a = n.inputs[0];
   /* The window rides on the grad node: its y input may be a re-created
    * copy of the pool's output (recompute, mixed precision). */
-  return kn_grad_accumulate(
-      g, grads, a, with_attrs(g, kn_push_like(g, KN_OP_POOL_GRAD, a, 3, dy, a, i), &n.attr));
+  return kn_grad_accumulate(g, grads, a, kn_push_op(g, KN_OP_POOL_GRAD, &n.attr, 3, dy, a, i));
 }
 
 /* bn_stats has none of its own: this rule covers the path through the
@@ -718,18 +613,17 @@ int kn_grad_bn_apply(KN_GRAD_ARGS) {
   const kn_node_rec n = g->nodes[i];
   const kn_node a = n.inputs[0], stats = n.inputs[1], gamma = n.inputs[2], beta = n.inputs[3];
   if (needs(g, &n, 0)) {
-    const kn_node_rec *X = &g->nodes[a];
-    kn_node_rec p = proto(KN_OP_BN_GRAD_X, KN_F32, X->ndim, X->dims, X->batched);
+    kn_node_rec p = kn_node_proto(KN_OP_BN_GRAD_X, KN_F32);
     p.attr.bn.synchronized = g->nodes[stats].attr.bn.synchronized;
     kn_node dx = push_inputs(g, &p, 4, dy, a, stats, gamma);
     if (kn_grad_accumulate(g, grads, a, dx)) return -1;
   }
   if (g->nodes[gamma].requires_grad &&
       kn_grad_accumulate(g, grads, gamma,
-                         kn_push_like(g, KN_OP_BN_GRAD_GAMMA, gamma, 3, dy, a, stats)))
+                         kn_push_op(g, KN_OP_BN_GRAD_GAMMA, NULL, 3, dy, a, stats)))
     return -1;
   if (g->nodes[beta].requires_grad &&
-      kn_grad_accumulate(g, grads, beta, kn_push_like(g, KN_OP_REDUCE_ROWS, beta, 1, dy, -1, -1)))
+      kn_grad_accumulate(g, grads, beta, kn_push_op(g, KN_OP_REDUCE_ROWS, NULL, 1, dy, -1, -1)))
     return -1;
   return 0;
 }
@@ -746,7 +640,7 @@ static int grad_of_loss(kn_graph *g, kn_node i, kn_node dy, kn_node *grads, kn_o
                          n.name);
   }
   if (!needs(g, &n, 0)) return 0;
-  return kn_grad_accumulate(g, grads, a, kn_push_like(g, grad_op, a, 3, a, b, dy));
+  return kn_grad_accumulate(g, grads, a, kn_push_op(g, grad_op, NULL, 3, a, b, dy));
 }
 
 int kn_grad_xent_dense(KN_GRAD_ARGS) {
