@@ -165,6 +165,19 @@ static void trainer_exit_without_a_reason_points_to_its_log(void **state) {
   store_job_clear(&job);
 }
 
+/* kiln-train exits 5 for a numeric failure (a NaN loss, a diverged
+ * mixed_float16 run): even when its reason line was lost, the job fails
+ * with NUMERIC_ERROR and is not retried, since a retry diverges again. */
+static void trainer_exit_5_without_a_line_is_a_numeric_error(void **state) {
+  (void)state;
+  store_job job = run_one("numeric", "exit 5");
+  assert_string_equal(job.state, "FAILED");
+  assert_string_equal(job.reason, "NUMERIC_ERROR");
+  assert_non_null(strstr(job.message, "status 5"));
+  assert_non_null(strstr(job.message, "train.log"));
+  store_job_clear(&job);
+}
+
 static void missing_trainer_is_refused_at_start(void **state) {
   (void)state;
   sched_config cfg = {.db_path = db_path,
@@ -184,6 +197,7 @@ int main(void) {
       cmocka_unit_test(trainer_error_line_sets_failed_with_its_reason),
       cmocka_unit_test(trainer_killed_by_a_signal_is_named),
       cmocka_unit_test(trainer_exit_without_a_reason_points_to_its_log),
+      cmocka_unit_test(trainer_exit_5_without_a_line_is_a_numeric_error),
       cmocka_unit_test(missing_trainer_is_refused_at_start),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
