@@ -48,6 +48,7 @@ extern char **environ;
 #define PASS_COST_FACTOR     10
 #define PASS_MAX_PAUSE_MS    250
 /* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
+#define TRAINER_EXIT_NUMERIC 5
 #define TRAINER_EXIT_STOPPED 6
 
 /* One job on its devices. The scheduler thread creates it and joins its
@@ -783,6 +784,14 @@ static void run_job(sched *s, slot_run *slot) {
     fail_or_retry(s, job, &limits, "TRAINER_STOPPED", msg);
   } else if (r->error_reason[0]) {
     finish(s, job, "FAILED", r->error_reason, r->error_message);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_NUMERIC) {
+    /* A numeric failure whose reason line was lost: a retry from the same
+     * checkpoint diverges again, so the job fails. */
+    snprintf(msg, sizeof msg,
+             "kiln-train exited with status 5: the loss or gradients became NaN or infinite; "
+             "see %s",
+             log_path);
+    finish(s, job, "FAILED", "NUMERIC_ERROR", msg);
   } else if (WIFSIGNALED(status)) {
     snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see %s", WTERMSIG(status),
              strsignal(WTERMSIG(status)), log_path);
