@@ -47,8 +47,9 @@ extern char **environ;
 #define PASS_MIN_INTERVAL_MS 5
 #define PASS_COST_FACTOR     10
 #define PASS_MAX_PAUSE_MS    250
-/* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
+/* kiln-train's status when the loss or gradients became NaN or infinite. */
 #define TRAINER_EXIT_NUMERIC 5
+/* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
 #define TRAINER_EXIT_STOPPED 6
 
 /* One job on its devices. The scheduler thread creates it and joins its
