@@ -17,84 +17,9 @@
 
 #include "engine.h"
 #include "graph_internal.h"
+#include "layer_kinds.h"
 
 #define BATCH 4
-
-/* Convolutions (plain, depthwise, separable), batch norm, a residual add,
- * a concatenation, both pools, activations, dropout, flatten and dense. */
-static const kn_layer_config branches[] = {
-    {.type = KN_LAYER_CONV2D,
-     .name = "conv",
-     .filters = 4,
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME,
-     .use_bias = 1,
-     .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_BATCH_NORM, .name = "bn"},
-    {.type = KN_LAYER_DEPTHWISE_CONV2D,
-     .name = "dw",
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME,
-     .depth_multiplier = 2,
-     .use_bias = 1,
-     .activation = KN_ACT_ELU},
-    {.type = KN_LAYER_SEPARABLE_CONV2D,
-     .name = "sep",
-     .filters = 4,
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME,
-     .use_bias = 1,
-     .activation = KN_ACT_GELU},
-    {.type = KN_LAYER_ADD, .name = "residual", .n_inputs = 2, .inputs = {1, 3}},
-    {.type = KN_LAYER_CONCATENATE, .name = "concat", .n_inputs = 2, .inputs = {4, 0}},
-    {.type = KN_LAYER_MAX_POOL2D, .name = "max_pool"},
-    {.type = KN_LAYER_ACTIVATION, .name = "tanh", .activation = KN_ACT_TANH},
-    {.type = KN_LAYER_AVG_POOL2D, .name = "avg_pool"},
-    {.type = KN_LAYER_DROPOUT, .name = "dropout", .rate = 0.25f},
-    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
-    {.type = KN_LAYER_DENSE,
-     .name = "hidden",
-     .units = 16,
-     .use_bias = 1,
-     .activation = KN_ACT_SIGMOID},
-    {.type = KN_LAYER_DENSE,
-     .name = "out",
-     .units = 10,
-     .use_bias = 1,
-     .activation = KN_ACT_SOFTMAX},
-};
-
-/* pool -> flatten -> dense, beside a global average pool of the same
- * convolution, summed. */
-static const kn_layer_config pooled[] = {
-    {.type = KN_LAYER_CONV2D,
-     .name = "conv",
-     .filters = 6,
-     .kernel_size = {3, 3},
-     .use_bias = 1,
-     .activation = KN_ACT_LEAKY_RELU},
-    {.type = KN_LAYER_MAX_POOL2D, .name = "pool"},
-    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
-    {.type = KN_LAYER_DENSE, .name = "dense", .units = 6, .use_bias = 1, .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap", .n_inputs = 1, .inputs = {0}},
-    {.type = KN_LAYER_ADD, .name = "sum", .n_inputs = 2, .inputs = {3, 4}},
-    {.type = KN_LAYER_ACTIVATION, .name = "softmax", .activation = KN_ACT_SOFTMAX},
-    {.type = KN_LAYER_DENSE, .name = "out", .units = 4, .use_bias = 1},
-};
-
-/* The logits are a view: the last layer is flatten. */
-static const kn_layer_config flatten_last[] = {
-    {.type = KN_LAYER_CONV2D,
-     .name = "conv",
-     .filters = 4,
-     .kernel_size = {3, 3},
-     .use_bias = 1,
-     .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_MAX_POOL2D, .name = "max_pool"},
-    {.type = KN_LAYER_AVG_POOL2D, .name = "avg_pool", .pool_size = {3, 3}},
-    {.type = KN_LAYER_CONV2D, .name = "head", .filters = 5, .kernel_size = {1, 1}, .use_bias = 1},
-    {.type = KN_LAYER_FLATTEN, .name = "flatten"},
-};
 
 typedef struct step_result {
   int n_nodes;
@@ -133,7 +58,9 @@ static step_result train_step(const kn_model_config *cfg, int growth) {
   return out;
 }
 
-static void check_model(const kn_layer_config *layers, int n_layers) {
+static void check_model(const kn_test_model *model) {
+  const kn_layer_config *layers = model->layers;
+  const int n_layers = model->n_layers;
   static const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16,
                                             KN_PRECISION_MIXED_FLOAT16};
   for (int p = 0; p < 3; p++) {
@@ -165,17 +92,17 @@ static void check_model(const kn_layer_config *layers, int n_layers) {
 
 static void every_layer_kind_builds_and_trains_while_each_push_moves_the_nodes(void **state) {
   (void)state;
-  check_model(branches, (int)(sizeof branches / sizeof branches[0]));
+  check_model(&kn_test_models[0]);
 }
 
 static void pool_flatten_dense_builds_and_trains_while_each_push_moves_the_nodes(void **state) {
   (void)state;
-  check_model(pooled, (int)(sizeof pooled / sizeof pooled[0]));
+  check_model(&kn_test_models[1]);
 }
 
 static void flatten_last_builds_and_trains_while_each_push_moves_the_nodes(void **state) {
   (void)state;
-  check_model(flatten_last, (int)(sizeof flatten_last / sizeof flatten_last[0]));
+  check_model(&kn_test_models[2]);
 }
 
 int main(void) {
