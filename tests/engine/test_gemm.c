@@ -44,11 +44,14 @@ typedef struct matrix {
   uint16_t *bf16;
 } matrix;
 
-static matrix random_matrix(int rows, int cols) {
+/* Uniform in [-1, 1), or (small) integers in [-4, 4]: bf16 holds those
+ * exactly, and every partial sum of up to 2^19 of their products is an
+ * integer below 2^24, so a GEMM of them must be exact in f32. */
+static matrix random_matrix(int rows, int cols, int small) {
   matrix m = {rows, cols, malloc((size_t)rows * cols * sizeof(float)),
               malloc((size_t)rows * cols * sizeof(uint16_t))};
   for (int i = 0; i < rows * cols; i++) {
-    m.f32[i] = uniform_pm1();
+    m.f32[i] = small ? (float)(int)(uniform_pm1() * 4.5f) : uniform_pm1();
     m.bf16[i] = bf16_bits(m.f32[i]);
   }
   return m;
@@ -64,15 +67,18 @@ static double op_at(const matrix *x, int trans, int r, int c) {
   return bf16_round(trans ? x->f32[(size_t)c * x->cols + r] : x->f32[(size_t)r * x->cols + c]);
 }
 
-/* One GEMM against the reference. f32 accumulation of k products, each
- * exact, errs by at most about k * 2^-24 * sum |a b| (a first-order bound
- * on recursive summation); 2x that, plus the old C's rounding when
- * accumulating. */
+/* One GEMM against the reference. On small integers it must be exact (a
+ * dropped or doubled product shows). Otherwise f32 accumulation of k
+ * products, each exact, errs by at most about k * 2^-24 * sum |a b| (a
+ * first-order bound on recursive summation); 2x that, plus the old C's
+ * rounding when accumulating. */
 static void check_shape(kn_gemm *ctx, int m, int n, int k, int ta, int tb, kn_dtype at, kn_dtype bt,
-                        int accumulate) {
-  matrix A = random_matrix(ta ? k : m, ta ? m : k), B = random_matrix(tb ? n : k, tb ? k : n);
+                        int accumulate, int small) {
+  matrix A = random_matrix(ta ? k : m, ta ? m : k, small),
+         B = random_matrix(tb ? n : k, tb ? k : n, small);
   float *c = malloc((size_t)m * n * sizeof(float)), *c0 = malloc((size_t)m * n * sizeof(float));
-  for (int i = 0; i < m * n; i++) c[i] = c0[i] = uniform_pm1();
+  for (int i = 0; i < m * n; i++)
+    c[i] = c0[i] = small ? (float)(int)(uniform_pm1() * 4.5f) : uniform_pm1();
   char err[256];
   int rc = kn_gemm_bf16(ctx, m, n, k, at == KN_F32 ? (const void *)A.f32 : A.bf16, at, A.cols, ta,
                         bt == KN_F32 ? (const void *)B.f32 : B.bf16, bt, B.cols, tb, c, n,
@@ -86,13 +92,13 @@ static void check_shape(kn_gemm *ctx, int m, int n, int k, int ta, int tb, kn_dt
         ref += prod;
         mag += fabs(prod);
       }
-      double tol = 2.0 * (k + 2) * 0x1p-24 * mag + 1e-30;
+      double tol = small ? 0.0 : 2.0 * (k + 2) * 0x1p-24 * mag + 1e-30;
       double got = c[(size_t)i * n + j];
       if (!(fabs(got - ref) <= tol))
-        fail_msg("gemm m=%d n=%d k=%d ta=%d tb=%d a=%s b=%s acc=%d: C[%d][%d] = %.9g, want %.9g "
-                 "(tolerance %.3g)",
-                 m, n, k, ta, tb, kn_dtype_name(at), kn_dtype_name(bt), accumulate, i, j, got, ref,
-                 tol);
+        fail_msg("gemm m=%d n=%d k=%d ta=%d tb=%d a=%s b=%s acc=%d%s: C[%d][%d] = %.9g, want "
+                 "%.9g (tolerance %.3g)",
+                 m, n, k, ta, tb, kn_dtype_name(at), kn_dtype_name(bt), accumulate,
+                 small ? " small integers" : "", i, j, got, ref, tol);
     }
   }
   free(c);
@@ -109,15 +115,17 @@ static void check_all_shapes(int threads) {
   static const int shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {12, 32, 2},   {13, 31, 3},
                                   {11, 64, 256}, {25, 1, 257}, {97, 45, 9},   {1, 513, 40},
                                   {130, 7, 600}, {40, 96, 1},  {3, 600, 255}, {200, 70, 513}};
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-    for (int t = 0; t < 4; t++) {
-      const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-      check_shape(ctx, m, n, k, t & 1, t >> 1, KN_BF16, KN_BF16, 0);
-      check_shape(ctx, m, n, k, t & 1, t >> 1, (t & 1) ? KN_F32 : KN_BF16,
-                  (t & 1) ? KN_BF16 : KN_F32, s % 2);
+  for (int small = 0; small < 2; small++) {
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      for (int t = 0; t < 4; t++) {
+        const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        check_shape(ctx, m, n, k, t & 1, t >> 1, KN_BF16, KN_BF16, 0, small);
+        check_shape(ctx, m, n, k, t & 1, t >> 1, (t & 1) ? KN_F32 : KN_BF16,
+                    (t & 1) ? KN_BF16 : KN_F32, s % 2, small);
+      }
     }
+    check_shape(ctx, 29, 35, 70, 0, 0, KN_F32, KN_F32, 1, small);
   }
-  check_shape(ctx, 29, 35, 70, 0, 0, KN_F32, KN_F32, 1);
   kn_gemm_free(ctx);
 }
 
@@ -150,7 +158,7 @@ static void avx512bf16_and_portable_kernels_give_the_same_bits(void **state) {
     skip();
   }
   const int m = 70, n = 45, k = 300;
-  matrix A = random_matrix(m, k), B = random_matrix(k, n);
+  matrix A = random_matrix(m, k, 0), B = random_matrix(k, n, 0);
   float *c[2];
   for (int pass = 0; pass < 2; pass++) {
     assert_int_equal(kn_cpu_set_isa(pass ? KN_ISA_AVX2 : KN_ISA_AUTO, err, sizeof err), KN_OK);
