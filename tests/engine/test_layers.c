@@ -207,6 +207,69 @@ static void batch_norm_moves_statistics_and_infers_with_them(void **state) {
   kn_model_free(&m);
 }
 
+/* Batch norm sums its channels over the rows by blocks of rows whose count
+ * depends on the rows alone: 2048 rows (several blocks, on the pool) of 80
+ * channels (more than one chunk of channels) train to the same bits on 1, 2
+ * and 3 threads, in float and in the double reference (where a sum in
+ * another order shows in the last bits), and the moving mean holds each
+ * channel's batch mean. */
+static void batch_norm_gives_the_same_bits_on_any_thread_count(void **state) {
+  (void)state;
+  enum { ROWS = 2048, CH = 80 };
+  kn_layer_config layers[2] = {
+      {.type = KN_LAYER_BATCH_NORM, .name = "bn", .momentum = 0.5f, .epsilon = 1e-3f},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1}};
+  kn_model_config cfg = {.input_ndim = 1,
+                         .input_shape = {CH},
+                         .n_layers = 2,
+                         .layers = layers,
+                         .batch_size = ROWS,
+                         .seed = 7};
+  for (int f64 = 0; f64 <= 1; f64++) {
+    const size_t esz = f64 ? sizeof(double) : sizeof(float);
+    unsigned char *first = NULL;
+    size_t bytes = 0;
+    for (int threads = 1; threads <= 3; threads++) {
+      kn_model m;
+      char err[512];
+      assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+      if (f64) kn_graph_use_f64(m.graph);
+      kn_graph_set_threads(m.graph, threads);
+      assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+      fill_batch(&m, ROWS, f64);
+      const void *x = kn_node_data(m.graph, m.x);
+      double sum = 0.0; /* channel 70, in the second chunk */
+      for (int r = 0; r < ROWS; r++) {
+        const size_t i = (size_t)r * CH + 70;
+        sum += f64 ? ((const double *)x)[i] : ((const float *)x)[i];
+      }
+      assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, ROWS, err, sizeof err), KN_OK);
+      const void *st = kn_state_data(m.graph);
+      assert_float_equal(f64 ? ((const double *)st)[70] : ((const float *)st)[70], 0.5 * sum / ROWS,
+                         f64 ? 1e-15 : 1e-7);
+      assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, ROWS, err, sizeof err), KN_OK);
+      const size_t grad_bytes = kn_param_count(m.graph) * esz, state_bytes = 2 * CH * esz;
+      const size_t n = grad_bytes + state_bytes + esz;
+      unsigned char *r = malloc(n);
+      assert_non_null(r);
+      memcpy(r, kn_grads(m.graph), grad_bytes);
+      memcpy(r + grad_bytes, kn_state_data(m.graph), state_bytes);
+      memcpy(r + grad_bytes + state_bytes, kn_node_data(m.graph, m.loss), esz);
+      if (!first) {
+        first = r;
+        bytes = n;
+      } else {
+        assert_int_equal(n, bytes);
+        if (memcmp(first, r, n))
+          fail_msg("%s, %d threads: different bits", f64 ? "f64" : "f32", threads);
+        free(r);
+      }
+      kn_model_free(&m);
+    }
+    free(first);
+  }
+}
+
 static void dropout_drops_at_its_rate_only_in_training(void **state) {
   (void)state;
   kn_graph *g = kn_graph_new();
@@ -418,6 +481,7 @@ int main(void) {
       cmocka_unit_test(cnn_with_every_layer_type_matches_finite_differences),
       cmocka_unit_test(layers_use_keras_parameter_names_and_shapes),
       cmocka_unit_test(batch_norm_moves_statistics_and_infers_with_them),
+      cmocka_unit_test(batch_norm_gives_the_same_bits_on_any_thread_count),
       cmocka_unit_test(dropout_drops_at_its_rate_only_in_training),
       cmocka_unit_test(conv2d_matches_a_direct_loop),
       cmocka_unit_test(pools_and_top_k_give_known_values),
