@@ -69,40 +69,47 @@ static void backends_support_the_ops_they_have_kernels_for(void **state) {
   kn_graph_free(g);
 }
 
-/* bytes into each device's memory and back: the same bytes. */
-static void every_backend_copies_bytes_in_and_out_unchanged(void **state) {
-  (void)state;
-  const kn_device kinds[] = {{KN_DEVICE_CPU, 0}, {KN_DEVICE_CUDA, 0}};
-  int tried = 0;
-  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-    const kn_backend *be = kn_backend_of(kinds[k]);
-    char err[512] = "";
-    int devices = 0;
-    assert_int_equal(be->device_count(&devices, err, sizeof err), 0);
-    for (int dev = 0; dev < devices; dev++) {
-      unsigned char in[1000], out[1000];
-      for (size_t i = 0; i < sizeof in; i++) in[i] = (unsigned char)(i * 7 + 3);
-      memset(out, 0, sizeof out);
-      void *p = be->alloc(dev, sizeof in, err, sizeof err);
-      if (!p) fail_msg("%s:%d alloc: %s", be->name, dev, err);
-      assert_int_equal(be->copy_in(dev, p, in, sizeof in, err, sizeof err), 0);
-      assert_int_equal(be->copy_out(dev, out, p, sizeof out, err, sizeof err), 0);
-      assert_memory_equal(in, out, sizeof in);
-      be->free(dev, p);
-      be->free(dev, NULL);
-      tried++;
-    }
-    if (kinds[k].kind == KN_DEVICE_CUDA && devices == 0)
-      printf("note: no CUDA device (or module) here; only the CPU backend's memory was tried\n");
+/* bytes into each of a backend's devices and back: the same bytes. A
+ * backend with no device here is skipped, saying so. */
+static void copies_bytes_in_and_out_unchanged(kn_device kind) {
+  const kn_backend *be = kn_backend_of(kind);
+  char err[512] = "";
+  int devices = 0;
+  assert_int_equal(be->device_count(&devices, err, sizeof err), 0);
+  if (devices == 0) {
+    print_message("SKIPPED: no %s device (or module) here\n", be->name);
+    skip();
   }
-  assert_true(tried >= 1);
+  for (int dev = 0; dev < devices; dev++) {
+    unsigned char in[1000], out[1000];
+    for (size_t i = 0; i < sizeof in; i++) in[i] = (unsigned char)(i * 7 + 3);
+    memset(out, 0, sizeof out);
+    void *p = be->alloc(dev, sizeof in, err, sizeof err);
+    if (!p) fail_msg("%s:%d alloc: %s", be->name, dev, err);
+    assert_int_equal(be->copy_in(dev, p, in, sizeof in, err, sizeof err), 0);
+    assert_int_equal(be->copy_out(dev, out, p, sizeof out, err, sizeof err), 0);
+    assert_memory_equal(in, out, sizeof in);
+    be->free(dev, p);
+    be->free(dev, NULL);
+  }
+}
+
+static void the_cpu_backend_copies_bytes_in_and_out_unchanged(void **state) {
+  (void)state;
+  copies_bytes_in_and_out_unchanged((kn_device){KN_DEVICE_CPU, 0});
+}
+
+static void the_cuda_backend_copies_bytes_in_and_out_unchanged(void **state) {
+  (void)state;
+  copies_bytes_in_and_out_unchanged((kn_device){KN_DEVICE_CUDA, 0});
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_op_has_a_name_an_arity_and_its_kernels),
       cmocka_unit_test(backends_support_the_ops_they_have_kernels_for),
-      cmocka_unit_test(every_backend_copies_bytes_in_and_out_unchanged),
+      cmocka_unit_test(the_cpu_backend_copies_bytes_in_and_out_unchanged),
+      cmocka_unit_test(the_cuda_backend_copies_bytes_in_and_out_unchanged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
