@@ -207,12 +207,60 @@ static void batch_norm_moves_statistics_and_infers_with_them(void **state) {
   kn_model_free(&m);
 }
 
+/* Trains cfg two steps on `threads` threads (float or the double
+ * reference) and returns its gradients, its state and its loss as bytes. */
+static unsigned char *two_steps(const kn_model_config *cfg, int f64, int threads, size_t *bytes) {
+  const size_t esz = f64 ? sizeof(double) : sizeof(float);
+  kn_model m;
+  char err[512];
+  assert_int_equal(kn_model_build(cfg, &m, err, sizeof err), KN_OK);
+  if (f64) kn_graph_use_f64(m.graph);
+  kn_graph_set_threads(m.graph, threads);
+  assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+  fill_batch(&m, cfg->batch_size, f64);
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, cfg->batch_size, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, cfg->batch_size, err, sizeof err), KN_OK);
+  const size_t grad_bytes = kn_param_count(m.graph) * esz;
+  size_t state_bytes = 0;
+  for (int i = 0; i < kn_state_node_count(m.graph); i++) {
+    int nd, dims[KN_MAX_DIMS];
+    kn_node_shape(m.graph, kn_state_node(m.graph, i), &nd, dims);
+    size_t count = 1;
+    for (int d = 0; d < nd; d++) count *= (size_t)dims[d];
+    state_bytes += count * esz;
+  }
+  *bytes = grad_bytes + state_bytes + esz;
+  unsigned char *r = malloc(*bytes);
+  assert_non_null(r);
+  memcpy(r, kn_grads(m.graph), grad_bytes);
+  memcpy(r + grad_bytes, kn_state_data(m.graph), state_bytes);
+  memcpy(r + grad_bytes + state_bytes, kn_node_data(m.graph, m.loss), esz);
+  kn_model_free(&m);
+  return r;
+}
+
+/* cfg's two steps give the same bits on 1, 2 and 3 threads, in float and
+ * in the double reference (where a sum in another order shows in the last
+ * bits). */
+static void same_bits_on_any_thread_count(const kn_model_config *cfg) {
+  for (int f64 = 0; f64 <= 1; f64++) {
+    size_t bytes = 0, n = 0;
+    unsigned char *first = two_steps(cfg, f64, 1, &bytes);
+    for (int threads = 2; threads <= 3; threads++) {
+      unsigned char *r = two_steps(cfg, f64, threads, &n);
+      assert_int_equal(n, bytes);
+      if (memcmp(first, r, n))
+        fail_msg("%s, %d threads: different bits", f64 ? "f64" : "f32", threads);
+      free(r);
+    }
+    free(first);
+  }
+}
+
 /* Batch norm sums its channels over the rows by blocks of rows whose count
  * depends on the rows alone: 2048 rows (several blocks, on the pool) of 80
  * channels (more than one chunk of channels) train to the same bits on 1, 2
- * and 3 threads, in float and in the double reference (where a sum in
- * another order shows in the last bits), and the moving mean holds each
- * channel's batch mean. */
+ * and 3 threads, and the moving mean holds each channel's batch mean. */
 static void batch_norm_gives_the_same_bits_on_any_thread_count(void **state) {
   (void)state;
   enum { ROWS = 2048, CH = 80 };
@@ -226,48 +274,61 @@ static void batch_norm_gives_the_same_bits_on_any_thread_count(void **state) {
                          .batch_size = ROWS,
                          .seed = 7};
   for (int f64 = 0; f64 <= 1; f64++) {
-    const size_t esz = f64 ? sizeof(double) : sizeof(float);
-    unsigned char *first = NULL;
-    size_t bytes = 0;
-    for (int threads = 1; threads <= 3; threads++) {
-      kn_model m;
-      char err[512];
-      assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
-      if (f64) kn_graph_use_f64(m.graph);
-      kn_graph_set_threads(m.graph, threads);
-      assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
-      fill_batch(&m, ROWS, f64);
-      const void *x = kn_node_data(m.graph, m.x);
-      double sum = 0.0; /* channel 70, in the second chunk */
-      for (int r = 0; r < ROWS; r++) {
-        const size_t i = (size_t)r * CH + 70;
-        sum += f64 ? ((const double *)x)[i] : ((const float *)x)[i];
-      }
-      assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, ROWS, err, sizeof err), KN_OK);
-      const void *st = kn_state_data(m.graph);
-      assert_float_equal(f64 ? ((const double *)st)[70] : ((const float *)st)[70], 0.5 * sum / ROWS,
-                         f64 ? 1e-15 : 1e-7);
-      assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, ROWS, err, sizeof err), KN_OK);
-      const size_t grad_bytes = kn_param_count(m.graph) * esz, state_bytes = 2 * CH * esz;
-      const size_t n = grad_bytes + state_bytes + esz;
-      unsigned char *r = malloc(n);
-      assert_non_null(r);
-      memcpy(r, kn_grads(m.graph), grad_bytes);
-      memcpy(r + grad_bytes, kn_state_data(m.graph), state_bytes);
-      memcpy(r + grad_bytes + state_bytes, kn_node_data(m.graph, m.loss), esz);
-      if (!first) {
-        first = r;
-        bytes = n;
-      } else {
-        assert_int_equal(n, bytes);
-        if (memcmp(first, r, n))
-          fail_msg("%s, %d threads: different bits", f64 ? "f64" : "f32", threads);
-        free(r);
-      }
-      kn_model_free(&m);
+    kn_model m;
+    char err[512];
+    assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+    if (f64) kn_graph_use_f64(m.graph);
+    assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+    fill_batch(&m, ROWS, f64);
+    const void *x = kn_node_data(m.graph, m.x);
+    double sum = 0.0; /* channel 70, in the second chunk */
+    for (int r = 0; r < ROWS; r++) {
+      const size_t i = (size_t)r * CH + 70;
+      sum += f64 ? ((const double *)x)[i] : ((const float *)x)[i];
     }
-    free(first);
+    assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, ROWS, err, sizeof err), KN_OK);
+    const void *st = kn_state_data(m.graph);
+    assert_float_equal(f64 ? ((const double *)st)[70] : ((const float *)st)[70], 0.5 * sum / ROWS,
+                       f64 ? 1e-15 : 1e-7);
+    kn_model_free(&m);
   }
+  same_bits_on_any_thread_count(&cfg);
+}
+
+/* The depthwise weight gradient sums over image blocks whose count depends
+ * on the batch alone, added in block order, by chunks of channels; its
+ * forward and input gradient go by rows on the pool. 40 images (5 blocks)
+ * of 12 x 12 x 24 through a 3x3 depthwise, a strided 5x5 one with depth
+ * multiplier 2 (taps x channels past one chunk) and a dilated one train to
+ * the same bits on any thread count. */
+static void depthwise_gives_the_same_bits_on_any_thread_count(void **state) {
+  (void)state;
+  kn_layer_config layers[5] = {{.type = KN_LAYER_DEPTHWISE_CONV2D,
+                                .name = "dw1",
+                                .kernel_size = {3, 3},
+                                .padding = KN_PAD_SAME,
+                                .use_bias = 1,
+                                .activation = KN_ACT_RELU},
+                               {.type = KN_LAYER_DEPTHWISE_CONV2D,
+                                .name = "dw2",
+                                .kernel_size = {5, 5},
+                                .strides = {2, 2},
+                                .depth_multiplier = 2,
+                                .padding = KN_PAD_SAME},
+                               {.type = KN_LAYER_DEPTHWISE_CONV2D,
+                                .name = "dw3",
+                                .kernel_size = {3, 3},
+                                .dilation_rate = {2, 2},
+                                .padding = KN_PAD_SAME},
+                               {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+                               {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1}};
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {12, 12, 24},
+                         .n_layers = 5,
+                         .layers = layers,
+                         .batch_size = 40,
+                         .seed = 9};
+  same_bits_on_any_thread_count(&cfg);
 }
 
 static void dropout_drops_at_its_rate_only_in_training(void **state) {
@@ -482,6 +543,7 @@ int main(void) {
       cmocka_unit_test(layers_use_keras_parameter_names_and_shapes),
       cmocka_unit_test(batch_norm_moves_statistics_and_infers_with_them),
       cmocka_unit_test(batch_norm_gives_the_same_bits_on_any_thread_count),
+      cmocka_unit_test(depthwise_gives_the_same_bits_on_any_thread_count),
       cmocka_unit_test(dropout_drops_at_its_rate_only_in_training),
       cmocka_unit_test(conv2d_matches_a_direct_loop),
       cmocka_unit_test(pools_and_top_k_give_known_values),

@@ -302,6 +302,21 @@ static kn_node c_depthwise_strided(ctx *c) {
   kn_window w = {3, 3, 2, 2, 1, 1, KN_PAD_VALID};
   return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* 11 images (the weight gradient's 8 image blocks, uneven), stride 2 then
+ * a depth multiplier: the second's input gradient reaches the first's
+ * weights. */
+static kn_node c_depthwise_blocks(ctx *c) {
+  int xd[4] = {11, 6, 5, 4}, w1[4] = {3, 3, 4, 1}, w2[4] = {3, 3, 4, 2};
+  kn_window s2 = {3, 3, 2, 2, 1, 1, KN_PAD_SAME}, s1 = {3, 3, 1, 1, 1, 1, KN_PAD_SAME};
+  kn_node h = kn_depthwise_conv2d(c->g, in_f(c, "x", 4, xd), param(c, "w1", 4, w1), &s2);
+  return kn_depthwise_conv2d(c->g, h, param(c, "w2", 4, w2), &s1);
+}
+/* 5x5 taps x 120 output channels: more partial sums than one chunk holds. */
+static kn_node c_depthwise_chunks(ctx *c) {
+  int xd[4] = {2, 4, 4, 60}, wd[4] = {5, 5, 60, 2};
+  kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, in_f(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_max_pool(ctx *c) {
   int xd[4] = {2, 4, 6, 3};
   kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_VALID};
@@ -408,6 +423,8 @@ CASE(c_conv_dilated)
 CASE(c_conv_batched_input)
 CASE(c_depthwise)
 CASE(c_depthwise_strided)
+CASE(c_depthwise_blocks)
+CASE(c_depthwise_chunks)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -485,6 +502,8 @@ int main(void) {
       T(c_conv_batched_input),
       T(c_depthwise),
       T(c_depthwise_strided),
+      T(c_depthwise_blocks),
+      T(c_depthwise_chunks),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
