@@ -13,20 +13,32 @@ typedef struct kn_dataset {
   int ndim;  /* per-example rank */
   int shape[KN_MAX_DIMS];
   size_t example_size; /* floats per example */
-  float *x;            /* (n, example_size) */
-  int32_t *y;          /* (n) */
-  int n_classes;       /* max label + 1 */
-  float *targets;      /* (n, n_targets) regression targets, or NULL (CSV numeric labels) */
+  float *x;            /* (n, example_size), or NULL when the examples are x8 */
+  uint8_t *x8;         /* (n, example_size) bytes instead of x: values x8 * x8_scale */
+  float x8_scale;
+  int32_t *y;     /* (n) */
+  int n_classes;  /* max label + 1 */
+  float *targets; /* (n, n_targets) regression targets, or NULL (CSV numeric labels) */
   int n_targets;
   float value_range; /* pixels: 255 (normalize divides by it); 0 = unknown (min-max) */
 } kn_dataset;
 
+/* kn_dataset_load_idx flags. */
+#define KN_IDX_NORMALIZE 1 /* pixels divided by 255 */
+#define KN_IDX_BYTES     2 /* pixels kept as bytes (x8): a quarter of the memory */
+
 /* Reads an IDX images file and an IDX labels file (raw or gzip'd), checking
  * magic numbers, dimensions, sizes and that the counts agree. Pixels become
- * floats, divided by 255 when normalize is set. */
-int kn_dataset_load_idx(const char *images_path, const char *labels_path, int normalize,
+ * floats (x), or stay bytes (x8) with KN_IDX_BYTES; either way an example
+ * reads as the same floats. */
+int kn_dataset_load_idx(const char *images_path, const char *labels_path, unsigned flags,
                         kn_dataset *out, char *err, size_t errlen);
 void kn_dataset_free(kn_dataset *ds); /* frees the arrays; NULL is a no-op */
+/* Example `row` as floats: a pointer into x, or buf (example_size floats)
+ * filled from x8. */
+const float *kn_dataset_row(const kn_dataset *ds, int64_t row, float *buf);
+/* Bytes of one stored example value: 1 for x8, 4 for x. */
+size_t kn_dataset_value_bytes(const kn_dataset *ds);
 
 /* A CSV file with a header row: label_column names the class column
  * (integers >= 0, or names mapped to classes in sorted order), every other

@@ -3,6 +3,7 @@
  * the checks of a dataset and metrics against the model, and evaluation. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train_internal.h"
@@ -217,14 +218,27 @@ int kn_evaluate(kn_model *m, const kn_dataset *ds, double *loss, double *accurac
   int batch = kn_planned_batch(m);
   double loss_sum = 0.0;
   int64_t correct = 0;
+  /* A byte data set's batch as floats. */
+  float *rows_buf = ds->x ? NULL : malloc((size_t)batch * ds->example_size * sizeof *rows_buf);
+  if (!ds->x && !rows_buf) {
+    snprintf(err, errlen, "evaluate: out of memory for a batch of %d examples", batch);
+    return KN_ENOMEM;
+  }
   for (int64_t start = 0; start < ds->n; start += batch) {
     int rows = (int)((ds->n - start) < batch ? ds->n - start : batch);
-    feed_rows(m, rows, ds->x + (size_t)start * ds->example_size, ds->y + start, NULL, NULL);
+    const float *x = ds->x ? ds->x + (size_t)start * ds->example_size : rows_buf;
+    for (int r = 0; !ds->x && r < rows; r++)
+      kn_dataset_row(ds, start + r, rows_buf + (size_t)r * ds->example_size);
+    feed_rows(m, rows, x, ds->y + start, NULL, NULL);
     rc = kn_graph_run(m->graph, KN_RUN_FORWARD, rows, err, errlen);
-    if (rc) return rc;
+    if (rc) {
+      free(rows_buf);
+      return rc;
+    }
     loss_sum += (double)*(float *)kn_node_data(m->graph, m->loss) * rows;
     correct += count_correct(m, ds->y + start, rows);
   }
+  free(rows_buf);
   *loss = ds->n ? loss_sum / (double)ds->n : 0.0;
   *accuracy = ds->n ? (double)correct / (double)ds->n : 0.0;
   return KN_OK;

@@ -296,10 +296,10 @@ static int load_upload(const char *dir, const api_dataset_manifest *m, int h, in
              dir);
     return KN_EFORMAT;
   }
-  int rc = kn_dataset_load_idx(images, labels, 0, train, err, errlen);
+  int rc = kn_dataset_load_idx(images, labels, KN_IDX_BYTES, train, err, errlen);
   if (!rc && test && find_file(files, test_images, images, sizeof images, 1) == 0 &&
       find_file(files, test_labels, labels, sizeof labels, 1) == 0)
-    rc = kn_dataset_load_idx(images, labels, 0, test, err, errlen);
+    rc = kn_dataset_load_idx(images, labels, KN_IDX_BYTES, test, err, errlen);
   return rc;
 }
 
@@ -415,7 +415,7 @@ int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_datas
     char images[PATH_MAX * 2], labels[PATH_MAX * 2];
     snprintf(images, sizeof images, "%s/%s/%s", dirs->datasets_dir, bd->dir, bd->train_images);
     snprintf(labels, sizeof labels, "%s/%s/%s", dirs->datasets_dir, bd->dir, bd->train_labels);
-    rc = kn_dataset_load_idx(images, labels, 0, train, err, errlen);
+    rc = kn_dataset_load_idx(images, labels, KN_IDX_BYTES, train, err, errlen);
   } else {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/%s", dirs->uploads_dir, spec->dataset);
@@ -430,7 +430,7 @@ int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_datas
       char images[PATH_MAX * 2], labels[PATH_MAX * 2];
       snprintf(images, sizeof images, "%s/%s/%s", dirs->datasets_dir, bd->dir, bd->test_images);
       snprintf(labels, sizeof labels, "%s/%s/%s", dirs->datasets_dir, bd->dir, bd->test_labels);
-      rc = kn_dataset_load_idx(images, labels, 0, val, err, errlen);
+      rc = kn_dataset_load_idx(images, labels, KN_IDX_BYTES, val, err, errlen);
       if (rc) goto fail;
     } else if (test.n > 0) {
       *val = test;

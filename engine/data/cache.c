@@ -11,7 +11,8 @@
 
 #include "../engine.h"
 
-#define CACHE_MAGIC "KILNDS01"
+#define CACHE_MAGIC       "KILNDS01" /* examples as floats */
+#define CACHE_MAGIC_BYTES "KILNDS02" /* examples as bytes, the header then their scale */
 
 typedef struct cache_header {
   char magic[8];
@@ -34,7 +35,7 @@ int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, si
   }
   cache_header h;
   memset(&h, 0, sizeof h);
-  memcpy(h.magic, CACHE_MAGIC, 8);
+  memcpy(h.magic, ds->x ? CACHE_MAGIC : CACHE_MAGIC_BYTES, 8);
   h.n = ds->n;
   h.ndim = ds->ndim;
   h.n_classes = ds->n_classes;
@@ -44,7 +45,10 @@ int kn_dataset_cache_write(const kn_dataset *ds, const char *path, char *err, si
   h.n_targets = ds->targets ? (uint32_t)ds->n_targets : 0u;
   size_t nx = (size_t)ds->n * ds->example_size, ny = (size_t)ds->n;
   size_t nt = (size_t)ds->n * h.n_targets;
-  int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(ds->x, sizeof(float), nx, f) == nx &&
+  const size_t vb = kn_dataset_value_bytes(ds);
+  int ok = fwrite(&h, sizeof h, 1, f) == 1 &&
+           (ds->x || fwrite(&ds->x8_scale, sizeof ds->x8_scale, 1, f) == 1) &&
+           fwrite(ds->x ? (const void *)ds->x : (const void *)ds->x8, vb, nx, f) == nx &&
            fwrite(ds->y, sizeof(int32_t), ny, f) == ny &&
            (nt == 0 || fwrite(ds->targets, sizeof(float), nt, f) == nt);
   ok &= fclose(f) == 0;
@@ -65,22 +69,32 @@ int kn_dataset_cache_read(const char *path, kn_dataset *out, char *err, size_t e
   }
   cache_header h;
   int rc = KN_EFORMAT;
-  if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CACHE_MAGIC, 8) != 0 || h.n < 1 ||
-      h.ndim < 1 || h.ndim > KN_MAX_DIMS || h.example_size < 1 || h.example_size > (1ULL << 24) ||
+  int bytes = 0;
+  if (fread(&h, sizeof h, 1, f) != 1 ||
+      (memcmp(h.magic, CACHE_MAGIC, 8) != 0 &&
+       !(bytes = memcmp(h.magic, CACHE_MAGIC_BYTES, 8) == 0)) ||
+      (bytes && fread(&out->x8_scale, sizeof out->x8_scale, 1, f) != 1) || h.n < 1 || h.ndim < 1 ||
+      h.ndim > KN_MAX_DIMS || h.example_size < 1 || h.example_size > (1ULL << 24) ||
       h.n_targets > 65536) {
     snprintf(err, errlen, "%s: not a kiln dataset cache (bad header)", path);
     goto out;
   }
   size_t nx = (size_t)h.n * h.example_size, ny = (size_t)h.n, nt = (size_t)h.n * h.n_targets;
-  out->x = malloc(nx * sizeof(float));
+  const size_t vb = bytes ? sizeof(uint8_t) : sizeof(float);
+  void *x = malloc(nx * vb);
+  if (bytes) {
+    out->x8 = x;
+  } else {
+    out->x = x;
+  }
   out->y = malloc(ny * sizeof(int32_t));
   if (nt) out->targets = malloc(nt * sizeof(float));
-  if (!out->x || !out->y || (nt && !out->targets)) {
+  if (!x || !out->y || (nt && !out->targets)) {
     snprintf(err, errlen, "%s: out of memory for %lld examples", path, (long long)h.n);
     rc = KN_ENOMEM;
     goto out;
   }
-  if (fread(out->x, sizeof(float), nx, f) != nx || fread(out->y, sizeof(int32_t), ny, f) != ny ||
+  if (fread(x, vb, nx, f) != nx || fread(out->y, sizeof(int32_t), ny, f) != ny ||
       (nt && fread(out->targets, sizeof(float), nt, f) != nt)) {
     snprintf(err, errlen, "%s: truncated: the header promises %lld examples", path, (long long)h.n);
     goto out;

@@ -273,17 +273,20 @@ int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dat
   }
   *out = *src;
   out->n = count;
-  out->x = malloc((size_t)count * src->example_size * sizeof *out->x);
+  const size_t row_bytes = src->example_size * kn_dataset_value_bytes(src);
+  void *x = malloc((size_t)count * row_bytes);
+  out->x = src->x ? x : NULL;
+  out->x8 = src->x ? NULL : x;
   out->y = malloc((size_t)count * sizeof *out->y);
   const size_t nt = src->targets ? (size_t)src->n_targets : 0;
   out->targets = nt ? malloc((size_t)count * nt * sizeof *out->targets) : NULL;
-  if (!out->x || !out->y || (nt && !out->targets)) {
+  if (!x || !out->y || (nt && !out->targets)) {
     kn_dataset_free(out);
     snprintf(err, errlen, "dataset: out of memory for %lld examples", (long long)count);
     return KN_ENOMEM;
   }
-  memcpy(out->x, src->x + (size_t)start * src->example_size,
-         (size_t)count * src->example_size * sizeof *out->x);
+  const char *from = src->x ? (const void *)src->x : (const void *)src->x8;
+  memcpy(x, from + (size_t)start * row_bytes, (size_t)count * row_bytes);
   memcpy(out->y, src->y + start, (size_t)count * sizeof *out->y);
   if (nt)
     memcpy(out->targets, src->targets + (size_t)start * nt,
@@ -343,19 +346,22 @@ int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *par
     }
   }
   *out = *src;
-  out->x = malloc((size_t)src->n * src->example_size * sizeof *out->x);
+  const size_t row_bytes = src->example_size * kn_dataset_value_bytes(src);
+  char *x = malloc((size_t)src->n * row_bytes);
+  const char *from = src->x ? (const void *)src->x : (const void *)src->x8;
+  out->x = src->x ? (void *)x : NULL;
+  out->x8 = src->x ? NULL : (void *)x;
   out->y = malloc((size_t)src->n * sizeof *out->y);
   const size_t nt = src->targets ? (size_t)src->n_targets : 0;
   out->targets = nt ? malloc((size_t)src->n * nt * sizeof *out->targets) : NULL;
   int rc = KN_OK;
-  if (!out->x || !out->y || (nt && !out->targets)) {
+  if (!x || !out->y || (nt && !out->targets)) {
     snprintf(err, errlen, "interleave: out of memory for %lld examples", (long long)src->n);
     kn_dataset_free(out);
     rc = KN_ENOMEM;
   } else {
     for (int64_t i = 0; i < used; i++) {
-      memcpy(out->x + (size_t)i * src->example_size, src->x + (size_t)order[i] * src->example_size,
-             src->example_size * sizeof *out->x);
+      memcpy(x + (size_t)i * row_bytes, from + (size_t)order[i] * row_bytes, row_bytes);
       out->y[i] = src->y[order[i]];
       if (nt)
         memcpy(out->targets + (size_t)i * nt, src->targets + (size_t)order[i] * nt,

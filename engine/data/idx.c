@@ -120,8 +120,9 @@ out:
   return rc;
 }
 
-int kn_dataset_load_idx(const char *images_path, const char *labels_path, int normalize,
+int kn_dataset_load_idx(const char *images_path, const char *labels_path, unsigned flags,
                         kn_dataset *out, char *err, size_t errlen) {
+  const int normalize = (flags & KN_IDX_NORMALIZE) != 0;
   memset(out, 0, sizeof *out);
   idx_file images = {0}, labels = {0};
   int rc = idx_read(images_path, 3, &images, err, errlen);
@@ -139,15 +140,22 @@ int kn_dataset_load_idx(const char *images_path, const char *labels_path, int no
   out->shape[1] = (int)images.dims[2];
   out->shape[2] = 1; /* channels last, as Keras reads MNIST */
   out->example_size = (size_t)images.dims[1] * images.dims[2];
-  out->x = malloc(images.count * sizeof(float));
+  const float scale = normalize ? 1.0f / 255.0f : 1.0f;
+  if (flags & KN_IDX_BYTES) { /* the file's bytes are the examples */
+    out->x8 = images.data;
+    out->x8_scale = scale;
+    images.data = NULL;
+  } else {
+    out->x = malloc(images.count * sizeof(float));
+  }
   out->y = malloc(labels.count * sizeof(int32_t));
-  if (!out->x || !out->y) {
+  if ((!out->x && !out->x8) || !out->y) {
     snprintf(err, errlen, "dataset: out of memory for %lld examples", (long long)out->n);
     rc = KN_ENOMEM;
     goto out;
   }
-  const float scale = normalize ? 1.0f / 255.0f : 1.0f;
-  for (uint64_t i = 0; i < images.count; i++) out->x[i] = (float)images.data[i] * scale;
+  if (out->x)
+    for (uint64_t i = 0; i < images.count; i++) out->x[i] = (float)images.data[i] * scale;
   int max_label = 0;
   for (uint64_t i = 0; i < labels.count; i++) {
     out->y[i] = labels.data[i];
@@ -160,15 +168,4 @@ out:
   free(labels.data);
   if (rc) kn_dataset_free(out);
   return rc;
-}
-
-void kn_dataset_free(kn_dataset *ds) {
-  if (!ds) return;
-  free(ds->x);
-  free(ds->y);
-  free(ds->targets);
-  ds->x = NULL;
-  ds->y = NULL;
-  ds->targets = NULL;
-  ds->n = 0;
 }

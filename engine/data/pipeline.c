@@ -61,6 +61,7 @@ struct kn_pipeline {
   uint16_t *stored;            /* (ds->n, ex) examples held as cfg.cast (f16 / bf16), or NULL */
   int height, width, channels; /* example layout for augmentation */
   float *scale, *shift;        /* (ex) normalize and standardize as one affine map */
+  float *row_buf;              /* (ex) an example of a byte data set, read while setting up */
   int64_t *shuffle_buf;        /* (shuffle_buffer) when smaller than n */
 
   pthread_mutex_t ring_lock;
@@ -211,12 +212,14 @@ static void produce(const kn_pipeline *p, int64_t seq, const int64_t *order, slo
   const float *restrict scale = p->scale, *restrict shift = p->shift;
   for (int r = 0; r < rows; r++) {
     const int64_t row = order[start + r];
-    const float *restrict src = p->ds->x + (size_t)row * ex;
     float *restrict dst = s->x + (size_t)r * ex;
+    const float *restrict src;
     if (p->stored) {
       /* Back to f32 for the maps and the model. */
       kn_convert(p->cfg.cast, p->stored + (size_t)row * ex, KN_F32, scratch, (size_t)ex);
       src = scratch;
+    } else {
+      src = kn_dataset_row(p->ds, row, scratch);
     }
     /* restrict: no aliasing, so this vectorizes. */
     for (int f = 0; f < ex; f++) dst[f] = src[f] * scale[f] + shift[f];
@@ -303,6 +306,7 @@ void kn_pipeline_free(kn_pipeline *p) {
   free(p->prods);
   free(p->base);
   free(p->scale);
+  free(p->row_buf);
   free(p->shift);
   free(p->shuffle_buf);
   free(p->stored);
@@ -314,7 +318,7 @@ void kn_pipeline_free(kn_pipeline *p) {
 
 static int check_config(const kn_dataset *ds, const kn_pipeline_config *c, char *err,
                         size_t errlen) {
-  if (!ds || !ds->x || !ds->y || ds->n < 1 || ds->example_size < 1) {
+  if (!ds || (!ds->x && !ds->x8) || !ds->y || ds->n < 1 || ds->example_size < 1) {
     snprintf(err, errlen, "pipeline: the dataset is empty");
     return KN_EINVAL;
   }
@@ -399,7 +403,6 @@ static int check_config(const kn_dataset *ds, const kn_pipeline_config *c, char 
 static int compute_affine(kn_pipeline *p, char *err, size_t errlen) {
   const kn_pipeline_config *c = &p->cfg;
   const int ex = p->ex;
-  const float *x = p->ds->x;
   for (int f = 0; f < ex; f++) {
     p->scale[f] = 1.0f;
     p->shift[f] = 0.0f;
@@ -407,14 +410,18 @@ static int compute_affine(kn_pipeline *p, char *err, size_t errlen) {
   if (c->normalize && p->ds->value_range > 0) {
     for (int f = 0; f < ex; f++) p->scale[f] = 1.0f / p->ds->value_range;
   } else if (c->normalize) {
-    /* No known range (CSV): min-max per feature onto [0, 1]. */
-    for (int f = 0; f < ex; f++) {
-      float lo = x[(size_t)p->base[0] * ex + f], hi = lo;
-      for (int64_t i = 1; i < p->n; i++) {
-        float v = x[(size_t)p->base[i] * ex + f];
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
+    /* No known range (CSV): min-max per feature onto [0, 1]; scale and
+     * shift hold each feature's low and high while the rows go by. */
+    for (int64_t i = 0; i < p->n; i++) {
+      const float *row = kn_dataset_row(p->ds, p->base[i], p->row_buf);
+      for (int f = 0; f < ex; f++) {
+        const float v = row[f];
+        if (i == 0 || v < p->scale[f]) p->scale[f] = v;
+        if (i == 0 || v > p->shift[f]) p->shift[f] = v;
       }
+    }
+    for (int f = 0; f < ex; f++) {
+      const float lo = p->scale[f], hi = p->shift[f];
       p->scale[f] = hi > lo ? 1.0f / (hi - lo) : 1.0f;
       p->shift[f] = -lo * p->scale[f];
     }
@@ -455,7 +462,7 @@ static int compute_affine(kn_pipeline *p, char *err, size_t errlen) {
     /* Sums in double: 60000 x 784 values lose no digits that matter. */
     for (int k = 0; k < ch; k++) mean_v[k] = std_v[k] = 0.0;
     for (int64_t i = 0; i < p->n; i++) {
-      const float *row = x + (size_t)p->base[i] * ex;
+      const float *row = kn_dataset_row(p->ds, p->base[i], p->row_buf);
       for (int f = 0; f < ex; f++) {
         double v = (double)row[f] * p->scale[f] + p->shift[f];
         mean_v[f % ch] += v;
@@ -533,7 +540,8 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
 
   p->scale = malloc((size_t)p->ex * sizeof *p->scale);
   p->shift = malloc((size_t)p->ex * sizeof *p->shift);
-  if (!p->scale || !p->shift) goto oom;
+  p->row_buf = malloc((size_t)p->ex * sizeof *p->row_buf);
+  if (!p->scale || !p->shift || !p->row_buf) goto oom;
   if (stats_from) {
     memcpy(p->scale, stats_from->scale, (size_t)p->ex * sizeof *p->scale);
     memcpy(p->shift, stats_from->shift, (size_t)p->ex * sizeof *p->shift);
@@ -548,7 +556,13 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     const size_t count = (size_t)ds->n * (size_t)p->ex;
     p->stored = malloc(count * sizeof *p->stored);
     if (!p->stored) goto oom;
-    kn_convert(KN_F32, ds->x, cfg->cast, p->stored, count);
+    if (ds->x) {
+      kn_convert(KN_F32, ds->x, cfg->cast, p->stored, count);
+    } else {
+      for (int64_t i = 0; i < ds->n; i++)
+        kn_convert(KN_F32, kn_dataset_row(ds, i, p->row_buf), cfg->cast,
+                   p->stored + (size_t)i * p->ex, (size_t)p->ex);
+    }
   }
 
   /* Threads and ring. */
