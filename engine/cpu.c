@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "graph_internal.h"
+#include "vmath.h"
 
 static int rows_of(const kn_graph *g, const kn_node_rec *n) {
   return (n->batched && g->batch > 0) ? g->batch * n->batched : n->dims[0];
@@ -314,12 +315,12 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define T       float
 #define F(name) name##_f32
 #define GEMM    kn_sgemm
-#define EXP     expf
+#define EXP     kn_vexpf
 #define LOG     logf
 #define LOG1P   log1pf
 #define SQRT    sqrtf
 #define ERF     erff
-#define TANH    tanhf
+#define TANH    kn_vtanhf
 #define FABS    fabsf
 #include "cpu_kernels.inc"
 #undef T
@@ -344,12 +345,12 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define T       float
 #define F(name) name##_f32_avx2
 #define GEMM    kn_sgemm
-#define EXP     expf
+#define EXP     kn_vexpf
 #define LOG     logf
 #define LOG1P   log1pf
 #define SQRT    sqrtf
 #define ERF     erff
-#define TANH    tanhf
+#define TANH    kn_vtanhf
 #define FABS    fabsf
 #include "cpu_kernels.inc"
 #undef T
