@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package kiln's build, tests and demo need, skipping
-# what is already there. Run as root, or as a user with sudo.
+# what is already there, then the npm packages the tests pin (a committed
+# package.json + package-lock.json, installed with `npm ci`, skipped when the
+# installed tree already matches the lock). Run as root, or as a user with sudo.
 set -euo pipefail
 
 packages=(
@@ -28,18 +30,35 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages are installed"
-  exit 0
+else
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo="sudo"
+    else
+      echo "install-deps: missing packages (${missing[*]}) and not root; run as root or install sudo" >&2
+      exit 1
+    fi
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    sudo="sudo"
-  else
-    echo "install-deps: missing packages (${missing[*]}) and not root; run as root or install sudo" >&2
-    exit 1
+# npm_ci DIR: the packages of DIR's package-lock.json, exactly, unless the
+# lock is unchanged since the last install there.
+npm_ci() {
+  local dir="$1" stamp="$1/node_modules/.kiln-lock.sha256" sum
+  sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ]; then
+    echo "install-deps: npm packages of $dir are installed"
+    return 0
   fi
-fi
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -q
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "install-deps: npm ci in $dir"
+  (cd "$dir" && npm ci --no-audit --no-fund)
+  echo "$sum" >"$stamp"
+}
+
+cd "$(dirname "$0")/.."
+# The OpenAPI document's linter and client generator (tests/openapi).
+npm_ci tests/openapi
