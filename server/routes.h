@@ -75,8 +75,9 @@ void http_watch_metrics(const http_config *cfg, http_request *req, http_response
 /* observe.c */
 void http_readyz(const http_config *cfg, http_request *req, http_response *res);
 void http_prometheus(const http_config *cfg, http_request *req, http_response *res);
-void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 void http_list_devices(const http_config *cfg, http_request *req, http_response *res);
 void http_list_pools(const http_config *cfg, http_request *req, http_response *res);
+/* openapi.c */
+void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 
 #endif
