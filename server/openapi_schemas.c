@@ -1,0 +1,235 @@
+/* openapi_schemas.c — the schemas of openapi.json (components.schemas): the
+ * resources the handlers write, field by field, the job spec api/spec.c
+ * reads, and the error model of api/error.c. Each is JSON written with
+ * single quotes (the text has no apostrophes), turned into jansson values
+ * by http_openapi_json. test_server_openapi checks them against what the
+ * handlers and api_error_to_json actually write. */
+#include <stdio.h>
+#include <string.h>
+
+#include "openapi.h"
+
+/* 'date-time or null': http_rfc3339 writes null for a time not yet reached. */
+#define TIME(what) "{'type':'string','format':'date-time','nullable':true,'description':'" what "'}"
+#define METRIC_MAP(what)                                                                           \
+  "{'type':'object','additionalProperties':{'type':'number'},'description':'" what "'}"
+#define LIST_OF(item, key, what)                                                                   \
+  "{'type':'object','description':'" what "','required':['" key "'],'properties':{'" key           \
+  "':{'type':'array','items':{'$ref':'#/components/schemas/" item "'}}}}"
+#define PAGE_OF(item, key, what)                                                                   \
+  "{'type':'object','description':'" what "','required':['" key "','next_page_token'],"            \
+  "'properties':{'" key "':{'type':'array','items':{'$ref':'#/components/schemas/" item "'}},"     \
+  "'next_page_token':{'type':'string','description':'Pass as page_token for the next page; "       \
+  "empty on the last page.'}}}"
+
+/* Not reflowed: clang-format splits the literals around TIME() apart. */
+// clang-format off
+static const http_openapi_text schemas[] = {
+    /* ---- the error model (api/error.c, AIP-193) ---- */
+    {"Error",
+     "{'type':'object','description':'Every 4xx and 5xx answer (AIP-193).','required':['error'],"
+     "'properties':{'error':{'$ref':'#/components/schemas/Status'}}}"},
+    {"Status",
+     "{'type':'object','required':['code','status','message','details'],'properties':{"
+     "'code':{'type':'integer','description':'The HTTP status code.','example':400},"
+     "'status':{'type':'string','description':'The canonical code: INVALID_ARGUMENT, "
+     "UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, "
+     "RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL or UNAVAILABLE.','example':'INVALID_ARGUMENT'},"
+     "'message':{'type':'string','description':'What went wrong, for a person.'},"
+     "'details':{'type':'array','description':'One entry per field at fault; may be empty.',"
+     "'items':{'$ref':'#/components/schemas/FieldViolation'}}}}"},
+    {"FieldViolation",
+     "{'type':'object','required':['field','description'],'properties':{"
+     "'field':{'type':'string','description':'The path of the field, parameter or header at "
+     "fault.','example':'model.layers[2].units'},"
+     "'description':{'type':'string','description':'The rule it broke.'}}}"},
+
+    /* ---- jobs (handlers.c, job_actions.c) ---- */
+    {"Job",
+     "{'type':'object','description':'A training job.','required':['name','id','display_name',"
+     "'state','reason','message','priority','attempt','spec'],'properties':{"
+     "'name':{'type':'string','description':'jobs/{id}',"
+     "'example':'jobs/20260101-0123456789abcdef'},"
+     "'id':{'type':'string','description':'Empty in a validate_only answer.'},"
+     "'display_name':{'type':'string'},"
+     "'state':{'$ref':'#/components/schemas/JobState'},"
+     "'reason':{'type':'string','description':'The reason code of the last state change (CREATED, "
+     "CANCELLED, NUMERIC_ERROR, ...).'},"
+     "'message':{'type':'string','description':'The last state change, for a person.'},"
+     "'priority':{'type':'integer','minimum':0,'maximum':100},"
+     "'attempt':{'type':'integer','description':'How many times the job has started.'},"
+     "'request_id':{'type':'string','description':'The request_id it was created with.'},"
+     "'tenant':{'type':'string','description':'The tenant that owns it.'},"
+     "'create_time':" TIME("When it was created.") ","
+     "'start_time':" TIME("When its last attempt started.") ","
+     "'end_time':" TIME("When it ended.") ","
+     "'latest_metrics':" METRIC_MAP("The newest value of each metric (get and :wait only).") ","
+     "'spec':{'$ref':'#/components/schemas/JobSpec'}}}"},
+    {"JobWaitResult",
+     "{'description':'The job when :wait returns.','allOf':[{'$ref':'#/components/schemas/Job'},"
+     "{'type':'object','required':['done'],'properties':{'done':{'type':'boolean',"
+     "'description':'true when the job ended; false when the timeout passed first.'}}}]}"},
+    {"JobList", PAGE_OF("Job", "jobs", "A page of jobs, newest first unless order_by says.")},
+    {"JobExplanation",
+     "{'type':'object','required':['name','state','reasons'],'properties':{"
+     "'name':{'type':'string'},'state':{'$ref':'#/components/schemas/JobState'},"
+     "'reasons':{'type':'array','items':{'type':'object','required':['code','message'],"
+     "'properties':{'code':{'type':'string','description':'JOBS_AHEAD, "
+     "WAITING_FOR_DEVICES, WAITING_FOR_PREEMPTION, BEHIND_HIGHER_PRIORITY, BEHIND_EARLIER_JOB, "
+     "RETRY_BACKOFF, NEVER_FITS or NOT_YET_PLACED while queued; ACTIVE or ENDED "
+     "after.'},'message':{'type':'string'}}}}}}"},
+    {"MetricPoint",
+     "{'type':'object','required':['seq','attempt','step','epoch','name','time'],'properties':{"
+     "'seq':{'type':'integer','format':'int64','description':'The point sequence number, the "
+     "id of its metrics:watch event.'},"
+     "'attempt':{'type':'integer'},'step':{'type':'integer','format':'int64'},"
+     "'epoch':{'type':'integer'},'name':{'type':'string','example':'loss'},"
+     "'value':{'type':'number','description':'Absent when the value is not finite.'},"
+     "'time':" TIME("When kilnd stored it.") "}}"},
+    {"MetricList", LIST_OF("MetricPoint", "metrics", "Metric points in step order.")},
+    {"Event",
+     "{'type':'object','required':['time','from_state','to_state','reason','message'],"
+     "'properties':{'time':" TIME("When the state changed.") ","
+     "'from_state':{'type':'string','description':'Empty for the creation.'},"
+     "'to_state':{'$ref':'#/components/schemas/JobState'},"
+     "'reason':{'type':'string'},'message':{'type':'string'}}}"},
+    {"EventList", LIST_OF("Event", "events",
+                          "State changes and notes (TRAINING, PIPELINE_TUNED: from_state = "
+                          "to_state), oldest first.")},
+    {"Checkpoint",
+     "{'type':'object','required':['name','id','attempt','step','path','bytes','sha256','format',"
+     "'pinned','create_time','metrics'],'properties':{"
+     "'name':{'type':'string','example':'jobs/20260101-0123456789abcdef/checkpoints/3'},"
+     "'id':{'type':'integer','format':'int64'},'attempt':{'type':'integer'},"
+     "'step':{'type':'integer','format':'int64'},"
+     "'path':{'type':'string','description':'The file on the server.'},"
+     "'bytes':{'type':'integer','format':'int64'},'sha256':{'type':'string'},"
+     "'format':{'type':'string','enum':['safetensors']},"
+     "'pinned':{'type':'boolean','description':'Retention never removes a pinned checkpoint.'},"
+     "'create_time':" TIME("When it was written.") ","
+     "'metrics':" METRIC_MAP("The newest value of each metric when it was written.") "}}"},
+    {"CheckpointList",
+     LIST_OF("Checkpoint", "checkpoints", "The checkpoints of a job, oldest first.")},
+
+    /* ---- data sets (datasets.c) ---- */
+    {"Dataset",
+     "{'type':'object','description':'A built-in or uploaded data set.','required':['name','id',"
+     "'builtin','format','ready','train_examples','test_examples','classes','input_shape'],"
+     "'properties':{'name':{'type':'string','example':'datasets/fashion-mnist'},"
+     "'id':{'type':'string','description':'What a job spec names as dataset.name.'},"
+     "'builtin':{'type':'boolean'},'format':{'type':'string','enum':['csv','idx','images']},"
+     "'ready':{'type':'boolean','description':'false when a built-in data set is not installed.'},"
+     "'train_examples':{'type':'integer','format':'int64'},"
+     "'test_examples':{'type':'integer','format':'int64'},'classes':{'type':'integer'},"
+     "'input_shape':{'type':'array','items':{'type':'integer'}},"
+     "'display_name':{'type':'string','description':'Uploads only.'},"
+     "'label_column':{'type':'string','description':'csv uploads only.'},"
+     "'bytes':{'type':'integer','format':'int64','description':'Uploads only.'},"
+     "'sha256':{'type':'string','description':'Uploads only.'},"
+     "'create_time':" TIME("Uploads only.") "}}"},
+    {"DatasetList",
+     PAGE_OF("Dataset", "datasets", "Built-in data sets, then uploads, newest first.")},
+
+    /* ---- devices and pools (observe.c) ---- */
+    {"Device",
+     "{'type':'object','required':['name','type','index','pool','busy'],'properties':{"
+     "'name':{'type':'string','example':'devices/cpu-0'},'type':{'type':'string','enum':['cpu',"
+     "'gpu']},'index':{'type':'integer'},'model':{'type':'string','description':'The GPU model.'},"
+     "'pool':{'type':'string'},'busy':{'type':'boolean'},"
+     "'job':{'type':'string','description':'The job on it, when the caller may see that job.'}}}"},
+    {"DeviceList", LIST_OF("Device", "devices", "Every device of every pool.")},
+    {"Pool",
+     "{'type':'object','required':['name','id','device_type','devices','devices_busy',"
+     "'running_jobs','queued_jobs'],'properties':{'name':{'type':'string','example':"
+     "'pools/default'},'id':{'type':'string'},'device_type':{'type':'string','enum':['cpu','gpu']},"
+     "'devices':{'type':'integer'},'devices_busy':{'type':'integer'},"
+     "'running_jobs':{'type':'integer'},'queued_jobs':{'type':'integer'}}}"},
+    {"PoolList", LIST_OF("Pool", "pools", "The worker pools.")},
+
+    /* ---- the rest ---- */
+    {"Health",
+     "{'type':'object','required':['status'],'properties':{'status':{'type':'string','enum':['ok',"
+     "'ready']}}}"},
+    {"Empty",
+     "{'type':'object','description':'An empty object: what a delete answers (AIP-135).'}"},
+    {"ProfileTrace",
+     "{'type':'object','description':'Chrome trace-event JSON (chrome://tracing, Perfetto).',"
+     "'properties':{'traceEvents':{'type':'array','items':{'type':'object'}}}}"},
+    {"OpenApiDocument", "{'type':'object','description':'This document (OpenAPI 3.0.3).'}"},
+
+    /* ---- the job spec (api/spec.c; docs/spec.md has every rule) ---- */
+    {"JobSpec",
+     "{'type':'object','description':'A training job: model, data, loss and optimizer. Unknown "
+     "fields are refused by name (400).','required':['model','loss','dataset','optimizer'],"
+     "'properties':{"
+     "'display_name':{'type':'string','minLength':1,'maxLength':127},"
+     "'model':{'$ref':'#/components/schemas/Model'},"
+     "'loss':{'type':'string','enum':['sparse_categorical_crossentropy',"
+     "'categorical_crossentropy','binary_crossentropy','mse','mae']},"
+     "'metrics':{'type':'array','items':{'oneOf':[{'type':'string','enum':['accuracy','mse','mae',"
+     "'top_k_accuracy']},{'type':'object','required':['type'],'properties':{'type':{'type':"
+     "'string','enum':['top_k_accuracy']},'k':{'type':'integer','minimum':1}}}]}},"
+     "'dataset':{'type':'object','required':['name'],'properties':{"
+     "'name':{'type':'string','description':'A built-in data set or an uploaded one (ds-...).',"
+     "'example':'fashion-mnist'},'validation':{'type':'string','enum':['test','none','split']},"
+     "'validation_split':{'type':'number'}}},"
+     "'pipeline':{'type':'object','description':'The input pipeline (tf.data names).',"
+     "'properties':{'batch_size':{'type':'integer','minimum':1},'shuffle':{'type':'boolean'},"
+     "'shuffle_buffer':{'type':'integer'},'normalize':{'type':'boolean'},"
+     "'standardize':{'type':'object','properties':{'mean':{'type':'array','items':{'type':"
+     "'number'}},'std':{'type':'array','items':{'type':'number'}}}},"
+     "'augment':{'type':'array','items':{}},'drop_remainder':{'type':'boolean'},"
+     "'cache':{'type':'string','enum':['memory','file']},'prefetch':{'type':'integer'},"
+     "'num_parallel_calls':{'type':'integer'},'take':{'type':'integer'},'skip':{'type':"
+     "'integer'},'interleave':{'type':'object','properties':{'cycle_length':{'type':'integer'},"
+     "'block_length':{'type':'integer'}}},'one_hot':{'type':'boolean'},"
+     "'cast':{'type':'string','enum':['float32','float16','bfloat16']},"
+     "'shard':{'type':'object','properties':{'num_shards':{'type':'integer'},'index':{'type':"
+     "'integer'}}}}},"
+     "'optimizer':{'type':'object','required':['type'],'description':'Keras names; each type "
+     "also takes its own fields (momentum, beta_1, rho, ...).','properties':{"
+     "'type':{'type':'string','enum':['sgd','adam','adamw','rmsprop','adagrad']},"
+     "'learning_rate':{'type':'number'},'weight_decay':{'type':'number'},"
+     "'global_clipnorm':{'type':'number'},'schedule':{'type':'object','properties':{'type':{"
+     "'type':'string','enum':['constant','step','exponential','cosine']}}}}},"
+     "'epochs':{'type':'integer','minimum':1,'maximum':10000},"
+     "'log_every_steps':{'type':'integer','minimum':1,'maximum':1000000},"
+     "'seed':{'type':'integer','format':'int64','minimum':0},"
+     "'priority':{'type':'integer','minimum':0,'maximum':100},"
+     "'resources':{'type':'object','properties':{'device_type':{'type':'string','enum':['cpu',"
+     "'gpu']},'devices':{'type':'integer','minimum':1},'pool':{'type':'string'}}},"
+     "'precision':{'type':'string','enum':['float32','mixed_bfloat16','mixed_float16']},"
+     "'recompute':{'type':'boolean'},"
+     "'strategy':{'type':'object','required':['type'],'properties':{'type':{'type':'string',"
+     "'enum':['single','mirrored','multi_worker','parameter_server']},'replicas':{'type':"
+     "'integer'},'workers':{'type':'integer'},'replicas_per_worker':{'type':'integer'},"
+     "'aggregation':{'type':'string'},'bucket_cap_mb':{'type':'number'},'ps':{'type':'integer'},"
+     "'mode':{'type':'string'},'max_staleness':{'type':'integer'}}},"
+     "'max_restarts':{'type':'integer','minimum':0,'maximum':100},"
+     "'max_runtime':{'type':'integer','minimum':0,'description':'Seconds; 0: no limit.'},"
+     "'checkpoint':{'type':'object','properties':{'every_steps':{'type':'integer'},"
+     "'keep_last':{'type':'integer'},'keep_best':{'type':'integer'},'monitor':{'type':'string'},"
+     "'mode':{'type':'string','enum':['min','max']}}},"
+     "'callbacks':{'type':'object','properties':{'early_stopping':{'type':'object'},"
+     "'reduce_lr_on_plateau':{'type':'object'}}},"
+     "'gradient_accumulation_steps':{'type':'integer','minimum':1,'maximum':4096},"
+     "'validation_every_steps':{'type':'integer','minimum':1},"
+     "'profile':{'type':'object','required':['steps'],'properties':{'steps':{'type':'array',"
+     "'minItems':2,'maxItems':2,'items':{'type':'integer'},'description':'[first, last] "
+     "optimizer steps to record.'}}}}}"},
+    {"Model",
+     "{'type':'object','required':['input_shape','layers'],'properties':{"
+     "'input_shape':{'type':'array','items':{'type':'integer','minimum':1},'example':[28,28,1]},"
+     "'layers':{'type':'array','items':{'$ref':'#/components/schemas/Layer'}}}}"},
+    {"Layer",
+     "{'type':'object','required':['type'],'description':'One layer; each type takes its own "
+     "fields (units, filters, kernel_size, activation, ...; see docs/spec.md).','properties':{"
+     "'type':{'type':'string','example':'dense'},'units':{'type':'integer'},"
+     "'activation':{'type':'string'}},'additionalProperties':true}"},
+};
+// clang-format on
+
+const http_openapi_text *http_openapi_schemas(int *n) {
+  *n = (int)(sizeof schemas / sizeof schemas[0]);
+  return schemas;
+}
