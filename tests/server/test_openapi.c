@@ -23,7 +23,11 @@ static int load_document(void **state) {
   http_request req = {.method = "GET", .path = "/v1/openapi.json", .body = ""};
   http_response res = {.status = 500};
   http_openapi(NULL, &req, &res);
-  if (res.status != 200 || !res.body) return -1;
+  if (res.status != 200 || !res.body) {
+    printf("GET /v1/openapi.json answered %d: %s\n", res.status, res.body ? res.body : "");
+    free(res.body);
+    return -1;
+  }
   json_error_t err;
   doc = json_loads(res.body, 0, &err);
   free(res.body);
