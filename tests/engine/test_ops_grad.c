@@ -317,6 +317,19 @@ static kn_node c_depthwise_chunks(ctx *c) {
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
   return kn_depthwise_conv2d(c->g, in_f(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* One depth: 20 channels (a register block of 16 and 4 past it), strided
+ * then dilated; 5x5 taps x 100 channels (two chunks, each with blocks). */
+static kn_node c_depthwise_channel_blocks(ctx *c) {
+  int xd[4] = {3, 7, 6, 20}, w1[4] = {3, 3, 20, 1}, w2[4] = {2, 2, 20, 1};
+  kn_window s2 = {3, 3, 2, 2, 1, 1, KN_PAD_SAME}, d2 = {2, 2, 1, 1, 2, 2, KN_PAD_SAME};
+  kn_node h = kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w1", 4, w1), &s2);
+  return kn_depthwise_conv2d(c->g, h, param(c, "w2", 4, w2), &d2);
+}
+static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
+  int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
+  kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, in_f(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_max_pool(ctx *c) {
   int xd[4] = {2, 4, 6, 3};
   kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_VALID};
@@ -425,6 +438,8 @@ CASE(c_depthwise)
 CASE(c_depthwise_strided)
 CASE(c_depthwise_blocks)
 CASE(c_depthwise_chunks)
+CASE(c_depthwise_channel_blocks)
+CASE(c_depthwise_chunks_of_blocks)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -504,6 +519,8 @@ int main(void) {
       T(c_depthwise_strided),
       T(c_depthwise_blocks),
       T(c_depthwise_chunks),
+      T(c_depthwise_channel_blocks),
+      T(c_depthwise_chunks_of_blocks),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
