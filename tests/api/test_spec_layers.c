@@ -261,12 +261,125 @@ static void new_optimizers_take_keras_defaults_and_check_their_options(void **st
   free(text);
 }
 
+/* Parses a spec around layers; fails the test with the first detail when
+ * it is refused. */
+static void parse_layers(const char *layers, api_job_spec *spec) {
+  char *text = spec_with(layers, "{\"type\":\"sgd\"}");
+  api_error err;
+  memset(&err, 0, sizeof err);
+  if (api_spec_parse(text, strlen(text), spec, &err) != 0)
+    fail_msg("refused %s: %s: %s", layers, err.details[0].field, err.details[0].description);
+  free(text);
+}
+
+/* Keras's activation layers by their own names (LeakyReLU, ELU, Softmax)
+ * are the activation layer once parsed, with Keras's defaults: the same
+ * struct as {"type": "activation", ...}, and the same canonical form. */
+static void activation_layers_by_keras_names_are_activation_layers(void **state) {
+  (void)state;
+  static const struct {
+    const char *keras, *kiln;
+  } pairs[] = {
+      {"{\"type\":\"leaky_relu\",\"name\":\"a\",\"negative_slope\":0.2}",
+       "{\"type\":\"activation\",\"name\":\"a\",\"activation\":\"leaky_relu\",\"alpha\":0.2}"},
+      {"{\"type\":\"leaky_relu\",\"name\":\"a\",\"alpha\":0.2}",
+       "{\"type\":\"activation\",\"name\":\"a\",\"activation\":\"leaky_relu\",\"alpha\":0.2}"},
+      {"{\"type\":\"leaky_relu\",\"name\":\"a\"}",
+       "{\"type\":\"activation\",\"name\":\"a\",\"activation\":\"leaky_relu\",\"alpha\":0.3}"},
+      {"{\"type\":\"elu\",\"name\":\"a\"}",
+       "{\"type\":\"activation\",\"name\":\"a\",\"activation\":\"elu\",\"alpha\":1.0}"},
+      {"{\"type\":\"elu\",\"name\":\"a\",\"alpha\":0.5}",
+       "{\"type\":\"activation\",\"name\":\"a\",\"activation\":\"elu\",\"alpha\":0.5}"},
+      {"{\"type\":\"relu\",\"name\":\"a\"}", "{\"type\":\"relu\",\"name\":\"a\"}"},
+  };
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    char keras[512], kiln[512];
+    snprintf(keras, sizeof keras, "{\"type\":\"flatten\"},%s,{\"type\":\"dense\",\"units\":10}",
+             pairs[i].keras);
+    snprintf(kiln, sizeof kiln, "{\"type\":\"flatten\"},%s,{\"type\":\"dense\",\"units\":10}",
+             pairs[i].kiln);
+    api_job_spec a, b;
+    parse_layers(keras, &a);
+    parse_layers(kiln, &b);
+    if (memcmp(&a, &b, sizeof a) != 0)
+      fail_msg("case %zu: %s parses unlike %s (alpha %g, %g)", i, pairs[i].keras, pairs[i].kiln,
+               a.layers[1].alpha, b.layers[1].alpha);
+    char *ca = api_spec_to_json(&a), *cb = api_spec_to_json(&b);
+    assert_string_equal(ca, cb);
+    free(ca);
+    free(cb);
+  }
+  api_job_spec spec;
+  parse_layers("{\"type\":\"flatten\"},{\"type\":\"leaky_relu\",\"negative_slope\":0.25},"
+               "{\"type\":\"dense\",\"units\":10},{\"type\":\"softmax\"}",
+               &spec);
+  assert_int_equal(spec.layers[1].type, API_LAYER_ACTIVATION);
+  assert_int_equal(spec.layers[1].activation, API_ACT_LEAKY_RELU);
+  assert_float_equal(spec.layers[1].alpha, 0.25, 0);
+  assert_string_equal(spec.layers[1].name, "leaky_relu_1"); /* its default name, by its type */
+  assert_int_equal(spec.layers[3].type, API_LAYER_ACTIVATION);
+  assert_int_equal(spec.layers[3].activation, API_ACT_SOFTMAX);
+  assert_string_equal(spec.layers[3].name, "softmax_3");
+  /* The canonical form names the activation layer, and reads back the same. */
+  char *canon = api_spec_to_json(&spec);
+  assert_non_null(strstr(canon, "{\"type\":\"activation\",\"name\":\"leaky_relu_1\","
+                                "\"activation\":\"leaky_relu\",\"alpha\":0.25}"));
+  api_job_spec again;
+  api_error err;
+  assert_int_equal(api_spec_parse(canon, strlen(canon), &again, &err), 0);
+  assert_memory_equal(&spec, &again, sizeof spec);
+  free(canon);
+}
+
+/* Their own fields only, each error at its field. */
+static void activation_layers_by_keras_names_check_their_fields(void **state) {
+  (void)state;
+  static const struct {
+    const char *layer, *field, *description;
+  } cases[] = {
+      {"{\"type\":\"leaky_relu\",\"negative_slope\":0.2,\"alpha\":0.2}", "model.layers[1].alpha",
+       "give negative_slope or alpha (its Keras 2 name), not both"},
+      {"{\"type\":\"leaky_relu\",\"negative_slope\":-1}", "model.layers[1].negative_slope",
+       "must be > 0 and <= 100, got -1"},
+      {"{\"type\":\"leaky_relu\",\"negative_slope\":\"big\"}", "model.layers[1].negative_slope",
+       "must be a number, got string"},
+      {"{\"type\":\"elu\",\"negative_slope\":0.2}", "model.layers[1].negative_slope",
+       "not a field of a 'elu' layer"},
+      {"{\"type\":\"elu\",\"alpha\":0}", "model.layers[1].alpha", "must be > 0 and <= 100, got 0"},
+      {"{\"type\":\"softmax\",\"alpha\":1}", "model.layers[1].alpha",
+       "not a field of a 'softmax' layer"},
+      {"{\"type\":\"leaky_relu\",\"activation\":\"relu\"}", "model.layers[1].activation",
+       "not a field of a 'leaky_relu' layer"},
+      {"{\"type\":\"softmax\"}", "model.layers[1]", "softmax is allowed only on the last layer"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char layers[512];
+    snprintf(layers, sizeof layers, "{\"type\":\"flatten\"},%s,{\"type\":\"dense\",\"units\":10}",
+             cases[i].layer);
+    char *text = spec_with(layers, "{\"type\":\"sgd\"}");
+    api_job_spec spec;
+    api_error err;
+    memset(&err, 0, sizeof err);
+    if (api_spec_parse(text, strlen(text), &spec, &err) == 0) fail_msg("accepted: %s", text);
+    int found = 0;
+    for (int d = 0; d < err.n_details; d++)
+      found |= strcmp(err.details[d].field, cases[i].field) == 0 &&
+               strstr(err.details[d].description, cases[i].description) != NULL;
+    if (!found)
+      fail_msg("case %zu: no '%s' at %s; first detail %s: %s", i, cases[i].description,
+               cases[i].field, err.details[0].field, err.details[0].description);
+    free(text);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(residual_cnn_parses_with_keras_defaults),
       cmocka_unit_test(bad_layers_are_refused_with_their_field_paths),
       cmocka_unit_test(batch_norm_synchronized_is_a_boolean_false_by_default),
       cmocka_unit_test(new_optimizers_take_keras_defaults_and_check_their_options),
+      cmocka_unit_test(activation_layers_by_keras_names_are_activation_layers),
+      cmocka_unit_test(activation_layers_by_keras_names_check_their_fields),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
