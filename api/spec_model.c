@@ -26,6 +26,32 @@ const char *const spec_layer_types[] = {"dense",
                                         "add",
                                         "concatenate",
                                         NULL};
+/* Activation layers by Keras's layer names: each is an activation layer
+ * ({"type": "activation", "activation": ...}) once parsed, so what reads a
+ * parsed model knows one kind of activation layer. The type names a layer
+ * may give are spec_layer_types, then these. */
+enum { TYPE_LEAKY_RELU = API_LAYER_CONCATENATE + 1, TYPE_ELU, TYPE_SOFTMAX };
+static const char *const type_names[] = {"dense",
+                                         "flatten",
+                                         "activation",
+                                         "relu",
+                                         "conv2d",
+                                         "depthwise_conv2d",
+                                         "separable_conv2d",
+                                         "batch_norm",
+                                         "dropout",
+                                         "max_pool2d",
+                                         "avg_pool2d",
+                                         "global_avg_pool2d",
+                                         "add",
+                                         "concatenate",
+                                         "leaky_relu",
+                                         "elu",
+                                         "softmax",
+                                         NULL};
+static const api_activation activation_of_type[] = {[TYPE_LEAKY_RELU] = API_ACT_LEAKY_RELU,
+                                                    [TYPE_ELU] = API_ACT_ELU,
+                                                    [TYPE_SOFTMAX] = API_ACT_SOFTMAX};
 const char *const spec_activations[] = {"linear", "relu",    "softmax", "leaky_relu", "elu",
                                         "gelu",   "sigmoid", "tanh",    NULL};
 const char *const spec_paddings[] = {"valid", "same", NULL};
@@ -52,6 +78,7 @@ static const char *const layer_fields[] = {"type",
                                            "synchronized",
                                            "axis",
                                            "alpha",
+                                           "negative_slope",
                                            NULL};
 static const char *const fields_by_type[][14] = {
     [API_LAYER_DENSE] = {"type", "name", "inputs", "units", "activation", "use_bias",
@@ -76,6 +103,9 @@ static const char *const fields_by_type[][14] = {
     [API_LAYER_GLOBAL_AVG_POOL2D] = {"type", "name", "inputs", NULL},
     [API_LAYER_ADD] = {"type", "name", "inputs", NULL},
     [API_LAYER_CONCATENATE] = {"type", "name", "inputs", "axis", NULL},
+    [TYPE_LEAKY_RELU] = {"type", "name", "inputs", "negative_slope", "alpha", NULL},
+    [TYPE_ELU] = {"type", "name", "inputs", "alpha", NULL},
+    [TYPE_SOFTMAX] = {"type", "name", "inputs", NULL},
 };
 
 #define MAX_WINDOW 1024
@@ -119,14 +149,14 @@ static int valid_layer_name(const char *name) {
   return 1;
 }
 
-/* Parses one layer object. Returns its type, or -1 when the type is missing
- * or unknown. *shape_known says whether the shape walk can go on past it
+/* Parses one layer object. Returns its type's index in type_names, or -1
+ * when the type is missing or unknown. *shape_known says whether the shape walk can go on past it
  * (a known type and valid sizes); *named whether the user gave a name.
  * "inputs" is resolved later, once every layer has its name. */
 static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *layer, int *named,
                        int *shape_known) {
   scope s = {c, obj, path};
-  int type = spec_get_choice(&s, "type", REQUIRED, "unknown layer type", spec_layer_types);
+  int type = spec_get_choice(&s, "type", REQUIRED, "unknown layer type", type_names);
   *shape_known = 0;
 
   const char *key;
@@ -135,7 +165,7 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
     char field[PATH_LEN], expected[240];
     spec_join_path(field, path, key);
     if (type >= 0 && spec_pick(key, layer_fields) >= 0 && spec_pick(key, fields_by_type[type]) < 0)
-      spec_problem(c, field, "not a field of a '%s' layer", spec_layer_types[type]);
+      spec_problem(c, field, "not a field of a '%s' layer", type_names[type]);
     else if (spec_pick(key, layer_fields) < 0)
       spec_problem(c, field, "unknown field; expected one of: %s",
                    spec_list_text(type >= 0 ? fields_by_type[type] : layer_fields, expected,
@@ -158,7 +188,7 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
   }
   if (type < 0) return -1;
 
-  layer->type = (api_layer_type)type;
+  layer->type = type > API_LAYER_CONCATENATE ? API_LAYER_ACTIVATION : (api_layer_type)type;
   *shape_known = 1;
   /* Keras's defaults, then what the spec says. */
   layer->use_bias = 1;
@@ -175,7 +205,10 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
     spec_get_bool(&s, "use_bias", &layer->use_bias);
     break;
   case API_LAYER_ACTIVATION:
-    act = spec_get_choice(&s, "activation", REQUIRED, "unknown activation", spec_activations);
+    if (type > API_LAYER_CONCATENATE)
+      act = (int)activation_of_type[type];
+    else
+      act = spec_get_choice(&s, "activation", REQUIRED, "unknown activation", spec_activations);
     break;
   case API_LAYER_RELU: layer->activation = API_ACT_RELU; break;
   case API_LAYER_CONV2D:
@@ -254,8 +287,17 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
   if (layer->type == API_LAYER_ACTIVATION) {
     if (layer->activation == API_ACT_LEAKY_RELU) layer->alpha = 0.3;
     if (layer->activation == API_ACT_ELU) layer->alpha = 1.0;
-    if (spec_get_number(&s, "alpha", OPTIONAL, &layer->alpha) == 1) {
-      spec_join_path(field, path, "alpha");
+    /* Keras 3's LeakyReLU calls its slope negative_slope, Keras 2's alpha. */
+    const char *slope = "alpha";
+    if (type == TYPE_LEAKY_RELU && json_object_get(obj, "negative_slope")) {
+      slope = "negative_slope";
+      if (json_object_get(obj, "alpha")) {
+        spec_join_path(field, path, "alpha");
+        spec_problem(c, field, "give negative_slope or alpha (its Keras 2 name), not both");
+      }
+    }
+    if (spec_get_number(&s, slope, OPTIONAL, &layer->alpha) == 1) {
+      spec_join_path(field, path, slope);
       if (layer->activation != API_ACT_LEAKY_RELU && layer->activation != API_ACT_ELU)
         spec_problem(c, field, "alpha applies to leaky_relu and elu only");
       else if (!(layer->alpha > 0 && layer->alpha <= 100))
@@ -524,11 +566,11 @@ void spec_parse_model(checker *c, json_t *obj, api_job_spec *spec) {
       types[i] = parse_layer(c, layer, path, &spec->layers[i], &named[i], &shape_known[i]);
   }
 
-  /* Default names "<type>_<index>": "flatten_0", "dense_1". */
+  /* Default names "<type>_<index>": "flatten_0", "dense_1", "leaky_relu_2". */
   for (size_t i = 0; i < n_layers; i++)
     if (!named[i] && types[i] >= 0)
-      snprintf(spec->layers[i].name, sizeof spec->layers[i].name, "%s_%zu",
-               spec_layer_types[types[i]], i);
+      snprintf(spec->layers[i].name, sizeof spec->layers[i].name, "%s_%zu", type_names[types[i]],
+               i);
   for (size_t j = 1; j < n_layers; j++) {
     for (size_t i = 0; i < j; i++) {
       const char *name = spec->layers[j].name;
@@ -560,7 +602,10 @@ void spec_parse_model(checker *c, json_t *obj, api_job_spec *spec) {
     if (spec->layers[i].activation != API_ACT_SOFTMAX) continue;
     char path[PATH_LEN], base[PATH_LEN];
     spec_index_path(base, "model.layers", i);
-    spec_join_path(path, base, "activation");
+    if (types[i] == TYPE_SOFTMAX) /* the layer itself, it has no activation field */
+      spec_copy_text(path, sizeof path, base);
+    else
+      spec_join_path(path, base, "activation");
     spec_problem(c, path, "softmax is allowed only on the last layer");
   }
 
