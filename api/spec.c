@@ -31,10 +31,11 @@ static void parse_profile(checker *c, json_t *obj, api_job_spec *spec) {
   }
 }
 
-static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
+static void parse_spec(checker *c, json_t *root, api_job_spec *spec, keras_paths *kp) {
   scope s = {c, root, ""};
   static const char *const fields[] = {"display_name",
                                        "model",
+                                       "keras_model",
                                        "loss",
                                        "metrics",
                                        "dataset",
@@ -69,8 +70,21 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec) {
       spec_copy_text(spec->display_name, sizeof spec->display_name, display_name);
   }
 
-  json_t *model = spec_get_object(&s, "model", REQUIRED);
-  if (model) spec_parse_model(c, model, spec);
+  /* The model: kiln's own section, or a Keras model's to_json() translated
+   * into one; either way spec_parse_model checks it. */
+  json_t *model = spec_get_object(&s, "model", OPTIONAL);
+  json_t *keras_model = spec_get_object(&s, "keras_model", OPTIONAL);
+  if (model && keras_model) {
+    spec_problem(c, "keras_model", "give model or keras_model, not both");
+  } else if (keras_model) {
+    json_t *translated = spec_keras_translate(c, keras_model, kp);
+    if (translated) spec_parse_model(c, translated, spec);
+    json_decref(translated);
+  } else if (model) {
+    spec_parse_model(c, model, spec);
+  } else if (!json_object_get(root, "model") && !json_object_get(root, "keras_model")) {
+    spec_problem(c, "model", "is required (or keras_model: a Keras model's to_json())");
+  }
 
   const char *loss = spec_get_string(&s, "loss", REQUIRED);
   int loss_index = loss ? spec_pick(loss, spec_loss_names) : -1;
@@ -271,9 +285,11 @@ int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *
 
   set_defaults(spec);
   checker c = {err, 0};
-  parse_spec(&c, root, spec);
+  keras_paths kp = {0};
+  parse_spec(&c, root, spec, &kp);
   json_decref(root);
   if (c.problems == 0) check_fits_dataset(&c, spec);
+  spec_keras_paths(&kp, err);
   if (c.problems == 0) return 0;
 
   err->http = 400;

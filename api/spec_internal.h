@@ -96,4 +96,19 @@ void spec_check_gpu(checker *c, const api_job_spec *spec);
 void spec_parse_strategy(checker *c, json_t *obj, api_job_spec *spec);
 void spec_check_strategy_resources(checker *c, json_t *resources, api_job_spec *spec);
 
+/* spec_keras.c: keras_model, a Keras model's to_json(), as a model section
+ * ({"input_shape": [...], "layers": [...]}) for spec_parse_model; NULL after
+ * reporting each problem under keras_model. kp records where each kiln
+ * layer came from, so that spec_keras_paths can name the Keras fields in
+ * the problems found later (model.layers[2].units ->
+ * keras_model.config.layers[3].config.units). */
+typedef struct keras_paths {
+  int used;
+  int n_layers;
+  int at[API_MAX_LAYERS]; /* kiln layer i is keras_model.config.layers[at[i]] */
+  char input[PATH_LEN];   /* where the input shape was read, batch first */
+} keras_paths;
+json_t *spec_keras_translate(checker *c, json_t *keras_model, keras_paths *kp);
+void spec_keras_paths(const keras_paths *kp, api_error *err);
+
 #endif
