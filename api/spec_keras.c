@@ -31,7 +31,8 @@ enum {
   K_INPUT_LAYER,
 };
 
-/* Keras's class names, and the kiln layer type each becomes. */
+/* Keras's class names, and the kiln layer type each becomes; the InputLayer
+ * becomes the model's input_shape. */
 static const char *const keras_classes[] = {"Dense",
                                             "Conv2D",
                                             "DepthwiseConv2D",
@@ -49,8 +50,7 @@ static const char *const keras_classes[] = {"Dense",
                                             "Softmax",
                                             "Add",
                                             "Concatenate",
-                                            "InputLayer",
-                                            NULL};
+                                            NULL}; /* and "InputLayer", K_INPUT_LAYER */
 static const char *const kiln_types[] = {"dense",
                                          "conv2d",
                                          "depthwise_conv2d",
@@ -68,6 +68,10 @@ static const char *const kiln_types[] = {"dense",
                                          "softmax",
                                          "add",
                                          "concatenate"};
+
+static const char *class_label(int cls) {
+  return cls == K_INPUT_LAYER ? "InputLayer" : keras_classes[cls];
+}
 
 /* Each class's own config fields besides name, trainable, dtype and the
  * input shape a first layer may carry; *_regularizer and *_constraint
@@ -208,7 +212,7 @@ static void put_activation(keras_layer *k, json_t *value) {
     spec_problem(k->c, path,
                  "activation leaky_relu on a %s (Keras's slope 0.2) is not one kiln fuses; put a "
                  "LeakyReLU layer after it",
-                 keras_classes[k->cls]);
+                 class_label(k->cls));
     return;
   }
   json_object_set(k->out, "activation", value);
@@ -228,7 +232,7 @@ static void put_initializer(keras_layer *k, const char *key, json_t *value, cons
   if (kiln_key) {
     json_object_set_new(k->out, kiln_key, json_string(name));
   } else if (strcmp(name, fixed) != 0) {
-    spec_problem(k->c, path, "kiln's %s uses %s here, got %s", keras_classes[k->cls], fixed, name);
+    spec_problem(k->c, path, "kiln's %s uses %s here, got %s", class_label(k->cls), fixed, name);
   }
 }
 
@@ -333,8 +337,7 @@ static void translate_config(keras_layer *k) {
       spec_problem(k->c, path,
                    "not a field of a Keras %s that kiln translates; it reads: name, "
                    "trainable, dtype, %s",
-                   keras_classes[k->cls],
-                   spec_list_text(class_fields[k->cls], known, sizeof known));
+                   class_label(k->cls), spec_list_text(class_fields[k->cls], known, sizeof known));
       continue;
     }
     if (spec_pick(key, ignored) >= 0 || special_field(k, key, value)) continue;
@@ -564,10 +567,10 @@ json_t *spec_keras_translate(checker *c, json_t *root, keras_paths *kp) {
       spec_problem(c, path, "must have a class_name and a config object");
       continue;
     }
-    int cls = spec_pick(cls_name, keras_classes);
+    int cls =
+        strcmp(cls_name, "InputLayer") == 0 ? K_INPUT_LAYER : spec_pick(cls_name, keras_classes);
     if (cls < 0) {
-      spec_problem(c, path,
-                   "layer '%s' is a Keras %s, which kiln does not translate; supported: %s",
+      spec_problem(c, path, "layer '%s' is a Keras %s; kiln translates %s",
                    name ? spec_clip(name, qname, sizeof qname) : "(unnamed)",
                    spec_clip(cls_name, quoted, sizeof quoted),
                    spec_list_text(keras_classes, supported, sizeof supported));

@@ -202,7 +202,7 @@ static void unsupported_classes_are_refused_naming_layer_and_class(void **state)
   static const bad_case cases[] = {
       {"keras2_sequential_mlp", "config.layers[3].class_name", "\"LSTM\"",
        "keras_model.config.layers[3]",
-       "layer 'dropout' is a Keras LSTM, which kiln does not translate; supported: Dense, Conv2D"},
+       "layer 'dropout' is a Keras LSTM; kiln translates Dense, Conv2D"},
       {"keras3_functional", "config.layers[4].class_name", "\"Multiply\"",
        "keras_model.config.layers[4]", "layer 'res' is a Keras Multiply"},
       {"keras3_sequential_cnn", "config.layers[1].class_name", "\"Conv1D\"",
