@@ -160,10 +160,14 @@ static const http_openapi_text schemas[] = {
     /* ---- the job spec (api/spec.c; docs/spec.md has every rule) ---- */
     {"JobSpec",
      "{'type':'object','description':'A training job: model, data, loss and optimizer. Unknown "
-     "fields are refused by name (400).','required':['model','loss','dataset','optimizer'],"
+     "fields are refused by name (400). The model is model or keras_model, one of the two.',"
+     "'required':['loss','dataset','optimizer'],"
      "'properties':{"
      "'display_name':{'type':'string','minLength':1,'maxLength':127},"
      "'model':{'$ref':'#/components/schemas/Model'},"
+     "'keras_model':{'type':'object','description':'A Keras 2 or 3 model.to_json() (Sequential or "
+     "functional), translated into model with Keras names and defaults; the job stores the "
+     "translated model. See docs/spec.md.','additionalProperties':true},"
      "'loss':{'type':'string','enum':['sparse_categorical_crossentropy',"
      "'categorical_crossentropy','binary_crossentropy','mse','mae']},"
      "'metrics':{'type':'array','items':{'oneOf':[{'type':'string','enum':['accuracy','mse','mae',"
