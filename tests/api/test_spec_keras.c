@@ -312,6 +312,40 @@ static void model_and_keras_model_are_one_or_the_other(void **state) {
   json_decref(root);
 }
 
+static char *read_example(const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", EXAMPLES_DIR, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  char *text = calloc(1, 1 << 16);
+  size_t n = fread(text, 1, (1 << 16) - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  return text;
+}
+
+/* examples/fmnist-keras.json, the Keras route's example, is
+ * examples/fmnist-cnn.json written as Keras 3's to_json(): the same spec
+ * but for the layers' names (Keras's, against kiln's defaults). */
+static void the_keras_example_is_the_cnn_example(void **state) {
+  (void)state;
+  char *keras = read_example("fmnist-keras.json"), *cnn = read_example("fmnist-cnn.json");
+  api_job_spec a, b;
+  parse_ok(keras, &a);
+  parse_ok(cnn, &b);
+  assert_string_equal(a.layers[0].name, "conv2d");
+  assert_string_equal(b.layers[0].name, "conv2d_0");
+  for (int l = 0; l < API_MAX_LAYERS; l++) {
+    memset(a.layers[l].name, 0, sizeof a.layers[l].name);
+    memset(b.layers[l].name, 0, sizeof b.layers[l].name);
+  }
+  memset(a.display_name, 0, sizeof a.display_name);
+  memset(b.display_name, 0, sizeof b.display_name);
+  assert_memory_equal(&a, &b, sizeof a);
+  free(keras);
+  free(cnn);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(keras_fixtures_parse_to_their_kiln_specs),
@@ -319,6 +353,7 @@ int main(void) {
       cmocka_unit_test(unsupported_classes_are_refused_naming_layer_and_class),
       cmocka_unit_test(fields_kiln_cannot_honour_are_refused_by_path),
       cmocka_unit_test(model_and_keras_model_are_one_or_the_other),
+      cmocka_unit_test(the_keras_example_is_the_cnn_example),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
