@@ -238,6 +238,8 @@ static void fields_kiln_cannot_honour_are_refused_by_path(void **state) {
        "keras_model.config.layers[1].config.axis", "must be one axis"},
       {"keras2_sequential_cnn", "config.layers[2].config.max_value", "6.0",
        "keras_model.config.layers[2].config.max_value", "kiln has no max_value; must be null"},
+      {"keras2_functional", "config.trainable", "false", "keras_model.config.trainable",
+       "a frozen model (trainable false)"},
       {"keras3_sequential_cnn", "config.layers[4].config.trainable", "false",
        "keras_model.config.layers[4].config.trainable", "a frozen layer (trainable false)"},
       {"keras3_sequential_cnn", "config.layers[4].config.dtype", "\"mixed_float16\"",
