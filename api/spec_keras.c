@@ -531,6 +531,10 @@ json_t *spec_keras_translate(checker *c, json_t *root, keras_paths *kp) {
   }
   scope cs = {c, config, "keras_model.config"};
   spec_refuse_unknown(&cs, config_fields);
+  json_t *trainable = json_object_get(config, "trainable");
+  if (trainable && !json_is_true(trainable))
+    spec_problem(c, "keras_model.config.trainable",
+                 "kiln trains every layer; a frozen model (trainable false) is not supported");
   json_t *layers = spec_get_array(&cs, "layers", REQUIRED);
   if (!layers) return NULL;
   size_t n = json_array_size(layers);
