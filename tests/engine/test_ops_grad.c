@@ -325,6 +325,13 @@ static kn_node c_depthwise_channel_blocks(ctx *c) {
   kn_node h = kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w1", 4, w1), &s2);
   return kn_depthwise_conv2d(c->g, h, param(c, "w2", 4, w2), &d2);
 }
+/* 9 x 8 images of 16 channels: pixels whose whole window is inside (taps
+ * at fixed offsets) and pixels at every border, in all three kernels. */
+static kn_node c_depthwise_interior(ctx *c) {
+  int xd[4] = {2, 9, 8, 16}, wd[4] = {3, 3, 16, 1};
+  kn_window w = {3, 3, 1, 1, 1, 1, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
   int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
@@ -440,6 +447,7 @@ CASE(c_depthwise_blocks)
 CASE(c_depthwise_chunks)
 CASE(c_depthwise_channel_blocks)
 CASE(c_depthwise_chunks_of_blocks)
+CASE(c_depthwise_interior)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -521,6 +529,7 @@ int main(void) {
       T(c_depthwise_chunks),
       T(c_depthwise_channel_blocks),
       T(c_depthwise_chunks_of_blocks),
+      T(c_depthwise_interior),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
