@@ -150,6 +150,12 @@ typedef struct kn_model {
   kn_graph *graph;
   kn_node x, y, logits, loss;
   kn_loss loss_kind;
+  /* (n_layers): each layer's output node, by layer index */
+  kn_node *layer_outputs;
+  /* The last layer's activation that the loss applies itself, so logits
+   * lack it: softmax (cross-entropy), sigmoid (binary cross-entropy) or
+   * linear. kn_model_predict applies it. */
+  kn_activation output_activation;
   int n_outputs;       /* the last layer's units */
   int n_classes;       /* n_outputs for classification losses, 0 for regression */
   size_t example_size; /* floats per example */
@@ -166,6 +172,33 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
 int kn_model_compile(kn_model *m, const kn_model_config *cfg, uint64_t seed, kn_plan_stats *stats,
                      char *err, size_t errlen);
 void kn_model_free(kn_model *m); /* frees the graph; the struct is the caller's */
+/* "dense", "conv2d", ...: a layer kind as the spec names it. */
+const char *kn_layer_kind(kn_layer_type t);
+
+/* The model's inference on n examples x (n, example_size) into out
+ * (n, n_outputs): forward runs in batches of the planned size (batch norm
+ * on its moving statistics, no dropout), and the activation the loss
+ * folded away (output_activation) applied to the logits, so out holds
+ * what the model declares: probabilities after a softmax. */
+int kn_model_predict(kn_model *m, const float *x, int64_t n, float *out, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ onnx -- */
+
+/* The model as an ONNX model (opset 17, IR version 8): its inference graph
+ * (batch norm in inference mode on the moving statistics, dropout removed,
+ * the last layer's softmax or sigmoid kept as the output), every weight an
+ * initializer in float32 whatever the training precision, a dynamic batch
+ * dimension. The input is named "input" and takes kiln's layout (B, ...),
+ * images NHWC as kiln's data; inside, convolutions and pools run NCHW
+ * behind Transpose nodes. Each layer's output is a tensor named after the
+ * layer and the graph's output is the last layer's. m was built from cfg
+ * and compiled, its weights trained or loaded. A layer the exporter cannot
+ * translate is an error naming it. graph_name may be NULL ("kiln"). */
+int kn_onnx_encode(kn_model *m, const kn_model_config *cfg, const char *graph_name, uint8_t **out,
+                   size_t *len, char *err, size_t errlen);
+/* kn_onnx_encode into a file: a temp file, fsync'd and renamed to path. */
+int kn_onnx_export(kn_model *m, const kn_model_config *cfg, const char *graph_name,
+                   const char *path, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ checkpoints -- */
 

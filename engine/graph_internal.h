@@ -478,6 +478,30 @@ int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h);
 int kn_durable_finish(int fd, int write_failed, const char *tmp, const char *path, const char *what,
                       char *err, size_t errlen);
 
+/* One axis of a window (convolution or pool) over `in` cells, TF's rules:
+ * same padding gives ceil(in / stride) cells with the odd padding cell at
+ * the end; valid needs the window (dilation x (k - 1) + 1 cells) to fit,
+ * else it returns 0. Fills the output size and the padding cells before
+ * the first. */
+static inline int kn_window_axis(int in, int k, int stride, int dilation, kn_padding padding,
+                                 int *out, int *pad_before) {
+  int span = dilation * (k - 1) + 1;
+  *pad_before = 0;
+  if (padding == KN_PAD_SAME) {
+    *out = (in + stride - 1) / stride;
+    int total = (*out - 1) * stride + span - in;
+    *pad_before = total > 0 ? total / 2 : 0;
+    return 1;
+  }
+  if (span > in) return 0;
+  *out = (in - span) / stride + 1;
+  return 1;
+}
+
+/* model.c: a layer's window, Keras's defaults filled in. */
+kn_window kn_layer_conv_window(const kn_layer_config *L);
+kn_window kn_layer_pool_window(const kn_layer_config *L);
+
 /* The profiler's hooks (profile.c). */
 double kn_profile_now(void);
 void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, double end);

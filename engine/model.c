@@ -8,7 +8,7 @@
 
 #include "graph_internal.h"
 
-static const char *layer_kind(kn_layer_type t) {
+const char *kn_layer_kind(kn_layer_type t) {
   switch (t) {
   case KN_LAYER_DENSE: return "dense";
   case KN_LAYER_FLATTEN: return "flatten";
@@ -54,7 +54,7 @@ static int or_default(int v, int dflt) {
   return v > 0 ? v : dflt;
 }
 
-static kn_window conv_window(const kn_layer_config *L) {
+kn_window kn_layer_conv_window(const kn_layer_config *L) {
   kn_window w = {.kh = L->kernel_size[0],
                  .kw = L->kernel_size[1] ? L->kernel_size[1] : L->kernel_size[0],
                  .stride_h = or_default(L->strides[0], 1),
@@ -65,7 +65,7 @@ static kn_window conv_window(const kn_layer_config *L) {
   return w;
 }
 
-static kn_window pool_window(const kn_layer_config *L) {
+kn_window kn_layer_pool_window(const kn_layer_config *L) {
   int ph = or_default(L->pool_size[0], 2), pw = or_default(L->pool_size[1], ph);
   /* Keras: strides default to the pool size. */
   int sh = or_default(L->strides[0], ph), sw = or_default(L->strides[1], L->strides[0] ? sh : pw);
@@ -95,7 +95,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
   char pname[96];
   if (n_ins > 1 && L->type != KN_LAYER_ADD && L->type != KN_LAYER_CONCATENATE) {
     return kn_graph_fail(g, KN_EINVAL, "layer %d (%s): a %s layer takes one input, got %d", i,
-                         L->name, layer_kind(L->type), n_ins);
+                         L->name, kn_layer_kind(L->type), n_ins);
   }
   switch (L->type) {
   case KN_LAYER_FLATTEN: return kn_flatten(g, h);
@@ -112,7 +112,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
   case KN_LAYER_ACTIVATION: return activate(g, h, L, is_last, cfg->loss);
   case KN_LAYER_CONV2D: {
     if (ndim != 4) break;
-    kn_window w = conv_window(L);
+    kn_window w = kn_layer_conv_window(L);
     int wdims[4] = {w.kh, w.kw, shape[3], L->filters};
     snprintf(pname, sizeof pname, "%s.kernel", L->name);
     h = kn_conv2d(g, h, kn_param(g, pname, 4, wdims, kernel_init(L)), &w);
@@ -121,7 +121,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
   case KN_LAYER_DEPTHWISE_CONV2D:
   case KN_LAYER_SEPARABLE_CONV2D: {
     if (ndim != 4) break;
-    kn_window w = conv_window(L);
+    kn_window w = kn_layer_conv_window(L);
     int mult = or_default(L->depth_multiplier, 1);
     int wdims[4] = {w.kh, w.kw, shape[3], mult};
     snprintf(pname, sizeof pname, "%s.depthwise_kernel", L->name);
@@ -162,7 +162,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
   case KN_LAYER_MAX_POOL2D:
   case KN_LAYER_AVG_POOL2D: {
     if (ndim != 4) break;
-    kn_window w = pool_window(L);
+    kn_window w = kn_layer_pool_window(L);
     return L->type == KN_LAYER_MAX_POOL2D ? kn_max_pool2d(g, h, &w) : kn_avg_pool2d(g, h, &w);
   }
   case KN_LAYER_GLOBAL_AVG_POOL2D: return kn_global_avg_pool2d(g, h);
@@ -170,7 +170,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
   case KN_LAYER_CONCATENATE: {
     if (n_ins < 2) {
       return kn_graph_fail(g, KN_EINVAL, "layer %d (%s): %s needs at least 2 inputs, got %d", i,
-                           L->name, layer_kind(L->type), n_ins);
+                           L->name, kn_layer_kind(L->type), n_ins);
     }
     for (int k = 1; k < n_ins; k++) {
       h = L->type == KN_LAYER_ADD ? kn_add(g, h, ins[k])
@@ -186,7 +186,7 @@ static kn_node build_layer(kn_graph *g, const kn_model_config *cfg, int i, const
   if (used < (int)sizeof s) snprintf(s + used, sizeof s - (size_t)used, ")");
   return kn_graph_fail(g, KN_EINVAL,
                        "layer %d (%s): %s needs an image input (height, width, channels), got %s",
-                       i, L->name, layer_kind(L->type), s);
+                       i, L->name, kn_layer_kind(L->type), s);
 }
 
 int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t errlen) {
@@ -257,19 +257,18 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     if (L->name[0])
       snprintf(scope, sizeof scope, "%s", L->name);
     else
-      snprintf(scope, sizeof scope, "%s_%d", layer_kind(L->type), i);
+      snprintf(scope, sizeof scope, "%s_%d", kn_layer_kind(L->type), i);
     kn_graph_set_scope(g, scope);
     h = build_layer(g, cfg, i, ins, n_ins);
     if (h < 0 && !g->error_code) {
       kn_graph_fail(g, KN_EINVAL, "layer %d (%s, %s) failed to build", i, L->name,
-                    layer_kind(L->type));
+                    kn_layer_kind(L->type));
     }
     /* In a mixed graph the next layer reads this one's output as stored,
      * in the narrow type; the last layer's logits reach the loss in f32. */
     if (i + 1 < cfg->n_layers) h = kn_narrow_boundary(g, h);
     outputs[i] = h;
   }
-  free(outputs);
   const int min_outputs = cfg->loss == KN_LOSS_SPARSE_XENT || cfg->loss == KN_LOSS_XENT ? 2 : 1;
   if ((int)cfg->loss < (int)KN_LOSS_SPARSE_XENT || (int)cfg->loss > (int)KN_LOSS_MAE) {
     kn_graph_fail(g, KN_EINVAL, "model: unknown loss %d", (int)cfg->loss);
@@ -318,9 +317,25 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
   }
   if (rc) {
     kn_graph_free(g);
+    free(outputs);
     memset(out, 0, sizeof *out);
     return rc;
   }
+  /* What the loss folded away from the last layer (activate, above). */
+  const kn_layer_config *last = &cfg->layers[cfg->n_layers - 1];
+  const int activates = last->type == KN_LAYER_DENSE || last->type == KN_LAYER_ACTIVATION ||
+                        last->type == KN_LAYER_CONV2D || last->type == KN_LAYER_DEPTHWISE_CONV2D ||
+                        last->type == KN_LAYER_SEPARABLE_CONV2D;
+  if (!activates)
+    out->output_activation = KN_ACT_LINEAR;
+  else if (last->activation == KN_ACT_SOFTMAX &&
+           (cfg->loss == KN_LOSS_SPARSE_XENT || cfg->loss == KN_LOSS_XENT))
+    out->output_activation = KN_ACT_SOFTMAX;
+  else if (last->activation == KN_ACT_SIGMOID && cfg->loss == KN_LOSS_BCE)
+    out->output_activation = KN_ACT_SIGMOID;
+  else
+    out->output_activation = KN_ACT_LINEAR;
+  out->layer_outputs = outputs;
   out->graph = g;
   out->x = x;
   out->y = y;
@@ -366,4 +381,6 @@ void kn_model_free(kn_model *m) {
   if (!m) return;
   kn_graph_free(m->graph);
   m->graph = NULL;
+  free(m->layer_outputs);
+  m->layer_outputs = NULL;
 }

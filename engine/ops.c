@@ -265,21 +265,13 @@ static int window_attrs(kn_graph *g, const kn_node_rec *X, const kn_window *w, k
   int in[2] = {X->dims[1], X->dims[2]}, k[2] = {w->kh, w->kw};
   int s[2] = {w->stride_h, w->stride_w}, dl[2] = {w->dilation_h, w->dilation_w};
   for (int i = 0; i < 2; i++) {
-    int span = dl[i] * (k[i] - 1) + 1;
-    int out, pad = 0;
-    if (w->padding == KN_PAD_SAME) {
-      out = (in[i] + s[i] - 1) / s[i];
-      int total = (out - 1) * s[i] + span - in[i];
-      pad = total > 0 ? total / 2 : 0;
-    } else {
-      if (span > in[i]) {
-        kn_graph_fail(g, KN_EINVAL,
-                      "%s: a window of %d (kernel %d, dilation %d) does not fit an input of %d "
-                      "with valid padding",
-                      what, span, k[i], dl[i], in[i]);
-        return 0;
-      }
-      out = (in[i] - span) / s[i] + 1;
+    int out, pad;
+    if (!kn_window_axis(in[i], k[i], s[i], dl[i], w->padding, &out, &pad)) {
+      kn_graph_fail(g, KN_EINVAL,
+                    "%s: a window of %d (kernel %d, dilation %d) does not fit an input of %d "
+                    "with valid padding",
+                    what, dl[i] * (k[i] - 1) + 1, k[i], dl[i], in[i]);
+      return 0;
     }
     *(i ? &attrs->ow : &attrs->oh) = out;
     *(i ? &attrs->pad_left : &attrs->pad_top) = pad;

@@ -1,6 +1,7 @@
 /* train_metrics.c — a batch fed into the model's inputs, and what a run
  * reports of it: correct and top-k counts, error sums, the metrics' names,
- * the checks of a dataset and metrics against the model, and evaluation. */
+ * the checks of a dataset and metrics against the model, evaluation, and the
+ * model's predictions (inference). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,4 +279,40 @@ int kn_global_tally(kn_run *r, kn_metric_sums *t) {
 int kn_report_tally(kn_run *r, const kn_metric_sums *t, kn_metric_sums *out) {
   *out = *t;
   return r->dist ? kn_global_tally(r, out) : KN_OK;
+}
+
+int kn_model_predict(kn_model *m, const float *x, int64_t n, float *out, char *err, size_t errlen) {
+  if (!m->graph || !m->graph->compiled) {
+    snprintf(err, errlen, "predict: compile the model first");
+    return KN_ESTATE;
+  }
+  const int batch = kn_planned_batch(m), width = m->n_outputs;
+  int ydims, yshape[KN_MAX_DIMS];
+  kn_node_shape(m->graph, m->y, &ydims, yshape);
+  size_t y_elems = 1; /* i32 class ids or f32 targets: 4 bytes each */
+  for (int d = 0; d < ydims; d++) y_elems *= (size_t)yshape[d];
+  for (int64_t start = 0; start < n; start += batch) {
+    int rows = (int)((n - start) < batch ? n - start : batch);
+    memcpy(kn_node_data(m->graph, m->x), x + (size_t)start * m->example_size,
+           (size_t)rows * m->example_size * sizeof(float));
+    memset(kn_node_data(m->graph, m->y), 0, y_elems * 4); /* the loss runs too, on no labels */
+    int rc = kn_graph_run(m->graph, KN_RUN_FORWARD, rows, err, errlen);
+    if (rc) return rc;
+    const float *logits = kn_node_data(m->graph, m->logits);
+    for (int r = 0; r < rows; r++) {
+      const float *in = logits + (size_t)r * width;
+      float *o = out + (size_t)(start + r) * width;
+      if (m->output_activation == KN_ACT_SOFTMAX) {
+        double top = in[0], sum = 0.0;
+        for (int c = 1; c < width; c++) top = in[c] > top ? in[c] : top;
+        for (int c = 0; c < width; c++) sum += exp((double)in[c] - top);
+        for (int c = 0; c < width; c++) o[c] = (float)(exp((double)in[c] - top) / sum);
+      } else if (m->output_activation == KN_ACT_SIGMOID) {
+        for (int c = 0; c < width; c++) o[c] = (float)(1.0 / (1.0 + exp(-(double)in[c])));
+      } else {
+        memcpy(o, in, (size_t)width * sizeof(float));
+      }
+    }
+  }
+  return KN_OK;
 }
