@@ -19,7 +19,15 @@ packages=(
   # the dashboard's browser test and benchmark: headless Chromium driven by
   # node over the DevTools pipe (nothing is downloaded at test time)
   chromium nodejs
+  # the ONNX export test: onnx.checker (ONNX Runtime comes from npm, below)
+  python3-onnx
 )
+
+# npm runs `npm ci` for the tests' packages (below); Debian ships it apart
+# from nodejs, while NodeSource's nodejs carries it and conflicts with it.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -62,3 +70,6 @@ npm_ci() {
 cd "$(dirname "$0")/.."
 # The OpenAPI document's linter and client generator (tests/openapi).
 npm_ci tests/openapi
+# ONNX Runtime's web build (WebAssembly under node, nothing native) for the
+# ONNX export test (tests/onnx).
+npm_ci tests/onnx
