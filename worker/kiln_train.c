@@ -1,8 +1,9 @@
 /* kiln_train.c — main() of kiln-train: trains ONE job from a job spec. kilnd
  * runs it with --progress-fd to read JSON progress lines; run alone it
- * prints progress for a person. Exit status: 0 trained, 2 usage, 3 invalid
- * spec, 4 data error, 5 numeric error (NaN/inf loss), 6 stopped by SIGTERM
- * after writing a checkpoint, 1 anything else. */
+ * prints progress for a person; --export-onnx writes the model as ONNX.
+ * Exit status: 0 trained, 2 usage, 3 invalid spec (or a model the export
+ * refuses), 4 data error, 5 numeric error (NaN/inf loss), 6 stopped by
+ * SIGTERM after writing a checkpoint, 1 anything else. */
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -252,72 +253,6 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen) 
   return buf;
 }
 
-static kn_init to_engine_init(api_initializer init) {
-  switch (init) {
-  case API_INIT_GLOROT_UNIFORM: return KN_INIT_GLOROT_UNIFORM;
-  case API_INIT_GLOROT_NORMAL: return KN_INIT_GLOROT_NORMAL;
-  case API_INIT_HE_UNIFORM: return KN_INIT_HE_UNIFORM;
-  case API_INIT_HE_NORMAL: return KN_INIT_HE_NORMAL;
-  case API_INIT_ZEROS: return KN_INIT_ZEROS;
-  case API_INIT_ONES: return KN_INIT_ONES;
-  }
-  return KN_INIT_GLOROT_UNIFORM;
-}
-
-/* The spec's layers (every default already filled in by the api) as the
- * engine's; the enums line up name for name. */
-static void to_engine_layers(const api_job_spec *spec, kn_layer_config *layers) {
-  static const kn_activation acts[] = {
-      [API_ACT_LINEAR] = KN_ACT_LINEAR,   [API_ACT_RELU] = KN_ACT_RELU,
-      [API_ACT_SOFTMAX] = KN_ACT_SOFTMAX, [API_ACT_LEAKY_RELU] = KN_ACT_LEAKY_RELU,
-      [API_ACT_ELU] = KN_ACT_ELU,         [API_ACT_GELU] = KN_ACT_GELU,
-      [API_ACT_SIGMOID] = KN_ACT_SIGMOID, [API_ACT_TANH] = KN_ACT_TANH};
-  static const kn_layer_type types[] = {[API_LAYER_DENSE] = KN_LAYER_DENSE,
-                                        [API_LAYER_FLATTEN] = KN_LAYER_FLATTEN,
-                                        [API_LAYER_ACTIVATION] = KN_LAYER_ACTIVATION,
-                                        [API_LAYER_RELU] = KN_LAYER_ACTIVATION,
-                                        [API_LAYER_CONV2D] = KN_LAYER_CONV2D,
-                                        [API_LAYER_DEPTHWISE_CONV2D] = KN_LAYER_DEPTHWISE_CONV2D,
-                                        [API_LAYER_SEPARABLE_CONV2D] = KN_LAYER_SEPARABLE_CONV2D,
-                                        [API_LAYER_BATCH_NORM] = KN_LAYER_BATCH_NORM,
-                                        [API_LAYER_DROPOUT] = KN_LAYER_DROPOUT,
-                                        [API_LAYER_MAX_POOL2D] = KN_LAYER_MAX_POOL2D,
-                                        [API_LAYER_AVG_POOL2D] = KN_LAYER_AVG_POOL2D,
-                                        [API_LAYER_GLOBAL_AVG_POOL2D] = KN_LAYER_GLOBAL_AVG_POOL2D,
-                                        [API_LAYER_ADD] = KN_LAYER_ADD,
-                                        [API_LAYER_CONCATENATE] = KN_LAYER_CONCATENATE};
-  for (int i = 0; i < spec->n_layers; i++) {
-    const api_layer *a = &spec->layers[i];
-    kn_layer_config *k = &layers[i];
-    memset(k, 0, sizeof *k);
-    snprintf(k->name, sizeof k->name, "%s", a->name);
-    k->type = types[a->type];
-    k->units = a->units;
-    k->use_bias = a->use_bias;
-    k->activation = a->type == API_LAYER_RELU ? KN_ACT_RELU : acts[a->activation];
-    k->alpha = (float)a->alpha;
-    k->filters = a->filters;
-    k->depth_multiplier = a->depth_multiplier;
-    k->padding = a->padding_same ? KN_PAD_SAME : KN_PAD_VALID;
-    for (int d = 0; d < 2; d++) {
-      k->kernel_size[d] = a->kernel_size[d];
-      k->strides[d] = a->strides[d];
-      k->dilation_rate[d] = a->dilation_rate[d];
-      k->pool_size[d] = a->pool_size[d];
-    }
-    k->rate = (float)a->rate;
-    k->momentum = (float)a->momentum;
-    k->epsilon = (float)a->epsilon;
-    k->synchronized = a->synchronized;
-    k->axis = a->axis;
-    k->kernel_initializer = to_engine_init(a->kernel_initializer);
-    k->kernel_initializer_set = 1;
-    k->bias_initializer = to_engine_init(a->bias_initializer);
-    k->n_inputs = a->n_inputs;
-    for (int j = 0; j < a->n_inputs && j < KN_LAYER_MAX_INPUTS; j++) k->inputs[j] = a->inputs[j];
-  }
-}
-
 static void usage(FILE *to) {
   fprintf(to, "usage: kiln-train [options] SPEC.json\n"
               "Trains one job from a kiln job spec.\n\n"
@@ -332,11 +267,15 @@ static void usage(FILE *to) {
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
               "  --threads N           compute threads (default: the spec's resources.devices)\n"
+              "  --export-onnx FILE    write the trained model as ONNX to FILE after training\n"
+              "  --weights CKPT        with --export-onnx: train nothing, export the model with\n"
+              "                        the weights of CKPT (a .safetensors checkpoint of SPEC)\n"
               "  --collective-timeout S  multi_worker, parameter_server: fail when the other\n"
               "                        processes keep an all-reduce, a push or a pull waiting\n"
               "                        S seconds (one died or hangs; default 300)\n"
               "  -h, --help            this help\n\n"
-              "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec, 4 data error,\n"
+              "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec (or a model --export-onnx "
+              "refuses),\n4 data error, \n"
               "5 numeric error (loss became NaN or infinite), 6 stopped by SIGTERM (a\n"
               "checkpoint of the last finished step was written first)\n");
 }
@@ -412,10 +351,13 @@ static int train_main(int argc, char **argv) {
                                           {"threads", required_argument, NULL, 't'},
                                           {"resume", required_argument, NULL, 'r'},
                                           {"collective-timeout", required_argument, NULL, 'T'},
+                                          {"export-onnx", required_argument, NULL, 'o'},
+                                          {"weights", required_argument, NULL, 'w'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
   const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL, *resume = NULL;
+  const char *onnx_path = NULL, *weights = NULL;
   reporter rep = {.progress_fd = -1};
   int threads = 0, opt;
   double collective_timeout = 0.0;
@@ -428,6 +370,8 @@ static int train_main(int argc, char **argv) {
     case 'u': uploads_dir = optarg; break;
     case 'k': check_dir = optarg; break;
     case 'r': resume = optarg; break;
+    case 'o': onnx_path = optarg; break;
+    case 'w': weights = optarg; break;
     case 'j': rep.progress_fd = STDOUT_FILENO; break;
     case 'p':
       rep.progress_fd = (int)strtol(optarg, &end, 10);
@@ -469,6 +413,10 @@ static int train_main(int argc, char **argv) {
     usage(stderr);
     return EXIT_USAGE;
   }
+  if (weights && !onnx_path) {
+    fprintf(stderr, "kiln-train: --weights is for --export-onnx FILE: name the file to write\n");
+    return EXIT_USAGE;
+  }
   if (!data_dir || !*data_dir) data_dir = KILN_DEFAULT_DATASETS_DIR;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -494,6 +442,13 @@ static int train_main(int argc, char **argv) {
                        aerr.details[i].description);
     }
     return fail(&rep, EXIT_SPEC, "SPEC_INVALID", msg);
+  }
+  if (weights) { /* export only: nothing is trained */
+    int refused = 0;
+    if (worker_export_checkpoint(&spec, weights, onnx_path, &refused, err, sizeof err))
+      return fail(&rep, refused ? EXIT_SPEC : 1, refused ? "EXPORT_REFUSED" : "EXPORT_ERROR", err);
+    if (readable_stdout(&rep)) printf("exported %s as ONNX to %s\n", weights, onnx_path);
+    return 0;
   }
   int rank = 0;
   const int ps = spec.strategy == API_STRATEGY_PARAMETER_SERVER;
@@ -532,28 +487,12 @@ static int train_main(int argc, char **argv) {
   report_status(&rep, "loaded", msg);
 
   kn_layer_config layers[API_MAX_LAYERS];
-  to_engine_layers(&spec, layers);
-  static const kn_loss losses[] = {[API_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY] = KN_LOSS_SPARSE_XENT,
-                                   [API_LOSS_CATEGORICAL_CROSSENTROPY] = KN_LOSS_XENT,
-                                   [API_LOSS_BINARY_CROSSENTROPY] = KN_LOSS_BCE,
-                                   [API_LOSS_MEAN_SQUARED_ERROR] = KN_LOSS_MSE,
-                                   [API_LOSS_MEAN_ABSOLUTE_ERROR] = KN_LOSS_MAE};
-  kn_model_config mc = {
-      .input_ndim = spec.input_ndim,
-      .n_layers = spec.n_layers,
-      .layers = layers,
-      .batch_size = spec.batch_size,
-      .seed = spec.seed,
-      .loss = losses[spec.loss_type],
-      .precision = strcmp(spec.precision, "mixed_bfloat16") == 0  ? KN_PRECISION_MIXED_BFLOAT16
-                   : strcmp(spec.precision, "mixed_float16") == 0 ? KN_PRECISION_MIXED_FLOAT16
-                                                                  : KN_PRECISION_FLOAT32,
-      .recompute = spec.recompute};
+  kn_model_config mc;
+  worker_model_config(&spec, layers, &mc);
   /* A GPU job: replica i of this process on the machine's GPU
    * local rank x replicas + i, of those the scheduler made visible. */
   const int first_gpu = mpi_local_rank * spec.replicas;
   if (gpu) mc.device = (kn_device){KN_DEVICE_CUDA, first_gpu};
-  memcpy(mc.input_shape, spec.input_shape, sizeof mc.input_shape);
   kn_model model;
   kn_plan_stats stats;
   int status = 0;
@@ -768,6 +707,16 @@ static int train_main(int argc, char **argv) {
     status = fail(&rep, 1, "TRAINING_ERROR", err);
   } else {
     report_status(&rep, "done", "training finished");
+  }
+  if (!status && onnx_path && rank == 0) {
+    int refused = 0;
+    if (worker_export_model(&spec, &model, &mc, onnx_path, &refused, err, sizeof err)) {
+      status =
+          fail(&rep, refused ? EXIT_SPEC : 1, refused ? "EXPORT_REFUSED" : "EXPORT_ERROR", err);
+    } else {
+      snprintf(msg, sizeof msg, "exported the trained model as ONNX to %s", onnx_path);
+      report_status(&rep, "exported", msg);
+    }
   }
 out:
   for (int i = 0; i < n_others; i++) kn_model_free(&replicas[i]);

@@ -1,5 +1,6 @@
 /* worker.h — private to kiln-train: finding, unpacking and checking data
- * sets, and mapping a spec's pipeline onto the engine's. */
+ * sets, mapping a spec's model and pipeline onto the engine's, and ONNX
+ * export. */
 #ifndef KILN_WORKER_H
 #define KILN_WORKER_H
 
@@ -31,5 +32,19 @@ int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_datas
 /* mean and std hold API_MAX_CHANNELS floats that pc points into. */
 void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, float *mean,
                             float *std);
+
+/* The spec's model in the engine's terms: layers (room for
+ * API_MAX_LAYERS) and mc, which points into them (model_config.c). */
+void worker_model_config(const api_job_spec *spec, kn_layer_config *layers, kn_model_config *mc);
+
+/* kiln-train --export-onnx with --weights: the spec's model with the
+ * checkpoint's weights as an ONNX file at out (export.c). 0; or -1 with
+ * err, *refused set when the model itself cannot be exported (a layer
+ * with no translation) rather than the checkpoint or a file failing. */
+int worker_export_checkpoint(const api_job_spec *spec, const char *checkpoint, const char *out,
+                             int *refused, char *err, size_t errlen);
+/* The same for a model kiln-train has just trained. */
+int worker_export_model(const api_job_spec *spec, kn_model *model, const kn_model_config *mc,
+                        const char *out, int *refused, char *err, size_t errlen);
 
 #endif
