@@ -209,9 +209,7 @@ void http_get_logs(const http_config *cfg, http_request *req, http_response *res
   fclose(f);
 }
 
-/* Answers 200 with the file at path; -1 (nothing answered) when it cannot
- * be opened. */
-static int reply_file(http_response *res, const char *path, const char *content_type) {
+int http_reply_file(http_response *res, const char *path, const char *content_type) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -225,9 +223,8 @@ static int reply_file(http_response *res, const char *path, const char *content_
   return 0;
 }
 
-/* The checkpoint of path parameter 1 in job; 0, or -1 having answered 404. */
-static int load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
-                           store_checkpoint *out, http_response *res) {
+int http_load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
+                         store_checkpoint *out, http_response *res) {
   char *end = NULL;
   long long id = strtoll(req->params[1], &end, 10);
   store_checkpoint *list = NULL;
@@ -261,7 +258,7 @@ void http_get_checkpoint(const http_config *cfg, http_request *req, http_respons
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (load_checkpoint(cfg, req, &job, &c, res) == 0)
+  if (http_load_checkpoint(cfg, req, &job, &c, res) == 0)
     http_reply_json(res, 200, http_checkpoint_json(job.id, &c));
   store_job_clear(&job);
 }
@@ -270,12 +267,12 @@ void http_download_checkpoint(const http_config *cfg, http_request *req, http_re
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (load_checkpoint(cfg, req, &job, &c, res) != 0) {
+  if (http_load_checkpoint(cfg, req, &job, &c, res) != 0) {
     store_job_clear(&job);
     return;
   }
   store_job_clear(&job);
-  if (reply_file(res, c.path, "application/octet-stream") != 0)
+  if (http_reply_file(res, c.path, "application/octet-stream") != 0)
     http_reply_status(res, 404, "NOT_FOUND", "checkpoint",
                       "checkpoint %lld is recorded but its file is gone", (long long)c.id);
 }
@@ -295,7 +292,7 @@ void http_get_profile(const http_config *cfg, http_request *req, http_response *
   char path[4200];
   snprintf(path, sizeof path, "%s/%s/checkpoints/%s", cfg->jobs_dir ? cfg->jobs_dir : ".", job.id,
            table ? "profile.txt" : "profile.json");
-  if (reply_file(res, path, table ? "text/plain; charset=utf-8" : "application/json") != 0)
+  if (http_reply_file(res, path, table ? "text/plain; charset=utf-8" : "application/json") != 0)
     http_reply_status(res, 404, "NOT_FOUND", "profile",
                       "job %s has no profile yet: the spec's profile.steps names the steps to "
                       "record, and the profile appears once the last of them is done",
@@ -308,7 +305,7 @@ static void set_pinned(const http_config *cfg, http_request *req, http_response 
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (load_checkpoint(cfg, req, &job, &c, res) != 0) {
+  if (http_load_checkpoint(cfg, req, &job, &c, res) != 0) {
     store_job_clear(&job);
     return;
   }

@@ -36,6 +36,8 @@ static const http_route routes[] = {
     {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}", http_get_checkpoint, 0, "One checkpoint."},
     {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}:download", http_download_checkpoint, 0,
      "The checkpoint file (safetensors)."},
+    {"GET", "/v1/jobs/{job}/checkpoints/{checkpoint}:export", http_export_checkpoint, 0,
+     "The checkpoint's model for serving (format=onnx: an ONNX file, opset 17)."},
     {"POST", "/v1/jobs/{job}/checkpoints/{checkpoint}:pin", http_pin_checkpoint, 0,
      "Pin a checkpoint: retention (checkpoint.keep_last) never removes it."},
     {"POST", "/v1/jobs/{job}/checkpoints/{checkpoint}:unpin", http_unpin_checkpoint, 0,

@@ -42,6 +42,13 @@ int http_valid_name(const char *s, size_t max);
 int http_load_job(const http_config *cfg, const http_request *req, store_job *job,
                   http_response *res);
 
+/* The checkpoint of path parameter 1 in job; 0, or -1 having answered 404. */
+int http_load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
+                         store_checkpoint *out, http_response *res);
+/* Answers 200 with the file at path; -1 (nothing answered) when it cannot
+ * be opened. */
+int http_reply_file(http_response *res, const char *path, const char *content_type);
+
 /* handlers.c */
 void http_create_job(const http_config *cfg, http_request *req, http_response *res);
 void http_list_jobs(const http_config *cfg, http_request *req, http_response *res);
@@ -65,6 +72,8 @@ void http_get_checkpoint(const http_config *cfg, http_request *req, http_respons
 void http_download_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_pin_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_unpin_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+/* export.c */
+void http_export_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 /* static.c: answers the dashboard's paths (1) or leaves the request to the
  * route table (0). */
 int http_serve_static(http_request *req, http_response *res);

@@ -561,6 +561,7 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/jobs/{job}/checkpoints",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}",
       "GET /v1/jobs/{job}/checkpoints/{checkpoint}:download",
+      "GET /v1/jobs/{job}/checkpoints/{checkpoint}:export",
       "POST /v1/jobs/{job}/checkpoints/{checkpoint}:pin",
       "POST /v1/jobs/{job}/checkpoints/{checkpoint}:unpin",
       "POST /v1/datasets",
