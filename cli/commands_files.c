@@ -1,6 +1,7 @@
 /* commands_files.c — kiln's file commands: `ckpt ls|download|pin|unpin`
  * (a download is checked against the checkpoint's SHA-256 before it takes
- * its name) and `datasets upload|ls` (an upload streams the file). */
+ * its name), `export` (a checkpoint's model as ONNX) and `datasets
+ * upload|ls` (an upload streams the file). */
 #include "kiln.h"
 
 #include <curl/curl.h>
@@ -235,6 +236,107 @@ int cli_cmd_ckpt(cli_client *client, const cli_options *opts) {
   } else {
     exit_code = ckpt_usage();
   }
+  free(job);
+  return exit_code;
+}
+
+/* ---- export ---- */
+
+/* `kiln export JOB [--step N] [-O FILE]`: the checkpoint of step N (the
+ * newest without --step), found in the job's list, as an ONNX file. */
+int cli_cmd_export(cli_client *client, const cli_options *opts) {
+  int exit_code = CLI_EXIT_OK;
+  char *job = cli_job_path_id(opts->args[0], &exit_code);
+  if (!job) return exit_code;
+  char *end = NULL;
+  long long want_step = opts->step ? strtoll(opts->step, &end, 10) : -1;
+  json_t *list_doc = NULL;
+  char *list_path = NULL, *file_path = NULL, *out_name = NULL, *part = NULL;
+  download d = {0};
+  if (opts->step && (!*opts->step || *end || want_step < 0)) {
+    exit_code = cli_usage_error("--step must be a whole number >= 0, got '%s'", opts->step);
+    goto cleanup;
+  }
+  list_path = cli_printf("/v1/jobs/%s/checkpoints", job);
+  exit_code = list_path ? cli_call_api(client, "GET", list_path, NULL, 0, &list_doc)
+                        : cli_fail("out of memory");
+  if (exit_code != CLI_EXIT_OK) goto cleanup;
+  const json_t *list = json_object_get(list_doc, "checkpoints");
+  const json_t *ckpt = NULL; /* the list comes oldest first: the last match is the newest */
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    const json_t *c = json_array_get(list, i);
+    if (want_step < 0 || json_integer_value(json_object_get(c, "step")) == want_step) ckpt = c;
+  }
+  if (!ckpt) {
+    exit_code = opts->step ? cli_fail("job %s has no checkpoint at step %lld (see 'kiln ckpt ls "
+                                      "%s')",
+                                      job, want_step, job)
+                           : cli_fail("job %s has no checkpoints to export", job);
+    goto cleanup;
+  }
+  json_int_t id = json_integer_value(json_object_get(ckpt, "id"));
+  json_int_t step = json_integer_value(json_object_get(ckpt, "step"));
+  file_path =
+      cli_printf("/v1/jobs/%s/checkpoints/%" JSON_INTEGER_FORMAT ":export?format=onnx", job, id);
+  out_name = opts->output_file ? strdup(opts->output_file)
+                               : cli_printf("%s-step%" JSON_INTEGER_FORMAT ".onnx", job, step);
+  part = out_name ? cli_printf("%s.part", out_name) : NULL;
+  if (!file_path || !part) {
+    exit_code = cli_fail("out of memory");
+    goto cleanup;
+  }
+  d.file = fopen(part, "wb");
+  if (!d.file) {
+    exit_code = cli_fail("cannot write '%s': %s", part, strerror(errno));
+    goto cleanup;
+  }
+  kc_sha256_init(&d.hash);
+  char err[CURL_ERROR_SIZE + 256];
+  cli_response resp;
+  int rc =
+      cli_client_stream(client, file_path, NULL, 0, on_download_data, &d, &resp, err, sizeof err);
+  if (rc != CLI_OK) {
+    exit_code = cli_report_transport(client, rc, "GET", file_path, err);
+    goto cleanup;
+  }
+  if (resp.status < 200 || resp.status >= 300) {
+    exit_code = cli_report_answer(client, "GET", file_path, &resp);
+    cli_response_clear(&resp);
+    goto cleanup;
+  }
+  cli_response_clear(&resp);
+  int close_failed = fclose(d.file) != 0;
+  d.file = NULL;
+  if (d.write_failed || close_failed || rename(part, out_name) != 0) {
+    exit_code = cli_fail("cannot write '%s': %s", out_name, strerror(errno));
+    goto cleanup;
+  }
+  free(part);
+  part = NULL; /* nothing left to remove */
+  uint8_t digest[32];
+  char sha[65];
+  kc_sha256_final(&d.hash, digest);
+  kc_sha256_hex(digest, sha);
+  if (opts->output == CLI_OUTPUT_JSON) {
+    json_t *doc = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s}", "file", out_name, "job", job,
+                            "checkpoint", (json_int_t)id, "step", (json_int_t)step, "bytes",
+                            (json_int_t)d.bytes, "sha256", sha, "format", "onnx");
+    cli_print_json(doc);
+    json_decref(doc);
+  } else {
+    printf("%s: ONNX model of job %s, checkpoint %" JSON_INTEGER_FORMAT
+           ", step %" JSON_INTEGER_FORMAT ", %lld bytes, sha256 %s\n",
+           out_name, job, id, step, (long long)d.bytes, sha);
+  }
+
+cleanup:
+  if (d.file) fclose(d.file);
+  if (part) unlink(part);
+  free(part);
+  free(out_name);
+  free(file_path);
+  free(list_path);
+  json_decref(list_doc);
   free(job);
   return exit_code;
 }

@@ -46,6 +46,9 @@ static const char usage_text[] =
     "                                   is taken from a .csv name), --label-column NAME\n"
     "                                   (csv), --display-name NAME\n"
     "  datasets ls                      built-in and uploaded data sets\n"
+    "  export JOB [--step N] [-O F]     the model of the checkpoint at step N (default:\n"
+    "                                   the newest) as ONNX, for ONNX Runtime, TensorRT\n"
+    "                                   or OpenVINO, into F (default JOB-stepN.onnx)\n"
     "\n"
     "Options:\n"
     "  --server URL        the kilnd to talk to (default: $KILN_SERVER, else\n"
@@ -67,7 +70,8 @@ static const char usage_text[] =
     "  --state STATE       ls: only jobs in STATE (QUEUED, STARTING, RUNNING, STOPPING,\n"
     "                      SUCCEEDED, FAILED, CANCELLED, PREEMPTED)\n"
     "  --page-size N       ls: list at most N jobs (default: all of them, page by page)\n"
-    "  -O, --output-file F ckpt download: where to write the file\n"
+    "  -O, --output-file F ckpt download, export: where to write the file\n"
+    "  --step N            export: the checkpoint of step N\n"
     "  -h, --help          print this help and exit\n"
     "  --version           print the version and exit\n"
     "\n"
@@ -186,6 +190,9 @@ static int parse_args(int argc, char **argv, cli_options *opts) {
     } else if (matches(arg, "--state")) {
       VALUE("--state", "a job state");
       opts->state = value;
+    } else if (matches(arg, "--step")) {
+      VALUE("--step", "a step number");
+      opts->step = value;
     } else if (matches(arg, "--page-size")) {
       VALUE("--page-size", "a number");
       opts->page_size = value;
@@ -225,6 +232,7 @@ static const command commands[] = {
     {"ckpt", cli_cmd_ckpt, 2, 3,
      "'ls JOB', 'download JOB [CKPT]', 'pin JOB CKPT' or 'unpin JOB CKPT'"},
     {"datasets", cli_cmd_datasets, 1, 2, "'upload FILE' or 'ls'"},
+    {"export", cli_cmd_export, 1, 1, "one job id, e.g. 'kiln export JOB -O model.onnx'"},
 };
 
 /* Checks the command, its argument count and which options it takes. */
@@ -234,7 +242,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   *exit_code = CLI_EXIT_USAGE;
   if (!cmd) {
     cli_usage_error("no command given: use submit, ls, get, watch, logs, cancel, resume, explain, "
-                    "ckpt or datasets");
+                    "ckpt, datasets or export");
     return NULL;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -256,8 +264,10 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
     misplaced = "--require applies to 'kiln submit --wait' and 'kiln watch' only";
   if (opts->timeout_s > 0 && !(is_watch || (is_submit && opts->wait) || (is_logs && opts->follow)))
     misplaced = "--timeout applies to 'kiln submit --wait', 'kiln watch' and 'kiln logs -f' only";
-  if (opts->output_file && found->run != cli_cmd_ckpt)
-    misplaced = "-O applies to 'kiln ckpt download' only";
+  if (opts->output_file && found->run != cli_cmd_ckpt && found->run != cli_cmd_export)
+    misplaced = "-O applies to 'kiln ckpt download' and 'kiln export' only";
+  if (opts->step && found->run != cli_cmd_export)
+    misplaced = "--step applies to 'kiln export' only";
   if (misplaced) {
     cli_usage_error("%s", misplaced);
     return NULL;

@@ -39,7 +39,8 @@ typedef struct cli_options {
   cli_require requires[CLI_MAX_REQUIRES];
   int n_requires;
   int follow;              /* logs -f */
-  const char *output_file; /* ckpt download -O */
+  const char *output_file; /* ckpt download -O, export -O */
+  const char *step;        /* export --step, as typed; checked by cli_cmd_export */
   const char *format;      /* datasets upload */
   const char *label_column;
   const char *display_name;
@@ -104,6 +105,7 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
  * it has not ended. */
 int cli_exit_for_state(const char *state);
 int cli_cmd_ckpt(cli_client *client, const cli_options *opts);
+int cli_cmd_export(cli_client *client, const cli_options *opts);
 int cli_cmd_datasets(cli_client *client, const cli_options *opts);
 
 #endif
