@@ -229,6 +229,11 @@ int store_metrics_thinned(store *s, const char *job_id, const char *name, int64_
 /* The last point (highest attempt, then step) of each of a job's metric
  * names, ordered by name: a job's summary, without reading every point. */
 int store_metrics_latest(store *s, const char *job_id, store_metric **out, int *n);
+/* The newest point of a job, any name (highest attempt, then step): where
+ * its training stands. *n is 0 when the job has no point yet. */
+int store_metrics_newest(store *s, const char *job_id, store_metric *out, int *n);
+/* How many points a job has, over every attempt. */
+int store_metrics_count(store *s, const char *job_id, int64_t *count);
 /* Up to limit points of a job with seq > after_seq, in arrival (seq) order:
  * a stream resumes after the last id it delivered, missing and repeating
  * nothing. */

@@ -1242,6 +1242,40 @@ done:
   return rc;
 }
 
+int store_metrics_newest(store *s, const char *job_id, store_metric *out, int *n) {
+  store_metric *points = NULL;
+  /* One step down the UNIQUE(job_id, attempt, step, name) index from its end. */
+  int rc = query_metrics(s,
+                         "SELECT seq, attempt, step, epoch, name, value, time_ms FROM metrics"
+                         " WHERE job_id = ?1 ORDER BY attempt DESC, step DESC LIMIT 1",
+                         "newest metric of job %s", job_id, NULL, &points, n);
+  if (rc == STORE_OK && *n == 1) *out = points[0];
+  free(points);
+  return rc;
+}
+
+int store_metrics_count(store *s, const char *job_id, int64_t *count) {
+  if (!s) return STORE_ERROR;
+  pthread_mutex_lock(&s->db_lock);
+  sqlite3_stmt *st = NULL;
+  int rc = STORE_ERROR;
+  *count = 0;
+  if (prepare(s, &st, "SELECT count(*) FROM metrics WHERE job_id = ?1", "count metrics") !=
+      STORE_OK)
+    goto done;
+  bind_text(st, 1, job_id);
+  if (sqlite3_step(st) != SQLITE_ROW) {
+    db_error(s, "count metrics of job %s", job_id);
+    goto done;
+  }
+  *count = sqlite3_column_int64(st, 0);
+  rc = STORE_OK;
+done:
+  release(s, st);
+  unlock_db(s);
+  return rc;
+}
+
 /* ---- checkpoints ------------------------------------------------------- */
 
 static int checkpoint_add_locked(store *s, const store_checkpoint *c) {
