@@ -2,7 +2,8 @@
  * was read: rendered GET /v1/jobs/{id} bodies, valid while the store's
  * generation (store_generation: every write kilnd's server or scheduler
  * makes moves it) is the
- * one they were read at; and verified bearer tokens, kept for a couple of
+ * one they were read at (an unfinished job's, whose times run on, for a
+ * moment at most); and verified bearer tokens, kept for a couple of
  * seconds so a revocation made outside kilnd takes effect that fast. Both
  * are small direct-mapped tables under one read-write lock; a miss just
  * means the request reads the store as it would without them. */
@@ -22,7 +23,8 @@ typedef struct job_slot {
   char id[48];
   char tenant[64];
   uint64_t generation;
-  char *body; /* NULL: empty */
+  int64_t until_ms; /* monotonic; 0 = while the generation holds */
+  char *body;       /* NULL: empty */
 } job_slot;
 
 typedef struct token_slot {
@@ -72,6 +74,7 @@ int http_cache_job_get(http_cache *c, const char *id, const http_principal *who,
   char *body = NULL;
   pthread_rwlock_rdlock(&c->lock);
   if (slot->body && slot->generation == generation && strcmp(slot->id, id) == 0 &&
+      (slot->until_ms == 0 || slot->until_ms > now_ms()) &&
       (who->admin || strcmp(slot->tenant, who->tenant) == 0))
     body = strdup(slot->body);
   pthread_rwlock_unlock(&c->lock);
@@ -82,7 +85,7 @@ int http_cache_job_get(http_cache *c, const char *id, const http_principal *who,
 }
 
 void http_cache_job_put(http_cache *c, const char *id, const char *tenant, uint64_t generation,
-                        const char *body) {
+                        int64_t max_age_ms, const char *body) {
   if (!c || !body || strlen(id) >= sizeof c->jobs[0].id ||
       strlen(tenant) >= sizeof c->jobs[0].tenant || strlen(body) > JOB_MAX_BYTES)
     return;
@@ -94,6 +97,7 @@ void http_cache_job_put(http_cache *c, const char *id, const char *tenant, uint6
   snprintf(slot->id, sizeof slot->id, "%s", id);
   snprintf(slot->tenant, sizeof slot->tenant, "%s", tenant);
   slot->generation = generation;
+  slot->until_ms = max_age_ms > 0 ? now_ms() + max_age_ms : 0;
   slot->body = copy;
   pthread_rwlock_unlock(&c->lock);
   free(old);

@@ -78,7 +78,7 @@ void http_export_checkpoint(const http_config *cfg, http_request *req, http_resp
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (http_load_checkpoint(cfg, req, &job, &c, res) != 0) {
+  if (http_load_checkpoint(cfg, req, &job, &c, NULL, res) != 0) {
     store_job_clear(&job);
     return;
   }

@@ -17,6 +17,9 @@
 
 #define LIST_DEFAULT_PAGE 50
 #define LIST_MAX_PAGE     1000
+/* How long a cached answer on a job that has not ended may be served: its
+ * times are whole at this grain. */
+#define UNFINISHED_JOB_MAX_AGE_MS 100
 
 /* ---- responses ---- */
 
@@ -96,6 +99,7 @@ static json_t *job_json_without_spec(store *st, const store_job *job, int with_m
   set_time(o, "create_time", job->create_ms);
   set_time(o, "start_time", job->start_ms);
   set_time(o, "end_time", job->end_ms);
+  http_job_add_derived(st, job, o);
   if (with_metrics && job->id[0])
     json_object_set_new(o, "latest_metrics", latest_metrics(st, job->id));
   return o;
@@ -421,7 +425,12 @@ void http_get_job(const http_config *cfg, http_request *req, http_response *res)
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   http_reply_job(res, cfg->st, &job, 1);
-  if (res->status == 200) http_cache_job_put(cfg->cache, job.id, job.tenant, generation, res->body);
+  /* An unfinished job's run_seconds or queue_seconds grows without a write. */
+  const int state = api_job_state_parse(job.state);
+  const int ended = state >= 0 && api_job_state_is_terminal((api_job_state)state);
+  if (res->status == 200)
+    http_cache_job_put(cfg->cache, job.id, job.tenant, generation,
+                       ended ? 0 : UNFINISHED_JOB_MAX_AGE_MS, res->body);
   store_job_clear(&job);
 }
 
@@ -490,7 +499,7 @@ void http_get_metrics(const http_config *cfg, http_request *req, http_response *
   http_reply_json(res, 200, doc);
 }
 
-json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c) {
+json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c, int best) {
   json_t *o = json_object();
   char name[96];
   snprintf(name, sizeof name, "jobs/%s/checkpoints/%lld", job_id, (long long)c->id);
@@ -503,6 +512,7 @@ json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c) {
   json_object_set_new(o, "sha256", json_string(c->sha256));
   json_object_set_new(o, "format", json_string("safetensors"));
   json_object_set_new(o, "pinned", json_boolean(c->pinned));
+  json_object_set_new(o, "best", json_boolean(best));
   json_object_set_new(o, "create_time", http_rfc3339(c->create_ms));
   /* The newest value of each metric when it was written (keep_best ranks by these). */
   json_t *metrics = c->metrics_json ? json_loads(c->metrics_json, 0, NULL) : NULL;
@@ -522,12 +532,20 @@ void http_get_checkpoints(const http_config *cfg, http_request *req, http_respon
     http_reply_store_failure(res, cfg->st);
     return;
   }
+  http_checkpoint_ranking rank;
+  http_checkpoint_rank(&job, list, n, &rank);
   json_t *arr = json_array();
-  for (int i = 0; i < n; i++) json_array_append_new(arr, http_checkpoint_json(job.id, &list[i]));
+  for (int i = 0; i < n; i++)
+    json_array_append_new(arr, http_checkpoint_json(job.id, &list[i], i == rank.best));
   store_checkpoint_list_free(list, n);
   store_job_clear(&job);
   json_t *doc = json_object();
   json_object_set_new(doc, "checkpoints", arr);
+  /* What `best` was decided by; absent when no checkpoint carries it. */
+  if (rank.best >= 0) {
+    json_object_set_new(doc, "best_metric", json_string(rank.metric));
+    json_object_set_new(doc, "best_mode", json_string(rank.higher_is_better ? "max" : "min"));
+  }
   http_reply_json(res, 200, doc);
 }
 

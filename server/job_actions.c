@@ -224,7 +224,7 @@ int http_reply_file(http_response *res, const char *path, const char *content_ty
 }
 
 int http_load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
-                         store_checkpoint *out, http_response *res) {
+                         store_checkpoint *out, int *best, http_response *res) {
   char *end = NULL;
   long long id = strtoll(req->params[1], &end, 10);
   store_checkpoint *list = NULL;
@@ -248,6 +248,8 @@ int http_load_checkpoint(const http_config *cfg, const http_request *req, const 
                       id);
     return -1;
   }
+  http_checkpoint_ranking rank;
+  if (best) *best = http_checkpoint_rank(job, list, n, &rank) == found;
   *out = list[found];
   out->metrics_json = NULL; /* freed with the list */
   store_checkpoint_list_free(list, n);
@@ -258,8 +260,9 @@ void http_get_checkpoint(const http_config *cfg, http_request *req, http_respons
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (http_load_checkpoint(cfg, req, &job, &c, res) == 0)
-    http_reply_json(res, 200, http_checkpoint_json(job.id, &c));
+  int best = 0;
+  if (http_load_checkpoint(cfg, req, &job, &c, &best, res) == 0)
+    http_reply_json(res, 200, http_checkpoint_json(job.id, &c, best));
   store_job_clear(&job);
 }
 
@@ -267,7 +270,8 @@ void http_download_checkpoint(const http_config *cfg, http_request *req, http_re
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (http_load_checkpoint(cfg, req, &job, &c, res) != 0) {
+  int best = 0;
+  if (http_load_checkpoint(cfg, req, &job, &c, &best, res) != 0) {
     store_job_clear(&job);
     return;
   }
@@ -305,7 +309,8 @@ static void set_pinned(const http_config *cfg, http_request *req, http_response 
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
   store_checkpoint c;
-  if (http_load_checkpoint(cfg, req, &job, &c, res) != 0) {
+  int best = 0;
+  if (http_load_checkpoint(cfg, req, &job, &c, &best, res) != 0) {
     store_job_clear(&job);
     return;
   }
@@ -317,7 +322,7 @@ static void set_pinned(const http_config *cfg, http_request *req, http_response 
     http_reply_store_failure(res, cfg->st);
   } else {
     c.pinned = pinned;
-    http_reply_json(res, 200, http_checkpoint_json(job.id, &c));
+    http_reply_json(res, 200, http_checkpoint_json(job.id, &c, best));
   }
   store_job_clear(&job);
 }

@@ -64,7 +64,23 @@ static const http_openapi_text schemas[] = {
      "'start_time':" TIME("When its last attempt started.") ","
      "'end_time':" TIME("When it ended.") ","
      "'latest_metrics':" METRIC_MAP("The newest value of each metric (get and :wait only).") ","
+     "'run_seconds':{'type':'number','description':'Seconds spent training (RUNNING and "
+     "STOPPING), summed over every attempt; a span still going counts up to now.'},"
+     "'queue_seconds':{'type':'number','description':'Seconds spent QUEUED, over every "
+     "attempt.'},"
+     "'progress':{'$ref':'#/components/schemas/JobProgress'},"
      "'spec':{'$ref':'#/components/schemas/JobSpec'}}}"},
+    {"JobProgress",
+     "{'type':'object','description':'Where training stands, counted in steps.','required':["
+     "'step','epoch','epochs'],'properties':{"
+     "'step':{'type':'integer','format':'int64','description':'The newest step reported (0 "
+     "before the first).'},"
+     "'epoch':{'type':'integer','description':'The epoch of that step, from 1.'},"
+     "'epochs':{'type':'integer','description':'The epochs planned.'},"
+     "'total_steps':{'type':'integer','format':'int64','description':'Steps per epoch x "
+     "epochs, from the plan the trainer reports; absent until then.'},"
+     "'fraction':{'type':'number','minimum':0,'maximum':1,'description':'step / total_steps "
+     "(1 once the job succeeded); absent while total_steps is.'}}}"},
     {"JobWaitResult",
      "{'description':'The job when :wait returns.','allOf':[{'$ref':'#/components/schemas/Job'},"
      "{'type':'object','required':['done'],'properties':{'done':{'type':'boolean',"
@@ -98,7 +114,7 @@ static const http_openapi_text schemas[] = {
                           "to_state), oldest first.")},
     {"Checkpoint",
      "{'type':'object','required':['name','id','attempt','step','path','bytes','sha256','format',"
-     "'pinned','create_time','metrics'],'properties':{"
+     "'pinned','best','create_time','metrics'],'properties':{"
      "'name':{'type':'string','example':'jobs/20260101-0123456789abcdef/checkpoints/3'},"
      "'id':{'type':'integer','format':'int64'},'attempt':{'type':'integer'},"
      "'step':{'type':'integer','format':'int64'},"
@@ -106,10 +122,17 @@ static const http_openapi_text schemas[] = {
      "'bytes':{'type':'integer','format':'int64'},'sha256':{'type':'string'},"
      "'format':{'type':'string','enum':['safetensors']},"
      "'pinned':{'type':'boolean','description':'Retention never removes a pinned checkpoint.'},"
+     "'best':{'type':'boolean','description':'true on the one checkpoint that ranks best by the "
+     "job checkpoint metric (checkpoint.monitor with keep_best, else val_loss, else loss).'},"
      "'create_time':" TIME("When it was written.") ","
      "'metrics':" METRIC_MAP("The newest value of each metric when it was written.") "}}"},
     {"CheckpointList",
-     LIST_OF("Checkpoint", "checkpoints", "The checkpoints of a job, oldest first.")},
+     "{'type':'object','description':'The checkpoints of a job, oldest first.','required':["
+     "'checkpoints'],'properties':{'checkpoints':{'type':'array','items':{'$ref':"
+     "'#/components/schemas/Checkpoint'}},"
+     "'best_metric':{'type':'string','description':'The metric best was decided by; absent "
+     "when no checkpoint carries it.','example':'val_loss'},"
+     "'best_mode':{'type':'string','enum':['min','max']}}}"},
 
     /* ---- data sets (datasets.c) ---- */
     {"Dataset",

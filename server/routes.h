@@ -34,7 +34,8 @@ json_t *http_rfc3339(int64_t ms);
 json_t *http_job_json(store *st, const store_job *job, int with_metrics);
 /* Answers 200 with the job's resource, its stored spec spliced in as text. */
 void http_reply_job(http_response *res, store *st, const store_job *job, int with_metrics);
-json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c);
+/* best: 1 for the checkpoint that ranks best (http_checkpoint_rank). */
+json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c, int best);
 /* 1 when s is 1..max characters of A-Z a-z 0-9 - _ . (ids, request ids). */
 int http_valid_name(const char *s, size_t max);
 /* Loads the job of path parameter 0 if the caller may see it; else answers
@@ -42,12 +43,28 @@ int http_valid_name(const char *s, size_t max);
 int http_load_job(const http_config *cfg, const http_request *req, store_job *job,
                   http_response *res);
 
-/* The checkpoint of path parameter 1 in job; 0, or -1 having answered 404. */
+/* The checkpoint of path parameter 1 in job (and whether it ranks best,
+ * when best is not NULL); 0, or -1 having answered 404. */
 int http_load_checkpoint(const http_config *cfg, const http_request *req, const store_job *job,
-                         store_checkpoint *out, http_response *res);
+                         store_checkpoint *out, int *best, http_response *res);
 /* Answers 200 with the file at path; -1 (nothing answered) when it cannot
  * be opened. */
 int http_reply_file(http_response *res, const char *path, const char *content_type);
+/* job_fields.c */
+/* Adds run_seconds and queue_seconds (over every attempt, from the job's
+ * events; a span still going counts up to now) and progress (steps) to a
+ * job resource. */
+void http_job_add_derived(store *st, const store_job *job, json_t *o);
+typedef struct http_checkpoint_ranking {
+  char metric[48];      /* what the checkpoints rank by */
+  int higher_is_better; /* the metric's mode: 1 max, 0 min */
+  int best;             /* index into the list; -1 when none carries the metric */
+} http_checkpoint_ranking;
+/* Ranks a job's checkpoints by the spec's checkpoint.keep_best monitor and
+ * mode, else by val_loss if any checkpoint carries it, else by loss, lower
+ * better; a checkpoint without the metric is never best. Returns out->best. */
+int http_checkpoint_rank(const store_job *job, const store_checkpoint *list, int n,
+                         http_checkpoint_ranking *out);
 
 /* handlers.c */
 void http_create_job(const http_config *cfg, http_request *req, http_response *res);

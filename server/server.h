@@ -128,9 +128,12 @@ void http_cache_free(http_cache *c);
  * it: 1 with res filled (200, a copy of the body), else 0. */
 int http_cache_job_get(http_cache *c, const char *id, const http_principal *who,
                        uint64_t generation, http_response *res);
-/* Keeps a job's answer, read at generation, for the tenant that owns it. */
+/* Keeps a job's answer, read at generation, for the tenant that owns it;
+ * for at most max_age_ms when > 0 (an answer with times that run on, such
+ * as a queued or running job's queue_seconds and run_seconds, goes stale
+ * with no write at all), else until the generation moves. */
 void http_cache_job_put(http_cache *c, const char *id, const char *tenant, uint64_t generation,
-                        const char *body);
+                        int64_t max_age_ms, const char *body);
 /* A token verified in the last two seconds, by the hex SHA-256 of its secret. */
 int http_cache_token_get(http_cache *c, const char *hash, http_principal *who);
 void http_cache_token_put(http_cache *c, const char *hash, const http_principal *who);

@@ -309,7 +309,7 @@ static void job_and_checkpoint_schemas_name_every_field_the_handlers_write(void 
                         .metrics_json = "{\"loss\":0.5}",
                         .create_ms = 1000,
                         .pinned = 1};
-  json_t *cj = http_checkpoint_json(job.id, &c);
+  json_t *cj = http_checkpoint_json(job.id, &c, 1);
   text = json_dumps(cj, JSON_COMPACT);
   assert_schema_covers("Checkpoint", text);
   free(text);
