@@ -351,6 +351,20 @@ static void handle_line(run *r, const char *line) {
   }
 }
 
+/* "trained: N metric points, K checkpoint(s)": the points of every attempt,
+ * and the checkpoints retention kept, as the store holds them; this
+ * attempt's own counts when the store cannot say. */
+static void completion_message(const run *r, char *msg, size_t len) {
+  int64_t points = r->n_points, kept = r->n_checkpoints;
+  if (store_metrics_count(r->s->st, r->job->id, &points) != STORE_OK) points = r->n_points;
+  store_checkpoint *list = NULL;
+  int n = 0;
+  if (store_checkpoint_list(r->s->st, r->job->id, &list, &n) == STORE_OK) kept = n;
+  store_checkpoint_list_free(list, n);
+  snprintf(msg, len, "trained: %lld metric points, %lld checkpoint(s)", (long long)points,
+           (long long)kept);
+}
+
 static int mkdir_p(const char *path) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s", path);
@@ -775,8 +789,7 @@ static void run_job(sched *s, slot_run *slot) {
   } else if (!r) {
     finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    snprintf(msg, sizeof msg, "trained: %lld metric points, %lld checkpoint(s)",
-             (long long)r->n_points, (long long)r->n_checkpoints);
+    completion_message(r, msg, sizeof msg);
     finish(s, job, "SUCCEEDED", "COMPLETED", msg);
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_STOPPED) {
     /* SIGTERM from outside kilnd: kiln-train checkpointed and stopped, so
