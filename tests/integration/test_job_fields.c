@@ -22,49 +22,13 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "stand_in_trainer.h"
 
 static char data_dir[256];
 static char base_url[64];
 static pid_t kilnd_pid;
 static char token[128];
 static char *example_spec;
-
-/* The stand-in trainer. "sleeper*" jobs run until signalled. "steps*" jobs
- * report the plan kiln-train reports (2 epochs of 10 steps), then steps 1
- * to 20, each with its loss (100 - step, so the newest is lowest) and, on
- * even steps, val_loss ((step - 8)^2 + 1: lowest at step 8) and a
- * checkpoint whose file holds its step; given --resume FILE they go on
- * after that step. "steps-slow" jobs take 0.1 s a step and write their pid
- * to CKPT_DIR/pid. */
-static const char trainer_script[] =
-    "#!/bin/sh\n"
-    "spec=\"$2\"; resume=''; ckdir=''; prev=''\n"
-    "for a in \"$@\"; do\n"
-    "  [ \"$prev\" = --resume ] && resume=\"$a\"\n"
-    "  [ \"$prev\" = --checkpoint-dir ] && ckdir=\"$a\"\n"
-    "  prev=\"$a\"\n"
-    "done\n"
-    "if grep -q '\"display_name\":\"sleeper' \"$spec\"; then exec sleep 600; fi\n"
-    "echo $$ > \"$ckdir/pid\"\n"
-    "echo '{\"status\":{\"phase\":\"training\",\"message\":\"training steps on data: 160 "
-    "examples, 2 epochs of 10 steps\"}}' >&3\n"
-    "i=1\n"
-    "if [ -n \"$resume\" ]; then i=$(( $(cat \"$resume\") + 1 )); fi\n"
-    "while [ $i -le 20 ]; do\n"
-    "  if grep -q 'steps-slow' \"$spec\"; then sleep 0.1; fi\n"
-    "  e=$(( (i - 1) / 10 + 1 ))\n"
-    "  echo \"{\\\"step\\\":$i,\\\"epoch\\\":$e,\\\"metrics\\\":{\\\"loss\\\":$((100 - i))}}\" "
-    ">&3\n"
-    "  if [ $((i % 2)) -eq 0 ]; then\n"
-    "    v=$(( (i - 8) * (i - 8) + 1 ))\n"
-    "    echo \"{\\\"step\\\":$i,\\\"epoch\\\":$e,\\\"metrics\\\":{\\\"val_loss\\\":$v}}\" >&3\n"
-    "    f=\"$ckdir/ckpt-$i.safetensors\"; echo $i > \"$f\"\n"
-    "    echo \"{\\\"checkpoint\\\":{\\\"step\\\":$i,\\\"path\\\":\\\"$f\\\",\\\"bytes\\\":3,"
-    "\\\"sha256\\\":\\\"0000000000000000000000000000000000000000000000000000000000000000\\\"}}"
-    "\" >&3\n"
-    "  fi\n"
-    "  i=$((i+1))\n"
-    "done\n";
 
 /* ---- HTTP ---- */
 
@@ -157,7 +121,7 @@ static int start_kilnd(void **state) {
   snprintf(trainer, sizeof trainer, "%s/trainer.sh", data_dir);
   FILE *f = fopen(trainer, "w");
   if (!f) return -1;
-  fputs(trainer_script, f);
+  fputs(it_stand_in_trainer, f);
   fclose(f);
   chmod(trainer, 0755);
   /* One device: a second job waits behind the first whatever the machine has. */
