@@ -153,7 +153,8 @@ static void body_snippet(const cli_response *resp, char *buf, size_t len) {
   if (used == 0) snprintf(buf, len, "(empty body)");
 }
 
-/* Prints {"error":{...}} as `kiln: STATUS: message` plus one line per detail. */
+/* Prints {"error":{...}} as `kiln: STATUS: message` plus one line per
+ * detail that says more than the message (most repeat it, naming the field). */
 static void print_api_error(const json_t *error, long http_status) {
   const char *status = cli_string_at(error, "status");
   const char *message = cli_string_at(error, "message");
@@ -173,6 +174,7 @@ static void print_api_error(const json_t *error, long http_status) {
     const char *field = cli_string_at(detail, "field");
     const char *description = cli_string_at(detail, "description");
     if (!field && !description) continue;
+    if (description && message && strcmp(description, message) == 0) continue;
     fputs("  ", stderr);
     if (field) {
       cli_put_clean(stderr, field);
