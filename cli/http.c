@@ -170,6 +170,10 @@ int cli_client_set_token(cli_client *client, const char *token, char *err, size_
   return CLI_OK;
 }
 
+int cli_client_has_token(const cli_client *client) {
+  return client->auth_header != NULL;
+}
+
 cli_client *cli_client_clone(const cli_client *client, char *err, size_t errlen) {
   cli_client *copy = cli_client_new(client->server, client->user_agent, err, errlen);
   if (copy && client->auth_header) {

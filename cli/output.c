@@ -189,7 +189,12 @@ int cli_report_answer(cli_client *client, const char *method, const char *path,
                       const cli_response *resp) {
   json_t *answer = json_loadb(resp->body, resp->len, 0, NULL);
   const json_t *error = json_object_get(answer, "error");
-  if (json_is_object(error)) {
+  if (resp->status == 401 && !cli_client_has_token(client)) {
+    /* The server names its header; the user needs kiln's ways to give one. */
+    cli_fail("%s needs a token: pass --token TOKEN, or set KILN_TOKEN or KILN_TOKEN_FILE (an "
+             "admin makes one with 'kilnd token create --tenant NAME')",
+             cli_client_server(client));
+  } else if (json_is_object(error)) {
     print_api_error(error, resp->status);
   } else {
     char snippet[MAX_SNIPPET_CHARS + 8];
