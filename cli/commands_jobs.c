@@ -111,12 +111,17 @@ int cli_cmd_submit(cli_client *client, const cli_options *opts) {
   if (opts->output == CLI_OUTPUT_JSON && !opts->wait) {
     cli_print_json(job);
   } else if (opts->output == CLI_OUTPUT_TABLE) {
+    /* The id alone on stdout, so J=$(kiln submit job.json) works; the
+     * state line for people, on stderr unless -v asks for it here. */
     const char *state = cli_string_at(job, "state");
-    fputs("job ", stdout);
     cli_put_clean(stdout, id);
-    fputc(' ', stdout);
-    cli_put_clean(stdout, state ? state : "-");
     fputc('\n', stdout);
+    FILE *human = opts->verbose ? stdout : stderr;
+    fputs("job ", human);
+    cli_put_clean(human, id);
+    fputc(' ', human);
+    cli_put_clean(human, state ? state : "-");
+    fputc('\n', human);
     fflush(stdout);
   }
   if (opts->wait) exit_code = cli_watch_job(client, opts, id);

@@ -24,7 +24,8 @@ static const char usage_text[] =
     "\n"
     "Jobs:\n"
     "  submit SPEC.json    create a job from a JSON job spec ('-' reads standard input)\n"
-    "                      and print its id; with --wait, follow it to its end\n"
+    "                      and print its id (alone on stdout: J=$(kiln submit s.json));\n"
+    "                      with --wait, follow it to its end\n"
     "  ls                  list jobs: ID, STATE, NAME, CREATED\n"
     "  get JOB             one job: state, reason, attempt, times, latest metrics\n"
     "  watch JOB           a live progress bar (step, epoch, percent, ETA, loss and\n"
@@ -70,16 +71,17 @@ static const char usage_text[] =
     "  --state STATE       ls: only jobs in STATE (QUEUED, STARTING, RUNNING, STOPPING,\n"
     "                      SUCCEEDED, FAILED, CANCELLED, PREEMPTED)\n"
     "  --page-size N       ls: list at most N jobs (default: all of them, page by page)\n"
+    "  -v, --verbose       submit: the job's state line on stdout after its id\n"
     "  -O, --output-file F ckpt download, export: where to write the file\n"
     "  --step N            export: the checkpoint of step N\n"
-    "  -h, --help          print this help and exit\n"
+    "  -h, --help          print this help and exit; after a command, its own usage\n"
     "  --version           print the version and exit\n"
     "\n"
     "Exit status:\n"
     "  0  success; for submit --wait and watch: the job SUCCEEDED and met every\n"
     "     --require\n"
     "  1  the job FAILED, or a request failed: the server answered with an error\n"
-    "     (printed as 'kiln: STATUS: message' plus one line per offending field),\n"
+    "     (printed as 'kiln: STATUS: message'),\n"
     "     could not be reached, or answered something that is not kiln's API\n"
     "  2  usage error: a bad command line, or a file that cannot be read or a spec\n"
     "     that is not a JSON object\n"
@@ -112,13 +114,6 @@ static int matches(const char *arg, const char *name) {
  * Returns -1 to go on, or an exit code (help, version, usage error). */
 static int parse_args(int argc, char **argv, cli_options *opts) {
   memset(opts, 0, sizeof *opts);
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--") == 0) break;
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      fputs(usage_text, stdout);
-      return CLI_EXIT_OK;
-    }
-  }
 
   int only_positionals = 0;
   for (int i = 1; i < argc; i++) {
@@ -144,8 +139,13 @@ static int parse_args(int argc, char **argv, cli_options *opts) {
     } else if (strcmp(arg, "--version") == 0) {
       printf("kiln %s\n", KILN_VERSION);
       return CLI_EXIT_OK;
+    } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      opts->help = 1;
     } else if (strcmp(arg, "--wait") == 0) {
       opts->wait = 1;
+    } else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
+      opts->verbose = 1;
+
     } else if (strcmp(arg, "-f") == 0 || strcmp(arg, "--follow") == 0) {
       opts->follow = 1;
     } else if (matches(arg, "--token")) {
@@ -218,35 +218,70 @@ typedef struct command {
   int (*run)(cli_client *client, const cli_options *opts);
   int min_args, max_args;
   const char *args_hint; /* for a wrong argument count */
+  const char *usage;     /* `kiln COMMAND --help` */
 } command;
 
 static const command commands[] = {
-    {"submit", cli_cmd_submit, 1, 1, "one spec file, e.g. 'kiln submit job.json'"},
-    {"ls", cli_cmd_ls, 0, 0, "no arguments"},
-    {"get", cli_cmd_get, 1, 1, "one job id, e.g. 'kiln get JOB_ID'"},
-    {"watch", cli_cmd_watch, 1, 1, "one job id"},
-    {"logs", cli_cmd_logs, 1, 1, "one job id"},
-    {"cancel", cli_cmd_cancel, 1, 1, "one job id"},
-    {"resume", cli_cmd_resume, 1, 1, "one job id"},
-    {"explain", cli_cmd_explain, 1, 1, "one job id"},
+    {"submit", cli_cmd_submit, 1, 1, "one spec file, e.g. 'kiln submit job.json'",
+     "Usage: kiln submit SPEC.json [--wait [--timeout D] [--require EXPR]...] [--request-id ID]\n"
+     "                  [-v] [-o json]\n"
+     "Creates a job from a JSON job spec ('-' reads standard input) and prints its id\n"
+     "alone on stdout (J=$(kiln submit job.json)); its state goes to stderr, or to\n"
+     "stdout after the id with -v. --wait follows the job to its end as 'kiln watch'\n"
+     "does and exits as it does.\n"},
+    {"ls", cli_cmd_ls, 0, 0, "no arguments",
+     "Usage: kiln ls [--state STATE] [--page-size N] [-o json]\n"
+     "Lists jobs, newest first: ID, STATE, NAME, CREATED.\n"},
+    {"get", cli_cmd_get, 1, 1, "one job id, e.g. 'kiln get JOB_ID'",
+     "Usage: kiln get JOB [-o json]\n"
+     "One job: state, reason, attempt, times, latest metrics.\n"},
+    {"watch", cli_cmd_watch, 1, 1, "one job id",
+     "Usage: kiln watch JOB [--timeout D] [--require EXPR]... [-o json]\n"
+     "A live progress bar until the job ends; exits 0 / 1 / 3 / 4 / 5 (see kiln --help).\n"},
+    {"logs", cli_cmd_logs, 1, 1, "one job id",
+     "Usage: kiln logs JOB [-f [--timeout D]]\n"
+     "The trainer's output; -f follows it until the job ends.\n"},
+    {"cancel", cli_cmd_cancel, 1, 1, "one job id",
+     "Usage: kiln cancel JOB\nCancels a queued or running job (a running one checkpoints).\n"},
+    {"resume", cli_cmd_resume, 1, 1, "one job id",
+     "Usage: kiln resume JOB\nQueues a cancelled or failed job again from its newest "
+     "checkpoint.\n"},
+    {"explain", cli_cmd_explain, 1, 1, "one job id",
+     "Usage: kiln explain JOB\nWhy a job waits, or where it is.\n"},
     {"ckpt", cli_cmd_ckpt, 2, 3,
-     "'ls JOB', 'download JOB [CKPT]', 'pin JOB CKPT' or 'unpin JOB CKPT'"},
-    {"datasets", cli_cmd_datasets, 1, 2, "'upload FILE' or 'ls'"},
-    {"export", cli_cmd_export, 1, 1, "one job id, e.g. 'kiln export JOB -O model.onnx'"},
+     "'ls JOB', 'download JOB [CKPT]', 'pin JOB CKPT' or 'unpin JOB CKPT'",
+     "Usage: kiln ckpt ls JOB [-o json]\n"
+     "       kiln ckpt download JOB [CKPT] [-O FILE]\n"
+     "       kiln ckpt pin|unpin JOB CKPT\n"
+     "A download is checked against its sha256; a pinned checkpoint outlives\n"
+     "checkpoint.keep_last.\n"},
+    {"datasets", cli_cmd_datasets, 1, 2, "'upload FILE' or 'ls'",
+     "Usage: kiln datasets upload FILE [--format csv|idx|images] [--label-column NAME]\n"
+     "                                [--display-name NAME]\n"
+     "       kiln datasets ls\n"},
+    {"export", cli_cmd_export, 1, 1, "one job id, e.g. 'kiln export JOB -O model.onnx'",
+     "Usage: kiln export JOB [--step N] [-O FILE]\n"
+     "Writes the model of the job's newest checkpoint (or step N's) as an ONNX\n"
+     "file: the inference graph, opset 17, a dynamic batch (default name\n"
+     "JOB-stepN.onnx).\n"},
 };
+
+static const command *find_command(const char *name) {
+  for (size_t i = 0; name && i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(name, commands[i].name) == 0) return &commands[i];
+  return NULL;
+}
 
 /* Checks the command, its argument count and which options it takes. */
 static const command *check_command(const cli_options *opts, int *exit_code) {
   const char *cmd = opts->command;
-  const command *found = NULL;
+  const command *found = find_command(cmd);
   *exit_code = CLI_EXIT_USAGE;
   if (!cmd) {
     cli_usage_error("no command given: use submit, ls, get, watch, logs, cancel, resume, explain, "
                     "ckpt, datasets or export");
     return NULL;
   }
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (strcmp(cmd, commands[i].name) == 0) found = &commands[i];
   if (!found) {
     cli_usage_error("unknown command '%s'", cmd);
     return NULL;
@@ -268,6 +303,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
     misplaced = "-O applies to 'kiln ckpt download' and 'kiln export' only";
   if (opts->step && found->run != cli_cmd_export)
     misplaced = "--step applies to 'kiln export' only";
+  if (opts->verbose && !is_submit) misplaced = "-v applies to 'kiln submit' only";
   if (misplaced) {
     cli_usage_error("%s", misplaced);
     return NULL;
@@ -292,6 +328,11 @@ int main(int argc, char **argv) {
   cli_options opts;
   int exit_code = parse_args(argc, argv, &opts);
   if (exit_code >= 0) return exit_code;
+  if (opts.help) {
+    const command *asked = find_command(opts.command);
+    fputs(asked ? asked->usage : usage_text, stdout);
+    return CLI_EXIT_OK;
+  }
   const command *cmd = check_command(&opts, &exit_code);
   if (!cmd) return exit_code;
 

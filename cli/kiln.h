@@ -44,6 +44,8 @@ typedef struct cli_options {
   const char *format;      /* datasets upload */
   const char *label_column;
   const char *display_name;
+  int verbose; /* -v: submit prints the job's state on stdout too */
+  int help;    /* -h after a command: that command's usage */
 } cli_options;
 
 /* ---- messages and output (output.c) ---- */
@@ -57,6 +59,7 @@ size_t cli_display_width(const char *s);
 /* Any JSON scalar as text; "-" for absent or null. */
 void cli_format_value(const json_t *value, char *buf, size_t len);
 const char *cli_string_at(const json_t *obj, const char *key);
+
 void cli_print_json(const json_t *value);
 /* Prints a table: headers, then rows of cells (rows x columns, row-major),
  * each column as wide as its widest cell (cut at max_cols[c] code points). */
