@@ -19,24 +19,73 @@
 /* ---- ckpt ---- */
 
 static int ckpt_usage(void) {
-  return cli_usage_error("ckpt takes 'ls JOB', 'download JOB [CKPT] [-O FILE]', 'pin JOB CKPT' or "
-                         "'unpin JOB CKPT'");
+  return cli_usage_error("ckpt takes 'ls JOB', 'download JOB [STEP] [-O FILE]', 'pin JOB STEP' or "
+                         "'unpin JOB STEP' (--id: CKPT is the checkpoint's id, not its step)");
 }
 
-/* A checkpoint id as typed: a whole number >= 1, or the tail of its name. */
-static const char *ckpt_id(const char *arg) {
-  const char *slash = strrchr(arg, '/');
-  const char *id = slash ? slash + 1 : arg;
-  if (!*id || strspn(id, "0123456789") != strlen(id) || strspn(id, "0") == strlen(id)) return NULL;
-  return id;
+/* A whole number as typed (a step may be 0; an id, also "jobs/J/checkpoints/N", is >= 1). */
+static const char *ckpt_number(const char *arg, int by_id) {
+  const char *slash = by_id ? strrchr(arg, '/') : NULL;
+  const char *n = slash ? slash + 1 : arg;
+  if (!*n || strspn(n, "0123456789") != strlen(n) || strlen(n) > 18) return NULL;
+  if (by_id && strspn(n, "0") == strlen(n)) return NULL;
+  return n;
+}
+
+static int get_checkpoints(cli_client *client, const char *job, json_t **doc) {
+  char *path = cli_printf("/v1/jobs/%s/checkpoints", job);
+  int exit_code =
+      path ? cli_call_api(client, "GET", path, NULL, 0, doc) : cli_fail("out of memory");
+  free(path);
+  return exit_code;
+}
+
+/* The internal id of the checkpoint the user named: by step (the newest
+ * at that step, should a resumed attempt have written it again), or with
+ * --id as it is. Exit code; id (32 bytes) filled on CLI_EXIT_OK. */
+static int resolve_checkpoint(cli_client *client, const cli_options *opts, const char *job,
+                              const char *number, char *id) {
+  if (opts->by_id) {
+    snprintf(id, 32, "%s", number);
+    return CLI_EXIT_OK;
+  }
+  json_t *doc = NULL;
+  int exit_code = get_checkpoints(client, job, &doc);
+  if (exit_code != CLI_EXIT_OK) return exit_code;
+  long long step = atoll(number);
+  json_int_t found = 0;
+  size_t i;
+  const json_t *c;
+  json_array_foreach(json_object_get(doc, "checkpoints"), i, c) {
+    if (json_integer_value(json_object_get(c, "step")) == step)
+      found = json_integer_value(json_object_get(c, "id"));
+  }
+  json_decref(doc);
+  if (!found)
+    return cli_fail("job %s has no checkpoint at step %lld (see 'kiln ckpt ls %s')", job, step,
+                    job);
+  snprintf(id, 32, "%" JSON_INTEGER_FORMAT, found);
+  return CLI_EXIT_OK;
+}
+
+/* "loss=0.25 val_loss=0.31": the metrics a checkpoint was written at. */
+static void format_metrics(const json_t *metrics, char *buf, size_t len) {
+  size_t used = 0;
+  const char *name;
+  const json_t *value;
+  buf[0] = '\0';
+  json_object_foreach((json_t *)metrics, name, value) {
+    char text[64];
+    cli_format_value(value, text, sizeof text);
+    int n = snprintf(buf + used, len - used, "%s%s=%s", used ? " " : "", name, text);
+    if (n < 0 || (size_t)n >= len - used) break;
+    used += (size_t)n;
+  }
 }
 
 static int ckpt_ls(cli_client *client, const cli_options *opts, const char *job) {
-  char *path = cli_printf("/v1/jobs/%s/checkpoints", job);
   json_t *doc = NULL;
-  int exit_code =
-      path ? cli_call_api(client, "GET", path, NULL, 0, &doc) : cli_fail("out of memory");
-  free(path);
+  int exit_code = get_checkpoints(client, job, &doc);
   if (exit_code != CLI_EXIT_OK) return exit_code;
   const json_t *list = json_object_get(doc, "checkpoints");
   size_t rows = json_array_size(list);
@@ -45,25 +94,39 @@ static int ckpt_ls(cli_client *client, const cli_options *opts, const char *job)
   } else if (rows == 0) {
     fputs("kiln: the job has no checkpoints\n", stderr);
   } else {
-    static const char *const headers[] = {"ID",     "STEP",    "ATTEMPT", "BYTES",
-                                          "PINNED", "CREATED", "SHA256"};
-    static const size_t max_cols[] = {20, 20, 10, 20, 6, 40, 12};
-    enum { COLUMNS = 7 };
-    static const char *const keys[COLUMNS] = {"id",     "step",        "attempt", "bytes",
-                                              "pinned", "create_time", "sha256"};
+    enum { COLUMNS = 8 };
+    static const char *const headers[COLUMNS] = {"STEP",  "BEST",    "METRICS", "PINNED",
+                                                 "BYTES", "ATTEMPT", "CREATED", "ID"};
+    static const size_t max_cols[COLUMNS] = {20, 4, 80, 6, 20, 10, 40, 20};
+    static const char *const keys[COLUMNS] = {"step",  "best",    "metrics",     "pinned",
+                                              "bytes", "attempt", "create_time", "id"};
     const char **cells = calloc(rows * COLUMNS, sizeof *cells);
     char(*text)[COLUMNS][CLI_CELL_BYTES] = calloc(rows, sizeof *text);
     if (!cells || !text) {
       exit_code = cli_fail("out of memory");
     } else {
       for (size_t r = 0; r < rows; r++) {
-        for (int c = 0; c < COLUMNS; c++) {
-          cli_format_value(json_object_get(json_array_get(list, r), keys[c]), text[r][c],
-                           CLI_CELL_BYTES);
-          cells[r * COLUMNS + (size_t)c] = text[r][c];
+        const json_t *c = json_array_get(list, r);
+        for (int k = 0; k < COLUMNS; k++) {
+          const json_t *v = json_object_get(c, keys[k]);
+          if (k == 1)
+            snprintf(text[r][k], CLI_CELL_BYTES, "%s", json_is_true(v) ? "*" : "");
+          else if (k == 2)
+            format_metrics(v, text[r][k], CLI_CELL_BYTES);
+          else
+            cli_format_value(v, text[r][k], CLI_CELL_BYTES);
+          cells[r * COLUMNS + (size_t)k] = text[r][k];
         }
       }
       cli_print_table(headers, max_cols, COLUMNS, cells, (int)rows);
+      const char *metric = cli_string_at(doc, "best_metric");
+      const char *mode = cli_string_at(doc, "best_mode");
+      if (metric) {
+        fputs("* best by ", stdout);
+        cli_put_clean(stdout, metric);
+        printf(" (%s)\n",
+               mode && strcmp(mode, "max") == 0 ? "higher is better" : "lower is better");
+      }
     }
     free(cells);
     free(text);
@@ -72,21 +135,22 @@ static int ckpt_ls(cli_client *client, const cli_options *opts, const char *job)
   return exit_code;
 }
 
-static int ckpt_pin(cli_client *client, const cli_options *opts, const char *job, const char *id,
-                    const char *verb) {
+static int ckpt_pin(cli_client *client, const cli_options *opts, const char *job,
+                    const char *number, const char *verb) {
+  char id[32];
+  int exit_code = resolve_checkpoint(client, opts, job, number, id);
+  if (exit_code != CLI_EXIT_OK) return exit_code;
   char *path = cli_printf("/v1/jobs/%s/checkpoints/%s:%s", job, id, verb);
   json_t *doc = NULL;
-  int exit_code =
-      path ? cli_call_api(client, "POST", path, NULL, 0, &doc) : cli_fail("out of memory");
+  exit_code = path ? cli_call_api(client, "POST", path, NULL, 0, &doc) : cli_fail("out of memory");
   free(path);
   if (exit_code != CLI_EXIT_OK) return exit_code;
   if (opts->output == CLI_OUTPUT_JSON) {
     cli_print_json(doc);
   } else {
-    const char *name = cli_string_at(doc, "name");
-    fputs("checkpoint ", stdout);
-    cli_put_clean(stdout, name ? name : id);
-    printf(" %s\n", json_is_true(json_object_get(doc, "pinned")) ? "pinned" : "unpinned");
+    printf("checkpoint at step %" JSON_INTEGER_FORMAT " of job %s (id %s) %s\n",
+           json_integer_value(json_object_get(doc, "step")), job, id,
+           json_is_true(json_object_get(doc, "pinned")) ? "pinned" : "unpinned");
   }
   json_decref(doc);
   return exit_code;
@@ -118,12 +182,10 @@ static int ckpt_download(cli_client *client, const cli_options *opts, const char
   download d = {0};
   char id[32];
   if (id_arg) {
-    snprintf(id, sizeof id, "%s", id_arg);
+    exit_code = resolve_checkpoint(client, opts, job, id_arg, id);
+    if (exit_code != CLI_EXIT_OK) goto cleanup;
   } else { /* the newest: the list comes oldest first */
-    char *list_path = cli_printf("/v1/jobs/%s/checkpoints", job);
-    exit_code = list_path ? cli_call_api(client, "GET", list_path, NULL, 0, &list_doc)
-                          : cli_fail("out of memory");
-    free(list_path);
+    exit_code = get_checkpoints(client, job, &list_doc);
     if (exit_code != CLI_EXIT_OK) goto cleanup;
     const json_t *list = json_object_get(list_doc, "checkpoints");
     if (json_array_size(list) == 0) {
@@ -198,8 +260,9 @@ static int ckpt_download(cli_client *client, const cli_options *opts, const char
     json_object_set_new(ckpt, "file", json_string(out_name));
     cli_print_json(ckpt);
   } else {
-    printf("%s: checkpoint %s of job %s, step %" JSON_INTEGER_FORMAT ", %lld bytes, sha256 %s ok\n",
-           out_name, id, job, step, (long long)d.bytes, got_sha);
+    printf("%s: checkpoint at step %" JSON_INTEGER_FORMAT " of job %s (id %s), %lld bytes, "
+           "sha256 %s ok\n",
+           out_name, step, job, id, (long long)d.bytes, got_sha);
   }
 
 cleanup:
@@ -220,10 +283,12 @@ int cli_cmd_ckpt(cli_client *client, const cli_options *opts) {
   int exit_code = CLI_EXIT_OK;
   char *job = cli_job_path_id(opts->args[1], &exit_code);
   if (!job) return exit_code;
-  const char *id = opts->n_args >= 3 ? ckpt_id(opts->args[2]) : NULL;
+  const char *id = opts->n_args >= 3 ? ckpt_number(opts->args[2], opts->by_id) : NULL;
   if (opts->n_args >= 3 && !id) {
-    exit_code = cli_usage_error("a checkpoint id is a whole number >= 1 (see 'kiln ckpt ls %s'), "
-                                "got '%s'",
+    exit_code = cli_usage_error(opts->by_id ? "a checkpoint id is a whole number >= 1 (see 'kiln "
+                                              "ckpt ls %s'), got '%s'"
+                                            : "a checkpoint is named by its step, a whole number "
+                                              "(see 'kiln ckpt ls %s'), got '%s'",
                                 opts->args[1], opts->args[2]);
   } else if (opts->output_file && strcmp(verb, "download") != 0) {
     exit_code = cli_usage_error("-O applies to 'kiln ckpt download' only");

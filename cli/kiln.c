@@ -38,11 +38,13 @@ static const char usage_text[] =
     "  explain JOB         why a job waits, or where it is\n"
     "\n"
     "Checkpoints and data:\n"
-    "  ckpt ls JOB                      a job's checkpoints: ID, STEP, BYTES, PINNED, ...\n"
-    "  ckpt download JOB [CKPT] [-O F]  the checkpoint file (default: the newest) as\n"
-    "                                   F (default JOB-stepN.safetensors), checked\n"
+    "  ckpt ls JOB                      a job's checkpoints: STEP, BEST (*), metrics,\n"
+    "                                   PINNED, ...\n"
+    "  ckpt download JOB [STEP] [-O F]  the checkpoint at STEP (default: the newest)\n"
+    "                                   as F (default JOB-stepN.safetensors), checked\n"
     "                                   against its sha256\n"
-    "  ckpt pin|unpin JOB CKPT          a pinned checkpoint outlives checkpoint.keep_last\n"
+    "  ckpt pin|unpin JOB STEP          a pinned checkpoint outlives checkpoint.keep_last\n"
+    "                                   (ckpt --id: CKPT is the checkpoint's id instead)\n"
     "  datasets upload FILE             upload a data set: --format csv|idx|images (csv\n"
     "                                   is taken from a .csv name), --label-column NAME\n"
     "                                   (csv), --display-name NAME\n"
@@ -145,7 +147,8 @@ static int parse_args(int argc, char **argv, cli_options *opts) {
       opts->wait = 1;
     } else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
       opts->verbose = 1;
-
+    } else if (strcmp(arg, "--id") == 0) {
+      opts->by_id = 1;
     } else if (strcmp(arg, "-f") == 0 || strcmp(arg, "--follow") == 0) {
       opts->follow = 1;
     } else if (matches(arg, "--token")) {
@@ -249,11 +252,13 @@ static const command commands[] = {
     {"explain", cli_cmd_explain, 1, 1, "one job id",
      "Usage: kiln explain JOB\nWhy a job waits, or where it is.\n"},
     {"ckpt", cli_cmd_ckpt, 2, 3,
-     "'ls JOB', 'download JOB [CKPT]', 'pin JOB CKPT' or 'unpin JOB CKPT'",
+     "'ls JOB', 'download JOB [STEP]', 'pin JOB STEP' or 'unpin JOB STEP'",
      "Usage: kiln ckpt ls JOB [-o json]\n"
-     "       kiln ckpt download JOB [CKPT] [-O FILE]\n"
-     "       kiln ckpt pin|unpin JOB CKPT\n"
-     "A download is checked against its sha256; a pinned checkpoint outlives\n"
+     "       kiln ckpt download JOB [STEP] [-O FILE]\n"
+     "       kiln ckpt pin|unpin JOB STEP\n"
+     "Checkpoints are named by step (see 'kiln ckpt ls JOB'); --id names one by its\n"
+     "internal id instead. ls marks the best one (by the job's checkpoint metric) with\n"
+     "'*'. A download is checked against its sha256; a pinned checkpoint outlives\n"
      "checkpoint.keep_last.\n"},
     {"datasets", cli_cmd_datasets, 1, 2, "'upload FILE' or 'ls'",
      "Usage: kiln datasets upload FILE [--format csv|idx|images] [--label-column NAME]\n"
@@ -303,6 +308,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
     misplaced = "-O applies to 'kiln ckpt download' and 'kiln export' only";
   if (opts->step && found->run != cli_cmd_export)
     misplaced = "--step applies to 'kiln export' only";
+  if (opts->by_id && found->run != cli_cmd_ckpt) misplaced = "--id applies to 'kiln ckpt' only";
   if (opts->verbose && !is_submit) misplaced = "-v applies to 'kiln submit' only";
   if (misplaced) {
     cli_usage_error("%s", misplaced);

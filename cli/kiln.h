@@ -44,6 +44,7 @@ typedef struct cli_options {
   const char *format;      /* datasets upload */
   const char *label_column;
   const char *display_name;
+  int by_id;   /* ckpt --id: CKPT is the internal id, not the step */
   int verbose; /* -v: submit prints the job's state on stdout too */
   int help;    /* -h after a command: that command's usage */
 } cli_options;

@@ -166,7 +166,8 @@ static void bad_command_lines_exit_2(void **state) {
       {"frobnicate", "unknown command 'frobnicate'"},
       {"watch", "watch takes one job id"},
       {"ckpt ls", "ckpt takes"},
-      {"ckpt pin JOB abc", "a checkpoint id is a whole number"},
+      {"ckpt pin JOB abc", "a checkpoint is named by its step"},
+      {"ckpt pin --id JOB 0", "a checkpoint id is a whole number"},
       {"datasets upload nothing-here.csv --label-column y", "cannot read 'nothing-here.csv'"},
       {"datasets upload any.json", "--format is needed"},
       {"submit missing.json", "cannot read spec file 'missing.json'"},
@@ -348,7 +349,7 @@ static void timeout_pin_cancel_and_resume(void **state) {
   long long pinned = 0;
   for (int i = 0; i < 100 && !pinned; i++) {
     long long id = newest_checkpoint(job, 0);
-    status = cli(out, sizeof out, "ckpt pin %s %lld", job, id);
+    status = cli(out, sizeof out, "ckpt pin --id %s %lld", job, id);
     if (status == 0) {
       assert_non_null(strstr(out, "pinned"));
       pinned = id;
@@ -382,15 +383,15 @@ static void timeout_pin_cancel_and_resume(void **state) {
   free(logged);
 
   /* The pinned checkpoint downloads, checked against its sha256. */
-  assert_int_equal(cli(out, sizeof out, "ckpt download %s %lld -O pinned.safetensors", job, pinned),
-                   0);
+  assert_int_equal(
+      cli(out, sizeof out, "ckpt download --id %s %lld -O pinned.safetensors", job, pinned), 0);
   assert_non_null(strstr(out, "ok"));
   char path[400];
   struct stat sb;
   snprintf(path, sizeof path, "%s/pinned.safetensors", work);
   assert_int_equal(stat(path, &sb), 0);
   assert_true(sb.st_size > 8);
-  assert_int_equal(cli(out, sizeof out, "ckpt unpin %s %lld", job, pinned), 0);
+  assert_int_equal(cli(out, sizeof out, "ckpt unpin --id %s %lld", job, pinned), 0);
   assert_non_null(strstr(out, "unpinned"));
 
   /* Resumed, it runs again: a watch with a short --timeout exits 4, and a
