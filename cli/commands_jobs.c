@@ -143,11 +143,17 @@ static void print_field(const char *key, const json_t *value) {
 }
 
 static void print_job(const json_t *job) {
-  static const char *const keys[] = {"id",          "name",       "display_name", "state",
-                                     "reason",      "message",    "priority",     "attempt",
-                                     "create_time", "start_time", "end_time"};
+  static const char *const keys[] = {"id",           "name",       "display_name", "state",
+                                     "reason",       "message",    "priority",     "attempt",
+                                     "create_time",  "start_time", "end_time",     "run_seconds",
+                                     "queue_seconds"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
     print_field(keys[i], json_object_get(job, keys[i]));
+  char progress[CLI_CELL_BYTES];
+  cli_format_progress(json_object_get(job, "progress"), progress, sizeof progress);
+  json_t *progress_text = json_string(progress);
+  print_field("progress", progress_text);
+  json_decref(progress_text);
 
   const json_t *metrics = json_object_get(job, "latest_metrics");
   if (!json_is_object(metrics) || json_object_size(metrics) == 0) {
@@ -243,6 +249,54 @@ int cli_cmd_explain(cli_client *client, const cli_options *opts) {
   return job_request(client, opts, "GET", ":explain", print_explain);
 }
 
+int cli_get_job(cli_client *client, const char *arg, json_t **out) {
+  int exit_code = CLI_EXIT_OK;
+  *out = NULL;
+  char *id = cli_job_path_id(arg, &exit_code);
+  if (!id) return exit_code;
+  char *url_path = cli_printf("/v1/jobs/%s", id);
+  exit_code =
+      url_path ? cli_call_api(client, "GET", url_path, NULL, 0, out) : cli_fail("out of memory");
+  free(url_path);
+  free(id);
+  return exit_code;
+}
+
+/* ID STATE PROGRESS NAME CREATED [METRIC]; the metric's latest value is
+ * read from each job (the list leaves latest_metrics out). */
+static int print_job_table(cli_client *client, const cli_options *opts, const json_t *all) {
+  enum { COLUMNS = 6, TEXTS = 4 };
+  const char *headers[COLUMNS] = {"ID", "STATE", "PROGRESS", "NAME", "CREATED", opts->metric};
+  static const size_t max_cols[COLUMNS] = {64, 16, 24, MAX_NAME_COLUMN, 40, 24};
+  const int columns = opts->metric ? COLUMNS : COLUMNS - 1;
+  size_t rows = json_array_size(all);
+  const char **cells = calloc(rows * COLUMNS + 1, sizeof *cells);
+  char(*text)[TEXTS][CLI_CELL_BYTES] = calloc(rows + 1, sizeof *text);
+  int exit_code = cells && text ? CLI_EXIT_OK : cli_fail("out of memory");
+  for (size_t r = 0; r < rows && exit_code == CLI_EXIT_OK; r++) {
+    const json_t *job = json_array_get(all, r);
+    const char *id = cli_job_id_of(job), *name = cli_string_at(job, "display_name");
+    cli_format_value(json_object_get(job, "state"), text[r][0], CLI_CELL_BYTES);
+    cli_format_progress(json_object_get(job, "progress"), text[r][1], CLI_CELL_BYTES);
+    cli_format_value(json_object_get(job, "create_time"), text[r][2], CLI_CELL_BYTES);
+    snprintf(text[r][3], CLI_CELL_BYTES, "-");
+    if (opts->metric && id) {
+      json_t *full = NULL;
+      exit_code = cli_get_job(client, id, &full);
+      cli_format_value(json_object_get(json_object_get(full, "latest_metrics"), opts->metric),
+                       text[r][3], CLI_CELL_BYTES);
+      json_decref(full);
+    }
+    const char *row[COLUMNS] = {id ? id : "-", text[r][0], text[r][1], name && *name ? name : "-",
+                                text[r][2],    text[r][3]};
+    for (int c = 0; c < columns; c++) cells[r * (size_t)columns + (size_t)c] = row[c];
+  }
+  if (exit_code == CLI_EXIT_OK) cli_print_table(headers, max_cols, columns, cells, (int)rows);
+  free(cells);
+  free(text);
+  return exit_code;
+}
+
 int cli_cmd_ls(cli_client *client, const cli_options *opts) {
   long limit = -1; /* -1: every job */
   if (opts->page_size) {
@@ -320,28 +374,7 @@ int cli_cmd_ls(cli_client *client, const cli_options *opts) {
       else
         fputs("kiln: no jobs\n", stderr);
     } else {
-      static const char *const headers[] = {"ID", "STATE", "NAME", "CREATED"};
-      static const size_t max_cols[] = {64, 16, MAX_NAME_COLUMN, 40};
-      size_t rows = json_array_size(all);
-      const char **cells = calloc(rows * 4, sizeof *cells);
-      char(*text)[2][CLI_CELL_BYTES] = calloc(rows, sizeof *text);
-      if (!cells || !text) {
-        exit_code = cli_fail("out of memory");
-      } else {
-        for (size_t r = 0; r < rows; r++) {
-          const json_t *job = json_array_get(all, r);
-          const char *id = cli_job_id_of(job), *name = cli_string_at(job, "display_name");
-          cli_format_value(json_object_get(job, "state"), text[r][0], CLI_CELL_BYTES);
-          cli_format_value(json_object_get(job, "create_time"), text[r][1], CLI_CELL_BYTES);
-          cells[r * 4] = id ? id : "-";
-          cells[r * 4 + 1] = text[r][0];
-          cells[r * 4 + 2] = name && *name ? name : "-";
-          cells[r * 4 + 3] = text[r][1];
-        }
-        cli_print_table(headers, max_cols, 4, cells, (int)rows);
-      }
-      free(cells);
-      free(text);
+      exit_code = print_job_table(client, opts, all);
     }
   }
   free(token);

@@ -26,7 +26,11 @@ static const char usage_text[] =
     "  submit SPEC.json    create a job from a JSON job spec ('-' reads standard input)\n"
     "                      and print its id (alone on stdout: J=$(kiln submit s.json));\n"
     "                      with --wait, follow it to its end\n"
-    "  ls                  list jobs: ID, STATE, NAME, CREATED\n"
+    "  ls [--metric NAME]  list jobs: ID, STATE, PROGRESS (steps), NAME, CREATED, and\n"
+    "                      the latest value of metric NAME\n"
+    "  compare JOB JOB...  the spec fields that differ (optimizer.learning_rate ...)\n"
+    "                      and the final metrics, side by side\n"
+    "  profile JOB         the job's step profile table and where its trace is\n"
     "  get JOB             one job: state, reason, attempt, times, latest metrics\n"
     "  watch JOB           a live progress bar (step, epoch, percent, ETA, loss and\n"
     "                      validation metrics) until the job ends; exits as below\n"
@@ -73,6 +77,7 @@ static const char usage_text[] =
     "  --state STATE       ls: only jobs in STATE (QUEUED, STARTING, RUNNING, STOPPING,\n"
     "                      SUCCEEDED, FAILED, CANCELLED, PREEMPTED)\n"
     "  --page-size N       ls: list at most N jobs (default: all of them, page by page)\n"
+    "  --metric NAME       ls: a column of each job's latest NAME (e.g. val_accuracy)\n"
     "  -v, --verbose       submit: the job's state line on stdout after its id\n"
     "  -O, --output-file F ckpt download, export: where to write the file\n"
     "  --step N            export: the checkpoint of step N\n"
@@ -149,6 +154,9 @@ static int parse_args(int argc, char **argv, cli_options *opts) {
       opts->verbose = 1;
     } else if (strcmp(arg, "--id") == 0) {
       opts->by_id = 1;
+    } else if (matches(arg, "--metric")) {
+      VALUE("--metric", "a metric name");
+      opts->metric = value;
     } else if (strcmp(arg, "-f") == 0 || strcmp(arg, "--follow") == 0) {
       opts->follow = 1;
     } else if (matches(arg, "--token")) {
@@ -233,11 +241,12 @@ static const command commands[] = {
      "stdout after the id with -v. --wait follows the job to its end as 'kiln watch'\n"
      "does and exits as it does.\n"},
     {"ls", cli_cmd_ls, 0, 0, "no arguments",
-     "Usage: kiln ls [--state STATE] [--page-size N] [-o json]\n"
-     "Lists jobs, newest first: ID, STATE, NAME, CREATED.\n"},
+     "Usage: kiln ls [--state STATE] [--page-size N] [--metric NAME] [-o json]\n"
+     "Lists jobs, newest first: ID, STATE, PROGRESS (steps done / planned, and the\n"
+     "percent), NAME, CREATED, and with --metric the latest value of metric NAME.\n"},
     {"get", cli_cmd_get, 1, 1, "one job id, e.g. 'kiln get JOB_ID'",
      "Usage: kiln get JOB [-o json]\n"
-     "One job: state, reason, attempt, times, latest metrics.\n"},
+     "One job: state, reason, attempt, times, progress, latest metrics.\n"},
     {"watch", cli_cmd_watch, 1, 1, "one job id",
      "Usage: kiln watch JOB [--timeout D] [--require EXPR]... [-o json]\n"
      "A live progress bar until the job ends; exits 0 / 1 / 3 / 4 / 5 (see kiln --help).\n"},
@@ -251,6 +260,16 @@ static const command commands[] = {
      "checkpoint.\n"},
     {"explain", cli_cmd_explain, 1, 1, "one job id",
      "Usage: kiln explain JOB\nWhy a job waits, or where it is.\n"},
+    {"compare", cli_cmd_compare, 2, 8, "two to eight job ids",
+     "Usage: kiln compare JOB JOB... [-o json]\n"
+     "The spec fields that differ between the jobs, as flattened paths\n"
+     "(optimizer.learning_rate), then each job's state, steps, run time and final\n"
+     "metrics side by side.\n"},
+    {"profile", cli_cmd_profile, 1, 1, "one job id",
+     "Usage: kiln profile JOB\n"
+     "The job's step profile table (the costliest nodes), then the URL of its Chrome\n"
+     "trace (open it in chrome://tracing or Perfetto). The spec's profile.steps asks\n"
+     "for a profile.\n"},
     {"ckpt", cli_cmd_ckpt, 2, 3,
      "'ls JOB', 'download JOB [STEP]', 'pin JOB STEP' or 'unpin JOB STEP'",
      "Usage: kiln ckpt ls JOB [-o json]\n"
@@ -284,7 +303,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   *exit_code = CLI_EXIT_USAGE;
   if (!cmd) {
     cli_usage_error("no command given: use submit, ls, get, watch, logs, cancel, resume, explain, "
-                    "ckpt, datasets or export");
+                    "compare, profile, ckpt, datasets or export");
     return NULL;
   }
   if (!found) {
@@ -309,6 +328,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   if (opts->step && found->run != cli_cmd_export)
     misplaced = "--step applies to 'kiln export' only";
   if (opts->by_id && found->run != cli_cmd_ckpt) misplaced = "--id applies to 'kiln ckpt' only";
+  if (opts->metric && !is_ls) misplaced = "--metric applies to 'kiln ls' only";
   if (opts->verbose && !is_submit) misplaced = "-v applies to 'kiln submit' only";
   if (misplaced) {
     cli_usage_error("%s", misplaced);

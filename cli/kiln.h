@@ -44,9 +44,10 @@ typedef struct cli_options {
   const char *format;      /* datasets upload */
   const char *label_column;
   const char *display_name;
-  int by_id;   /* ckpt --id: CKPT is the internal id, not the step */
-  int verbose; /* -v: submit prints the job's state on stdout too */
-  int help;    /* -h after a command: that command's usage */
+  const char *metric; /* ls --metric: a column of this metric's latest value */
+  int by_id;          /* ckpt --id: CKPT is the internal id, not the step */
+  int verbose;        /* -v: submit prints the job's state on stdout too */
+  int help;           /* -h after a command: that command's usage */
 } cli_options;
 
 /* ---- messages and output (output.c) ---- */
@@ -60,7 +61,9 @@ size_t cli_display_width(const char *s);
 /* Any JSON scalar as text; "-" for absent or null. */
 void cli_format_value(const json_t *value, char *buf, size_t len);
 const char *cli_string_at(const json_t *obj, const char *key);
-
+/* A job's progress object as "STEP/TOTAL PCT%" (steps), "STEP" while the
+ * plan is unknown, "-" when absent. */
+void cli_format_progress(const json_t *progress, char *buf, size_t len);
 void cli_print_json(const json_t *value);
 /* Prints a table: headers, then rows of cells (rows x columns, row-major),
  * each column as wide as its widest cell (cut at max_cols[c] code points). */
@@ -110,6 +113,10 @@ int cli_watch_job(cli_client *client, const cli_options *opts, const char *job_i
 int cli_exit_for_state(const char *state);
 int cli_cmd_ckpt(cli_client *client, const cli_options *opts);
 int cli_cmd_export(cli_client *client, const cli_options *opts);
+int cli_cmd_compare(cli_client *client, const cli_options *opts);
+int cli_cmd_profile(cli_client *client, const cli_options *opts);
+/* GETs a job (id as typed, "jobs/ID" too) into *out; exit code. */
+int cli_get_job(cli_client *client, const char *arg, json_t **out);
 int cli_cmd_datasets(cli_client *client, const cli_options *opts);
 
 #endif

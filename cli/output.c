@@ -86,6 +86,21 @@ void cli_format_value(const json_t *value, char *buf, size_t len) {
   }
 }
 
+void cli_format_progress(const json_t *progress, char *buf, size_t len) {
+  const json_t *step = json_object_get(progress, "step");
+  const json_t *total = json_object_get(progress, "total_steps");
+  const json_t *fraction = json_object_get(progress, "fraction");
+  if (!json_is_integer(step)) {
+    snprintf(buf, len, "-");
+  } else if (json_is_integer(total) && json_is_number(fraction)) {
+    snprintf(buf, len, "%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT " %d%%",
+             json_integer_value(step), json_integer_value(total),
+             (int)(json_number_value(fraction) * 100));
+  } else {
+    snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(step));
+  }
+}
+
 void cli_print_json(const json_t *value) {
   char *text = json_dumps(value, JSON_INDENT(2) | JSON_ENCODE_ANY);
   if (text) {
