@@ -149,10 +149,11 @@ static void format_duration(double s, char *buf, size_t len) {
     snprintf(buf, len, "%lds", total);
 }
 
-/* Reads the job's plan ("..., 5 epochs of 469 steps") from its TRAINING event. */
+/* Reads the job's plan from its progress (total_steps, epochs): the
+ * server's one definition, which the dashboard shows too. */
 static void read_plan(watch *w) {
   w->plan_checked_s = now_s();
-  char *path = cli_printf("/v1/jobs/%s/events", w->job_id);
+  char *path = cli_printf("/v1/jobs/%s", w->job_id);
   char err[CURL_ERROR_SIZE + 64];
   cli_response resp;
   if (!path ||
@@ -161,16 +162,12 @@ static void read_plan(watch *w) {
     return; /* the bar goes on without a percentage */
   }
   json_t *doc = resp.status == 200 ? json_loadb(resp.body, resp.len, 0, NULL) : NULL;
-  size_t i;
-  const json_t *event;
-  json_array_foreach(json_object_get(doc, "events"), i, event) {
-    const char *reason = cli_string_at(event, "reason");
-    const char *message = cli_string_at(event, "message");
-    const char *plan = message ? strstr(message, " epochs of ") : NULL;
-    long long steps = 0;
-    if (reason && strcmp(reason, "TRAINING") == 0 && plan &&
-        sscanf(plan, " epochs of %lld steps", &steps) == 1 && steps > 0)
-      w->steps_per_epoch = steps;
+  const json_t *progress = json_object_get(doc, "progress");
+  json_int_t total = json_integer_value(json_object_get(progress, "total_steps"));
+  json_int_t epochs = json_integer_value(json_object_get(progress, "epochs"));
+  if (total > 0 && epochs > 0) {
+    w->steps_per_epoch = total / epochs;
+    w->epochs = (int)epochs;
   }
   json_decref(doc);
   cli_response_clear(&resp);
