@@ -41,30 +41,39 @@ static int get_checkpoints(cli_client *client, const char *job, json_t **doc) {
 }
 
 /* The internal id of the checkpoint the user named: by step (the newest
- * at that step, should a resumed attempt have written it again), or with
- * --id as it is. Exit code; id (32 bytes) filled on CLI_EXIT_OK. */
+ * at that step, should a resumed attempt have written it again), with --id
+ * as it is, or the newest of all when number is NULL (`what`, "download" or
+ * "export", names the action in the error of a job with none). Exit code;
+ * id (32 bytes) and, when step is not NULL, the step (-1 for --id) filled
+ * on CLI_EXIT_OK. */
 static int resolve_checkpoint(cli_client *client, const cli_options *opts, const char *job,
-                              const char *number, char *id) {
-  if (opts->by_id) {
+                              const char *number, const char *what, char *id, json_int_t *step) {
+  if (step) *step = -1;
+  if (number && opts->by_id) {
     snprintf(id, 32, "%s", number);
     return CLI_EXIT_OK;
   }
   json_t *doc = NULL;
   int exit_code = get_checkpoints(client, job, &doc);
   if (exit_code != CLI_EXIT_OK) return exit_code;
-  long long step = atoll(number);
-  json_int_t found = 0;
+  long long want = number ? atoll(number) : -1;
+  json_int_t found = 0, found_step = -1;
   size_t i;
   const json_t *c;
-  json_array_foreach(json_object_get(doc, "checkpoints"), i, c) {
-    if (json_integer_value(json_object_get(c, "step")) == step)
+  json_array_foreach(json_object_get(doc, "checkpoints"), i, c) { /* oldest first */
+    json_int_t at = json_integer_value(json_object_get(c, "step"));
+    if (want < 0 || at == want) {
       found = json_integer_value(json_object_get(c, "id"));
+      found_step = at;
+    }
   }
   json_decref(doc);
+  if (!found && want < 0) return cli_fail("job %s has no checkpoints to %s", job, what);
   if (!found)
-    return cli_fail("job %s has no checkpoint at step %lld (see 'kiln ckpt ls %s')", job, step,
+    return cli_fail("job %s has no checkpoint at step %lld (see 'kiln ckpt ls %s')", job, want,
                     job);
   snprintf(id, 32, "%" JSON_INTEGER_FORMAT, found);
+  if (step) *step = found_step;
   return CLI_EXIT_OK;
 }
 
@@ -138,7 +147,7 @@ static int ckpt_ls(cli_client *client, const cli_options *opts, const char *job)
 static int ckpt_pin(cli_client *client, const cli_options *opts, const char *job,
                     const char *number, const char *verb) {
   char id[32];
-  int exit_code = resolve_checkpoint(client, opts, job, number, id);
+  int exit_code = resolve_checkpoint(client, opts, job, number, "pin", id, NULL);
   if (exit_code != CLI_EXIT_OK) return exit_code;
   char *path = cli_printf("/v1/jobs/%s/checkpoints/%s:%s", job, id, verb);
   json_t *doc = NULL;
@@ -174,6 +183,28 @@ static int on_download_data(const char *data, size_t len, void *user) {
   return 0;
 }
 
+/* GETs path into the file part (made anew), its sha256 and size into d;
+ * exit code. A failed write or close is the file's error. */
+static int fetch_to_file(cli_client *client, const char *path, const char *part, download *d) {
+  d->file = fopen(part, "wb");
+  if (!d->file) return cli_fail("cannot write '%s': %s", part, strerror(errno));
+  kc_sha256_init(&d->hash);
+  char err[CURL_ERROR_SIZE + 256];
+  cli_response resp;
+  int rc = cli_client_stream(client, path, NULL, 0, on_download_data, d, &resp, err, sizeof err);
+  if (rc != CLI_OK) return cli_report_transport(client, rc, "GET", path, err);
+  int exit_code = CLI_EXIT_OK;
+  if (resp.status < 200 || resp.status >= 300)
+    exit_code = cli_report_answer(client, "GET", path, &resp);
+  cli_response_clear(&resp);
+  if (exit_code != CLI_EXIT_OK) return exit_code;
+  int close_failed = fclose(d->file) != 0;
+  d->file = NULL;
+  if (d->write_failed || close_failed)
+    return cli_fail("cannot write '%s': %s", part, strerror(errno));
+  return CLI_EXIT_OK;
+}
+
 static int ckpt_download(cli_client *client, const cli_options *opts, const char *job,
                          const char *id_arg) {
   int exit_code = CLI_EXIT_OK;
@@ -181,21 +212,8 @@ static int ckpt_download(cli_client *client, const cli_options *opts, const char
   char *meta_path = NULL, *file_path = NULL, *part = NULL, *out_name = NULL;
   download d = {0};
   char id[32];
-  if (id_arg) {
-    exit_code = resolve_checkpoint(client, opts, job, id_arg, id);
-    if (exit_code != CLI_EXIT_OK) goto cleanup;
-  } else { /* the newest: the list comes oldest first */
-    exit_code = get_checkpoints(client, job, &list_doc);
-    if (exit_code != CLI_EXIT_OK) goto cleanup;
-    const json_t *list = json_object_get(list_doc, "checkpoints");
-    if (json_array_size(list) == 0) {
-      exit_code = cli_fail("job %s has no checkpoints to download", job);
-      goto cleanup;
-    }
-    snprintf(
-        id, sizeof id, "%" JSON_INTEGER_FORMAT,
-        json_integer_value(json_object_get(json_array_get(list, json_array_size(list) - 1), "id")));
-  }
+  exit_code = resolve_checkpoint(client, opts, job, id_arg, "download", id, NULL);
+  if (exit_code != CLI_EXIT_OK) goto cleanup;
   meta_path = cli_printf("/v1/jobs/%s/checkpoints/%s", job, id);
   file_path = meta_path ? cli_printf("%s:download", meta_path) : NULL;
   if (!file_path) {
@@ -214,32 +232,8 @@ static int ckpt_download(cli_client *client, const cli_options *opts, const char
     exit_code = cli_fail("out of memory");
     goto cleanup;
   }
-  d.file = fopen(part, "wb");
-  if (!d.file) {
-    exit_code = cli_fail("cannot write '%s': %s", part, strerror(errno));
-    goto cleanup;
-  }
-  kc_sha256_init(&d.hash);
-  char err[CURL_ERROR_SIZE + 256];
-  cli_response resp;
-  int rc =
-      cli_client_stream(client, file_path, NULL, 0, on_download_data, &d, &resp, err, sizeof err);
-  if (rc != CLI_OK) {
-    exit_code = cli_report_transport(client, rc, "GET", file_path, err);
-    goto cleanup;
-  }
-  if (resp.status < 200 || resp.status >= 300) {
-    exit_code = cli_report_answer(client, "GET", file_path, &resp);
-    cli_response_clear(&resp);
-    goto cleanup;
-  }
-  cli_response_clear(&resp);
-  int close_failed = fclose(d.file) != 0;
-  d.file = NULL;
-  if (d.write_failed || close_failed) {
-    exit_code = cli_fail("cannot write '%s': %s", part, strerror(errno));
-    goto cleanup;
-  }
+  exit_code = fetch_to_file(client, file_path, part, &d);
+  if (exit_code != CLI_EXIT_OK) goto cleanup;
   uint8_t digest[32];
   char got_sha[65];
   kc_sha256_final(&d.hash, digest);
@@ -315,34 +309,16 @@ int cli_cmd_export(cli_client *client, const cli_options *opts) {
   if (!job) return exit_code;
   char *end = NULL;
   long long want_step = opts->step ? strtoll(opts->step, &end, 10) : -1;
-  json_t *list_doc = NULL;
-  char *list_path = NULL, *file_path = NULL, *out_name = NULL, *part = NULL;
+  char *file_path = NULL, *out_name = NULL, *part = NULL, id[32];
+  json_int_t step = -1;
   download d = {0};
   if (opts->step && (!*opts->step || *end || want_step < 0)) {
     exit_code = cli_usage_error("--step must be a whole number >= 0, got '%s'", opts->step);
     goto cleanup;
   }
-  list_path = cli_printf("/v1/jobs/%s/checkpoints", job);
-  exit_code = list_path ? cli_call_api(client, "GET", list_path, NULL, 0, &list_doc)
-                        : cli_fail("out of memory");
+  exit_code = resolve_checkpoint(client, opts, job, opts->step, "export", id, &step);
   if (exit_code != CLI_EXIT_OK) goto cleanup;
-  const json_t *list = json_object_get(list_doc, "checkpoints");
-  const json_t *ckpt = NULL; /* the list comes oldest first: the last match is the newest */
-  for (size_t i = 0; i < json_array_size(list); i++) {
-    const json_t *c = json_array_get(list, i);
-    if (want_step < 0 || json_integer_value(json_object_get(c, "step")) == want_step) ckpt = c;
-  }
-  if (!ckpt) {
-    exit_code = opts->step ? cli_fail("job %s has no checkpoint at step %lld (see 'kiln ckpt ls "
-                                      "%s')",
-                                      job, want_step, job)
-                           : cli_fail("job %s has no checkpoints to export", job);
-    goto cleanup;
-  }
-  json_int_t id = json_integer_value(json_object_get(ckpt, "id"));
-  json_int_t step = json_integer_value(json_object_get(ckpt, "step"));
-  file_path =
-      cli_printf("/v1/jobs/%s/checkpoints/%" JSON_INTEGER_FORMAT ":export?format=onnx", job, id);
+  file_path = cli_printf("/v1/jobs/%s/checkpoints/%s:export?format=onnx", job, id);
   out_name = opts->output_file ? strdup(opts->output_file)
                                : cli_printf("%s-step%" JSON_INTEGER_FORMAT ".onnx", job, step);
   part = out_name ? cli_printf("%s.part", out_name) : NULL;
@@ -350,29 +326,9 @@ int cli_cmd_export(cli_client *client, const cli_options *opts) {
     exit_code = cli_fail("out of memory");
     goto cleanup;
   }
-  d.file = fopen(part, "wb");
-  if (!d.file) {
-    exit_code = cli_fail("cannot write '%s': %s", part, strerror(errno));
-    goto cleanup;
-  }
-  kc_sha256_init(&d.hash);
-  char err[CURL_ERROR_SIZE + 256];
-  cli_response resp;
-  int rc =
-      cli_client_stream(client, file_path, NULL, 0, on_download_data, &d, &resp, err, sizeof err);
-  if (rc != CLI_OK) {
-    exit_code = cli_report_transport(client, rc, "GET", file_path, err);
-    goto cleanup;
-  }
-  if (resp.status < 200 || resp.status >= 300) {
-    exit_code = cli_report_answer(client, "GET", file_path, &resp);
-    cli_response_clear(&resp);
-    goto cleanup;
-  }
-  cli_response_clear(&resp);
-  int close_failed = fclose(d.file) != 0;
-  d.file = NULL;
-  if (d.write_failed || close_failed || rename(part, out_name) != 0) {
+  exit_code = fetch_to_file(client, file_path, part, &d);
+  if (exit_code != CLI_EXIT_OK) goto cleanup;
+  if (rename(part, out_name) != 0) {
     exit_code = cli_fail("cannot write '%s': %s", out_name, strerror(errno));
     goto cleanup;
   }
@@ -384,13 +340,13 @@ int cli_cmd_export(cli_client *client, const cli_options *opts) {
   kc_sha256_hex(digest, sha);
   if (opts->output == CLI_OUTPUT_JSON) {
     json_t *doc = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:s}", "file", out_name, "job", job,
-                            "checkpoint", (json_int_t)id, "step", (json_int_t)step, "bytes",
+                            "checkpoint", (json_int_t)atoll(id), "step", step, "bytes",
                             (json_int_t)d.bytes, "sha256", sha, "format", "onnx");
     cli_print_json(doc);
     json_decref(doc);
   } else {
-    printf("%s: ONNX model of job %s, checkpoint %" JSON_INTEGER_FORMAT
-           ", step %" JSON_INTEGER_FORMAT ", %lld bytes, sha256 %s\n",
+    printf("%s: ONNX model of job %s, checkpoint %s, step %" JSON_INTEGER_FORMAT
+           ", %lld bytes, sha256 %s\n",
            out_name, job, id, step, (long long)d.bytes, sha);
   }
 
@@ -400,8 +356,6 @@ cleanup:
   free(part);
   free(out_name);
   free(file_path);
-  free(list_path);
-  json_decref(list_doc);
   free(job);
   return exit_code;
 }
