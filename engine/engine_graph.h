@@ -222,6 +222,8 @@ typedef struct kn_plan_stats {
   int n_bias_grads_in_gemm;   /* bias gradients summed by a weight gradient's GEMM */
   int n_pool_argmax;          /* max pools whose gradient reads their recorded argmax */
   int n_pool_grads_in_gemm;   /* max pool gradients computed inside a weight gradient's GEMM */
+  int n_bn_grads;             /* batch norm backwards that write their gamma and beta gradients */
+  int n_bn_relu_grads;        /* relu gradients taken inside a batch norm's backward */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -266,7 +268,14 @@ enum {
    * the pool's argmax and dy as it packs it (kiln's own GEMM only; the
    * same bits) */
   KN_PASS_POOL_GRAD_IN_GEMM = 512,
-  KN_PASS_ALL = 1023
+  /* a batch norm's backward in two passes over the data: its input
+   * gradient's sums (of dy and dy xhat) are its gamma and beta gradients,
+   * written then instead of summed again; and the gradient of a relu fused
+   * into the batch norm is taken in those two passes (the mask read from
+   * the relu's output) instead of being written out. The same bits;
+   * float32, batch norm not synchronized */
+  KN_PASS_BN_GRADS = 1024,
+  KN_PASS_ALL = 2047
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* The unoptimized plan, for debugging and comparison: the same compiled

@@ -88,6 +88,10 @@ typedef union kn_node_attrs {
     /* synchronized batch norm: the sums over the batch cover every replica
      * of the step (kn_replica_sums) */
     int synchronized;
+    /* bn_grad_x, set by the bn_grads pass: 1 + its layer's bn_grad_gamma
+     * and bn_grad_beta nodes, whose values it writes from the sums it
+     * takes anyway (0: none) */
+    kn_node writes_gamma, writes_beta;
   } bn;
   struct {
     float rate;
@@ -98,7 +102,7 @@ typedef union kn_node_attrs {
   kn_node argmax_of; /* pool_argmax: 1 + the pool that writes it */
 } kn_node_attrs;
 
-#define KN_MAX_INPUTS 4
+#define KN_MAX_INPUTS 5
 
 typedef struct kn_node_rec {
   kn_op op;
@@ -130,6 +134,11 @@ typedef struct kn_node_rec {
    * - argmax_at: on the pool, 1 + its KN_OP_POOL_ARGMAX node. */
   int fused_relu, gemm_pair, argmax;
   kn_node argmax_at;
+  /* 1 + an earlier node whose kernel writes this node's value (the
+   * bn_grads pass: a batch norm's gamma and beta gradients, written by its
+   * bn_grad_x); this node's own kernel then runs nothing, and the planner
+   * keeps its value live from that node on. 0: none. */
+  kn_node written_by;
   kn_init init;
   char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
@@ -508,7 +517,7 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
-      pool_grads_in_gemm;
+      pool_grads_in_gemm, bn_grads, bn_relu_grads;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
  * passes begin): the passes append at most n_nodes nodes. */
@@ -521,6 +530,7 @@ int kn_lower_implicit_columns(kn_graph *g);
 int kn_lower_implicit_input_grads(kn_graph *g);
 int kn_lower_bias_grads_in_gemm(kn_graph *g);
 int kn_lower_pool_grads_in_gemm(kn_graph *g);
+int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* Pushes an f32 node of op with attrs (NULL: none) and inputs, shaped by
  * its op's rule. */

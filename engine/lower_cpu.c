@@ -56,7 +56,7 @@ int kn_lower_pool_argmax(kn_graph *g, int max_nodes) {
     kn_node_rec bytes = kn_node_proto(KN_OP_POOL_ARGMAX, KN_U8);
     bytes.attr.argmax_of = 1 + p;
     bytes.device = P->device;
-    bytes.inputs[0] = bytes.inputs[1] = bytes.inputs[2] = bytes.inputs[3] = -1;
+    for (int k = 0; k < KN_MAX_INPUTS; k++) bytes.inputs[k] = -1;
     snprintf(bytes.name, sizeof bytes.name, "argmax/%.100s", P->name);
     const kn_node am = kn_graph_push(g, &bytes);
     if (am < 0) return recorded;
@@ -294,6 +294,82 @@ int kn_lower_pool_grads_in_gemm(kn_graph *g) {
     moved++;
   }
   return moved;
+}
+
+/* ---- batch norm's backward ---- */
+
+/* The first live node after `after` with op `op` whose first `k` inputs
+ * are those of `like`; -1 for none. */
+static kn_node find_reader_like(const kn_graph *g, kn_node after, kn_op op, int k,
+                                const kn_node_rec *like) {
+  for (kn_node c = after + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead || r->op != op || r->written_by || r->n_inputs != k) continue;
+    int same = 1;
+    for (int q = 0; q < k; q++) same &= r->inputs[q] == like->inputs[q];
+    if (same) return c;
+  }
+  return -1;
+}
+
+/* A batch norm's backward reads its dy three times: bn_grad_x sums dy and
+ * dy xhat over the rows, then applies them; bn_grad_gamma sums dy xhat
+ * again, bn_grad_beta dy again. Those first sums are the gamma and beta
+ * gradients (bn_grad_x scales them by gamma itself), taken the same way,
+ * so bn_grad_x writes them (the two run nothing and are live from it on).
+ * Then, when that dy is a relu's gradient (the relu fused into bn_apply)
+ * read by nothing else, bn_grad_x masks dy by the relu's output itself in
+ * both of its passes and the relu gradient is never written. float32
+ * (double in the reference mode), not synchronized: a synchronized batch
+ * norm's sums cover every replica, its gamma and beta gradients only its
+ * own. Returns the batch norms paired; *relu_grads, the relus taken in. */
+int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
+  int paired = 0;
+  *relu_grads = 0;
+  for (kn_node x = 0; x < g->n_nodes; x++) {
+    kn_node_rec *X = &g->nodes[x];
+    if (X->dead || X->op != KN_OP_BN_GRAD_X || X->n_inputs != 4 || X->attr.bn.synchronized ||
+        X->dtype != KN_F32 || X->attr.bn.writes_gamma || X->attr.bn.writes_beta)
+      continue;
+    int f32 = 1;
+    for (int k = 0; k < 4; k++) f32 &= g->nodes[X->inputs[k]].dtype == KN_F32;
+    if (!f32) continue;
+    const kn_node gm = find_reader_like(g, x, KN_OP_BN_GRAD_GAMMA, 3, X);
+    const kn_node bt = find_reader_like(g, x, KN_OP_BN_GRAD_BETA, 1, X);
+    if (gm < 0 && bt < 0) continue;
+    if (gm >= 0) {
+      X->attr.bn.writes_gamma = 1 + gm;
+      g->nodes[gm].written_by = 1 + x;
+    }
+    if (bt >= 0) {
+      X->attr.bn.writes_beta = 1 + bt;
+      g->nodes[bt].written_by = 1 + x;
+    }
+    paired++;
+    /* dy = relu_grad(dy_out, y), read by these three alone */
+    const kn_node dy = X->inputs[0];
+    const kn_node_rec *D = &g->nodes[dy];
+    if (gm < 0 || bt < 0 || D->dead || D->op != KN_OP_RELU_GRAD || D->keep || D->fused_relu ||
+        D->storage != KN_STORE_ARENA || D->dtype != KN_F32 ||
+        g->nodes[D->inputs[0]].dtype != KN_F32 || g->nodes[D->inputs[1]].dtype != KN_F32)
+      continue;
+    int others = 0;
+    for (kn_node c = dy + 1; c < g->n_nodes; c++) {
+      const kn_node_rec *r = &g->nodes[c];
+      if (r->dead || c == x || c == gm || c == bt) continue;
+      for (int k = 0; k < r->n_inputs; k++) others |= r->inputs[k] == dy;
+    }
+    if (others) continue;
+    const kn_node dy_out = D->inputs[0], y = D->inputs[1];
+    X->n_inputs = 5;
+    X->inputs[0] = dy_out;
+    X->inputs[4] = y;
+    g->nodes[gm].inputs[0] = dy_out; /* they read nothing, but stay after it */
+    g->nodes[bt].inputs[0] = dy_out;
+    g->nodes[dy].dead = 1;
+    (*relu_grads)++;
+  }
+  return paired;
 }
 
 /* ---- mixed_bfloat16: matmuls on bf16 operands ---- */

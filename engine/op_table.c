@@ -299,13 +299,18 @@ const kn_op_def kn_op_defs[KN_OP_COUNT] = {
     [KN_OP_BN_GRAD_X] = {.name = "bn_grad_x",
                          .shape = kn_shape_like_input1,
                          .min_inputs = 4,
-                         .max_inputs = 4,
+                         .max_inputs = 5,
                          .cpu = KN_CPU(bn_grad_x)},
     [KN_OP_BN_GRAD_GAMMA] = {.name = "bn_grad_gamma",
                              .shape = kn_shape_channels,
                              .min_inputs = 3,
                              .max_inputs = 3,
                              .cpu = KN_CPU(bn_grad_gamma)},
+    [KN_OP_BN_GRAD_BETA] = {.name = "bn_grad_beta",
+                            .shape = kn_shape_channels,
+                            .min_inputs = 1,
+                            .max_inputs = 1,
+                            .cpu = KN_CPU(bn_grad_beta)},
 
 };
 

@@ -51,8 +51,10 @@ typedef enum kn_op {
   KN_OP_POOL_GRAD,        /* (dy, x, y) -> dx */
   KN_OP_BN_STATS,         /* (x, moving_mean, moving_var) -> (2, C): mean, 1/sqrt(var+eps) */
   KN_OP_BN_APPLY,         /* (x, stats, gamma, beta) -> (x - mean) * invstd * gamma + beta */
-  KN_OP_BN_GRAD_X,        /* (dy, x, stats, gamma) -> dx through the batch statistics */
-  KN_OP_BN_GRAD_GAMMA,    /* (dy, x, stats) -> (C) */
+  KN_OP_BN_GRAD_X,        /* (dy, x, stats, gamma[, y]) -> dx through the batch statistics;
+                           * y: the relu fused into bn_apply, whose gradient masks dy */
+  KN_OP_BN_GRAD_GAMMA,    /* (dy, x, stats) -> (C): sum of dy xhat */
+  KN_OP_BN_GRAD_BETA,     /* (dy) -> (C): sum of dy, as bn_grad_x sums it */
   KN_OP_DROPOUT_MASK,     /* (like x) -> 0 or 1/(1-rate); all ones outside training */
   KN_OP_XENT_DENSE,       /* (logits (B, C), probs (B, C)) -> mean -sum(p log softmax) */
   KN_OP_XENT_DENSE_GRAD,  /* (logits, probs, dloss) */
@@ -269,6 +271,7 @@ KN_CPU_KERNEL_DECL(bn_stats)
 KN_CPU_KERNEL_DECL(bn_apply)
 KN_CPU_KERNEL_DECL(bn_grad_x)
 KN_CPU_KERNEL_DECL(bn_grad_gamma)
+KN_CPU_KERNEL_DECL(bn_grad_beta)
 KN_CPU_KERNEL_DECL(dropout_mask)
 KN_CPU_KERNEL_DECL(xent_dense)
 KN_CPU_KERNEL_DECL(xent_dense_grad)

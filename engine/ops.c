@@ -37,6 +37,7 @@ static kn_node push_inputs(kn_graph *g, kn_node_rec *p, int n_inputs, kn_node in
   p->inputs[1] = in1;
   p->inputs[2] = in2;
   p->inputs[3] = in3;
+  p->inputs[4] = -1;
   return kn_graph_push(g, p);
 }
 
@@ -615,7 +616,7 @@ int kn_grad_bn_apply(KN_GRAD_ARGS) {
                          kn_push_op(g, KN_OP_BN_GRAD_GAMMA, NULL, 3, dy, a, stats)))
     return -1;
   if (g->nodes[beta].requires_grad &&
-      kn_grad_accumulate(g, grads, beta, kn_push_op(g, KN_OP_REDUCE_ROWS, NULL, 1, dy, -1, -1)))
+      kn_grad_accumulate(g, grads, beta, kn_push_op(g, KN_OP_BN_GRAD_BETA, NULL, 1, dy, -1, -1)))
     return -1;
   return 0;
 }

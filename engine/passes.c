@@ -54,7 +54,8 @@ static int same_node(const kn_node_rec *a, const kn_node_rec *b) {
   for (int k = 0; k < a->n_inputs; k++)
     if (a->inputs[k] != b->inputs[k]) return 0;
   return memcmp(&a->attr, &b->attr, sizeof a->attr) == 0 && a->fused_relu == b->fused_relu &&
-         a->gemm_pair == b->gemm_pair && a->argmax == b->argmax && a->argmax_at == b->argmax_at;
+         a->gemm_pair == b->gemm_pair && a->argmax == b->argmax && a->argmax_at == b->argmax_at &&
+         a->written_by == b->written_by;
 }
 
 /* A later node equal to an earlier one (same op, attrs and inputs) is
@@ -276,6 +277,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->fused += fuse_pool_relu_grads(g, scratch);
   }
   if (passes & KN_PASS_POOL_ARGMAX) st->pool_argmax = kn_lower_pool_argmax(g, max_nodes);
+  if (passes & KN_PASS_BN_GRADS) st->bn_grads = kn_lower_bn_grads(g, &st->bn_relu_grads);
   if (passes & KN_PASS_CONST_FOLD) st->folded = fold_constants(g);
   if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
   /* Last: the values the narrowing left unread are gone, so they do not

@@ -81,6 +81,8 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
     /* a matmul whose GEMM an earlier reduce_rows runs is written there */
     if (n->op == KN_OP_MATMUL && n->gemm_pair && n->gemm_pair - 1 < n->first_use)
       n->first_use = n->gemm_pair - 1;
+    /* a value an earlier node writes is live from there */
+    if (n->written_by && n->written_by - 1 < n->first_use) n->first_use = n->written_by - 1;
   }
 }
 
@@ -413,6 +415,8 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     stats->n_bias_grads_in_gemm = pass_stats.bias_grads_in_gemm;
     stats->n_pool_argmax = pass_stats.pool_argmax;
     stats->n_pool_grads_in_gemm = pass_stats.pool_grads_in_gemm;
+    stats->n_bn_grads = pass_stats.bn_grads;
+    stats->n_bn_relu_grads = pass_stats.bn_relu_grads;
     stats->n_folded = pass_stats.folded;
     stats->n_dead = pass_stats.dead;
     stats->n_inplace = n_inplace;

@@ -108,12 +108,23 @@ static double loss_of(kn_model *m, kn_run_mode mode, int rows) {
   return *(double *)kn_node_data(m->graph, m->loss);
 }
 
-static void cnn_with_every_layer_type_matches_finite_differences(void **state) {
-  (void)state;
-  kn_layer_config layers[11];
-  int n = every_layer(layers);
-  kn_model m = build(layers, n, 4, 1);
-  fill_batch(&m, 3, 1); /* a partial batch: 3 of 4 planned rows */
+/* The model's gradients against central finite differences, in the
+ * double reference mode, with the given passes; on a partial batch (3 of 4
+ * planned rows). Every parameter takes part: almost none is exactly 0. */
+static void matches_finite_differences(const kn_layer_config *layers, int n, unsigned passes) {
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {6, 6, 2},
+                         .n_layers = n,
+                         .layers = layers,
+                         .batch_size = 4,
+                         .seed = 5};
+  kn_model m;
+  char err[512] = "";
+  if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
+  kn_graph_use_f64(m.graph);
+  kn_graph_set_passes(m.graph, passes);
+  if (kn_graph_compile(m.graph, 3, NULL, err, sizeof err)) fail_msg("compile: %s", err);
+  fill_batch(&m, 3, 1);
   loss_of(&m, KN_RUN_TRAIN, 3);
   size_t np = kn_param_count(m.graph);
   double *p = (double *)(void *)kn_params(m.graph);
@@ -133,10 +144,39 @@ static void cnn_with_every_layer_type_matches_finite_differences(void **state) {
     }
     nonzero += fabs(analytic[i]) > 1e-9;
   }
-  /* Every layer's parameters take part: almost no gradient is exactly 0. */
   assert_true(nonzero * 10 >= (int)np * 9);
   free(analytic);
   kn_model_free(&m);
+}
+
+static void cnn_with_every_layer_type_matches_finite_differences(void **state) {
+  (void)state;
+  kn_layer_config layers[11];
+  int n = every_layer(layers);
+  matches_finite_differences(layers, n, KN_PASS_ALL);
+}
+
+/* conv -> batch norm -> relu twice: the batch norms' backward with and
+ * without the bn_grads pass (which writes gamma's and beta's gradients from
+ * the input gradient's sums and takes the relu's gradient inside). */
+static void batch_norm_relu_backward_matches_finite_differences(void **state) {
+  (void)state;
+  kn_layer_config layers[8] = {
+      {.type = KN_LAYER_CONV2D,
+       .name = "c1",
+       .filters = 3,
+       .kernel_size = {3, 3},
+       .padding = KN_PAD_SAME,
+       .use_bias = 1},
+      {.type = KN_LAYER_BATCH_NORM, .name = "bn1"},
+      {.type = KN_LAYER_ACTIVATION, .name = "r1", .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_CONV2D, .name = "c2", .filters = 4, .kernel_size = {3, 3}},
+      {.type = KN_LAYER_BATCH_NORM, .name = "bn2"},
+      {.type = KN_LAYER_ACTIVATION, .name = "r2", .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1}};
+  matches_finite_differences(layers, 8, KN_PASS_ALL);
+  matches_finite_differences(layers, 8, KN_PASS_ALL & ~KN_PASS_BN_GRADS);
 }
 
 static void layers_use_keras_parameter_names_and_shapes(void **state) {
@@ -540,6 +580,7 @@ static void bad_layer_graphs_are_refused_with_the_layer(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cnn_with_every_layer_type_matches_finite_differences),
+      cmocka_unit_test(batch_norm_relu_backward_matches_finite_differences),
       cmocka_unit_test(layers_use_keras_parameter_names_and_shapes),
       cmocka_unit_test(batch_norm_moves_statistics_and_infers_with_them),
       cmocka_unit_test(batch_norm_gives_the_same_bits_on_any_thread_count),

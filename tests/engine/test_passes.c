@@ -216,6 +216,7 @@ static int fired(const kn_plan_stats *st, unsigned pass) {
   case KN_PASS_BIAS_GRAD_IN_GEMM: return st->n_bias_grads_in_gemm;
   case KN_PASS_POOL_ARGMAX: return st->n_pool_argmax;
   case KN_PASS_POOL_GRAD_IN_GEMM: return st->n_pool_grads_in_gemm;
+  case KN_PASS_BN_GRADS: return st->n_bn_grads;
   }
   fail_msg("unknown pass %u", pass);
   return 0;
@@ -299,6 +300,7 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
       {KN_PASS_FUSION, "fusion", MLP | CNN, 0, 1},
       {KN_PASS_INPLACE, "inplace", MLP | CNN, 0, 1},
       {KN_PASS_POOL_ARGMAX, "pool_argmax", CNN, 0, 1},
+      {KN_PASS_BN_GRADS, "bn_grads", CNN, 0, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_pass(&cases[c]);
   for (int cnn = 0; cnn <= 1; cnn++) {
@@ -351,6 +353,10 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
   assert_int_equal(no_inplace.st.n_inplace, 0);
   assert_true(all.st.arena_bytes < no_inplace.st.arena_bytes);
   result cnn = train_once(1, KN_PASS_ALL, 0);
+  /* The batch norm's backward writes its gamma and beta gradients and
+   * takes the gradient of the relu after it. */
+  assert_int_equal(cnn.st.n_bn_grads, 1);
+  assert_int_equal(cnn.st.n_bn_relu_grads, 1);
   /* the two 3x3 convolutions' GEMM + bias + relu, the separable pointwise
    * GEMM + bias + relu and the two dense layers; then the chains batch norm
    * + relu, add + relu (residual) and bias_add + relu (depthwise); then the

@@ -25,7 +25,7 @@ static const kn_layer_config mlp_layers[] = {
 };
 
 /* Every layer type of the issue's parity CNN on (10, 10, 3) inputs:
- * conv -> batch norm -> separable conv -> residual add -> depthwise conv ->
+ * conv -> batch norm -> relu -> separable conv -> residual add -> depthwise conv ->
  * max pool -> avg pool -> global average pool -> flatten -> dense. Stride-1
  * "same" convolutions pad symmetrically, as torch's padding=1 does. */
 static const kn_layer_config cnn_layers[] = {
@@ -37,6 +37,7 @@ static const kn_layer_config cnn_layers[] = {
      .use_bias = 1,
      .activation = KN_ACT_RELU},
     {.type = KN_LAYER_BATCH_NORM, .name = "bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_ACTIVATION, .name = "bn_relu", .activation = KN_ACT_RELU},
     {.type = KN_LAYER_SEPARABLE_CONV2D,
      .name = "sep",
      .filters = 8,
@@ -45,7 +46,7 @@ static const kn_layer_config cnn_layers[] = {
      .depth_multiplier = 2,
      .use_bias = 1,
      .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {1, 2}},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {2, 3}},
     {.type = KN_LAYER_DEPTHWISE_CONV2D, .name = "dw", .kernel_size = {3, 3}, .use_bias = 1},
     {.type = KN_LAYER_MAX_POOL2D, .name = "mp", .pool_size = {2, 2}},
     {.type = KN_LAYER_AVG_POOL2D, .name = "ap", .pool_size = {2, 2}, .strides = {1, 1}},
@@ -83,7 +84,7 @@ static int optimizer_by_name(const char *name, kn_optimizer_config *cfg) {
                                  .learning_rate = 3e-4f,
                                  .rho = 0.9f,
                                  .momentum = 0.5f,
-                                 .epsilon = 1e-7f};
+                                 .epsilon = 1e-5f};
   } else if (strcmp(name, "adagrad") == 0) {
     *cfg = (kn_optimizer_config){.type = KN_OPT_ADAGRAD,
                                  .learning_rate = 0.01f,
