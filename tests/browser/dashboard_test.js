@@ -10,6 +10,7 @@
 
 const path = require("path");
 const { Browser } = require("./cdp.js");
+const { q, check, fill, click } = require("./helpers.js");
 
 const [url, token, artifacts] = process.argv.slice(2);
 if (!url || !token || !artifacts) {
@@ -17,26 +18,7 @@ if (!url || !token || !artifacts) {
   process.exit(2);
 }
 
-function check(cond, what) {
-  if (!cond) throw new Error("check failed: " + what);
-  console.log("ok - " + what);
-}
-
-const q = (s) => JSON.stringify(s);
 const badgeState = "(document.querySelector('#job-head .badge') || {dataset: {}}).dataset.state";
-
-/* Sets a form field's value the way typing does and tells the page. */
-async function fill(page, selector, value) {
-  await page.eval(`(() => { const e = document.querySelector(${q(selector)});
-    e.value = ${q(value)}; e.dispatchEvent(new Event('input', {bubbles: true}));
-    e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`);
-}
-
-async function click(page, selector) {
-  await page.waitFor(`(() => { const e = document.querySelector(${q(selector)});
-    return e && !e.disabled; })()`, selector + " to be clickable");
-  await page.eval(`document.querySelector(${q(selector)}).click()`);
-}
 
 /* Submits the spec in the submit page's text area; returns the new job's id. */
 async function submitSpec(page) {

@@ -1,6 +1,6 @@
-/* test_browser.c — runs the dashboard's browser test (dashboard_test.js, in
- * the system's headless Chromium, driven over the DevTools protocol by node)
- * against a real kilnd with the real kiln-train. Skipped (exit 77, with the
+/* test_browser.c — runs the dashboard's browser tests (dashboard_test.js and
+ * tools_test.js, in the system's headless Chromium, driven over the DevTools
+ * protocol by node) against a real kilnd with the real kiln-train. Skipped (exit 77, with the
  * reason) when chromium or node is not installed. The job page's screenshot
  * lands in ARTIFACTS_DIR/job-page.png. */
 #include <setjmp.h>
@@ -37,24 +37,37 @@ static int on_path(const char *name) {
   return 0;
 }
 
+/* Runs node on the browser test script in BROWSER_TEST_DIR; its exit status. */
+static int run_script(const char *script) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", BROWSER_TEST_DIR, script);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execlp("node", "node", path, base_url, admin_token, ARTIFACTS_DIR, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 static void dashboard_drives_jobs_from_login_to_screenshot(void **state) {
   (void)state;
   char shot[600];
   snprintf(shot, sizeof shot, "%s/job-page.png", ARTIFACTS_DIR);
   unlink(shot);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    execlp("node", "node", BROWSER_TEST_JS, base_url, admin_token, ARTIFACTS_DIR, (char *)NULL);
-    _exit(127);
-  }
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  assert_true(WIFEXITED(status));
-  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_int_equal(run_script("dashboard_test.js"), 0);
   struct stat sb;
   assert_int_equal(stat(shot, &sb), 0);
   assert_true(sb.st_size > 10000); /* a PNG of a whole page, not an empty file */
+}
+
+/* Issue #22: compare, chart tools, checkpoints, profile, logs, phone width
+ * and the dashboard's defects, on small real jobs (tools_test.js). */
+static void dashboard_compares_jobs_charts_tools_and_fits_a_phone(void **state) {
+  (void)state;
+  assert_int_equal(run_script("tools_test.js"), 0);
 }
 
 static int start_kilnd(void **state) {
@@ -92,6 +105,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dashboard_drives_jobs_from_login_to_screenshot),
+      cmocka_unit_test(dashboard_compares_jobs_charts_tools_and_fits_a_phone),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
 }
