@@ -75,8 +75,8 @@ function metricCard(base, series) {
   const chart = new KilnChart(canvas, series, { yLabel: base, readout });
   const legend = el("div", { class: "legend" });
   const count = el("span", { class: "muted", id: "chart-" + base + "-count" });
-  const paintLegend = () => legend.replaceChildren(...chart.series.map((s) =>
-    el("span", {}, el("i", { style: "background:" + s.color }), s.label || s.name)));
+  const paintLegend = () => legend.replaceChildren(...chart.series.filter((s) => s.xs.length)
+    .map((s) => el("span", {}, el("i", { style: "background:" + s.color }), s.label || s.name)));
   paintLegend();
   return { chart, count, paintLegend, node: el("div", { class: "card" },
     el("div", { class: "row" }, el("h2", { style: "margin:0" }, base), count), canvas, readout,

@@ -69,7 +69,10 @@ function viewJob(main, params, id) {
     chartStatus.textContent = loaded + " points loaded (the server thins each series to " +
       CHART_POINTS + ")" + (streamed ? ", " + streamed + " streamed" : "") +
       (live ? " · following live" : "");
-    for (const c of cards.values()) c.count.textContent = c.chart.points() + " points";
+    for (const c of cards.values()) {
+      c.count.textContent = c.chart.points() + " points";
+      c.paintLegend();
+    }
   };
   const addPoint = (p) => {
     if (t0 === null) t0 = Date.parse(p.time);

@@ -11,9 +11,9 @@ function jobColumns(metrics, stats) {
   const spec = (j) => j.spec || {};
   const text = (v) => (v === undefined || v === null ? "" : String(v));
   const cols = [
-    { key: "id", title: "Job", get: (j) => j.id,
-      cell: (j) => el("a", { href: "#/jobs/" + encodeURIComponent(j.id) }, j.id) },
-    { key: "name", title: "Name", get: (j) => j.display_name || "" },
+    { key: "name", title: "Job", get: (j) => j.display_name || j.id,
+      cell: (j) => [el("a", { href: "#/jobs/" + encodeURIComponent(j.id) },
+        j.display_name || j.id), el("div", { class: "muted small" }, j.id)] },
     { key: "state", title: "State", get: (j) => j.state, cell: (j) => badge(j.state) },
     { key: "progress", title: "Progress", get: (j) => (j.progress ? j.progress.fraction : -1),
       cell: (j) => progressBar(j) },

@@ -44,6 +44,7 @@ function badge(state) {
 
 function duration(ms) {
   if (!(ms >= 0)) return "";
+  if (ms < 10000) return Number((ms / 1000).toFixed(1)) + "s";
   const s = Math.floor(ms / 1000);
   if (s < 60) return s + "s";
   if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
@@ -99,8 +100,9 @@ function flash(message, ok) {
  * the server does not say. */
 function progressBar(job) {
   const p = job.progress;
-  if (!p || !(p.fraction >= 0)) return el("span", { class: "muted" }, "–");
-  const pct = Math.round(p.fraction * 100);
+  const f = p ? p.fraction : job.state === "SUCCEEDED" ? 1 : null;
+  if (!(f >= 0)) return el("span", { class: "muted" }, "–");
+  const pct = Math.round(f * 100);
   return el("span", { class: "progress", title: pct + "%" },
     el("span", { class: "bar", role: "progressbar", "aria-valuenow": pct, "aria-valuemin": 0,
       "aria-valuemax": 100 }, el("span", { style: "width:" + pct + "%" })), " " + pct + "%");
