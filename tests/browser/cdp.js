@@ -176,9 +176,11 @@ class Page {
     }
   }
 
-  async screenshot(file) {
+  /* The whole page as a PNG; with opts.viewport only what the viewport shows. */
+  async screenshot(file, opts) {
+    const viewport = opts && opts.viewport;
     const { data } = await this.send("Page.captureScreenshot",
-      { format: "png", captureBeyondViewport: true });
+      { format: "png", captureBeyondViewport: !viewport });
     fs.mkdirSync(path.dirname(file), { recursive: true });
     fs.writeFileSync(file, Buffer.from(data, "base64"));
   }
