@@ -112,6 +112,7 @@ async function main() {
     await page.goto(url + "/#/jobs/" + longId);
     await page.waitFor(badgeState + " === 'RUNNING'", "the long job's page");
     await click(page, "#cancel");
+    await click(page, "#confirm-yes"); // Cancel asks first
     await page.waitFor(badgeState + " === 'CANCELLED'", "the long job to be cancelled", 30000);
     const stopLog = await page.waitFor("/SIGTERM/.test(document.querySelector('#job-logs')" +
       ".textContent) && document.querySelector('#job-logs').textContent", "the stop in the logs");
