@@ -43,7 +43,7 @@ function viewJob(main, params, id) {
         scrollTable({ id: "job-hparams", class: "kvtable" }, ["Field", "Value"], hparams),
         el("details", {}, el("summary", {}, "The spec as JSON"), spec)),
       el("div", { class: "card" }, el("h2", {}, "Profile"), profile)));
-  ckpts.parentNode.querySelector("thead").append(ckptHead);
+  ckpts.parentNode.tHead.replaceChildren(ckptHead);
 
   /* ---- charts ---- */
   let t0 = null, perEpoch = null;
@@ -239,7 +239,7 @@ function viewJob(main, params, id) {
 
   /* ---- refresh ---- */
   let refreshing = false;
-  let profiled = false;
+  let profiled = false, profileAsked = null;
   const refresh = async () => {
     if (refreshing) return;
     refreshing = true;
@@ -256,7 +256,13 @@ function viewJob(main, params, id) {
         paintLogs();
       }
       await loadCheckpoints();
-      if (!profiled) profiled = await loadProfile();
+      // The profile appears once its last step is done: ask at first, and
+      // again once the job has ended.
+      const profileState = TERMINAL.includes(job.state) ? "ended" : "running";
+      if (!profiled && profileAsked !== profileState) {
+        profileAsked = profileState;
+        profiled = await loadProfile();
+      }
       if (job.state === "QUEUED") {
         const why = await api("GET", jobPath(id) + ":explain", { signal });
         explain.replaceChildren(el("div", { class: "card" }, el("h2", {}, "Why it waits"),
