@@ -197,8 +197,8 @@ function viewJob(main, params, id) {
   let logText = "";
   const paintLogs = () => {
     const f = logFilter.value.trim().toLowerCase();
-    const lines = logText.split("\n").filter((l) => l && (!f || l.toLowerCase().includes(f)));
-    logs.textContent = logText ? lines.join("\n") : "(no output yet)";
+    const lines = f ? logText.split("\n").filter((l) => l.toLowerCase().includes(f)) : [];
+    logs.textContent = !logText ? "(no output yet)" : f ? lines.join("\n") : logText;
     logCount.textContent = f ? lines.length + " matching lines" : "";
     if (!f) logs.scrollTop = logs.scrollHeight;
   };
