@@ -179,12 +179,10 @@ static int on_event(const kn_train_event *ev, void *user) {
   /* The same, readable, into the log. */
   if (!readable_stdout(r)) return 0;
   switch (ev->kind) {
-  case KN_EVENT_STEP: {
-    int64_t in_epoch = ev->step - (int64_t)(ev->epoch - 1) * r->steps_per_epoch;
-    printf("epoch %d/%d  step %lld/%lld", ev->epoch, r->epochs, (long long)in_epoch,
-           (long long)r->steps_per_epoch);
+  case KN_EVENT_STEP: /* steps over the whole run, as the metrics and "done at step" count */
+    printf("epoch %d/%d  step %lld/%lld", ev->epoch, r->epochs, (long long)ev->step,
+           (long long)r->steps_per_epoch * r->epochs);
     break;
-  }
   case KN_EVENT_EPOCH:
     printf("epoch %d/%d  done at step %lld", ev->epoch, r->epochs, (long long)ev->step);
     break;
