@@ -3,6 +3,7 @@
  * is refused naming the file and position, oversized uploads get 413, a
  * job trains on an upload, and delete is refused while a job waits on it. */
 #include <curl/curl.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -446,6 +447,37 @@ static void archive_entry_outside_the_folder_is_refused(void **state) {
   assert_no_stray_upload_files();
 }
 
+/* What is left of refused uploads the moment their answer arrives: the
+ * folder must be gone before the 400 is sent, not some time after. */
+static int stray_upload_dirs(void) {
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/datasets", data_dir);
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += strncmp(e->d_name, ".upload-", 8) == 0;
+  closedir(d);
+  return n;
+}
+
+static void refused_upload_is_removed_before_the_answer(void **state) {
+  (void)state;
+  char tar[400];
+  snprintf(tar, sizeof tar, "%s/escape.tar", work);
+  write_escaping_tar(tar);
+  size_t len;
+  char *body = read_file(tar, &len);
+  for (int i = 0; i < 40; i++) {
+    json_t *doc;
+    assert_int_equal(http("POST", "/v1/datasets?format=images", body, len, 0, &doc), 400);
+    json_decref(doc);
+    int left = stray_upload_dirs();
+    if (left) fail_msg("try %d: %d upload folder(s) still there after the 400", i + 1, left);
+  }
+  free(body);
+}
+
 static void upload_over_the_cap_gets_413(void **state) {
   (void)state;
   char path[400];
@@ -752,6 +784,7 @@ int main(void) {
       cmocka_unit_test(bad_idx_uploads_are_refused_naming_the_file),
       cmocka_unit_test(image_that_does_not_decode_is_refused_by_name),
       cmocka_unit_test(archive_entry_outside_the_folder_is_refused),
+      cmocka_unit_test(refused_upload_is_removed_before_the_answer),
       cmocka_unit_test(upload_over_the_cap_gets_413),
       cmocka_unit_test(images_job_interleaves_augments_and_caches_the_decoded_data),
       cmocka_unit_test(regression_csv_job_stores_loss_and_mae_with_validation),
