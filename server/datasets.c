@@ -226,7 +226,22 @@ static int run_check(const http_config *cfg, const char *dir, char *out, size_t 
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+static void finish_upload(const http_config *cfg, http_upload *u, http_response *res);
+
 void http_upload_finish(const http_config *cfg, http_upload *u, http_response *res) {
+  finish_upload(cfg, u, res);
+  /* A refused upload's folder goes before the answer does: a client that
+   * reads the answer never finds it (http_upload_free, which runs after
+   * the answer is sent, would leave it there a moment longer). */
+  if (res->status != 200) {
+    if (u->file) fclose(u->file);
+    u->file = NULL;
+    remove_tree(u->tmp_dir);
+    u->tmp_dir[0] = '\0';
+  }
+}
+
+static void finish_upload(const http_config *cfg, http_upload *u, http_response *res) {
   if (u->too_large) {
     http_reply_status(res, 413, "RESOURCE_EXHAUSTED", "body",
                       "the upload is larger than the %zu-byte limit for data sets",
