@@ -1,6 +1,7 @@
 /* common.h — the few building blocks every kiln module may use (the one
  * exception to DESIGN.md's arrows: it depends on libc alone). Today: SHA-256,
- * for checkpoint digests (engine) and bearer-token hashes (server).
+ * for checkpoint digests (engine) and bearer-token hashes (server), and
+ * escaping text for log lines.
  * Prefix kc_. */
 #ifndef KILN_COMMON_H
 #define KILN_COMMON_H
@@ -21,5 +22,11 @@ void kc_sha256_final(kc_sha256 *h, uint8_t digest[32]);
 void kc_sha256_hex(const uint8_t digest[32], char hex[65]);
 /* SHA-256 of len bytes as 64 lowercase hex digits, in one call. */
 void kc_sha256_hex_of(const void *data, size_t len, char hex[65]);
+
+/* Copies in to out (NUL-terminated, cut at a whole escape to fit outlen)
+ * with every control character escaped (\n, \r, \t, \xHH), so one log
+ * event stays one line whatever a user or a trainer put in it; with quotes,
+ * '"' and '\\' too, for a value inside msg="...". Returns the length. */
+size_t kc_log_escape(char *out, size_t outlen, const char *in, int quotes);
 
 #endif

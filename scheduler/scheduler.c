@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "common.h"
 #include "scheduler.h"
 #include "storage.h"
 
@@ -334,8 +335,11 @@ static void handle_line(run *r, const char *line) {
     snprintf(r->error_reason, sizeof r->error_reason, "%s", p.reason);
     snprintf(r->error_message, sizeof r->error_message, "%s", p.message);
     break;
-  case API_PROGRESS_STATUS:
-    slog(r->s, SCHED_LOG_INFO, "job=%s phase=%s msg=\"%s\"", r->job->id, p.reason, p.message);
+  case API_PROGRESS_STATUS: {
+    char phase[2 * sizeof p.reason], said[2 * sizeof p.message];
+    kc_log_escape(phase, sizeof phase, p.reason, 1);
+    kc_log_escape(said, sizeof said, p.message, 1);
+    slog(r->s, SCHED_LOG_INFO, "job=%s phase=%s msg=\"%s\"", r->job->id, phase, said);
     /* The pipeline's auto-tuned settings belong in the job's own events,
      * and so does the plan ("..., 5 epochs of 469 steps"): a client shows
      * progress against it. */
@@ -348,6 +352,7 @@ static void handle_line(run *r, const char *line) {
         strcmp(p.reason, "PROFILE_WRITTEN") == 0)
       store_job_note(r->s->st, r->job->id, p.reason, p.message);
     break;
+  }
   }
 }
 
@@ -392,8 +397,10 @@ static void finish(sched *s, const store_job *job, const char *to, const char *r
     slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s to=%s error=\"%s\"", job->id, to,
          store_errmsg(s->st));
   }
+  char said[2048];
+  kc_log_escape(said, sizeof said, message, 1);
   slog(s, rc == STORE_OK && strcmp(to, "SUCCEEDED") == 0 ? SCHED_LOG_INFO : SCHED_LOG_WARN,
-       "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, message);
+       "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, said);
 }
 
 enum {
@@ -512,7 +519,9 @@ static void fail_or_retry(sched *s, const store_job *job, const job_limits *l, c
          store_errmsg(s->st));
     return;
   }
-  slog(s, SCHED_LOG_WARN, "job=%s state=QUEUED reason=RETRYING msg=\"%s\"", job->id, msg);
+  char said[2048];
+  kc_log_escape(said, sizeof said, msg, 1);
+  slog(s, SCHED_LOG_WARN, "job=%s state=QUEUED reason=RETRYING msg=\"%s\"", job->id, said);
 }
 
 /* The newest checkpoint of the job whose file is still there: a re-queued

@@ -19,6 +19,7 @@
 #include "scheduler.h"
 #include "server.h"
 #include "storage.h"
+#include "common.h"
 
 #define DEFAULT_LISTEN   "127.0.0.1:8080"
 #define DEFAULT_DATA_DIR "./kiln-data"
@@ -26,7 +27,12 @@
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* guards stderr lines */
 
-static void log_line(const char *level, const char *line) {
+/* Every line of the log goes through here: a control character anywhere in
+ * it (a display_name, a trainer's message) is escaped, so one event is one
+ * line and none can be forged. */
+static void log_line(const char *level, const char *raw) {
+  char line[8192];
+  kc_log_escape(line, sizeof line, raw, 0);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
