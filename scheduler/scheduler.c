@@ -646,7 +646,7 @@ static void run_job(sched *s, slot_run *slot) {
   snprintf(log_path, sizeof log_path, "%s/train.log", dir);
   snprintf(ckpt_dir, sizeof ckpt_dir, "%s/checkpoints", dir);
   if (mkdir_p(ckpt_dir) != 0 || write_text(spec_path, job->spec_json) != 0) {
-    snprintf(msg, sizeof msg, "cannot prepare %s: %s", dir, strerror(errno));
+    snprintf(msg, sizeof msg, "cannot prepare the job's folder on the server: %s", strerror(errno));
     finish(s, job, "FAILED", "IO_ERROR", msg);
     return;
   }
@@ -722,7 +722,10 @@ static void run_job(sched *s, slot_run *slot) {
   close(fds[1]);
   if (spawn_rc != 0) {
     close(fds[0]);
-    snprintf(msg, sizeof msg, "cannot start %s: %s", how.argv[0] ? how.argv[0] : "kiln-train",
+    /* The program's name, not where it lives on the server. */
+    const char *program = how.argv[0] ? how.argv[0] : "kiln-train";
+    const char *slash = strrchr(program, '/');
+    snprintf(msg, sizeof msg, "cannot start %s: %s", slash ? slash + 1 : program,
              strerror(spawn_rc));
     finish(s, job, "FAILED", "TRAINER_NOT_STARTED", msg);
     return;
@@ -812,16 +815,16 @@ static void run_job(sched *s, slot_run *slot) {
      * checkpoint diverges again, so the job fails. */
     snprintf(msg, sizeof msg,
              "kiln-train exited with status 5: the loss or gradients became NaN or infinite; "
-             "see %s",
-             log_path);
+             "see /v1/jobs/%s/logs",
+             job->id);
     finish(s, job, "FAILED", "NUMERIC_ERROR", msg);
   } else if (WIFSIGNALED(status)) {
-    snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see %s", WTERMSIG(status),
-             strsignal(WTERMSIG(status)), log_path);
+    snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see /v1/jobs/%s/logs",
+             WTERMSIG(status), strsignal(WTERMSIG(status)), job->id);
     fail_or_retry(s, job, &limits, "TRAINER_KILLED", msg);
   } else {
-    snprintf(msg, sizeof msg, "kiln-train exited with status %d; see %s", WEXITSTATUS(status),
-             log_path);
+    snprintf(msg, sizeof msg, "kiln-train exited with status %d; see /v1/jobs/%s/logs",
+             WEXITSTATUS(status), job->id);
     fail_or_retry(s, job, &limits, "TRAINER_EXITED", msg);
   }
   free(r);

@@ -167,10 +167,10 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
   char path[4200];
   snprintf(u->tmp_dir, sizeof u->tmp_dir, "%s/.upload-%s", cfg->uploads_dir, u->id);
   snprintf(path, sizeof path, "%s/upload.bin", u->tmp_dir);
-  if ((mkdir(cfg->uploads_dir, 0755) != 0 && errno != EEXIST) || mkdir(u->tmp_dir, 0755) != 0 ||
+  if ((mkdir(cfg->uploads_dir, 0700) != 0 && errno != EEXIST) || mkdir(u->tmp_dir, 0700) != 0 ||
       !(u->file = fopen(path, "wb"))) {
-    http_reply_status(res, 500, "INTERNAL", NULL, "cannot write the upload under %s: %s",
-                      cfg->uploads_dir, strerror(errno));
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot store the upload on the server: %s",
+                      strerror(errno));
     remove_tree(u->tmp_dir);
     free(u);
     return -1;
@@ -268,7 +268,8 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
   if (f) ok &= fclose(f) == 0;
   free(manifest);
   if (!ok) {
-    http_reply_status(res, 500, "INTERNAL", NULL, "cannot write %s", path);
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot write the upload's manifest: %s",
+                      strerror(errno));
     return;
   }
   char line[4096];
@@ -324,7 +325,7 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
   d.create_ms = store_now_ms();
   snprintf(d.tenant, sizeof d.tenant, "%s", u->tenant);
   if (rename(u->tmp_dir, d.path) != 0) {
-    http_reply_status(res, 500, "INTERNAL", NULL, "cannot move the upload into %s: %s", d.path,
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot move the upload into place: %s",
                       strerror(errno));
     return;
   }

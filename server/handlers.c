@@ -507,7 +507,6 @@ json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c, int 
   json_object_set_new(o, "id", json_integer(c->id));
   json_object_set_new(o, "attempt", json_integer(c->attempt));
   json_object_set_new(o, "step", json_integer(c->step));
-  json_object_set_new(o, "path", json_string(c->path));
   json_object_set_new(o, "bytes", json_integer(c->bytes));
   json_object_set_new(o, "sha256", json_string(c->sha256));
   json_object_set_new(o, "format", json_string("safetensors"));

@@ -113,12 +113,11 @@ static const http_openapi_text schemas[] = {
                           "State changes and notes (TRAINING, PIPELINE_TUNED: from_state = "
                           "to_state), oldest first.")},
     {"Checkpoint",
-     "{'type':'object','required':['name','id','attempt','step','path','bytes','sha256','format',"
+     "{'type':'object','required':['name','id','attempt','step','bytes','sha256','format',"
      "'pinned','best','create_time','metrics'],'properties':{"
      "'name':{'type':'string','example':'jobs/20260101-0123456789abcdef/checkpoints/3'},"
      "'id':{'type':'integer','format':'int64'},'attempt':{'type':'integer'},"
      "'step':{'type':'integer','format':'int64'},"
-     "'path':{'type':'string','description':'The file on the server.'},"
      "'bytes':{'type':'integer','format':'int64'},'sha256':{'type':'string'},"
      "'format':{'type':'string','enum':['safetensors']},"
      "'pinned':{'type':'boolean','description':'Retention never removes a pinned checkpoint.'},"

@@ -86,7 +86,17 @@ static void expect_same_file(const char *a, const char *b) {
   free(y);
 }
 
-/* The checkpoint at step (-1: the newest) of the job: its id and file. */
+static int curl_get(const char *path, const char *out) {
+  char cmd[2048], text[64];
+  snprintf(cmd, sizeof cmd,
+           "curl -s -o '%s' -w '%%{http_code}' -H 'Authorization: Bearer %s' '%s%s'", out,
+           admin_token, base_url, path);
+  assert_int_equal(it_run(text, sizeof text, cmd), 0);
+  return atoi(text);
+}
+
+/* The checkpoint at step (-1: the newest) of the job: its id, and its file
+ * as :download serves it (the API shows no server path) in path. */
 static void checkpoint_at(int64_t step, int64_t *id, char *path, size_t len) {
   char url[200];
   snprintf(url, sizeof url, "/v1/jobs/%s/checkpoints", job_id);
@@ -97,13 +107,14 @@ static void checkpoint_at(int64_t step, int64_t *id, char *path, size_t len) {
   *id = -1;
   for (size_t i = 0; i < json_array_size(list); i++) {
     json_t *c = json_array_get(list, i);
-    if (step < 0 || json_integer_value(json_object_get(c, "step")) == step) {
+    if (step < 0 || json_integer_value(json_object_get(c, "step")) == step)
       *id = json_integer_value(json_object_get(c, "id"));
-      snprintf(path, len, "%s", json_string_value(json_object_get(c, "path")));
-    }
   }
   json_decref(doc);
   assert_true(*id > 0);
+  snprintf(url, sizeof url, "/v1/jobs/%s/checkpoints/%lld:download", job_id, (long long)*id);
+  snprintf(path, len, "%s/ckpt-%lld.safetensors", work, (long long)*id);
+  assert_int_equal(curl_get(url, path), 200);
 }
 
 /* What kiln-train writes from that checkpoint file, into out. */
@@ -117,15 +128,6 @@ static void local_export(const char *checkpoint, const char *out) {
   snprintf(cmd, sizeof cmd, "'%s' --export-onnx '%s' --weights '%s' '%s'", KILN_TRAIN_PATH, out,
            checkpoint, spec_path);
   if (it_run(text, sizeof text, cmd) != 0) fail_msg("%s: %s", cmd, text);
-}
-
-static int curl_get(const char *path, const char *out) {
-  char cmd[2048], text[64];
-  snprintf(cmd, sizeof cmd,
-           "curl -s -o '%s' -w '%%{http_code}' -H 'Authorization: Bearer %s' '%s%s'", out,
-           admin_token, base_url, path);
-  assert_int_equal(it_run(text, sizeof text, cmd), 0);
-  return atoi(text);
 }
 
 static void a_trained_job_exports_as_onnx(void **state) {
