@@ -376,10 +376,10 @@ static int mkdir_p(const char *path) {
   for (char *p = tmp + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
     *p = '/';
   }
-  return (mkdir(tmp, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+  return (mkdir(tmp, 0700) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
 static int write_text(const char *path, const char *text) {
@@ -667,11 +667,11 @@ static void run_job(sched *s, slot_run *slot) {
   job_limits limits = limits_of(job);
   if (limits.workers > 0) { /* progress on stdout, the log on stderr */
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
-                                     0644);
+                                     0600);
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
   } else {
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
-                                     0644);
+                                     0600);
     posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
   }

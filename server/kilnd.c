@@ -2,8 +2,11 @@
  * the first admin token on a fresh install, starts the scheduler and the
  * HTTP daemon, and shuts both down cleanly on SIGINT or SIGTERM (a running
  * job goes back to the queue). `kilnd token create` makes more tokens. */
+/* nftw() is an X/Open function. */
+#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
@@ -16,10 +19,10 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "common.h"
 #include "scheduler.h"
 #include "server.h"
 #include "storage.h"
-#include "common.h"
 
 #define DEFAULT_LISTEN   "127.0.0.1:8080"
 #define DEFAULT_DATA_DIR "./kiln-data"
@@ -80,8 +83,41 @@ static void usage(FILE *to) {
           "multi_worker and parameter_server jobs run under mpirun ($KILN_MPIRUN, or mpirun\n"
           "on PATH).\n"
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
-          "admin token and stores it in DATA_DIR/admin.token (mode 0600).\n",
+          "admin token and stores it in DATA_DIR/admin.token (mode 0600). Everything\n"
+          "under DATA_DIR is its owner's alone (folders 0700, files 0600).\n",
           DEFAULT_MAX_BODY);
+}
+
+/* nftw's callback: drops the group and other bits of what kilnd keeps. */
+static int tightened;
+static int tighten(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)ftw;
+  if (flag == FTW_SL || (sb->st_mode & 0077) == 0) return 0;
+  if (chmod(path, sb->st_mode & 0700) == 0) tightened++;
+  return 0;
+}
+
+/* The data directory (and the folders above it) made owner-only, 0700; an
+ * existing one from an older kilnd is tightened, everything in it. */
+static int make_data_dir(const char *dir) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) break;
+    *p = '/';
+  }
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    fprintf(stderr, "kilnd: cannot create data directory %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  tightened = 0;
+  if (nftw(dir, tighten, 16, FTW_PHYS) != 0) {
+    fprintf(stderr, "kilnd: cannot tighten the modes under %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  return 0;
 }
 
 /* `kilnd token create --tenant T [--role R] [--data-dir D]`: prints the token. */
@@ -111,6 +147,9 @@ static int token_command(int argc, char **argv) {
     return 2;
   }
   char db_path[PATH_MAX + 16], err[512], token[HTTP_TOKEN_LEN];
+  /* A fresh install: the folder and the schema are made here, as kilnd's
+   * first start would. */
+  if (make_data_dir(data_dir) != 0) return 1;
   snprintf(db_path, sizeof db_path, "%s/kiln.db", data_dir);
   store *st = NULL;
   if (store_open(db_path, &st, err, sizeof err) != STORE_OK) {
@@ -210,6 +249,8 @@ static int is_loopback(const char *host) {
 }
 
 int main(int argc, char **argv) {
+  /* What kilnd and the trainers it spawns write is theirs alone. */
+  umask(077);
   if (argc >= 2 && strcmp(argv[1], "token") == 0) return token_command(argc, argv);
   static const struct option options[] = {{"listen", required_argument, NULL, 'l'},
                                           {"data-dir", required_argument, NULL, 'd'},
@@ -285,10 +326,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: trainer '%s' is not an executable file\n", trainer);
     return 1;
   }
-  if (mkdir(data_dir, 0755) != 0 && errno != EEXIST) {
-    fprintf(stderr, "kilnd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
-    return 1;
-  }
+  if (make_data_dir(data_dir) != 0) return 1;
   /* Absolute paths from here on: they are stored (checkpoint paths) and
    * handed to kiln-train, and must mean the same from anywhere. */
   char data_abs[PATH_MAX], trainer_abs[PATH_MAX];
@@ -377,6 +415,12 @@ int main(int argc, char **argv) {
              "path=%s mode=0600",
              token_path);
     log_line("info", line);
+  }
+  if (tightened > 0) {
+    snprintf(line, sizeof line,
+             "msg=\"made the data directory owner-only\" data_dir=%s paths_tightened=%d", data_dir,
+             tightened);
+    log_line("warn", line);
   }
   if (no_auth) {
     log_line("warn", "msg=\"--insecure-no-auth: every request acts as the default tenant's "
