@@ -364,10 +364,11 @@ char *api_progress_format(const api_progress *p);
 /* ---- page tokens ---- */
 
 #define API_PAGE_TOKEN_LEN 48
-/* An opaque token for "the page after position" (position >= 1). */
-void api_page_token_encode(int64_t position, char out[API_PAGE_TOKEN_LEN]);
-/* 0 and the position, or -1 when the token is not one we issued. */
-int api_page_token_decode(const char *token, int64_t *position);
+/* An opaque token for "the page after position" (position >= 1) of the
+ * list that query describes (the caller's tenant, filter, ...: any text). */
+void api_page_token_encode(int64_t position, const char *query, char out[API_PAGE_TOKEN_LEN]);
+/* 0 and the position, or -1 when the token is not one we issued for query. */
+int api_page_token_decode(const char *token, const char *query, int64_t *position);
 
 /* ---- built-in data sets ---- */
 

@@ -430,10 +430,14 @@ static int pump(run *r, int fd, pid_t pid) {
         stopped = PUMP_CANCELLED;
       else if (flag_set(r->s, &r->slot->preempt))
         stopped = PUMP_PREEMPTED;
-      if (stopped == PUMP_CANCELLED &&
-          store_job_transition(r->s->st, r->job->id, "RUNNING", "STOPPING", "CANCEL_REQUESTED",
-                               "a client asked to cancel the job; stopping kiln-train") !=
-              STORE_OK) {
+      /* :cancel records STOPPING itself before it asks: a conflict here
+       * means the job is STOPPING already. */
+      int rc = stopped == PUMP_CANCELLED
+                   ? store_job_transition(r->s->st, r->job->id, "RUNNING", "STOPPING",
+                                          "CANCEL_REQUESTED",
+                                          "a client asked to cancel the job; stopping kiln-train")
+                   : STORE_OK;
+      if (rc != STORE_OK && rc != STORE_CONFLICT) {
         slog(r->s, SCHED_LOG_WARN, "msg=\"STOPPING not recorded\" job=%s error=\"%s\"", r->job->id,
              store_errmsg(r->s->st));
       }

@@ -350,20 +350,16 @@ void http_upload_free(http_upload *u) {
 void http_list_datasets(const http_config *cfg, http_request *req, http_response *res) {
   const char *size_arg = http_query(req, "page_size");
   const char *token = http_query(req, "page_token");
-  long page_size = 50;
-  if (size_arg) {
-    char *end = NULL;
-    page_size = strtol(size_arg, &end, 10);
-    if (!*size_arg || *end || page_size < 0) {
-      http_reply_status(res, 400, "INVALID_ARGUMENT", "page_size",
-                        "page_size must be a non-negative integer, got '%.40s'", size_arg);
-      return;
-    }
-    if (page_size == 0) page_size = 50;
-    if (page_size > 1000) page_size = 1000;
+  int page_size;
+  if (http_parse_page_size(size_arg, &page_size) != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "page_size",
+                      "page_size must be a non-negative integer, got '%.40s'", size_arg);
+    return;
   }
+  char query[128];
+  snprintf(query, sizeof query, "datasets\n%s", req->who.tenant);
   int64_t before = 0;
-  if (token && *token && api_page_token_decode(token, &before) != 0) {
+  if (token && *token && api_page_token_decode(token, query, &before) != 0) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "page_token",
                       "page_token is not one this server issued");
     return;
@@ -377,14 +373,14 @@ void http_list_datasets(const http_config *cfg, http_request *req, http_response
   int n = 0;
   /* Uploads are their tenant's: an admin sees every tenant's. */
   if (store_dataset_list_tenant(cfg->st, req->who.admin ? NULL : req->who.tenant, before,
-                                (int)page_size + 1, &list, &n) != STORE_OK) {
+                                page_size + 1, &list, &n) != STORE_OK) {
     json_decref(arr);
     http_reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(cfg->st));
     return;
   }
   for (int i = 0; i < n && i < page_size; i++) json_array_append_new(arr, upload_json(&list[i]));
   char next[API_PAGE_TOKEN_LEN] = "";
-  if (n > page_size) api_page_token_encode(list[page_size - 1].seq, next);
+  if (n > page_size) api_page_token_encode(list[page_size - 1].seq, query, next);
   free(list);
   json_t *doc = json_object();
   json_object_set_new(doc, "datasets", arr);

@@ -84,10 +84,13 @@ static json_t *latest_metrics(store *st, const char *job_id) {
 /* Every field of a job's resource but its spec. */
 static json_t *job_json_without_spec(store *st, const store_job *job, int with_metrics) {
   json_t *o = json_object();
-  char name[64];
-  snprintf(name, sizeof name, "jobs/%s", job->id);
-  json_object_set_new(o, "name", json_string(name));
-  json_object_set_new(o, "id", json_string(job->id));
+  /* A validate_only answer has no id: it names no job. */
+  if (job->id[0]) {
+    char name[64];
+    snprintf(name, sizeof name, "jobs/%s", job->id);
+    json_object_set_new(o, "name", json_string(name));
+    json_object_set_new(o, "id", json_string(job->id));
+  }
   json_object_set_new(o, "display_name", json_string(job->display_name));
   json_object_set_new(o, "state", json_string(job->state));
   json_object_set_new(o, "reason", json_string(job->reason));
@@ -265,6 +268,24 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   free(job.spec_json);
 }
 
+/* AIP-158: a page_size over the maximum, however large, is coerced to it;
+ * 0 or none is the default. 0, or -1 for text that is not a whole number
+ * >= 0. */
+int http_parse_page_size(const char *text, int *out) {
+  *out = LIST_DEFAULT_PAGE;
+  if (!text) return 0;
+  size_t digits = strspn(text, "0123456789");
+  if (digits == 0 || text[digits] != '\0') return -1;
+  while (*text == '0' && text[1]) text++;
+  if (strlen(text) > 9) { /* more than any page holds, whatever the digits */
+    *out = LIST_MAX_PAGE;
+    return 0;
+  }
+  long v = strtol(text, NULL, 10);
+  *out = v == 0 ? LIST_DEFAULT_PAGE : v > LIST_MAX_PAGE ? LIST_MAX_PAGE : (int)v;
+  return 0;
+}
+
 static int parse_int_arg(const char *text, int lo, int hi, int *out) {
   char *end = NULL;
   long v = strtol(text, &end, 10);
@@ -320,7 +341,9 @@ static int parse_filter(const char *filter, const http_request *req, const char 
 }
 
 /* Page tokens carry the last seq and the direction, so a token is only
- * accepted with the order_by it was issued for. */
+ * accepted with the order_by it was issued for, and are bound to the
+ * caller's tenant and the filter's text: a token of one query is refused
+ * by any other (AIP-158). */
 #define TOKEN_POSITION(seq, asc) ((seq)*2 + (asc))
 
 void http_list_jobs(const http_config *cfg, http_request *req, http_response *res) {
@@ -328,14 +351,12 @@ void http_list_jobs(const http_config *cfg, http_request *req, http_response *re
   const char *token = http_query(req, "page_token");
   const char *filter = http_query(req, "filter");
   const char *order_by = http_query(req, "order_by");
-  int page_size = LIST_DEFAULT_PAGE;
-  if (size_arg && parse_int_arg(size_arg, 0, 1 << 30, &page_size) != 0) {
+  int page_size;
+  if (http_parse_page_size(size_arg, &page_size) != 0) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "page_size",
                       "page_size must be a non-negative integer, got '%.40s'", size_arg);
     return;
   }
-  if (page_size == 0) page_size = LIST_DEFAULT_PAGE;
-  if (page_size > LIST_MAX_PAGE) page_size = LIST_MAX_PAGE; /* AIP-158: coerce down */
   int ascending = 0;
   if (order_by && *order_by) {
     if (strcmp(order_by, "create_time") == 0 || strcmp(order_by, "create_time asc") == 0) {
@@ -348,11 +369,14 @@ void http_list_jobs(const http_config *cfg, http_request *req, http_response *re
       return;
     }
   }
+  char query[512];
+  snprintf(query, sizeof query, "jobs\n%s\n%s", req->who.tenant, filter ? filter : "");
   int64_t position = 0;
   if (token && *token) {
-    if (api_page_token_decode(token, &position) != 0 || position < 2 || position % 2 != ascending) {
+    if (api_page_token_decode(token, query, &position) != 0 || position < 2 ||
+        position % 2 != ascending) {
       http_reply_status(res, 400, "INVALID_ARGUMENT", "page_token",
-                        "page_token is not one this server issued for this order_by");
+                        "page_token is not one this server issued for this filter and order_by");
       return;
     }
   }
@@ -387,7 +411,7 @@ void http_list_jobs(const http_config *cfg, http_request *req, http_response *re
   json_object_set_new(doc, "jobs", arr);
   char next[API_PAGE_TOKEN_LEN] = "";
   if (n > page_size)
-    api_page_token_encode(TOKEN_POSITION(jobs[page_size - 1].seq, ascending), next);
+    api_page_token_encode(TOKEN_POSITION(jobs[page_size - 1].seq, ascending), query, next);
   json_object_set_new(doc, "next_page_token", json_string(next));
   store_job_list_free(jobs, n);
   http_reply_json(res, 200, doc);

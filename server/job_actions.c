@@ -51,12 +51,17 @@ void http_cancel_job(const http_config *cfg, http_request *req, http_response *r
     return;
   }
   /* A queued job is cancelled here; if the scheduler claims it first, the
-   * transition conflicts and the scheduler is asked to stop it instead. */
+   * transition conflicts and the scheduler is asked to stop it instead. A
+   * running one is STOPPING from this moment, and answered so. */
   int rc = store_job_transition(cfg->st, job.id, "QUEUED", "CANCELLED", "CANCELLED",
                                 "cancelled by a client while queued");
   if (rc == STORE_CONFLICT) {
+    rc = store_job_transition(cfg->st, job.id, "RUNNING", "STOPPING", "CANCEL_REQUESTED",
+                              "a client asked to cancel the job; stopping kiln-train");
+    if (rc == STORE_CONFLICT) rc = STORE_OK; /* starting, or stopping already */
     sched_cancel(cfg->scheduler, job.id);
-  } else if (rc != STORE_OK) {
+  }
+  if (rc != STORE_OK) {
     store_job_clear(&job);
     http_reply_store_failure(res, cfg->st);
     return;

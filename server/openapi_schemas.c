@@ -46,11 +46,11 @@ static const http_openapi_text schemas[] = {
 
     /* ---- jobs (handlers.c, job_actions.c) ---- */
     {"Job",
-     "{'type':'object','description':'A training job.','required':['name','id','display_name',"
+     "{'type':'object','description':'A training job.','required':['display_name',"
      "'state','reason','message','priority','attempt','spec'],'properties':{"
-     "'name':{'type':'string','description':'jobs/{id}',"
-     "'example':'jobs/20260101-0123456789abcdef'},"
-     "'id':{'type':'string','description':'Empty in a validate_only answer.'},"
+     "'name':{'type':'string','description':'jobs/{id}; absent in a validate_only answer, "
+     "which names no job.','example':'jobs/20260101-0123456789abcdef'},"
+     "'id':{'type':'string','description':'Absent in a validate_only answer.'},"
      "'display_name':{'type':'string'},"
      "'state':{'$ref':'#/components/schemas/JobState'},"
      "'reason':{'type':'string','description':'The reason code of the last state change (CREATED, "

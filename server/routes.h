@@ -36,6 +36,10 @@ json_t *http_job_json(store *st, const store_job *job, int with_metrics);
 void http_reply_job(http_response *res, store *st, const store_job *job, int with_metrics);
 /* best: 1 for the checkpoint that ranks best (http_checkpoint_rank). */
 json_t *http_checkpoint_json(const char *job_id, const store_checkpoint *c, int best);
+/* A list's page_size (AIP-158): none or 0 gives the default (50), more than
+ * 1000, however many digits, gives 1000; 0, or -1 for text that is not a
+ * whole number >= 0. */
+int http_parse_page_size(const char *text, int *out);
 /* 1 when s is 1..max characters of A-Z a-z 0-9 - _ . (ids, request ids). */
 int http_valid_name(const char *s, size_t max);
 /* Loads the job of path parameter 0 if the caller may see it; else answers
