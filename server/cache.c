@@ -37,6 +37,7 @@ struct http_cache {
   pthread_rwlock_t lock;
   job_slot jobs[JOB_SLOTS];
   token_slot tokens[TOKEN_SLOTS];
+  uint64_t token_epoch; /* moves on each revocation: a lookup begun before it is not kept */
 };
 
 static uint64_t hash_text(const char *text) {
@@ -116,10 +117,31 @@ int http_cache_token_get(http_cache *c, const char *hash, http_principal *who) {
   return hit;
 }
 
-void http_cache_token_put(http_cache *c, const char *hash, const http_principal *who) {
+uint64_t http_cache_token_epoch(http_cache *c) {
+  if (!c) return 0;
+  pthread_rwlock_rdlock(&c->lock);
+  uint64_t epoch = c->token_epoch;
+  pthread_rwlock_unlock(&c->lock);
+  return epoch;
+}
+
+void http_cache_tokens_clear(http_cache *c) {
+  if (!c) return;
+  pthread_rwlock_wrlock(&c->lock);
+  for (int i = 0; i < TOKEN_SLOTS; i++) c->tokens[i].until_ms = 0;
+  c->token_epoch++;
+  pthread_rwlock_unlock(&c->lock);
+}
+
+void http_cache_token_put(http_cache *c, const char *hash, const http_principal *who,
+                          uint64_t epoch) {
   if (!c || strlen(hash) >= sizeof c->tokens[0].hash) return;
   token_slot *slot = &c->tokens[hash_text(hash) % TOKEN_SLOTS];
   pthread_rwlock_wrlock(&c->lock);
+  if (epoch != c->token_epoch) { /* revoked meanwhile, perhaps this very token */
+    pthread_rwlock_unlock(&c->lock);
+    return;
+  }
   snprintf(slot->hash, sizeof slot->hash, "%s", hash);
   slot->who = *who;
   slot->until_ms = now_ms() + TOKEN_TTL_MS;

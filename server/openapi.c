@@ -70,6 +70,9 @@ static const op_doc op_docs[] = {
     {"DELETE", "/v1/datasets/{dataset}", "deleteDataset", "datasets", "", NULL, "Empty", "404 409"},
     {"GET", "/v1/devices", "listDevices", "devices", "", NULL, "DeviceList", ""},
     {"GET", "/v1/pools", "listPools", "devices", "", NULL, "PoolList", ""},
+    {"POST", "/v1/tokens", "createToken", "tokens", "", "TokenRequest", "NewToken", "400 403"},
+    {"GET", "/v1/tokens", "listTokens", "tokens", "", NULL, "TokenList", ""},
+    {"DELETE", "/v1/tokens/{token}", "revokeToken", "tokens", "", NULL, "Empty", "403 404"},
 };
 
 typedef struct param_doc {
@@ -136,6 +139,9 @@ static const error_doc error_docs[] = {
     {401, "Unauthenticated",
      "UNAUTHENTICATED: no 'Authorization: Bearer TOKEN' header, or the token is unknown or "
      "revoked."},
+    {403, "PermissionDenied",
+     "PERMISSION_DENIED: the token's role may not do this (details name role), or, under "
+     "--insecure-no-auth, a request with another site's Origin or a Host that is not loopback."},
     {404, "NotFound",
      "NOT_FOUND: no such resource, or it belongs to another tenant; details name the parameter."},
     {409, "Conflict",
@@ -156,7 +162,10 @@ static const struct {
     {"checkpoints", "A job's checkpoints: read, download, export, pin."},
     {"datasets", "Built-in and uploaded data sets."},
     {"devices", "The devices and pools the scheduler hands out."},
-    {"operations", "Health, readiness, Prometheus metrics and this document; no token needed."},
+    {"tokens", "Bearer tokens: made by admins, listed and revoked; a secret is shown once."},
+    {"operations",
+     "Health, readiness, Prometheus metrics (an admin token unless --metrics-auth public) and "
+     "this document."},
 };
 
 json_t *http_openapi_json(const char *text) {

@@ -167,6 +167,23 @@ static const http_openapi_text schemas[] = {
      "'devices':{'type':'integer'},'devices_busy':{'type':'integer'},"
      "'running_jobs':{'type':'integer'},'queued_jobs':{'type':'integer'}}}"},
     {"PoolList", LIST_OF("Pool", "pools", "The worker pools.")},
+    {"Token",
+     "{'type':'object','required':['name','id','tenant','role','create_time'],'properties':{"
+     "'name':{'type':'string','example':'tokens/tok-0123456789ab'},"
+     "'id':{'type':'string','description':'tok- and 12 hex digits of the SHA-256 of the secret.'},"
+     "'tenant':{'type':'string'},'role':{'type':'string','enum':['admin','user']},"
+     "'create_time':" TIME("When it was made.") ","
+     "'last_use_time':" TIME("When a request last used it (to a few seconds); absent if "
+                            "never.") "}}"},
+    {"TokenList", LIST_OF("Token", "tokens", "Unrevoked tokens, oldest first; never a secret.")},
+    {"TokenRequest",
+     "{'type':'object','required':['tenant'],'additionalProperties':false,'properties':{"
+     "'tenant':{'type':'string','pattern':'^[a-z0-9_-]{1,63}$'},"
+     "'role':{'type':'string','enum':['admin','user'],'default':'user'}}}"},
+    {"NewToken",
+     "{'allOf':[{'$ref':'#/components/schemas/Token'},{'type':'object','required':['secret'],"
+     "'properties':{'secret':{'type':'string','description':'The bearer token, shown this once: "
+     "kilnd keeps only its hash.','example':'kiln_0123...'}}}]}"},
 
     /* ---- the rest ---- */
     {"Health",

@@ -1,5 +1,5 @@
-/* router.c — the route table, matching a request path against it, the
- * bearer-token check, and 404 / 405 answers. openapi.json is made from the
+/* router.c — the route table, matching a request path against it (the
+ * bearer-token check: auth.c), and 404 / 405 answers. openapi.json is made from the
  * same table, so a route cannot exist without being documented. */
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +51,13 @@ static const http_route routes[] = {
      "Delete an uploaded data set no unfinished job uses."},
     {"GET", "/v1/devices", http_list_devices, 0, "The device slots the scheduler hands out."},
     {"GET", "/v1/pools", http_list_pools, 0, "Worker pools and their devices."},
+    {"POST", "/v1/tokens", http_create_token, 0,
+     "Make a bearer token for a tenant (admins only); its secret is shown this once."},
+    {"GET", "/v1/tokens", http_list_tokens, 0,
+     "Bearer tokens: an admin sees every tenant's, a user its own tenant's; never a secret."},
+    {"DELETE", "/v1/tokens/{token}", http_revoke_token, 0,
+     "Revoke a token (an admin any, a user its tenant's user tokens): refused from the next "
+     "request."},
 };
 
 const http_route *http_routes(int *n) {
@@ -79,43 +86,6 @@ static int match(const char *pattern, const char *path, char params[][128]) {
     path++;
   }
   return *path == '\0';
-}
-
-int http_authenticate(const http_config *cfg, http_request *req, http_response *res) {
-  if (cfg->insecure_no_auth) {
-    snprintf(req->who.tenant, sizeof req->who.tenant, "%s", STORE_DEFAULT_TENANT);
-    req->who.admin = 1;
-    return 0;
-  }
-  const char *auth = http_header(req, "Authorization");
-  if (!auth || !*auth) {
-    http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
-                      "this route needs an 'Authorization: Bearer TOKEN' header");
-    return -1;
-  }
-  if (strncasecmp(auth, "Bearer ", 7) != 0 || !auth[7]) { /* the scheme is case-insensitive */
-    http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
-                      "the Authorization header must be 'Bearer TOKEN'");
-    return -1;
-  }
-  char hash[65];
-  kc_sha256_hex_of(auth + 7, strlen(auth + 7), hash);
-  if (http_cache_token_get(cfg->cache, hash, &req->who)) return 0;
-  store_token token;
-  int rc = store_token_find(cfg->st, hash, &token);
-  if (rc == STORE_NOT_FOUND) {
-    http_reply_status(res, 401, "UNAUTHENTICATED", "Authorization",
-                      "the bearer token is not valid (unknown or revoked)");
-    return -1;
-  }
-  if (rc != STORE_OK) {
-    http_reply_store_failure(res, cfg->st);
-    return -1;
-  }
-  snprintf(req->who.tenant, sizeof req->who.tenant, "%s", token.tenant);
-  req->who.admin = strcmp(token.role, "admin") == 0;
-  http_cache_token_put(cfg->cache, hash, &req->who);
-  return 0;
 }
 
 void http_dispatch(const http_config *cfg, http_request *req, http_response *res) {

@@ -107,6 +107,10 @@ void http_readyz(const http_config *cfg, http_request *req, http_response *res);
 void http_prometheus(const http_config *cfg, http_request *req, http_response *res);
 void http_list_devices(const http_config *cfg, http_request *req, http_response *res);
 void http_list_pools(const http_config *cfg, http_request *req, http_response *res);
+/* tokens.c */
+void http_create_token(const http_config *cfg, http_request *req, http_response *res);
+void http_list_tokens(const http_config *cfg, http_request *req, http_response *res);
+void http_revoke_token(const http_config *cfg, http_request *req, http_response *res);
 /* openapi.c */
 void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 

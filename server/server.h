@@ -42,6 +42,12 @@ void http_server_stop(http_server *srv);      /* NULL is a no-op */
 #define HTTP_TOKEN_LEN 72
 int http_token_create(store *st, const char *tenant, const char *role,
                       char token_out[HTTP_TOKEN_LEN], char *err, size_t errlen);
+/* The token's public id ("tok-" and 12 hex digits of its hash). */
+void http_token_id(const char *token, char id[40]);
+/* 0 when tenant and role are what a token may carry, else -1 with the
+ * field at fault ("tenant" or "role") and a sentence in err. */
+int http_token_check(const char *tenant, const char *role, const char **field, char *err,
+                     size_t errlen);
 
 /* ---- internals shared by the files of this module ---- */
 
@@ -136,6 +142,12 @@ void http_cache_job_put(http_cache *c, const char *id, const char *tenant, uint6
                         int64_t max_age_ms, const char *body);
 /* A token verified in the last two seconds, by the hex SHA-256 of its secret. */
 int http_cache_token_get(http_cache *c, const char *hash, http_principal *who);
-void http_cache_token_put(http_cache *c, const char *hash, const http_principal *who);
+/* Read before looking a token up in the store, and handed to put: a
+ * lookup that a revocation overtook is not kept. */
+uint64_t http_cache_token_epoch(http_cache *c);
+void http_cache_token_put(http_cache *c, const char *hash, const http_principal *who,
+                          uint64_t epoch);
+/* Forgets every verified token: a revoked one is refused from now on. */
+void http_cache_tokens_clear(http_cache *c);
 
 #endif

@@ -149,6 +149,8 @@ static const char *const migrations[] = {
     "CREATE INDEX jobs_tenant_start ON jobs(tenant, start_ms) WHERE start_ms IS NOT NULL;"
     "ALTER TABLE datasets ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';"
     "CREATE INDEX datasets_tenant_seq ON datasets(tenant, seq);",
+    /* 6: when each token was last used (GET /v1/tokens shows it); 0 = never. */
+    "ALTER TABLE tokens ADD COLUMN last_used_ms INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

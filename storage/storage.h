@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -176,12 +176,21 @@ typedef struct store_token {
   char tenant[64]; /* the tenant the token acts for */
   char role[16];   /* "admin" or "user" */
   int64_t create_ms;
+  int64_t last_used_ms; /* 0 = never (store_token_list fills it) */
 } store_token;
 /* Records a token by the SHA-256 (lowercase hex) of its secret; the secret
  * itself is never stored. STORE_EXISTS when the id or hash is taken. */
 int store_token_add(store *s, const store_token *t, const char *sha256_hex);
 /* The unrevoked token whose secret hashes to sha256_hex; STORE_NOT_FOUND when none. */
 int store_token_find(store *s, const char *sha256_hex, store_token *out);
+/* tokens.c: the unrevoked tokens of tenant (NULL: every tenant's), oldest
+ * first, malloc'd into *out (free() it). */
+int store_token_list(store *s, const char *tenant, store_token **out, int *n);
+/* Revokes token id if it belongs to tenant (NULL: any tenant's);
+ * STORE_NOT_FOUND when there is no such unrevoked token. */
+int store_token_revoke(store *s, const char *id, const char *tenant);
+/* Records that the token with this hash was used at now_ms. */
+int store_token_touch(store *s, const char *sha256_hex, int64_t now_ms);
 
 /* A number that changes whenever any handle of this process has written
  * to its database (an insert, update or delete): what was read while it

@@ -285,6 +285,15 @@ static void tokens_are_created_listed_and_revoked_at_once(void **state) {
   assert_int_equal(call(acme_token, "DELETE", "/v1/tokens/tok-000000000000", NULL, &doc), 404);
   assert_error(doc, 404, "NOT_FOUND", "token");
   json_decref(doc);
+  /* A user may not revoke its tenant's admin token. */
+  char acme_admin[128], acme_admin_id[64];
+  make_token("acme", "admin", acme_admin, acme_admin_id);
+  snprintf(path, sizeof path, "/v1/tokens/%s", acme_admin_id);
+  assert_int_equal(call(acme_token, "DELETE", path, NULL, &doc), 403);
+  assert_error(doc, 403, "PERMISSION_DENIED", "role");
+  json_decref(doc);
+  assert_int_equal(call(acme_admin, "GET", "/v1/tokens", NULL, NULL), 200);
+  assert_int_equal(call(admin_token, "DELETE", path, NULL, NULL), 200);
   /* Revoked: refused on the very next request, though it was just verified. */
   char spare[128], spare_id[64];
   make_token("acme", "user", spare, spare_id);
