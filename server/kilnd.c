@@ -76,7 +76,11 @@ static void usage(FILE *to) {
           "                         \"device_type\": \"cpu\", \"devices\": [0, 1]}]} (default:\n"
           "                         pool \"default\" of every CPU core, \"gpu\" of every GPU)\n"
           "  --insecure-no-auth     accept requests without a token, as the default\n"
-          "                         tenant's admin (development only; loopback only)\n"
+          "                         tenant's admin (development only; loopback only: a\n"
+          "                         request must name a loopback Host, carry no other\n"
+          "                         site's Origin, and send its body as application/json)\n"
+          "  --metrics-auth MODE    token (default): /metrics needs an admin token;\n"
+          "                         public: /metrics needs none (every tenant summed)\n"
           "  -h, --help             this help\n\n"
           "  kilnd token create --tenant NAME [--role user|admin] [--data-dir DIR]\n"
           "                         make a bearer token for a tenant and print it (once)\n\n"
@@ -262,6 +266,7 @@ int main(int argc, char **argv) {
                                           {"insecure-no-auth", no_argument, NULL, 'i'},
                                           {"preempt", no_argument, NULL, 'P'},
                                           {"pools", required_argument, NULL, 'o'},
+                                          {"metrics-auth", required_argument, NULL, 'm'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
@@ -269,7 +274,7 @@ int main(int argc, char **argv) {
   char trainer[PATH_MAX] = "";
   long max_body = DEFAULT_MAX_BODY;
   long long max_upload = 1LL << 30;
-  int opt, no_auth = 0, preempt = 0;
+  int opt, no_auth = 0, preempt = 0, metrics_public = 0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
     switch (opt) {
@@ -281,6 +286,13 @@ int main(int argc, char **argv) {
     case 'i': no_auth = 1; break;
     case 'P': preempt = 1; break;
     case 'o': pools = optarg; break;
+    case 'm':
+      if (strcmp(optarg, "token") != 0 && strcmp(optarg, "public") != 0) {
+        fprintf(stderr, "kilnd: --metrics-auth must be token or public, got '%s'\n", optarg);
+        return 2;
+      }
+      metrics_public = strcmp(optarg, "public") == 0;
+      break;
     case 'b':
       max_body = strtol(optarg, &end, 10);
       if (!*optarg || *end || max_body < 1024 || max_body > (1L << 30)) {
@@ -391,6 +403,7 @@ int main(int argc, char **argv) {
                     .datasets_dir = datasets_dir,
                     .jobs_dir = jobs_dir,
                     .insecure_no_auth = no_auth,
+                    .metrics_public = metrics_public,
                     .uploads_dir = uploads_dir,
                     .trainer_path = trainer,
                     .max_upload_bytes = (size_t)max_upload,

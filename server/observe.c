@@ -25,7 +25,17 @@ void http_readyz(const http_config *cfg, http_request *req, http_response *res) 
 }
 
 void http_prometheus(const http_config *cfg, http_request *req, http_response *res) {
-  (void)req;
+  /* Its counts span every tenant: an admin's to read, unless the operator
+   * made them public (--metrics-auth public), where no series names a tenant. */
+  if (!cfg->metrics_public) {
+    if (http_authenticate(cfg, req, res) != 0) return;
+    if (!req->who.admin) {
+      http_reply_status(res, 403, "PERMISSION_DENIED", "role",
+                        "/metrics counts every tenant's jobs: it needs an admin token (or kilnd "
+                        "--metrics-auth public)");
+      return;
+    }
+  }
   int64_t counts[8];
   if (store_job_count_by_state(cfg->st, counts) != STORE_OK) {
     http_reply_store_failure(res, cfg->st);

@@ -28,7 +28,7 @@ typedef struct op_doc {
 static const op_doc op_docs[] = {
     {"GET", "/healthz", "getHealth", "operations", "", NULL, "Health", ""},
     {"GET", "/readyz", "getReadiness", "operations", "", NULL, "Health", "503"},
-    {"GET", "/metrics", "getPrometheusMetrics", "operations", "", NULL, "text/plain", ""},
+    {"GET", "/metrics", "getPrometheusMetrics", "operations", "", NULL, "text/plain", "401 403"},
     {"GET", "/v1/openapi.json", "getOpenApiDocument", "operations", "", NULL, "OpenApiDocument",
      ""},
     {"POST", "/v1/jobs", "createJob", "jobs", "request_id validate_only", "JobSpec", "Job",
@@ -300,7 +300,12 @@ static json_t *operation(const http_route *r, const op_doc *d, char *err, size_t
   rc |= add_error(responses, 413);
   rc |= add_error(responses, 500);
   json_object_set_new(op, "responses", responses);
-  if (r->public_route) json_object_set_new(op, "security", json_array());
+  /* /metrics takes an admin token unless kilnd runs --metrics-auth public:
+   * bearerAuth, or nothing. */
+  if (r->public_route && strcmp(r->pattern, "/metrics") == 0)
+    json_object_set_new(op, "security", json_pack("[{s:[]}, {}]", "bearerAuth"));
+  else if (r->public_route)
+    json_object_set_new(op, "security", json_array());
   if (rc != 0) {
     snprintf(err, errlen, "openapi.c: %s names a status with no error response", d->operation_id);
     json_decref(op);

@@ -11,7 +11,9 @@
 static const http_route routes[] = {
     {"GET", "/healthz", http_healthz, 1, "Liveness: the process answers."},
     {"GET", "/readyz", http_readyz, 1, "Readiness: the store and the scheduler work."},
-    {"GET", "/metrics", http_prometheus, 1, "Prometheus metrics in text format."},
+    {"GET", "/metrics", http_prometheus, 1,
+     "Prometheus metrics in text format; an admin token unless kilnd runs with --metrics-auth "
+     "public."},
     {"GET", "/v1/openapi.json", http_openapi, 1, "This API described as OpenAPI 3.0."},
     {"POST", "/v1/jobs", http_create_job, 0,
      "Create a job from a job spec (request_id, validate_only)."},

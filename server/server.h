@@ -21,6 +21,7 @@ typedef struct http_config {
   const char *datasets_dir;
   const char *jobs_dir;     /* one folder per job (train.log, checkpoints) */
   int insecure_no_auth;     /* every request acts as the default tenant's admin; loopback only */
+  int metrics_public;       /* /metrics without a token (else an admin token is needed) */
   store *st;                /* shared with nobody else; the server locks through it */
   sched *scheduler;         /* woken when a job is queued, asked to cancel */
   http_counters *counters;  /* set by http_server_start: request counts for /metrics */
@@ -96,7 +97,9 @@ const char *http_header(const http_request *req, const char *key);
 /* Routes a complete request to its handler (router.c). */
 void http_dispatch(const http_config *cfg, http_request *req, http_response *res);
 /* The caller from "Authorization: Bearer <token>" into req->who; 0, or -1
- * having answered 401 in res. */
+ * having answered 401 in res. Under --insecure-no-auth, every request is
+ * the default tenant's admin, if it is no cross-site or rebound one
+ * (else 403 or 415 in res). */
 int http_authenticate(const http_config *cfg, http_request *req, http_response *res);
 
 /* 1 once the server is stopping: handlers that block (:wait, streams) return. */
