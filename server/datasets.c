@@ -179,20 +179,21 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
   return 0;
 }
 
-void http_upload_write(const http_config *cfg, http_upload *u, const char *data, size_t len) {
-  if (u->too_large) return; /* drained, answered 413 at the end */
+int http_upload_write(const http_config *cfg, http_upload *u, const char *data, size_t len) {
+  if (u->too_large) return -1;
   if (u->bytes + len > cfg->max_upload_bytes) {
     u->too_large = 1;
-    fclose(u->file);
+    if (u->file) fclose(u->file);
     u->file = NULL;
     remove_tree(u->tmp_dir);
-    return;
+    return -1;
   }
   if (u->file && fwrite(data, 1, len, u->file) != len) {
     fclose(u->file);
     u->file = NULL; /* reported at the end */
   }
   u->bytes += len;
+  return 0;
 }
 
 /* Runs kiln-train --check-dataset on the upload's folder; its stdout is
@@ -454,8 +455,9 @@ void http_delete_dataset(const http_config *cfg, http_request *req, http_respons
 }
 
 /* The router's entry for POST /v1/datasets, which documents the route in
- * openapi.json. http.c streams such uploads to disk before routing, so a
- * request reaches this handler only if that interception is bypassed. */
+ * openapi.json. Once the router has found it (and checked the token),
+ * http.c streams the upload to disk instead of calling it, so a request
+ * reaches this handler only if that interception is bypassed. */
 void http_create_dataset(const http_config *cfg, http_request *req, http_response *res) {
   (void)cfg;
   (void)req;

@@ -1,18 +1,23 @@
-/* http.c — libmicrohttpd glue: binds the daemon, collects request bodies
- * under a size cap (an oversized one is 413, answered before it is read
- * when the client waits for 100-continue or it is far too large, else
- * after it is read and dropped), hands complete requests to the router and
- * sends its answer.
+/* http.c — libmicrohttpd glue: binds the daemon (an epoll event loop on a
+ * few threads), finds each request's route and checks its token as soon as
+ * its headers are in (a 401, 404 or 405 is answered before a byte of body
+ * is read), collects the body under a size cap (past it: 413, and nothing
+ * more is read), runs the handler and sends its answer. A handler that
+ * must wait (:wait, a metric stream with nothing new) parks its request
+ * with the waker (waker.c) instead of holding a thread.
  * Data set uploads (POST /v1/datasets) are the exception: their bodies go
  * to disk through datasets.c, under a cap of their own.
  *
- * Threads: one MHD thread per connection calls on_request, so a handler may
- * block (:wait, SSE streams) without stalling other clients; each request's
- * state is its own `request_ctx`; shared state is reached only through the
- * config. The counters are atomics. */
+ * Threads: MHD's event-loop threads call on_request, the stream readers
+ * and the notifications; a request's state is its own `request_ctx`, a
+ * stream's its `stream_holder`; shared state is reached only through the
+ * config (the store, the cache and the waker lock themselves). The
+ * counters are atomics. */
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "routes.h"
 #include "server.h"
 
 /* Upper bounds (seconds) of the latency histogram; +Inf is implied. */
@@ -32,7 +38,7 @@ struct http_counters {
   atomic_uint_fast64_t by_status[600]; /* requests answered, by HTTP status */
   atomic_uint_fast64_t latency[HTTP_LATENCY_BUCKETS + 1];
   atomic_uint_fast64_t latency_us_sum;
-  atomic_int stopping; /* set before the daemon stops: blocked handlers return */
+  atomic_int stopping; /* set before the daemon stops: parked requests answer */
 };
 
 int http_stopping(const http_config *cfg) {
@@ -47,13 +53,26 @@ struct http_server {
 };
 
 typedef struct request_ctx {
+  http_request req;     /* kept from the headers to the answer, parked or not */
+  http_handler handler; /* the route's; NULL: early is the answer */
+  http_response early;  /* answered without the handler (401, 404, 405, 429) */
   char *body;
   size_t len, cap;
-  int too_large;
   struct timespec started;
   http_upload *upload; /* POST /v1/datasets: streamed to disk, not to body */
   int answered;        /* a response was queued before the body was read */
+  http_parked parked;  /* while the handler waits */
 } request_ctx;
+
+/* A stream's reader state; parks its connection when it has nothing new. */
+typedef struct stream_holder {
+  http_stream_fn fn;
+  void *ctx;
+  void (*free_fn)(void *ctx);
+  http_server *srv;
+  struct MHD_Connection *connection;
+  http_parked parked;
+} stream_holder;
 
 void http_counters_record(http_counters *c, int status, double seconds) {
   if (!c) return;
@@ -108,16 +127,24 @@ const char *http_header(const http_request *req, const char *key) {
   return MHD_lookup_connection_value(req->connection, MHD_HEADER_KIND, key);
 }
 
-typedef struct stream_holder {
-  http_stream_fn fn;
-  void *ctx;
-  void (*free_fn)(void *ctx);
-} stream_holder;
+static int connection_fd(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return info ? info->connect_fd : -1;
+}
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   stream_holder *h = cls;
+  if (h->parked.gone) return (ssize_t)MHD_CONTENT_READER_END_WITH_ERROR; /* the client left */
+  const uint64_t generation = store_generation(h->srv->cfg.st);
   long n = h->fn(h->ctx, pos, buf, max);
-  return n > 0 ? (ssize_t)n : (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
+  if (n > 0) return (ssize_t)n;
+  if (n < 0 || http_stopping(&h->srv->cfg)) return (ssize_t)MHD_CONTENT_READER_END_OF_STREAM;
+  /* Nothing new: park until the store changes (or a while passes). */
+  MHD_suspend_connection(h->connection);
+  http_waker_park(h->srv->cfg.waker, &h->parked, h->connection, connection_fd(h->connection),
+                  generation, http_monotonic_ms() + HTTP_STREAM_RECHECK_MS);
+  return 0;
 }
 
 static void stream_release(void *cls) {
@@ -130,12 +157,17 @@ const char *http_query(const http_request *req, const char *key) {
   return MHD_lookup_connection_value(req->connection, MHD_GET_ARGUMENT_KIND, key);
 }
 
-static enum MHD_Result send_response(struct MHD_Connection *c, http_response *res) {
+static enum MHD_Result send_response(http_server *srv, struct MHD_Connection *c,
+                                     http_response *res) {
   struct MHD_Response *r = NULL;
   if (res->stream) {
-    stream_holder *h = malloc(sizeof *h);
+    stream_holder *h = calloc(1, sizeof *h);
     if (h) {
-      *h = (stream_holder){res->stream, res->stream_ctx, res->stream_free};
+      *h = (stream_holder){.fn = res->stream,
+                           .ctx = res->stream_ctx,
+                           .free_fn = res->stream_free,
+                           .srv = srv,
+                           .connection = c};
       r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, h,
                                             stream_release);
       if (!r) stream_release(h);
@@ -170,18 +202,90 @@ static enum MHD_Result send_response(struct MHD_Connection *c, http_response *re
   return ok;
 }
 
-/* How far past the body cap an oversized body is still read (and dropped)
- * so that its 413 reaches a client that does not wait for 100-continue. */
-#define DRAIN_FACTOR 8
+/* The error model's 413 for a body past limit bytes. */
+static void too_large(http_response *res, size_t limit) {
+  http_reply_status(res, 413, "RESOURCE_EXHAUSTED", "body",
+                    "request body is larger than the %zu-byte limit", limit);
+}
 
-static enum MHD_Result send_too_large(struct MHD_Connection *c, size_t limit) {
-  api_error e;
-  memset(&e, 0, sizeof e);
-  api_error_set(&e, 413, "RESOURCE_EXHAUSTED", "request body is larger than the %zu-byte limit",
-                limit);
-  api_error_add_detail(&e, "body", "at most %zu bytes are accepted", limit);
-  http_response res = {.status = 413, .body = api_error_to_json(&e)};
-  return send_response(c, &res);
+/* Sends res (JSON, small) straight to the socket and has the connection
+ * closed: the answer to a body found too large while it streams in, when
+ * MHD can no longer queue a response before the body ends. The rest of
+ * the body is never read. */
+static enum MHD_Result answer_and_close(http_server *srv, request_ctx *ctx,
+                                        struct MHD_Connection *c, http_response *res) {
+  char head[512];
+  const char *body = res->body ? res->body : "";
+  const size_t len = strlen(body);
+  int n = snprintf(head, sizeof head,
+                   "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                   "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                   "Content-Length: %zu\r\n\r\n",
+                   res->status, MHD_get_reason_phrase_for((unsigned)res->status), len);
+  const int fd = connection_fd(c);
+  if (fd >= 0 && n > 0 && (size_t)n < sizeof head &&
+      send(fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n)
+    (void)!send(fd, body, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  http_counters_record(&srv->counters, res->status, seconds_since(&ctx->started));
+  free(res->body);
+  res->body = NULL;
+  ctx->answered = 1;
+  return MHD_NO;
+}
+
+static int has_body(struct MHD_Connection *c) {
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+  return (cl && strtoull(cl, NULL, 10) > 0) ||
+         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding") != NULL;
+}
+
+static http_conn *conn_record(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return info ? info->socket_context : NULL;
+}
+
+/* Queues an answer (the request's first call, or once its body is in). */
+static enum MHD_Result answer(http_server *srv, request_ctx *ctx, struct MHD_Connection *c,
+                              http_response *res) {
+  http_counters_record(&srv->counters, res->status, seconds_since(&ctx->started));
+  ctx->answered = 1;
+  return send_response(srv, c, res);
+}
+
+/* The request's headers are in: route it, check its token and its body's
+ * declared size before a byte of the body is read. */
+static enum MHD_Result on_headers(http_server *srv, struct MHD_Connection *c, const char *url,
+                                  const char *method, void **con_cls) {
+  request_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return MHD_NO;
+  clock_gettime(CLOCK_MONOTONIC, &ctx->started);
+  *con_cls = ctx;
+  http_waker_conn_headers(srv->cfg.waker, conn_record(c), 1);
+  ctx->req = (http_request){.method = method,
+                            .path = url,
+                            .body = "",
+                            .connection = c,
+                            .arrived_ms = http_monotonic_ms()};
+  ctx->early.status = 500;
+  ctx->handler = http_route_request(&srv->cfg, &ctx->req, &ctx->early);
+  if (!ctx->handler) {
+    /* A body is never read for an error; one without a body is answered
+     * with the others, keeping the connection. */
+    return has_body(c) ? answer(srv, ctx, c, &ctx->early) : MHD_YES;
+  }
+  if (ctx->handler == http_create_dataset) {
+    http_response res = {.status = 500};
+    if (http_upload_begin(&srv->cfg, &ctx->req.who, c, &ctx->upload, &res) == 0) return MHD_YES;
+    return answer(srv, ctx, c, &res);
+  }
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+  if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body_bytes) {
+    http_response res = {.status = 500};
+    too_large(&res, srv->cfg.max_body_bytes);
+    return answer(srv, ctx, c, &res);
+  }
+  return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -190,64 +294,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   (void)version;
   http_server *srv = cls;
   request_ctx *ctx = *con_cls;
-  if (!ctx) {
-    ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return MHD_NO;
-    clock_gettime(CLOCK_MONOTONIC, &ctx->started);
-    *con_cls = ctx;
-    if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/datasets") == 0) {
-      http_response res = {.status = 500};
-      /* The token is checked before a byte of the upload is taken. */
-      http_request who = {.method = method, .path = url, .body = "", .connection = c};
-      if (http_authenticate(&srv->cfg, &who, &res) == 0 &&
-          http_upload_begin(&srv->cfg, &who.who, c, &ctx->upload, &res) == 0)
-        return MHD_YES;
-      ctx->answered = 1;
-      return send_response(c, &res);
-    }
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
-    if (declared > srv->cfg.max_body_bytes) {
-      ctx->too_large = 1;
-      /* A client that sends the body without waiting for 100-continue
-       * would see its connection reset mid-send before it reads an early
-       * answer: a body up to a few times the cap is read and dropped, and
-       * the 413 comes after it. A larger one, or one that waits for
-       * 100-continue, is answered now and never read. */
-      const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
-      if ((expect && strcasecmp(expect, "100-continue") == 0) ||
-          declared > (unsigned long long)srv->cfg.max_body_bytes * DRAIN_FACTOR) {
-        http_counters_record(&srv->counters, 413, seconds_since(&ctx->started));
-        return send_too_large(c, srv->cfg.max_body_bytes);
-      }
-    }
-    return MHD_YES;
-  }
+  if (!ctx) return on_headers(srv, c, url, method, con_cls);
   if (ctx->answered) {
     *upload_data_size = 0;
     return MHD_YES;
   }
   if (ctx->upload) {
     if (*upload_data_size > 0) {
-      http_upload_write(&srv->cfg, ctx->upload, upload_data, *upload_data_size);
+      int rc = http_upload_write(&srv->cfg, ctx->upload, upload_data, *upload_data_size);
       *upload_data_size = 0;
-      return MHD_YES;
+      if (rc == 0) return MHD_YES;
     }
     http_response res = {.status = 500};
     http_upload_finish(&srv->cfg, ctx->upload, &res);
-    ctx->answered = 1;
-    return send_response(c, &res);
+    if (res.status == 413) return answer_and_close(srv, ctx, c, &res);
+    return answer(srv, ctx, c, &res);
   }
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (ctx->too_large) return MHD_YES;
-    if (ctx->len + n > srv->cfg.max_body_bytes) {
-      ctx->too_large = 1; /* chunked upload past the cap: drain, then 413 */
-      free(ctx->body);
-      ctx->body = NULL;
-      ctx->len = ctx->cap = 0;
-      return MHD_YES;
+    if (ctx->len + n > srv->cfg.max_body_bytes) { /* chunked, past the cap */
+      http_response res = {.status = 500};
+      too_large(&res, srv->cfg.max_body_bytes);
+      return answer_and_close(srv, ctx, c, &res);
     }
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 4096;
@@ -262,41 +331,66 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     ctx->body[ctx->len] = '\0';
     return MHD_YES;
   }
-  if (ctx->too_large) {
-    http_counters_record(&srv->counters, 413, seconds_since(&ctx->started));
-    return send_too_large(c, srv->cfg.max_body_bytes);
-  }
-  http_request req = {.method = method,
-                      .path = url,
-                      .body = ctx->body ? ctx->body : "",
-                      .body_len = ctx->len,
-                      .connection = c};
+  if (!ctx->handler) return answer(srv, ctx, c, &ctx->early);
+  if (ctx->parked.gone) return MHD_NO; /* woken because the client left: close */
+  ctx->req.body = ctx->body ? ctx->body : "";
+  ctx->req.body_len = ctx->len;
   http_response res = {.status = 500};
-  http_dispatch(&srv->cfg, &req, &res);
-  http_counters_record(&srv->counters, res.status, seconds_since(&ctx->started));
-  return send_response(c, &res);
+  const uint64_t generation = store_generation(srv->cfg.st);
+  ctx->handler(&srv->cfg, &ctx->req, &res);
+  if (res.park) {
+    free(res.body);
+    MHD_suspend_connection(c);
+    http_waker_park(srv->cfg.waker, &ctx->parked, c, connection_fd(c), generation,
+                    res.park_until_ms);
+    return MHD_YES;
+  }
+  return answer(srv, ctx, c, &res);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)c;
   (void)toe;
+  http_server *srv = cls;
   request_ctx *ctx = *con_cls;
+  /* Keep-alive: the next request's headers are due within the deadline. */
+  http_waker_conn_headers(srv->cfg.waker, conn_record(c), 0);
   if (ctx) {
+    if (ctx->req.admitted) http_waker_release(srv->cfg.waker, ctx->req.who.tenant);
     http_upload_free(ctx->upload);
+    free(ctx->early.body);
     free(ctx->body);
     free(ctx);
     *con_cls = NULL;
   }
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  http_server *srv = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    *socket_context = http_waker_conn_open(srv->cfg.waker, connection_fd(c));
+  } else {
+    http_waker_conn_close(srv->cfg.waker, *socket_context);
+    *socket_context = NULL;
+  }
+}
+
+/* Room for max_connections sockets, plus the store's and the trainers'. */
+static void raise_fd_limit(unsigned max_connections) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = (rlim_t)max_connections + 256;
+  if (rl.rlim_cur >= want) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen) {
   *out = NULL;
   struct sockaddr_storage addr;
   memset(&addr, 0, sizeof addr);
-  unsigned flags =
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+  unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
   struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&addr;
   if (inet_pton(AF_INET, cfg->host, &v4->sin_addr) == 1) {
@@ -316,16 +410,31 @@ int http_server_start(const http_config *cfg, http_server **out, char *err, size
     return -1;
   }
   srv->cfg = *cfg;
-  srv->cfg.counters = &srv->counters;
-  srv->cfg.cache = http_cache_new();
-  srv->daemon =
-      MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
-                       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-                       on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+  http_config *c = &srv->cfg;
+  if (!c->max_connections) c->max_connections = HTTP_DEFAULT_MAX_CONNECTIONS;
+  if (!c->max_connections_per_ip) c->max_connections_per_ip = HTTP_DEFAULT_MAX_CONNECTIONS_PER_IP;
+  if (!c->header_timeout_s) c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
+  if (!c->max_blocked_per_tenant) c->max_blocked_per_tenant = HTTP_DEFAULT_MAX_BLOCKED_PER_TENANT;
+  if (!c->threads) c->threads = HTTP_DEFAULT_THREADS;
+  c->counters = &srv->counters;
+  c->waker = http_waker_new(c->st, c->header_timeout_s, c->max_blocked_per_tenant, err, errlen);
+  if (!c->waker) {
+    free(srv);
+    return -1;
+  }
+  c->cache = http_cache_new();
+  raise_fd_limit(c->max_connections);
+  srv->daemon = MHD_start_daemon(
+      flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
+      (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_THREAD_POOL_SIZE, c->threads,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, c->max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, c->max_connections_per_ip, MHD_OPTION_END);
   if (!srv->daemon) {
     snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed?)", cfg->host,
              cfg->port);
+    http_waker_free(c->waker);
+    http_cache_free(c->cache);
     free(srv);
     return -1;
   }
@@ -339,10 +448,20 @@ int http_server_port(const http_server *srv) {
   return srv->port;
 }
 
+/* How long a stop waits for parked requests to send their 503s. */
+#define STOP_GRACE_MS 3000
+
 void http_server_stop(http_server *srv) {
   if (!srv) return;
   atomic_store(&srv->counters.stopping, 1);
+  http_waker_stop(srv->cfg.waker);
+  const int64_t until = http_monotonic_ms() + STOP_GRACE_MS;
+  while (!http_waker_idle(srv->cfg.waker) && http_monotonic_ms() < until) {
+    struct timespec pause = {0, 10 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
   MHD_stop_daemon(srv->daemon);
+  http_waker_free(srv->cfg.waker);
   http_cache_free(srv->cfg.cache);
   free(srv);
 }

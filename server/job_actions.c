@@ -14,7 +14,6 @@
 #include "routes.h"
 
 #define WAIT_MAX_S    3600
-#define WAIT_POLL_MS  100
 #define LOG_MAX_BYTES (1 << 20)
 
 static int is_terminal(const char *state) {
@@ -88,12 +87,9 @@ static double parse_duration(const char *text) {
   return -1;
 }
 
-static int64_t monotonic_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
+/* Answers at once when the job has ended or the timeout has passed; else
+ * parks the request (no thread held) until the store changes or the
+ * timeout, and runs again then. At shutdown: 503. */
 void http_wait_job(const http_config *cfg, http_request *req, http_response *res) {
   const char *timeout_arg = http_query(req, "timeout");
   double timeout_s = 60;
@@ -107,24 +103,23 @@ void http_wait_job(const http_config *cfg, http_request *req, http_response *res
       return;
     }
   }
-  int64_t deadline = monotonic_ms() + (int64_t)(timeout_s * 1000);
+  const int64_t deadline = req->arrived_ms + (int64_t)(timeout_s * 1000);
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
-  /* Polls the store: one thread per connection, so waiting blocks only this client. */
-  while (!is_terminal(job.state) && monotonic_ms() < deadline && !http_stopping(cfg)) {
-    struct timespec pause = {0, WAIT_POLL_MS * 1000000L};
-    nanosleep(&pause, NULL);
-    char id[sizeof job.id];
-    snprintf(id, sizeof id, "%s", job.id);
-    store_job_clear(&job);
-    if (store_job_get(cfg->st, id, &job) != STORE_OK) {
-      http_reply_store_failure(res, cfg->st);
-      return;
-    }
+  const int done = is_terminal(job.state);
+  if (!done && http_stopping(cfg)) {
+    http_reply_status(res, 503, "UNAVAILABLE", NULL,
+                      "kilnd is shutting down while job %s is %s; the job goes on when kilnd "
+                      "is back: send the :wait again then",
+                      job.id, job.state);
+  } else if (!done && http_monotonic_ms() < deadline) {
+    res->park = 1;
+    res->park_until_ms = deadline;
+  } else {
+    json_t *doc = http_job_json(cfg->st, &job, 1);
+    json_object_set_new(doc, "done", json_boolean(done));
+    http_reply_json(res, 200, doc);
   }
-  json_t *doc = http_job_json(cfg->st, &job, 1);
-  json_object_set_new(doc, "done", json_boolean(is_terminal(job.state)));
-  http_reply_json(res, 200, doc);
   store_job_clear(&job);
 }
 

@@ -68,6 +68,16 @@ static void usage(FILE *to) {
           "                         next to kilnd)\n"
           "  --max-body-bytes N     largest request body accepted (default %u)\n"
           "  --max-upload-bytes N   largest data set upload accepted (default 1 GiB)\n"
+          "  --max-connections N    open connections in all (default %u)\n"
+          "  --max-connections-per-ip N\n"
+          "                         open connections from one client address (default %u)\n"
+          "  --header-timeout S     seconds a request's headers may take to arrive; a\n"
+          "                         connection that is slower, or idle that long between\n"
+          "                         requests, is closed (default %u)\n"
+          "  --max-blocked-per-tenant N\n"
+          "                         :wait and metrics:watch requests one tenant may have\n"
+          "                         open at once; more get 429 (default %u)\n"
+          "  --http-threads N       threads serving HTTP (default %u)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
           "  --preempt              a queued job of higher priority that does not fit stops\n"
           "                         lower-priority ones (they checkpoint, go PREEMPTED, then\n"
@@ -89,7 +99,8 @@ static void usage(FILE *to) {
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
           "admin token and stores it in DATA_DIR/admin.token (mode 0600). Everything\n"
           "under DATA_DIR is its owner's alone (folders 0700, files 0600).\n",
-          DEFAULT_MAX_BODY);
+          DEFAULT_MAX_BODY, HTTP_DEFAULT_MAX_CONNECTIONS, HTTP_DEFAULT_MAX_CONNECTIONS_PER_IP,
+          HTTP_DEFAULT_HEADER_TIMEOUT_S, HTTP_DEFAULT_MAX_BLOCKED_PER_TENANT, HTTP_DEFAULT_THREADS);
 }
 
 /* nftw's callback: drops the group and other bits of what kilnd keeps. */
@@ -248,6 +259,17 @@ static int find_trainer(char *out, size_t len) {
   return -1;
 }
 
+/* An integer flag's value within [lo, hi]; -1 (having said why) when not. */
+static long parse_count(const char *flag, const char *text, long lo, long hi) {
+  char *end = NULL;
+  long v = strtol(text, &end, 10);
+  if (!*text || *end || v < lo || v > hi) {
+    fprintf(stderr, "kilnd: %s needs a whole number in %ld..%ld, got '%s'\n", flag, lo, hi, text);
+    return -1;
+  }
+  return v;
+}
+
 static int is_loopback(const char *host) {
   return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
 }
@@ -267,6 +289,11 @@ int main(int argc, char **argv) {
                                           {"preempt", no_argument, NULL, 'P'},
                                           {"pools", required_argument, NULL, 'o'},
                                           {"metrics-auth", required_argument, NULL, 'm'},
+                                          {"max-connections", required_argument, NULL, 'C'},
+                                          {"max-connections-per-ip", required_argument, NULL, 'I'},
+                                          {"header-timeout", required_argument, NULL, 'T'},
+                                          {"max-blocked-per-tenant", required_argument, NULL, 'B'},
+                                          {"http-threads", required_argument, NULL, 'H'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
@@ -275,6 +302,9 @@ int main(int argc, char **argv) {
   long max_body = DEFAULT_MAX_BODY;
   long long max_upload = 1LL << 30;
   int opt, no_auth = 0, preempt = 0, metrics_public = 0;
+  long max_connections = HTTP_DEFAULT_MAX_CONNECTIONS, per_ip = HTTP_DEFAULT_MAX_CONNECTIONS_PER_IP,
+       header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT_S,
+       blocked = HTTP_DEFAULT_MAX_BLOCKED_PER_TENANT, http_threads = HTTP_DEFAULT_THREADS;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
     switch (opt) {
@@ -306,6 +336,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kilnd: --max-upload-bytes needs 1024..1099511627776, got '%s'\n", optarg);
         return 2;
       }
+      break;
+    case 'C':
+      if ((max_connections = parse_count("--max-connections", optarg, 1, 1000000)) < 0) return 2;
+      break;
+    case 'I':
+      if ((per_ip = parse_count("--max-connections-per-ip", optarg, 1, 1000000)) < 0) return 2;
+      break;
+    case 'T':
+      if ((header_timeout = parse_count("--header-timeout", optarg, 1, 3600)) < 0) return 2;
+      break;
+    case 'B':
+      if ((blocked = parse_count("--max-blocked-per-tenant", optarg, 1, 1000000)) < 0) return 2;
+      break;
+    case 'H':
+      if ((http_threads = parse_count("--http-threads", optarg, 1, 256)) < 0) return 2;
       break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -408,7 +453,12 @@ int main(int argc, char **argv) {
                     .trainer_path = trainer,
                     .max_upload_bytes = (size_t)max_upload,
                     .st = st,
-                    .scheduler = scheduler};
+                    .scheduler = scheduler,
+                    .max_connections = (unsigned)max_connections,
+                    .max_connections_per_ip = (unsigned)per_ip,
+                    .header_timeout_s = (unsigned)header_timeout,
+                    .max_blocked_per_tenant = (unsigned)blocked,
+                    .threads = (unsigned)http_threads};
   http_server *srv = NULL;
   if (http_server_start(&hc, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "kilnd: %s\n", err);

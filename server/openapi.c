@@ -39,7 +39,8 @@ static const op_doc op_docs[] = {
     {"DELETE", "/v1/jobs/{job}", "deleteJob", "jobs", "", NULL, "Empty", "404 409"},
     {"POST", "/v1/jobs/{job}:cancel", "cancelJob", "jobs", "", NULL, "Job", "404 409"},
     {"POST", "/v1/jobs/{job}:resume", "resumeJob", "jobs", "", NULL, "Job", "404 409"},
-    {"POST", "/v1/jobs/{job}:wait", "waitJob", "jobs", "timeout", NULL, "JobWaitResult", "400 404"},
+    {"POST", "/v1/jobs/{job}:wait", "waitJob", "jobs", "timeout", NULL, "JobWaitResult",
+     "400 404 503"},
     {"GET", "/v1/jobs/{job}:explain", "explainJob", "jobs", "", NULL, "JobExplanation", "404"},
     {"GET", "/v1/jobs/{job}/metrics", "listMetrics", "metrics",
      "metric_name start_step end_step max_points", NULL, "MetricList", "400 404"},
@@ -150,8 +151,12 @@ static const error_doc error_docs[] = {
     {413, "PayloadTooLarge",
      "RESOURCE_EXHAUSTED: the request body is larger than kilnd's --max-body-bytes (data set "
      "uploads: --max-upload-bytes)."},
+    {429, "TooManyBlocked",
+     "RESOURCE_EXHAUSTED: the tenant already has kilnd's --max-blocked-per-tenant blocking "
+     "requests (:wait, metrics:watch) open; retry when one ends."},
     {500, "Internal", "INTERNAL: kilnd failed (storage, memory); the message says where."},
-    {503, "Unavailable", "UNAVAILABLE: the store or the scheduler does not answer."},
+    {503, "Unavailable",
+     "UNAVAILABLE: the store or the scheduler does not answer, or kilnd is shutting down."},
 };
 
 static const struct {
@@ -297,6 +302,7 @@ static json_t *operation(const http_route *r, const op_doc *d, char *err, size_t
   if (!r->public_route) rc |= add_error(responses, 401);
   for (const char *p = d->errors; *p; p += strcspn(p, " "), p += *p == ' ')
     rc |= add_error(responses, atoi(p));
+  if (http_route_blocks(r)) rc |= add_error(responses, 429);
   rc |= add_error(responses, 413);
   rc |= add_error(responses, 500);
   json_object_set_new(op, "responses", responses);

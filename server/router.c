@@ -1,6 +1,7 @@
 /* router.c — the route table, matching a request path against it (the
- * bearer-token check: auth.c), and 404 / 405 answers. openapi.json is made from the
- * same table, so a route cannot exist without being documented. */
+ * bearer-token check: auth.c), the cap on a tenant's blocking requests, and
+ * 404 / 405 answers. openapi.json is made from the same table, so a route
+ * cannot exist without being documented. */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -90,8 +91,17 @@ static int match(const char *pattern, const char *path, char params[][128]) {
   return *path == '\0';
 }
 
-void http_dispatch(const http_config *cfg, http_request *req, http_response *res) {
-  if (http_serve_static(req, res)) return;
+int http_route_blocks(const http_route *r) {
+  return r->handler == http_wait_job || r->handler == http_watch_metrics;
+}
+
+static void serve_dashboard(const http_config *cfg, http_request *req, http_response *res) {
+  (void)cfg;
+  http_serve_static(req, res);
+}
+
+http_handler http_route_request(const http_config *cfg, http_request *req, http_response *res) {
+  if (http_static_path(req->path)) return serve_dashboard;
   int path_known = 0;
   char allowed[64] = "";
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -105,9 +115,12 @@ void http_dispatch(const http_config *cfg, http_request *req, http_response *res
       continue;
     }
     memcpy(req->params, params, sizeof params);
-    if (!r->public_route && http_authenticate(cfg, req, res) != 0) return;
-    r->handler(cfg, req, res);
-    return;
+    if (!r->public_route && http_authenticate(cfg, req, res) != 0) return NULL;
+    if (http_route_blocks(r)) {
+      if (http_waker_admit(cfg->waker, req->who.tenant, res) != 0) return NULL;
+      req->admitted = 1;
+    }
+    return r->handler;
   }
   if (path_known) {
     http_reply_status(res, 405, "UNIMPLEMENTED", "method", "%s is not supported on %s; use %s",
@@ -115,4 +128,5 @@ void http_dispatch(const http_config *cfg, http_request *req, http_response *res
   } else {
     http_reply_status(res, 404, "NOT_FOUND", "path", "no route %s %.200s", req->method, req->path);
   }
+  return NULL;
 }

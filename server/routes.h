@@ -21,6 +21,14 @@ typedef struct http_route {
 
 /* The router's table, in matching order; openapi.json is made from it. */
 const http_route *http_routes(int *n);
+/* 1 for a route whose requests may wait, parked (:wait, metrics:watch):
+ * each counts against its tenant's --max-blocked-per-tenant. */
+int http_route_blocks(const http_route *r);
+/* Finds the request's route and checks its token (and, for a blocking
+ * route, the tenant's cap) as soon as its headers are in, before any body
+ * is read: the handler to run once the body is complete, or NULL having
+ * answered in res (401, 404, 405, 429). */
+http_handler http_route_request(const http_config *cfg, http_request *req, http_response *res);
 
 /* ---- replies ---- */
 void http_reply_json(http_response *res, int status, json_t *doc); /* steals doc */
@@ -98,6 +106,8 @@ void http_export_checkpoint(const http_config *cfg, http_request *req, http_resp
 /* static.c: answers the dashboard's paths (1) or leaves the request to the
  * route table (0). */
 int http_serve_static(http_request *req, http_response *res);
+/* 1 for a path of the dashboard (http_serve_static answers it). */
+int http_static_path(const char *path);
 /* job_resume.c */
 void http_resume_job(const http_config *cfg, http_request *req, http_response *res);
 /* sse.c */

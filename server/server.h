@@ -13,6 +13,7 @@ typedef struct http_server http_server;
 
 typedef struct http_counters http_counters;
 typedef struct http_cache http_cache;
+struct http_waker;
 
 typedef struct http_config {
   const char *host;      /* numeric IPv4/IPv6 address to bind, e.g. "127.0.0.1" */
@@ -29,7 +30,20 @@ typedef struct http_config {
   const char *trainer_path; /* kiln-train, which checks each upload */
   size_t max_upload_bytes;  /* larger data set uploads get 413 */
   http_cache *cache;        /* set by http_server_start: answers the store has not changed */
+  /* Connection limits (kilnd's flags; 0 = the HTTP_DEFAULT_ below). */
+  unsigned max_connections;        /* open connections in all */
+  unsigned max_connections_per_ip; /* open connections from one client address */
+  unsigned header_timeout_s;       /* a request's headers must be complete within this */
+  unsigned max_blocked_per_tenant; /* :wait and metric streams open at once, per tenant */
+  unsigned threads;                /* event-loop threads */
+  struct http_waker *waker;        /* set by http_server_start: parks waiting requests */
 } http_config;
+
+#define HTTP_DEFAULT_MAX_CONNECTIONS        1024
+#define HTTP_DEFAULT_MAX_CONNECTIONS_PER_IP 128
+#define HTTP_DEFAULT_HEADER_TIMEOUT_S       10
+#define HTTP_DEFAULT_MAX_BLOCKED_PER_TENANT 64
+#define HTTP_DEFAULT_THREADS                8
 
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen);
 int http_server_port(const http_server *srv); /* the bound port */
@@ -64,15 +78,20 @@ typedef struct http_request {
   const char *path; /* without the query string */
   const char *body; /* NUL-terminated; "" when none */
   size_t body_len;
-  void *connection; /* struct MHD_Connection * */
+  void *connection;   /* struct MHD_Connection * */
+  int64_t arrived_ms; /* when its headers were complete (http_monotonic_ms) */
   /* filled by the router */
   http_principal who;
   char params[HTTP_MAX_PARAMS][128]; /* path parameters in pattern order: {job}, {checkpoint} */
+  int admitted; /* counted among who.tenant's blocking requests until it ends */
 } http_request;
 
-/* A streamed body: called again and again for the next bytes until it
- * returns 0 (end). Blocks as long as it likes (one thread per connection). */
+/* A streamed body: called again and again for the next bytes. Returns how
+ * many it wrote to buf; 0 when it has none yet (the stream is parked,
+ * holding no thread, and called again once the store changes or
+ * HTTP_STREAM_RECHECK_MS pass); < 0 at the end. Never blocks. */
 typedef long (*http_stream_fn)(void *ctx, uint64_t pos, char *buf, size_t max);
+#define HTTP_STREAM_RECHECK_MS 1000
 
 typedef struct http_response {
   int status;
@@ -88,22 +107,67 @@ typedef struct http_response {
   const char *etag;          /* sent as ETag when set */
   const char *cache_control; /* NULL = "no-store" */
   const char *csp;           /* Content-Security-Policy, when set */
+  /* A handler that cannot answer yet sets park (and nothing else): the
+   * request is suspended, holding no thread, until the store changes,
+   * park_until_ms (http_monotonic_ms) passes or the server stops; then the
+   * handler runs again on the same request. */
+  int park;
+  int64_t park_until_ms;
 } http_response;
 
 /* A query-string argument of the request, or NULL. */
 const char *http_query(const http_request *req, const char *key);
 /* A request header, or NULL. */
 const char *http_header(const http_request *req, const char *key);
-/* Routes a complete request to its handler (router.c). */
-void http_dispatch(const http_config *cfg, http_request *req, http_response *res);
 /* The caller from "Authorization: Bearer <token>" into req->who; 0, or -1
  * having answered 401 in res. Under --insecure-no-auth, every request is
  * the default tenant's admin, if it is no cross-site or rebound one
  * (else 403 or 415 in res). */
 int http_authenticate(const http_config *cfg, http_request *req, http_response *res);
 
-/* 1 once the server is stopping: handlers that block (:wait, streams) return. */
+/* 1 once the server is stopping: parked requests (:wait, streams) answer. */
 int http_stopping(const http_config *cfg);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t http_monotonic_ms(void);
+
+/* ---- waker.c: requests parked without a thread, per-tenant caps, the
+ * header deadline ---- */
+
+typedef struct http_waker http_waker;
+typedef struct http_conn http_conn;
+/* One parked request; owned by its request, on the waker's list while parked. */
+typedef struct http_parked {
+  struct http_parked *prev, *next;
+  void *connection; /* struct MHD_Connection *, suspended */
+  int fd;
+  uint64_t generation; /* store_generation() before the handler last looked */
+  int64_t until_ms;
+  int gone; /* set when woken: the client left */
+} http_parked;
+
+/* Starts the waker thread; NULL with a sentence in err. */
+http_waker *http_waker_new(store *st, unsigned header_timeout_s, unsigned max_blocked_per_tenant,
+                           char *err, size_t errlen);
+void http_waker_free(http_waker *w); /* NULL is a no-op; joins the thread */
+/* Wakes every parked request now and any parked later (they answer 503). */
+void http_waker_stop(http_waker *w);
+/* 1 when no request is parked or blocking. */
+int http_waker_idle(http_waker *w);
+/* Parks a request its event-loop thread has just suspended: it is resumed
+ * when the store moves past generation, until_ms passes, the server stops
+ * or the client at fd leaves (then p->gone is set). */
+void http_waker_park(http_waker *w, http_parked *p, void *connection, int fd, uint64_t generation,
+                     int64_t until_ms);
+/* Counts one more blocking request for tenant: 0, or -1 having answered
+ * 429 when it already has the most allowed. Release it when it ends. */
+int http_waker_admit(http_waker *w, const char *tenant, http_response *res);
+void http_waker_release(http_waker *w, const char *tenant);
+/* A connection's record: its headers are due within the header timeout
+ * from open, and from each request's end (keep-alive) to the next one's
+ * headers; a late one is shut down. */
+http_conn *http_waker_conn_open(http_waker *w, int fd); /* NULL when out of memory */
+void http_waker_conn_headers(http_waker *w, http_conn *c, int complete);
+void http_waker_conn_close(http_waker *w, http_conn *c); /* NULL is a no-op */
 
 /* Request counters and the latency histogram behind /metrics. */
 #define HTTP_LATENCY_BUCKETS 10
@@ -114,12 +178,14 @@ char *http_counters_prometheus(http_counters *c);
 /* ---- data sets (datasets.c) ---- */
 
 /* POST /v1/datasets streams its body to disk instead of memory: begin (0,
- * or -1 with res filled and the body never read), write each chunk, finish
- * (res filled), free (removes what was not kept; NULL is a no-op). */
+ * or -1 with res filled and the body never read), write each chunk (-1
+ * once the upload is past its cap: finish then answers 413 and nothing
+ * more is read), finish (res filled), free (removes what was not kept;
+ * NULL is a no-op). */
 typedef struct http_upload http_upload;
 int http_upload_begin(const http_config *cfg, const http_principal *who, void *connection,
                       http_upload **out, http_response *res);
-void http_upload_write(const http_config *cfg, http_upload *u, const char *data, size_t len);
+int http_upload_write(const http_config *cfg, http_upload *u, const char *data, size_t len);
 void http_upload_finish(const http_config *cfg, http_upload *u, http_response *res);
 void http_upload_free(http_upload *u);
 /* GET /v1/datasets, GET and DELETE /v1/datasets/{id}. */

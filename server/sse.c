@@ -3,8 +3,12 @@
  * reconnects with Last-Event-ID gets every later point once. The stream
  * ends with an `end` event when the job has ended and every point is sent.
  *
- * Threads: each stream runs in its connection's own thread and owns its
- * watch; the store handle is shared and locks itself. */
+ * When nothing is new the reader says so (0) and the server parks the
+ * stream, holding no thread, until the store changes.
+ *
+ * Threads: a stream's reader runs on the event-loop thread serving its
+ * connection and owns its watch; the store handle is shared and locks
+ * itself. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +18,6 @@
 #include "routes.h"
 
 #define WATCH_BATCH       256
-#define WATCH_POLL_MS     200
 #define WATCH_KEEPALIVE_S 15
 
 typedef struct watch {
@@ -24,7 +27,7 @@ typedef struct watch {
   char *buf;         /* formatted events not yet handed to MHD */
   size_t len, off;
   int ended;
-  int64_t idle_ms;
+  int64_t sent_ms; /* when bytes last went out (http_monotonic_ms) */
 } watch;
 
 static void watch_free(void *ctx) {
@@ -93,21 +96,18 @@ static int refill(watch *w) {
 static long watch_read(void *ctx, uint64_t pos, char *out, size_t max) {
   (void)pos;
   watch *w = ctx;
-  while (w->off == w->len) {
+  if (w->off == w->len) {
     free(w->buf);
     w->buf = NULL;
     w->len = w->off = 0;
-    if (w->ended || http_stopping(w->cfg)) return 0;
-    if (refill(w)) break;
-    struct timespec pause = {0, WATCH_POLL_MS * 1000000L};
-    nanosleep(&pause, NULL);
-    w->idle_ms += WATCH_POLL_MS;
-    if (w->idle_ms >= WATCH_KEEPALIVE_S * 1000) { /* a comment keeps proxies from timing out */
-      w->idle_ms = 0;
-      if (append(w, ": keep-alive\n\n") != 0) return 0;
+    if (w->ended) return -1;
+    if (!refill(w)) {
+      if (http_monotonic_ms() - w->sent_ms < WATCH_KEEPALIVE_S * 1000) return 0; /* parked */
+      /* a comment keeps proxies from timing out */
+      if (append(w, ": keep-alive\n\n") != 0) return -1;
     }
   }
-  w->idle_ms = 0;
+  w->sent_ms = http_monotonic_ms();
   size_t n = w->len - w->off < max ? w->len - w->off : max;
   memcpy(out, w->buf + w->off, n);
   w->off += n;
@@ -140,6 +140,7 @@ void http_watch_metrics(const http_config *cfg, http_request *req, http_response
   w->cfg = cfg;
   snprintf(w->job_id, sizeof w->job_id, "%s", job.id);
   w->after_seq = after;
+  w->sent_ms = http_monotonic_ms();
   store_job_clear(&job);
   res->status = 200;
   res->content_type = "text/event-stream";

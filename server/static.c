@@ -20,11 +20,14 @@ static const http_asset *find_asset(const char *path) {
   return NULL;
 }
 
+int http_static_path(const char *path) {
+  return strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0 ||
+         strncmp(path, "/assets/", 8) == 0;
+}
+
 int http_serve_static(http_request *req, http_response *res) {
   const char *path = req->path;
-  int dashboard_path = strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0 ||
-                       strncmp(path, "/assets/", 8) == 0;
-  if (!dashboard_path) return 0;
+  if (!http_static_path(path)) return 0;
   if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
     http_reply_status(res, 405, "UNIMPLEMENTED", "method", "%s is not supported on %.200s; use GET",
                       req->method, path);
