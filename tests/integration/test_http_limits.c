@@ -464,6 +464,126 @@ static void a_wait_pending_at_sigterm_gets_503(void **state) {
   assert_non_null(strstr(buf, "UNAVAILABLE"));
 }
 
+static int start_watch(const char *from, const char *token, const char *job) {
+  int fd = dial(from);
+  if (fd < 0) return -1;
+  char req[600];
+  snprintf(req, sizeof req,
+           "GET /v1/jobs/%s/metrics:watch HTTP/1.1\r\nHost: kiln\r\nAuthorization: Bearer "
+           "%s\r\n\r\n",
+           job, token);
+  if (send_text(fd, req) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void metric_streams_whose_clients_left_free_their_places(void **state) {
+  (void)state;
+  char token[128], job[64], buf[2048];
+  make_token("watcher", token, sizeof token);
+  create_sleeper(token, "sleeper-watch", job, sizeof job);
+  int fds[BLOCKED_PER_TENANT];
+  for (int i = 0; i < BLOCKED_PER_TENANT; i++) {
+    fds[i] = start_watch("127.0.0.13", token, job);
+    assert_true(fds[i] >= 0);
+    assert_int_equal(read_answer(fds[i], buf, sizeof buf, 2000), 200);
+  }
+  int over = start_watch("127.0.0.13", token, job);
+  assert_int_equal(read_answer(over, buf, sizeof buf, 1000), 429);
+  close(over);
+  /* Every stream's client leaves while the stream waits for points. */
+  close_all(fds, BLOCKED_PER_TENANT);
+  int status = 0;
+  const int64_t deadline = now_ms() + 3000;
+  while (now_ms() < deadline) {
+    usleep(200 * 1000);
+    int fd = start_watch("127.0.0.13", token, job);
+    status = read_answer(fd, buf, sizeof buf, 1000);
+    close(fd);
+    if (status == 200 && close_wait_count() <= 4) break;
+  }
+  if (status != 200)
+    fail_msg("a new stream got %d 3 s after %d streams' clients left: their places were not freed",
+             status, BLOCKED_PER_TENANT);
+  assert_true(close_wait_count() <= 4);
+}
+
+static void headers_late_past_header_timeout_are_cut(void **state) {
+  (void)state;
+  char dir[256], url[128], token[128];
+  pid_t pid;
+  snprintf(dir, sizeof dir, "/tmp/kiln-http-deadline-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  char trainer[300];
+  snprintf(trainer, sizeof trainer, "%s/trainer.sh", dir);
+  FILE *f = fopen(trainer, "w");
+  assert_non_null(f);
+  fputs(it_stand_in_trainer, f);
+  fclose(f);
+  chmod(trainer, 0755);
+  assert_int_equal(it_launch_kilnd(KILND_PATH, dir, trainer, "--header-timeout", "1", &pid, url,
+                                   sizeof url, token, sizeof token),
+                   0);
+  const int main_port = port;
+  port = atoi(strrchr(url, ':') + 1);
+  enum { N = 20 };
+  int fds[N];
+  for (int i = 0; i < N; i++) {
+    fds[i] = dial("127.0.0.11");
+    assert_true(fds[i] >= 0);
+    assert_int_equal(send_text(fds[i], "GET /healthz HTTP/1.1\r\nX-Slow: "), 0);
+  }
+  /* A byte each 200 ms from every one: each is cut 1 s (plus a tick) after
+   * it opened, however often it sends. */
+  const int64_t t0 = now_ms();
+  int open_left = N;
+  while (open_left > 0 && now_ms() - t0 < 4000) {
+    open_left = 0;
+    for (int i = 0; i < N; i++) {
+      if (fds[i] < 0) continue;
+      char c;
+      ssize_t got = recv(fds[i], &c, 1, MSG_DONTWAIT);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+          send(fds[i], "a", 1, MSG_NOSIGNAL) != 1) {
+        close(fds[i]);
+        fds[i] = -1;
+        continue;
+      }
+      open_left++;
+    }
+    assert_int_equal(healthz_from("127.0.0.12", 1000), 200);
+    usleep(200 * 1000);
+  }
+  const int64_t took = now_ms() - t0;
+  close_all(fds, N);
+  port = main_port;
+  print_message("every slow connection was cut after %lld ms\n", (long long)took);
+  if (open_left > 0) fail_msg("%d connections still open 4 s into their headers", open_left);
+  assert_true(took >= 800);
+  it_stop_kilnd(pid, dir);
+}
+
+static void bad_limit_flags_are_refused_naming_the_flag(void **state) {
+  (void)state;
+  const char *cases[][2] = {{"--header-timeout", "0"},
+                            {"--max-connections-per-ip", "many"},
+                            {"--max-blocked-per-tenant", "-1"},
+                            {"--max-connections", ""},
+                            {"--http-threads", "1000"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char cmd[600], out[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s '%s' --data-dir /nonexistent/kiln", KILND_PATH, cases[i][0],
+             cases[i][1]);
+    int rc = it_run(out, sizeof out, cmd);
+    print_message("%s '%s': exit %d: %s", cases[i][0], cases[i][1], rc, out);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, cases[i][0]));
+    assert_non_null(strstr(out, "whole number"));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_body_without_a_token_gets_401_before_it_is_sent),
@@ -472,6 +592,9 @@ int main(void) {
       cmocka_unit_test(a_tenant_over_its_blocked_request_cap_gets_429),
       cmocka_unit_test(slowloris_cannot_keep_healthz_from_answering),
       cmocka_unit_test(vanished_wait_clients_hold_no_thread_and_no_socket),
+      cmocka_unit_test(metric_streams_whose_clients_left_free_their_places),
+      cmocka_unit_test(headers_late_past_header_timeout_are_cut),
+      cmocka_unit_test(bad_limit_flags_are_refused_naming_the_flag),
       /* Last: it stops kilnd. */
       cmocka_unit_test(a_wait_pending_at_sigterm_gets_503),
   };
