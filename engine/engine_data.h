@@ -74,6 +74,61 @@ int kn_dataset_interleave(const kn_dataset *src, int n_parts, const int64_t *par
 int kn_dataset_slice(const kn_dataset *src, int64_t start, int64_t count, kn_dataset *out,
                      char *err, size_t errlen);
 
+/* ---------------------------------------------------------------- records -- */
+
+/* CRC32C (Castagnoli, reflected 0x82F63B78): crc continues a previous
+ * value (0 to start). TFRecord stores it masked: ((c >> 15 | c << 17) +
+ * 0xa282ead8). */
+uint32_t kn_crc32c(uint32_t crc, const void *data, size_t len);
+uint32_t kn_crc32c_mask(uint32_t crc);
+
+/* A TFRecord file (raw or gzip'd, told apart by its content): records of
+ * (u64 length, masked CRC32C of the length, data, masked CRC32C of the
+ * data), little-endian. */
+typedef struct kn_tfrecord kn_tfrecord;
+int kn_tfrecord_open(const char *path, kn_tfrecord **out, char *err, size_t errlen);
+/* 1 and the next record's bytes (valid until the next call), 0 at the end
+ * of the file, or KN_EFORMAT with err naming the file, the record's index
+ * and byte offset and what is wrong (a CRC that does not match, a file
+ * that ends inside a record, a damaged gzip stream). */
+int kn_tfrecord_next(kn_tfrecord *r, const uint8_t **data, size_t *len, char *err, size_t errlen);
+void kn_tfrecord_close(kn_tfrecord *r); /* NULL is a no-op */
+/* The 12 bytes before and the 4 after a record of len bytes. */
+void kn_tfrecord_frame(const void *data, size_t len, uint8_t head[12], uint8_t tail[4]);
+
+/* A feature of a tf.train.Example: its kind and its list's bytes. */
+enum { KN_FEATURE_NONE = 0, KN_FEATURE_BYTES = 1, KN_FEATURE_FLOAT = 2, KN_FEATURE_INT64 = 3 };
+typedef struct kn_feature {
+  int kind; /* KN_FEATURE_*; NONE for a feature with no list set */
+  const uint8_t *list;
+  size_t list_len;
+} kn_feature;
+
+/* The feature named name of the serialized Example: 1 (found), 0 (no such
+ * feature), -1 (the bytes are not an Example). out points into data. */
+int kn_example_feature(const uint8_t *data, size_t len, const char *name, kn_feature *out);
+/* The number of values, or -1 when the list is malformed. */
+int64_t kn_feature_count(const kn_feature *f);
+/* Float or int64 values (packed or not) as floats / int64s, up to cap of
+ * them written: the count, or -1 (malformed, or a bytes list). */
+int64_t kn_feature_floats(const kn_feature *f, float *dst, size_t cap);
+int64_t kn_feature_int64s(const kn_feature *f, int64_t *dst, size_t cap);
+/* Value i of a bytes list (pointing into the record): 0, or -1. */
+int kn_feature_bytes(const kn_feature *f, size_t i, const uint8_t **data, size_t *len);
+
+/* A feature to encode: bytes (one value of count bytes), floats or ints
+ * (count values, packed). */
+typedef struct kn_feature_value {
+  const char *name;
+  int kind;
+  const uint8_t *bytes;
+  const float *floats;
+  const int64_t *ints;
+  size_t count;
+} kn_feature_value;
+/* A serialized tf.train.Example of the features (malloc'd into *out). */
+int kn_example_encode(const kn_feature_value *features, int n, uint8_t **out, size_t *len);
+
 /* ------------------------------------------------------------- pipeline -- */
 
 /* A tf.data-style input pipeline over an in-memory dataset: skip/take,

@@ -83,3 +83,46 @@ void kn_pb_packed_floats(kn_pb *b, int field, const float *v, size_t n) {
   kn_pb_varint(b, n * 4);
   for (size_t i = 0; i < n; i++) put_float(b, v[i]);
 }
+
+int kn_pbr_varint(kn_pbr *r, uint64_t *v) {
+  uint64_t x = 0;
+  for (int shift = 0; shift < 70; shift += 7) {
+    if (r->p >= r->end) return -1;
+    const uint8_t byte = *r->p++;
+    x |= (uint64_t)(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) {
+      *v = x;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+int kn_pbr_next(kn_pbr *r, kn_pbr_field *f) {
+  if (r->p >= r->end) return 0;
+  uint64_t key;
+  if (kn_pbr_varint(r, &key) || key >> 3 == 0 || key >> 3 > 0x1fffffff) return -1;
+  memset(f, 0, sizeof *f);
+  f->number = (int)(key >> 3);
+  f->wire = (int)(key & 7);
+  switch (f->wire) {
+  case KN_PB_VARINT: return kn_pbr_varint(r, &f->u) ? -1 : 1;
+  case KN_PB_FIXED32:
+  case KN_PB_FIXED64: {
+    const size_t n = f->wire == KN_PB_FIXED32 ? 4 : 8;
+    if ((size_t)(r->end - r->p) < n) return -1;
+    for (size_t i = 0; i < n; i++) f->u |= (uint64_t)r->p[i] << (8 * i);
+    r->p += n;
+    return 1;
+  }
+  case KN_PB_LEN: {
+    uint64_t len;
+    if (kn_pbr_varint(r, &len) || len > (uint64_t)(r->end - r->p)) return -1;
+    f->data = r->p;
+    f->len = (size_t)len;
+    r->p += len;
+    return 1;
+  }
+  default: return -1; /* groups (3, 4) and 6, 7 are not in proto3 messages */
+  }
+}

@@ -1,6 +1,7 @@
 /* protobuf.h — private to the engine: the protocol buffers wire format,
- * written only (varints, fixed 32-bit floats, length-delimited bytes and
- * embedded messages, packed repeated fields), for the ONNX exporter. */
+ * written (varints, fixed 32-bit floats, length-delimited bytes and
+ * embedded messages, packed repeated fields) for the ONNX exporter, and
+ * read field by field for tf.train.Example records. */
 #ifndef KILN_ENGINE_PROTOBUF_H
 #define KILN_ENGINE_PROTOBUF_H
 
@@ -35,4 +36,24 @@ void kn_pb_message(kn_pb *b, int field, const kn_pb *sub);
 /* A packed repeated float field: one length, then n little-endian floats. */
 void kn_pb_packed_floats(kn_pb *b, int field, const float *v, size_t n);
 
+/* A message being read: one field at a time from [p, end). */
+typedef struct kn_pbr {
+  const uint8_t *p, *end;
+} kn_pbr;
+
+/* A field read by kn_pbr_next: its number and wire type, and its value:
+ * u for varint, fixed32 (bits) and fixed64 (bits), data/len for
+ * length-delimited fields (bytes, strings, messages, packed lists). */
+typedef struct kn_pbr_field {
+  int number, wire;
+  uint64_t u;
+  const uint8_t *data;
+  size_t len;
+} kn_pbr_field;
+
+/* An unsigned varint: 0, or -1 when it runs past the end or past 10 bytes. */
+int kn_pbr_varint(kn_pbr *r, uint64_t *v);
+/* The next field: 1, 0 at the end of the message, -1 when the bytes are
+ * not a message (a truncated value, an unknown wire type, field 0). */
+int kn_pbr_next(kn_pbr *r, kn_pbr_field *f);
 #endif
