@@ -8,6 +8,8 @@
 
 /* --------------------------------------------------------------- datasets -- */
 
+typedef struct kn_stream kn_stream;
+
 typedef struct kn_dataset {
   int64_t n; /* examples */
   int ndim;  /* per-example rank */
@@ -21,6 +23,9 @@ typedef struct kn_dataset {
   float *targets; /* (n, n_targets) regression targets, or NULL (CSV numeric labels) */
   int n_targets;
   float value_range; /* pixels: 255 (normalize divides by it); 0 = unknown (min-max) */
+  /* A streamed data set (kn_dataset_stream): examples read from shard
+   * files as the pipeline consumes them; x, x8 and y are NULL. Owned. */
+  kn_stream *stream;
 } kn_dataset;
 
 /* kn_dataset_load_idx flags. */
@@ -55,6 +60,12 @@ int kn_dataset_load_csv(const char *path, const char *label_column, kn_dataset *
  * (value_range 255). A file that does not decode is refused by name. */
 int kn_dataset_load_images(const char *dir, int height, int width, int channels, kn_dataset *out,
                            char *err, size_t errlen);
+
+/* An image file's bytes (PNG or JPEG, told by their magic) decoded, gray
+ * or RGB, and resized bilinearly to height x width x channels floats in
+ * 0..255. name is the file or record named in errors. */
+int kn_image_decode(const uint8_t *data, size_t len, const char *name, int height, int width,
+                    int channels, float *dst, char *err, size_t errlen);
 
 /* A decoded dataset in a file (pipeline cache "file"): written to a
  * per-process temp file and renamed into place; read back as it was. */
@@ -128,6 +139,82 @@ typedef struct kn_feature_value {
 } kn_feature_value;
 /* A serialized tf.train.Example of the features (malloc'd into *out). */
 int kn_example_encode(const kn_feature_value *features, int n, uint8_t **out, size_t *len);
+
+/* A WebDataset-style tar shard (raw or gzip'd): members grouped by key
+ * (the path up to the first dot of the file name) into samples. */
+typedef struct kn_tar kn_tar;
+int kn_tar_open(const char *path, kn_tar **out, char *err, size_t errlen);
+/* 1 and the next sample (its parts; valid until the next call), 0 at the
+ * end, or KN_EFORMAT naming the file, sample and byte offset. */
+int kn_tar_next(kn_tar *t, const uint8_t **data, size_t *len, char *err, size_t errlen);
+/* The part with extension ext ("png", "cls") of a sample: 0, or -1. */
+int kn_tar_sample_part(const uint8_t *sample, size_t len, const char *ext, const uint8_t **data,
+                       size_t *part_len);
+int64_t kn_tar_index(const kn_tar *t);           /* samples read so far */
+void kn_tar_close(kn_tar *t);                    /* NULL is a no-op */
+int64_t kn_tfrecord_index(const kn_tfrecord *r); /* records read so far */
+
+/* ------------------------------------------------------------ streams -- */
+
+/* A data set streamed from shard files in bounded memory. Each epoch the
+ * worker's files are shuffled by (seed, epoch), read interleaved
+ * (cycle_length open at once, block_length records from each in turn) and
+ * passed through a shuffle buffer of shuffle_buffer raw records. With
+ * shard_count workers, worker shard_index reads files i % count == index
+ * when there are at least count files, else every file keeping records
+ * p % count == index (tf.data's auto-shard). */
+enum { KN_SHARDS_TFRECORD = 1, KN_SHARDS_TAR = 2 };
+
+typedef struct kn_stream_config {
+  int format; /* KN_SHARDS_* */
+  const char *const *files;
+  int n_files;
+  /* TFRecord: feature names (image: bytes holding PNG, JPEG or raw
+   * height x width x channels bytes, or a float / int64 list of that many
+   * values; label: an int64). Tar: extensions ("png", "cls"; the label a
+   * decimal integer). */
+  const char *image_feature, *label_feature;
+  int height, width, channels;
+  int cycle_length, block_length;
+  int64_t shuffle_buffer;
+  uint64_t seed;
+  int shard_index, shard_count;
+} kn_stream_config;
+
+/* A raw record of a stream and where it came from (for errors). */
+typedef struct kn_stream_raw {
+  uint8_t *data;
+  size_t len, cap;
+  const char *file;
+  int64_t record;
+} kn_stream_raw;
+
+/* Checks the config and every file, then reads the worker's records once
+ * (labels only) for the epoch's size and classes, so a wrong feature name
+ * or a corrupt file is refused before any training. */
+int kn_stream_new(const kn_stream_config *cfg, kn_stream **out, char *err, size_t errlen);
+void kn_stream_free(kn_stream *s); /* NULL is a no-op */
+/* Starts epoch `epoch` and reads past its first skip records (replayed:
+ * read, not decoded), so any position is reached exactly. */
+int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t errlen);
+/* 1 and the next raw record of the epoch (valid until the next call), 0 at
+ * its end, or < 0 with err naming the file, record and offset. */
+int kn_stream_next(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen);
+/* A raw record as an example: x (height x width x channels floats, pixels
+ * 0..255; NULL = the label only) and its label. Thread-safe. */
+int kn_stream_decode(const kn_stream *s, const kn_stream_raw *rec, float *x, int32_t *y, char *err,
+                     size_t errlen);
+int64_t kn_stream_examples(const kn_stream *s); /* per epoch, this worker's */
+int kn_stream_classes(const kn_stream *s);      /* max label + 1 */
+int64_t kn_stream_epoch(const kn_stream *s);    /* the epoch being read */
+void kn_stream_shape(const kn_stream *s, int *height, int *width, int *channels);
+/* Bytes the stream holds at most: the shuffle buffer's and the handed-out
+ * record (at their largest so far) and each open file's buffers. */
+size_t kn_stream_memory_bytes(const kn_stream *s);
+
+/* A data set over a stream (which it then owns): n, shape, classes and
+ * value_range 255 (bytes images) set; no examples in memory. */
+int kn_dataset_stream(kn_stream *s, kn_dataset *out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------- pipeline -- */
 
@@ -205,8 +292,11 @@ int kn_pipeline_new(const kn_dataset *ds, const kn_pipeline_config *cfg, kn_pipe
 int kn_pipeline_new_eval(const kn_pipeline *train, const kn_dataset *ds, kn_pipeline **out,
                          char *err, size_t errlen);
 void kn_pipeline_free(kn_pipeline *p); /* stops the threads; NULL is a no-op */
-/* 1 and the next batch (valid until the next call), or 0 at the end. */
+/* 1 and the next batch (valid until the next call), 0 at the end, or < 0
+ * when a streamed data set's record could not be read or decoded (then
+ * kn_pipeline_error says which, naming the file and record). */
 int kn_pipeline_next(kn_pipeline *p, kn_batch *out);
+const char *kn_pipeline_error(const kn_pipeline *p);
 int64_t kn_pipeline_batches_per_epoch(const kn_pipeline *p);
 int64_t kn_pipeline_examples_per_epoch(const kn_pipeline *p);
 int kn_pipeline_example_size(const kn_pipeline *p);
@@ -228,10 +318,11 @@ int kn_pipeline_state_parse(const char *text, kn_pipeline_state *st, char *err, 
  * per batch and the consumer's time between batches; tuned says it did. */
 typedef struct kn_pipeline_stats {
   int threads, prefetch, tuned;
-  double produce_ms; /* one producer's time per batch */
-  double consume_ms; /* the consumer's own time between two batches */
-  double wait_s;     /* the consumer's total time waiting for a batch */
-  int64_t batches;   /* handed out so far */
+  double produce_ms;   /* one producer's time per batch */
+  double consume_ms;   /* the consumer's own time between two batches */
+  double wait_s;       /* the consumer's total time waiting for a batch */
+  int64_t batches;     /* handed out so far */
+  size_t memory_bytes; /* the ring's batches, plus a streamed source's buffers */
 } kn_pipeline_stats;
 void kn_pipeline_stats_get(const kn_pipeline *p, kn_pipeline_stats *out);
 

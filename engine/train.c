@@ -86,8 +86,13 @@ static int evaluate_run(kn_run *r, kn_metric_sums *t) {
   memset(t, 0, sizeof *t);
   kn_batch b;
   double sums[KN_DIST_SUMS];
-  while (!rc && kn_pipeline_next(r->val_pipe, &b) == 1)
+  int got = 0;
+  while (!rc && (got = kn_pipeline_next(r->val_pipe, &b)) == 1)
     rc = replicas_run(r, KN_RUN_FORWARD, &b, t, NULL, sums);
+  if (!rc && got < 0) {
+    snprintf(r->err, r->errlen, "evaluate: %s", kn_pipeline_error(r->val_pipe));
+    rc = got;
+  }
   return rc ? rc : kn_global_tally(r, t);
 }
 
@@ -463,7 +468,12 @@ static int train_step(kn_run *r, int epoch, int64_t s) {
   kn_batch b;
   profile_step_begins(r);
   double t = kn_profile_now();
-  if (kn_pipeline_next(r->pipe, &b) != 1) {
+  const int got = kn_pipeline_next(r->pipe, &b);
+  if (got < 0) {
+    snprintf(r->err, r->errlen, "train: %s", kn_pipeline_error(r->pipe));
+    return got;
+  }
+  if (got != 1) {
     snprintf(r->err, r->errlen, "train: the pipeline ended early, at epoch %d batch %lld", epoch,
              (long long)s + 1);
     return KN_ESTATE;

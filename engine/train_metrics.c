@@ -210,6 +210,11 @@ int kn_evaluate(kn_model *m, const kn_dataset *ds, double *loss, double *accurac
                 size_t errlen) {
   int rc = kn_check_fit(m, ds, "evaluate", err, errlen);
   if (rc) return rc;
+  if (ds->stream) {
+    snprintf(err, errlen,
+             "evaluate: a streamed data set is evaluated through a pipeline (a validation set)");
+    return KN_EINVAL;
+  }
   if (kn_loss_is_regression(m->loss_kind)) {
     snprintf(err, errlen,
              "evaluate: a regression model has no accuracy; train with a validation "
@@ -253,11 +258,16 @@ int kn_evaluate_pipeline(kn_model *m, kn_pipeline *pipe, unsigned metrics, int t
   if (rc) return rc;
   memset(t, 0, sizeof *t);
   kn_batch b;
-  while (kn_pipeline_next(pipe, &b) == 1) {
+  int got;
+  while ((got = kn_pipeline_next(pipe, &b)) == 1) {
     kn_feed_batch(m, &b);
     rc = kn_graph_run(m->graph, KN_RUN_FORWARD, b.rows, err, errlen);
     if (rc) return rc;
     kn_tally_batch(m, t, &b, *(float *)kn_node_data(m->graph, m->loss), metrics, top_k);
+  }
+  if (got < 0) {
+    snprintf(err, errlen, "evaluate: %s", kn_pipeline_error(pipe));
+    return got;
   }
   return KN_OK;
 }

@@ -69,12 +69,12 @@ oom:
   return KN_ENOMEM;
 }
 
-static int decode_png(const char *path, int channels, uint8_t **pixels, int *w, int *h, char *err,
-                      size_t errlen) {
+static int decode_png(const uint8_t *data, size_t len, const char *path, int channels,
+                      uint8_t **pixels, int *w, int *h, char *err, size_t errlen) {
   png_image img;
   memset(&img, 0, sizeof img);
   img.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_file(&img, path)) {
+  if (!png_image_begin_read_from_memory(&img, data, len)) {
     snprintf(err, errlen, "%s: not a readable PNG image: %s", path, img.message);
     return KN_EFORMAT;
   }
@@ -119,13 +119,8 @@ static void on_jpeg_message(j_common_ptr cinfo) {
   (void)cinfo; /* warnings (e.g. extraneous bytes) are not errors; stay quiet */
 }
 
-static int decode_jpeg(const char *path, int channels, uint8_t **pixels, int *w, int *h, char *err,
-                       size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return KN_EIO;
-  }
+static int decode_jpeg(const uint8_t *data, size_t len, const char *path, int channels,
+                       uint8_t **pixels, int *w, int *h, char *err, size_t errlen) {
   struct jpeg_decompress_struct cinfo;
   jpeg_fail fail;
   /* volatile: read after a longjmp back into this frame. */
@@ -136,12 +131,11 @@ static int decode_jpeg(const char *path, int channels, uint8_t **pixels, int *w,
   if (setjmp(fail.jump)) {
     snprintf(err, errlen, "%s: JPEG does not decode: %s", path, fail.message);
     jpeg_destroy_decompress(&cinfo);
-    fclose(f);
     free(buf);
     return KN_EFORMAT;
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_stdio_src(&cinfo, f);
+  jpeg_mem_src(&cinfo, data, (unsigned long)len);
   jpeg_read_header(&cinfo, TRUE);
   cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&cinfo);
@@ -151,7 +145,6 @@ static int decode_jpeg(const char *path, int channels, uint8_t **pixels, int *w,
              path, cinfo.output_width, cinfo.output_height, cinfo.output_components, MAX_SIDE,
              channels);
     jpeg_destroy_decompress(&cinfo);
-    fclose(f);
     return KN_EFORMAT;
   }
   size_t stride = (size_t)cinfo.output_width * channels;
@@ -159,7 +152,6 @@ static int decode_jpeg(const char *path, int channels, uint8_t **pixels, int *w,
   if (!buf) {
     snprintf(err, errlen, "%s: out of memory", path);
     jpeg_destroy_decompress(&cinfo);
-    fclose(f);
     return KN_ENOMEM;
   }
   while (cinfo.output_scanline < cinfo.output_height) {
@@ -170,7 +162,6 @@ static int decode_jpeg(const char *path, int channels, uint8_t **pixels, int *w,
   *w = (int)cinfo.output_width;
   *h = (int)cinfo.output_height;
   jpeg_destroy_decompress(&cinfo);
-  fclose(f);
   *pixels = buf;
   return KN_OK;
 }
@@ -196,6 +187,59 @@ static void resize(const uint8_t *src, int sh, int sw, float *dst, int dh, int d
       }
     }
   }
+}
+
+int kn_image_decode(const uint8_t *data, size_t len, const char *name, int height, int width,
+                    int channels, float *dst, char *err, size_t errlen) {
+  uint8_t *pixels = NULL;
+  int w = 0, h = 0, rc;
+  if (len >= 4 && data[0] == 0x89 && data[1] == 'P' && data[2] == 'N' && data[3] == 'G') {
+    rc = decode_png(data, len, name, channels, &pixels, &w, &h, err, errlen);
+  } else if (len >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+    rc = decode_jpeg(data, len, name, channels, &pixels, &w, &h, err, errlen);
+  } else {
+    uint8_t m[4] = {0};
+    memcpy(m, data, len < 4 ? len : 4);
+    snprintf(err, errlen,
+             "%s: not a PNG or JPEG image, nor %dx%dx%d raw bytes (%zu bytes starting %02x %02x "
+             "%02x %02x)",
+             name, height, width, channels, len, m[0], m[1], m[2], m[3]);
+    rc = KN_EFORMAT;
+  }
+  if (rc) return rc;
+  resize(pixels, h, w, dst, height, width, channels);
+  free(pixels);
+  return KN_OK;
+}
+
+/* A whole file in memory. */
+static int read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return KN_EIO;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
+    fclose(f);
+    snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+    return KN_EIO;
+  }
+  *len = (size_t)st.st_size;
+  *data = malloc(*len ? *len : 1);
+  if (!*data) {
+    fclose(f);
+    snprintf(err, errlen, "%s: out of memory for %zu bytes", path, *len);
+    return KN_ENOMEM;
+  }
+  size_t got = fread(*data, 1, *len, f);
+  fclose(f);
+  if (got != *len) {
+    free(*data);
+    snprintf(err, errlen, "%s: read %zu of %zu bytes", path, got, *len);
+    return KN_EIO;
+  }
+  return KN_OK;
 }
 
 int kn_dataset_load_images(const char *dir, int height, int width, int channels, kn_dataset *out,
@@ -244,24 +288,14 @@ int kn_dataset_load_images(const char *dir, int height, int width, int channels,
     for (int k = 0; k < files[c].n && !rc; k++) {
       char path[4096];
       snprintf(path, sizeof path, "%s/%s/%s", dir, classes.names[c], files[c].names[k]);
-      unsigned char magic[4] = {0};
-      FILE *f = fopen(path, "rb");
-      size_t got = f ? fread(magic, 1, 4, f) : 0;
-      if (f) fclose(f);
-      uint8_t *pixels = NULL;
-      int w = 0, h = 0;
-      if (got == 4 && magic[0] == 0x89 && magic[1] == 'P' && magic[2] == 'N' && magic[3] == 'G') {
-        rc = decode_png(path, channels, &pixels, &w, &h, err, errlen);
-      } else if (got >= 3 && magic[0] == 0xFF && magic[1] == 0xD8 && magic[2] == 0xFF) {
-        rc = decode_jpeg(path, channels, &pixels, &w, &h, err, errlen);
-      } else {
-        snprintf(err, errlen, "%s: not a PNG or JPEG image (it starts %02x %02x %02x %02x)", path,
-                 magic[0], magic[1], magic[2], magic[3]);
-        rc = KN_EFORMAT;
-      }
+      uint8_t *data;
+      size_t len;
+      rc = read_file(path, &data, &len, err, errlen);
       if (rc) break;
-      resize(pixels, h, w, out->x + (size_t)i * ex, height, width, channels);
-      free(pixels);
+      rc = kn_image_decode(data, len, path, height, width, channels, out->x + (size_t)i * ex, err,
+                           errlen);
+      free(data);
+      if (rc) break;
       out->y[i++] = c;
     }
   }

@@ -10,7 +10,14 @@
  * guarded by ring_lock. A slot's buffers are written only by the producer
  * that claimed its batch, and read only by the consumer once its seq says
  * the batch is there; the slot is not claimed again before the consumer
- * has moved past it. */
+ * has moved past it.
+ *
+ * A streamed data set (ds->stream) is read in batch order: a producer that
+ * claimed batch seq waits under stream_lock until read_seq == seq, copies
+ * the batch's raw records out of the stream, and decodes them on its own
+ * thread; read_seq and the stream belong to stream_lock. The first error
+ * (a corrupt record, a missing feature) is kept in error under ring_lock,
+ * and every batch from there on is handed out as that error. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -46,7 +53,8 @@ typedef struct producer {
   kn_pipeline *p;
   pthread_t tid;
   int id;
-  float *scratch; /* (example_size) for random_crop and cast */
+  float *scratch;      /* (example_size) for random_crop and cast */
+  kn_stream_raw *raws; /* (batch_size) a streamed batch's records, or NULL */
 } producer;
 
 struct kn_pipeline {
@@ -80,6 +88,13 @@ struct kn_pipeline {
 
   double wait_s, consume_s, last_return;
   int64_t consume_n, handed;
+
+  kn_stream *stream; /* ds->stream, or NULL */
+  pthread_mutex_t stream_lock;
+  pthread_cond_t stream_cond;
+  int64_t read_seq;
+  int error_rc;
+  char error[512];
 };
 
 static double now_s(void) {
@@ -199,11 +214,69 @@ static void augment(const kn_pipeline *p, float *x, float *scratch, int64_t epoc
   }
 }
 
+/* Keeps the first error; the batches from here on are handed out as it. */
+static void fail(kn_pipeline *p, int rc, const char *msg) {
+  pthread_mutex_lock(&p->ring_lock);
+  if (!p->error_rc) {
+    p->error_rc = rc;
+    snprintf(p->error, sizeof p->error, "%s", msg);
+  }
+  pthread_mutex_unlock(&p->ring_lock);
+}
+
+/* Copies one raw record (reusing dst's storage). */
+static int copy_raw(kn_stream_raw *dst, const kn_stream_raw *src) {
+  if (src->len > dst->cap) {
+    uint8_t *b = realloc(dst->data, src->len);
+    if (!b) return KN_ENOMEM;
+    dst->data = b;
+    dst->cap = src->len;
+  }
+  memcpy(dst->data, src->data, src->len);
+  dst->len = src->len;
+  dst->file = src->file;
+  dst->record = src->record;
+  return KN_OK;
+}
+
+/* The raw records of streamed batch seq into me->raws, in batch order:
+ * the batch's rows count, or < 0 (the error kept). */
+static int read_stream(kn_pipeline *p, int64_t seq, producer *me) {
+  const int64_t epoch = seq / p->bpe, start = (seq % p->bpe) * p->cfg.batch_size;
+  const int64_t left = p->n - start;
+  const int want = (int)(left < p->cfg.batch_size ? left : p->cfg.batch_size);
+  char err[512] = "";
+  int rc = KN_OK, got = 0;
+  pthread_mutex_lock(&p->stream_lock);
+  while (p->read_seq != seq) pthread_cond_wait(&p->stream_cond, &p->stream_lock);
+  if (seq % p->bpe == 0 || kn_stream_epoch(p->stream) != epoch)
+    rc = kn_stream_begin(p->stream, epoch, start, err, sizeof err);
+  for (; !rc && got < want; got++) {
+    const kn_stream_raw *rec;
+    rc = kn_stream_next(p->stream, &rec, err, sizeof err);
+    if (rc == 1)
+      rc = copy_raw(&me->raws[got], rec);
+    else if (rc == 0)
+      snprintf(err, sizeof err, "stream: epoch %lld ended after %lld examples, %lld expected",
+               (long long)epoch, (long long)(start + got), (long long)p->n),
+          rc = KN_EFORMAT;
+    if (rc == KN_ENOMEM) snprintf(err, sizeof err, "stream: out of memory for a batch's records");
+  }
+  p->read_seq++;
+  pthread_cond_broadcast(&p->stream_cond);
+  pthread_mutex_unlock(&p->stream_lock);
+  if (rc) {
+    fail(p, rc, err);
+    return rc;
+  }
+  return got;
+}
+
 /* Makes this pipeline's part of batch seq (of the epoch whose order is
  * given) into s. Positions stay those of the whole batch, so augmentation
  * draws what it would for the whole batch. */
-static void produce(const kn_pipeline *p, int64_t seq, const int64_t *order, slot *s,
-                    float *scratch) {
+static void produce(kn_pipeline *p, int64_t seq, const int64_t *order, producer *me, slot *s) {
+  float *scratch = me->scratch;
   const int64_t epoch = seq / p->bpe;
   const int64_t start = (seq % p->bpe) * p->cfg.batch_size + p->part_first;
   const int64_t left = p->n - start;
@@ -211,9 +284,27 @@ static void produce(const kn_pipeline *p, int64_t seq, const int64_t *order, slo
   const int ex = p->ex;
   const float *restrict scale = p->scale, *restrict shift = p->shift;
   for (int r = 0; r < rows; r++) {
-    const int64_t row = order[start + r];
     float *restrict dst = s->x + (size_t)r * ex;
     const float *restrict src;
+    if (p->stream) {
+      char err[512];
+      int rc = kn_stream_decode(p->stream, &me->raws[p->part_first + r], scratch, &s->y[r], err,
+                                sizeof err);
+      if (rc) {
+        fail(p, rc, err);
+        s->rows = -1;
+        return;
+      }
+      for (int f = 0; f < ex; f++) dst[f] = scratch[f] * scale[f] + shift[f];
+      if (p->cfg.augment) augment(p, dst, scratch, epoch, start + r);
+      if (s->y_onehot) {
+        float *hot = s->y_onehot + (size_t)r * p->n_classes;
+        memset(hot, 0, (size_t)p->n_classes * sizeof *hot);
+        if (s->y[r] >= 0 && s->y[r] < p->n_classes) hot[s->y[r]] = 1.0f;
+      }
+      continue;
+    }
+    const int64_t row = order[start + r];
     if (p->stored) {
       /* Back to f32 for the maps and the model. */
       kn_convert(p->cfg.cast, p->stored + (size_t)row * ex, KN_F32, scratch, (size_t)ex);
@@ -237,6 +328,14 @@ static void produce(const kn_pipeline *p, int64_t seq, const int64_t *order, slo
   s->rows = rows;
 }
 
+/* Batch seq into s: read (a stream's records, in order) and produced. */
+static void make_batch(kn_pipeline *p, int64_t seq, const int64_t *order, producer *me, slot *s) {
+  if (p->stream && read_stream(p, seq, me) < 0)
+    s->rows = -1;
+  else
+    produce(p, seq, order, me, s);
+}
+
 static void *producer_main(void *arg) {
   producer *me = arg;
   kn_pipeline *p = me->p;
@@ -247,11 +346,11 @@ static void *producer_main(void *arg) {
       pthread_cond_wait(&p->space_cond, &p->ring_lock);
     if (p->stop) break;
     int64_t seq = p->next_claim++;
-    const int64_t *order = get_order(p, seq / p->bpe);
+    const int64_t *order = p->stream ? NULL : get_order(p, seq / p->bpe);
     slot *s = &p->slots[seq % p->n_slots];
     pthread_mutex_unlock(&p->ring_lock);
     double t0 = now_s();
-    produce(p, seq, order, s, me->scratch);
+    make_batch(p, seq, order, me, s);
     double took = now_s() - t0;
     pthread_mutex_lock(&p->ring_lock);
     p->busy_s += took;
@@ -300,7 +399,11 @@ void kn_pipeline_free(kn_pipeline *p) {
     free(p->slots[i].targets);
   }
   for (int i = 0; p->orders && i < p->n_orders; i++) free(p->orders[i].idx);
-  for (int i = 0; p->prods && i < p->n_prods; i++) free(p->prods[i].scratch);
+  for (int i = 0; p->prods && i < p->n_prods; i++) {
+    free(p->prods[i].scratch);
+    for (int k = 0; p->prods[i].raws && k < p->cfg.batch_size; k++) free(p->prods[i].raws[k].data);
+    free(p->prods[i].raws);
+  }
   free(p->slots);
   free(p->orders);
   free(p->prods);
@@ -313,14 +416,30 @@ void kn_pipeline_free(kn_pipeline *p) {
   pthread_cond_destroy(&p->ready_cond);
   pthread_cond_destroy(&p->space_cond);
   pthread_mutex_destroy(&p->ring_lock);
+  pthread_cond_destroy(&p->stream_cond);
+  pthread_mutex_destroy(&p->stream_lock);
   free(p);
 }
 
 static int check_config(const kn_dataset *ds, const kn_pipeline_config *c, char *err,
                         size_t errlen) {
-  if (!ds || (!ds->x && !ds->x8) || !ds->y || ds->n < 1 || ds->example_size < 1) {
+  if (!ds || (!ds->stream && ((!ds->x && !ds->x8) || !ds->y)) || ds->n < 1 ||
+      ds->example_size < 1) {
     snprintf(err, errlen, "pipeline: the dataset is empty");
     return KN_EINVAL;
+  }
+  if (ds->stream) {
+    /* What needs the whole data set at hand, or a position in it. */
+    const char *refused = c->skip || c->take >= 0 ? "skip and take"
+                          : c->shard_count > 1    ? "shard (the stream shards its files)"
+                          : c->cast != KN_F32     ? "cast"
+                          : c->standardize && !c->n_channels_given
+                              ? "standardize without a given mean and std"
+                              : NULL;
+    if (refused) {
+      snprintf(err, errlen, "pipeline: a streamed data set cannot %s", refused);
+      return KN_EINVAL;
+    }
   }
   if (c->batch_size < 1) {
     snprintf(err, errlen, "pipeline: batch_size must be >= 1, got %d", c->batch_size);
@@ -507,6 +626,9 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
   pthread_mutex_init(&p->ring_lock, NULL);
   pthread_cond_init(&p->ready_cond, NULL);
   pthread_cond_init(&p->space_cond, NULL);
+  pthread_mutex_init(&p->stream_lock, NULL);
+  pthread_cond_init(&p->stream_cond, NULL);
+  p->stream = ds->stream;
 
   /* skip/take on the source, then shard by position. */
   int64_t avail = ds->n - cfg->skip;
@@ -519,9 +641,11 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     kn_pipeline_free(p);
     return KN_EINVAL;
   }
-  p->base = malloc((size_t)p->n * sizeof *p->base);
-  if (!p->base) goto oom;
-  for (int64_t i = 0; i < p->n; i++) p->base[i] = cfg->skip + cfg->shard_index + i * shards;
+  if (!p->stream) {
+    p->base = malloc((size_t)p->n * sizeof *p->base);
+    if (!p->base) goto oom;
+    for (int64_t i = 0; i < p->n; i++) p->base[i] = cfg->skip + cfg->shard_index + i * shards;
+  }
   p->bpe =
       cfg->drop_remainder ? p->n / cfg->batch_size : (p->n + cfg->batch_size - 1) / cfg->batch_size;
   if (p->bpe < 1) {
@@ -533,7 +657,7 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
   p->part_rows = cfg->batch_size / (cfg->part_count > 1 ? cfg->part_count : 1);
   p->part_first = cfg->part_index * p->part_rows;
   p->total = cfg->repeat < 0 || p->bpe > INT64_MAX / cfg->repeat ? INT64_MAX : p->bpe * cfg->repeat;
-  if (cfg->shuffle_buffer > 1 && cfg->shuffle_buffer < p->n) {
+  if (!p->stream && cfg->shuffle_buffer > 1 && cfg->shuffle_buffer < p->n) {
     p->shuffle_buf = malloc((size_t)cfg->shuffle_buffer * sizeof *p->shuffle_buf);
     if (!p->shuffle_buf) goto oom;
   }
@@ -603,7 +727,7 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     /* First touch now, not in the first training steps. */
     memset(s->x, 0, rows * p->ex * sizeof *s->x);
   }
-  p->n_orders = (int)(p->n_slots / p->bpe + 2);
+  p->n_orders = p->stream ? 0 : (int)(p->n_slots / p->bpe + 2);
   p->orders = calloc((size_t)p->n_orders, sizeof *p->orders);
   if (!p->orders) goto oom;
   for (int i = 0; i < p->n_orders; i++) {
@@ -619,6 +743,8 @@ static int pipeline_create(const kn_dataset *ds, const kn_pipeline_config *cfg,
     p->prods[i].id = i;
     p->prods[i].scratch = malloc((size_t)p->ex * sizeof(float));
     if (!p->prods[i].scratch) goto oom;
+    if (p->stream && !(p->prods[i].raws = calloc((size_t)cfg->batch_size, sizeof(kn_stream_raw))))
+      goto oom;
   }
   *out = p;
   return KN_OK;
@@ -684,10 +810,10 @@ int kn_pipeline_next(kn_pipeline *p, kn_batch *out) {
     if (p->held) p->consumed++;
     p->held = 0;
     if (p->consumed >= p->total) return 0;
-    const int64_t *order = get_order(p, p->consumed / p->bpe);
+    const int64_t *order = p->stream ? NULL : get_order(p, p->consumed / p->bpe);
     s = &p->slots[0];
     double t0 = now_s();
-    produce(p, p->consumed, order, s, p->prods[0].scratch);
+    make_batch(p, p->consumed, order, &p->prods[0], s);
     p->busy_s += now_s() - t0;
     p->made++;
     s->seq = p->consumed;
@@ -718,6 +844,7 @@ int kn_pipeline_next(kn_pipeline *p, kn_batch *out) {
     p->held = 1;
     pthread_mutex_unlock(&p->ring_lock);
   }
+  if (s->rows < 0) return p->error_rc; /* kept by the failing producer */
   out->rows = s->rows;
   out->epoch = (int)(s->seq / p->bpe);
   out->index = s->seq % p->bpe;
@@ -766,8 +893,18 @@ int kn_pipeline_restore(kn_pipeline *p, const kn_pipeline_state *st, char *err, 
   stop_threads(p);
   p->consumed = p->next_claim = st->epoch * p->bpe + st->batch;
   p->held = 0;
+  p->read_seq = p->consumed;
+  if (p->stream && st->epoch * p->bpe + st->batch < p->total) {
+    /* Replayed to the position now, so the first batch is not slower. */
+    int rc = kn_stream_begin(p->stream, st->epoch, st->batch * p->cfg.batch_size, err, errlen);
+    if (rc) return rc;
+  }
   for (int i = 0; i < p->n_slots; i++) p->slots[i].seq = -1;
   return KN_OK;
+}
+
+const char *kn_pipeline_error(const kn_pipeline *p) {
+  return p->error;
 }
 
 int kn_pipeline_state_format(const kn_pipeline_state *st, char *buf, size_t len) {
@@ -801,5 +938,16 @@ void kn_pipeline_stats_get(const kn_pipeline *p, kn_pipeline_stats *out) {
   out->consume_ms = p->consume_n ? 1e3 * p->consume_s / (double)p->consume_n : 0.0;
   out->wait_s = p->wait_s;
   out->batches = p->handed;
+  const size_t slot_bytes =
+      (size_t)p->part_rows * ((size_t)p->ex * sizeof(float) + 4) +
+      (p->slots && p->slots[0].y_onehot ? (size_t)p->part_rows * p->n_classes * sizeof(float) : 0);
+  out->memory_bytes = (size_t)p->n_slots * slot_bytes;
   pthread_mutex_unlock(&mp->ring_lock);
+  if (p->stream) {
+    pthread_mutex_lock(&mp->stream_lock);
+    out->memory_bytes += kn_stream_memory_bytes(p->stream);
+    for (int i = 0; i < p->n_prods; i++)
+      for (int k = 0; k < p->cfg.batch_size; k++) out->memory_bytes += p->prods[i].raws[k].cap;
+    pthread_mutex_unlock(&mp->stream_lock);
+  }
 }

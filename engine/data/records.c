@@ -144,6 +144,10 @@ int kn_tfrecord_next(kn_tfrecord *r, const uint8_t **data, size_t *len, char *er
   return 1;
 }
 
+int64_t kn_tfrecord_index(const kn_tfrecord *r) {
+  return r->index;
+}
+
 void kn_tfrecord_frame(const void *data, size_t len, uint8_t head[12], uint8_t tail[4]) {
   put_le32(head, (uint32_t)len);
   put_le32(head + 4, (uint32_t)((uint64_t)len >> 32));
