@@ -217,6 +217,12 @@ typedef enum api_aggregation {
 
 #define API_MAX_REPLICAS 64 /* replicas (and workers) one job may have */
 
+typedef enum api_shards_format {
+  API_SHARDS_NONE = 0,
+  API_SHARDS_TFRECORD, /* TFRecord files of tf.train.Example, raw or gzip'd */
+  API_SHARDS_TAR,      /* WebDataset-style tar shards (key.ext members), raw or gzip'd */
+} api_shards_format;
+
 typedef struct api_job_spec {
   char display_name[API_NAME_LEN];
   /* model */
@@ -232,8 +238,13 @@ typedef struct api_job_spec {
   unsigned metrics;
   int metric_accuracy;
   /* data */
-  char dataset[64];        /* built-in name ("fashion-mnist") or an uploaded id ("ds-...") */
-  char validation[16];     /* "test" (the held-out split), "split" or "none" */
+  char dataset[64];    /* built-in name ("fashion-mnist") or an uploaded id ("ds-...") */
+  char validation[16]; /* "test" (the held-out split), "split" or "none" */
+  /* Shards: with a format, dataset names a folder of shard files under the
+   * server's datasets directory (shards/<name>/train, shards/<name>/test),
+   * streamed rather than loaded. */
+  api_shards_format shards_format;
+  char image_feature[128], label_feature[128]; /* feature names, or tar extensions */
   double validation_split; /* with "split": this last fraction of the training data */
   int batch_size;          /* default 32 (Keras) */
   int shuffle;             /* default 1 */
@@ -371,6 +382,9 @@ void api_page_token_encode(int64_t position, const char *query, char out[API_PAG
 int api_page_token_decode(const char *token, const char *query, int64_t *position);
 
 /* ---- built-in data sets ---- */
+
+/* A shard folder's name: 1..63 of [A-Za-z0-9._-], not starting with '.'. */
+int api_shards_name_valid(const char *name);
 
 typedef struct api_builtin_dataset {
   const char *name; /* as a job spec names it: "fashion-mnist" */

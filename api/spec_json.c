@@ -235,6 +235,14 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, dataset, "validation", bounded_string(spec->validation, sizeof spec->validation));
   if (spec->validation_split > 0)
     put(&b, dataset, "validation_split", json_real(spec->validation_split));
+  if (spec->shards_format) {
+    put(&b, dataset, "format",
+        json_string(spec->shards_format == API_SHARDS_TAR ? "tar" : "tfrecord"));
+    json_t *features = json_object();
+    put(&b, features, "image", bounded_string(spec->image_feature, sizeof spec->image_feature));
+    put(&b, features, "label", bounded_string(spec->label_feature, sizeof spec->label_feature));
+    put(&b, dataset, "features", features);
+  }
   put(&b, root, "dataset", dataset);
 
   json_t *pipeline = json_object();

@@ -6,14 +6,69 @@
 #include <stdio.h>
 #include <string.h>
 
+int api_shards_name_valid(const char *name) {
+  size_t n = strlen(name);
+  if (n < 1 || n > 63 || name[0] == '.') return 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = name[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+/* dataset.features: which feature is the image and which the label
+ * (TFRecord feature names, or a tar sample's extensions). */
+static void parse_features(checker *c, json_t *obj, api_job_spec *spec) {
+  const int tar = spec->shards_format == API_SHARDS_TAR;
+  spec_copy_text(spec->image_feature, sizeof spec->image_feature, tar ? "png" : "image/encoded");
+  spec_copy_text(spec->label_feature, sizeof spec->label_feature,
+                 tar ? "cls" : "image/class/label");
+  if (!obj) return;
+  scope s = {c, obj, "dataset.features"};
+  static const char *const fields[] = {"image", "label", NULL};
+  spec_refuse_unknown(&s, fields);
+  static const char *const keys[] = {"image", "label"};
+  char *dst[] = {spec->image_feature, spec->label_feature};
+  for (int k = 0; k < 2; k++) {
+    const char *v = spec_get_string(&s, keys[k], OPTIONAL);
+    if (!v) continue;
+    char path[64], quoted[64];
+    snprintf(path, sizeof path, "dataset.features.%s", keys[k]);
+    if (!v[0] || strlen(v) >= sizeof spec->image_feature)
+      spec_problem(c, path, "must be a name of 1-127 bytes, got '%s'",
+                   spec_clip(v, quoted, sizeof quoted));
+    else
+      spec_copy_text(dst[k], sizeof spec->image_feature, v);
+  }
+}
+
 void spec_parse_dataset(checker *c, json_t *obj, api_job_spec *spec) {
   scope s = {c, obj, "dataset"};
-  static const char *const fields[] = {"name", "validation", "validation_split", NULL};
+  static const char *const fields[] = {"name",   "validation", "validation_split",
+                                       "format", "features",   NULL};
   static const char *const validations[] = {"test", "none", "split", NULL};
+  static const char *const formats[] = {"tfrecord", "tar", NULL};
   spec_refuse_unknown(&s, fields);
   const char *name = spec_get_string(&s, "name", REQUIRED);
+  int format = spec_get_choice(&s, "format", OPTIONAL, "unknown shard format", formats);
   int uploaded = name && api_dataset_id_valid(name);
-  if (name && !uploaded && !api_builtin_dataset_find(name)) {
+  if (format >= 0) {
+    spec->shards_format = format == 0 ? API_SHARDS_TFRECORD : API_SHARDS_TAR;
+    parse_features(c, spec_get_object(&s, "features", OPTIONAL), spec);
+    if (name && !api_shards_name_valid(name)) {
+      char quoted[64];
+      spec_problem(c, "dataset.name",
+                   "with a format, names a folder of shards (1-63 of A-Z a-z 0-9 . _ -, not "
+                   "starting with '.'), got '%s'",
+                   spec_clip(name, quoted, sizeof quoted));
+    } else if (name) {
+      spec_copy_text(spec->dataset, sizeof spec->dataset, name);
+    }
+  } else if (spec_member(&s, "features", OPTIONAL)) {
+    spec_problem(c, "dataset.features", "needs a shard format (dataset.format)");
+  } else if (name && !uploaded && !api_builtin_dataset_find(name)) {
     char quoted[64], known[256] = "";
     size_t used = 0;
     for (int i = 0; i < api_builtin_dataset_count() && used < sizeof known; i++) {
@@ -27,8 +82,9 @@ void spec_parse_dataset(checker *c, json_t *obj, api_job_spec *spec) {
   } else if (name) {
     spec_copy_text(spec->dataset, sizeof spec->dataset, name);
   }
-  /* An upload has no held-out split of its own: no validation unless asked. */
-  if (uploaded) spec_copy_text(spec->validation, sizeof spec->validation, "none");
+  /* An upload (or a shard folder) may have no held-out split: no
+   * validation unless asked. */
+  if (uploaded || format >= 0) spec_copy_text(spec->validation, sizeof spec->validation, "none");
   int validation =
       spec_get_choice(&s, "validation", OPTIONAL, "unknown validation split", validations);
   if (validation >= 0)
@@ -47,6 +103,10 @@ void spec_parse_dataset(checker *c, json_t *obj, api_job_spec *spec) {
   } else if (validation >= 0 && strcmp(validations[validation], "split") == 0) {
     spec_problem(c, "dataset.validation_split", "is required with validation 'split'");
   }
+  if (spec->shards_format && strcmp(spec->validation, "split") == 0)
+    spec_problem(c, "dataset.validation",
+                 "'split' needs the whole data set at hand; streamed shards validate on their "
+                 "test folder ('test') or not at all ('none')");
 }
 
 /* An integer in [min, max] or the string "auto" (API_AUTO). */

@@ -205,6 +205,22 @@ static const struct CMUnitTest rules[] = {
          .field = "dataset.validation", .description = "'train'"),
     RULE("unknown_dataset_field_is_refused", "dataset.split", "0.1", .field = "dataset.split",
          .description = "unknown field"),
+    RULE("unknown_shard_format_is_refused", "dataset.format", "\"parquet\"",
+         .field = "dataset.format", .description = "unknown shard format 'parquet'"),
+    RULE("shard_folder_name_with_a_slash_is_refused", "dataset",
+         "{\"name\":\"../etc\",\"format\":\"tfrecord\"}", .field = "dataset.name",
+         .description = "names a folder of shards"),
+    RULE("features_without_a_format_are_refused", "dataset.features", "{\"image\":\"x\"}",
+         .field = "dataset.features", .description = "needs a shard format"),
+    RULE("empty_feature_name_is_refused", "dataset",
+         "{\"name\":\"fm\",\"format\":\"tar\",\"features\":{\"label\":\"\"}}",
+         .field = "dataset.features.label", .description = "must be a name of 1-127 bytes"),
+    RULE("unknown_feature_role_is_refused", "dataset",
+         "{\"name\":\"fm\",\"format\":\"tfrecord\",\"features\":{\"weight\":\"w\"}}",
+         .field = "dataset.features.weight", .description = "unknown field"),
+    RULE("validation_split_of_streamed_shards_is_refused", "dataset",
+         "{\"name\":\"fm\",\"format\":\"tfrecord\",\"validation_split\":0.1}",
+         .field = "dataset.validation", .description = "streamed shards validate on their test"),
     RULE("validation_split_of_one_is_refused", "dataset.validation_split", "1",
          .field = "dataset.validation_split", .description = "must be > 0 and < 1, got 1"),
     RULE("validation_split_with_test_split_is_refused", "dataset.validation_split", "0.1",
@@ -882,6 +898,33 @@ static void mixed_precision_and_recompute_are_read_and_round_trip(void **state) 
   }
 }
 
+static void shard_datasets_are_read_with_feature_defaults_and_round_trip(void **state) {
+  (void)state;
+  char *text = edited("dataset", "{\"name\":\"fmnist-tfr\",\"format\":\"tfrecord\"}", NULL, NULL);
+  api_job_spec spec;
+  api_error err;
+  if (parse(text, &spec, &err) != 0)
+    fail_msg("%s: %s", err.message, err.n_details ? err.details[0].description : "");
+  assert_int_equal(spec.shards_format, API_SHARDS_TFRECORD);
+  assert_string_equal(spec.dataset, "fmnist-tfr");
+  assert_string_equal(spec.image_feature, "image/encoded");
+  assert_string_equal(spec.label_feature, "image/class/label");
+  assert_string_equal(spec.validation, "none");
+  assert_round_trip(text);
+  free(text);
+  text = edited("dataset",
+                "{\"name\":\"fashion-mnist\",\"format\":\"tar\",\"validation\":\"test\","
+                "\"features\":{\"image\":\"jpg\"}}",
+                NULL, NULL);
+  assert_int_equal(parse(text, &spec, &err), 0);
+  assert_int_equal(spec.shards_format, API_SHARDS_TAR);
+  assert_string_equal(spec.image_feature, "jpg");
+  assert_string_equal(spec.label_feature, "cls");
+  assert_string_equal(spec.validation, "test");
+  assert_round_trip(text);
+  free(text);
+}
+
 static void every_pipeline_option_is_read_and_round_trips(void **state) {
   (void)state;
   char *text = edited("pipeline",
@@ -1088,6 +1131,7 @@ int main(void) {
       cmocka_unit_test(mixed_precision_and_recompute_are_read_and_round_trip),
       cmocka_unit_test(gpu_job_takes_the_gpu_pool_and_a_gpu_per_replica),
       cmocka_unit_test(every_pipeline_option_is_read_and_round_trips),
+      cmocka_unit_test(shard_datasets_are_read_with_feature_defaults_and_round_trip),
       cmocka_unit_test(regression_spec_reads_keras_names_and_aliases),
       cmocka_unit_test(awkward_doubles_round_trip_exactly),
       cmocka_unit_test(named_and_activation_layers_round_trip),
