@@ -374,10 +374,119 @@ static int interleave_folders(const api_job_spec *spec, kn_dataset *train, char 
   return KN_OK;
 }
 
+static int cmp_path(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The shard files of dir (regular files not starting with '.'), sorted:
+ * the count (0 when dir does not exist), or -1. *out malloc'd. */
+static int list_shards(const char *dir, char ***out, char *err, size_t errlen) {
+  *out = NULL;
+  DIR *d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    snprintf(err, errlen, "cannot list %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  char **names = NULL;
+  int n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char path[PATH_MAX];
+    struct stat st;
+    if (e->d_name[0] == '.' || join(path, sizeof path, dir, e->d_name) != 0 ||
+        stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **grown = realloc(names, (size_t)cap * sizeof *names);
+      if (!grown) break;
+      names = grown;
+    }
+    if (!(names[n] = strdup(path))) break;
+    n++;
+  }
+  const int complete = e == NULL;
+  closedir(d);
+  if (!complete) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    snprintf(err, errlen, "%s: out of memory listing shards", dir);
+    return -1;
+  }
+  qsort(names, (size_t)n, sizeof *names, cmp_path);
+  *out = names;
+  return n;
+}
+
+/* One split of a shard folder streamed: dir's files as a data set. */
+static int open_shards(const api_job_spec *spec, const char *dir, int train_split, kn_dataset *out,
+                       char *err, size_t errlen) {
+  char **files;
+  int n = list_shards(dir, &files, err, errlen);
+  if (n < 0) return KN_EIO;
+  if (n == 0) {
+    snprintf(err, errlen, "%s holds no shard files", dir);
+    return KN_EINVAL;
+  }
+  kn_stream_config c = {
+      .format = spec->shards_format == API_SHARDS_TAR ? KN_SHARDS_TAR : KN_SHARDS_TFRECORD,
+      .files = (const char *const *)files,
+      .n_files = n,
+      .image_feature = spec->image_feature,
+      .label_feature = spec->label_feature,
+      .height = spec->input_ndim >= 2 ? spec->input_shape[0] : 1,
+      .width = spec->input_ndim >= 2 ? spec->input_shape[1] : spec->input_shape[0],
+      .channels = spec->input_ndim == 3 ? spec->input_shape[2] : 1,
+      .cycle_length = spec->interleave_cycle_length > 0 ? spec->interleave_cycle_length : 1,
+      .block_length = spec->interleave_block_length > 0 ? spec->interleave_block_length : 1,
+      /* A whole-set shuffle is not at hand: "shuffle_buffer" or 10000 records. */
+      .shuffle_buffer = !train_split || !spec->shuffle ? 0
+                        : spec->shuffle_buffer > 0     ? spec->shuffle_buffer
+                                                       : 10000,
+      .seed = spec->seed ^ 0x5eedda7aULL,
+      .shard_index = train_split ? spec->shard_index : 0,
+      .shard_count = train_split && spec->num_shards > 1 ? spec->num_shards : 1,
+  };
+  kn_stream *s = NULL;
+  int rc = kn_stream_new(&c, &s, err, errlen);
+  for (int i = 0; i < n; i++) free(files[i]);
+  free(files);
+  if (!rc) rc = kn_dataset_stream(s, out, err, errlen);
+  return rc;
+}
+
+/* A shard folder under the datasets directory: shards/<name>/train, and
+ * shards/<name>/test for validation "test". */
+static int load_shards(const api_job_spec *spec, const worker_dirs *dirs, kn_dataset *train,
+                       kn_dataset *val, char *desc, size_t desclen, char *err, size_t errlen) {
+  char dir[PATH_MAX], split[PATH_MAX + 8];
+  char shards[PATH_MAX];
+  if (join(shards, sizeof shards, dirs->datasets_dir, "shards") != 0 ||
+      join(dir, sizeof dir, shards, spec->dataset) != 0) {
+    snprintf(err, errlen, "shard folder path too long");
+    return KN_EINVAL;
+  }
+  snprintf(desc, desclen, "%s shards streamed from %s",
+           spec->shards_format == API_SHARDS_TAR ? "tar" : "TFRecord", dir);
+  snprintf(split, sizeof split, "%s/train", dir);
+  int rc = open_shards(spec, split, 1, train, err, errlen);
+  if (!rc && strcmp(spec->validation, "test") == 0) {
+    snprintf(split, sizeof split, "%s/test", dir);
+    rc = open_shards(spec, split, 0, val, err, errlen);
+  }
+  if (rc) {
+    kn_dataset_free(train);
+    kn_dataset_free(val);
+  }
+  return rc;
+}
+
 int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_dataset *train,
                      kn_dataset *val, char *desc, size_t desclen, char *err, size_t errlen) {
   memset(train, 0, sizeof *train);
   memset(val, 0, sizeof *val);
+  if (spec->shards_format) return load_shards(spec, dirs, train, val, desc, desclen, err, errlen);
   kn_dataset test = {0};
   int rc = 0;
   int h = spec->input_ndim >= 2 ? spec->input_shape[0] : 1;
@@ -502,4 +611,9 @@ void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, fl
                                                : KN_F32;
   pc->shard_count = spec->num_shards;
   pc->shard_index = spec->shard_index;
+  if (spec->shards_format) { /* the stream shards its files and shuffles its records */
+    pc->shard_count = 1;
+    pc->shard_index = 0;
+    pc->shuffle_buffer = 0;
+  }
 }

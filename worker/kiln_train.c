@@ -207,8 +207,9 @@ static void on_tuned(const kn_pipeline_stats *st, void *user) {
   char msg[256];
   snprintf(msg, sizeof msg,
            "pipeline auto-tuned: %d producer threads, prefetch %d batches (producer %.2f ms per "
-           "batch, consumer %.2f ms per batch)",
-           st->threads, st->prefetch, st->produce_ms, st->consume_ms);
+           "batch, consumer %.2f ms per batch), %.1f MiB held",
+           st->threads, st->prefetch, st->produce_ms, st->consume_ms,
+           (double)st->memory_bytes / (1 << 20));
   report_status(user, "pipeline", msg);
 }
 
@@ -262,6 +263,10 @@ static void usage(FILE *to) {
               "  --resume CHECKPOINT   continue the run that wrote CHECKPOINT (a .safetensors\n"
               "                        file with its .state file beside it) where it stopped\n"
               "  --check-dataset DIR   check an uploaded data set folder, print a JSON summary\n"
+              "  --to-tfrecord PREFIX IMAGES LABELS  write an IDX pair as TFRecord shards\n"
+              "                        PREFIX-00000-of-0000N.tfrecord, then exit\n"
+              "  --shards N            with --to-tfrecord: how many files (default 8)\n"
+              "  --gzip                with --to-tfrecord: gzip'd shards (.tfrecord.gz)\n"
               "  --progress-fd N       write JSON progress lines to file descriptor N\n"
               "  --json                JSON progress lines on standard output\n"
               "  --threads N           compute threads (default: the spec's resources.devices)\n"
@@ -351,13 +356,16 @@ static int train_main(int argc, char **argv) {
                                           {"collective-timeout", required_argument, NULL, 'T'},
                                           {"export-onnx", required_argument, NULL, 'o'},
                                           {"weights", required_argument, NULL, 'w'},
+                                          {"to-tfrecord", required_argument, NULL, 'R'},
+                                          {"shards", required_argument, NULL, 'S'},
+                                          {"gzip", no_argument, NULL, 'z'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
   const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL, *resume = NULL;
-  const char *onnx_path = NULL, *weights = NULL;
+  const char *onnx_path = NULL, *weights = NULL, *tfrecord_prefix = NULL;
   reporter rep = {.progress_fd = -1};
-  int threads = 0, opt;
+  int threads = 0, opt, n_shards = 8, gzip = 0;
   double collective_timeout = 0.0;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
@@ -393,6 +401,15 @@ static int train_main(int argc, char **argv) {
         return EXIT_USAGE;
       }
       break;
+    case 'R': tfrecord_prefix = optarg; break;
+    case 'z': gzip = 1; break;
+    case 'S':
+      n_shards = (int)strtol(optarg, &end, 10);
+      if (!*optarg || *end || n_shards < 1 || n_shards > 100000) {
+        fprintf(stderr, "kiln-train: --shards needs 1..100000, got '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return EXIT_USAGE;
     }
@@ -404,6 +421,19 @@ static int train_main(int argc, char **argv) {
     if (crc) return fail(&(reporter){.progress_fd = STDOUT_FILENO}, EXIT_DATA, "DATA_ERROR", cerr);
     printf("%s\n", summary);
     free(summary);
+    return 0;
+  }
+  if (tfrecord_prefix) {
+    if (argc - optind != 2) {
+      fprintf(stderr, "kiln-train: --to-tfrecord PREFIX needs IMAGES and LABELS (IDX files)\n");
+      return EXIT_USAGE;
+    }
+    char cerr[1024] = "";
+    if (worker_idx_to_tfrecord(argv[optind], argv[optind + 1], tfrecord_prefix, n_shards, gzip,
+                               cerr, sizeof cerr)) {
+      fprintf(stderr, "kiln-train: %s\n", cerr);
+      return EXIT_DATA;
+    }
     return 0;
   }
   if (!spec_path && optind < argc) spec_path = argv[optind++];

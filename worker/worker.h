@@ -41,6 +41,11 @@ void worker_model_config(const api_job_spec *spec, kn_layer_config *layers, kn_m
  * checkpoint's weights as an ONNX file at out (export.c). 0; or -1 with
  * err, *refused set when the model itself cannot be exported (a layer
  * with no translation) rather than the checkpoint or a file failing. */
+/* IDX images + labels as n_shards TFRecord files out_prefix-00000-of-0000N
+ * .tfrecord (.gz with gzip) of tf.train.Example records (convert.c). 0, or
+ * -1 with err. */
+int worker_idx_to_tfrecord(const char *images, const char *labels, const char *out_prefix,
+                           int n_shards, int gzip, char *err, size_t errlen);
 int worker_export_checkpoint(const api_job_spec *spec, const char *checkpoint, const char *out,
                              int *refused, char *err, size_t errlen);
 /* The same for a model kiln-train has just trained. */
