@@ -1,8 +1,11 @@
 /* pipeline_bench.c — the input pipeline's own speed on Fashion-MNIST
  * (normalize + flip_left_right + full shuffle + batch 128), and training
  * the example MLP with prefetch "auto" against the same steps fed from
- * batches already in memory. Prints one JSON object; bench/pipeline.py
- * runs it beside torch's DataLoader. Never part of CI. */
+ * batches already in memory; given TFRecord shards of it too (kiln-train
+ * --to-tfrecord), training streamed from them with 2 producer threads and
+ * the fraction of the time the step waited for a batch. Prints one JSON
+ * object; bench/pipeline.py runs it beside torch's DataLoader. Never part
+ * of CI. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +96,8 @@ static void step(kn_model *m, kn_optimizer *opt, int rows) {
 
 /* Seconds to train `epochs` epochs: from the pipeline (threads/prefetch
  * auto), or from every batch made beforehand and kept in memory. */
-static double train(const kn_dataset *ds, int epochs, int from_memory, kn_pipeline_stats *st) {
+static double train(const kn_dataset *ds, int epochs, int from_memory, int threads,
+                    kn_pipeline_stats *st) {
   kn_model m = mlp();
   kn_optimizer_config oc = {.type = KN_OPT_ADAM,
                             .learning_rate = 0.002f,
@@ -103,7 +107,11 @@ static double train(const kn_dataset *ds, int epochs, int from_memory, kn_pipeli
   kn_optimizer *opt = NULL;
   char err[256];
   kn_optimizer_new(&oc, kn_param_count(m.graph), &opt, err, sizeof err);
-  kn_pipeline_config c = recipe(from_memory ? 0 : KN_AUTO, from_memory ? 1 : KN_AUTO, epochs);
+  kn_pipeline_config c = recipe(from_memory ? 0 : threads,
+                                from_memory          ? 1
+                                : threads == KN_AUTO ? KN_AUTO
+                                                     : 4,
+                                epochs);
   kn_pipeline *p = NULL;
   if (kn_pipeline_new(ds, &c, &p, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
@@ -156,7 +164,7 @@ static double train(const kn_dataset *ds, int epochs, int from_memory, kn_pipeli
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: pipeline_bench FASHION_MNIST_DIR [epochs]\n");
+    fprintf(stderr, "usage: pipeline_bench FASHION_MNIST_DIR [epochs [SHARD.tfrecord...]]\n");
     return 2;
   }
   int epochs = argc > 2 ? atoi(argv[2]) : 3;
@@ -185,14 +193,45 @@ int main(int argc, char **argv) {
   /* Alternate, twice each, and keep the best: the machine is shared. */
   double mem = 1e30, pipe = 1e30;
   for (int r = 0; r < 2; r++) {
-    double t = train(&ds, 2, 1, &st_mem);
+    double t = train(&ds, 2, 1, 0, &st_mem);
     mem = t < mem ? t : mem;
-    t = train(&ds, 2, 0, &st_auto);
+    t = train(&ds, 2, 0, KN_AUTO, &st_auto);
     pipe = t < pipe ? t : pipe;
   }
   printf("},\"train\":{\"epochs\":2,\"in_memory_s\":%.3f,\"prefetch_auto_s\":%.3f,"
-         "\"auto_threads\":%d,\"auto_prefetch\":%d,\"consumer_wait_s\":%.3f}}\n",
+         "\"auto_threads\":%d,\"auto_prefetch\":%d,\"consumer_wait_s\":%.3f}",
          mem, pipe, st_auto.threads, st_auto.prefetch, st_auto.wait_s);
+  if (argc > 3) {
+    /* Streamed from shards: 8 files interleaved 4 at a time, a buffer of
+     * 10000 records, 2 producer threads decoding. */
+    kn_stream_config sc = {.format = KN_SHARDS_TFRECORD,
+                           .files = (const char *const *)argv + 3,
+                           .n_files = argc - 3,
+                           .image_feature = "image/encoded",
+                           .label_feature = "image/class/label",
+                           .height = 28,
+                           .width = 28,
+                           .channels = 1,
+                           .cycle_length = 4,
+                           .block_length = 1,
+                           .shuffle_buffer = 10000,
+                           .seed = 42,
+                           .shard_count = 1};
+    kn_stream *s;
+    kn_dataset streamed;
+    if (kn_stream_new(&sc, &s, err, sizeof err) ||
+        kn_dataset_stream(s, &streamed, err, sizeof err)) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    kn_pipeline_stats st;
+    double t = train(&streamed, 2, 0, 2, &st);
+    printf(",\"streamed\":{\"files\":%d,\"threads\":2,\"train_s\":%.3f,\"wait_s\":%.3f,"
+           "\"wait_fraction\":%.4f,\"memory_mib\":%.1f}",
+           argc - 3, t, st.wait_s, st.wait_s / t, (double)st.memory_bytes / (1 << 20));
+    kn_dataset_free(&streamed);
+  }
+  printf("}\n");
   kn_dataset_free(&ds);
   return 0;
 }
