@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <png.h>
 #include <zlib.h>
 
 #include <cmocka.h>
@@ -384,6 +385,56 @@ static void bad_shards_are_refused_naming_file_and_record(void **state) {
                           "not match (not a tar file, or corrupt)");
 }
 
+/* A gzip'd tar shard of PNG images (4x4 gray, resized to 2x2) and labels:
+ * decoded from memory, as image folders are decoded from files. */
+static void png_samples_in_a_tar_shard_decode_and_resize(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/png.tar.gz", dir);
+  out_file o = out_open(path, 1);
+  for (int i = 0; i < 3; i++) {
+    uint8_t px[16];
+    for (int k = 0; k < 16; k++) px[k] = (uint8_t)(40 * i + 10); /* flat: resizes to itself */
+    png_image img;
+    memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    img.width = img.height = 4;
+    img.format = PNG_FORMAT_GRAY;
+    png_alloc_size_t size = 0;
+    assert_true(png_image_write_get_memory_size(img, size, 0, px, 0, NULL));
+    uint8_t *png = malloc(size);
+    assert_true(png_image_write_to_memory(&img, png, &size, 0, px, 0, NULL));
+    char name[64], cls[8];
+    snprintf(name, sizeof name, "s/%04d.png", i);
+    tar_member(&o, name, png, size);
+    snprintf(name, sizeof name, "s/%04d.cls", i);
+    snprintf(cls, sizeof cls, "%d", i);
+    tar_member(&o, name, cls, strlen(cls));
+    free(png);
+  }
+  char end[1024] = {0};
+  out_write(&o, end, sizeof end);
+  out_close(&o);
+  const char *files[] = {path};
+  kn_stream_config c = stream_config(KN_SHARDS_TAR, files, 1);
+  c.image_feature = "png";
+  c.shuffle_buffer = 0;
+  kn_dataset ds;
+  open_dataset(&c, &ds);
+  assert_int_equal(ds.n, 3);
+  assert_int_equal(ds.n_classes, 3);
+  kn_pipeline *p = make(&ds, 3, 0, 1);
+  kn_batch b;
+  assert_int_equal(kn_pipeline_next(p, &b), 1);
+  assert_int_equal(b.rows, 3);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(b.y[r], r);
+    for (int k = 0; k < EX; k++) assert_float_equal(b.x[r * EX + k], 40.0f * r + 10.0f, 1e-4);
+  }
+  kn_pipeline_free(p);
+  kn_dataset_free(&ds);
+}
+
 /* The labels are fine, the image is not: found when the batch is made,
  * and handed out as an error naming the record. */
 static void an_image_that_does_not_decode_fails_the_batch_by_name(void **state) {
@@ -547,6 +598,7 @@ int main(void) {
       cmocka_unit_test(restored_mid_epoch_reads_the_batches_an_uninterrupted_run_reads),
       cmocka_unit_test(bad_shards_are_refused_naming_file_and_record),
       cmocka_unit_test(an_image_that_does_not_decode_fails_the_batch_by_name),
+      cmocka_unit_test(png_samples_in_a_tar_shard_decode_and_resize),
       cmocka_unit_test(streamed_sets_refuse_what_needs_the_whole_set),
       cmocka_unit_test(a_data_set_larger_than_the_memory_limit_streams_with_flat_rss),
   };
