@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "scheduler.h"
 #include "storage.h"
@@ -211,11 +212,46 @@ static void without_preempt_a_higher_priority_job_waits(void **state) {
   store_close(st);
 }
 
+/* A kilnd that dies right after recording PREEMPTED must not leave the job
+ * there: nothing moves a PREEMPTED job on later. A trigger makes every step
+ * out of PREEMPTED fail, as a crash between two transactions would. */
+static void preempted_job_goes_back_to_the_queue_in_one_transaction(void **state) {
+  (void)state;
+  store *st;
+  sched *s;
+  run_with(1, &st, &s);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(db_path, &db), SQLITE_OK);
+  assert_int_equal(
+      sqlite3_exec(db,
+                   "CREATE TRIGGER crash_after_preempted BEFORE UPDATE OF state ON jobs"
+                   " WHEN OLD.state = 'PREEMPTED'"
+                   " BEGIN SELECT RAISE(ABORT, 'kilnd crashed here'); END;",
+                   NULL, NULL, NULL),
+      SQLITE_OK);
+  sqlite3_close(db);
+  create(st, "low", 10);
+  sched_wake(s);
+  store_job job = wait_for(st, "low", "RUNNING");
+  store_job_clear(&job);
+  create(st, "quick-high", 90);
+  sched_wake(s);
+  job = wait_for(st, "quick-high", "SUCCEEDED");
+  store_job_clear(&job);
+  job = wait_for(st, "low", "SUCCEEDED");
+  assert_int_equal(job.attempt, 2);
+  store_job_clear(&job);
+  sched_stop(s);
+  store_close(st);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(higher_priority_job_preempts_and_the_preempted_one_resumes,
                                       setup, teardown),
       cmocka_unit_test_setup_teardown(without_preempt_a_higher_priority_job_waits, setup, teardown),
+      cmocka_unit_test_setup_teardown(preempted_job_goes_back_to_the_queue_in_one_transaction,
+                                      setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,6 +154,33 @@ static void crash_is_retried_after_backoff_up_to_max_restarts(void **state) {
   stop(&h);
 }
 
+/* A job whose kilnd stopped under it was restarted by the infrastructure,
+ * not by a failure of its own: max_restarts counts only the failures. */
+static void server_restart_does_not_count_against_max_restarts(void **state) {
+  (void)state;
+  harness h;
+  char err[256];
+  char *spec = spec_with("max_restarts", "1");
+  assert_int_equal(store_open(db_path, &h.st, err, sizeof err), STORE_OK);
+  add_job(&h, "job-restarted", 1, spec);
+  free(spec);
+  /* It ran (attempt 1) when the previous kilnd went away. */
+  store_job job;
+  assert_int_equal(store_job_claim(h.st, "job-restarted", &job), STORE_OK);
+  store_job_clear(&job);
+  assert_int_equal(
+      store_job_transition(h.st, "job-restarted", "STARTING", "RUNNING", "STARTED", "pid 1"),
+      STORE_OK);
+  store_close(h.st);
+  start(&h, "restarted", "kill -KILL $$", NULL);
+  job = wait_for(&h, "job-restarted", "FAILED", 20);
+  if (strcmp(job.reason, "TRAINER_KILLED") != 0) fail_msg("%s: %s", job.reason, job.message);
+  /* attempt 2 crashed and was retried (restart 1 of 1); attempt 3 crashed and failed. */
+  assert_int_equal(job.attempt, 3);
+  store_job_clear(&job);
+  stop(&h);
+}
+
 static void max_runtime_stops_a_run_that_takes_too_long(void **state) {
   (void)state;
   harness h;
@@ -330,6 +357,8 @@ static void jobs_run_side_by_side_on_their_own_cores_and_a_gang_waits_for_all(vo
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(crash_is_retried_after_backoff_up_to_max_restarts, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(server_restart_does_not_count_against_max_restarts, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(max_runtime_stops_a_run_that_takes_too_long, setup, teardown),
       cmocka_unit_test_setup_teardown(cancel_stops_the_running_job, setup, teardown),
