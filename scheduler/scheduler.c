@@ -403,6 +403,20 @@ static void finish(sched *s, const store_job *job, const char *to, const char *r
        "job=%s state=%s reason=%s msg=\"%s\"", job->id, to, reason, said);
 }
 
+/* Back to the queue for a reason that is not the job's (an infrastructure
+ * restart), in one transaction. */
+static void requeue(sched *s, const store_job *job, const char *via, const char *via_reason,
+                    const char *via_message, const char *reason, const char *message) {
+  if (store_job_requeue(s->st, job->id, via, via_reason, via_message, reason, message) !=
+      STORE_OK) {
+    slog(s, SCHED_LOG_ERROR, "msg=\"requeue not recorded\" job=%s error=\"%s\"", job->id,
+         store_errmsg(s->st));
+    return;
+  }
+  slog(s, SCHED_LOG_WARN, "job=%s state=QUEUED reason=%s%s%s msg=\"%s\"", job->id, reason,
+       via ? " via=" : "", via ? via : "", via_message ? via_message : message);
+}
+
 enum {
   PUMP_ENDED = 0,
   PUMP_SHUTDOWN = 1,
@@ -506,18 +520,21 @@ static job_limits limits_of(const store_job *job) {
   return l;
 }
 
+/* A failure of the job's own: max_restarts bounds these (job->restarts),
+ * never the restarts the infrastructure caused (infra_restarts). */
 static void fail_or_retry(sched *s, const store_job *job, const job_limits *l, const char *reason,
                           const char *message) {
-  if (job->attempt > l->max_restarts) {
+  if (job->restarts >= l->max_restarts) {
     finish(s, job, "FAILED", reason, message);
     return;
   }
+  int restart = job->restarts + 1;
   int64_t backoff = 1000;
-  for (int i = 1; i < job->attempt && backoff < RETRY_BACKOFF_MAX_MS; i++) backoff *= 2;
+  for (int i = 1; i < restart && backoff < RETRY_BACKOFF_MAX_MS; i++) backoff *= 2;
   if (backoff > RETRY_BACKOFF_MAX_MS) backoff = RETRY_BACKOFF_MAX_MS;
   char msg[1024];
   snprintf(msg, sizeof msg, "attempt %d ended %s: %.700s; restart %d of %d in %lld s", job->attempt,
-           reason, message, job->attempt, l->max_restarts, (long long)(backoff / 1000));
+           reason, message, restart, l->max_restarts, (long long)(backoff / 1000));
   if (store_job_retry(s->st, job->id, store_now_ms() + backoff, "RETRYING", msg) != STORE_OK) {
     slog(s, SCHED_LOG_ERROR, "msg=\"retry not recorded\" job=%s error=\"%s\"", job->id,
          store_errmsg(s->st));
@@ -778,8 +795,8 @@ static void run_job(sched *s, slot_run *slot) {
   }
 
   if (stopped == PUMP_SHUTDOWN) {
-    finish(s, job, "QUEUED", "SERVER_SHUTDOWN",
-           "kilnd stopped while the job ran; it runs again when kilnd starts");
+    requeue(s, job, NULL, NULL, NULL, "SERVER_SHUTDOWN",
+            "kilnd stopped while the job ran; it runs again when kilnd starts");
   } else if (stopped == PUMP_PREEMPTED) {
     pthread_mutex_lock(&s->wake_lock);
     int by = slot->preempted_by;
@@ -794,8 +811,8 @@ static void run_job(sched *s, slot_run *slot) {
                "a queued job of priority %d outranks this one (%d) and needs its devices; it "
                "wrote no checkpoint",
                by, job->priority);
-    finish(s, job, "PREEMPTED", "PREEMPTED", msg);
-    finish(s, job, "QUEUED", "REQUEUED", "waits to resume from its newest checkpoint");
+    requeue(s, job, "PREEMPTED", "PREEMPTED", msg, "REQUEUED",
+            "waits to resume from its newest checkpoint");
   } else if (stopped == PUMP_CANCELLED) {
     finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
   } else if (stopped == PUMP_DEADLINE) {

@@ -97,6 +97,8 @@ static json_t *job_json_without_spec(store *st, const store_job *job, int with_m
   json_object_set_new(o, "message", json_string(job->message ? job->message : ""));
   json_object_set_new(o, "priority", json_integer(job->priority));
   json_object_set_new(o, "attempt", json_integer(job->attempt));
+  json_object_set_new(o, "restarts", json_integer(job->restarts));
+  json_object_set_new(o, "infra_restarts", json_integer(job->infra_restarts));
   if (job->request_id[0]) json_object_set_new(o, "request_id", json_string(job->request_id));
   if (job->tenant[0]) json_object_set_new(o, "tenant", json_string(job->tenant));
   set_time(o, "create_time", job->create_ms);

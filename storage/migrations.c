@@ -151,6 +151,20 @@ static const char *const migrations[] = {
     "CREATE INDEX datasets_tenant_seq ON datasets(tenant, seq);",
     /* 6: when each token was last used (GET /v1/tokens shows it); 0 = never. */
     "ALTER TABLE tokens ADD COLUMN last_used_ms INTEGER NOT NULL DEFAULT 0;",
+    /* 7: limits. A job counts its restarts after failures apart from those
+     * the infrastructure caused (a kilnd restart, a preemption), so
+     * max_restarts counts only the first kind. A tenant's quotas, set by an
+     * admin; a NULL limit falls back to kilnd's default. */
+    "ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN infra_restarts INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE tenant_quotas ("
+    "  tenant TEXT PRIMARY KEY,"
+    "  max_priority INTEGER,"
+    "  max_devices INTEGER,"
+    "  max_queued_jobs INTEGER,"
+    "  max_storage_bytes INTEGER,"
+    "  update_ms INTEGER NOT NULL"
+    ");",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -62,6 +62,8 @@ typedef struct store_job {
   char pool[32];                       /* resources.pool; "" on create = STORE_DEFAULT_POOL */
   int devices;                         /* resources.devices; 0 on create = 1 */
   int max_runtime_s;                   /* 0 = no limit */
+  int restarts;       /* re-queues after the job's own failures (what max_restarts bounds) */
+  int infra_restarts; /* re-queues the infrastructure caused: kilnd restarts, preemptions */
 } store_job;
 
 /* The pool of jobs that name none. */
@@ -137,15 +139,24 @@ int store_job_queue_load(store *s, store_queued **out, int *n, int *cap);
 int store_tenant_starts(store *s, int64_t since_ms,
                         void (*fn)(const char *tenant, int64_t starts, void *user), void *user);
 
-/* Puts an unfinished job back in the queue to be claimed no earlier than
- * not_before_ms (a retry's backoff), with an event. STORE_CONFLICT when it
- * already ended, STORE_NOT_FOUND when absent. */
+/* Puts an unfinished job back in the queue after a failure of its own, to
+ * be claimed no earlier than not_before_ms (a retry's backoff), with an
+ * event; counts it in restarts. STORE_CONFLICT when it already ended,
+ * STORE_NOT_FOUND when absent. */
 int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char *reason,
                     const char *message);
 /* Recovery after a restart: every job in STARTING, RUNNING or STOPPING goes
  * back to QUEUED with reason "SERVER_RESTARTED" and an event each, in one
- * transaction. *n (may be NULL) gets how many. */
+ * transaction, counted in infra_restarts. *n (may be NULL) gets how many. */
 int store_job_requeue_unfinished(store *s, int *n);
+/* An infrastructure restart of one job (requeue.c): the unfinished job goes
+ * back to QUEUED, counted in infra_restarts, in one transaction. With via
+ * (e.g. "PREEMPTED") it records two events, current -> via (via_reason,
+ * via_message) and via -> QUEUED (reason, message), and never rests in via:
+ * a crash cannot strand it there. STORE_CONFLICT when it already ended,
+ * STORE_NOT_FOUND when absent. */
+int store_job_requeue(store *s, const char *id, const char *via, const char *via_reason,
+                      const char *via_message, const char *reason, const char *message);
 
 /* A page of a tenant's jobs (AIP-158 list). */
 typedef struct store_job_query {

@@ -360,7 +360,7 @@ const char *store_errmsg(store *s) {
 
 #define JOB_COLUMNS                                                                                \
   "seq, id, request_id, display_name, spec_json, state, reason, message, priority, attempt, "      \
-  "create_ms, start_ms, end_ms, tenant, pool, devices, max_runtime_s"
+  "create_ms, start_ms, end_ms, tenant, pool, devices, max_runtime_s, restarts, infra_restarts"
 
 /* Fills out from a row selected with JOB_COLUMNS. */
 static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
@@ -382,6 +382,8 @@ static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
   copy_column(out->pool, sizeof out->pool, st, 14);
   out->devices = sqlite3_column_int(st, 15);
   out->max_runtime_s = sqlite3_column_int(st, 16);
+  out->restarts = sqlite3_column_int(st, 17);
+  out->infra_restarts = sqlite3_column_int(st, 18);
   if (!out->spec_json || !out->message) {
     store_job_clear(out);
     set_error(s, "read job %s: out of memory", out->id);
@@ -830,7 +832,8 @@ static int job_requeue_locked(store *s, int *n) {
   /* The right-hand sides see the old row, so message names the old state. */
   if (prepare(s, &st,
               "UPDATE jobs SET state = 'QUEUED', reason = 'SERVER_RESTARTED',"
-              " message = 'the server restarted while the job was ' || state, end_ms = NULL"
+              " message = 'the server restarted while the job was ' || state, end_ms = NULL,"
+              " infra_restarts = infra_restarts + 1"
               " WHERE state IN ('STARTING', 'RUNNING', 'STOPPING')",
               what) != STORE_OK)
     goto done;
@@ -1721,7 +1724,7 @@ int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char 
   }
   if (prepare(s, &st,
               "UPDATE jobs SET state = 'QUEUED', reason = ?2, message = ?3, not_before_ms = ?4,"
-              " end_ms = NULL WHERE id = ?1",
+              " end_ms = NULL, restarts = restarts + 1 WHERE id = ?1",
               what) != STORE_OK)
     goto done;
   bind_text(st, 1, id);

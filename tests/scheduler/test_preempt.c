@@ -240,6 +240,8 @@ static void preempted_job_goes_back_to_the_queue_in_one_transaction(void **state
   store_job_clear(&job);
   job = wait_for(st, "low", "SUCCEEDED");
   assert_int_equal(job.attempt, 2);
+  assert_int_equal(job.infra_restarts, 1); /* a preemption is not a failure */
+  assert_int_equal(job.restarts, 0);
   store_job_clear(&job);
   sched_stop(s);
   store_close(st);

@@ -177,6 +177,8 @@ static void server_restart_does_not_count_against_max_restarts(void **state) {
   if (strcmp(job.reason, "TRAINER_KILLED") != 0) fail_msg("%s: %s", job.reason, job.message);
   /* attempt 2 crashed and was retried (restart 1 of 1); attempt 3 crashed and failed. */
   assert_int_equal(job.attempt, 3);
+  assert_int_equal(job.restarts, 1);
+  assert_int_equal(job.infra_restarts, 1);
   store_job_clear(&job);
   stop(&h);
 }
