@@ -86,6 +86,14 @@ static int read_token(const char *data_dir, char *token, size_t len) {
 int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *trainer,
                     const char *extra_flag, const char *extra_value, pid_t *pid, char *base_url,
                     size_t url_len, char *token, size_t token_len) {
+  const char *extra[] = {extra_flag, extra_value, NULL};
+  return it_launch_kilnd_args(kilnd_path, data_dir, trainer, extra_flag ? extra : NULL, pid,
+                              base_url, url_len, token, token_len);
+}
+
+int it_launch_kilnd_args(const char *kilnd_path, const char *data_dir, const char *trainer,
+                         const char *const *extra, pid_t *pid, char *base_url, size_t url_len,
+                         char *token, size_t token_len) {
   char port_file[600], log_file[600];
   snprintf(port_file, sizeof port_file, "%s/port", data_dir);
   snprintf(log_file, sizeof log_file, "%s/kilnd.log", data_dir);
@@ -95,8 +103,12 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
   if (*pid == 0) {
     FILE *log = freopen(log_file, "a", stderr);
     (void)log;
-    execl(kilnd_path, "kilnd", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--port-file",
-          port_file, "--trainer", trainer, extra_flag, extra_value, (char *)NULL);
+    const char *argv[32] = {"kilnd",       "--listen", "127.0.0.1:0", "--data-dir", data_dir,
+                            "--port-file", port_file,  "--trainer",   trainer};
+    int n = 9;
+    for (int i = 0; extra && extra[i] && n < 31; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    execv(kilnd_path, (char *const *)argv);
     _exit(127);
   }
   for (int i = 0; i < 200; i++) { /* up to 20 s */

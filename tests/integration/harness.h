@@ -36,6 +36,12 @@ int it_launch_kilnd(const char *kilnd_path, const char *data_dir, const char *tr
                     const char *extra_flag, const char *extra_value, pid_t *pid, char *base_url,
                     size_t url_len, char *token, size_t token_len);
 
+/* The same with any number of extra arguments: extra is NULL-terminated
+ * (at most 16). */
+int it_launch_kilnd_args(const char *kilnd_path, const char *data_dir, const char *trainer,
+                         const char *const *extra, pid_t *pid, char *base_url, size_t url_len,
+                         char *token, size_t token_len);
+
 /* Runs a shell command line with stderr merged into stdout (after the
  * line's own redirections: "kiln ... > job.json" leaves stderr); the output
  * (cut to outlen - 1 bytes) in out, the exit status returned (-1 when it
