@@ -365,6 +365,12 @@ kn_node kn_constant(kn_graph *g, int ndim, const int *dims, float value);
  * allocates and first-touches the arena and the flat buffers, and
  * initialises parameters from seed. After this, running allocates nothing. */
 int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen);
+/* Makes kn_graph_compile stop once the plan is made: it fills the stats
+ * (arena, parameter and gradient bytes) and allocates, touches and
+ * initialises nothing, so a model far too large for the machine is
+ * measured in milliseconds. The graph can then never run. Set before
+ * compile. */
+void kn_graph_set_plan_only(kn_graph *g);
 
 /* The node's storage (valid after compile). Inputs are written here before
  * a run; kept nodes are read here after it. */

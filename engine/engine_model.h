@@ -35,6 +35,8 @@ typedef struct kn_optimizer kn_optimizer;
 int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out, char *err,
                      size_t errlen);
 void kn_optimizer_free(kn_optimizer *opt);
+/* The floats of state kn_optimizer_new would allocate for n_params. */
+size_t kn_optimizer_state_floats(const kn_optimizer_config *cfg, size_t n_params);
 /* One fused update over the flat buffers. */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);

@@ -181,6 +181,7 @@ struct kn_graph {
   unsigned passes;                         /* KN_PASS_* flags (when passes_set; else all) */
   int passes_set;
   int unoptimized;       /* no passes, one buffer per node */
+  int plan_only;         /* compile plans and reports, allocates nothing (never runs) */
   kn_device device;      /* where nodes built from now on are placed (kn_graph_set_device) */
   char scope[96];        /* names nodes built from now on (kn_graph_set_scope); "" = none */
   int threads;           /* compute threads for own kernels (0/1: the calling thread) */

@@ -362,6 +362,7 @@ int kn_model_compile(kn_model *m, const kn_model_config *cfg, uint64_t seed, kn_
       kn_graph_set_threads(alt.graph, m->graph->threads);
       alt.graph->passes = m->graph->passes;
       alt.graph->passes_set = m->graph->passes_set;
+      alt.graph->plan_only = m->graph->plan_only;
       if (kn_graph_compile(alt.graph, seed, &without, alt_err, sizeof alt_err) == KN_OK &&
           without.arena_bytes < with.arena_bytes) {
         without.recompute_declined_bytes = with.arena_bytes;

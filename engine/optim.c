@@ -74,6 +74,20 @@ static int check_config(const kn_optimizer_config *cfg, char *err, size_t errlen
   return KN_OK;
 }
 
+/* Which flat state arrays the optimizer keeps: momentum / first moment
+ * (m), second moment or accumulator (v). */
+static void state_arrays(const kn_optimizer_config *cfg, int *needs_m, int *needs_v) {
+  int adam = cfg->type == KN_OPT_ADAM || cfg->type == KN_OPT_ADAMW;
+  *needs_m = cfg->type != KN_OPT_ADAGRAD && (adam || cfg->momentum > 0.0f);
+  *needs_v = adam || cfg->type == KN_OPT_RMSPROP || cfg->type == KN_OPT_ADAGRAD;
+}
+
+size_t kn_optimizer_state_floats(const kn_optimizer_config *cfg, size_t n_params) {
+  int needs_m, needs_v;
+  state_arrays(cfg, &needs_m, &needs_v);
+  return (size_t)(needs_m + needs_v) * n_params;
+}
+
 int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimizer **out, char *err,
                      size_t errlen) {
   *out = NULL;
@@ -84,10 +98,8 @@ int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimiz
   opt->cfg = *cfg;
   opt->n = n_params;
   size_t bytes = (n_params ? n_params : 1) * sizeof(float);
-  int adam = cfg->type == KN_OPT_ADAM || cfg->type == KN_OPT_ADAMW;
-  int needs_m = adam || cfg->momentum > 0.0f;
-  int needs_v = adam || cfg->type == KN_OPT_RMSPROP || cfg->type == KN_OPT_ADAGRAD;
-  if (cfg->type == KN_OPT_ADAGRAD) needs_m = 0;
+  int needs_m, needs_v;
+  state_arrays(cfg, &needs_m, &needs_v);
   if (needs_m && !(opt->m = calloc(1, bytes))) goto nomem;
   if (needs_v && !(opt->v = calloc(1, bytes))) goto nomem;
   if (cfg->type == KN_OPT_ADAGRAD) {

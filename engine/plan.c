@@ -198,6 +198,38 @@ out:
   return rc;
 }
 
+/* What compile reports, from the plan (and the passes' counts). */
+static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_stats *pass_stats,
+                       int n_inplace, int n_recomputed, size_t pbytes) {
+  if (!stats) return;
+  stats->recompute_declined_bytes = 0; /* kn_model_compile's to say */
+  stats->n_cse = pass_stats->cse;
+  stats->n_fused = pass_stats->fused;
+  stats->n_implicit = pass_stats->implicit;
+  stats->n_implicit_input_grads = pass_stats->implicit_input_grads;
+  stats->n_bias_grads_in_gemm = pass_stats->bias_grads_in_gemm;
+  stats->n_pool_argmax = pass_stats->pool_argmax;
+  stats->n_pool_grads_in_gemm = pass_stats->pool_grads_in_gemm;
+  stats->n_bn_grads = pass_stats->bn_grads;
+  stats->n_bn_relu_grads = pass_stats->bn_relu_grads;
+  stats->n_folded = pass_stats->folded;
+  stats->n_dead = pass_stats->dead;
+  stats->n_inplace = n_inplace;
+  stats->arena_bytes = g->arena_bytes;
+  stats->naive_bytes = g->naive_bytes;
+  stats->param_bytes = pbytes;
+  stats->grad_bytes = g->has_backward ? pbytes : 0;
+  stats->n_nodes = g->n_nodes;
+  stats->n_forward = g->n_forward;
+  stats->saved_bytes = g->saved_bytes;
+  stats->arena_bytes_without_recompute = g->arena_bytes_without_recompute;
+  stats->n_recomputed = n_recomputed;
+}
+
+void kn_graph_set_plan_only(kn_graph *g) {
+  g->plan_only = 1;
+}
+
 int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err, size_t errlen) {
   int rc = KN_OK;
   unsigned char *skip = NULL;
@@ -264,6 +296,11 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       g->saved_bytes += align_up(kn_node_planned_bytes(g, n));
   }
 
+  if (g->plan_only) {
+    const size_t pbytes = g->n_param_floats * (g->f64 ? sizeof(double) : sizeof(float));
+    fill_stats(g, stats, &pass_stats, n_inplace, n_recomputed, pbytes);
+    goto out;
+  }
   /* One allocation each, touched now so no step pays for first touch. In
    * the f64 reference mode the flat buffers hold doubles. */
   if (g->f64) {
@@ -406,30 +443,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       goto out;
     }
   }
-  if (stats) {
-    stats->recompute_declined_bytes = 0; /* kn_model_compile's to say */
-    stats->n_cse = pass_stats.cse;
-    stats->n_fused = pass_stats.fused;
-    stats->n_implicit = pass_stats.implicit;
-    stats->n_implicit_input_grads = pass_stats.implicit_input_grads;
-    stats->n_bias_grads_in_gemm = pass_stats.bias_grads_in_gemm;
-    stats->n_pool_argmax = pass_stats.pool_argmax;
-    stats->n_pool_grads_in_gemm = pass_stats.pool_grads_in_gemm;
-    stats->n_bn_grads = pass_stats.bn_grads;
-    stats->n_bn_relu_grads = pass_stats.bn_relu_grads;
-    stats->n_folded = pass_stats.folded;
-    stats->n_dead = pass_stats.dead;
-    stats->n_inplace = n_inplace;
-    stats->arena_bytes = g->arena_bytes;
-    stats->naive_bytes = g->naive_bytes;
-    stats->param_bytes = pbytes;
-    stats->grad_bytes = g->has_backward ? pbytes : 0;
-    stats->n_nodes = g->n_nodes;
-    stats->n_forward = g->n_forward;
-    stats->saved_bytes = g->saved_bytes;
-    stats->arena_bytes_without_recompute = g->arena_bytes_without_recompute;
-    stats->n_recomputed = n_recomputed;
-  }
+  fill_stats(g, stats, &pass_stats, n_inplace, n_recomputed, pbytes);
 
 out:
   free(skip);

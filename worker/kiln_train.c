@@ -38,7 +38,14 @@ const char *__lsan_default_suppressions(void) {
 }
 #endif
 
-enum { EXIT_USAGE = 2, EXIT_SPEC = 3, EXIT_DATA = 4, EXIT_NUMERIC = 5, EXIT_STOPPED = 6 };
+enum {
+  EXIT_USAGE = 2,
+  EXIT_SPEC = 3,
+  EXIT_DATA = 4,
+  EXIT_NUMERIC = 5,
+  EXIT_STOPPED = 6,
+  EXIT_NOMEM = 7 /* memory ran out: its limit or the machine's */
+};
 
 /* Set by SIGTERM (cancel, preemption, kilnd stopping): the training loop
  * checkpoints after the step in flight and returns, so no finished step is
@@ -273,6 +280,8 @@ static void usage(FILE *to) {
               "  --export-onnx FILE    write the trained model as ONNX to FILE after training\n"
               "  --weights CKPT        with --export-onnx: train nothing, export the model with\n"
               "                        the weights of CKPT (a .safetensors checkpoint of SPEC)\n"
+              "  --plan-only           train nothing: print the memory the spec's training plans\n"
+              "                        (parameters, gradients, optimizer state, arena) as JSON\n"
               "  --collective-timeout S  multi_worker, parameter_server: fail when the other\n"
               "                        processes keep an all-reduce, a push or a pull waiting\n"
               "                        S seconds (one died or hangs; default 300)\n"
@@ -280,7 +289,7 @@ static void usage(FILE *to) {
               "exit status: 0 trained, 1 failed, 2 usage, 3 invalid spec (or a model --export-onnx "
               "refuses),\n4 data error, \n"
               "5 numeric error (loss became NaN or infinite), 6 stopped by SIGTERM (a\n"
-              "checkpoint of the last finished step was written first)\n");
+              "checkpoint of the last finished step was written first), 7 out of memory\n");
 }
 
 /* multi_worker, parameter_server: joins mpirun's processes; the spec's
@@ -359,11 +368,13 @@ static int train_main(int argc, char **argv) {
                                           {"to-tfrecord", required_argument, NULL, 'R'},
                                           {"shards", required_argument, NULL, 'S'},
                                           {"gzip", no_argument, NULL, 'z'},
+                                          {"plan-only", no_argument, NULL, 'P'},
                                           {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
   const char *spec_path = NULL, *data_dir = getenv("KILN_DATASETS_DIR"), *ckpt_dir = ".";
   const char *uploads_dir = getenv("KILN_UPLOADS_DIR"), *check_dir = NULL, *resume = NULL;
   const char *onnx_path = NULL, *weights = NULL, *tfrecord_prefix = NULL;
+  int plan_only = 0;
   reporter rep = {.progress_fd = -1};
   int threads = 0, opt, n_shards = 8, gzip = 0;
   double collective_timeout = 0.0;
@@ -378,6 +389,7 @@ static int train_main(int argc, char **argv) {
     case 'r': resume = optarg; break;
     case 'o': onnx_path = optarg; break;
     case 'w': weights = optarg; break;
+    case 'P': plan_only = 1; break;
     case 'j': rep.progress_fd = STDOUT_FILENO; break;
     case 'p':
       rep.progress_fd = (int)strtol(optarg, &end, 10);
@@ -471,6 +483,13 @@ static int train_main(int argc, char **argv) {
     }
     return fail(&rep, EXIT_SPEC, "SPEC_INVALID", msg);
   }
+  if (plan_only) { /* kilnd's memory check at create: nothing is allocated or trained */
+    char line[512];
+    if (worker_plan(&spec, line, sizeof line, err, sizeof err))
+      return fail(&(reporter){.progress_fd = STDOUT_FILENO}, EXIT_SPEC, "BUILD_ERROR", err);
+    printf("%s\n", line);
+    return 0;
+  }
   if (weights) { /* export only: nothing is trained */
     int refused = 0;
     if (worker_export_checkpoint(&spec, weights, onnx_path, &refused, err, sizeof err))
@@ -539,6 +558,10 @@ static int train_main(int argc, char **argv) {
     others[n_others] = &replicas[n_others];
     kn_graph_set_threads(replicas[n_others++].graph, compute_threads);
     rc = kn_graph_compile(others[n_others - 1]->graph, spec.seed, NULL, err, sizeof err);
+  }
+  if (rc == KN_ENOMEM) { /* over its memory limit (cgroup or RLIMIT_AS), or the machine's */
+    status = fail(&rep, EXIT_NOMEM, "RESOURCE_EXHAUSTED", err);
+    goto out;
   }
   if (rc) {
     status = fail(&rep, EXIT_SPEC, "BUILD_ERROR", err);
@@ -646,21 +669,7 @@ static int train_main(int argc, char **argv) {
     tc.profile_path = profile_path;
     tc.profile_table_path = profile_table;
   }
-  static const kn_optimizer_type opt_types[] = {[API_OPT_SGD] = KN_OPT_SGD,
-                                                [API_OPT_ADAM] = KN_OPT_ADAM,
-                                                [API_OPT_ADAMW] = KN_OPT_ADAMW,
-                                                [API_OPT_RMSPROP] = KN_OPT_RMSPROP,
-                                                [API_OPT_ADAGRAD] = KN_OPT_ADAGRAD};
-  tc.optimizer.type = opt_types[spec.optimizer];
-  tc.optimizer.weight_decay = (float)spec.weight_decay;
-  tc.optimizer.rho = (float)spec.rho;
-  tc.optimizer.initial_accumulator_value = (float)spec.initial_accumulator_value;
-  tc.optimizer.learning_rate = (float)spec.learning_rate;
-  tc.optimizer.momentum = (float)spec.momentum;
-  tc.optimizer.nesterov = spec.nesterov;
-  tc.optimizer.beta1 = (float)spec.beta_1;
-  tc.optimizer.beta2 = (float)spec.beta_2;
-  tc.optimizer.epsilon = (float)spec.epsilon;
+  worker_optimizer_config(&spec, &tc.optimizer);
   rep.epochs = spec.epochs;
   int64_t n_train = train.n - spec.skip;
   if (spec.take >= 0 && spec.take < n_train) n_train = spec.take;

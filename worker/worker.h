@@ -36,6 +36,12 @@ void worker_pipeline_config(const api_job_spec *spec, kn_pipeline_config *pc, fl
 /* The spec's model in the engine's terms: layers (room for
  * API_MAX_LAYERS) and mc, which points into them (model_config.c). */
 void worker_model_config(const api_job_spec *spec, kn_layer_config *layers, kn_model_config *mc);
+/* The spec's optimizer in the engine's terms (plan.c). */
+void worker_optimizer_config(const api_job_spec *spec, kn_optimizer_config *out);
+/* kiln-train --plan-only: the planned memory of the spec's training as one
+ * JSON line {"plan":{..., "total_bytes":N}} in line, allocating none of it.
+ * 0, or -1 with err (the model does not build). */
+int worker_plan(const api_job_spec *spec, char *line, size_t len, char *err, size_t errlen);
 
 /* kiln-train --export-onnx with --weights: the spec's model with the
  * checkpoint's weights as an ONNX file at out (export.c). 0; or -1 with

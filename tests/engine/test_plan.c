@@ -277,6 +277,35 @@ static void planned_arena_beats_one_buffer_per_node(void **state) {
   kn_model_free(&m);
 }
 
+/* The plan alone: the same figures as a full compile, nothing allocated,
+ * and a model too large for any machine measured all the same. */
+static void plan_only_reports_the_plan_and_allocates_nothing(void **state) {
+  (void)state;
+  kn_model full = build_mlp(128, 512), planned = build_mlp(128, 512);
+  kn_plan_stats a, b;
+  char err[256];
+  assert_int_equal(kn_graph_compile(full.graph, 1, &a, err, sizeof err), KN_OK);
+  kn_graph_set_plan_only(planned.graph);
+  struct mallinfo2 before = mallinfo2();
+  assert_int_equal(kn_graph_compile(planned.graph, 1, &b, err, sizeof err), KN_OK);
+  struct mallinfo2 after = mallinfo2();
+  assert_int_equal(b.arena_bytes, a.arena_bytes);
+  assert_int_equal(b.param_bytes, a.param_bytes);
+  assert_int_equal(b.grad_bytes, a.grad_bytes);
+  assert_null(kn_node_data(planned.graph, planned.x)); /* never runnable */
+  /* Planning's own scratch is small: far less than the arena and buffers. */
+  assert_true(after.hblkhd - before.hblkhd < a.arena_bytes);
+  kn_model_free(&full);
+  kn_model_free(&planned);
+  kn_model huge = build_mlp(32, 65536);
+  kn_graph_set_plan_only(huge.graph);
+  assert_int_equal(kn_graph_compile(huge.graph, 1, &b, err, sizeof err), KN_OK);
+  const size_t huge_params =
+      (size_t)784 * 65536 + 65536 + (size_t)65536 * 32768 + 32768 + 32768 * 10 + 10;
+  assert_int_equal(b.param_bytes, huge_params * sizeof(float));
+  kn_model_free(&huge);
+}
+
 static void running_a_step_allocates_nothing(void **state) {
   (void)state;
   kn_model m = build_mlp(64, 64);
@@ -336,6 +365,7 @@ int main(void) {
       cmocka_unit_test(live_values_never_overlap_and_kept_values_survive),
       cmocka_unit_test(logits_that_are_a_view_survive_a_training_step),
       cmocka_unit_test(planned_arena_beats_one_buffer_per_node),
+      cmocka_unit_test(plan_only_reports_the_plan_and_allocates_nothing),
       cmocka_unit_test(running_a_step_allocates_nothing),
       cmocka_unit_test(same_seed_gives_same_initial_weights),
       cmocka_unit_test(model_build_refuses_dense_on_unflattened_input),
