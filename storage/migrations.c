@@ -157,6 +157,8 @@ static const char *const migrations[] = {
      * admin; a NULL limit falls back to kilnd's default. */
     "ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN infra_restarts INTEGER NOT NULL DEFAULT 0;"
+    /* What the planner said the job needs (0 = not planned): its memory limit. */
+    "ALTER TABLE jobs ADD COLUMN planned_memory_bytes INTEGER NOT NULL DEFAULT 0;"
     "CREATE TABLE tenant_quotas ("
     "  tenant TEXT PRIMARY KEY,"
     "  max_priority INTEGER,"

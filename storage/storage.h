@@ -64,6 +64,7 @@ typedef struct store_job {
   int max_runtime_s;                   /* 0 = no limit */
   int restarts;       /* re-queues after the job's own failures (what max_restarts bounds) */
   int infra_restarts; /* re-queues the infrastructure caused: kilnd restarts, preemptions */
+  int64_t planned_memory_bytes; /* the planner's figure at create; 0 = not planned */
 } store_job;
 
 /* The pool of jobs that name none. */
@@ -343,6 +344,30 @@ int store_dataset_list_tenant(store *s, const char *tenant, int64_t before_seq, 
  * then STORE_CONFLICT, and *blocking_job (may be NULL, 40 bytes) gets one
  * such job's id. Checked and deleted in one transaction. */
 int store_dataset_delete(store *s, const char *id, char *blocking_job);
+/* ---- tenants' quotas and usage (quota.c) ---- */
+
+/* An admin's limits for one tenant; STORE_QUOTA_DEFAULT in a field means
+ * "not set": kilnd's default applies. 0 means no limit. */
+#define STORE_QUOTA_DEFAULT (-1)
+typedef struct store_quota {
+  int64_t max_priority;      /* highest priority its users may give a job */
+  int64_t max_devices;       /* devices its unfinished jobs may ask for, all together */
+  int64_t max_queued_jobs;   /* jobs it may have waiting (QUEUED or PREEMPTED) */
+  int64_t max_storage_bytes; /* its uploads and checkpoints, together */
+} store_quota;
+/* The tenant's quota; every field STORE_QUOTA_DEFAULT when none was set. */
+int store_quota_get(store *s, const char *tenant, store_quota *out);
+/* Replaces the tenant's quota (fields STORE_QUOTA_DEFAULT are unset). */
+int store_quota_put(store *s, const char *tenant, const store_quota *q);
+
+typedef struct store_usage {
+  int64_t queued_jobs;   /* QUEUED or PREEMPTED */
+  int64_t devices;       /* asked for by its jobs that have not ended */
+  int64_t storage_bytes; /* its uploaded data sets and its jobs' recorded checkpoints */
+} store_usage;
+/* What the tenant holds now, read in one transaction. */
+int store_usage_get(store *s, const char *tenant, store_usage *out);
+
 /* Adds a row to a job's events that is not a state change (from = to = the
  * current state), e.g. the pipeline's auto-tuned settings. */
 int store_job_note(store *s, const char *job_id, const char *reason, const char *message);

@@ -360,7 +360,8 @@ const char *store_errmsg(store *s) {
 
 #define JOB_COLUMNS                                                                                \
   "seq, id, request_id, display_name, spec_json, state, reason, message, priority, attempt, "      \
-  "create_ms, start_ms, end_ms, tenant, pool, devices, max_runtime_s, restarts, infra_restarts"
+  "create_ms, start_ms, end_ms, tenant, pool, devices, max_runtime_s, restarts, infra_restarts, "  \
+  "planned_memory_bytes"
 
 /* Fills out from a row selected with JOB_COLUMNS. */
 static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
@@ -384,6 +385,7 @@ static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
   out->max_runtime_s = sqlite3_column_int(st, 16);
   out->restarts = sqlite3_column_int(st, 17);
   out->infra_restarts = sqlite3_column_int(st, 18);
+  out->planned_memory_bytes = sqlite3_column_int64(st, 19);
   if (!out->spec_json || !out->message) {
     store_job_clear(out);
     set_error(s, "read job %s: out of memory", out->id);
@@ -491,8 +493,9 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   snprintf(what, sizeof what, "insert job %s", job->id);
   if (prepare(s, &st,
               "INSERT INTO jobs(id, request_id, display_name, spec_json, state, reason, message,"
-              " priority, attempt, create_ms, tenant, pool, devices, max_runtime_s)"
-              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11)",
+              " priority, attempt, create_ms, tenant, pool, devices, max_runtime_s,"
+              " planned_memory_bytes)"
+              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11, ?12)",
               what) != STORE_OK)
     goto done;
   bind_text(st, 1, job->id);
@@ -509,6 +512,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
   bind_text(st, 9, job->pool[0] ? job->pool : STORE_DEFAULT_POOL);
   sqlite3_bind_int(st, 10, job->devices > 0 ? job->devices : 1);
   sqlite3_bind_int(st, 11, job->max_runtime_s > 0 ? job->max_runtime_s : 0);
+  sqlite3_bind_int64(st, 12, job->planned_memory_bytes > 0 ? job->planned_memory_bytes : 0);
   if (sqlite3_step(st) != SQLITE_DONE) {
     db_error(s, "%s", what);
     goto done;
