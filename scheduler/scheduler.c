@@ -30,6 +30,7 @@
 
 #include "api.h"
 #include "common.h"
+#include "trainer_limits.h"
 #include "scheduler.h"
 #include "storage.h"
 
@@ -52,6 +53,8 @@ extern char **environ;
 #define TRAINER_EXIT_NUMERIC 5
 /* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
 #define TRAINER_EXIT_STOPPED 6
+/* kiln-train's status when memory ran out (its limit or the machine's). */
+#define TRAINER_EXIT_NOMEM 7
 
 /* One job on its devices. The scheduler thread creates it and joins its
  * runner thread; the runner owns `job` and the child. The flags below are
@@ -90,6 +93,7 @@ struct sched {
   sched_pool pools[SCHED_MAX_POOLS]; /* fixed after start */
   int n_pools;
   sched_inventory inventory;
+  sched_limits limits; /* fixed after start */
   pthread_mutex_t
       wake_lock; /* guards wake_pending, stopping, runs, pending cancels, explain, stats */
   pthread_cond_t wake_cond;
@@ -422,7 +426,8 @@ enum {
   PUMP_SHUTDOWN = 1,
   PUMP_CANCELLED = 2,
   PUMP_DEADLINE = 3,
-  PUMP_PREEMPTED = 4
+  PUMP_PREEMPTED = 4,
+  PUMP_HUNG = 5
 };
 
 /* Reads progress until the child closes the pipe; stops the child when the
@@ -433,11 +438,14 @@ static int pump(run *r, int fd, pid_t pid) {
   if (!buf) return PUMP_ENDED;
   size_t used = 0;
   int dropping = 0, stopped = PUMP_ENDED;
-  int64_t kill_at = 0;
+  int64_t kill_at = 0, last_line_ms = monotonic_ms();
+  const int64_t heartbeat_ms = (int64_t)r->s->cfg.heartbeat_s * 1000;
   for (;;) {
     if (!stopped) {
       if (r->deadline_ms && monotonic_ms() > r->deadline_ms)
         stopped = PUMP_DEADLINE;
+      else if (heartbeat_ms > 0 && monotonic_ms() - last_line_ms > heartbeat_ms)
+        stopped = PUMP_HUNG;
       else if (is_stopping(r->s))
         stopped = PUMP_SHUTDOWN;
       else if (flag_set(r->s, &r->slot->cancel))
@@ -455,7 +463,10 @@ static int pump(run *r, int fd, pid_t pid) {
         slog(r->s, SCHED_LOG_WARN, "msg=\"STOPPING not recorded\" job=%s error=\"%s\"", r->job->id,
              store_errmsg(r->s->st));
       }
-      if (stopped) { /* SIGTERM first: kiln-train checkpoints, then exits */
+      if (stopped == PUMP_HUNG) { /* it answers nothing, SIGTERM included */
+        kill(-pid, SIGKILL);
+        kill_at = monotonic_ms();
+      } else if (stopped) { /* SIGTERM first: kiln-train checkpoints, then exits */
         kill(-pid, SIGTERM);
         kill_at = monotonic_ms() + STOP_GRACE_MS;
       }
@@ -473,6 +484,7 @@ static int pump(run *r, int fd, pid_t pid) {
       for (size_t i = 0; i < used; i++) {
         if (buf[i] != '\n') continue;
         buf[i] = '\0';
+        last_line_ms = monotonic_ms();
         if (!dropping) handle_line(r, buf + start);
         dropping = 0;
         start = i + 1;
@@ -655,6 +667,19 @@ static int make_launch(sched *s, const job_limits *l, const char *dir, char *con
   return 0;
 }
 
+/* Spawns argv under /bin/sh running the limit's prologue, which joins the
+ * trainer's cgroup or sets RLIMIT_AS and then execs argv (mpirun is found
+ * on PATH), so the trainer starts inside its limit. */
+static int spawn_limited(pid_t *pid, const sched_trainer_limit *limit,
+                         const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
+                         char *const *argv, char **env) {
+  char *wrapped[40] = {"/bin/sh", "-c", (char *)limit->script, "kiln-trainer"};
+  int n = 4;
+  for (int i = 0; argv[i] && n < 39; i++) wrapped[n++] = argv[i];
+  wrapped[n] = NULL;
+  return posix_spawn(pid, "/bin/sh", fa, attr, wrapped, env);
+}
+
 static void run_job(sched *s, slot_run *slot) {
   const store_job *job = &slot->job;
   char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
@@ -672,9 +697,25 @@ static void run_job(sched *s, slot_run *slot) {
     return;
   }
 
+  /* Its memory limit (and cores): the job's events say which kind applies. */
+  const sched_pool *pool = &s->pools[slot->pool];
+  const int gpu = strcmp(pool->device_type, "gpu") == 0;
+  char cpus[SCHED_MAX_DEVICES * 4] = "";
+  for (int i = 0, used = 0; !gpu && i < slot->n_slots && used < (int)sizeof cpus; i++)
+    used += snprintf(cpus + used, sizeof cpus - (size_t)used, "%s%d", i ? "," : "",
+                     s->inventory.cpu_ids[slot->slots[i]]);
+  sched_trainer_limit limit;
+  if (sched_trainer_limit_prepare(&s->limits, job->id, job->attempt, cpus, gpu, &limit, msg,
+                                  sizeof msg) != 0) {
+    finish(s, job, "FAILED", "INTERNAL", msg);
+    return;
+  }
+  store_job_note(s->st, job->id, "MEMORY_LIMIT", limit.describe);
+
   int fds[2];
   if (pipe(fds) != 0) {
     snprintf(msg, sizeof msg, "cannot create the progress pipe: %s", strerror(errno));
+    sched_trainer_limit_release(&limit);
     finish(s, job, "FAILED", "INTERNAL", msg);
     return;
   }
@@ -733,6 +774,8 @@ static void run_job(sched *s, slot_run *slot) {
     spawn_rc = ENOMEM;
   else if (make_launch(s, &limits, dir, argv, &how) != 0)
     spawn_rc = errno ? errno : EIO; /* the hostfile could not be written */
+  else if (limit.script[0])         /* the prologue applies the limit, then execs the command */
+    spawn_rc = spawn_limited(&pid, &limit, &fa, &attr, how.argv, env);
   else if (how.under_mpi)
     spawn_rc = posix_spawnp(&pid, how.argv[0], &fa, &attr, how.argv, env);
   else
@@ -743,6 +786,7 @@ static void run_job(sched *s, slot_run *slot) {
   close(fds[1]);
   if (spawn_rc != 0) {
     close(fds[0]);
+    sched_trainer_limit_release(&limit);
     /* The program's name, not where it lives on the server. */
     const char *program = how.argv[0] ? how.argv[0] : "kiln-train";
     const char *slash = strrchr(program, '/');
@@ -753,7 +797,6 @@ static void run_job(sched *s, slot_run *slot) {
   }
   char where[SCHED_MAX_DEVICES * 4 + 64], workers[96] = "";
   slot_list(slot, where, sizeof where);
-  const sched_pool *pool = &s->pools[slot->pool];
   if (how.under_mpi && limits.ps_servers > 0)
     snprintf(workers, sizeof workers,
              " as %s kiln-train processes (workers %d, parameter servers %d)", how.np,
@@ -793,6 +836,8 @@ static void run_job(sched *s, slot_run *slot) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  const int oom_killed = sched_trainer_limit_oom_killed(&limit);
+  sched_trainer_limit_release(&limit);
 
   if (stopped == PUMP_SHUTDOWN) {
     requeue(s, job, NULL, NULL, NULL, "SERVER_SHUTDOWN",
@@ -819,11 +864,26 @@ static void run_job(sched *s, slot_run *slot) {
     snprintf(msg, sizeof msg, "stopped after running longer than max_runtime %d s",
              limits.max_runtime_s);
     finish(s, job, "FAILED", "DEADLINE_EXCEEDED", msg);
+  } else if (stopped == PUMP_HUNG) {
+    /* A hang is the job's own (a deadlock, a stopped process), so it counts
+     * against max_restarts: a job that always hangs ends FAILED. */
+    snprintf(msg, sizeof msg,
+             "kiln-train wrote no progress for %d s (kilnd --trainer-heartbeat) and was killed; "
+             "see /v1/jobs/%s/logs",
+             s->cfg.heartbeat_s, job->id);
+    fail_or_retry(s, job, &limits, "TRAINER_UNRESPONSIVE", msg);
   } else if (!r) {
     finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     completion_message(r, msg, sizeof msg);
     finish(s, job, "SUCCEEDED", "COMPLETED", msg);
+  } else if (oom_killed) {
+    snprintf(msg, sizeof msg,
+             "the kernel's OOM killer stopped kiln-train: it passed its cgroup's memory limit "
+             "(%s) of %lld bytes (planned %lld bytes); see /v1/jobs/%s/logs",
+             limit.v1 ? "memory.limit_in_bytes" : "memory.max", (long long)s->limits.memory_max,
+             (long long)job->planned_memory_bytes, job->id);
+    finish(s, job, "FAILED", "RESOURCE_EXHAUSTED", msg);
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_STOPPED) {
     /* SIGTERM from outside kilnd: kiln-train checkpointed and stopped, so
      * a retry loses nothing. */
@@ -839,6 +899,11 @@ static void run_job(sched *s, slot_run *slot) {
              "see /v1/jobs/%s/logs",
              job->id);
     finish(s, job, "FAILED", "NUMERIC_ERROR", msg);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_NOMEM) {
+    snprintf(msg, sizeof msg,
+             "kiln-train ran out of memory (exit 7) under %s; see /v1/jobs/%s/logs",
+             limit.kind == SCHED_LIMIT_NONE ? "no limit of its own" : "its limit", job->id);
+    finish(s, job, "FAILED", "RESOURCE_EXHAUSTED", msg);
   } else if (WIFSIGNALED(status)) {
     snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see /v1/jobs/%s/logs",
              WTERMSIG(status), strsignal(WTERMSIG(status)), job->id);
@@ -1180,6 +1245,18 @@ int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) 
     sched_stop(s);
     return -1;
   }
+  if (sched_limits_init(&s->limits, cfg->limits_mode, cfg->memory_max_bytes, err, errlen) != 0) {
+    sched_stop(s);
+    return -1;
+  }
+  if (s->limits.kind == SCHED_LIMIT_CGROUP)
+    slog(s, SCHED_LOG_INFO,
+         "msg=\"trainers run in cgroups of their own\" cgroup=%s memory_max=%lld", s->limits.base,
+         (long long)s->limits.memory_max);
+  else
+    slog(s, SCHED_LOG_INFO, "msg=\"trainers' memory limit\" kind=%s memory_max=%lld why=\"%s\"",
+         s->limits.kind == SCHED_LIMIT_RLIMIT ? "RLIMIT_AS" : "none",
+         (long long)s->limits.memory_max, s->limits.why_not_cgroup);
   for (int k = 0; k < s->n_pools; k++) {
     s->max_runs += s->pools[k].n_devices;
     s->stats.devices_total += s->pools[k].n_devices;
@@ -1231,6 +1308,7 @@ void sched_stop(sched *s) {
   pthread_mutex_unlock(&s->wake_lock);
   if (s->thread_started) pthread_join(s->thread, NULL);
   store_close(s->st);
+  sched_limits_cleanup(&s->limits);
   pthread_cond_destroy(&s->wake_cond);
   pthread_mutex_destroy(&s->wake_lock);
   sched_planner_free(s->planner);

@@ -38,6 +38,18 @@ typedef struct sched_config {
   /* A pools file (see sched_pools_parse); NULL = one "default" pool of every
    * CPU core (and a "gpu" pool of every GPU). */
   const char *pools_path;
+  /* A running trainer that writes no progress line for this many seconds
+   * (a hang, a SIGSTOP) is killed and its job fails over as a failure of
+   * its own (TRAINER_UNRESPONSIVE, bounded by max_restarts); 0 = never. */
+  int heartbeat_s;
+  /* Each trainer's memory limit in bytes (0 = none), applied as
+   * limits_mode says: "auto" (a cgroup v2 of its own, with its cores as
+   * cpuset.cpus, where the hierarchy is writable; else RLIMIT_AS),
+   * "cgroup" (or sched_start fails), "rlimit"; NULL = auto. A trainer the
+   * OOM killer ends, or that runs out under RLIMIT_AS (exit 7), ends its
+   * job RESOURCE_EXHAUSTED. */
+  int64_t memory_max_bytes;
+  const char *limits_mode;
   sched_log_fn log; /* may be NULL */
   void *log_user;
 } sched_config;
