@@ -9,6 +9,7 @@
  * itself; nothing else is shared. */
 /* nftw() is an X/Open function. */
 #define _XOPEN_SOURCE 700
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -98,8 +99,27 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
   return remove(path);
 }
 
-static void remove_tree(const char *dir) {
+void http_remove_tree(const char *dir) {
   if (dir[0]) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int http_sweep_stale(const char *dir, const char *prefix, time_t before) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int removed = 0;
+  struct dirent *e;
+  size_t plen = strlen(prefix);
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, prefix, plen) != 0) continue;
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (lstat(path, &sb) != 0 || sb.st_mtime >= before) continue;
+    http_remove_tree(path);
+    removed++;
+  }
+  closedir(d);
+  return removed;
 }
 
 static int new_dataset_id(char out[API_DATASET_ID_LEN + 1]) {
@@ -152,6 +172,9 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
                       length, cfg->max_upload_bytes);
     return -1;
   }
+  /* Over the tenant's storage quota: answered before the body is read. */
+  if (length && http_check_storage_quota(cfg, who, (int64_t)strtoull(length, NULL, 10), res) != 0)
+    return -1;
   http_upload *u = calloc(1, sizeof *u);
   if (!u || new_dataset_id(u->id) != 0) {
     free(u);
@@ -171,7 +194,7 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
       !(u->file = fopen(path, "wb"))) {
     http_reply_status(res, 500, "INTERNAL", NULL, "cannot store the upload on the server: %s",
                       strerror(errno));
-    remove_tree(u->tmp_dir);
+    http_remove_tree(u->tmp_dir);
     free(u);
     return -1;
   }
@@ -185,7 +208,7 @@ int http_upload_write(const http_config *cfg, http_upload *u, const char *data, 
     u->too_large = 1;
     if (u->file) fclose(u->file);
     u->file = NULL;
-    remove_tree(u->tmp_dir);
+    http_remove_tree(u->tmp_dir);
     return -1;
   }
   if (u->file && fwrite(data, 1, len, u->file) != len) {
@@ -237,7 +260,7 @@ void http_upload_finish(const http_config *cfg, http_upload *u, http_response *r
   if (res->status != 200) {
     if (u->file) fclose(u->file);
     u->file = NULL;
-    remove_tree(u->tmp_dir);
+    http_remove_tree(u->tmp_dir);
     u->tmp_dir[0] = '\0';
   }
 }
@@ -261,6 +284,10 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
     http_reply_status(res, 400, "INVALID_ARGUMENT", "body", "the upload is empty");
     return;
   }
+  /* A chunked upload's size is known only now. */
+  http_principal owner = {.admin = 0};
+  snprintf(owner.tenant, sizeof owner.tenant, "%s", u->tenant);
+  if (http_check_storage_quota(cfg, &owner, (int64_t)u->bytes, res) != 0) return;
   char path[4200];
   snprintf(path, sizeof path, "%s/dataset.json", u->tmp_dir);
   char *manifest = api_dataset_manifest_format(&u->manifest);
@@ -333,7 +360,7 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
   u->tmp_dir[0] = '\0'; /* moved: nothing to clean up */
   if (store_dataset_add(cfg->st, &d) != STORE_OK) {
     http_reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(cfg->st));
-    remove_tree(d.path);
+    http_remove_tree(d.path);
     return;
   }
   http_reply_json(res, 200, upload_json(&d));
@@ -342,7 +369,7 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
 void http_upload_free(http_upload *u) {
   if (!u) return;
   if (u->file) fclose(u->file);
-  remove_tree(u->tmp_dir);
+  http_remove_tree(u->tmp_dir);
   free(u);
 }
 
@@ -441,7 +468,7 @@ static void one_dataset(const http_config *cfg, const http_request *req, http_re
   } else if (rc != STORE_OK) {
     http_reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(cfg->st));
   } else {
-    remove_tree(d.path); /* the row is gone first: a half-removed folder is never in use */
+    http_remove_tree(d.path); /* the row is gone first: a half-removed folder is never in use */
     http_reply_json(res, 200, json_object());
   }
 }

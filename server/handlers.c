@@ -99,6 +99,7 @@ static json_t *job_json_without_spec(store *st, const store_job *job, int with_m
   json_object_set_new(o, "attempt", json_integer(job->attempt));
   json_object_set_new(o, "restarts", json_integer(job->restarts));
   json_object_set_new(o, "infra_restarts", json_integer(job->infra_restarts));
+  json_object_set_new(o, "planned_memory_bytes", json_integer(job->planned_memory_bytes));
   if (job->request_id[0]) json_object_set_new(o, "request_id", json_string(job->request_id));
   if (job->tenant[0]) json_object_set_new(o, "tenant", json_string(job->tenant));
   set_time(o, "create_time", job->create_ms);
@@ -219,6 +220,10 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     http_reply_status(res, 409, "FAILED_PRECONDITION", field, "%s", why);
     return;
   }
+  if (http_check_job_quota(cfg, &req->who, spec, res) != 0) {
+    free(spec);
+    return;
+  }
   store_job job;
   memset(&job, 0, sizeof job);
   snprintf(job.display_name, sizeof job.display_name, "%s", spec->display_name);
@@ -232,6 +237,10 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
   free(spec);
   if (!job.spec_json) {
     http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
+    return;
+  }
+  if (http_plan_memory(cfg, job.spec_json, &job.planned_memory_bytes, res) != 0) {
+    free(job.spec_json);
     return;
   }
   snprintf(job.state, sizeof job.state, "QUEUED");

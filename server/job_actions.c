@@ -35,6 +35,11 @@ void http_delete_job(const http_config *cfg, http_request *req, http_response *r
   } else if (rc != STORE_OK) {
     http_reply_store_failure(res, cfg->st);
   } else {
+    /* Its spec, log and checkpoints go with it; the row went first, so a
+     * half-removed folder is never read as the job's. */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/%s", cfg->jobs_dir, job.id);
+    http_remove_tree(dir);
     http_reply_json(res, 200, json_object()); /* AIP-135: an empty body */
   }
   store_job_clear(&job);

@@ -85,6 +85,17 @@ static void usage(FILE *to) {
           "  --pools FILE           device pools, {\"pools\": [{\"name\": \"train\",\n"
           "                         \"device_type\": \"cpu\", \"devices\": [0, 1]}]} (default:\n"
           "                         pool \"default\" of every CPU core, \"gpu\" of every GPU)\n"
+          "  --trainer-heartbeat S  a running trainer silent (no progress line) for S seconds\n"
+          "                         is killed and its job fails over (default 300; 0: never)\n"
+          "  --trainer-memory-max N bytes each trainer may use (default: the machine's memory);\n"
+          "                         a job planned above it is refused at create\n"
+          "  --trainer-limits MODE  how the limit is applied: auto (a cgroup where\n"
+          "                         /sys/fs/cgroup is writable, else RLIMIT_AS), cgroup, rlimit\n"
+          "  --planner PATH         kiln-train for --plan-only at create (default: next to kilnd)\n"
+          "  --user-max-priority N  the highest priority a user may give a job (default 50)\n"
+          "  --tenant-max-devices N, --tenant-max-queued-jobs N, --tenant-max-storage-bytes N\n"
+          "                         a tenant's default quotas (default 0: no limit); an admin\n"
+          "                         sets one tenant's with PUT /v1/tenants/T/quota\n"
           "  --insecure-no-auth     accept requests without a token, as the default\n"
           "                         tenant's admin (development only; loopback only: a\n"
           "                         request must name a loopback Host, carry no other\n"
@@ -270,6 +281,12 @@ static long parse_count(const char *flag, const char *text, long lo, long hi) {
   return v;
 }
 
+/* The machine's memory: a trainer's default limit. */
+static long long physical_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (long long)pages * size : 0;
+}
+
 static int is_loopback(const char *host) {
   return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
 }
@@ -278,24 +295,33 @@ int main(int argc, char **argv) {
   /* What kilnd and the trainers it spawns write is theirs alone. */
   umask(077);
   if (argc >= 2 && strcmp(argv[1], "token") == 0) return token_command(argc, argv);
-  static const struct option options[] = {{"listen", required_argument, NULL, 'l'},
-                                          {"data-dir", required_argument, NULL, 'd'},
-                                          {"datasets-dir", required_argument, NULL, 's'},
-                                          {"trainer", required_argument, NULL, 't'},
-                                          {"max-body-bytes", required_argument, NULL, 'b'},
-                                          {"max-upload-bytes", required_argument, NULL, 'u'},
-                                          {"port-file", required_argument, NULL, 'p'},
-                                          {"insecure-no-auth", no_argument, NULL, 'i'},
-                                          {"preempt", no_argument, NULL, 'P'},
-                                          {"pools", required_argument, NULL, 'o'},
-                                          {"metrics-auth", required_argument, NULL, 'm'},
-                                          {"max-connections", required_argument, NULL, 'C'},
-                                          {"max-connections-per-ip", required_argument, NULL, 'I'},
-                                          {"header-timeout", required_argument, NULL, 'T'},
-                                          {"max-blocked-per-tenant", required_argument, NULL, 'B'},
-                                          {"http-threads", required_argument, NULL, 'H'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+  static const struct option options[] = {
+      {"listen", required_argument, NULL, 'l'},
+      {"data-dir", required_argument, NULL, 'd'},
+      {"datasets-dir", required_argument, NULL, 's'},
+      {"trainer", required_argument, NULL, 't'},
+      {"max-body-bytes", required_argument, NULL, 'b'},
+      {"max-upload-bytes", required_argument, NULL, 'u'},
+      {"port-file", required_argument, NULL, 'p'},
+      {"insecure-no-auth", no_argument, NULL, 'i'},
+      {"preempt", no_argument, NULL, 'P'},
+      {"pools", required_argument, NULL, 'o'},
+      {"metrics-auth", required_argument, NULL, 'm'},
+      {"max-connections", required_argument, NULL, 'C'},
+      {"max-connections-per-ip", required_argument, NULL, 'I'},
+      {"header-timeout", required_argument, NULL, 'T'},
+      {"max-blocked-per-tenant", required_argument, NULL, 'B'},
+      {"http-threads", required_argument, NULL, 'H'},
+      {"trainer-heartbeat", required_argument, NULL, 'W'},
+      {"trainer-memory-max", required_argument, NULL, 'M'},
+      {"trainer-limits", required_argument, NULL, 'L'},
+      {"planner", required_argument, NULL, 'N'},
+      {"user-max-priority", required_argument, NULL, 'Q'},
+      {"tenant-max-devices", required_argument, NULL, 'D'},
+      {"tenant-max-queued-jobs", required_argument, NULL, 'J'},
+      {"tenant-max-storage-bytes", required_argument, NULL, 'S'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
   const char *datasets_dir = getenv("KILN_DATASETS_DIR"), *port_file = NULL, *pools = NULL;
   char trainer[PATH_MAX] = "";
@@ -305,9 +331,48 @@ int main(int argc, char **argv) {
   long max_connections = HTTP_DEFAULT_MAX_CONNECTIONS, per_ip = HTTP_DEFAULT_MAX_CONNECTIONS_PER_IP,
        header_timeout = HTTP_DEFAULT_HEADER_TIMEOUT_S,
        blocked = HTTP_DEFAULT_MAX_BLOCKED_PER_TENANT, http_threads = HTTP_DEFAULT_THREADS;
+  int64_t heartbeat_s = 300, memory_max = 0;
+  const char *limits_mode = "auto";
+  char planner[PATH_MAX] = "";
+  store_quota defaults = {.max_priority = 50};
+  const time_t started = time(NULL);
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     char *end = NULL;
     switch (opt) {
+    case 'W':
+      if ((heartbeat_s = parse_count("--trainer-heartbeat", optarg, 0, 86400 * 7)) < 0) return 2;
+      break;
+    case 'M':
+      if ((memory_max = parse_count("--trainer-memory-max", optarg, 1 << 20, 1L << 50)) < 0)
+        return 2;
+      break;
+    case 'L':
+      if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "cgroup") != 0 &&
+          strcmp(optarg, "rlimit") != 0) {
+        fprintf(stderr, "kilnd: --trainer-limits needs auto, cgroup or rlimit, got '%s'\n", optarg);
+        return 2;
+      }
+      limits_mode = optarg;
+      break;
+    case 'N': snprintf(planner, sizeof planner, "%s", optarg); break;
+    case 'Q':
+      if ((defaults.max_priority = parse_count("--user-max-priority", optarg, 0, 100)) < 0)
+        return 2;
+      break;
+    case 'D':
+      if ((defaults.max_devices = parse_count("--tenant-max-devices", optarg, 0, 1 << 20)) < 0)
+        return 2;
+      break;
+    case 'J':
+      if ((defaults.max_queued_jobs = parse_count("--tenant-max-queued-jobs", optarg, 0, 1 << 30)) <
+          0)
+        return 2;
+      break;
+    case 'S':
+      if ((defaults.max_storage_bytes =
+               parse_count("--tenant-max-storage-bytes", optarg, 0, 1L << 60)) < 0)
+        return 2;
+      break;
     case 'l': listen = optarg; break;
     case 'd': data_dir = optarg; break;
     case 's': datasets_dir = optarg; break;
@@ -393,6 +458,14 @@ int main(int argc, char **argv) {
   }
   data_dir = data_abs;
   snprintf(trainer, sizeof trainer, "%s", trainer_abs);
+  /* The planner is the real kiln-train even when --trainer names another
+   * program that speaks its progress protocol. */
+  if (!planner[0] && find_trainer(planner, sizeof planner) != 0) planner[0] = '\0';
+  if (planner[0] && !executable(planner)) {
+    fprintf(stderr, "kilnd: planner '%s' is not an executable file\n", planner);
+    return 1;
+  }
+  if (memory_max == 0) memory_max = physical_memory();
 
   /* Signals are taken by sigwait below; every thread starts with them blocked. */
   sigset_t stop_signals;
@@ -409,6 +482,10 @@ int main(int argc, char **argv) {
   snprintf(uploads_dir, sizeof uploads_dir, "%s/datasets", data_dir);
   /* kiln-train finds uploaded data sets here (it inherits the environment). */
   setenv("KILN_UPLOADS_DIR", uploads_dir, 1);
+  /* What a kilnd killed mid-upload or mid-plan left: nothing of this
+   * process's yet, so everything older than its start. */
+  int swept = http_sweep_stale(uploads_dir, ".upload-", started) +
+              http_sweep_stale(jobs_dir, ".plan-", started);
   store *st = NULL;
   if (store_open(db_path, &st, err, sizeof err) != STORE_OK) {
     fprintf(stderr, "kilnd: %s\n", err);
@@ -435,6 +512,9 @@ int main(int argc, char **argv) {
                      .mpirun_path = getenv("KILN_MPIRUN"), /* NULL: mpirun on PATH */
                      .preempt = preempt,
                      .pools_path = pools,
+                     .heartbeat_s = (int)heartbeat_s,
+                     .memory_max_bytes = memory_max,
+                     .limits_mode = limits_mode,
                      .log = sched_log};
   sched *scheduler = NULL;
   if (sched_start(&sc, &scheduler, err, sizeof err) != 0) {
@@ -458,7 +538,11 @@ int main(int argc, char **argv) {
                     .max_connections_per_ip = (unsigned)per_ip,
                     .header_timeout_s = (unsigned)header_timeout,
                     .max_blocked_per_tenant = (unsigned)blocked,
-                    .threads = (unsigned)http_threads};
+                    .threads = (unsigned)http_threads,
+
+                    .planner_path = planner[0] ? planner : NULL,
+                    .memory_budget_bytes = memory_max,
+                    .quota_defaults = defaults};
   http_server *srv = NULL;
   if (http_server_start(&hc, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "kilnd: %s\n", err);
@@ -485,6 +569,14 @@ int main(int argc, char **argv) {
              tightened);
     log_line("warn", line);
   }
+  if (swept) {
+    snprintf(line, sizeof line, "msg=\"removed what an earlier kilnd left unfinished\" count=%d",
+             swept);
+    log_line("info", line);
+  }
+  if (!planner[0])
+    log_line("warn", "msg=\"no kiln-train next to kilnd to plan jobs' memory; jobs are not "
+                     "checked against --trainer-memory-max at create (pass --planner PATH)\"");
   if (no_auth) {
     log_line("warn", "msg=\"--insecure-no-auth: every request acts as the default tenant's "
                      "admin; for development on loopback only\"");

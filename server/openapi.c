@@ -32,7 +32,7 @@ static const op_doc op_docs[] = {
     {"GET", "/v1/openapi.json", "getOpenApiDocument", "operations", "", NULL, "OpenApiDocument",
      ""},
     {"POST", "/v1/jobs", "createJob", "jobs", "request_id validate_only", "JobSpec", "Job",
-     "400 409"},
+     "400 403 409 429"},
     {"GET", "/v1/jobs", "listJobs", "jobs", "page_size page_token filter order_by", NULL, "JobList",
      "400"},
     {"GET", "/v1/jobs/{job}", "getJob", "jobs", "", NULL, "Job", "404"},
@@ -64,7 +64,7 @@ static const op_doc op_docs[] = {
      NULL, "Checkpoint", "404"},
     {"POST", "/v1/datasets", "createDataset", "datasets",
      "upload_format label_column upload_display_name", "application/octet-stream", "Dataset",
-     "400"},
+     "400 429"},
     {"GET", "/v1/datasets", "listDatasets", "datasets", "page_size page_token", NULL, "DatasetList",
      "400"},
     {"GET", "/v1/datasets/{dataset}", "getDataset", "datasets", "", NULL, "Dataset", "404"},
@@ -74,6 +74,9 @@ static const op_doc op_docs[] = {
     {"POST", "/v1/tokens", "createToken", "tokens", "", "TokenRequest", "NewToken", "400 403"},
     {"GET", "/v1/tokens", "listTokens", "tokens", "", NULL, "TokenList", ""},
     {"DELETE", "/v1/tokens/{token}", "revokeToken", "tokens", "", NULL, "Empty", "403 404"},
+    {"GET", "/v1/tenants/{tenant}/quota", "getQuota", "tenants", "", NULL, "Quota", "400 403"},
+    {"PUT", "/v1/tenants/{tenant}/quota", "setQuota", "tenants", "", "QuotaUpdate", "Quota",
+     "400 403"},
 };
 
 typedef struct param_doc {
@@ -141,8 +144,9 @@ static const error_doc error_docs[] = {
      "UNAUTHENTICATED: no 'Authorization: Bearer TOKEN' header, or the token is unknown or "
      "revoked."},
     {403, "PermissionDenied",
-     "PERMISSION_DENIED: the token's role may not do this (details name role), or, under "
-     "--insecure-no-auth, a request with another site's Origin or a Host that is not loopback."},
+     "PERMISSION_DENIED: the token's role may not do this (details name role; a user's priority "
+     "above its tenant's max_priority names priority), or, under --insecure-no-auth, a request "
+     "with another site's Origin or a Host that is not loopback."},
     {404, "NotFound",
      "NOT_FOUND: no such resource, or it belongs to another tenant; details name the parameter."},
     {409, "Conflict",
@@ -151,9 +155,11 @@ static const error_doc error_docs[] = {
     {413, "PayloadTooLarge",
      "RESOURCE_EXHAUSTED: the request body is larger than kilnd's --max-body-bytes (data set "
      "uploads: --max-upload-bytes)."},
-    {429, "TooManyBlocked",
+    {429, "ResourceExhausted",
      "RESOURCE_EXHAUSTED: the tenant already has kilnd's --max-blocked-per-tenant blocking "
-     "requests (:wait, metrics:watch) open; retry when one ends."},
+     "requests (:wait, metrics:watch) open, retry when one ends; or its quota (max_devices, "
+     "max_queued_jobs, max_storage_bytes) would be passed: details name the field and the "
+     "message the limit."},
     {500, "Internal", "INTERNAL: kilnd failed (storage, memory); the message says where."},
     {503, "Unavailable",
      "UNAVAILABLE: the store or the scheduler does not answer, or kilnd is shutting down."},
@@ -168,6 +174,7 @@ static const struct {
     {"datasets", "Built-in and uploaded data sets."},
     {"devices", "The devices and pools the scheduler hands out."},
     {"tokens", "Bearer tokens: made by admins, listed and revoked; a secret is shown once."},
+    {"tenants", "Tenants' quotas: priority ceilings, devices, waiting jobs, storage."},
     {"operations",
      "Health, readiness, Prometheus metrics (an admin token unless --metrics-auth public) and "
      "this document."},

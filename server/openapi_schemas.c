@@ -62,6 +62,9 @@ static const http_openapi_text schemas[] = {
      "crash, a hung trainer): what max_restarts bounds.'},"
      "'infra_restarts':{'type':'integer','description':'Re-queues the infrastructure caused (a "
      "kilnd restart, a preemption); they never count against max_restarts.'},"
+     "'planned_memory_bytes':{'type':'integer','format':'int64','description':'The memory its "
+     "training plans (parameters, gradients, optimizer state, activations), as the planner of "
+     "the engine figured it at create; 0 when not planned.'},"
      "'request_id':{'type':'string','description':'The request_id it was created with.'},"
      "'tenant':{'type':'string','description':'The tenant that owns it.'},"
      "'create_time':" TIME("When it was created.") ","
@@ -267,6 +270,31 @@ static const http_openapi_text schemas[] = {
      "'profile':{'type':'object','required':['steps'],'properties':{'steps':{'type':'array',"
      "'minItems':2,'maxItems':2,'items':{'type':'integer'},'description':'[first, last] "
      "optimizer steps to record.'}}}}}"},
+    /* ---- tenants (tenants.c) ---- */
+    {"Quota",
+     "{'type':'object','description':'The limits in force for a tenant (set by an admin, else "
+     "the defaults of kilnd) and what it uses. 0: no limit (except max_priority).',"
+     "'required':['name','tenant','max_priority','max_devices','max_queued_jobs',"
+     "'max_storage_bytes','usage'],'properties':{"
+     "'name':{'type':'string','example':'tenants/acme/quota'},'tenant':{'type':'string'},"
+     "'max_priority':{'type':'integer','minimum':0,'maximum':100,'description':'The highest "
+     "priority its users may give a job (admins are not held to it).'},"
+     "'max_devices':{'type':'integer','minimum':0,'description':'Devices its unfinished jobs "
+     "may ask for, all together.'},"
+     "'max_queued_jobs':{'type':'integer','minimum':0,'description':'Jobs it may have waiting "
+     "(QUEUED or PREEMPTED).'},"
+     "'max_storage_bytes':{'type':'integer','format':'int64','minimum':0,'description':'Bytes "
+     "of uploads and checkpoints together.'},"
+     "'usage':{'type':'object','required':['queued_jobs','devices','storage_bytes'],"
+     "'properties':{'queued_jobs':{'type':'integer'},'devices':{'type':'integer'},"
+     "'storage_bytes':{'type':'integer','format':'int64'}}}}}"},
+    {"QuotaUpdate",
+     "{'type':'object','description':'The fields to set; the others keep their value. null "
+     "resets a field to the default of kilnd.','additionalProperties':false,'properties':{"
+     "'max_priority':{'type':'integer','minimum':0,'maximum':100,'nullable':true},"
+     "'max_devices':{'type':'integer','minimum':0,'nullable':true},"
+     "'max_queued_jobs':{'type':'integer','minimum':0,'nullable':true},"
+     "'max_storage_bytes':{'type':'integer','format':'int64','minimum':0,'nullable':true}}}"},
     {"Model",
      "{'type':'object','required':['input_shape','layers'],'properties':{"
      "'input_shape':{'type':'array','items':{'type':'integer','minimum':1},'example':[28,28,1]},"

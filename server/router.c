@@ -61,6 +61,10 @@ static const http_route routes[] = {
     {"DELETE", "/v1/tokens/{token}", http_revoke_token, 0,
      "Revoke a token (an admin any, a user its tenant's user tokens): refused from the next "
      "request."},
+    {"GET", "/v1/tenants/{tenant}/quota", http_get_quota, 0,
+     "A tenant's quota and what it uses (an admin: any tenant; a user: its own)."},
+    {"PUT", "/v1/tenants/{tenant}/quota", http_put_quota, 0,
+     "Set a tenant's quota (admin only): the fields named; null resets one to kilnd's default."},
 };
 
 const http_route *http_routes(int *n) {

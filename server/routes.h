@@ -121,6 +121,21 @@ void http_list_pools(const http_config *cfg, http_request *req, http_response *r
 void http_create_token(const http_config *cfg, http_request *req, http_response *res);
 void http_list_tokens(const http_config *cfg, http_request *req, http_response *res);
 void http_revoke_token(const http_config *cfg, http_request *req, http_response *res);
+/* tenants.c */
+void http_get_quota(const http_config *cfg, http_request *req, http_response *res);
+void http_put_quota(const http_config *cfg, http_request *req, http_response *res);
+/* At create: a user's priority ceiling (403), the tenant's devices and
+ * waiting jobs (429). 0, or -1 having answered. */
+int http_check_job_quota(const http_config *cfg, const http_principal *who,
+                         const api_job_spec *spec, http_response *res);
+/* At upload: incoming more bytes within the tenant's max_storage_bytes
+ * (429 otherwise). 0, or -1 having answered. */
+int http_check_storage_quota(const http_config *cfg, const http_principal *who, int64_t incoming,
+                             http_response *res);
+/* plan.c: the spec's planned memory in *planned (0 without a planner); -1
+ * having answered 409 when it exceeds cfg->memory_budget_bytes. */
+int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *planned,
+                     http_response *res);
 /* openapi.c */
 void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 

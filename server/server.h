@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "scheduler.h"
 #include "storage.h"
@@ -37,6 +38,11 @@ typedef struct http_config {
   unsigned max_blocked_per_tenant; /* :wait and metric streams open at once, per tenant */
   unsigned threads;                /* event-loop threads */
   struct http_waker *waker;        /* set by http_server_start: parks waiting requests */
+  /* kiln-train, asked at create for the memory a spec plans (--plan-only);
+   * NULL = no check */
+  const char *planner_path;
+  int64_t memory_budget_bytes; /* a trainer's memory limit: a job planned above it is refused */
+  store_quota quota_defaults;  /* the limits of a tenant an admin set none for (tenants.c) */
 } http_config;
 
 #define HTTP_DEFAULT_MAX_CONNECTIONS        1024
@@ -194,6 +200,14 @@ void http_upload_free(http_upload *u);
 struct api_job_spec;
 int http_datasets_check_spec(const http_config *cfg, const http_principal *who,
                              const struct api_job_spec *spec, http_response *res);
+
+/* Removes a folder with everything in it (nothing when dir is ""). */
+void http_remove_tree(const char *dir);
+/* Removes the entries of dir whose names start with prefix and that were
+ * last changed before `before`: what a kilnd killed mid-upload (".upload-")
+ * or mid-plan (".plan-") left. Returns how many. */
+#include <time.h>
+int http_sweep_stale(const char *dir, const char *prefix, time_t before);
 
 /* ---- cache.c: what the store has not changed since it was read ---- */
 

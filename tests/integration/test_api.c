@@ -364,6 +364,9 @@ static void pagination_over_250_jobs_returns_each_exactly_once(void **state) {
 static void cancel_explain_delete_and_priority_order(void **state) {
   (void)state;
   char sleeper[64], low[64], high[64], mid[64], path[200];
+  /* A user's priority above 50 needs its tenant's ceiling raised by an admin. */
+  assert_int_equal(
+      call(admin_token, "PUT", "/v1/tenants/acme/quota", "{\"max_priority\":90}", NULL), 200);
   create(acme_token, "sleeper-1", 50, sleeper);
   wait_state(acme_token, sleeper, "RUNNING");
   create(acme_token, "quick-low", 10, low);
@@ -572,6 +575,8 @@ static void openapi_and_router_agree(void **state) {
       "POST /v1/tokens",
       "GET /v1/tokens",
       "DELETE /v1/tokens/{token}",
+      "GET /v1/tenants/{tenant}/quota",
+      "PUT /v1/tenants/{tenant}/quota",
   };
   size_t n_expected = sizeof expected / sizeof expected[0];
   json_t *doc;

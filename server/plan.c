@@ -1,0 +1,102 @@
+/* plan.c — the memory a job's training plans, asked of the engine at
+ * create: kilnd runs `kiln-train --plan-only SPEC` (the engine builds and
+ * plans the model, allocating none of it, in milliseconds) and refuses a
+ * spec whose parameters, gradients, optimizer state and arena exceed
+ * kilnd's --trainer-memory-max. The figure is kept on the job. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "routes.h"
+
+extern char **environ;
+
+enum { PLAN_SPEC_STATUS = 3 }; /* kiln-train: the model does not build */
+
+/* Runs the planner on spec_path; its exit status and what it printed on
+ * standard output (one line) in out. */
+static int run_planner(const http_config *cfg, const char *spec_path, char *out, size_t outlen) {
+  int fds[2];
+  out[0] = '\0';
+  if (pipe(fds) != 0) {
+    snprintf(out, outlen, "cannot create a pipe: %s", strerror(errno));
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  char *argv[] = {(char *)cfg->planner_path, "--plan-only", (char *)spec_path, NULL};
+  pid_t pid;
+  int rc = posix_spawn(&pid, cfg->planner_path, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  size_t used = 0;
+  ssize_t got;
+  while (rc == 0 && used + 1 < outlen && (got = read(fds[0], out + used, outlen - 1 - used)) > 0)
+    used += (size_t)got;
+  out[used] = '\0';
+  close(fds[0]);
+  if (rc != 0) {
+    snprintf(out, outlen, "cannot start %s: %s", cfg->planner_path, strerror(rc));
+    return -1;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *planned,
+                     http_response *res) {
+  *planned = 0;
+  if (!cfg->planner_path) return 0; /* no planner: kilnd said so when it started */
+  char path[4200];
+  snprintf(path, sizeof path, "%s/.plan-XXXXXX", cfg->jobs_dir);
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot write the spec to plan it: %s",
+                      strerror(errno));
+    return -1;
+  }
+  size_t len = strlen(spec_json);
+  int wrote = write(fd, spec_json, len) == (ssize_t)len;
+  close(fd);
+  char out[2048];
+  int status = wrote ? run_planner(cfg, path, out, sizeof out) : -1;
+  unlink(path);
+  json_t *line = status >= 0 ? json_loads(out, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+  json_t *plan = json_object_get(line, "plan");
+  if (status == 0 && json_is_integer(json_object_get(plan, "total_bytes"))) {
+    *planned = json_integer_value(json_object_get(plan, "total_bytes"));
+    json_decref(line);
+    if (cfg->memory_budget_bytes <= 0 || *planned <= cfg->memory_budget_bytes) return 0;
+    http_reply_status(res, 409, "FAILED_PRECONDITION", "model",
+                      "the model's planned memory (parameters, gradients, optimizer state and "
+                      "activations) is %.1f GiB (%lld bytes), more than a trainer may use here: "
+                      "%.1f GiB (kilnd --trainer-memory-max %lld); it could never run",
+                      (double)*planned / 1073741824.0, (long long)*planned,
+                      (double)cfg->memory_budget_bytes / 1073741824.0,
+                      (long long)cfg->memory_budget_bytes);
+    return -1;
+  }
+  /* The spec parsed here, so a planner that refuses it found a model that
+   * does not build (its error line says why). */
+  const char *why = json_string_value(json_object_get(json_object_get(line, "error"), "message"));
+  if (status == PLAN_SPEC_STATUS && why) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "model", "%s", why);
+  } else {
+    http_reply_status(res, 500, "INTERNAL", NULL, "planning the job's memory failed (%s): %.300s",
+                      cfg->planner_path, why ? why : out);
+  }
+  json_decref(line);
+  return -1;
+}
