@@ -220,6 +220,18 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     http_reply_status(res, 409, "FAILED_PRECONDITION", field, "%s", why);
     return;
   }
+  /* A retry of a create that succeeded answers its job, whatever the
+   * quotas say now. */
+  char earlier[40];
+  store_job existing;
+  if (request_id && !dry_run &&
+      store_job_find_request(cfg->st, req->who.tenant, request_id, earlier) == STORE_OK &&
+      store_job_get(cfg->st, earlier, &existing) == STORE_OK) {
+    free(spec);
+    http_reply_job(res, cfg->st, &existing, 1);
+    store_job_clear(&existing);
+    return;
+  }
   if (http_check_job_quota(cfg, &req->who, spec, res) != 0) {
     free(spec);
     return;
@@ -256,7 +268,6 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     return;
   }
   job.create_ms = store_now_ms();
-  store_job existing;
   memset(&existing, 0, sizeof existing);
   int rc = store_job_create(cfg->st, &job, &existing);
   if (rc == STORE_EXISTS) {

@@ -89,6 +89,9 @@ void store_job_list_free(store_job *jobs, int n);
  * may be NULL. A duplicate id is STORE_ERROR. */
 int store_job_create(store *s, const store_job *job, store_job *existing);
 int store_job_get(store *s, const char *id, store_job *out); /* STORE_NOT_FOUND when absent */
+/* The id (40 bytes) of tenant's job created with request_id (lookup.c);
+ * STORE_NOT_FOUND when none. */
+int store_job_find_request(store *s, const char *tenant, const char *request_id, char id[40]);
 /* Jobs in descending creation order (newest first), optionally only those in
  * state_filter (NULL = all), with seq < before_seq (0 = from the newest),
  * at most limit (>= 1). *out is malloc'd (free with store_job_list_free);
