@@ -94,8 +94,9 @@ int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *pla
   if (status == PLAN_SPEC_STATUS && why) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "model", "%s", why);
   } else {
-    http_reply_status(res, 500, "INTERNAL", NULL, "planning the job's memory failed (%s): %.300s",
-                      cfg->planner_path, why ? why : out);
+    http_reply_status(res, 500, "INTERNAL", NULL,
+                      "planning the job's memory failed (kiln-train --plan-only): %.300s",
+                      why ? why : "no plan was printed");
   }
   json_decref(line);
   return -1;

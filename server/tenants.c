@@ -134,8 +134,10 @@ static const struct {
 
 void http_put_quota(const http_config *cfg, http_request *req, http_response *res) {
   if (!req->who.admin) {
-    http_reply_status(res, 403, "PERMISSION_DENIED", "Authorization",
-                      "only an admin token sets a tenant's quota");
+    http_reply_status(
+        res, 403, "PERMISSION_DENIED", "role",
+        "only an admin token sets a tenant's quota; this one is tenant %s's user token",
+        req->who.tenant);
     return;
   }
   if (quota_tenant(req, res) != 0) return;

@@ -248,7 +248,7 @@ static void user_priority_above_its_ceiling_needs_an_admin(void **state) {
   json_t *doc;
   assert_int_equal(
       call(acme_token, "PUT", "/v1/tenants/acme/quota", "{\"max_priority\":100}", &doc), 403);
-  assert_error(doc, 403, "PERMISSION_DENIED", "Authorization", "admin");
+  assert_error(doc, 403, "PERMISSION_DENIED", "role", "admin");
   json_decref(doc);
   /* An admin can. */
   assert_int_equal(
