@@ -568,7 +568,7 @@ static void run_job(sched *s, slot_run *slot) {
     return;
   }
 
-  /* Its memory limit (and cores): the job's events say which kind applies. */
+  /* Its memory limit (and cores): its STARTED event says which kind applies. */
   const sched_pool *pool = &s->pools[slot->pool];
   const int gpu = strcmp(pool->device_type, "gpu") == 0;
   char cpus[SCHED_MAX_DEVICES * 4] = "";
@@ -581,7 +581,6 @@ static void run_job(sched *s, slot_run *slot) {
     sched_finish(s, job, "FAILED", "INTERNAL", msg);
     return;
   }
-  store_job_note(s->st, job->id, "MEMORY_LIMIT", limit.describe);
 
   int fds[2];
   if (pipe(fds) != 0) {
@@ -683,6 +682,8 @@ static void run_job(sched *s, slot_run *slot) {
   else
     snprintf(msg, sizeof msg, "%s started (pid %d, attempt %d)%s on pool %s (%s %s)", what,
              (int)pid, job->attempt, workers, pool->name, pool->device_type, where);
+  size_t used = strlen(msg);
+  snprintf(msg + used, sizeof msg - used, "; %s", limit.describe);
   if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK) {
     sched_slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
                store_errmsg(s->st));

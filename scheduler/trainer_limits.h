@@ -41,7 +41,7 @@ typedef struct sched_trainer_limit {
   int v1;                            /* a cgroup v1 memory controller's */
   char cgroup[SCHED_PATH_MAX + 96];  /* its cgroup, "" when none */
   char script[SCHED_PATH_MAX + 256]; /* the prologue /bin/sh runs before exec "$@" */
-  char describe[2600];               /* what applies, for the job's MEMORY_LIMIT event */
+  char describe[2600];               /* what applies, for the job's STARTED event */
 } sched_trainer_limit;
 
 /* Prepares the limit of attempt `attempt` of job_id on cpus ("0,1"; "" =

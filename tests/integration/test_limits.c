@@ -423,8 +423,8 @@ static void trainer_over_its_address_space_limit_ends_resource_exhausted(void **
   json_decref(job);
   /* The limit was the one asked for (ulimit -v counts KiB), and the job's
    * events say which kind applied. */
-  if (!has_event(acme_token, id, "MEMORY_LIMIT", "RLIMIT_AS", message, sizeof message))
-    fail_msg("no MEMORY_LIMIT event naming RLIMIT_AS");
+  if (!has_event(acme_token, id, "STARTED", "RLIMIT_AS", message, sizeof message))
+    fail_msg("no STARTED event naming RLIMIT_AS");
   assert_non_null(strstr(message, "268435456"));
   assert_int_equal(call(acme_token, "GET", "/healthz", NULL, NULL), 200);
 }
@@ -454,8 +454,8 @@ static void trainer_over_its_cgroup_memory_limit_is_oom_killed(void **state) {
   const char *text = json_string_value(json_object_get(job, "message"));
   if (!strstr(text, "OOM killer") || !strstr(text, "67108864")) fail_msg("message: %s", text);
   json_decref(job);
-  if (!has_event(acme_token, id, "MEMORY_LIMIT", "as cgroup", message, sizeof message))
-    fail_msg("no MEMORY_LIMIT event naming the cgroup");
+  if (!has_event(acme_token, id, "STARTED", "as cgroup", message, sizeof message))
+    fail_msg("no STARTED event naming the cgroup");
   assert_non_null(strstr(message, "67108864"));
   assert_int_equal(call(acme_token, "GET", "/healthz", NULL, NULL), 200);
 }
