@@ -308,7 +308,7 @@ int http_parse_page_size(const char *text, int *out) {
   return 0;
 }
 
-static int parse_int_arg(const char *text, int lo, int hi, int *out) {
+int http_parse_int_arg(const char *text, int lo, int hi, int *out) {
   char *end = NULL;
   long v = strtol(text, &end, 10);
   if (!*text || *end || v < lo || v > hi) return -1;
@@ -316,9 +316,8 @@ static int parse_int_arg(const char *text, int lo, int hi, int *out) {
   return 0;
 }
 
-/* One term of a list filter: "state=RUNNING" or, for admins, "tenant=acme". */
-static int parse_filter(const char *filter, const http_request *req, const char **state,
-                        char *tenant, size_t tenant_len, char *why, size_t why_len) {
+int http_parse_filter(const char *filter, const http_request *req, const char **state, char *tenant,
+                      size_t tenant_len, char *why, size_t why_len) {
   char copy[256];
   if (strlen(filter) >= sizeof copy) {
     snprintf(why, why_len, "filter is longer than %zu characters", sizeof copy - 1);
@@ -409,7 +408,7 @@ void http_list_jobs(const http_config *cfg, http_request *req, http_response *re
   if (filter && *filter) {
     char why[256];
     tenant[0] = '\0';
-    if (parse_filter(filter, req, &state, tenant, sizeof tenant, why, sizeof why) != 0) {
+    if (http_parse_filter(filter, req, &state, tenant, sizeof tenant, why, sizeof why) != 0) {
       http_reply_status(res, 400, "INVALID_ARGUMENT", "filter", "%s", why);
       return;
     }
@@ -511,7 +510,7 @@ void http_get_metrics(const http_config *cfg, http_request *req, http_response *
                       (long long)end_step);
     return;
   }
-  if (max_arg && parse_int_arg(max_arg, 1, 100000, &max_points) != 0) {
+  if (max_arg && http_parse_int_arg(max_arg, 1, 100000, &max_points) != 0) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "max_points",
                       "max_points must be an integer in 1..100000, got '%.40s'", max_arg);
     return;

@@ -81,8 +81,7 @@ void http_cancel_job(const http_config *cfg, http_request *req, http_response *r
   store_job_clear(&job);
 }
 
-/* "90s", "1.5s", "2m" or a bare number of seconds; -1 when malformed. */
-static double parse_duration(const char *text) {
+double http_parse_duration(const char *text) {
   char *end = NULL;
   double v = strtod(text, &end);
   if (end == text || v < 0 || v != v) return -1;
@@ -99,7 +98,7 @@ void http_wait_job(const http_config *cfg, http_request *req, http_response *res
   const char *timeout_arg = http_query(req, "timeout");
   double timeout_s = 60;
   if (timeout_arg) {
-    timeout_s = parse_duration(timeout_arg);
+    timeout_s = http_parse_duration(timeout_arg);
     if (timeout_s < 0 || timeout_s > WAIT_MAX_S) {
       http_reply_status(res, 400, "INVALID_ARGUMENT", "timeout",
                         "timeout must be a duration like 60s, 2m or 500ms, at most %ds, got "

@@ -104,21 +104,32 @@ static void serve_dashboard(const http_config *cfg, http_request *req, http_resp
   http_serve_static(req, res);
 }
 
-http_handler http_route_request(const http_config *cfg, http_request *req, http_response *res) {
-  if (http_static_path(req->path)) return serve_dashboard;
-  int path_known = 0;
-  char allowed[64] = "";
+const http_route *http_route_find(const char *method, const char *path,
+                                  char params[HTTP_MAX_PARAMS][128], char *allowed,
+                                  size_t allowed_len) {
+  if (allowed_len) allowed[0] = '\0';
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     const http_route *r = &routes[i];
-    char params[HTTP_MAX_PARAMS][128];
-    if (!match(r->pattern, req->path, params)) continue;
-    path_known = 1;
-    if (strcmp(r->method, req->method) != 0) {
+    char found[HTTP_MAX_PARAMS][128];
+    if (!match(r->pattern, path, found)) continue;
+    if (strcmp(r->method, method) != 0) {
       size_t used = strlen(allowed);
-      snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", r->method);
+      if (used + 1 < allowed_len)
+        snprintf(allowed + used, allowed_len - used, "%s%s", used ? ", " : "", r->method);
       continue;
     }
-    memcpy(req->params, params, sizeof params);
+    memcpy(params, found, sizeof found);
+    return r;
+  }
+  return NULL;
+}
+
+http_handler http_route_request(const http_config *cfg, http_request *req, http_response *res) {
+  if (http_static_path(req->path)) return serve_dashboard;
+  char allowed[64];
+  const http_route *r =
+      http_route_find(req->method, req->path, req->params, allowed, sizeof allowed);
+  if (r) {
     if (!r->public_route && http_authenticate(cfg, req, res) != 0) return NULL;
     if (http_route_blocks(r)) {
       if (http_waker_admit(cfg->waker, req->who.tenant, res) != 0) return NULL;
@@ -126,7 +137,7 @@ http_handler http_route_request(const http_config *cfg, http_request *req, http_
     }
     return r->handler;
   }
-  if (path_known) {
+  if (allowed[0]) {
     http_reply_status(res, 405, "UNIMPLEMENTED", "method", "%s is not supported on %s; use %s",
                       req->method, req->path, allowed);
   } else {

@@ -29,6 +29,26 @@ int http_route_blocks(const http_route *r);
  * is read: the handler to run once the body is complete, or NULL having
  * answered in res (401, 404, 405, 429). */
 http_handler http_route_request(const http_config *cfg, http_request *req, http_response *res);
+/* The route for method and path, with its path parameters in params; NULL
+ * when none, with allowed ("GET, DELETE", cut to allowed_len) naming the
+ * methods the path has, empty when no route has the path (404, not 405). */
+const http_route *http_route_find(const char *method, const char *path,
+                                  char params[HTTP_MAX_PARAMS][128], char *allowed,
+                                  size_t allowed_len);
+
+/* ---- query and header arguments ---- */
+/* An integer in lo..hi, the whole text; 0, or -1 when malformed. */
+int http_parse_int_arg(const char *text, int lo, int hi, int *out);
+/* A list filter: "state=RUNNING", for admins also "tenant=acme", joined by
+ * " AND "; 0, or -1 with a sentence in why. */
+int http_parse_filter(const char *filter, const http_request *req, const char **state, char *tenant,
+                      size_t tenant_len, char *why, size_t why_len);
+/* :wait's timeout: "90s", "1.5s", "2m", "500ms" or a bare number of
+ * seconds; -1 when malformed. */
+double http_parse_duration(const char *text);
+/* Last-Event-ID (NULL or empty: 0, from the start); 0, or -1 unless it is
+ * an integer >= 0. */
+int http_parse_last_event_id(const char *text, int64_t *after);
 
 /* ---- replies ---- */
 void http_reply_json(http_response *res, int status, json_t *doc); /* steals doc */

@@ -114,20 +114,25 @@ static long watch_read(void *ctx, uint64_t pos, char *out, size_t max) {
   return (long)n;
 }
 
+int http_parse_last_event_id(const char *text, int64_t *after) {
+  *after = 0;
+  if (!text || !*text) return 0;
+  char *end = NULL;
+  long long v = strtoll(text, &end, 10);
+  if (*end || v < 0) return -1;
+  *after = v;
+  return 0;
+}
+
 void http_watch_metrics(const http_config *cfg, http_request *req, http_response *res) {
   const char *last = http_header(req, "Last-Event-ID");
   int64_t after = 0;
-  if (last && *last) {
-    char *end = NULL;
-    long long v = strtoll(last, &end, 10);
-    if (*end || v < 0) {
-      http_reply_status(res, 400, "INVALID_ARGUMENT", "Last-Event-ID",
-                        "Last-Event-ID must be an event id this stream sent (an integer >= 0), "
-                        "got '%.40s'",
-                        last);
-      return;
-    }
-    after = v;
+  if (http_parse_last_event_id(last, &after) != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "Last-Event-ID",
+                      "Last-Event-ID must be an event id this stream sent (an integer >= 0), "
+                      "got '%.40s'",
+                      last);
+    return;
   }
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
