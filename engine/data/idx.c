@@ -20,8 +20,9 @@ typedef struct idx_file {
   uint8_t *data;
 } idx_file;
 
-static int read_full(gzFile f, void *buf, uint64_t len, const char *path, const char *what,
-                     char *err, size_t errlen) {
+/* Reads len bytes; base and total place them in the whole (for messages). */
+static int read_full(gzFile f, void *buf, uint64_t len, uint64_t base, uint64_t total,
+                     const char *path, const char *what, char *err, size_t errlen) {
   uint8_t *p = buf;
   uint64_t done = 0;
   while (done < len) {
@@ -32,16 +33,40 @@ static int read_full(gzFile f, void *buf, uint64_t len, const char *path, const 
       const char *msg = gzerror(f, &zerr);
       if (got < 0 || zerr != Z_OK) {
         snprintf(err, errlen, "%s: cannot read %s at byte %llu: %s", path, what,
-                 (unsigned long long)done, msg);
+                 (unsigned long long)(base + done), msg);
       } else {
         snprintf(err, errlen, "%s: truncated: %s ends after %llu of %llu bytes", path, what,
-                 (unsigned long long)done, (unsigned long long)len);
+                 (unsigned long long)(base + done), (unsigned long long)total);
       }
       return KN_EFORMAT;
     }
     done += (uint64_t)got;
   }
   return KN_OK;
+}
+
+/* The data, into a buffer that grows (doubling from 1 MiB) as the bytes
+ * arrive, so a header that claims gigabytes over a short file costs no
+ * more memory than the file holds. */
+#define IDX_FIRST_CHUNK (1ULL << 20)
+static int read_data(gzFile f, idx_file *out, const char *path, char *err, size_t errlen) {
+  uint64_t have = 0, cap = out->count < IDX_FIRST_CHUNK ? out->count : IDX_FIRST_CHUNK;
+  out->data = malloc(cap);
+  for (;;) {
+    if (!out->data) {
+      snprintf(err, errlen, "%s: out of memory for %llu bytes", path, (unsigned long long)cap);
+      return KN_ENOMEM;
+    }
+    int rc =
+        read_full(f, out->data + have, cap - have, have, out->count, path, "the data", err, errlen);
+    if (rc) return rc;
+    have = cap;
+    if (have == out->count) return KN_OK;
+    cap = cap * 2 < out->count ? cap * 2 : out->count;
+    uint8_t *grown = realloc(out->data, cap);
+    if (!grown) free(out->data);
+    out->data = grown;
+  }
 }
 
 static int idx_read(const char *path, int want_ndim, idx_file *out, char *err, size_t errlen) {
@@ -54,7 +79,7 @@ static int idx_read(const char *path, int want_ndim, idx_file *out, char *err, s
   gzbuffer(f, 1 << 17);
   int rc = KN_OK;
   uint8_t magic[4];
-  if ((rc = read_full(f, magic, 4, path, "the IDX magic number", err, errlen))) goto out;
+  if ((rc = read_full(f, magic, 4, 0, 4, path, "the IDX magic number", err, errlen))) goto out;
   if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08) {
     snprintf(err, errlen,
              "%s: not an unsigned-byte IDX file (magic %02x %02x %02x %02x, want 00 00 08 %02x)",
@@ -69,7 +94,8 @@ static int idx_read(const char *path, int want_ndim, idx_file *out, char *err, s
   }
   out->ndim = want_ndim;
   uint8_t be[16];
-  if ((rc = read_full(f, be, (uint64_t)4 * want_ndim, path, "the IDX dimensions", err, errlen))) {
+  if ((rc = read_full(f, be, (uint64_t)4 * want_ndim, 0, (uint64_t)4 * want_ndim, path,
+                      "the IDX dimensions", err, errlen))) {
     goto out;
   }
   out->count = 1;
@@ -88,13 +114,7 @@ static int idx_read(const char *path, int want_ndim, idx_file *out, char *err, s
       goto out;
     }
   }
-  out->data = malloc(out->count);
-  if (!out->data) {
-    snprintf(err, errlen, "%s: out of memory for %llu bytes", path, (unsigned long long)out->count);
-    rc = KN_ENOMEM;
-    goto out;
-  }
-  if ((rc = read_full(f, out->data, out->count, path, "the data", err, errlen))) goto out;
+  if ((rc = read_data(f, out, path, err, errlen))) goto out;
   uint8_t extra;
   int extra_got = gzread(f, &extra, 1), zerr = Z_OK;
   const char *zmsg = gzerror(f, &zerr);
