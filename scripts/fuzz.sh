@@ -7,7 +7,8 @@
 # corpus size, and a crash (the input is kept under build-fuzz/crashes/).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [RUNS]
 # FUZZ_TARGETS="spec tar" picks targets; FUZZ_PARALLEL=2 runs two at once;
-# FUZZ_KEEP=1 merges what a run found back into fuzz/corpus/ (to commit).
+# FUZZ_KEEP=1 merges what a run found back into fuzz/corpus/ (to commit);
+# FUZZ_OUT=DIR keeps the logs there (default build-fuzz/runs).
 # Exits 1 when any target crashed, leaked, timed out or broke a check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +35,7 @@ cmake --build build-fuzz -j "$jobs" --target "${build_targets[@]}" >build-fuzz/b
   exit 1
 }
 
-out=build-fuzz/runs
+out="${FUZZ_OUT:-build-fuzz/runs}"
 rm -rf "$out"
 mkdir -p "$out"
 

@@ -14,6 +14,7 @@ packages=(
   # tests, the demo and the reference data set
   curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
   procps # pgrep, for the strategies test
+  clang  # the fuzz targets (fuzz/): libFuzzer comes with clang's compiler-rt
   # the service benchmark (bench/service.sh), side by side with nginx
   wrk nginx-light
   # the dashboard's browser test and benchmark: headless Chromium driven by

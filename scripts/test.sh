@@ -2,7 +2,8 @@
 # The whole test suite: format check, a warnings-as-errors build with every
 # suite under ctest, then the same suites under AddressSanitizer and
 # UndefinedBehaviorSanitizer, and the engine's threaded suites under
-# ThreadSanitizer. Exits non-zero if anything fails.
+# ThreadSanitizer, and every fuzz target for a few seconds (scripts/fuzz.sh).
+# Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -40,6 +41,11 @@ echo "== tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-sanitize --output-on-failure -LE '^(browser|parity|openapi)$' \
   -E '^test_(engine_onnx|integration_kiln_train_shards)$'
+
+# Every fuzz target briefly (its corpus, then a few seconds of new inputs;
+# the kept inputs already ran as the fuzz_*_replay tests above).
+echo "== fuzz (libFuzzer, 5 s per target)"
+bash scripts/fuzz.sh 5
 
 # Replicas in threads and the engine's first use from several threads.
 echo "== build (ThreadSanitizer)"
