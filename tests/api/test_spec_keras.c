@@ -314,6 +314,17 @@ static void model_and_keras_model_are_one_or_the_other(void **state) {
   json_decref(root);
 }
 
+/* An InputLayer without its shape (batch_shape, batch_input_shape) is a
+ * 400 naming the field, not a crash (found by fuzz/fuzz_spec.c). */
+static void an_input_layer_without_a_shape_is_refused_by_path(void **state) {
+  (void)state;
+  static const bad_case cases[] = {
+      {"keras3_sequential_mlp", "config.layers[0].config.batch_shape", NULL,
+       "keras_model.config.layers[0].config.batch_input_shape", "is missing"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) refused(&cases[i]);
+}
+
 static char *read_example(const char *name) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", EXAMPLES_DIR, name);
@@ -355,6 +366,7 @@ int main(void) {
       cmocka_unit_test(unsupported_classes_are_refused_naming_layer_and_class),
       cmocka_unit_test(fields_kiln_cannot_honour_are_refused_by_path),
       cmocka_unit_test(model_and_keras_model_are_one_or_the_other),
+      cmocka_unit_test(an_input_layer_without_a_shape_is_refused_by_path),
       cmocka_unit_test(the_keras_example_is_the_cnn_example),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
