@@ -359,6 +359,12 @@ static void translate_config(keras_layer *k) {
 
 /* [null, 28, 28, 1] (the batch first) as kiln's per-example input_shape. */
 static json_t *input_shape(checker *c, json_t *shape, const char *path) {
+  if (!shape) {
+    spec_problem(c, path,
+                 "is missing: an InputLayer needs batch_shape (Keras 3) or batch_input_shape "
+                 "(Keras 2)");
+    return NULL;
+  }
   if (!json_is_array(shape) || json_array_size(shape) < 2) {
     spec_problem(c, path, "must be [batch, dims...] with at least one dimension, got %s",
                  json_is_array(shape) ? "a shorter list" : api_json_type_name(shape));
