@@ -32,6 +32,7 @@ import random
 import shutil
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -161,11 +162,12 @@ def upload(k, rng, timeout=30):
     return body["id"] if st in (200, 201) and isinstance(body, dict) else None
 
 
-def spec(dataset, rng, epochs, priority):
+def spec(dataset, rng, epochs, priority, units=16):
     return {
         "display_name": "soak",
         "model": {"input_shape": [3],
-                  "layers": [{"type": "dense", "units": 16, "activation": "relu"},
+                  "layers": [{"type": "dense", "units": units, "activation": "relu"},
+                             {"type": "dense", "units": units, "activation": "relu"},
                              {"type": "dense", "units": 3}]},
         "loss": "sparse_categorical_crossentropy",
         "metrics": ["accuracy"],
@@ -235,30 +237,39 @@ def events_agree(k, job):
 
 
 def checkpoints_match(k, data_dir, job_id):
-    """Problems with the job's checkpoint rows against the files."""
+    """Problems with the job's checkpoint rows (kiln.db, as the API's list
+    answers them) against the files; and the counts of rows and of files no
+    row names."""
     st, body = k.request("GET", "/v1/jobs/%s/checkpoints" % job_id, timeout=30)
     if st != 200:
         return ["checkpoints answered %s" % st], 0, 0
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(data_dir, "kiln.db"), uri=True,
+                         timeout=30)
+    rows = {r[0]: r[1:] for r in db.execute(
+        "SELECT id, step, path, bytes, sha256 FROM checkpoints WHERE job_id = ?", (job_id,))}
+    db.close()
     bad = []
-    for c in body["checkpoints"]:
-        path = c["path"] if os.path.isabs(c["path"]) else os.path.join(data_dir, c["path"])
+    if sorted(rows) != sorted(c["id"] for c in body["checkpoints"]):
+        bad.append("the API lists checkpoints %s, the rows are %s" % (
+            sorted(c["id"] for c in body["checkpoints"]), sorted(rows)))
+    for step, path, size, sha in rows.values():
+        path = path if os.path.isabs(path) else os.path.join(data_dir, path)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError as e:
-            bad.append("step %d: %s" % (c["step"], e))
+            bad.append("step %d: %s" % (step, e))
             continue
-        if len(data) != c["bytes"] or hashlib.sha256(data).hexdigest() != c["sha256"]:
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
             bad.append("step %d: %s holds %d bytes, sha256 %s; the row says %d, %s" % (
-                c["step"], path, len(data), hashlib.sha256(data).hexdigest()[:12], c["bytes"],
-                c["sha256"][:12]))
+                step, path, len(data), hashlib.sha256(data).hexdigest()[:12], size, sha[:12]))
     # Files no row names (a kill between a file's rename and its row): a
     # figure, not a failure; retention only removes what rows name.
-    rows = {os.path.basename(c["path"]) for c in body["checkpoints"]}
+    named = {os.path.basename(r[1]) for r in rows.values()}
     folder = os.path.join(data_dir, "jobs", job_id, "checkpoints")
     extra = [f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
-             if f.endswith(".safetensors") and f not in rows]
-    return bad, len(body["checkpoints"]), len(extra)
+             if f.endswith(".safetensors") and f not in named]
+    return bad, len(rows), len(extra)
 
 
 def metrics_contiguous(k, job_id):
@@ -442,7 +453,8 @@ def crash(args, tmp):
         for _ in range(rng.randrange(1, 4)):
             st, body = k.request("POST", "/v1/jobs", spec(rng.choice(datasets), rng,
                                                           rng.choice([20, 80]),
-                                                          rng.choice([0, 10, 50, 90])))
+                                                          rng.choice([0, 10, 50, 90]),
+                                                          units=384))
             if st in (200, 201):
                 created.append(body["id"])
         # Kill while something trains: wait for a running job, then a
