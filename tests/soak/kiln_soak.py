@@ -453,7 +453,7 @@ def crash(args, tmp):
         for _ in range(rng.randrange(1, 4)):
             st, body = k.request("POST", "/v1/jobs", spec(rng.choice(datasets), rng,
                                                           rng.choice([20, 80]),
-                                                          rng.choice([0, 10, 50, 90]),
+                                                          rng.choice([0, 10, 50]),
                                                           units=384))
             if st in (200, 201):
                 created.append(body["id"])
@@ -463,6 +463,10 @@ def crash(args, tmp):
         while time.time() < deadline and not any(
                 j["state"] == "RUNNING" for j in all_jobs(k).values()):
             time.sleep(0.05)
+        if rng.random() < 0.5:  # a job that outranks what runs: a preemption
+            st, body = k.request("POST", "/v1/jobs", spec(datasets[0], rng, 20, 100, units=384))
+            if st in (200, 201):
+                created.append(body["id"])
         time.sleep(rng.uniform(0.1, 2.0))
         up_rng = random.Random(rng.random())  # its own stream: the thread races the loop
         up = threading.Thread(
