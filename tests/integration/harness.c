@@ -128,6 +128,34 @@ int it_launch_kilnd_args(const char *kilnd_path, const char *data_dir, const cha
   return -1;
 }
 
+int it_write_file(const char *path, const char *text, int mode) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int ok = fputs(text, f) >= 0;
+  ok &= fclose(f) == 0;
+  return ok && chmod(path, (mode_t)mode) == 0 ? 0 : -1;
+}
+
+char *it_read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 8192, len = 0;
+  char *buf = malloc(cap);
+  size_t n;
+  while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (cap - len - 1 == 0) {
+      char *more = realloc(buf, cap * 2);
+      if (!more) free(buf);
+      buf = more;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[len] = '\0';
+  return buf;
+}
+
 int it_run(char *out, size_t outlen, const char *command) {
   char line[8192];
   snprintf(line, sizeof line, "(%s) 2>&1", command); /* its own redirections apply first */

@@ -26,6 +26,11 @@ long it_request_as(const char *base_url, const char *authorization, const char *
                    const char *method, const char *path, const char *body, size_t body_len,
                    long timeout_s, char **body_out);
 
+/* Writes text to path with the given mode; 0, or -1 if it cannot. */
+int it_write_file(const char *path, const char *text, int mode);
+/* The whole file at path, malloc'd and NUL-terminated; NULL if unreadable. */
+char *it_read_file(const char *path);
+
 /* Starts kilnd_path on data_dir (port 0, stderr appended to
  * data_dir/kilnd.log) with --trainer trainer and an optional extra flag and
  * value, and waits until it serves. Then base_url is "http://127.0.0.1:PORT"

@@ -116,24 +116,13 @@ static int start(void **state) {
   if (!mkdtemp(data_dir)) return -1;
   char trainer[300];
   snprintf(trainer, sizeof trainer, "%s/trainer.sh", data_dir);
-  FILE *f = fopen(trainer, "w");
-  if (!f) return -1;
-  fputs(trainer_script, f);
-  fclose(f);
-  chmod(trainer, 0700);
-  FILE *ex = fopen(EXAMPLES_DIR "/fmnist-mlp.json", "rb");
-  if (!ex) return -1;
-  char buf[8192];
-  size_t n = fread(buf, 1, sizeof buf - 1, ex);
-  fclose(ex);
-  buf[n] = '\0';
-  small_spec = strdup(buf);
+  if (it_write_file(trainer, trainer_script, 0700) != 0) return -1;
+  small_spec = it_read_file(EXAMPLES_DIR "/fmnist-mlp.json");
+  if (!small_spec) return -1;
   char pools[300];
   snprintf(pools, sizeof pools, "%s/pools.json", data_dir);
-  f = fopen(pools, "w");
-  if (!f) return -1;
-  fputs("{\"pools\": [{\"name\": \"default\", \"devices\": [0]}]}", f);
-  fclose(f);
+  if (it_write_file(pools, "{\"pools\": [{\"name\": \"default\", \"devices\": [0]}]}", 0600) != 0)
+    return -1;
   if (it_launch_kilnd(KILND_PATH, data_dir, trainer, "--pools", pools, &kilnd_pid, base_url,
                       sizeof base_url, admin_token, sizeof admin_token) != 0)
     return -1;
