@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 runs="${2:--1}"
-all_targets="spec page_token last_event_id router idx csv images tar safetensors train_state"
+all_targets="spec page_token last_event_id router idx csv images tar safetensors train_state records shards"
 targets="${FUZZ_TARGETS:-$all_targets}"
 parallel="${FUZZ_PARALLEL:-1}"
 

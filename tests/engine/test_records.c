@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -98,6 +99,29 @@ static void unpacked_lists_read_as_packed_ones(void **state) {
   assert_int_equal(kn_example_feature(ex, sizeof ex, "g", &f), 0);
   /* Cut short inside a value: not an Example. */
   assert_int_equal(kn_example_feature(ex, sizeof ex - 3, "i", &f), -1);
+}
+
+/* A float that no int64 holds (1e30, NaN) read as an int64 (a float label)
+ * is refused, not converted (undefined in C): the fuzz target found it. */
+static void a_float_beyond_int64_is_no_int64(void **state) {
+  (void)state;
+  const float values[3] = {3.0f, 1e30f, NAN};
+  for (int bad = 0; bad < 3; bad++) {
+    const float one[2] = {values[0], values[bad]};
+    kn_feature_value fv = {.name = "label", .kind = KN_FEATURE_FLOAT, .floats = one, .count = 2};
+    uint8_t *enc = NULL;
+    size_t len = 0;
+    assert_int_equal(kn_example_encode(&fv, 1, &enc, &len), 0);
+    kn_feature f;
+    assert_int_equal(kn_example_feature(enc, len, "label", &f), 1);
+    float floats[2];
+    assert_int_equal(kn_feature_floats(&f, floats, 2), 2);
+    assert_true(floats[0] == 3.0f);
+    int64_t ints[2];
+    assert_int_equal(kn_feature_int64s(&f, ints, 2), bad ? -1 : 2);
+    if (!bad) assert_true(ints[0] == 3 && ints[1] == 3);
+    free(enc);
+  }
 }
 
 static void write_records(const char *path, int gz, int n, int64_t corrupt_record) {
@@ -222,6 +246,7 @@ int main(void) {
       cmocka_unit_test(a_record_frame_is_length_crc_data_crc),
       cmocka_unit_test(an_example_encodes_as_protobuf_does),
       cmocka_unit_test(unpacked_lists_read_as_packed_ones),
+      cmocka_unit_test(a_float_beyond_int64_is_no_int64),
       cmocka_unit_test(every_feature_type_reads_back_raw_and_gzipped),
       cmocka_unit_test(a_corrupt_record_is_named_with_its_offset),
       cmocka_unit_test(a_truncated_file_is_named),
