@@ -121,7 +121,8 @@ int kn_example_feature(const uint8_t *data, size_t len, const char *name, kn_fea
 /* The number of values, or -1 when the list is malformed. */
 int64_t kn_feature_count(const kn_feature *f);
 /* Float or int64 values (packed or not) as floats / int64s, up to cap of
- * them written: the count, or -1 (malformed, or a bytes list). */
+ * them written: the count, or -1 (malformed, a bytes list, or a float
+ * among them that no int64 holds, read as int64s). */
 int64_t kn_feature_floats(const kn_feature *f, float *dst, size_t cap);
 int64_t kn_feature_int64s(const kn_feature *f, int64_t *dst, size_t cap);
 /* Value i of a bytes list (pointing into the record): 0, or -1. */

@@ -119,36 +119,42 @@ typedef struct num_ctx {
   float *floats;
   int64_t *ints;
   size_t cap;
+  int beyond; /* a float no int64 holds was asked for as an int64 */
 } num_ctx;
 
 static void put_number(void *ctx, size_t i, uint64_t bits, const uint8_t *data, size_t len) {
   (void)data, (void)len;
   num_ctx *c = ctx;
   if (i >= c->cap) return;
-  float fv;
-  int64_t iv;
   if (c->kind == KN_FEATURE_FLOAT) {
     uint32_t b32 = (uint32_t)bits;
+    float fv;
     memcpy(&fv, &b32, sizeof fv);
-    iv = (int64_t)fv;
+    if (c->floats) c->floats[i] = fv;
+    if (c->ints) {
+      /* [-2^63, 2^63): converting anything else (NaN too) is undefined. */
+      if (fv >= -9223372036854775808.0f && fv < 9223372036854775808.0f)
+        c->ints[i] = (int64_t)fv;
+      else
+        c->beyond = 1;
+    }
   } else {
-    iv = (int64_t)bits;
-    fv = (float)iv;
+    if (c->floats) c->floats[i] = (float)(int64_t)bits;
+    if (c->ints) c->ints[i] = (int64_t)bits;
   }
-  if (c->floats) c->floats[i] = fv;
-  if (c->ints) c->ints[i] = iv;
 }
 
 int64_t kn_feature_floats(const kn_feature *f, float *dst, size_t cap) {
   if (f->kind != KN_FEATURE_FLOAT && f->kind != KN_FEATURE_INT64) return -1;
-  num_ctx c = {f->kind, dst, NULL, cap};
+  num_ctx c = {f->kind, dst, NULL, cap, 0};
   return each_value(f, put_number, &c);
 }
 
 int64_t kn_feature_int64s(const kn_feature *f, int64_t *dst, size_t cap) {
   if (f->kind != KN_FEATURE_FLOAT && f->kind != KN_FEATURE_INT64) return -1;
-  num_ctx c = {f->kind, NULL, dst, cap};
-  return each_value(f, put_number, &c);
+  num_ctx c = {f->kind, NULL, dst, cap, 0};
+  int64_t n = each_value(f, put_number, &c);
+  return c.beyond ? -1 : n;
 }
 
 typedef struct bytes_ctx {
