@@ -54,6 +54,7 @@ int kn_example_feature(const uint8_t *data, size_t len, const char *name, kn_fea
   kn_pbr_field value;
   int rc = find_entry(data, len, name, &value);
   if (rc <= 0) return rc;
+  if (!value.data) return 1; /* an entry with no Feature: no list set */
   /* Feature: the last kind set wins, as a oneof does. */
   kn_pbr feat = {value.data, value.data + value.len};
   kn_pbr_field f;
