@@ -219,6 +219,63 @@ static void image_that_does_not_decode_is_named(void **state) {
   assert_non_null(strstr(err, "notes.txt: not a PNG or JPEG image"));
 }
 
+/* Decompression bombs and cut files: a JPEG whose scan data ends early is
+ * refused (as tf.io.decode_jpeg does), not filled with gray; a few bytes
+ * that claim more pixels than kiln decodes are refused before any pixel is
+ * (the images fuzz target found a 107-byte JPEG of 5656x12545). */
+static void cut_or_oversized_images_are_refused(void **state) {
+  (void)state;
+  char root[300], sub[400], path[500], err[512];
+  snprintf(root, sizeof root, "%s/bombs", dir);
+  mkdir(root, 0755);
+  snprintf(sub, sizeof sub, "%s/a", root);
+  mkdir(sub, 0755);
+  snprintf(sub, sizeof sub, "%s/b", root);
+  mkdir(sub, 0755);
+  unsigned char small[4 * 4 * 3];
+  solid(small, 16, 1, 2, 3);
+  snprintf(path, sizeof path, "%s/b/ok.png", root);
+  write_png(path, 4, 4, small);
+  enum { W = 64, H = 64 };
+  unsigned char *rgb = malloc(W * H * 3);
+  for (int i = 0; i < W * H * 3; i++) rgb[i] = (unsigned char)(i * 37 % 251);
+  snprintf(path, sizeof path, "%s/a/cut.jpg", root);
+  write_jpeg(path, W, H, rgb);
+  free(rgb);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  unsigned char whole[65536];
+  size_t n = fread(whole, 1, sizeof whole, f);
+  fclose(f);
+  assert_true(n > 1000 && n < sizeof whole);
+  f = fopen(path, "wb"); /* headers and half the scan data */
+  assert_int_equal(fwrite(whole, 1, n / 2, f), n / 2);
+  fclose(f);
+  kn_dataset ds;
+  assert_int_equal(kn_dataset_load_images(root, 8, 8, 3, &ds, err, sizeof err), KN_EFORMAT);
+  assert_non_null(strstr(err, "cut.jpg"));
+  assert_non_null(strstr(err, "ends early"));
+  remove(path);
+  /* SOF0 of 16000 x 16000 (256 M pixels, each side allowed alone), then
+   * nothing: refused by its size before decoding. */
+  snprintf(path, sizeof path, "%s/a/huge.jpg", root);
+  size_t sof = 0;
+  for (size_t i = 2; i + 9 < n; i++)
+    if (whole[i] == 0xff && whole[i + 1] == 0xc0) {
+      sof = i;
+      break;
+    }
+  assert_true(sof > 0);
+  whole[sof + 5] = 16000 >> 8, whole[sof + 6] = 16000 & 0xff; /* height */
+  whole[sof + 7] = 16000 >> 8, whole[sof + 8] = 16000 & 0xff; /* width */
+  f = fopen(path, "wb");
+  assert_int_equal(fwrite(whole, 1, n, f), n);
+  fclose(f);
+  assert_int_equal(kn_dataset_load_images(root, 8, 8, 3, &ds, err, sizeof err), KN_EFORMAT);
+  assert_non_null(strstr(err, "huge.jpg"));
+  assert_non_null(strstr(err, "pixels"));
+}
+
 static void cache_file_reads_back_the_same_dataset(void **state) {
   (void)state;
   char csv[300], cache[300], err[256];
@@ -274,6 +331,7 @@ int main(void) {
       cmocka_unit_test(csv_cell_that_is_not_a_number_is_named_by_line_and_column),
       cmocka_unit_test(image_folder_decodes_resizes_and_labels_by_folder),
       cmocka_unit_test(image_that_does_not_decode_is_named),
+      cmocka_unit_test(cut_or_oversized_images_are_refused),
       cmocka_unit_test(cache_file_reads_back_the_same_dataset),
       cmocka_unit_test(interleave_takes_blocks_from_open_parts_in_turn),
   };
