@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
 #include <jpeglib.h>
+#include <jerror.h> /* after jpeglib.h */
 #include <png.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,10 @@
 #include "../engine.h"
 
 #define MAX_SIDE 16384
+/* The most pixels one image may decode to (64 Mi: 8192 x 8192), so a few
+ * bytes that claim a huge picture cannot make the reader allocate and
+ * fill gigabytes. */
+#define MAX_PIXELS (1u << 26)
 
 typedef struct name_list {
   char **names;
@@ -79,9 +84,10 @@ static int decode_png(const uint8_t *data, size_t len, const char *path, int cha
     return KN_EFORMAT;
   }
   img.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  if (img.width < 1 || img.height < 1 || img.width > MAX_SIDE || img.height > MAX_SIDE) {
-    snprintf(err, errlen, "%s: PNG is %ux%u, sides must be 1..%d", path, img.width, img.height,
-             MAX_SIDE);
+  if (img.width < 1 || img.height < 1 || img.width > MAX_SIDE || img.height > MAX_SIDE ||
+      (uint64_t)img.width * img.height > MAX_PIXELS) {
+    snprintf(err, errlen, "%s: PNG is %ux%u; sides must be 1..%d and pixels at most %u", path,
+             img.width, img.height, MAX_SIDE, MAX_PIXELS);
     png_image_free(&img);
     return KN_EFORMAT;
   }
@@ -115,8 +121,14 @@ static void on_jpeg_error(j_common_ptr cinfo) {
   longjmp(f->jump, 1);
 }
 
+/* Warnings (extraneous bytes, say) are not errors, except data that ends
+ * before the picture does: libjpeg would fill the rest with gray, and
+ * tf.io.decode_jpeg refuses it too. */
 static void on_jpeg_message(j_common_ptr cinfo) {
-  (void)cinfo; /* warnings (e.g. extraneous bytes) are not errors; stay quiet */
+  if (cinfo->err->msg_code != JWRN_JPEG_EOF) return;
+  jpeg_fail *f = (jpeg_fail *)cinfo->err;
+  snprintf(f->message, sizeof f->message, "its data ends early (a cut file)");
+  longjmp(f->jump, 1);
 }
 
 static int decode_jpeg(const uint8_t *data, size_t len, const char *path, int channels,
@@ -137,13 +149,20 @@ static int decode_jpeg(const uint8_t *data, size_t len, const char *path, int ch
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, (unsigned long)len);
   jpeg_read_header(&cinfo, TRUE);
+  /* The size is known from the header: refuse before libjpeg allocates
+   * (a progressive JPEG's coefficients take the whole picture). */
+  if (cinfo.image_width > MAX_SIDE || cinfo.image_height > MAX_SIDE ||
+      (uint64_t)cinfo.image_width * cinfo.image_height > MAX_PIXELS) {
+    snprintf(err, errlen, "%s: JPEG is %ux%u; sides must be up to %d and pixels at most %u", path,
+             cinfo.image_width, cinfo.image_height, MAX_SIDE, MAX_PIXELS);
+    jpeg_destroy_decompress(&cinfo);
+    return KN_EFORMAT;
+  }
   cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&cinfo);
-  if (cinfo.output_width > MAX_SIDE || cinfo.output_height > MAX_SIDE ||
-      (int)cinfo.output_components != channels) {
-    snprintf(err, errlen, "%s: JPEG is %ux%u with %d components; want sides up to %d, %d channels",
-             path, cinfo.output_width, cinfo.output_height, cinfo.output_components, MAX_SIDE,
-             channels);
+  if ((int)cinfo.output_components != channels) {
+    snprintf(err, errlen, "%s: JPEG is %ux%u with %d components; want %d channels", path,
+             cinfo.output_width, cinfo.output_height, cinfo.output_components, channels);
     jpeg_destroy_decompress(&cinfo);
     return KN_EFORMAT;
   }
