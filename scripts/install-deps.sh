@@ -8,12 +8,13 @@ set -euo pipefail
 packages=(
   # build
   gcc make cmake pkg-config git clang-format
-  libmicrohttpd-dev libjansson-dev libopenblas-dev libsqlite3-dev
+  libmicrohttpd-dev libgnutls28-dev libjansson-dev libopenblas-dev libsqlite3-dev
   libcurl4-openssl-dev libcmocka-dev libopenmpi-dev openmpi-bin zlib1g-dev
   libpng-dev libjpeg62-turbo-dev tar
   # tests, the demo and the reference data set
   curl ca-certificates python3 python3-numpy python3-torch dataset-fashion-mnist
   procps # pgrep, for the strategies test
+  openssl # the TLS test makes its CA and certificate with it
   clang  # the fuzz targets (fuzz/): libFuzzer comes with clang's compiler-rt
   # the service benchmark (bench/service.sh), side by side with nginx
   wrk nginx-light

@@ -6,7 +6,8 @@
  * must wait (:wait, a metric stream with nothing new) parks its request
  * with the waker (waker.c) instead of holding a thread.
  * Data set uploads (POST /v1/datasets) are the exception: their bodies go
- * to disk through datasets.c, under a cap of their own.
+ * to disk through datasets.c, under a cap of their own. With a certificate
+ * (tls.c) the same daemon serves HTTPS only.
  *
  * Threads: MHD's event-loop threads call on_request, the stream readers
  * and the notifications; a request's state is its own `request_ctx`, a
@@ -222,10 +223,20 @@ static enum MHD_Result answer_and_close(http_server *srv, request_ctx *ctx,
                    "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
                    "Content-Length: %zu\r\n\r\n",
                    res->status, MHD_get_reason_phrase_for((unsigned)res->status), len);
-  const int fd = connection_fd(c);
-  if (fd >= 0 && n > 0 && (size_t)n < sizeof head &&
-      send(fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n)
-    (void)!send(fd, body, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (srv->cfg.tls_cert_pem) {
+    /* HTTPS: the answer goes out as a TLS record on the connection's session. */
+    char whole[1536];
+    if (n > 0 && (size_t)n + len < sizeof whole) {
+      memcpy(whole, head, (size_t)n);
+      memcpy(whole + n, body, len);
+      (void)http_tls_send(c, whole, (size_t)n + len);
+    }
+  } else {
+    const int fd = connection_fd(c);
+    if (fd >= 0 && n > 0 && (size_t)n < sizeof head &&
+        send(fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n)
+      (void)!send(fd, body, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   http_counters_record(&srv->counters, res->status, seconds_since(&ctx->started));
   free(res->body);
   res->body = NULL;
@@ -424,15 +435,26 @@ int http_server_start(const http_config *cfg, http_server **out, char *err, size
   }
   c->cache = http_cache_new();
   raise_fd_limit(c->max_connections);
+  /* HTTPS when a certificate is given; else the list ends before it. */
+  struct MHD_OptionItem tls_options[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)c->tls_cert_pem},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)c->tls_key_pem},
+      {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)http_tls_priorities},
+      {MHD_OPTION_END, 0, NULL}};
+  if (c->tls_cert_pem)
+    flags |= MHD_USE_TLS;
+  else
+    tls_options[0].option = MHD_OPTION_END;
   srv->daemon = MHD_start_daemon(
       flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_THREAD_POOL_SIZE, c->threads,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_CONNECTION_LIMIT, c->max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, c->max_connections_per_ip, MHD_OPTION_END);
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, c->max_connections_per_ip, MHD_OPTION_ARRAY, tls_options,
+      MHD_OPTION_END);
   if (!srv->daemon) {
-    snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed?)", cfg->host,
-             cfg->port);
+    snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed?%s)", cfg->host,
+             cfg->port, c->tls_cert_pem ? " or TLS could not start with this certificate" : "");
     http_waker_free(c->waker);
     http_cache_free(c->cache);
     free(srv);

@@ -79,6 +79,13 @@ static void usage(FILE *to) {
           "                         open at once; more get 429 (default %u)\n"
           "  --http-threads N       threads serving HTTP (default %u)\n"
           "  --port-file FILE       write the bound port to FILE once serving\n"
+          "  --tls-cert FILE        serve HTTPS (TLS 1.2 and 1.3 only) with this PEM\n"
+          "                         certificate chain, the server's certificate first\n"
+          "  --tls-key FILE         the certificate's PEM private key, unencrypted; refused\n"
+          "                         when every user may read it (chmod 600)\n"
+          "  --behind-tls-proxy     serve plain HTTP on a non-loopback address because a TLS\n"
+          "                         proxy fronts kilnd (docker/nginx.conf); without TLS or\n"
+          "                         this flag kilnd listens on loopback only\n"
           "  --preempt              a queued job of higher priority that does not fit stops\n"
           "                         lower-priority ones (they checkpoint, go PREEMPTED, then\n"
           "                         QUEUED and resume)\n"
@@ -320,6 +327,9 @@ int main(int argc, char **argv) {
       {"tenant-max-devices", required_argument, NULL, 'D'},
       {"tenant-max-queued-jobs", required_argument, NULL, 'J'},
       {"tenant-max-storage-bytes", required_argument, NULL, 'S'},
+      {"tls-cert", required_argument, NULL, 'c'},
+      {"tls-key", required_argument, NULL, 'k'},
+      {"behind-tls-proxy", no_argument, NULL, 'X'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *listen = DEFAULT_LISTEN, *data_dir = DEFAULT_DATA_DIR;
@@ -333,6 +343,8 @@ int main(int argc, char **argv) {
        blocked = HTTP_DEFAULT_MAX_BLOCKED_PER_TENANT, http_threads = HTTP_DEFAULT_THREADS;
   int64_t heartbeat_s = 300, memory_max = 0;
   const char *limits_mode = "auto";
+  const char *tls_cert = NULL, *tls_key = NULL;
+  int behind_proxy = 0;
   char planner[PATH_MAX] = "";
   store_quota defaults = {.max_priority = 50};
   const time_t started = time(NULL);
@@ -378,6 +390,9 @@ int main(int argc, char **argv) {
     case 's': datasets_dir = optarg; break;
     case 't': snprintf(trainer, sizeof trainer, "%s", optarg); break;
     case 'p': port_file = optarg; break;
+    case 'c': tls_cert = optarg; break;
+    case 'k': tls_key = optarg; break;
+    case 'X': behind_proxy = 1; break;
     case 'i': no_auth = 1; break;
     case 'P': preempt = 1; break;
     case 'o': pools = optarg; break;
@@ -438,6 +453,29 @@ int main(int argc, char **argv) {
             "only to loopback (127.0.0.1 or ::1)\n",
             host);
     return 2;
+  }
+  if (!tls_cert != !tls_key) {
+    fprintf(stderr, "kilnd: --tls-cert and --tls-key go together: give both, or neither\n");
+    return 2;
+  }
+  if (!tls_cert && !behind_proxy && !is_loopback(host)) {
+    fprintf(stderr,
+            "kilnd: refusing to serve plain HTTP on '%s', which is not a loopback address: "
+            "bearer tokens would cross the network in the clear. Serve HTTPS with --tls-cert "
+            "FILE --tls-key FILE, or pass --behind-tls-proxy when a TLS proxy (such as "
+            "docker/nginx.conf) fronts kilnd\n",
+            host);
+    return 2;
+  }
+  /* Static: kept for the daemon's life, and reachable on every way out. */
+  static char *tls_cert_pem = NULL, *tls_key_pem = NULL;
+  if (tls_cert) {
+    char tls_err[1024];
+    if (http_tls_load(tls_cert, tls_key, &tls_cert_pem, &tls_key_pem, tls_err, sizeof tls_err) !=
+        0) {
+      fprintf(stderr, "kilnd: %s\n", tls_err);
+      return 2;
+    }
   }
   if (!datasets_dir || !*datasets_dir) datasets_dir = KILN_DEFAULT_DATASETS_DIR;
   if (!trainer[0] && find_trainer(trainer, sizeof trainer) != 0) {
@@ -542,7 +580,9 @@ int main(int argc, char **argv) {
 
                     .planner_path = planner[0] ? planner : NULL,
                     .memory_budget_bytes = memory_max,
-                    .quota_defaults = defaults};
+                    .quota_defaults = defaults,
+                    .tls_cert_pem = tls_cert_pem,
+                    .tls_key_pem = tls_key_pem};
   http_server *srv = NULL;
   if (http_server_start(&hc, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "kilnd: %s\n", err);
@@ -552,9 +592,10 @@ int main(int argc, char **argv) {
   }
   int bound = http_server_port(srv);
   snprintf(line, sizeof line,
-           "msg=\"kilnd serving\" listen=%s%s%s:%d data_dir=%s schema_version=%d trainer=%s",
-           strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound, data_dir,
-           store_schema_version(st), trainer);
+           "msg=\"kilnd serving\" listen=%s%s%s:%d scheme=%s data_dir=%s schema_version=%d "
+           "trainer=%s",
+           strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound,
+           tls_cert ? "https" : "http", data_dir, store_schema_version(st), trainer);
   log_line("info", line);
   if (token_created) {
     snprintf(line, sizeof line,
@@ -607,6 +648,8 @@ int main(int argc, char **argv) {
   http_server_stop(srv);
   sched_stop(scheduler);
   store_close(st);
+  free(tls_cert_pem);
+  free(tls_key_pem);
   log_line("info", "msg=\"stopped\"");
   return 0;
 }

@@ -43,6 +43,10 @@ typedef struct http_config {
   const char *planner_path;
   int64_t memory_budget_bytes; /* a trainer's memory limit: a job planned above it is refused */
   store_quota quota_defaults;  /* the limits of a tenant an admin set none for (tenants.c) */
+  /* HTTPS: the certificate chain and its private key, PEM (http_tls_load);
+   * NULL = plain HTTP. */
+  const char *tls_cert_pem;
+  const char *tls_key_pem;
 } http_config;
 
 #define HTTP_DEFAULT_MAX_CONNECTIONS        1024
@@ -54,6 +58,22 @@ typedef struct http_config {
 int http_server_start(const http_config *cfg, http_server **out, char *err, size_t errlen);
 int http_server_port(const http_server *srv); /* the bound port */
 void http_server_stop(http_server *srv);      /* NULL is a no-op */
+
+/* ---- TLS (tls.c) ---- */
+
+/* 1 when this libmicrohttpd can serve HTTPS (it was built with GnuTLS). */
+int http_tls_available(void);
+/* Reads the PEM certificate chain and private key kilnd is to serve with
+ * into malloc'd strings, refusing a key file every user may read, one
+ * GnuTLS cannot load and a key that is not the certificate's. 0, or -1
+ * with a sentence naming the flag and the file in err. */
+int http_tls_load(const char *cert_path, const char *key_path, char **cert_pem, char **key_pem,
+                  char *err, size_t errlen);
+/* The GnuTLS priorities kilnd serves with: TLS 1.2 and 1.3 only. */
+extern const char http_tls_priorities[];
+/* Writes len bytes on an HTTPS connection's TLS session (a struct
+ * MHD_Connection *), past MHD; 0 when all of them went out. */
+int http_tls_send(void *connection, const void *data, size_t len);
 
 /* ---- tokens (used by kilnd's first start and `kilnd token create`) ---- */
 
