@@ -50,6 +50,9 @@ void cli_client_free(cli_client *client);
 cli_client *cli_client_clone(const cli_client *client, char *err, size_t errlen);
 /* Sends "Authorization: Bearer TOKEN" with every request from now on. */
 int cli_client_set_token(cli_client *client, const char *token, char *err, size_t errlen);
+/* Verifies an https:// server against the CA certificates (PEM) in path
+ * instead of the system's store. */
+int cli_client_set_cacert(cli_client *client, const char *path, char *err, size_t errlen);
 /* 1 once cli_client_set_token has given it a token. */
 int cli_client_has_token(const cli_client *client);
 /* The base URL requests go to, as normalised by cli_client_new. */

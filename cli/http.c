@@ -16,6 +16,7 @@ struct cli_client {
   char *auth_header; /* "Authorization: Bearer ..." or NULL */
   char *server;      /* normalised base URL, no trailing '/' */
   char *user_agent;
+  char *cacert; /* CA certificates to verify an https:// server with; NULL: the system's */
   char curl_error[CURL_ERROR_SIZE];
   cli_response *current; /* the response being filled by write_body */
   size_t body_cap;       /* bytes allocated for current->body */
@@ -170,12 +171,33 @@ int cli_client_set_token(cli_client *client, const char *token, char *err, size_
   return CLI_OK;
 }
 
+int cli_client_set_cacert(cli_client *client, const char *path, char *err, size_t errlen) {
+  char *copy = strdup(path);
+  if (!copy) {
+    set_err(err, errlen, "out of memory");
+    return CLI_ERR_INTERNAL;
+  }
+  CURLcode rc = curl_easy_setopt(client->curl, CURLOPT_CAINFO, copy);
+  if (rc) {
+    free(copy);
+    set_err(err, errlen, "cannot configure libcurl: %s", curl_easy_strerror(rc));
+    return CLI_ERR_INTERNAL;
+  }
+  free(client->cacert);
+  client->cacert = copy;
+  return CLI_OK;
+}
+
 int cli_client_has_token(const cli_client *client) {
   return client->auth_header != NULL;
 }
 
 cli_client *cli_client_clone(const cli_client *client, char *err, size_t errlen) {
   cli_client *copy = cli_client_new(client->server, client->user_agent, err, errlen);
+  if (copy && client->cacert && cli_client_set_cacert(copy, client->cacert, err, errlen) != 0) {
+    cli_client_free(copy);
+    return NULL;
+  }
   if (copy && client->auth_header) {
     copy->auth_header = strdup(client->auth_header);
     if (!copy->auth_header) {
@@ -191,6 +213,7 @@ void cli_client_free(cli_client *client) {
   if (!client) return;
   if (client->curl) curl_easy_cleanup(client->curl);
   free(client->auth_header);
+  free(client->cacert);
   free(client->user_agent);
   free(client->server);
   free(client);
@@ -286,7 +309,17 @@ static int perform(cli_client *client, const char *method, const char *path,
     goto cleanup;
   }
   if (rc && !(rc == CURLE_WRITE_ERROR && client->stopped)) {
-    set_err(err, errlen, "%s", client->curl_error[0] ? client->curl_error : curl_easy_strerror(rc));
+    const char *why = client->curl_error[0] ? client->curl_error : curl_easy_strerror(rc);
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+      set_err(err, errlen,
+              "the server's TLS certificate could not be verified (%s); if a CA of your own "
+              "signed it, pass that CA with --cacert FILE or KILN_CACERT",
+              why);
+    else if (rc == CURLE_SSL_CACERT_BADFILE)
+      set_err(err, errlen, "cannot use the CA certificates in %s (--cacert or KILN_CACERT): %s",
+              client->cacert ? client->cacert : "the system store", why);
+    else
+      set_err(err, errlen, "%s", why);
     if (rc == CURLE_OPERATION_TIMEDOUT)
       result = CLI_ERR_TIMEOUT;
     else if (rc == CURLE_WRITE_ERROR || rc == CURLE_OUT_OF_MEMORY)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "0.0.0-dev"
@@ -62,6 +63,8 @@ static const char usage_text[] =
     "                      " DEFAULT_SERVER ")\n"
     "  --token TOKEN       bearer token (default: $KILN_TOKEN, else the contents of\n"
     "                      $KILN_TOKEN_FILE)\n"
+    "  --cacert FILE       verify an https:// server with the CA certificates (PEM) in\n"
+    "                      FILE (default: $KILN_CACERT, else the system's store)\n"
     "  -o, --output FMT    'table' (default) or 'json': the API's resources; submit\n"
     "                      --wait prints the job as it ended (or stood at --timeout),\n"
     "                      watch the metric points as JSON lines and then the job\n"
@@ -162,6 +165,9 @@ static int parse_args(int argc, char **argv, cli_options *opts) {
     } else if (matches(arg, "--token")) {
       VALUE("--token", "a value");
       opts->token = value;
+    } else if (matches(arg, "--cacert")) {
+      VALUE("--cacert", "a file of CA certificates (PEM)");
+      opts->cacert = value;
     } else if (matches(arg, "--server")) {
       VALUE("--server", "a URL");
       opts->server = value;
@@ -392,7 +398,20 @@ int main(int argc, char **argv) {
     fclose(f);
     token[strcspn(token, "\r\n")] = '\0';
   }
+  const char *cacert = opts.cacert;
+  if (!cacert && getenv("KILN_CACERT") && *getenv("KILN_CACERT")) cacert = getenv("KILN_CACERT");
+  if (cacert && access(cacert, R_OK) != 0) {
+    int code = cli_usage_error("cannot read the CA certificates %s (%s): %s", cacert,
+                               opts.cacert ? "--cacert" : "KILN_CACERT", strerror(errno));
+    free(url);
+    curl_global_cleanup();
+    return code;
+  }
   cli_client *client = cli_client_new(url, "kiln/" KILN_VERSION, err, sizeof err);
+  if (client && cacert && cli_client_set_cacert(client, cacert, err, sizeof err) != CLI_OK) {
+    cli_client_free(client);
+    client = NULL;
+  }
   if (client && token[0] && cli_client_set_token(client, token, err, sizeof err) != CLI_OK) {
     cli_client_free(client);
     client = NULL;

@@ -27,6 +27,7 @@ typedef struct cli_require {
 typedef struct cli_options {
   const char *server; /* NULL: $KILN_SERVER, else the default */
   const char *token;  /* NULL: $KILN_TOKEN, else $KILN_TOKEN_FILE's contents */
+  const char *cacert; /* NULL: $KILN_CACERT, else the system's CA store */
   cli_output output;
   const char *command;
   const char *args[8]; /* positional arguments after the command */
