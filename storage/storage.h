@@ -375,4 +375,32 @@ int store_usage_get(store *s, const char *tenant, store_usage *out);
  * current state), e.g. the pipeline's auto-tuned settings. */
 int store_job_note(store *s, const char *job_id, const char *reason, const char *message);
 
+/* ---- backup and restore (backup.c) ---- */
+
+/* Called with each file a backup's snapshot references: kind "checkpoint"
+ * (path is a file) or "dataset" (path is a folder). Non-zero stops it. */
+typedef int (*store_backup_file_fn)(const char *kind, const char *path, void *user);
+typedef struct store_backup_stats {
+  int pages; /* the snapshot's pages */
+  int steps; /* sqlite3_backup_step calls it took */
+} store_backup_stats;
+/* Copies the database at db_path (which a serving kilnd may be writing) to
+ * a new file out_path as one consistent snapshot: SQLite's online backup
+ * API, pages_per_step pages a step, all steps reading one WAL snapshot, so
+ * writers go on meanwhile and the copy never restarts. First, while
+ * writers wait a moment (the write lock, so no retention pass removes a
+ * file in between), on_file (may be NULL) gets each file the snapshot
+ * references: take them (hard links, open descriptors) then, and copy them
+ * later. The copy is one self-contained file (journal_mode DELETE) that
+ * passes quick_check. STORE_OK, or STORE_ERROR with a sentence in err. */
+int store_backup(const char *db_path, const char *out_path, int pages_per_step,
+                 store_backup_file_fn on_file, void *user, store_backup_stats *stats, char *err,
+                 size_t errlen);
+/* In the database at db_path (a restored copy that nothing else has open),
+ * points every checkpoint and data set path under old_prefix at the same
+ * place under new_prefix, in one transaction; *changed (may be NULL) gets
+ * how many rows moved. */
+int store_rebase_paths(const char *db_path, const char *old_prefix, const char *new_prefix,
+                       int64_t *changed, char *err, size_t errlen);
+
 #endif
