@@ -20,6 +20,7 @@
 
 #include "api.h"
 #include "common.h"
+#include "kilnd_backup.h"
 #include "scheduler.h"
 #include "server.h"
 #include "storage.h"
@@ -111,7 +112,14 @@ static void usage(FILE *to) {
           "                         public: /metrics needs none (every tenant summed)\n"
           "  -h, --help             this help\n\n"
           "  kilnd token create --tenant NAME [--role user|admin] [--data-dir DIR]\n"
-          "                         make a bearer token for a tenant and print it (once)\n\n"
+          "                         make a bearer token for a tenant and print it (once)\n"
+          "  kilnd backup [--data-dir DIR] OUT\n"
+          "                         a consistent copy of DIR into the new folder OUT while\n"
+          "                         kilnd serves it: the database, the checkpoint and data\n"
+          "                         set files it references, job logs, a sha256 MANIFEST\n"
+          "  kilnd restore OUT --data-dir DIR\n"
+          "                         a new data directory DIR from the backup OUT, checked\n"
+          "                         against its MANIFEST first\n\n"
           "multi_worker and parameter_server jobs run under mpirun ($KILN_MPIRUN, or mpirun\n"
           "on PATH).\n"
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
@@ -302,6 +310,9 @@ int main(int argc, char **argv) {
   /* What kilnd and the trainers it spawns write is theirs alone. */
   umask(077);
   if (argc >= 2 && strcmp(argv[1], "token") == 0) return token_command(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "backup") == 0)
+    return kilnd_backup_command(argc, argv, DEFAULT_DATA_DIR);
+  if (argc >= 2 && strcmp(argv[1], "restore") == 0) return kilnd_restore_command(argc, argv);
   static const struct option options[] = {
       {"listen", required_argument, NULL, 'l'},
       {"data-dir", required_argument, NULL, 'd'},
