@@ -128,6 +128,24 @@ int it_launch_kilnd_args(const char *kilnd_path, const char *data_dir, const cha
   return -1;
 }
 
+int it_make_certificates(const char *dir) {
+  char cmd[4096], out[4096];
+  snprintf(
+      cmd, sizeof cmd,
+      "cd '%s' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+      "-days 2 -subj '/CN=kiln test CA' -keyout ca.key -out ca.pem && "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj '/CN=localhost' "
+      "-keyout server.key -out server.csr && "
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n"
+      "extendedKeyUsage=serverAuth\\n' > ext.cnf && "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile ext.cnf -out server.pem && chmod 600 server.key",
+      dir);
+  int rc = it_run(out, sizeof out, cmd);
+  if (rc != 0) fprintf(stderr, "openssl failed (%d): %s\n", rc, out);
+  return rc == 0 ? 0 : -1;
+}
+
 int it_write_file(const char *path, const char *text, int mode) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;

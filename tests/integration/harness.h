@@ -31,6 +31,11 @@ int it_write_file(const char *path, const char *text, int mode);
 /* The whole file at path, malloc'd and NUL-terminated; NULL if unreadable. */
 char *it_read_file(const char *path);
 
+/* Makes a CA (dir/ca.pem) and a server certificate it signs for localhost
+ * and 127.0.0.1 (dir/server.pem, its key dir/server.key, mode 0600) with
+ * openssl. 0; -1 (having said why) when openssl fails. */
+int it_make_certificates(const char *dir);
+
 /* Starts kilnd_path on data_dir (port 0, stderr appended to
  * data_dir/kilnd.log) with --trainer trainer and an optional extra flag and
  * value, and waits until it serves. Then base_url is "http://127.0.0.1:PORT"

@@ -36,27 +36,6 @@ static int port, have_openssl;
 
 #define MAX_BODY 4096
 
-/* ---- certificates ---- */
-
-/* A CA and a server certificate it signs, for localhost and 127.0.0.1. */
-static int make_certificates(void) {
-  char cmd[4096], out[4096];
-  snprintf(
-      cmd, sizeof cmd,
-      "cd '%s' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-      "-days 2 -subj '/CN=kiln test CA' -keyout ca.key -out ca.pem && "
-      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj '/CN=localhost' "
-      "-keyout server.key -out server.csr && "
-      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n"
-      "extendedKeyUsage=serverAuth\\n' > ext.cnf && "
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-      "-extfile ext.cnf -out server.pem && chmod 600 server.key",
-      work);
-  int rc = it_run(out, sizeof out, cmd);
-  if (rc != 0) print_message("openssl failed (%d): %s\n", rc, out);
-  return rc == 0 ? 0 : -1;
-}
-
 /* ---- HTTPS with libcurl ---- */
 
 /* A request to kilnd over HTTPS, verified with cainfo (NULL: the system's
@@ -222,7 +201,7 @@ static int setup(void **state) {
                   "installs it)\n");
     return 0;
   }
-  if (make_certificates() != 0) return -1;
+  if (it_make_certificates(work) != 0) return -1;
   const char *extra[] = {"--tls-cert",       cert_pem, "--tls-key", key_pem,
                          "--max-body-bytes", "4096",   NULL};
   char plain_url[128];
