@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store_internal.h"
 
@@ -78,6 +79,10 @@ int store_backup(const char *db_path, const char *out_path, int pages_per_step,
   int rc = STORE_ERROR, locked = 0, reading = 0;
   if (stats) memset(stats, 0, sizeof *stats);
   if (pages_per_step < 1) pages_per_step = 1;
+  if (access(out_path, F_OK) == 0) {
+    set_err(err, errlen, "backup: %s already exists; a backup goes to a new file", out_path);
+    return STORE_ERROR;
+  }
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(db_path, &src, flags, NULL) != SQLITE_OK ||
       sqlite3_open_v2(db_path, &lock, flags, NULL) != SQLITE_OK) {
