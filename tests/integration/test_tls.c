@@ -30,7 +30,7 @@
 #include "stand_in_trainer.h"
 
 static char work[256], data_dir[300], ca_pem[300], cert_pem[300], key_pem[300];
-static char https_url[128], admin_token[128], trainer[300], spec[8192];
+static char https_url[128], admin_token[128], trainer[300], spec[8192], slow_spec[8192];
 static pid_t kilnd_pid;
 static int port, have_openssl;
 
@@ -194,6 +194,15 @@ static int setup(void **state) {
   if (!example) return -1;
   snprintf(spec, sizeof spec, "%s", example);
   free(example);
+  /* The stand-in trainer's 2 s job (20 steps of 0.1 s). */
+  json_t *doc = json_loads(spec, 0, NULL);
+  if (!doc) return -1;
+  json_object_set_new(doc, "display_name", json_string("steps-slow over TLS"));
+  char *slow = json_dumps(doc, JSON_COMPACT);
+  json_decref(doc);
+  if (!slow) return -1;
+  snprintf(slow_spec, sizeof slow_spec, "%s", slow);
+  free(slow);
   char out[256];
   have_openssl = it_run(out, sizeof out, "command -v openssl") == 0;
   if (!have_openssl) {
@@ -261,6 +270,61 @@ static void curl_with_the_ca_serves_healthz_and_creates_a_job(void **state) {
   free(body);
 }
 
+/* Collects a stream's body. */
+static size_t on_stream(char *data, size_t size, size_t n, void *user) {
+  return it_on_body(data, size, n, user);
+}
+
+/* :wait and a metric stream park their requests and resume them (MHD's
+ * suspend and resume) many times: over TLS too. */
+static void wait_and_a_metric_stream_work_over_tls(void **state) {
+  (void)state;
+  NEED_OPENSSL();
+  char *body = NULL, path[300];
+  long status = tls_request(ca_pem, "POST", "/v1/jobs", slow_spec, 0, &body);
+  if (status != 200) fail_msg("POST /v1/jobs over TLS: %ld (%s)", status, body);
+  json_t *job = json_loads(body, 0, NULL);
+  free(body);
+  char id[64];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
+  json_decref(job);
+  CURL *c = curl_easy_init();
+  char url[400], auth[300];
+  snprintf(url, sizeof url, "%s/v1/jobs/%s/metrics:watch", https_url, id);
+  snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
+  struct curl_slist *headers = curl_slist_append(NULL, auth);
+  it_buffer b = {0};
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_stream);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_CAINFO, ca_pem);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+  CURLcode rc = curl_easy_perform(c);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(c);
+  assert_int_equal(rc, CURLE_OK);
+  int events = 0;
+  for (const char *p = b.data; p && (p = strstr(p, "event: metric\n")); p++) events++;
+  print_message("metrics:watch over TLS: %d metric events, then %s\n", events,
+                b.data && strstr(b.data, "event: end") ? strstr(b.data, "event: end") : "nothing");
+  assert_int_equal(events, 30); /* 20 losses, 10 val_losses */
+  assert_non_null(strstr(b.data, "event: end\ndata: {\"state\":\"SUCCEEDED\"}"));
+  free(b.data);
+  /* A second job, waited for while it runs. */
+  status = tls_request(ca_pem, "POST", "/v1/jobs", slow_spec, 0, &body);
+  assert_int_equal(status, 200);
+  job = json_loads(body, 0, NULL);
+  free(body);
+  snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=30s",
+           json_string_value(json_object_get(job, "id")));
+  json_decref(job);
+  status = tls_request(ca_pem, "POST", path, "", 0, &body);
+  if (status != 200) fail_msg(":wait over TLS: %ld (%s)", status, body);
+  assert_non_null(strstr(body, "\"state\":\"SUCCEEDED\""));
+  free(body);
+}
+
 static void curl_without_the_ca_fails_verification(void **state) {
   (void)state;
   NEED_OPENSSL();
@@ -293,6 +357,19 @@ static void kiln_cli_trusts_the_server_only_with_cacert(void **state) {
   assert_int_equal(rc, 1);
   assert_non_null(strstr(out, "TLS certificate could not be verified"));
   assert_non_null(strstr(out, "--cacert"));
+  /* submit --wait follows the job's stream on a second connection, which
+   * trusts the same CA. */
+  char spec_file[400];
+  snprintf(spec_file, sizeof spec_file, "%s/slow.json", work);
+  assert_int_equal(it_write_file(spec_file, slow_spec, 0600), 0);
+  snprintf(cmd, sizeof cmd,
+           "KILN_CACERT= KILN_TOKEN=%s '%s' --server %s --cacert '%s' submit '%s' --wait "
+           "--timeout 60s --require 'loss<=80'",
+           admin_token, KILN_CLI_PATH, https_url, ca_pem, spec_file);
+  rc = it_run(out, sizeof out, cmd);
+  print_message("$ kiln --cacert CA submit --wait -> %d\n%s", rc, out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "step 20/20")); /* the plan, read on that connection */
 }
 
 static void plain_http_to_the_tls_port_is_closed_and_kilnd_serves_on(void **state) {
@@ -449,6 +526,7 @@ static void a_key_every_user_may_read_is_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(curl_with_the_ca_serves_healthz_and_creates_a_job),
+      cmocka_unit_test(wait_and_a_metric_stream_work_over_tls),
       cmocka_unit_test(curl_without_the_ca_fails_verification),
       cmocka_unit_test(kiln_cli_trusts_the_server_only_with_cacert),
       cmocka_unit_test(plain_http_to_the_tls_port_is_closed_and_kilnd_serves_on),
