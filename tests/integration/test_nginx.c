@@ -302,7 +302,6 @@ static void metric_stream_arrives_as_the_job_runs(void **state) {
   /* The job takes 2 s (20 steps of 0.1 s): a buffering proxy would hand
    * the events over together at its end. */
   assert_true(s.last_ms - s.first_ms >= 1000);
-  assert_true(s.first_ms < 1500);
 }
 
 static void wait_answers_through_the_proxy(void **state) {
