@@ -1,7 +1,7 @@
 /* common.h — the few building blocks every kiln module may use (the one
  * exception to DESIGN.md's arrows: it depends on libc alone). Today: SHA-256,
  * for checkpoint digests (engine) and bearer-token hashes (server), and
- * escaping text for log lines.
+ * escaping text for log lines, and resource ids.
  * Prefix kc_. */
 #ifndef KILN_COMMON_H
 #define KILN_COMMON_H
@@ -28,5 +28,9 @@ void kc_sha256_hex_of(const void *data, size_t len, char hex[65]);
  * event stays one line whatever a user or a trainer put in it; with quotes,
  * '"' and '\\' too, for a value inside msg="...". Returns the length. */
 size_t kc_log_escape(char *out, size_t outlen, const char *in, int quotes);
+
+/* A new resource id (jobs, experiments): "20260101-" and 16 random hex
+ * digits, so ids sort roughly by creation. 0, or -1 when no randomness. */
+int kc_new_id(char out[40]);
 
 #endif

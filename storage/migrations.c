@@ -167,6 +167,52 @@ static const char *const migrations[] = {
     "  max_storage_bytes INTEGER,"
     "  update_ms INTEGER NOT NULL"
     ");",
+    /* 8: experiments. An experiment is a base spec and a search; each of
+     * its trials is a row made at create (values drawn, state WAITING)
+     * that gets a job when it starts, and the job names its experiment.
+     * A trial's rung results are its metric at the end of each rung it
+     * finished, as text ("0.81,0.86"), so the searcher's state is all here
+     * and a restarted kilnd decides from it as before. */
+    "CREATE TABLE experiments ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant TEXT NOT NULL,"
+    "  request_id TEXT,"
+    "  display_name TEXT NOT NULL DEFAULT '',"
+    "  spec_json TEXT NOT NULL,"
+    "  search_json TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  message TEXT NOT NULL DEFAULT '',"
+    "  create_ms INTEGER NOT NULL,"
+    "  end_ms INTEGER"
+    ");"
+    "CREATE UNIQUE INDEX experiments_tenant_request ON experiments(tenant, request_id)"
+    "  WHERE request_id IS NOT NULL;"
+    "CREATE INDEX experiments_tenant_seq ON experiments(tenant, seq);"
+    "CREATE INDEX experiments_state ON experiments(state);"
+    "CREATE TABLE trials ("
+    "  experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,"
+    "  idx INTEGER NOT NULL,"
+    "  values_json TEXT NOT NULL,"
+    "  job_id TEXT," /* NULL until it starts */
+    "  state TEXT NOT NULL,"
+    "  rung INTEGER NOT NULL DEFAULT 0,"
+    "  epochs INTEGER NOT NULL DEFAULT 0,"
+    "  results TEXT NOT NULL DEFAULT '',"
+    "  planned_memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (experiment_id, idx)"
+    ");"
+    "CREATE INDEX trials_job ON trials(job_id) WHERE job_id IS NOT NULL;"
+    "CREATE TABLE experiment_events ("
+    "  id INTEGER PRIMARY KEY,"
+    "  experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,"
+    "  time_ms INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  job_id TEXT NOT NULL DEFAULT '',"
+    "  message TEXT NOT NULL DEFAULT ''"
+    ");"
+    "CREATE INDEX experiment_events_experiment ON experiment_events(experiment_id, id);"
+    "ALTER TABLE jobs ADD COLUMN experiment_id TEXT;",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

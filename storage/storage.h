@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -65,6 +65,7 @@ typedef struct store_job {
   int restarts;       /* re-queues after the job's own failures (what max_restarts bounds) */
   int infra_restarts; /* re-queues the infrastructure caused: kilnd restarts, preemptions */
   int64_t planned_memory_bytes; /* the planner's figure at create; 0 = not planned */
+  char experiment[40];          /* the experiment whose trial it is; "" for none */
 } store_job;
 
 /* The pool of jobs that name none. */
@@ -82,7 +83,7 @@ void store_job_list_free(store_job *jobs, int n);
 /* Inserts job (state QUEUED, reason CREATED, attempt 0) and a job_events row
  * ("" -> QUEUED, CREATED, job->message or ""), in one transaction. Reads id,
  * request_id, display_name, spec_json (NULL = "{}"), priority, message and
- * create_ms (0 = now) and tenant; the other fields are ignored. If
+ * create_ms (0 = now), tenant and experiment; the other fields are ignored. If
  * job->request_id is non-empty and a job of the same tenant with that
  * request_id exists, nothing is inserted,
  * *existing is filled with that job and STORE_EXISTS is returned. existing
@@ -402,5 +403,98 @@ int store_backup(const char *db_path, const char *out_path, int pages_per_step,
  * how many rows moved. */
 int store_rebase_paths(const char *db_path, const char *old_prefix, const char *new_prefix,
                        int64_t *changed, char *err, size_t errlen);
+
+/* ---- experiments and their trials (experiments.c) ---- */
+
+#define STORE_MAX_RUNGS 16
+
+typedef struct store_experiment {
+  int64_t seq; /* creation order, for page tokens */
+  char id[40];
+  char tenant[64];
+  char request_id[80]; /* "" when none */
+  char display_name[128];
+  char *spec_json;   /* the base spec, canonical (owned) */
+  char *search_json; /* the search with its defaults (owned) */
+  char state[16];    /* RUNNING SUCCEEDED FAILED CANCELLED */
+  char *message;     /* owned; why it ended, "" while it runs */
+  int64_t create_ms, end_ms;
+} store_experiment;
+void store_experiment_clear(store_experiment *e); /* frees the owned strings; NULL is a no-op */
+void store_experiment_list_free(store_experiment *list, int n);
+
+typedef struct store_trial {
+  char experiment[40];
+  int index;
+  char *values_json;  /* {"path": value}: owned */
+  char job_id[40];    /* "" before it starts */
+  char job_state[16]; /* its job's state when read; "" without a job */
+  char state[16];     /* WAITING RUNNING PROMOTED PAUSED STOPPED DONE FAILED */
+  int rung;           /* the rung it trains toward, or the last one it finished */
+  int epochs;         /* epochs trained at the end of its last finished rung */
+  int n_results;
+  double results[STORE_MAX_RUNGS]; /* its metric at the end of each finished rung */
+  int64_t planned_memory_bytes;    /* its spec's, planned at create */
+} store_trial;
+void store_trial_list_free(store_trial *list, int n);
+
+/* Inserts a RUNNING experiment with its trials (each WAITING, with its
+ * values_json and planned_memory_bytes) and an EXPERIMENT_CREATED event,
+ * in one transaction. With a request_id already used by the tenant,
+ * nothing is inserted, *existing (may be NULL) is filled and STORE_EXISTS
+ * returned. */
+int store_experiment_create(store *s, const store_experiment *e, const store_trial *trials,
+                            int n_trials, store_experiment *existing);
+int store_experiment_get(store *s, const char *id, store_experiment *out); /* STORE_NOT_FOUND */
+/* The tenant's experiment created with request_id (40 bytes); STORE_NOT_FOUND when none. */
+int store_experiment_find_request(store *s, const char *tenant, const char *request_id,
+                                  char id[40]);
+/* A page of experiments, newest first: tenant NULL = all, state NULL =
+ * every state, seq < before_seq (0 = from the newest), at most limit. */
+int store_experiment_list(store *s, const char *tenant, const char *state, int64_t before_seq,
+                          int limit, store_experiment **out, int *n);
+/* The ids of every RUNNING experiment, oldest first; *ids malloc'd (free()). */
+int store_experiment_running(store *s, char (**ids)[40], int *n);
+/* Trials of an experiment with index >= first_index in index order, at
+ * most limit (0 = all), each with its job's state. */
+int store_trial_list(store *s, const char *experiment, int first_index, int limit,
+                     store_trial **out, int *n);
+/* The trial whose job is job_id; STORE_NOT_FOUND when the job is no trial. */
+int store_trial_of_job(store *s, const char *job_id, store_trial *out);
+/* Starts a WAITING trial: inserts job (job->experiment is set to the
+ * experiment) and makes the trial RUNNING toward rung 0 with that job,
+ * with a TRIAL_CREATED event (message), in one transaction.
+ * STORE_CONFLICT when the experiment is no longer RUNNING or the trial no
+ * longer WAITING. */
+int store_trial_start(store *s, const char *experiment, int index, const store_job *job,
+                      const char *message);
+/* Promotes a PAUSED trial whose job ended SUCCEEDED: the job's spec
+ * becomes spec_json (a larger epoch budget) and it goes back to QUEUED
+ * (reason TRIAL_PROMOTED), so the scheduler resumes it from its newest
+ * checkpoint; the trial is PROMOTED toward rung; a TRIAL_PROMOTED event.
+ * One transaction; STORE_CONFLICT when the experiment is no longer
+ * RUNNING, the trial not PAUSED or its job not SUCCEEDED. */
+int store_trial_promote(store *s, const char *experiment, int index, const char *spec_json,
+                        int rung, const char *message);
+/* Moves a trial from `from` to `to` with its epochs trained, appending
+ * result (NULL = none) to its rung results, and records an event (reason
+ * NULL = none), in one transaction. STORE_CONFLICT when it is not in from. */
+int store_trial_update(store *s, const char *experiment, int index, const char *from,
+                       const char *to, int epochs, const double *result, const char *reason,
+                       const char *message);
+/* Ends a RUNNING experiment in state (SUCCEEDED FAILED CANCELLED) with
+ * message and an event (reason); STORE_CONFLICT when it already ended. */
+int store_experiment_finish(store *s, const char *id, const char *state, const char *reason,
+                            const char *message);
+
+typedef struct store_experiment_event {
+  int64_t time_ms;
+  char reason[48];
+  char job_id[40]; /* "" when about the experiment as a whole */
+  char *message;   /* owned */
+} store_experiment_event;
+/* An experiment's events in the order they happened. */
+int store_experiment_events(store *s, const char *id, store_experiment_event **out, int *n);
+void store_experiment_events_free(store_experiment_event *events, int n);
 
 #endif

@@ -361,7 +361,7 @@ const char *store_errmsg(store *s) {
 #define JOB_COLUMNS                                                                                \
   "seq, id, request_id, display_name, spec_json, state, reason, message, priority, attempt, "      \
   "create_ms, start_ms, end_ms, tenant, pool, devices, max_runtime_s, restarts, infra_restarts, "  \
-  "planned_memory_bytes"
+  "planned_memory_bytes, experiment_id"
 
 /* Fills out from a row selected with JOB_COLUMNS. */
 static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
@@ -386,6 +386,7 @@ static int read_job(store *s, sqlite3_stmt *st, store_job *out) {
   out->restarts = sqlite3_column_int(st, 17);
   out->infra_restarts = sqlite3_column_int(st, 18);
   out->planned_memory_bytes = sqlite3_column_int64(st, 19);
+  copy_column(out->experiment, sizeof out->experiment, st, 20);
   if (!out->spec_json || !out->message) {
     store_job_clear(out);
     set_error(s, "read job %s: out of memory", out->id);
@@ -457,6 +458,53 @@ static const char *job_tenant(const store_job *job) {
   return job->tenant[0] ? job->tenant : STORE_DEFAULT_TENANT;
 }
 
+/* Inserts job (QUEUED, CREATED) and its creation event inside the
+ * caller's transaction. */
+static int job_insert_in_tx(store *s, const store_job *job) {
+  sqlite3_stmt *st = NULL;
+  char what[96];
+  int rc = STORE_ERROR;
+  int64_t create_ms = job->create_ms ? job->create_ms : store_now_ms();
+  const char *message = job->message ? job->message : "";
+  snprintf(what, sizeof what, "insert job %s", job->id);
+  if (prepare(s, &st,
+              "INSERT INTO jobs(id, request_id, display_name, spec_json, state, reason, message,"
+              " priority, attempt, create_ms, tenant, pool, devices, max_runtime_s,"
+              " planned_memory_bytes, experiment_id)"
+              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11, ?12,"
+              " ?13)",
+              what) != STORE_OK)
+    goto done;
+  bind_text(st, 1, job->id);
+  if (job->request_id[0])
+    bind_text(st, 2, job->request_id);
+  else
+    sqlite3_bind_null(st, 2); /* NULLs never collide in the UNIQUE index */
+  bind_text(st, 3, job->display_name);
+  bind_text(st, 4, job->spec_json ? job->spec_json : "{}");
+  bind_text(st, 5, message);
+  sqlite3_bind_int(st, 6, job->priority);
+  sqlite3_bind_int64(st, 7, create_ms);
+  bind_text(st, 8, job_tenant(job));
+  bind_text(st, 9, job->pool[0] ? job->pool : STORE_DEFAULT_POOL);
+  sqlite3_bind_int(st, 10, job->devices > 0 ? job->devices : 1);
+  sqlite3_bind_int(st, 11, job->max_runtime_s > 0 ? job->max_runtime_s : 0);
+  sqlite3_bind_int64(st, 12, job->planned_memory_bytes > 0 ? job->planned_memory_bytes : 0);
+  if (job->experiment[0])
+    bind_text(st, 13, job->experiment);
+  else
+    sqlite3_bind_null(st, 13);
+  if (sqlite3_step(st) != SQLITE_DONE) {
+    db_error(s, "%s", what);
+    goto done;
+  }
+  if (insert_event(s, job->id, create_ms, "", "QUEUED", "CREATED", message) != STORE_OK) goto done;
+  rc = STORE_OK;
+done:
+  release(s, st);
+  return rc;
+}
+
 static int job_create_locked(store *s, const store_job *job, store_job *existing) {
   sqlite3_stmt *st = NULL;
   char what[96];
@@ -488,36 +536,7 @@ static int job_create_locked(store *s, const store_job *job, store_job *existing
     release(s, st);
     st = NULL;
   }
-  int64_t create_ms = job->create_ms ? job->create_ms : store_now_ms();
-  const char *message = job->message ? job->message : "";
-  snprintf(what, sizeof what, "insert job %s", job->id);
-  if (prepare(s, &st,
-              "INSERT INTO jobs(id, request_id, display_name, spec_json, state, reason, message,"
-              " priority, attempt, create_ms, tenant, pool, devices, max_runtime_s,"
-              " planned_memory_bytes)"
-              " VALUES (?1, ?2, ?3, ?4, 'QUEUED', 'CREATED', ?5, ?6, 0, ?7, ?8, ?9, ?10, ?11, ?12)",
-              what) != STORE_OK)
-    goto done;
-  bind_text(st, 1, job->id);
-  if (job->request_id[0])
-    bind_text(st, 2, job->request_id);
-  else
-    sqlite3_bind_null(st, 2); /* NULLs never collide in the UNIQUE index */
-  bind_text(st, 3, job->display_name);
-  bind_text(st, 4, job->spec_json ? job->spec_json : "{}");
-  bind_text(st, 5, message);
-  sqlite3_bind_int(st, 6, job->priority);
-  sqlite3_bind_int64(st, 7, create_ms);
-  bind_text(st, 8, job_tenant(job));
-  bind_text(st, 9, job->pool[0] ? job->pool : STORE_DEFAULT_POOL);
-  sqlite3_bind_int(st, 10, job->devices > 0 ? job->devices : 1);
-  sqlite3_bind_int(st, 11, job->max_runtime_s > 0 ? job->max_runtime_s : 0);
-  sqlite3_bind_int64(st, 12, job->planned_memory_bytes > 0 ? job->planned_memory_bytes : 0);
-  if (sqlite3_step(st) != SQLITE_DONE) {
-    db_error(s, "%s", what);
-    goto done;
-  }
-  if (insert_event(s, job->id, create_ms, "", "QUEUED", "CREATED", message) != STORE_OK) goto done;
+  if (job_insert_in_tx(s, job) != STORE_OK) goto done;
   if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
@@ -615,14 +634,16 @@ int store_job_list(store *s, const char *state_filter, int64_t before_seq, int l
   return rc;
 }
 
-static int job_transition_locked(store *s, const char *id, const char *from, const char *to,
-                                 const char *reason, const char *message) {
+/* Moves job id from `from` (NULL = any unfinished state) to `to` with an
+ * event, inside the caller's transaction; STORE_CONFLICT when it is not in
+ * `from`. */
+static int job_move_in_tx(store *s, const char *id, const char *from, const char *to,
+                          const char *reason, const char *message) {
   sqlite3_stmt *st = NULL;
   char what[96];
   char current[16];
   int rc = STORE_ERROR;
   snprintf(what, sizeof what, "move job %s to %s", id, to);
-  if (tx_begin(s, what) != STORE_OK) goto done;
   if (prepare(s, &st, "SELECT state FROM jobs WHERE id = ?1", what) != STORE_OK) goto done;
   bind_text(st, 1, id);
   int step = sqlite3_step(st);
@@ -666,10 +687,19 @@ static int job_transition_locked(store *s, const char *id, const char *from, con
     goto done;
   }
   if (insert_event(s, id, now, current, to, reason, message) != STORE_OK) goto done;
-  if (tx_commit(s, what) != STORE_OK) goto done;
   rc = STORE_OK;
 done:
   release(s, st);
+  return rc;
+}
+
+static int job_transition_locked(store *s, const char *id, const char *from, const char *to,
+                                 const char *reason, const char *message) {
+  char what[96];
+  snprintf(what, sizeof what, "move job %s to %s", id, to);
+  int rc = tx_begin(s, what);
+  if (rc == STORE_OK) rc = job_move_in_tx(s, id, from, to, reason, message);
+  if (rc == STORE_OK) rc = tx_commit(s, what);
   tx_end(s);
   return rc;
 }
@@ -1762,6 +1792,19 @@ void store_internal_set_wal_worker(store *s, store_wal_worker *w) {
 
 void store_internal_unlock(store *s) {
   unlock_db(s);
+}
+
+int store_internal_job_insert(store *s, const store_job *job) {
+  return job_insert_in_tx(s, job);
+}
+
+int store_internal_job_move(store *s, const char *id, const char *from, const char *to,
+                            const char *reason, const char *message) {
+  if (!is_known_state(to) || (from && !is_known_state(from))) {
+    set_error(s, "move job %s: unknown state", id);
+    return STORE_ERROR;
+  }
+  return job_move_in_tx(s, id, from, to, reason, message);
 }
 
 void store_internal_error(store *s, int with_sqlite, const char *fmt, ...) {

@@ -15,6 +15,13 @@ void store_internal_unlock(store *s);
 void store_internal_error(store *s, int with_sqlite, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* For a caller holding the lock inside its own transaction (BEGIN
+ * IMMEDIATE): inserts a job (QUEUED, CREATED, with its event; request_id
+ * is not looked up), or moves one as store_job_transition does. */
+int store_internal_job_insert(store *s, const store_job *job);
+int store_internal_job_move(store *s, const char *id, const char *from, const char *to,
+                            const char *reason, const char *message);
+
 /* The background checkpointer of a handle (wal.c), stopped by store_close. */
 typedef struct store_wal_worker store_wal_worker;
 void store_internal_set_wal_worker(store *s, store_wal_worker *w); /* lock held */
