@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "api.h"
+#include "common.h"
 #include "routes.h"
 #include "server.h"
 
@@ -106,6 +106,7 @@ static json_t *job_json_without_spec(store *st, const store_job *job, int with_m
   set_time(o, "start_time", job->start_ms);
   set_time(o, "end_time", job->end_ms);
   http_job_add_derived(st, job, o);
+  http_job_add_trial(st, job, o);
   if (with_metrics && job->id[0])
     json_object_set_new(o, "latest_metrics", latest_metrics(st, job->id));
   return o;
@@ -151,18 +152,6 @@ void http_reply_job(http_response *res, store *st, const store_job *job, int wit
 }
 
 /* ---- ids ---- */
-
-static int new_job_id(char out[40]) {
-  unsigned char raw[8];
-  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) return -1;
-  /* Time-ordered prefix so ids sort roughly by creation, then randomness. */
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  int n = snprintf(out, 40, "%04d%02d%02d-", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
-  for (size_t i = 0; i < sizeof raw; i++) n += snprintf(out + n, (size_t)(40 - n), "%02x", raw[i]);
-  return 0;
-}
 
 int http_valid_name(const char *s, size_t max) {
   size_t len = strlen(s);
@@ -262,7 +251,7 @@ void http_create_job(const http_config *cfg, http_request *req, http_response *r
     free(job.spec_json);
     return;
   }
-  if (new_job_id(job.id) != 0) {
+  if (kc_new_id(job.id) != 0) {
     free(job.spec_json);
     http_reply_status(res, 500, "INTERNAL", NULL, "cannot draw a random job id");
     return;

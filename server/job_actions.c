@@ -45,6 +45,21 @@ void http_delete_job(const http_config *cfg, http_request *req, http_response *r
   store_job_clear(&job);
 }
 
+int http_cancel_job_id(const http_config *cfg, const char *id, const char *queued_message,
+                       const char *running_message) {
+  /* A queued job is cancelled here; if the scheduler claims it first, the
+   * transition conflicts and the scheduler is asked to stop it instead. A
+   * running one is STOPPING from this moment. */
+  int rc = store_job_transition(cfg->st, id, "QUEUED", "CANCELLED", "CANCELLED", queued_message);
+  if (rc == STORE_CONFLICT) {
+    rc = store_job_transition(cfg->st, id, "RUNNING", "STOPPING", "CANCEL_REQUESTED",
+                              running_message);
+    if (rc == STORE_CONFLICT) rc = STORE_OK; /* starting, or stopping already */
+    sched_cancel(cfg->scheduler, id);
+  }
+  return rc;
+}
+
 void http_cancel_job(const http_config *cfg, http_request *req, http_response *res) {
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
@@ -54,17 +69,8 @@ void http_cancel_job(const http_config *cfg, http_request *req, http_response *r
     store_job_clear(&job);
     return;
   }
-  /* A queued job is cancelled here; if the scheduler claims it first, the
-   * transition conflicts and the scheduler is asked to stop it instead. A
-   * running one is STOPPING from this moment, and answered so. */
-  int rc = store_job_transition(cfg->st, job.id, "QUEUED", "CANCELLED", "CANCELLED",
-                                "cancelled by a client while queued");
-  if (rc == STORE_CONFLICT) {
-    rc = store_job_transition(cfg->st, job.id, "RUNNING", "STOPPING", "CANCEL_REQUESTED",
+  int rc = http_cancel_job_id(cfg, job.id, "cancelled by a client while queued",
                               "a client asked to cancel the job; stopping kiln-train");
-    if (rc == STORE_CONFLICT) rc = STORE_OK; /* starting, or stopping already */
-    sched_cancel(cfg->scheduler, job.id);
-  }
   if (rc != STORE_OK) {
     store_job_clear(&job);
     http_reply_store_failure(res, cfg->st);
@@ -160,6 +166,16 @@ void http_explain_job(const http_config *cfg, http_request *req, http_response *
                  "among those of its priority)",
                  (long long)ahead, job.priority);
     }
+    if (job.experiment[0]) {
+      store_trial t;
+      int index = store_trial_of_job(cfg->st, job.id, &t) == STORE_OK ? t.index : -1;
+      if (index >= 0) free(t.values_json);
+      add_reason(reasons, "EXPERIMENT_TRIAL",
+                 "trial %d of experiment %s: its experiment runs at most "
+                 "max_concurrent_trials at once, and it waits for devices like any job "
+                 "(GET /v1/experiments/%s)",
+                 index, job.experiment, job.experiment);
+    }
     char code[40], why[1024];
     if (sched_explain(cfg->scheduler, job.id, req->who.admin ? NULL : req->who.tenant, code,
                       sizeof code, why, sizeof why) == 0)
@@ -179,6 +195,7 @@ void http_explain_job(const http_config *cfg, http_request *req, http_response *
   snprintf(name, sizeof name, "jobs/%s", job.id);
   json_object_set_new(doc, "name", json_string(name));
   json_object_set_new(doc, "state", json_string(job.state));
+  if (job.experiment[0]) json_object_set_new(doc, "experiment", json_string(job.experiment));
   json_object_set_new(doc, "reasons", reasons);
   store_job_clear(&job);
   http_reply_json(res, 200, doc);

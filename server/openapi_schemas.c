@@ -76,6 +76,11 @@ static const http_openapi_text schemas[] = {
      "'queue_seconds':{'type':'number','description':'Seconds spent QUEUED, over every "
      "attempt.'},"
      "'progress':{'$ref':'#/components/schemas/JobProgress'},"
+     "'experiment':{'type':'string','description':'The experiment this job is a trial of; "
+     "absent for other jobs.'},"
+     "'trial':{'type':'object','description':'Its trial: index, values and trial_state; only "
+     "on a trial job.','properties':{'index':{'type':'integer'},'values':{'type':'object',"
+     "'additionalProperties':true},'trial_state':{'type':'string'}}},"
      "'spec':{'$ref':'#/components/schemas/JobSpec'}}}"},
     {"JobProgress",
      "{'type':'object','description':'Where training stands, counted in steps.','required':["
@@ -96,10 +101,11 @@ static const http_openapi_text schemas[] = {
     {"JobExplanation",
      "{'type':'object','required':['name','state','reasons'],'properties':{"
      "'name':{'type':'string'},'state':{'$ref':'#/components/schemas/JobState'},"
+     "'experiment':{'type':'string','description':'The experiment of a trial job.'},"
      "'reasons':{'type':'array','items':{'type':'object','required':['code','message'],"
      "'properties':{'code':{'type':'string','description':'JOBS_AHEAD, "
      "WAITING_FOR_DEVICES, WAITING_FOR_PREEMPTION, BEHIND_HIGHER_PRIORITY, BEHIND_EARLIER_JOB, "
-     "RETRY_BACKOFF, NEVER_FITS or NOT_YET_PLACED while queued; ACTIVE or ENDED "
+     "RETRY_BACKOFF, NEVER_FITS, NOT_YET_PLACED or EXPERIMENT_TRIAL while queued; ACTIVE or ENDED "
      "after.'},'message':{'type':'string'}}}}}}"},
     {"MetricPoint",
      "{'type':'object','required':['seq','attempt','step','epoch','name','time'],'properties':{"
@@ -295,6 +301,89 @@ static const http_openapi_text schemas[] = {
      "'max_devices':{'type':'integer','minimum':0,'nullable':true},"
      "'max_queued_jobs':{'type':'integer','minimum':0,'nullable':true},"
      "'max_storage_bytes':{'type':'integer','format':'int64','minimum':0,'nullable':true}}}"},
+    /* ---- experiments (experiments.c) ---- */
+    {"ExperimentRequest",
+     "{'type':'object','required':['spec','search'],'additionalProperties':false,'properties':{"
+     "'display_name':{'type':'string'},"
+     "'spec':{'$ref':'#/components/schemas/JobSpec'},"
+     "'search':{'$ref':'#/components/schemas/Search'}}}"},
+    {"Search",
+     "{'type':'object','required':['searcher','metric','parameters'],'properties':{"
+     "'searcher':{'type':'string','enum':['grid','random','asha']},"
+     "'metric':{'type':'string','description':'The metric a trial reports at an epoch end.',"
+     "'example':'val_accuracy'},"
+     "'mode':{'type':'string','enum':['max','min'],'description':'Default: max for an "
+     "accuracy, else min.'},"
+     "'max_trials':{'type':'integer','minimum':1,'maximum':1000,'description':'Trials of a "
+     "random or asha search (default 10); a grid makes its points.'},"
+     "'max_concurrent_trials':{'type':'integer','minimum':1,'default':1},"
+     "'seed':{'type':'integer','minimum':0,'default':0,'description':'The same seed draws the "
+     "same trials.'},"
+     "'parameters':{'type':'object','description':'By spec path, e.g. optimizer.learning_rate "
+     "or model.layers[1].units.','additionalProperties':{'$ref':"
+     "'#/components/schemas/SearchParameter'}},"
+     "'asha':{'type':'object','description':'Rungs at min_epochs x reduction_factor^k up to "
+     "max_epochs.','required':['max_epochs'],'properties':{"
+     "'min_epochs':{'type':'integer','minimum':1,'default':1},"
+     "'max_epochs':{'type':'integer','minimum':1},"
+     "'reduction_factor':{'type':'integer','minimum':2,'default':3}}}}}"},
+    {"SearchParameter",
+     "{'type':'object','required':['type'],'properties':{"
+     "'type':{'type':'string','enum':['uniform','log_uniform','int_uniform','categorical']},"
+     "'min':{'type':'number'},'max':{'type':'number'},"
+     "'values':{'type':'array','items':{},'description':'categorical'},"
+     "'count':{'type':'integer','minimum':1,'description':'Grid points of a range.'}}}"},
+    {"Experiment",
+     "{'type':'object','required':['display_name','tenant','state','spec','search',"
+     "'trial_count','epochs_trained','best_trial'],'properties':{"
+     "'name':{'type':'string','example':'experiments/20260101-0123456789abcdef'},"
+     "'id':{'type':'string','description':'Absent in a validate_only answer.'},"
+     "'display_name':{'type':'string'},'tenant':{'type':'string'},"
+     "'request_id':{'type':'string'},"
+     "'state':{'type':'string','enum':['RUNNING','SUCCEEDED','FAILED','CANCELLED']},"
+     "'message':{'type':'string','description':'How it ended.'},"
+     "'spec':{'$ref':'#/components/schemas/JobSpec'},"
+     "'search':{'$ref':'#/components/schemas/Search'},"
+     "'create_time':" TIME("When it was created.") ","
+     "'end_time':" TIME("When it ended.") ","
+     "'trial_count':{'type':'integer'},'trials_waiting':{'type':'integer'},"
+     "'trials_running':{'type':'integer'},'trials_paused':{'type':'integer'},"
+     "'trials_stopped':{'type':'integer'},'trials_done':{'type':'integer'},"
+     "'trials_failed':{'type':'integer'},"
+     "'epochs_trained':{'type':'integer','description':'Epochs its trials trained to the ends "
+     "of the rungs they finished, all together.'},"
+     "'best_trial':{'allOf':[{'$ref':'#/components/schemas/BestTrial'}],'nullable':true}}}"},
+    {"ExperimentList", PAGE_OF("Experiment", "experiments", "A page of experiments, newest "
+                               "first.")},
+    {"BestTrial",
+     "{'type':'object','required':['job','index','values','metric','epochs'],'properties':{"
+     "'job':{'type':'string'},'index':{'type':'integer'},"
+     "'values':{'type':'object','additionalProperties':true},"
+     "'metric':{'type':'number','nullable':true},"
+     "'epochs':{'type':'integer','description':'Epochs it trained.'}}}"},
+    {"Trial",
+     "{'type':'object','required':['job','index','values','state','trial_state','rung',"
+     "'epochs_trained','metric','rung_metrics'],'properties':{"
+     "'job':{'type':'string','description':'Its job; empty while WAITING.'},"
+     "'index':{'type':'integer'},'values':{'type':'object','additionalProperties':true},"
+     "'state':{'type':'string','description':'Its job state; empty without a job.'},"
+     "'trial_state':{'type':'string','enum':['WAITING','RUNNING','PROMOTED','PAUSED',"
+     "'STOPPED','DONE','FAILED']},"
+     "'rung':{'type':'integer','description':'The rung it trains toward, or the last it "
+     "finished.'},"
+     "'epochs_trained':{'type':'integer'},"
+     "'metric':{'type':'number','nullable':true,'description':'At the last rung it finished.'},"
+     "'rung_metrics':{'type':'array','items':{'type':'number','nullable':true}}}}"},
+    {"TrialList", PAGE_OF("Trial", "trials", "The trials of an experiment, by index.")},
+    {"ExperimentEvent",
+     "{'type':'object','required':['time','reason','job','message'],'properties':{"
+     "'time':" TIME("When it happened.") ","
+     "'reason':{'type':'string','description':'EXPERIMENT_CREATED, TRIAL_CREATED, "
+     "TRIAL_PAUSED, TRIAL_PROMOTED, TRIAL_STOPPED, TRIAL_DONE, TRIAL_FAILED, EXPERIMENT_DONE, "
+     "EXPERIMENT_FAILED or EXPERIMENT_CANCELLED.'},"
+     "'job':{'type':'string','description':'The trial job; empty for the experiment.'},"
+     "'message':{'type':'string'}}}"},
+    {"ExperimentEventList", LIST_OF("ExperimentEvent", "events", "Oldest first.")},
     {"Model",
      "{'type':'object','required':['input_shape','layers'],'properties':{"
      "'input_shape':{'type':'array','items':{'type':'integer','minimum':1},'example':[28,28,1]},"

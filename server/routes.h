@@ -113,6 +113,11 @@ void http_healthz(const http_config *cfg, http_request *req, http_response *res)
 /* job_actions.c */
 void http_delete_job(const http_config *cfg, http_request *req, http_response *res);
 void http_cancel_job(const http_config *cfg, http_request *req, http_response *res);
+/* Cancels an unfinished job: a queued one at once (queued_message), a
+ * running one STOPPING and its trainer asked to stop (running_message). A
+ * STORE_* code. */
+int http_cancel_job_id(const http_config *cfg, const char *id, const char *queued_message,
+                       const char *running_message);
 void http_wait_job(const http_config *cfg, http_request *req, http_response *res);
 void http_explain_job(const http_config *cfg, http_request *req, http_response *res);
 void http_get_logs(const http_config *cfg, http_request *req, http_response *res);
@@ -156,6 +161,17 @@ int http_check_storage_quota(const http_config *cfg, const http_principal *who, 
  * having answered 409 when it exceeds cfg->memory_budget_bytes. */
 int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *planned,
                      http_response *res);
+/* experiments.c */
+void http_create_experiment(const http_config *cfg, http_request *req, http_response *res);
+void http_list_experiments(const http_config *cfg, http_request *req, http_response *res);
+void http_get_experiment(const http_config *cfg, http_request *req, http_response *res);
+void http_cancel_experiment(const http_config *cfg, http_request *req, http_response *res);
+void http_list_trials(const http_config *cfg, http_request *req, http_response *res);
+void http_best_trial(const http_config *cfg, http_request *req, http_response *res);
+void http_experiment_events(const http_config *cfg, http_request *req, http_response *res);
+/* A trial's job: "experiment" and "trial" {"index", "values"} added to its
+ * resource (nothing for other jobs). */
+void http_job_add_trial(store *st, const store_job *job, json_t *o);
 /* openapi.c */
 void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 
