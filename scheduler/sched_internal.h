@@ -76,6 +76,9 @@ struct sched {
   char (*tenants)[64];
   int64_t *tenant_starts;
   int n_tenants, tenants_cap;
+  /* the store's generation when experiments were last driven */
+  uint64_t experiments_generation;
+  int experiments_seen;
 };
 
 /* One log line (key=value fields) through the configured logger. */
@@ -91,5 +94,9 @@ void sched_finish(sched *s, const store_job *job, const char *to, const char *re
 void *sched_runner_main(void *arg);
 int sched_pool_index(const sched *s, const char *name); /* -1 when absent */
 int sched_cmp_explain(const void *a, const void *b);    /* explain rows by id */
+/* Records the running experiments' ended trials and applies their
+ * searchers' decisions: trials started, promoted, stopped, experiments
+ * ended (experiments.c). On the scheduler thread, before each pass. */
+void sched_experiments_drive(sched *s);
 
 #endif

@@ -322,6 +322,9 @@ static void *sched_main(void *arg) {
      * last pass cannot start: only a run ending (or the poll, which keeps
      * :explain fresh) calls for a pass. Creating jobs then costs no pass. */
     int freed = reap(s) > 0;
+    /* A trial that ended frees its devices and may start or promote
+     * another: decided before the pass that places them. */
+    sched_experiments_drive(s);
     int64_t pass_start = sched_monotonic_ms(), pause_ms = PASS_MIN_INTERVAL_MS;
     if (free_left != 0 || freed || s->cfg.preempt ||
         pass_start - last_pass_ms >= s->cfg.poll_interval_ms) {
