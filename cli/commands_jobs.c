@@ -20,8 +20,7 @@
 static const char *const job_states[] = {"QUEUED",    "STARTING", "RUNNING",   "STOPPING",
                                          "SUCCEEDED", "FAILED",   "CANCELLED", "PREEMPTED"};
 
-/* Reads a whole spec file ("-" is stdin) into a NUL-terminated buffer. */
-static int read_spec(const char *path, char **out, size_t *out_len) {
+int cli_read_spec(const char *path, char **out, size_t *out_len) {
   int is_stdin = strcmp(path, "-") == 0;
   FILE *file = is_stdin ? stdin : fopen(path, "rb");
   char *data = NULL;
@@ -69,7 +68,7 @@ int cli_cmd_submit(cli_client *client, const cli_options *opts) {
   char *spec = NULL, *url_path = NULL, *escaped = NULL;
   size_t spec_len = 0;
   json_t *job = NULL;
-  int exit_code = read_spec(path, &spec, &spec_len);
+  int exit_code = cli_read_spec(path, &spec, &spec_len);
   if (exit_code != CLI_EXIT_OK) goto cleanup;
 
   /* Catch a broken file here, with its line and column, rather than as a

@@ -346,8 +346,7 @@ static int compare(double got, cli_compare op, double want) {
   return 0;
 }
 
-/* Checks every --require on the job's latest metrics; 0 when all are met. */
-static int check_requires(const cli_options *opts, const json_t *job) {
+int cli_check_requires(const cli_options *opts, const json_t *job) {
   FILE *out = opts->output == CLI_OUTPUT_JSON ? stderr : stdout;
   const json_t *latest = json_object_get(job, "latest_metrics");
   int unmet = 0;
@@ -436,7 +435,7 @@ static int finish(cli_client *client, const cli_options *opts, watch *w) {
     return CLI_EXIT_TIMEOUT;
   }
   if (exit_code == CLI_EXIT_OK && opts->n_requires > 0) {
-    int unmet = check_requires(opts, job);
+    int unmet = cli_check_requires(opts, job);
     if (unmet) {
       fprintf(stderr, "kiln: %d of %d requirement(s) not met\n", unmet, opts->n_requires);
       exit_code = CLI_EXIT_UNMET;

@@ -42,6 +42,16 @@ static const char usage_text[] =
     "                      checkpoint\n"
     "  explain JOB         why a job waits, or where it is\n"
     "\n"
+    "Experiments (hyperparameter search; each trial is a job):\n"
+    "  exp create FILE     create an experiment from a JSON file ({\"spec\": a job spec,\n"
+    "                      \"search\": grid, random or asha over spec paths}; '-' reads\n"
+    "                      standard input) and print its id; --wait follows it to its\n"
+    "                      end, and --require is checked on its best trial's job\n"
+    "  exp ls              list experiments: ID, STATE, SEARCHER, TRIALS, EPOCHS, BEST\n"
+    "  exp get EXP         one experiment and its trials (values, state, rung, metric)\n"
+    "  exp best EXP        its best trial so far: job, metric, epochs, values\n"
+    "  exp cancel EXP      cancel it: running trials are cancelled, paused ones stop\n"
+    "\n"
     "Checkpoints and data:\n"
     "  ckpt ls JOB                      a job's checkpoints: STEP, BEST (*), metrics,\n"
     "                                   PINNED, ...\n"
@@ -68,7 +78,8 @@ static const char usage_text[] =
     "  -o, --output FMT    'table' (default) or 'json': the API's resources; submit\n"
     "                      --wait prints the job as it ended (or stood at --timeout),\n"
     "                      watch the metric points as JSON lines and then the job\n"
-    "  --wait              submit: follow the job as watch does and exit as below\n"
+    "  --wait              submit: follow the job as watch does and exit as below;\n"
+    "                      exp create: follow the experiment to its end\n"
     "  --timeout D         submit --wait, watch, logs -f: give up after D (90s, 10m,\n"
     "                      1h, 1h30m) with exit status 4; the job goes on\n"
     "  --require EXPR      submit --wait, watch: a bar the finished job's latest metric\n"
@@ -76,9 +87,11 @@ static const char usage_text[] =
     "                      (e.g. 'val_accuracy>=0.88'); may repeat; a metric the job\n"
     "                      never reported is not met\n"
     "  -f, --follow        logs: keep printing until the job ends\n"
-    "  --request-id ID     submit: a retried submit with the same ID returns the same job\n"
+    "  --request-id ID     submit, exp create: a retry with the same ID returns the same\n"
+    "                      job or experiment\n"
     "  --state STATE       ls: only jobs in STATE (QUEUED, STARTING, RUNNING, STOPPING,\n"
-    "                      SUCCEEDED, FAILED, CANCELLED, PREEMPTED)\n"
+    "                      SUCCEEDED, FAILED, CANCELLED, PREEMPTED); exp ls: only\n"
+    "                      experiments in STATE (RUNNING, SUCCEEDED, FAILED, CANCELLED)\n"
     "  --page-size N       ls: list at most N jobs (default: all of them, page by page)\n"
     "  --metric NAME       ls: a column of each job's latest NAME (e.g. val_accuracy)\n"
     "  -v, --verbose       submit: the job's state line on stdout after its id\n"
@@ -89,7 +102,8 @@ static const char usage_text[] =
     "\n"
     "Exit status:\n"
     "  0  success; for submit --wait and watch: the job SUCCEEDED and met every\n"
-    "     --require\n"
+    "     --require; for exp create --wait: the experiment SUCCEEDED and its best\n"
+    "     trial met every --require\n"
     "  1  the job FAILED, or a request failed: the server answered with an error\n"
     "     (printed as 'kiln: STATUS: message'),\n"
     "     could not be reached, or answered something that is not kiln's API\n"
@@ -289,6 +303,19 @@ static const command commands[] = {
      "Usage: kiln datasets upload FILE [--format csv|idx|images] [--label-column NAME]\n"
      "                                [--display-name NAME]\n"
      "       kiln datasets ls\n"},
+    {"exp", cli_cmd_exp, 1, 2, "'create FILE', 'ls', 'get EXP', 'best EXP' or 'cancel EXP'",
+     "Usage: kiln exp create FILE|- [--wait [--timeout D] [--require EXPR]...]\n"
+     "                             [--request-id ID] [-o json]\n"
+     "       kiln exp ls [--state STATE] [-o json]\n"
+     "       kiln exp get|best|cancel EXP [-o json]\n"
+     "An experiment is a base job spec and a search over spec paths:\n"
+     "  {\"spec\": {...a job spec...}, \"search\": {\"searcher\": \"asha\",\n"
+     "   \"metric\": \"val_accuracy\", \"max_trials\": 9, \"max_concurrent_trials\": 2,\n"
+     "   \"parameters\": {\"optimizer.learning_rate\": {\"type\": \"log_uniform\",\n"
+     "   \"min\": 0.0001, \"max\": 0.1}}, \"asha\": {\"max_epochs\": 9}}}\n"
+     "create prints its id; --wait follows it to its end and exits 0 when it\n"
+     "SUCCEEDED and its best trial's job meets every --require, 5 when one is not\n"
+     "met, 1 when it FAILED, 3 when CANCELLED, 4 at --timeout. See docs/experiments.md.\n"},
     {"export", cli_cmd_export, 1, 1, "one job id, e.g. 'kiln export JOB -O model.onnx'",
      "Usage: kiln export JOB [--step N] [-O FILE]\n"
      "Writes the model of the job's newest checkpoint (or step N's) as an ONNX\n"
@@ -309,7 +336,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   *exit_code = CLI_EXIT_USAGE;
   if (!cmd) {
     cli_usage_error("no command given: use submit, ls, get, watch, logs, cancel, resume, explain, "
-                    "compare, profile, ckpt, datasets or export");
+                    "compare, profile, ckpt, datasets, exp or export");
     return NULL;
   }
   if (!found) {
@@ -318,12 +345,19 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   }
   int is_submit = found->run == cli_cmd_submit, is_watch = found->run == cli_cmd_watch;
   int is_logs = found->run == cli_cmd_logs, is_ls = found->run == cli_cmd_ls;
+  /* exp create takes submit's options, exp ls ls's --state. */
+  const int is_exp = found->run == cli_cmd_exp;
+  if (is_exp && opts->n_args >= 1 && strcmp(opts->args[0], "create") == 0) is_submit = 1;
+  if (is_exp && opts->n_args >= 1 && strcmp(opts->args[0], "ls") == 0 && !opts->page_size)
+    is_ls = 1; /* --page-size stays 'kiln ls' only */
   const char *misplaced = NULL;
-  if (opts->request_id && !is_submit) misplaced = "--request-id applies to 'kiln submit' only";
+  if (opts->request_id && !is_submit)
+    misplaced = "--request-id applies to 'kiln submit' and 'kiln exp create' only";
   if ((opts->state || opts->page_size) && !is_ls)
     misplaced =
         opts->state ? "--state applies to 'kiln ls' only" : "--page-size applies to 'kiln ls' only";
-  if (opts->wait && !is_submit) misplaced = "--wait applies to 'kiln submit' only";
+  if (opts->wait && !is_submit)
+    misplaced = "--wait applies to 'kiln submit' and 'kiln exp create' only";
   if (opts->follow && !is_logs) misplaced = "-f applies to 'kiln logs' only";
   if (opts->n_requires && !(is_watch || (is_submit && opts->wait)))
     misplaced = "--require applies to 'kiln submit --wait' and 'kiln watch' only";
@@ -334,8 +368,8 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   if (opts->step && found->run != cli_cmd_export)
     misplaced = "--step applies to 'kiln export' only";
   if (opts->by_id && found->run != cli_cmd_ckpt) misplaced = "--id applies to 'kiln ckpt' only";
-  if (opts->metric && !is_ls) misplaced = "--metric applies to 'kiln ls' only";
-  if (opts->verbose && !is_submit) misplaced = "-v applies to 'kiln submit' only";
+  if (opts->metric && (!is_ls || is_exp)) misplaced = "--metric applies to 'kiln ls' only";
+  if (opts->verbose && (!is_submit || is_exp)) misplaced = "-v applies to 'kiln submit' only";
   if (misplaced) {
     cli_usage_error("%s", misplaced);
     return NULL;

@@ -96,6 +96,13 @@ double cli_parse_duration(const char *text);
 /* "val_accuracy>=0.88"; 0, or -1 with a message in err. */
 int cli_parse_require(const char *text, cli_require *out, char *err, size_t errlen);
 
+/* Reads a whole spec file ("-" is stdin) into a NUL-terminated buffer
+ * (malloc'd); an exit code. */
+int cli_read_spec(const char *path, char **out, size_t *out_len);
+/* Checks every --require on a job resource's latest metrics, printing each
+ * met or not; how many are not met. */
+int cli_check_requires(const cli_options *opts, const json_t *job);
+
 /* ---- commands ---- */
 
 int cli_cmd_submit(cli_client *client, const cli_options *opts);
@@ -119,5 +126,7 @@ int cli_cmd_profile(cli_client *client, const cli_options *opts);
 /* GETs a job (id as typed, "jobs/ID" too) into *out; exit code. */
 int cli_get_job(cli_client *client, const char *arg, json_t **out);
 int cli_cmd_datasets(cli_client *client, const cli_options *opts);
+/* kiln exp create|ls|get|best|cancel (commands_exp.c). */
+int cli_cmd_exp(cli_client *client, const cli_options *opts);
 
 #endif
