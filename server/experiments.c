@@ -30,7 +30,7 @@ static int trial_metric(const store_trial *t, double *metric) {
   return 1;
 }
 
-static json_t *trial_json(const store_trial *t) {
+json_t *http_trial_json(const store_trial *t) {
   json_t *o = json_object();
   json_object_set_new(o, "job", json_string(t->job_id));
   json_object_set_new(o, "index", json_integer(t->index));
@@ -80,7 +80,7 @@ static json_t *loads_or_object(const char *text) {
   return v ? v : json_object();
 }
 
-static json_t *experiment_json(store *st, const store_experiment *e) {
+json_t *http_experiment_json(store *st, const store_experiment *e) {
   json_t *o = json_object();
   if (e->id[0]) {
     char name[64];
@@ -276,7 +276,7 @@ void http_create_experiment(const http_config *cfg, http_request *req, http_resp
       store_experiment_find_request(cfg->st, req->who.tenant, request_id, earlier) == STORE_OK) {
     store_experiment e;
     if (store_experiment_get(cfg->st, earlier, &e) == STORE_OK) {
-      http_reply_json(res, 200, experiment_json(cfg->st, &e));
+      http_reply_json(res, 200, http_experiment_json(cfg->st, &e));
       store_experiment_clear(&e);
       return;
     }
@@ -328,7 +328,7 @@ void http_create_experiment(const http_config *cfg, http_request *req, http_resp
   if (request_id) snprintf(exp.request_id, sizeof exp.request_id, "%s", request_id);
   exp.message = "";
   if (dry_run) {
-    http_reply_json(res, 200, experiment_json(cfg->st, &exp));
+    http_reply_json(res, 200, http_experiment_json(cfg->st, &exp));
     exp.message = NULL;
     goto done;
   }
@@ -343,7 +343,7 @@ void http_create_experiment(const http_config *cfg, http_request *req, http_resp
   int rc = store_experiment_create(cfg->st, &exp, trials, n, &existing);
   exp.message = NULL;
   if (rc == STORE_EXISTS) {
-    http_reply_json(res, 200, experiment_json(cfg->st, &existing));
+    http_reply_json(res, 200, http_experiment_json(cfg->st, &existing));
     store_experiment_clear(&existing);
     goto done;
   }
@@ -357,7 +357,7 @@ void http_create_experiment(const http_config *cfg, http_request *req, http_resp
     http_reply_store_failure(res, cfg->st);
     goto done;
   }
-  http_reply_json(res, 200, experiment_json(cfg->st, &created));
+  http_reply_json(res, 200, http_experiment_json(cfg->st, &created));
   store_experiment_clear(&created);
 done:
   free(spec_text);
@@ -375,7 +375,7 @@ done:
 void http_get_experiment(const http_config *cfg, http_request *req, http_response *res) {
   store_experiment e;
   if (load_experiment(cfg, req, &e, res) != 0) return;
-  http_reply_json(res, 200, experiment_json(cfg->st, &e));
+  http_reply_json(res, 200, http_experiment_json(cfg->st, &e));
   store_experiment_clear(&e);
 }
 
@@ -424,7 +424,7 @@ void http_list_experiments(const http_config *cfg, http_request *req, http_respo
   }
   json_t *doc = json_object(), *arr = json_array();
   for (int i = 0; i < n && i < page_size; i++)
-    json_array_append_new(arr, experiment_json(cfg->st, &list[i]));
+    json_array_append_new(arr, http_experiment_json(cfg->st, &list[i]));
   json_object_set_new(doc, "experiments", arr);
   char next[API_PAGE_TOKEN_LEN] = "";
   if (n > page_size) api_page_token_encode(list[page_size - 1].seq, query, next);
@@ -458,7 +458,7 @@ void http_list_trials(const http_config *cfg, http_request *req, http_response *
     } else {
       json_t *doc = json_object(), *arr = json_array();
       for (int i = 0; i < n && i < page_size; i++)
-        json_array_append_new(arr, trial_json(&trials[i]));
+        json_array_append_new(arr, http_trial_json(&trials[i]));
       json_object_set_new(doc, "trials", arr);
       char next[API_PAGE_TOKEN_LEN] = "";
       if (n > page_size) api_page_token_encode(trials[page_size - 1].index + 1, query, next);
@@ -558,6 +558,6 @@ void http_cancel_experiment(const http_config *cfg, http_request *req, http_resp
     http_reply_store_failure(res, cfg->st);
     return;
   }
-  http_reply_json(res, 200, experiment_json(cfg->st, &e));
+  http_reply_json(res, 200, http_experiment_json(cfg->st, &e));
   store_experiment_clear(&e);
 }

@@ -24,6 +24,21 @@ static int is_terminal(const char *state) {
 void http_delete_job(const http_config *cfg, http_request *req, http_response *res) {
   store_job job;
   if (http_load_job(cfg, req, &job, res) != 0) return;
+  /* A running experiment decides from its trials' jobs (a paused trial
+   * resumes from its job's checkpoint): they stay until it ends. */
+  store_experiment e;
+  if (job.experiment[0] && store_experiment_get(cfg->st, job.experiment, &e) == STORE_OK) {
+    int running = strcmp(e.state, "RUNNING") == 0;
+    store_experiment_clear(&e);
+    if (running) {
+      http_reply_status(res, 409, "FAILED_PRECONDITION", "experiment",
+                        "job %s is a trial of experiment %s, which is running; cancel the "
+                        "experiment or wait for it to end before deleting its jobs",
+                        job.id, job.experiment);
+      store_job_clear(&job);
+      return;
+    }
+  }
   int rc = store_job_delete(cfg->st, job.id);
   if (rc == STORE_CONFLICT) {
     http_reply_status(res, 409, "FAILED_PRECONDITION", "state",

@@ -169,6 +169,10 @@ void http_cancel_experiment(const http_config *cfg, http_request *req, http_resp
 void http_list_trials(const http_config *cfg, http_request *req, http_response *res);
 void http_best_trial(const http_config *cfg, http_request *req, http_response *res);
 void http_experiment_events(const http_config *cfg, http_request *req, http_response *res);
+/* The Experiment resource (its trial counts and best trial read from st)
+ * and one Trial of the trials list. */
+json_t *http_experiment_json(store *st, const store_experiment *e);
+json_t *http_trial_json(const store_trial *t);
 /* A trial's job: "experiment" and "trial" {"index", "values"} added to its
  * resource (nothing for other jobs). */
 void http_job_add_trial(store *st, const store_job *job, json_t *o);

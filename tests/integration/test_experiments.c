@@ -328,6 +328,15 @@ static void kilnd_killed_mid_experiment_finishes_it_after_a_restart(void **state
     if (!ready) usleep(50000);
   }
   assert_true(ready);
+  /* The finished trial's job stays while its experiment runs. */
+  json_t *first = trials_of(id);
+  snprintf(path, sizeof path, "/v1/jobs/%s",
+           json_string_value(json_object_get(json_array_get(first, 0), "job")));
+  json_t *refused = call("DELETE", path, NULL, 409);
+  json_t *detail = json_array_get(json_object_get(json_object_get(refused, "error"), "details"), 0);
+  assert_string_equal(json_string_value(json_object_get(detail, "field")), "experiment");
+  json_decref(refused);
+  json_decref(first);
   kill(kilnd_pid, SIGKILL);
   waitpid(kilnd_pid, NULL, 0);
   assert_int_equal(launch(), 0);

@@ -322,6 +322,53 @@ static void job_and_checkpoint_schemas_name_every_field_the_handlers_write(void 
   json_decref(cj);
 }
 
+static void experiment_schemas_name_every_field_the_handlers_write(void **state) {
+  (void)state;
+  store_experiment e = {.seq = 1,
+                        .id = "20260101-0011223344556677",
+                        .tenant = "acme",
+                        .request_id = "retry-2",
+                        .display_name = "lr search",
+                        .spec_json = "{\"epochs\":1}",
+                        .search_json = "{\"searcher\":\"random\",\"metric\":\"val_loss\","
+                                       "\"parameters\":{\"optimizer.learning_rate\":{\"type\":"
+                                       "\"uniform\",\"min\":0.1,\"max\":0.2}}}",
+                        .state = "SUCCEEDED",
+                        .message = "done",
+                        .create_ms = 1000,
+                        .end_ms = 2000};
+  json_t *j = http_experiment_json(NULL, &e);
+  char *text = json_dumps(j, JSON_COMPACT);
+  assert_schema_covers("Experiment", text);
+  free(text);
+  json_decref(j);
+  store_trial t = {.experiment = "20260101-0011223344556677",
+                   .index = 3,
+                   .values_json = "{\"optimizer.learning_rate\":0.15}",
+                   .job_id = "20260101-8899aabbccddeeff",
+                   .job_state = "SUCCEEDED",
+                   .state = "PAUSED",
+                   .rung = 1,
+                   .epochs = 3,
+                   .n_results = 2,
+                   .results = {0.5, 0.25}};
+  j = http_trial_json(&t);
+  text = json_dumps(j, JSON_COMPACT);
+  assert_schema_covers("Trial", text);
+  free(text);
+  json_decref(j);
+  store_job job = {.id = "20260101-8899aabbccddeeff",
+                   .spec_json = "{}",
+                   .state = "QUEUED",
+                   .experiment = "20260101-0011223344556677"};
+  j = http_job_json(NULL, &job, 0);
+  text = json_dumps(j, JSON_COMPACT);
+  assert_non_null(strstr(text, "\"experiment\""));
+  assert_schema_covers("Job", text);
+  free(text);
+  json_decref(j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(document_is_openapi_3_0_3_with_license_servers_and_bearer_scheme),
@@ -333,6 +380,7 @@ int main(void) {
       cmocka_unit_test(every_ref_resolves),
       cmocka_unit_test(error_schema_matches_the_error_model),
       cmocka_unit_test(job_and_checkpoint_schemas_name_every_field_the_handlers_write),
+      cmocka_unit_test(experiment_schemas_name_every_field_the_handlers_write),
   };
   return cmocka_run_group_tests(tests, load_document, free_document);
 }
