@@ -172,8 +172,9 @@ static int load_experiment(const http_config *cfg, const http_request *req, stor
 static void prefix_spec_fields(api_error *e) {
   for (int i = 0; i < e->n_details; i++) {
     char field[sizeof e->details[i].field];
-    snprintf(field, sizeof field, "spec%s%s", e->details[i].field[0] ? "." : "",
-             e->details[i].field);
+    /* A field's path is far shorter than the detail's room; cut to fit. */
+    snprintf(field, sizeof field, "spec%s%.*s", e->details[i].field[0] ? "." : "",
+             (int)sizeof field - 6, e->details[i].field);
     memcpy(e->details[i].field, field, sizeof field);
   }
 }
@@ -186,7 +187,7 @@ static int read_body(http_request *req, char **spec_text, char **search_text, ch
   json_t *root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
   if (!json_is_object(root)) {
     json_decref(root);
-    http_reply_status(res, 400, "INVALID_ARGUMENT", "", "the body must be a JSON object: %s",
+    http_reply_status(res, 400, "INVALID_ARGUMENT", NULL, "the body must be a JSON object: %s",
                       jerr.text);
     return -1;
   }

@@ -126,7 +126,14 @@ static void grid_of_two_by_two_makes_exactly_four_trials_with_those_values(void 
   assert_string_equal(json_string_value(json_object_get(e, "state")), "SUCCEEDED");
   assert_int_equal(json_integer_value(json_object_get(e, "trial_count")), 4);
   assert_int_equal(json_integer_value(json_object_get(e, "trials_done")), 4);
-  assert_true(json_is_object(json_object_get(e, "best_trial")));
+  json_t *best_trial = json_object_get(e, "best_trial");
+  assert_true(json_is_object(best_trial));
+  /* :best answers the same trial: the lowest epoch_loss of the four. */
+  char best_path[128];
+  snprintf(best_path, sizeof best_path, "/v1/experiments/%s:best", id);
+  json_t *best = call("GET", best_path, NULL, 200);
+  assert_true(json_equal(best, best_trial));
+  json_decref(best);
   json_decref(e);
   json_t *trials = trials_of(id);
   assert_int_equal(json_array_size(trials), 4);
@@ -156,6 +163,15 @@ static void grid_of_two_by_two_makes_exactly_four_trials_with_those_values(void 
   }
   for (int a = 0; a < 2; a++)
     for (int b = 0; b < 2; b++) assert_int_equal(seen[a][b], 1);
+  double lowest = INFINITY;
+  for (size_t i = 0; i < 4; i++) {
+    double m = json_number_value(json_object_get(json_array_get(trials, i), "metric"));
+    if (m < lowest) lowest = m;
+  }
+  snprintf(best_path, sizeof best_path, "/v1/experiments/%s:best", id);
+  best = call("GET", best_path, NULL, 200);
+  assert_true(json_number_value(json_object_get(best, "metric")) == lowest);
+  json_decref(best);
   json_decref(trials);
   free(id);
 }
