@@ -352,7 +352,8 @@ static const http_openapi_text schemas[] = {
      "'trials_failed':{'type':'integer'},"
      "'epochs_trained':{'type':'integer','description':'Epochs its trials trained to the ends "
      "of the rungs they finished, all together.'},"
-     "'best_trial':{'allOf':[{'$ref':'#/components/schemas/BestTrial'}],'nullable':true}}}"},
+     "'best_trial':{'type':'object','nullable':true,'description':'null while no trial has "
+     "reported the metric.','allOf':[{'$ref':'#/components/schemas/BestTrial'}]}}}"},
     {"ExperimentList", PAGE_OF("Experiment", "experiments", "A page of experiments, newest "
                                "first.")},
     {"BestTrial",
