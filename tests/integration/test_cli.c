@@ -162,7 +162,7 @@ static void bad_command_lines_exit_2(void **state) {
       {"submit any.json --wait --require '>=1'", "expected NAME OP VALUE"},
       {"submit any.json --require 'val_mae<=1'", "--require applies to"},
       {"submit any.json --timeout 1m", "--timeout applies to"},
-      {"ls --wait", "--wait applies to 'kiln submit' only"},
+      {"ls --wait", "--wait applies to 'kiln submit' and 'kiln exp create' only"},
       {"frobnicate", "unknown command 'frobnicate'"},
       {"watch", "watch takes one job id"},
       {"ckpt ls", "ckpt takes"},
