@@ -232,16 +232,39 @@ static int read_body(http_request *req, char **spec_text, char **search_text, ch
   return 0;
 }
 
+/* The spec with the fields that never change a plan's memory left out (the
+ * optimizer's scalars, the seed): trials that differ only there share one
+ * plan, so a search over learning rates plans once. malloc'd. */
+static char *plan_key(const char *spec) {
+  static const char *const optimizer_scalars[] = {
+      "learning_rate", "weight_decay", "beta_1",          "beta_2",
+      "epsilon",       "rho",          "global_clipnorm", "initial_accumulator_value"};
+  json_t *o = json_loads(spec, 0, NULL);
+  if (!o) return NULL;
+  json_t *opt = json_object_get(o, "optimizer");
+  for (size_t i = 0; i < sizeof optimizer_scalars / sizeof optimizer_scalars[0]; i++)
+    json_object_del(opt, optimizer_scalars[i]);
+  json_object_del(o, "seed");
+  json_object_del(o, "display_name");
+  char *key = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(o);
+  return key;
+}
+
 /* Makes every trial's values and spec, validated, and plans its memory;
  * -1 having answered. */
 static int make_trials(const http_config *cfg, const api_search *search, const char *base,
                        store_trial *trials, int n, http_response *res) {
-  for (int i = 0; i < n; i++) {
+  char **keys = calloc((size_t)n, sizeof *keys);
+  int rc = keys ? 0 : -1;
+  if (!keys) http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
+  for (int i = 0; i < n && rc == 0; i++) {
     trials[i].index = i;
     trials[i].values_json = api_search_trial_values(search, i);
     if (!trials[i].values_json) {
       http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
-      return -1;
+      rc = -1;
+      break;
     }
     char *spec = NULL;
     api_error e;
@@ -249,13 +272,22 @@ static int make_trials(const http_config *cfg, const api_search *search, const c
                               api_search_rung_epochs(search, api_search_rung_count(search) - 1),
                               &spec, &e) != 0) {
       http_reply_error(res, &e);
-      return -1;
+      rc = -1;
+      break;
     }
-    int rc = http_plan_memory(cfg, spec, &trials[i].planned_memory_bytes, res);
+    keys[i] = plan_key(spec);
+    int planned = -1;
+    for (int k = 0; k < i && planned < 0 && keys[i]; k++)
+      if (keys[k] && strcmp(keys[k], keys[i]) == 0) planned = k;
+    if (planned >= 0)
+      trials[i].planned_memory_bytes = trials[planned].planned_memory_bytes;
+    else
+      rc = http_plan_memory(cfg, spec, &trials[i].planned_memory_bytes, res);
     free(spec);
-    if (rc != 0) return -1;
   }
-  return 0;
+  for (int i = 0; keys && i < n; i++) free(keys[i]);
+  free(keys);
+  return rc;
 }
 
 void http_create_experiment(const http_config *cfg, http_request *req, http_response *res) {
