@@ -447,6 +447,52 @@ static void bad_searches_are_400s_naming_the_field(void **state) {
 
 /* ---- kiln exp ---- */
 
+/* A tenant's quota binds its trials as it binds the jobs it submits: with
+ * max_devices 1, a search of three 1-device trials, three at a time, never
+ * has more than one trial's job unfinished, and still finishes them all. */
+static void trials_wait_for_their_tenants_quota(void **state) {
+  (void)state;
+  json_t *probe =
+      create("{\"searcher\":\"grid\",\"metric\":\"epoch_loss\",\"parameters\":{"
+             "\"optimizer.learning_rate\":{\"type\":\"categorical\",\"values\":[0.05]}}}");
+  char tenant[64], quota_path[128];
+  snprintf(tenant, sizeof tenant, "%s", json_string_value(json_object_get(probe, "tenant")));
+  char *probe_id = id_of(probe);
+  json_decref(wait_done(probe_id, 120));
+  free(probe_id);
+  snprintf(quota_path, sizeof quota_path, "/v1/tenants/%s/quota", tenant);
+  json_decref(call("PUT", quota_path, "{\"max_devices\":1}", 200));
+  char *id = id_of(create(
+      "{\"searcher\":\"grid\",\"metric\":\"epoch_loss\",\"max_concurrent_trials\":3,"
+      "\"parameters\":{\"optimizer.learning_rate\":{\"type\":\"categorical\",\"values\":[0.01,"
+      "0.02,0.03]}}}"));
+  char path[128];
+  snprintf(path, sizeof path, "/v1/experiments/%s", id);
+  int most = 0, done = 0;
+  for (int i = 0; i < 600 && !done; i++) {
+    json_t *trials = trials_of(id);
+    int running = 0;
+    for (size_t k = 0; k < json_array_size(trials); k++) {
+      const char *ts = json_string_value(json_object_get(json_array_get(trials, k), "trial_state"));
+      running += ts && (!strcmp(ts, "RUNNING") || !strcmp(ts, "PROMOTED"));
+    }
+    json_decref(trials);
+    if (running > most) most = running;
+    json_t *e = call("GET", path, NULL, 200);
+    done = strcmp(json_string_value(json_object_get(e, "state")), "RUNNING") != 0;
+    json_decref(e);
+    if (!done) usleep(200000);
+  }
+  json_decref(call("PUT", quota_path, "{\"max_devices\":0}", 200));
+  assert_true(done);
+  if (most != 1) fail_msg("%d trials' jobs were unfinished at once under max_devices 1", most);
+  json_t *e = call("GET", path, NULL, 200);
+  assert_string_equal(json_string_value(json_object_get(e, "state")), "SUCCEEDED");
+  assert_int_equal(json_integer_value(json_object_get(e, "trials_done")), 3);
+  json_decref(e);
+  free(id);
+}
+
 static int cli(char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int cli(char *out, size_t outlen, const char *fmt, ...) {
@@ -509,6 +555,7 @@ int main(void) {
       cmocka_unit_test(asha_pauses_promotes_from_the_checkpoint_and_stops_the_rest),
       cmocka_unit_test(kilnd_killed_mid_experiment_finishes_it_after_a_restart),
       cmocka_unit_test(kiln_exp_creates_waits_gates_lists_and_cancels),
+      cmocka_unit_test(trials_wait_for_their_tenants_quota),
   };
   return cmocka_run_group_tests(tests, start, stop);
 }
