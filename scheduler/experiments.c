@@ -92,9 +92,42 @@ static void view_of(const store_trial *t, api_trial_view *v) {
   for (int i = 0; i < v->n_results; i++) v->results[i] = t->results[i];
 }
 
+/* 1 when tenant's quota leaves room for one more waiting job of devices
+ * devices (as a submitted job's create checks), else 0 with why set; a
+ * store failure counts as no room (the trial waits for the next pass). */
+static int quota_has_room(sched *s, const char *tenant, int devices, char *why, size_t whylen) {
+  store_quota q;
+  store_usage u;
+  if (store_quota_effective(s->st, tenant, &s->cfg.quota_defaults, &q) != STORE_OK ||
+      store_usage_get(s->st, tenant, &u) != STORE_OK) {
+    snprintf(why, whylen, "the quota of tenant %s cannot be read", tenant);
+    return 0;
+  }
+  if (q.max_devices > 0 && u.devices + devices > q.max_devices) {
+    snprintf(why, whylen,
+             "tenant %s's unfinished jobs ask for %lld devices of its max_devices %lld", tenant,
+             (long long)u.devices, (long long)q.max_devices);
+    return 0;
+  }
+  if (q.max_queued_jobs > 0 && u.queued_jobs + 1 > q.max_queued_jobs) {
+    snprintf(why, whylen, "tenant %s has %lld jobs waiting of its max_queued_jobs %lld", tenant,
+             (long long)u.queued_jobs, (long long)q.max_queued_jobs);
+    return 0;
+  }
+  return 1;
+}
+
+/* Says once (until the experiment moves again) why its trials wait. */
+static void note_quota_wait(sched *s, const char *experiment, const char *why) {
+  if (!strcmp(s->experiments_quota_noted, experiment)) return;
+  snprintf(s->experiments_quota_noted, sizeof s->experiments_quota_noted, "%s", experiment);
+  sched_slog(s, SCHED_LOG_INFO, "experiment=%s msg=\"trials wait for the quota: %s\"", experiment,
+             why);
+}
+
 /* Starts trial t: its job, made from the base spec with its values and
- * rung 0's epochs. 0, or -1 (the trial is marked FAILED when its spec
- * cannot be made). */
+ * rung 0's epochs. 0, 1 (its tenant's quota has no room: it waits), or -1
+ * (the trial is marked FAILED when its spec cannot be made). */
 static int start_trial(sched *s, const store_experiment *e, const api_search *search,
                        const store_trial *t) {
   char *spec_json = NULL;
@@ -107,6 +140,12 @@ static int start_trial(sched *s, const store_experiment *e, const api_search *se
       api_spec_parse(spec_json, strlen(spec_json), spec, &err) != 0) {
     store_trial_update(s->st, e->id, t->index, "WAITING", "FAILED", 0, NULL, "TRIAL_FAILED",
                        err.message);
+    goto done;
+  }
+  char why[256];
+  if (!quota_has_room(s, e->tenant, spec->devices, why, sizeof why)) {
+    note_quota_wait(s, e->id, why);
+    rc = 1;
     goto done;
   }
   store_job job;
@@ -146,6 +185,21 @@ static int promote_trial(sched *s, const store_experiment *e, const api_search *
   if (api_search_trial_spec(search, e->spec_json, t->values_json,
                             api_search_rung_epochs(search, next), &spec_json, &err) != 0)
     return -1;
+  /* Back in the queue, its job asks for devices again: the quota decides. */
+  api_job_spec *spec = malloc(sizeof *spec);
+  if (!spec || api_spec_parse(spec_json, strlen(spec_json), spec, &err) != 0) {
+    free(spec);
+    free(spec_json);
+    return -1;
+  }
+  char why[256];
+  const int room = quota_has_room(s, e->tenant, spec->devices, why, sizeof why);
+  free(spec);
+  if (!room) {
+    free(spec_json);
+    note_quota_wait(s, e->id, why);
+    return 1;
+  }
   char msg[512];
   snprintf(msg, sizeof msg,
            "promoted to rung %d (%d epochs) with %s %.6g at rung %d; resumes from its checkpoint "
@@ -229,9 +283,11 @@ static void drive_one(sched *s, const char *id) {
     api_trial_view *v = &views[a.trial];
     if (a.kind == API_ACTION_START) {
       if (start_trial(s, &e, search, t) != 0) break;
+      s->experiments_quota_noted[0] = '\0';
       v->state = API_TRIAL_RUNNING;
     } else if (a.kind == API_ACTION_PROMOTE) {
       if (promote_trial(s, &e, search, t, v) != 0) break;
+      s->experiments_quota_noted[0] = '\0';
       v->state = API_TRIAL_PROMOTED;
       v->rung++;
     } else if (a.kind == API_ACTION_STOP) {

@@ -76,6 +76,8 @@ struct sched {
   char (*tenants)[64];
   int64_t *tenant_starts;
   int n_tenants, tenants_cap;
+  /* the experiment whose trials' wait for a quota was last logged */
+  char experiments_quota_noted[40];
   /* the store's generation when experiments were last driven */
   uint64_t experiments_generation;
   int experiments_seen;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage.h"
+
 typedef struct sched sched;
 
 typedef enum sched_log_level {
@@ -50,6 +52,10 @@ typedef struct sched_config {
    * job RESOURCE_EXHAUSTED. */
   int64_t memory_max_bytes;
   const char *limits_mode;
+  /* The quota of a tenant an admin set none for (as the server's): an
+   * experiment's trial starts, or is promoted, only while its tenant's
+   * devices and waiting jobs leave room for it, as a submitted job must. */
+  store_quota quota_defaults;
   sched_log_fn log; /* may be NULL */
   void *log_user;
 } sched_config;

@@ -564,6 +564,7 @@ int main(int argc, char **argv) {
                      .heartbeat_s = (int)heartbeat_s,
                      .memory_max_bytes = memory_max,
                      .limits_mode = limits_mode,
+                     .quota_defaults = defaults,
                      .log = sched_log};
   sched *scheduler = NULL;
   if (sched_start(&sc, &scheduler, err, sizeof err) != 0) {

@@ -11,13 +11,7 @@
 
 /* The limits in force for tenant: its own where set, else the defaults. */
 static int effective_quota(const http_config *cfg, const char *tenant, store_quota *q) {
-  if (store_quota_get(cfg->st, tenant, q) != STORE_OK) return -1;
-  const store_quota *d = &cfg->quota_defaults;
-  if (q->max_priority == STORE_QUOTA_DEFAULT) q->max_priority = d->max_priority;
-  if (q->max_devices == STORE_QUOTA_DEFAULT) q->max_devices = d->max_devices;
-  if (q->max_queued_jobs == STORE_QUOTA_DEFAULT) q->max_queued_jobs = d->max_queued_jobs;
-  if (q->max_storage_bytes == STORE_QUOTA_DEFAULT) q->max_storage_bytes = d->max_storage_bytes;
-  return 0;
+  return store_quota_effective(cfg->st, tenant, &cfg->quota_defaults, q) == STORE_OK ? 0 : -1;
 }
 
 int http_check_job_quota(const http_config *cfg, const http_principal *who,

@@ -48,6 +48,18 @@ done:
   return rc;
 }
 
+int store_quota_effective(store *s, const char *tenant, const store_quota *defaults,
+                          store_quota *out) {
+  int rc = store_quota_get(s, tenant, out);
+  if (rc != STORE_OK) return rc;
+  if (out->max_priority == STORE_QUOTA_DEFAULT) out->max_priority = defaults->max_priority;
+  if (out->max_devices == STORE_QUOTA_DEFAULT) out->max_devices = defaults->max_devices;
+  if (out->max_queued_jobs == STORE_QUOTA_DEFAULT) out->max_queued_jobs = defaults->max_queued_jobs;
+  if (out->max_storage_bytes == STORE_QUOTA_DEFAULT)
+    out->max_storage_bytes = defaults->max_storage_bytes;
+  return STORE_OK;
+}
+
 int store_quota_put(store *s, const char *tenant, const store_quota *q) {
   if (!s || !tenant || !q) return STORE_ERROR;
   sqlite3 *db = store_internal_lock(s);

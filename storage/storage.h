@@ -363,6 +363,10 @@ typedef struct store_quota {
 int store_quota_get(store *s, const char *tenant, store_quota *out);
 /* Replaces the tenant's quota (fields STORE_QUOTA_DEFAULT are unset). */
 int store_quota_put(store *s, const char *tenant, const store_quota *q);
+/* The limits in force for tenant: its own where an admin set them, else
+ * defaults' (kilnd's). */
+int store_quota_effective(store *s, const char *tenant, const store_quota *defaults,
+                          store_quota *out);
 
 typedef struct store_usage {
   int64_t queued_jobs;   /* QUEUED or PREEMPTED */
