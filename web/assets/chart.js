@@ -143,11 +143,14 @@ class KilnChart {
     return this.smoothing > 0 && !s.dots ? KilnChart.smooth(s.ys, this.smoothing) : s.ys;
   }
 
-  draw() {
+  /* The canvas cleared and sized to its box at the screen's pixel ratio:
+   * {g (its 2D context), w, h, pw, ph (the plot inside PAD)}; null while
+   * it is not laid out. */
+  frame() {
     const c = this.canvas;
     const dpr = window.devicePixelRatio || 1;
     const w = c.clientWidth, h = c.clientHeight;
-    if (w === 0 || h === 0) return;
+    if (w === 0 || h === 0) return null;
     if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
       c.width = Math.round(w * dpr);
       c.height = Math.round(h * dpr);
@@ -155,9 +158,15 @@ class KilnChart {
     const g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, w, h);
-    const pw = w - PAD.l - PAD.r, ph = h - PAD.t - PAD.b;
     g.font = "11px system-ui, sans-serif";
     g.fillStyle = "#6b7385";
+    return { g, w, h, pw: w - PAD.l - PAD.r, ph: h - PAD.t - PAD.b };
+  }
+
+  draw() {
+    const f = this.frame();
+    if (!f) return;
+    const { g, w, h, pw, ph } = f;
     const range = this.xRange();
     if (!range) {
       g.fillText("no points yet", PAD.l + 8, PAD.t + 20);
@@ -176,50 +185,18 @@ class KilnChart {
         if (y > y1) y1 = y;
       }
     }
-    if (y0 === Infinity) {
-      y0 = 0;
-      y1 = 1;
-    }
-    if (y1 === y0) {
-      y0 -= 0.5;
-      y1 += 0.5;
-    }
-    const margin = (y1 - y0) * 0.05;
-    y0 -= margin;
-    y1 += margin;
+    [y0, y1] = KilnChart.padded(y0, y1);
     const px = (x) => PAD.l + ((x - x0) / (x1 - x0)) * pw;
     const py = (y) => PAD.t + ph - ((y - y0) / (y1 - y0)) * ph;
     this.layout = { x0, x1, pw, ph, px, w };
 
-    // Grid, ticks and axis labels.
-    g.strokeStyle = "#dfe3ea";
-    g.lineWidth = 1;
-    g.beginPath();
-    this.tickLabels = [];
-    for (const t of this.log ? KilnChart.logTicks(y0, y1) : KilnChart.ticks(y0, y1, 5)) {
-      const yy = Math.round(py(t)) + 0.5;
-      g.moveTo(PAD.l, yy);
-      g.lineTo(PAD.l + pw, yy);
-      const label = KilnChart.format(this.log ? Math.pow(10, t) : t);
-      this.tickLabels.push(label);
-      g.textAlign = "right";
-      g.fillText(label, PAD.l - 6, yy + 4);
-    }
-    g.textAlign = "center";
-    for (const t of KilnChart.ticks(x0, x1, Math.max(2, Math.floor(pw / 80)))) {
-      const xx = Math.round(px(t)) + 0.5;
-      g.moveTo(xx, PAD.t);
-      g.lineTo(xx, PAD.t + ph);
-      g.fillText(KilnChart.format(t), xx, PAD.t + ph + 14);
-    }
-    g.stroke();
-    g.fillText(this.xLabel, PAD.l + pw / 2, h - 6);
-    g.save();
-    g.translate(11, PAD.t + ph / 2);
-    g.rotate(-Math.PI / 2);
-    g.fillText(this.yLabel + (this.log ? " (log)" : ""), 0, 0);
-    g.restore();
-    g.textAlign = "left";
+    const yTicks = (this.log ? KilnChart.logTicks(y0, y1) : KilnChart.ticks(y0, y1, 5))
+      .map((t) => [t, KilnChart.format(this.log ? Math.pow(10, t) : t)]);
+    this.tickLabels = yTicks.map((t) => t[1]);
+    KilnChart.axes(g, { w, h, pw, ph, px, py, yTicks,
+      xTicks: KilnChart.ticks(x0, x1, Math.max(2, Math.floor(pw / 80)))
+        .map((t) => [t, KilnChart.format(t)]),
+      xLabel: this.xLabel, yLabel: this.yLabel + (this.log ? " (log)" : "") });
 
     g.save();
     g.beginPath();
@@ -392,6 +369,47 @@ class KilnChart {
     const fn = this.onDrawn;
     this.onDrawn = null;
     if (fn) fn();
+  }
+
+  /* The range lo..hi with 5% room at each end (0..1 when empty, one unit
+   * wide around a single value). */
+  static padded(lo, hi) {
+    if (lo === Infinity) return [0, 1];
+    if (hi === lo) return [lo - 0.5, hi + 0.5];
+    const margin = (hi - lo) * 0.05;
+    return [lo - margin, hi + margin];
+  }
+
+  /* The grid, tick labels and axis labels of a plot laid out by a: its size
+   * (w, h; the plot pw by ph inside PAD), px and py (axis value to pixel),
+   * xTicks and yTicks ([value on the axis, label] each), xLabel, yLabel. */
+  static axes(g, a) {
+    g.strokeStyle = "#dfe3ea";
+    g.lineWidth = 1;
+    g.fillStyle = "#6b7385";
+    g.beginPath();
+    g.textAlign = "right";
+    for (const [t, label] of a.yTicks) {
+      const yy = Math.round(a.py(t)) + 0.5;
+      g.moveTo(PAD.l, yy);
+      g.lineTo(PAD.l + a.pw, yy);
+      g.fillText(label, PAD.l - 6, yy + 4);
+    }
+    g.textAlign = "center";
+    for (const [t, label] of a.xTicks) {
+      const xx = Math.round(a.px(t)) + 0.5;
+      g.moveTo(xx, PAD.t);
+      g.lineTo(xx, PAD.t + a.ph);
+      g.fillText(label, xx, PAD.t + a.ph + 14);
+    }
+    g.stroke();
+    g.fillText(a.xLabel, PAD.l + a.pw / 2, a.h - 6);
+    g.save();
+    g.translate(11, PAD.t + a.ph / 2);
+    g.rotate(-Math.PI / 2);
+    g.fillText(a.yLabel, 0, 0);
+    g.restore();
+    g.textAlign = "left";
   }
 
   /* TensorBoard's smoothing: an exponential moving average with weight w,
