@@ -1,7 +1,8 @@
-/* charts.js — the metric charts of the job page and the compare view: one
- * chart per metric (its validation twin drawn on it), the toolbar every
- * chart follows (log scale, smoothing, x axis, zoom reset), and turning the
- * server's points into the chart's (step, epoch, wall time, value). */
+/* charts.js — the metric charts of the job page, the compare view and the
+ * experiment page: one chart per metric (its validation twin drawn on it),
+ * several jobs' curves overlaid on them, the toolbar every chart follows
+ * (log scale, smoothing, x axis, zoom reset), and turning the server's
+ * points into the chart's (step, epoch, wall time, value). */
 "use strict";
 
 const PALETTE = ["#1d4ed8", "#c2410c", "#15803d", "#7c3aed", "#0891b2", "#be185d", "#a16207",
@@ -29,9 +30,10 @@ function chartPoint(p, t0, perEpoch) {
 }
 
 /* The toolbar: its settings apply to every chart charts() returns, and to
- * charts made later through apply(). */
-function chartToolbar(charts) {
-  const state = { log: false, smoothing: 0, mode: "step" };
+ * charts made later through apply(); the x axis starts by mode ("step"
+ * unless given). */
+function chartToolbar(charts, mode) {
+  const state = { log: false, smoothing: 0, mode: mode || "step" };
   const apply = (c) => {
     c.setLog(state.log);
     c.setSmoothing(state.smoothing);
@@ -43,6 +45,7 @@ function chartToolbar(charts) {
   const sliderValue = el("output", { for: "smoothing", id: "smoothing-value" }, "0");
   const axis = el("select", { id: "x-axis" }, el("option", { value: "step" }, "step"),
     el("option", { value: "epoch" }, "epoch"), el("option", { value: "time" }, "wall time"));
+  axis.value = state.mode;
   const reset = el("button", { id: "zoom-reset", type: "button" }, "Reset zoom");
   logBox.addEventListener("change", () => {
     state.log = logBox.checked;
@@ -97,4 +100,52 @@ function whenAllDrawn(charts, fn) {
     drawn();
   }
   for (const c of charts) c.whenDrawn(drawn);
+}
+
+/* Draws one job's curves on the overlay charts in cards (base metric name
+ * -> metricCard; a card is made, and set up by tools, for a metric first
+ * seen): its training curves in color, validation dashed, named after the
+ * job. points are the job's metric points from the server; keep(name), when
+ * given, chooses the metrics drawn. Drawing a job again replaces its
+ * curves. */
+function overlayJob(cards, tools, job, color, points, keep) {
+  const sorted = points.slice().sort((a, b) => a.step - b.step);
+  const perEpoch = stepsPerEpoch(job, sorted);
+  const t0 = sorted.length ? Math.min(...sorted.map((p) => Date.parse(p.time))) : 0;
+  const byName = new Map();
+  for (const p of sorted) {
+    if (keep && !keep(p.name)) continue;
+    if (!byName.has(p.name)) byName.set(p.name, []);
+    byName.get(p.name).push(chartPoint(p, t0, perEpoch));
+  }
+  const who = job.display_name || job.id;
+  for (const [name, list] of byName) {
+    const base = baseName(name);
+    if (!cards.has(base)) {
+      const card = metricCard(base, []);
+      tools.apply(card.chart);
+      cards.set(base, card);
+    }
+    const chart = cards.get(base).chart;
+    const key = name + "@" + job.id;
+    const val = name !== base;
+    if (!chart.find(key)) {
+      chart.addSeries({ name: key, color, dash: val ? [5, 4] : null,
+        label: who + (val ? " (validation)" : ""), readLabel: who + (val ? " val" : "") });
+    }
+    chart.set(key, list);
+  }
+}
+
+/* The overlay's cards in order (loss first, then by name), their legends
+ * and point counts painted. */
+function overlayCards(cards) {
+  const order = [...cards.keys()].sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1
+    : a.localeCompare(b)));
+  return order.map((k) => {
+    const card = cards.get(k);
+    card.paintLegend();
+    card.count.textContent = card.chart.points() + " points";
+    return card.node;
+  });
 }

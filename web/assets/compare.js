@@ -44,38 +44,8 @@ function viewCompare(main, params) {
       el("i", { class: "swatch", style: "background:" + color(i) }),
       el("a", { href: "#/jobs/" + encodeURIComponent(j.id) }, j.display_name || j.id), " ",
       badge(j.state))), adder);
-    jobs.forEach((job, i) => {
-      const points = docs[i].metrics.slice().sort((a, b) => a.step - b.step);
-      const perEpoch = stepsPerEpoch(job, points);
-      const t0 = points.length ? Math.min(...points.map((p) => Date.parse(p.time))) : 0;
-      const byName = new Map();
-      for (const p of points) {
-        if (!byName.has(p.name)) byName.set(p.name, []);
-        byName.get(p.name).push(chartPoint(p, t0, perEpoch));
-      }
-      for (const [name, list] of byName) {
-        const base = baseName(name);
-        if (!cards.has(base)) {
-          const card = metricCard(base, []);
-          tools.apply(card.chart);
-          cards.set(base, card);
-        }
-        const card = cards.get(base);
-        const key = name + "@" + job.id;
-        const val = name !== base;
-        card.chart.addSeries({ name: key, color: color(i), dash: val ? [5, 4] : null,
-          label: (job.display_name || job.id) + (val ? " (validation)" : ""),
-          readLabel: (job.display_name || job.id) + (val ? " val" : "") });
-        card.chart.set(key, list);
-      }
-    });
-    const order = [...cards.keys()].sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1
-      : a.localeCompare(b)));
-    for (const k of order) {
-      cards.get(k).paintLegend();
-      cards.get(k).count.textContent = cards.get(k).chart.points() + " points";
-    }
-    chartsBox.replaceChildren(...order.map((k) => cards.get(k).node));
+    jobs.forEach((job, i) => overlayJob(cards, tools, job, color(i), docs[i].metrics));
+    chartsBox.replaceChildren(...overlayCards(cards));
     whenAllDrawn([...cards.values()].map((c) => c.chart));
 
     // The spec fields whose values are not all the same.

@@ -83,23 +83,16 @@ function viewJobs(main, params) {
   const paint = () => {
     const cols = jobColumns(metrics(), stats);
     headRow.replaceChildren(el("th", {}, el("span", { class: "sr-only" }, "Select")),
-      ...cols.map((c) => el("th", { "aria-sort": sort.key === c.key ? (sort.dir > 0 ? "ascending"
-        : "descending") : null }, el("button", { class: "sort", type: "button",
-        dataset: { sort: c.key }, onclick: () => {
-          sort = { key: c.key, dir: sort.key === c.key ? -sort.dir : 1 };
-          paint();
-        } }, c.title, sort.key === c.key ? (sort.dir > 0 ? " ▲" : " ▼") : ""))));
+      ...sortHeads(cols, sort, (next) => {
+        sort = next;
+        paint();
+      }));
     const q = text.value.trim().toLowerCase();
     const col = cols.find((c) => c.key === sort.key) || cols[0];
     const key = (j) => col.get(j);
     const shown = jobs.filter((j) => !q || j.id.toLowerCase().includes(q) ||
       (j.display_name || "").toLowerCase().includes(q))
-      .sort((a, b) => {
-        const x = key(a), y = key(b);
-        const missing = (v) => v === undefined || v === null || v === "";
-        if (missing(x) || missing(y)) return missing(x) - missing(y); // blanks last
-        return (x < y ? -1 : x > y ? 1 : 0) * sort.dir;
-      });
+      .sort((a, b) => bySortValue(key(a), key(b), sort.dir));
     body.replaceChildren(...shown.map((j) => el("tr", { dataset: { job: j.id } },
       el("td", {}, el("input", { type: "checkbox", class: "pick", checked: picked.has(j.id),
         "aria-label": "select " + j.id + " to compare", onchange: (ev) => {

@@ -38,6 +38,24 @@ function scrollTable(attrs, heads, body) {
     body));
 }
 
+/* The headings of a table sorted by sort ({key, dir: 1 up, -1 down}): a
+ * button per column of cols ({key, title}); a click calls onSort with the
+ * new order (that column up, or the other way if it was sorted by it). */
+function sortHeads(cols, sort, onSort) {
+  return cols.map((c) => el("th", { "aria-sort": sort.key === c.key ? (sort.dir > 0 ? "ascending"
+    : "descending") : null }, el("button", { class: "sort", type: "button",
+    dataset: { sort: c.key }, onclick: () => onSort({ key: c.key,
+      dir: sort.key === c.key ? -sort.dir : 1 }) },
+  c.title, sort.key === c.key ? (sort.dir > 0 ? " ▲" : " ▼") : "")));
+}
+
+/* Compares two sort values in direction dir; blanks go last either way. */
+function bySortValue(x, y, dir) {
+  const missing = (v) => v === undefined || v === null || v === "";
+  if (missing(x) || missing(y)) return missing(x) - missing(y);
+  return (x < y ? -1 : x > y ? 1 : 0) * dir;
+}
+
 function badge(state) {
   return el("span", { class: "badge " + state, dataset: { state } }, state);
 }
