@@ -1,8 +1,9 @@
 /* app.js — the kiln dashboard's frame: one page, views chosen by the URL's
- * hash (#/jobs, #/jobs/ID, #/compare?jobs=..., #/queue, #/devices,
- * #/submit); the login, queue and devices views live here, the others in
- * jobs.js, job.js, compare.js and submit.js, on util.js, chart.js and
- * charts.js. The bearer token the user logs in with is kept in this tab's
+ * hash (#/jobs, #/jobs/ID, #/compare?jobs=..., #/experiments,
+ * #/experiments/ID, #/queue, #/devices, #/submit); the login, queue and
+ * devices views live here, the others in jobs.js, job.js, compare.js,
+ * experiments.js, experiment.js and submit.js, on util.js, chart.js,
+ * charts.js and scatter.js. The bearer token the user logs in with is kept in this tab's
  * sessionStorage only. */
 "use strict";
 
@@ -134,9 +135,12 @@ function route() {
   }
   for (const a of document.querySelectorAll("nav a"))
     a.classList.toggle("active", a.dataset.view === (parts[0] || "jobs"));
-  const views = { jobs: viewJobs, queue: viewQueue, devices: viewDevices, submit: viewSubmit,
-    compare: viewCompare };
+  const views = { jobs: viewJobs, experiments: viewExperiments, queue: viewQueue,
+    devices: viewDevices, submit: viewSubmit, compare: viewCompare };
   if (parts[0] === "jobs" && parts[1]) cleanup = viewJob(main, params, decodeURIComponent(parts[1]));
+  else if (parts[0] === "experiments" && parts[1]) {
+    cleanup = viewExperiment(main, params, decodeURIComponent(parts[1]));
+  }
   else cleanup = (views[parts[0]] || viewJobs)(main, params) || null;
 }
 

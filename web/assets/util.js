@@ -210,6 +210,7 @@ async function api(method, path, opts) {
 }
 
 const jobPath = (id) => "/v1/jobs/" + encodeURIComponent(id);
+const experimentPath = (id) => "/v1/experiments/" + encodeURIComponent(id);
 
 /* Reads the metric stream after lastId until the job ends or signal aborts;
  * reconnects with Last-Event-ID after a dropped connection. */
