@@ -1,5 +1,6 @@
 /* job.js — a job's page (#/jobs/ID): its head (state, time, progress,
- * Cancel with a confirmation, Resume, Clone into Submit), a chart per
+ * the experiment it is a trial of, Cancel with a confirmation, Resume,
+ * Clone into Submit), a chart per
  * metric it reports with the chart tools, why it waits, events,
  * checkpoints with their metrics and the best mark, the profile, the logs
  * (search, download) and its hyperparameters as a table. */
@@ -101,7 +102,15 @@ function viewJob(main, params, id) {
     sessionStorage.setItem(CLONE_KEY, JSON.stringify(s, null, 2));
     location.hash = "#/submit";
   };
+  let experimentName = null; // the display name of the job's experiment, once known
   const paintHead = () => {
+    if (job.experiment && experimentName === null) {
+      experimentName = "";
+      api("GET", experimentPath(job.experiment), { signal }).then((x) => {
+        experimentName = x.display_name || x.id;
+        paintHead();
+      }, () => {});
+    }
     const active = !TERMINAL.includes(job.state);
     const t = jobTime(job);
     const p = job.progress;
@@ -123,6 +132,10 @@ function viewJob(main, params, id) {
     head.replaceChildren(
       el("div", { class: "row" }, el("h1", { style: "margin:0" }, job.display_name || job.id),
         badge(job.state), el("span", { class: "muted" }, job.id)),
+      job.experiment ? el("p", { id: "job-experiment", style: "margin:8px 0 0" },
+        "Trial " + (job.trial ? job.trial.index : "") + " of experiment ",
+        el("a", { href: "#/experiments/" + encodeURIComponent(job.experiment) },
+          experimentName || job.experiment)) : null,
       el("dl", { class: "kv", style: "margin-top:10px" },
         kv.flatMap(([k, dd]) => [el("dt", {}, k), dd])),
       el("div", { class: "row", style: "margin-top:10px" },
