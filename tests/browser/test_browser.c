@@ -1,7 +1,8 @@
-/* test_browser.c — runs the dashboard's browser tests (dashboard_test.js and
- * tools_test.js, in the system's headless Chromium, driven over the DevTools
- * protocol by node) against a real kilnd with the real kiln-train. Skipped (exit 77, with the
- * reason) when chromium or node is not installed. The job page's screenshot
+/* test_browser.c — runs the dashboard's browser tests (dashboard_test.js,
+ * tools_test.js and experiment_test.js, in the system's headless Chromium,
+ * driven over the DevTools protocol by node) against a real kilnd with the
+ * real kiln-train. Skipped (exit 77, with the reason) when chromium or node
+ * is not installed. The job page's screenshot
  * lands in ARTIFACTS_DIR/job-page.png. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,6 +71,14 @@ static void dashboard_compares_jobs_charts_tools_and_fits_a_phone(void **state) 
   assert_int_equal(run_script("tools_test.js"), 0);
 }
 
+/* Issue #21: an experiment's pages (the trials table, a scatter per
+ * parameter, the trials' curves, the job page's link, the list, Cancel,
+ * phone width) on a small real grid search (experiment_test.js). */
+static void dashboard_shows_an_experiment_its_trials_scatters_and_curves(void **state) {
+  (void)state;
+  assert_int_equal(run_script("experiment_test.js"), 0);
+}
+
 static int start_kilnd(void **state) {
   (void)state;
   snprintf(data_dir, sizeof data_dir, "/tmp/kiln-browser-XXXXXX");
@@ -106,6 +115,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(dashboard_drives_jobs_from_login_to_screenshot),
       cmocka_unit_test(dashboard_compares_jobs_charts_tools_and_fits_a_phone),
+      cmocka_unit_test(dashboard_shows_an_experiment_its_trials_scatters_and_curves),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
 }
