@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Refreshes docs/screenshots/*.png: starts a kilnd from ./build (kilnd and
 # kiln-train built) on a scratch data directory with one device, trains
-# three small real jobs, and photographs the dashboard in headless Chromium
-# (tests/browser/screenshots.js). Needs node and chromium, as the browser
-# tests do. Usage: bash scripts/screenshots.sh [BUILD_DIR]
+# three small real jobs and a small grid search, and photographs the
+# dashboard in headless Chromium (tests/browser/screenshots.js). Needs node
+# and chromium, as the browser tests do.
+# Usage: bash scripts/screenshots.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}"

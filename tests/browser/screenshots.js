@@ -1,7 +1,8 @@
 /* screenshots.js — the dashboard's screenshots in docs/screenshots/, taken
  * from a real kilnd with a few small real jobs (scripts/screenshots.sh
  * starts one and runs this): the jobs list, a job's page, the compare view,
- * and the jobs list and a job's page at a phone's 390 px.
+ * the jobs list and a job's page at a phone's 390 px, and a small grid
+ * search's experiment page.
  * Usage: node screenshots.js URL TOKEN OUT_DIR */
 "use strict";
 
@@ -45,6 +46,28 @@ async function shoot(page, hash, ready, file, width, height) {
   console.log("saved " + path.join(out, file));
 }
 
+/* A grid search over the learning rate (3, log-spaced) and batch size (2)
+ * of a smaller spec, run to its end; its id. */
+async function experiment() {
+  const base = spec("", "adam", 0.002, 64);
+  delete base.display_name;
+  base.pipeline.take = 3000;
+  base.epochs = 3;
+  const x = await api("POST", "/v1/experiments", {
+    display_name: "mlp-lr-batch-grid", spec: base,
+    search: { searcher: "grid", metric: "val_accuracy", mode: "max", seed: 1,
+      parameters: {
+        "optimizer.learning_rate": { type: "log_uniform", min: 0.0001, max: 0.01, count: 3 },
+        "pipeline.batch_size": { type: "categorical", values: [32, 128] } } },
+  });
+  for (const deadline = Date.now() + 600000; Date.now() < deadline;) {
+    const now = await api("GET", "/v1/experiments/" + x.id);
+    if (now.state !== "RUNNING") return x.id;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error("the experiment did not end in 10 minutes");
+}
+
 async function main() {
   const ids = [];
   for (const [name, opt, lr, batch] of [["mlp-adam-2e-3", "adam", 0.002, 64],
@@ -68,6 +91,11 @@ async function main() {
     await shoot(page, "/jobs", rows, "phone-jobs.png", 390, 700);
     await shoot(page, "/jobs/" + ids[0], "document.body.dataset.chartsDrawn", "phone-job.png",
       390, 1100);
+    // Last, so its trials stay out of the jobs list's pictures.
+    const x = await experiment();
+    await shoot(page, "/experiments/" + x, "document.body.dataset.experimentLoaded && " +
+      "document.body.dataset.chartsDrawn && document.querySelector('#trials-body tr.best')",
+    "experiment.png", 1280, 1700);
   } finally {
     await browser.close();
   }
