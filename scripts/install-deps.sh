@@ -23,6 +23,13 @@ packages=(
   chromium nodejs
   # the ONNX export test: onnx.checker (ONNX Runtime comes from npm, below)
   python3-onnx
+  # the image test (scripts/image-test.sh): a bookworm root from debootstrap,
+  # imported and built on with podman (chroot isolation, no daemon);
+  # podman-compose reads docker/compose.yaml, python3-yaml checks it
+  podman buildah debootstrap uidmap fuse-overlayfs slirp4netns crun conmon
+  podman-compose python3-yaml
+  # the systemd units' check (systemd-analyze verify, systemd-sysusers)
+  systemd
 )
 
 # npm runs `npm ci` for the tests' packages (below); Debian ships it apart

@@ -33,13 +33,14 @@ cmake -S . -B build-sanitize -DKILN_SANITIZE=ON -DKILN_WERROR=ON -DKILN_CUDA=OFF
 cmake --build build-sanitize -j "$jobs"
 
 # Every suite but those whose time goes to another runtime (the dashboard's
-# Chromium, PyTorch, node's OpenAPI and ONNX Runtime tools) or to training
-# a whole data set (kiln_train_shards): the C they drive is the server, the
-# CLI and the engine that the other suites run here under the sanitizers;
-# the normal build above runs them all.
+# Chromium, PyTorch, node's OpenAPI and ONNX Runtime tools), to training
+# a whole data set (kiln_train_shards) or to building an image (which builds
+# kiln from source inside it): the C they drive is the server, the CLI and
+# the engine that the other suites run here under the sanitizers; the normal
+# build above runs them all.
 echo "== tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-sanitize --output-on-failure -LE '^(browser|parity|openapi)$' \
+  ctest --test-dir build-sanitize --output-on-failure -LE '^(browser|parity|openapi|image)$' \
   -E '^test_(engine_onnx|integration_kiln_train_shards)$'
 
 # Every fuzz target briefly (its corpus, then a few seconds of new inputs;
