@@ -120,6 +120,12 @@ def check_fixture(kilnd, trainer, fixture, work, current):
                       c["sha256"], c["bytes"]))
             check(bool(got_c.get("pinned")) == c["pinned"], "v%d: job %s checkpoint %d pinned %s,"
                   " was %s" % (version, jid, c["step"], got_c.get("pinned"), c["pinned"]))
+            status, body = k.call("GET", "/v1/jobs/%s/checkpoints/%s:download" % (
+                jid, got_c["id"]), raw=True)
+            check(status == 200 and hashlib.sha256(body).hexdigest() == c["sha256"],
+                  "v%d: job %s checkpoint %d downloads as %d, %d bytes, sha256 %s" % (
+                      version, jid, c["step"], status, len(body),
+                      hashlib.sha256(body).hexdigest()))
             path = os.path.join(data, c["file"])
             check(os.path.exists(path) and sha256_file(path) == c["sha256"],
                   "v%d: checkpoint file %s is gone or changed" % (version, c["file"]))
