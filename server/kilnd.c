@@ -540,6 +540,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kilnd: %s\n", err);
     return 1;
   }
+  /* A data directory moved here from another folder names its files there. */
+  int relocated = 0;
+  if (store_relocate(st, data_dir, &relocated) != STORE_OK) {
+    fprintf(stderr, "kilnd: %s\n", store_errmsg(st));
+    store_close(st);
+    return 1;
+  }
   /* Requests commit through this handle: none of them pays for a checkpoint. */
   if (store_checkpoint_in_background(st) != STORE_OK) {
     fprintf(stderr, "kilnd: %s\n", store_errmsg(st));
@@ -620,6 +627,13 @@ int main(int argc, char **argv) {
     snprintf(line, sizeof line,
              "msg=\"made the data directory owner-only\" data_dir=%s paths_tightened=%d", data_dir,
              tightened);
+    log_line("warn", line);
+  }
+  if (relocated > 0) {
+    snprintf(line, sizeof line,
+             "msg=\"the data directory moved: its checkpoint and data set rows now name their "
+             "files under it\" data_dir=%s rows=%d",
+             data_dir, relocated);
     log_line("warn", line);
   }
   if (swept) {

@@ -154,6 +154,12 @@ int store_job_retry(store *s, const char *id, int64_t not_before_ms, const char 
  * back to QUEUED with reason "SERVER_RESTARTED" and an event each, in one
  * transaction, counted in infra_restarts. *n (may be NULL) gets how many. */
 int store_job_requeue_unfinished(store *s, int *n);
+/* A data directory opened from another folder than the one it was made in
+ * (relocate.c): checkpoint and data set rows whose absolute path is not
+ * under data_dir (absolute, as kilnd resolves it) are pointed at the same
+ * file under it (from "/jobs/<job>/" and "/datasets/<id>" on), in one
+ * transaction. *moved (may be NULL) gets how many rows changed. */
+int store_relocate(store *s, const char *data_dir, int *moved);
 /* An infrastructure restart of one job (requeue.c): the unfinished job goes
  * back to QUEUED, counted in infra_restarts, in one transaction. With via
  * (e.g. "PREEMPTED") it records two events, current -> via (via_reason,
