@@ -1,7 +1,8 @@
 /* test_checkpoints.c — checkpoint retention: the newest keep_last stay, and
  * with keep_best the best by a metric too; the rest go with their files; a
  * file already gone counts as removed, one that cannot be removed keeps its
- * row; other jobs are untouched; a pinned checkpoint is never removed. */
+ * row; other jobs are untouched; a pinned checkpoint is never removed. And
+ * the rows of a data directory that moved (store_relocate). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -217,6 +218,56 @@ static void keep_best_keeps_the_best_by_the_monitor_and_the_newest(void **state)
   assert_non_null(strstr(store_errmsg(f->s), "a monitor for keep_best"));
 }
 
+/* A data directory opened from another folder: rows outside it are pointed
+ * at the same files inside it; rows already inside, and paths without their
+ * own job's or data set's part, are left alone; a second pass moves none. */
+static void relocate_points_rows_of_a_moved_data_directory_at_its_files(void **state) {
+  fixture *f = *state;
+  create(f, "j");
+  store_checkpoint c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.job_id, sizeof c.job_id, "j");
+  c.attempt = 1;
+  snprintf(c.sha256, sizeof c.sha256, "%064d", 0);
+  const char *paths[] = {"/old/kiln/jobs/j/checkpoints/ckpt-1.safetensors",
+                         "/new/kiln/jobs/j/checkpoints/ckpt-2.safetensors",
+                         "/elsewhere/ckpt-3.safetensors"};
+  for (int i = 0; i < 3; i++) {
+    c.step = i + 1;
+    snprintf(c.path, sizeof c.path, "%s", paths[i]);
+    assert_int_equal(store_checkpoint_add(f->s, &c), STORE_OK);
+  }
+  store_dataset d;
+  memset(&d, 0, sizeof d);
+  snprintf(d.id, sizeof d.id, "ds-1");
+  snprintf(d.format, sizeof d.format, "csv");
+  snprintf(d.path, sizeof d.path, "/old/kiln/datasets/ds-1");
+  snprintf(d.sha256, sizeof d.sha256, "%064d", 0);
+  snprintf(d.input_shape_json, sizeof d.input_shape_json, "[3]");
+  d.classes = 2;
+  assert_int_equal(store_dataset_add(f->s, &d), STORE_OK);
+
+  int moved = -1;
+  assert_int_equal(store_relocate(f->s, "/new/kiln/", &moved), STORE_OK);
+  assert_int_equal(moved, 2);
+  store_checkpoint *list = NULL;
+  int n = 0;
+  assert_int_equal(store_checkpoint_list(f->s, "j", &list, &n), STORE_OK);
+  assert_int_equal(n, 3);
+  const char *want[] = {"/new/kiln/jobs/j/checkpoints/ckpt-1.safetensors",
+                        "/new/kiln/jobs/j/checkpoints/ckpt-2.safetensors",
+                        "/elsewhere/ckpt-3.safetensors"};
+  for (int i = 0; i < n; i++) assert_string_equal(list[i].path, want[list[i].step - 1]);
+  store_checkpoint_list_free(list, n);
+  store_dataset got;
+  assert_int_equal(store_dataset_get(f->s, "ds-1", &got), STORE_OK);
+  assert_string_equal(got.path, "/new/kiln/datasets/ds-1");
+
+  assert_int_equal(store_relocate(f->s, "/new/kiln", &moved), STORE_OK);
+  assert_int_equal(moved, 0);
+  assert_int_equal(store_relocate(f->s, "relative/dir", &moved), STORE_ERROR);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(
@@ -227,6 +278,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(retention_never_removes_a_pinned_checkpoint, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(keep_best_keeps_the_best_by_the_monitor_and_the_newest,
+                                      fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(relocate_points_rows_of_a_moved_data_directory_at_its_files,
                                       fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
