@@ -10,6 +10,11 @@
 #            started in a chroot on a loopback port as the image's user
 #   train    examples/fmnist-mlp.json through the image's kiln CLI, gated on
 #            val_accuracy >= 0.85 (README: about 0.855)
+# With KILN_IMAGE_CUDA=DIR (a CUDA toolkit: bin/nvcc, include, nvvm, lib
+# with cudart, cuBLAS and NCCL, e.g. /usr/local/cuda), the same for
+# docker/Dockerfile.cuda on two bases made from the bookworm root and the
+# toolkit's files (cuda-base), built (cuda-build), its kilnd trained on CPUs
+# (cuda-run, cuda-train): no GPU is needed, and none is used.
 # Needs root, podman and debootstrap (scripts/install-deps.sh installs them);
 # exits 77 (skipped) with the reason when one is missing. The mirror is the
 # first bookworm source in /etc/apt/sources.list{,.d/*} unless MIRROR is set.
@@ -49,6 +54,15 @@ find_mirror() {
 mirror=${MIRROR:-$(find_mirror | head -n 1)}
 [ -n "$mirror" ] || skip "no bookworm source in /etc/apt/sources.list*; set MIRROR=URL"
 
+cuda=${KILN_IMAGE_CUDA:-}
+if [ -n "$cuda" ]; then
+  cuda=$(realpath "$cuda")
+  [ -x "$cuda/bin/nvcc" ] || {
+    echo "image-test: KILN_IMAGE_CUDA=$cuda has no bin/nvcc" >&2
+    exit 2
+  }
+fi
+
 work=$(mktemp -d /var/tmp/kiln-image.XXXXXX)
 podman=(podman --root "$work/storage" --runroot "$work/run")
 # overlay where the kernel lets this folder carry it, vfs (full copies) otherwise
@@ -60,31 +74,38 @@ fi
 image=kiln:latest
 base=kiln-base:bookworm
 kilnd_pid=""
-root=""
-ctr=""
+ctrs=()
 mounted=()
 
-cleanup() {
-  local rc=$?
+stop_kilnd() {
   if [ -n "$kilnd_pid" ]; then
     kill "$kilnd_pid" 2>/dev/null || true
     wait "$kilnd_pid" 2>/dev/null || true
+    kilnd_pid=""
   fi
-  local m
+}
+
+cleanup() {
+  local rc=$?
+  stop_kilnd
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
-  if [ -n "$ctr" ]; then
-    "${podman[@]}" umount "$ctr" >/dev/null 2>&1 || true
-    "${podman[@]}" rm -f "$ctr" >/dev/null 2>&1 || true
-  fi
+  for c in "${ctrs[@]}"; do
+    "${podman[@]}" umount "$c" >/dev/null 2>&1 || true
+    "${podman[@]}" rm -f "$c" >/dev/null 2>&1 || true
+  done
   if [ "${KILN_IMAGE_KEEP:-0}" = 1 ]; then
     echo "image-test: kept $work"
   else
     "${podman[@]}" rmi -a -f >/dev/null 2>&1 || true
-    rm -rf "$work"
+    # podman's overlay driver mounts its folder on itself; debootstrap
+    # mounts /proc and /sys in the root it makes (if it was stopped midway)
+    findmnt -rn -o TARGET | grep -F "$work/" | sort -r | while read -r m; do umount -l "$m"; done || true
+    rm -rf "$work" || true
   fi
   exit $rc
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 declare -A took
 stage_start=0
@@ -150,75 +171,139 @@ end base
 
 begin import
 tar -C "$work/root" --numeric-owner -cf - . | "${podman[@]}" import - "$base" >/dev/null
-rm -rf "$work/root"
+[ -n "$cuda" ] || rm -rf "$work/root"
 "${podman[@]}" images
 end import
 
 # ---- build: the Dockerfile as it is, FROM the imported base
-begin build
-"${podman[@]}" build --isolation chroot --layers=false --build-arg "BASE_IMAGE=$base" \
-  -f "$repo/docker/Dockerfile" -t "$image" "$repo" >"$work/build.log" 2>&1 || {
-  tail -n 60 "$work/build.log"
-  exit 1
+# build_image DOCKERFILE TAG LOG BUILD-ARG...
+build_image() {
+  local dockerfile=$1 tag=$2 log=$3
+  shift 3
+  local args=()
+  for a in "$@"; do args+=(--build-arg "$a"); done
+  "${podman[@]}" build --isolation chroot --layers=false "${args[@]}" \
+    -f "$repo/$dockerfile" -t "$tag" "$repo" >"$log" 2>&1 || {
+    tail -n 60 "$log"
+    echo "image-test: podman build of $dockerfile failed" >&2
+    exit 1
+  }
+  grep -E '^(\[[0-9]/[0-9]\] )?STEP' "$log" || true
+  "${podman[@]}" images
 }
-grep -E '^(STEP|COMMIT)' "$work/build.log" || true
-"${podman[@]}" images
+
+begin build
+build_image docker/Dockerfile "$image" "$work/build.log" "BASE_IMAGE=$base"
 end build
 
-# ---- run: the image's root filesystem, its kilnd in a chroot as its user
-begin run
-ctr=$("${podman[@]}" create "$image")
-root=$("${podman[@]}" mount "$ctr")
-for fs in proc dev sys; do
-  mount --rbind "/$fs" "$root/$fs"
-  mount --make-rslave "$root/$fs"
-  mounted+=("$root/$fs")
-done
-user=$("${podman[@]}" image inspect --format '{{.Config.User}}' "$image")
-data=$("${podman[@]}" image inspect --format '{{.Config.WorkingDir}}' "$image")
-[ -n "$user" ] && [ -n "$data" ] || {
-  echo "image-test: the image names no USER or WORKDIR" >&2
-  exit 1
+# run_in IMAGE: a container of IMAGE, its root filesystem mounted at $root
+# with /proc, /dev and /sys, and the image's kilnd started in a chroot on a
+# loopback port ($port) as the image's user, in its data directory.
+run_in() {
+  local img=$1 ctr
+  ctr=$("${podman[@]}" create "$img")
+  ctrs+=("$ctr")
+  root=$("${podman[@]}" mount "$ctr")
+  for fs in proc dev sys; do
+    mount --rbind "/$fs" "$root/$fs"
+    mount --make-rslave "$root/$fs"
+    mounted+=("$root/$fs")
+  done
+  user=$("${podman[@]}" image inspect --format '{{.Config.User}}' "$img")
+  data=$("${podman[@]}" image inspect --format '{{.Config.WorkingDir}}' "$img")
+  [ -n "$user" ] && [ -n "$data" ] || {
+    echo "image-test: $img names no USER or WORKDIR" >&2
+    exit 1
+  }
+  local port_file=/tmp/kilnd.port
+  rm -f "$root$port_file"
+  chroot --userspec="$user:$user" "$root" env -i HOME="$data" PATH=/usr/local/bin:/usr/bin:/bin \
+    sh -c "cd $data && exec kilnd --listen 127.0.0.1:0 --port-file $port_file --data-dir $data" \
+    >"$work/kilnd.log" 2>&1 &
+  kilnd_pid=$!
+  for _ in $(seq 1 100); do
+    [ -s "$root$port_file" ] && [ -s "$root$data/admin.token" ] && break
+    kill -0 "$kilnd_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! [ -s "$root$port_file" ]; then
+    cat "$work/kilnd.log"
+    echo "image-test: the kilnd of $img did not start" >&2
+    exit 1
+  fi
+  port=$(cat "$root$port_file")
+  curl -fsS "http://127.0.0.1:$port/healthz" && echo
 }
-port_file=/tmp/kilnd.port
-rm -f "$root$port_file"
-chroot --userspec="$user:$user" "$root" env -i HOME="$data" PATH=/usr/local/bin:/usr/bin:/bin \
-  sh -c "cd $data && exec kilnd --listen 127.0.0.1:0 --port-file $port_file --data-dir $data" \
-  >"$work/kilnd.log" 2>&1 &
-kilnd_pid=$!
-for _ in $(seq 1 100); do
-  [ -s "$root$port_file" ] && [ -s "$root$data/admin.token" ] && break
-  kill -0 "$kilnd_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if ! [ -s "$root$port_file" ]; then
-  cat "$work/kilnd.log"
-  echo "image-test: the image's kilnd did not start" >&2
-  exit 1
-fi
-port=$(cat "$root$port_file")
-curl -fsS "http://127.0.0.1:$port/healthz" && echo
-end run
 
-# ---- train: the example job, submitted with the image's kiln CLI
-begin train
-cp "$repo/examples/fmnist-mlp.json" "$root/tmp/fmnist-mlp.json"
-chroot --userspec="$user:$user" "$root" env -i HOME="$data" PATH=/usr/local/bin:/usr/bin:/bin \
-  KILN_SERVER="http://127.0.0.1:$port" KILN_TOKEN_FILE="$data/admin.token" \
-  kiln submit /tmp/fmnist-mlp.json --wait --timeout 10m --require 'val_accuracy>=0.85' \
-  -o json >"$work/job.json" || {
-  rc=$?
-  cat "$work/job.json" "$work/kilnd.log"
-  echo "image-test: the example job did not reach val_accuracy 0.85 (kiln exit $rc)" >&2
-  exit 1
-}
-python3 - "$work/job.json" <<'EOF'
+# train_in: the example job, submitted with the image's kiln CLI to the
+# kilnd run_in started; then that kilnd is stopped.
+train_in() {
+  cp "$repo/examples/fmnist-mlp.json" "$root/tmp/fmnist-mlp.json"
+  chroot --userspec="$user:$user" "$root" env -i HOME="$data" PATH=/usr/local/bin:/usr/bin:/bin \
+    KILN_SERVER="http://127.0.0.1:$port" KILN_TOKEN_FILE="$data/admin.token" \
+    kiln submit /tmp/fmnist-mlp.json --wait --timeout 10m --require 'val_accuracy>=0.85' \
+    -o json >"$work/job.json" || {
+    rc=$?
+    cat "$work/job.json" "$work/kilnd.log"
+    echo "image-test: the example job did not reach val_accuracy 0.85 (kiln exit $rc)" >&2
+    exit 1
+  }
+  python3 - "$work/job.json" <<'EOF'
 import json, sys
 job = json.load(open(sys.argv[1]))
 print(f"job {job['id']} {job['state']}: val_accuracy {job['latest_metrics']['val_accuracy']:.4f}")
 EOF
+  stop_kilnd
+}
+
+begin run
+run_in "$image"
+end run
+
+begin train
+train_in
 end train
 
-echo "== image-test: passed in $(($(date +%s) - total_start)) s:" \
-  "compose ${took[compose]} s, base ${took[base]} s, import ${took[import]} s," \
-  "build ${took[build]} s, run ${took[run]} s, train ${took[train]} s"
+summary="compose ${took[compose]} s, base ${took[base]} s, import ${took[import]} s, \
+build ${took[build]} s, run ${took[run]} s, train ${took[train]} s"
+
+if [ -n "$cuda" ]; then
+  # ---- the CUDA image: bases of the bookworm root and the toolkit's files
+  begin cuda-base
+  echo "toolkit: $cuda ($("$cuda/bin/nvcc" --version | tail -n 1))"
+  echo /usr/local/cuda/lib64 >"$work/root/etc/ld.so.conf.d/kiln-cuda.conf"
+  libs=$(cd "$cuda" && ls -d lib64 lib/libcudart.so* lib/libcublas.so* lib/libcublasLt.so* lib/libnccl.so*)
+  # what nvcc links into every program: the static runtime and the stubs
+  devel_libs=$(cd "$cuda" && ls -d lib/libcudart_static.a lib/libcudadevrt.a lib/libculibos.a lib/stubs)
+  # the runtime base: the shared libraries; the devel base: nvcc as well
+  tar -C "$work/root" --numeric-owner -cf "$work/cuda-runtime.tar" .
+  cp "$work/cuda-runtime.tar" "$work/cuda-devel.tar"
+  tar -C "$cuda" --numeric-owner --owner=0 --group=0 --transform='flags=r;s,^,usr/local/cuda/,' \
+    -rf "$work/cuda-runtime.tar" $libs
+  tar -C "$cuda" --numeric-owner --owner=0 --group=0 --transform='flags=r;s,^,usr/local/cuda/,' \
+    -rf "$work/cuda-devel.tar" $libs $devel_libs bin include nvvm
+  rm -rf "$work/root"
+  "${podman[@]}" import "$work/cuda-devel.tar" kiln-cuda-devel:bookworm >/dev/null
+  "${podman[@]}" import "$work/cuda-runtime.tar" kiln-cuda-runtime:bookworm >/dev/null
+  rm -f "$work/cuda-devel.tar" "$work/cuda-runtime.tar"
+  "${podman[@]}" images
+  end cuda-base
+
+  begin cuda-build
+  build_image docker/Dockerfile.cuda kiln-cuda:latest "$work/cuda-build.log" \
+    CUDA_DEVEL_IMAGE=kiln-cuda-devel:bookworm CUDA_RUNTIME_IMAGE=kiln-cuda-runtime:bookworm
+  end cuda-build
+
+  begin cuda-run
+  run_in kiln-cuda:latest
+  ls -l "$root/usr/local/lib/libkiln_cuda.so"
+  end cuda-run
+
+  begin cuda-train
+  train_in
+  end cuda-train
+  summary="$summary, cuda-base ${took[cuda-base]} s, cuda-build ${took[cuda-build]} s, \
+cuda-run ${took[cuda-run]} s, cuda-train ${took[cuda-train]} s"
+fi
+
+echo "== image-test: passed in $(($(date +%s) - total_start)) s: $summary"
