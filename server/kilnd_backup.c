@@ -560,12 +560,20 @@ int kilnd_restore_command(int argc, char **argv) {
     }
   }
   snprintf(db, sizeof db, "%s/kiln.db", new_dir);
-  int64_t moved = 0;
+  /* Rows name files under the folder the backup was taken in: point them
+   * at the copies here (as kilnd does for any moved data directory). */
+  int moved = 0;
   char err[PATH_MAX + 512];
-  if (store_rebase_paths(db, old_dir, new_dir, &moved, err, sizeof err) != STORE_OK) {
-    fprintf(stderr, "kilnd: %s\n", err);
+  store *st = NULL;
+  if (store_open(db, &st, err, sizeof err) != STORE_OK) {
+    fprintf(stderr, "kilnd: restore: %s\n", err);
     goto done;
   }
+  int relocated = store_relocate(st, new_dir, &moved);
+  if (relocated != STORE_OK)
+    fprintf(stderr, "kilnd: restore: rewrite the stored paths: %s\n", store_errmsg(st));
+  store_close(st);
+  if (relocated != STORE_OK) goto done;
   printf("kilnd: restored %s into %s: %d files (%lld bytes) checked against the manifest, %lld "
          "stored paths moved from %s%s\n",
          backup, new_dir, n, total, (long long)moved, old_dir,

@@ -407,12 +407,6 @@ typedef struct store_backup_stats {
 int store_backup(const char *db_path, const char *out_path, int pages_per_step,
                  store_backup_file_fn on_file, void *user, store_backup_stats *stats, char *err,
                  size_t errlen);
-/* In the database at db_path (a restored copy that nothing else has open),
- * points every checkpoint and data set path under old_prefix at the same
- * place under new_prefix, in one transaction; *changed (may be NULL) gets
- * how many rows moved. */
-int store_rebase_paths(const char *db_path, const char *old_prefix, const char *new_prefix,
-                       int64_t *changed, char *err, size_t errlen);
 
 /* ---- experiments and their trials (experiments.c) ---- */
 

@@ -1,7 +1,7 @@
 /* test_backup.c — store_backup while another thread keeps committing:
  * one snapshot read in one-page steps that never restarts, writers going on
- * meanwhile, the snapshot's files handed over; store_rebase_paths moves
- * only the paths inside the old folder. */
+ * meanwhile, the snapshot's files handed over. (A restore's paths are
+ * moved by store_relocate, tested with the checkpoints.) */
 #include <pthread.h>
 #include <setjmp.h>
 #include <sqlite3.h>
@@ -133,46 +133,9 @@ static void a_backup_during_writes_is_one_snapshot_and_writers_go_on(void **stat
   unlink(out);
 }
 
-static void rebase_moves_only_the_paths_inside_the_old_folder(void **state) {
-  fixture *f = *state;
-  create(f, "job-1");
-  add_checkpoint(f, "job-1", 1, "/srv/data/jobs/job-1/checkpoints/ckpt-1.safetensors");
-  add_checkpoint(f, "job-1", 2, "/srv/data-old/jobs/job-1/checkpoints/ckpt-2.safetensors");
-  add_checkpoint(f, "job-1", 3, "/elsewhere/ckpt-3.safetensors");
-  store_dataset d;
-  memset(&d, 0, sizeof d);
-  snprintf(d.id, sizeof d.id, "ds-1");
-  snprintf(d.format, sizeof d.format, "csv");
-  snprintf(d.path, sizeof d.path, "/srv/data/datasets/ds-1");
-  snprintf(d.sha256, sizeof d.sha256, "%064d", 0);
-  d.classes = 2;
-  assert_int_equal(store_dataset_add(f->s, &d), STORE_OK);
-  store_close(f->s);
-  f->s = NULL;
-  int64_t changed = 0;
-  char err[256] = "";
-  assert_int_equal(
-      store_rebase_paths(f->path, "/srv/data", "/restored/d2", &changed, err, sizeof err),
-      STORE_OK);
-  assert_int_equal(changed, 2);
-  assert_int_equal(count(f->path, "SELECT count(*) FROM checkpoints WHERE path = "
-                                  "'/restored/d2/jobs/job-1/checkpoints/ckpt-1.safetensors'"),
-                   1);
-  assert_int_equal(count(f->path, "SELECT count(*) FROM checkpoints WHERE path = "
-                                  "'/srv/data-old/jobs/job-1/checkpoints/ckpt-2.safetensors'"),
-                   1);
-  assert_int_equal(count(f->path, "SELECT count(*) FROM checkpoints WHERE path = "
-                                  "'/elsewhere/ckpt-3.safetensors'"),
-                   1);
-  assert_int_equal(
-      count(f->path, "SELECT count(*) FROM datasets WHERE path = '/restored/d2/datasets/ds-1'"), 1);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(a_backup_during_writes_is_one_snapshot_and_writers_go_on,
-                                      fixture_setup, fixture_teardown),
-      cmocka_unit_test_setup_teardown(rebase_moves_only_the_paths_inside_the_old_folder,
                                       fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
