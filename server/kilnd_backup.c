@@ -87,7 +87,11 @@ static int push_missing(backup_ctx *b, const char *kind, const char *path) {
 /* mkdir -p of the folder that will hold path (mode 0700). */
 static int make_parents(const char *path) {
   char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", path);
+  if (strlen(path) >= sizeof dir) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(dir, path, strlen(path) + 1);
   for (char *p = dir + 1; *p; p++) {
     if (*p != '/') continue;
     *p = '\0';
