@@ -18,8 +18,11 @@ echo "== build (-Werror)"
 cmake -S . -B build-test -DKILN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build-test -j "$jobs"
 
+# As many suites at a time as cores: most wait on kilnd, trainers
+# or a browser for part of their time, and each makes its own folders and
+# takes the port the kernel gives its kilnd.
 echo "== tests"
-ctest --test-dir build-test --output-on-failure
+ctest --test-dir build-test --output-on-failure -j "$jobs"
 
 # The CLI alone, as a CI runner builds it (docs/ci.md): libcurl and jansson only.
 echo "== build (the kiln CLI alone)"
@@ -40,7 +43,7 @@ cmake --build build-sanitize -j "$jobs"
 # build above runs them all.
 echo "== tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-sanitize --output-on-failure -LE '^(browser|parity|openapi|image)$' \
+  ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -LE '^(browser|parity|openapi|image)$' \
   -E '^test_(engine_onnx|integration_kiln_train_shards)$'
 
 # Every fuzz target briefly (its corpus, then a few seconds of new inputs;
