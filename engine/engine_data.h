@@ -180,7 +180,17 @@ typedef struct kn_stream_config {
   int64_t shuffle_buffer;
   uint64_t seed;
   int shard_index, shard_count;
+  /* tf.data's cache after decoding: the first epoch reads the files and
+   * keeps each decoded example (in memory, or in the file cache_path);
+   * an epoch all of whose records are kept reads no file, in the order
+   * the files would have given. A memory cache larger than memory_limit
+   * bytes (0 = none) is refused. */
+  int cache; /* KN_STREAM_CACHE_* */
+  const char *cache_path;
+  int64_t memory_limit;
 } kn_stream_config;
+
+enum { KN_STREAM_CACHE_NONE = 0, KN_STREAM_CACHE_MEMORY = 1, KN_STREAM_CACHE_FILE = 2 };
 
 /* A raw record of a stream and where it came from (for errors). */
 typedef struct kn_stream_raw {
@@ -188,6 +198,8 @@ typedef struct kn_stream_raw {
   size_t len, cap;
   const char *file;
   int64_t record;
+  int64_t slot; /* the record's place in the cache */
+  int cached;   /* no bytes: the decoded example is read from the cache */
 } kn_stream_raw;
 
 /* Checks the config and every file, then reads the worker's records once
@@ -206,11 +218,19 @@ int kn_stream_next(kn_stream *s, const kn_stream_raw **rec, char *err, size_t er
 int kn_stream_decode(const kn_stream *s, const kn_stream_raw *rec, float *x, int32_t *y, char *err,
                      size_t errlen);
 int64_t kn_stream_examples(const kn_stream *s); /* per epoch, this worker's */
-int kn_stream_classes(const kn_stream *s);      /* max label + 1 */
-int64_t kn_stream_epoch(const kn_stream *s);    /* the epoch being read */
+/* Ends every epoch after n records (1 <= n <= the examples): workers of
+ * one job that must take the same number of steps drop the rest. */
+int kn_stream_limit(kn_stream *s, int64_t n, char *err, size_t errlen);
+/* Shard files opened so far (the count pass included). */
+int64_t kn_stream_opens(const kn_stream *s);
+/* This worker's files (by file: its share; by record: all of them). */
+const char *const *kn_stream_files(const kn_stream *s, int *n, int *by_record);
+int kn_stream_classes(const kn_stream *s);   /* max label + 1 */
+int64_t kn_stream_epoch(const kn_stream *s); /* the epoch being read */
 void kn_stream_shape(const kn_stream *s, int *height, int *width, int *channels);
 /* Bytes the stream holds at most: the shuffle buffer's and the handed-out
- * record (at their largest so far) and each open file's buffers. */
+ * record (at their largest so far), each open file's buffers and a memory
+ * cache. */
 size_t kn_stream_memory_bytes(const kn_stream *s);
 
 /* A data set over a stream (which it then owns): n, shape, classes and

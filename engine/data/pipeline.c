@@ -232,10 +232,12 @@ static int copy_raw(kn_stream_raw *dst, const kn_stream_raw *src) {
     dst->data = b;
     dst->cap = src->len;
   }
-  memcpy(dst->data, src->data, src->len);
+  if (src->len) memcpy(dst->data, src->data, src->len);
   dst->len = src->len;
   dst->file = src->file;
   dst->record = src->record;
+  dst->slot = src->slot;
+  dst->cached = src->cached;
   return KN_OK;
 }
 

@@ -7,13 +7,27 @@
  * are replayed, not stored: kn_stream_begin(epoch, skip) reaches any
  * point of any epoch by reading (without decoding) up to it.
  *
+ * A cache (tf.data's cache after decoding) keeps each decoded example in a
+ * slot of its own, file by file: an epoch whose records have all been
+ * handed out before is read from the cache by running the same
+ * interleave and shuffle over record numbers instead of files, so it
+ * hands out the records in the order the files would have given.
+ *
  * Threads: a stream is used by one thread at a time (the pipeline reads it
- * under its stream_lock); kn_stream_decode reads only the immutable config
- * and may run on any thread. */
+ * under its stream_lock, which also guards the cache's seen flags);
+ * kn_stream_decode reads the immutable config and the cache's slots, and
+ * may run on any thread: a slot is written once, by the thread that
+ * decodes its record first, then its filled flag is set (release); a
+ * reader waits for the flag (acquire). */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../engine.h"
 
@@ -21,7 +35,20 @@ typedef struct reader {
   int file; /* index into files, -1 = empty slot */
   kn_tfrecord *tf;
   kn_tar *tar;
+  int64_t next; /* serving from the cache: the file's next record number */
 } reader;
+
+/* Decoded examples, one slot per record of the worker's files. */
+typedef struct stream_cache {
+  int kind;             /* KN_STREAM_CACHE_MEMORY or _FILE */
+  size_t row_bytes;     /* ex floats, then the int32 label */
+  uint8_t *rows;        /* memory: (n_slots, row_bytes) */
+  int fd;               /* file: n_slots rows of row_bytes */
+  char *path;           /* the file's, for errors */
+  atomic_uchar *filled; /* (n_slots) the slot holds its example */
+  uint8_t *seen;        /* (n_slots) handed out to be decoded (stream_lock) */
+  atomic_int broken;    /* a decode or store failed: waiters give up */
+} stream_cache;
 
 struct kn_stream {
   int format;
@@ -34,7 +61,15 @@ struct kn_stream {
   uint64_t seed;
   int by_record, shard_index, shard_count; /* by_record: keep positions p % count == index */
   int64_t n;                               /* examples per epoch (this worker's) */
+  int64_t limit;                           /* records handed out per epoch (<= n) */
   int n_classes;
+  int64_t *file_records; /* (n_files) records in each file, from the count pass */
+  int64_t *file_base;    /* (n_files) each file's first cache slot */
+  int64_t n_slots;       /* records in this worker's files */
+  int64_t opens;
+  stream_cache *cache; /* NULL = none */
+  int serving;         /* this epoch is read from the cache */
+  int64_t handed;      /* records handed out this epoch */
 
   /* The epoch being read. */
   int64_t epoch;
@@ -59,8 +94,21 @@ static void close_reader(reader *r) {
   r->file = -1;
 }
 
+static void cache_free(stream_cache *c) {
+  if (!c) return;
+  free(c->rows);
+  if (c->fd >= 0) close(c->fd);
+  free(c->path);
+  free(c->filled);
+  free(c->seen);
+  free(c);
+}
+
 void kn_stream_free(kn_stream *s) {
   if (!s) return;
+  cache_free(s->cache);
+  free(s->file_records);
+  free(s->file_base);
   for (int i = 0; s->cycle && i < s->cycle_length; i++) close_reader(&s->cycle[i]);
   for (int i = 0; s->files && i < s->n_files; i++) free(s->files[i]);
   for (int64_t i = 0; s->buf && i < s->shuffle_buffer; i++) free(s->buf[i].data);
@@ -82,6 +130,9 @@ static uint64_t mix(uint64_t seed, int64_t epoch, uint64_t stream) {
 
 static int open_reader(kn_stream *s, reader *r, int file, char *err, size_t errlen) {
   r->file = file;
+  r->next = 0;
+  if (s->serving) return KN_OK; /* record numbers only: no file is read */
+  s->opens++;
   const char *path = s->files[file];
   if (s->format == KN_SHARDS_TAR) return kn_tar_open(path, &r->tar, err, errlen);
   return kn_tfrecord_open(path, &r->tf, err, errlen);
@@ -93,6 +144,15 @@ static int read_record(kn_stream *s, reader *r, kn_stream_raw *dst, char *err, s
   size_t len;
   int64_t index;
   int rc;
+  if (s->serving) {
+    if (r->next >= s->file_records[r->file]) return 0;
+    dst->len = 0;
+    dst->cached = 1;
+    dst->file = s->files[r->file];
+    dst->record = r->next++;
+    dst->slot = s->file_base[r->file] + dst->record;
+    return 1;
+  }
   if (r->tar) {
     index = kn_tar_index(r->tar);
     rc = kn_tar_next(r->tar, &data, &len, err, errlen);
@@ -116,6 +176,9 @@ static int read_record(kn_stream *s, reader *r, kn_stream_raw *dst, char *err, s
   dst->len = len;
   dst->file = s->files[r->file];
   dst->record = index;
+  dst->cached = 0;
+  if (index + 1 > s->file_records[r->file]) s->file_records[r->file] = index + 1;
+  dst->slot = s->file_base ? s->file_base[r->file] + index : -1;
   return 1;
 }
 
@@ -156,7 +219,8 @@ static int pull(kn_stream *s, kn_stream_raw *dst, char *err, size_t errlen) {
   }
 }
 
-int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t errlen) {
+/* Back to the start of epoch `epoch`, nothing read. */
+static void reset(kn_stream *s, int64_t epoch) {
   for (int i = 0; i < s->cycle_length; i++) close_reader(&s->cycle[i]);
   s->epoch = epoch;
   for (int i = 0; i < s->n_files; i++) s->order[i] = i;
@@ -171,7 +235,27 @@ int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t
   s->stream_pos = 0;
   s->filled = 0;
   s->source_done = 0;
+  s->handed = 0;
   kn_rng_seed(&s->rng, mix(s->seed, epoch, 0xb0ffu));
+}
+
+/* Whether every record epoch `epoch` hands out was handed out before (so
+ * the cache holds it, or will once its decode is done): the epoch is run
+ * over record numbers to see. */
+static int epoch_is_cached(kn_stream *s, int64_t epoch, char *err, size_t errlen) {
+  s->serving = 1;
+  reset(s, epoch);
+  const kn_stream_raw *rec;
+  int rc, all = 1;
+  while (all && (rc = kn_stream_next(s, &rec, err, errlen)) == 1) all = s->cache->seen[rec->slot];
+  s->serving = 0;
+  return all;
+}
+
+int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t errlen) {
+  const int cached = s->cache && s->file_base && epoch_is_cached(s, epoch, err, errlen);
+  reset(s, epoch);
+  s->serving = cached;
   for (int64_t i = 0; i < skip; i++) {
     int rc = kn_stream_next(s, NULL, err, errlen);
     if (rc < 0) return rc;
@@ -186,10 +270,24 @@ int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t
 
 /* tf.data's shuffle buffer: filled to its size, then each record out is a
  * random one of the buffer, whose place the next record takes. */
+static int next_record(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen);
+
 int kn_stream_next(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen) {
+  if (s->handed >= s->limit) return 0;
+  const kn_stream_raw *got;
+  int rc = next_record(s, &got, err, errlen);
+  if (rc != 1) return rc;
+  s->handed++;
+  /* Handed out to be decoded (a skipped one is not): the cache will hold it. */
+  if (rec && s->cache && !s->serving) s->cache->seen[got->slot] = 1;
+  if (rec) *rec = got;
+  return 1;
+}
+
+static int next_record(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen) {
   if (s->shuffle_buffer <= 1) {
     int rc = pull(s, &s->out, err, errlen);
-    if (rc == 1 && rec) *rec = &s->out;
+    if (rc == 1) *rec = &s->out;
     return rc;
   }
   while (!s->source_done && s->filled < s->shuffle_buffer) {
@@ -218,7 +316,7 @@ int kn_stream_next(kn_stream *s, const kn_stream_raw **rec, char *err, size_t er
     s->buf[j] = s->buf[s->filled];
     s->buf[s->filled] = t;
   }
-  if (rec) *rec = &s->out;
+  *rec = &s->out;
   return 1;
 }
 
@@ -313,15 +411,77 @@ static int decode_tar_sample(const kn_stream *s, const kn_stream_raw *rec, float
   return x ? decode_image(s, rec, image, image_len, x, err, errlen) : KN_OK;
 }
 
+/* A cached record's example: waits for the slot (its first decode may
+ * still be running on another thread). */
+static int cache_read(const kn_stream *s, const kn_stream_raw *rec, float *x, int32_t *y, char *err,
+                      size_t errlen) {
+  stream_cache *c = s->cache;
+  while (!atomic_load_explicit(&c->filled[rec->slot], memory_order_acquire)) {
+    if (atomic_load(&c->broken)) {
+      snprintf(err, errlen, "%s: record %lld: the cache never got it (an earlier decode failed)",
+               rec->file, (long long)rec->record);
+      return KN_EIO;
+    }
+    sched_yield();
+  }
+  const size_t xbytes = (size_t)s->ex * sizeof(float);
+  if (c->kind == KN_STREAM_CACHE_MEMORY) {
+    const uint8_t *row = c->rows + (size_t)rec->slot * c->row_bytes;
+    if (x) memcpy(x, row, xbytes);
+    memcpy(y, row + xbytes, sizeof *y);
+    return KN_OK;
+  }
+  uint8_t *row = x ? (uint8_t *)x : NULL, label[4];
+  const off_t at = (off_t)rec->slot * (off_t)c->row_bytes;
+  if ((row && pread(c->fd, row, xbytes, at) != (ssize_t)xbytes) ||
+      pread(c->fd, label, sizeof label, at + (off_t)xbytes) != (ssize_t)sizeof label) {
+    snprintf(err, errlen, "cache file %s: cannot read record %lld of %s back: %s", c->path,
+             (long long)rec->record, rec->file, strerror(errno));
+    return KN_EIO;
+  }
+  memcpy(y, label, sizeof *y);
+  return KN_OK;
+}
+
+/* Keeps a freshly decoded example in its slot, unless another thread's
+ * decode of the same record (a later epoch's) got there first. */
+static int cache_store(const kn_stream *s, const kn_stream_raw *rec, const float *x, int32_t y,
+                       char *err, size_t errlen) {
+  stream_cache *c = s->cache;
+  if (atomic_load_explicit(&c->filled[rec->slot], memory_order_acquire)) return KN_OK;
+  const size_t xbytes = (size_t)s->ex * sizeof(float);
+  if (c->kind == KN_STREAM_CACHE_MEMORY) {
+    uint8_t *row = c->rows + (size_t)rec->slot * c->row_bytes;
+    memcpy(row, x, xbytes);
+    memcpy(row + xbytes, &y, sizeof y);
+  } else {
+    const off_t at = (off_t)rec->slot * (off_t)c->row_bytes;
+    if (pwrite(c->fd, x, xbytes, at) != (ssize_t)xbytes ||
+        pwrite(c->fd, &y, sizeof y, at + (off_t)xbytes) != (ssize_t)sizeof y) {
+      snprintf(err, errlen, "cache file %s: cannot write record %lld of %s: %s", c->path,
+               (long long)rec->record, rec->file, strerror(errno));
+      atomic_store(&c->broken, 1);
+      return KN_EIO;
+    }
+  }
+  atomic_store_explicit(&c->filled[rec->slot], 1, memory_order_release);
+  return KN_OK;
+}
+
 int kn_stream_decode(const kn_stream *s, const kn_stream_raw *rec, float *x, int32_t *y, char *err,
                      size_t errlen) {
-  if (s->format == KN_SHARDS_TAR) return decode_tar_sample(s, rec, x, y, err, errlen);
-  return decode_example(s, rec, x, y, err, errlen);
+  if (rec->cached) return cache_read(s, rec, x, y, err, errlen);
+  int rc = s->format == KN_SHARDS_TAR ? decode_tar_sample(s, rec, x, y, err, errlen)
+                                      : decode_example(s, rec, x, y, err, errlen);
+  if (rc && s->cache) atomic_store(&s->cache->broken, 1);
+  if (!rc && x && s->cache && rec->slot >= 0) rc = cache_store(s, rec, x, *y, err, errlen);
+  return rc;
 }
 
 /* One pass over this worker's records: the count and the classes, every
  * label read (so a wrong feature name is refused before training). */
 static int count_pass(kn_stream *s, char *err, size_t errlen) {
+  s->limit = INT64_MAX;
   int rc = kn_stream_begin(s, 0, 0, err, errlen);
   const int64_t saved = s->shuffle_buffer;
   s->shuffle_buffer = 0; /* the count needs no order */
@@ -341,7 +501,63 @@ static int count_pass(kn_stream *s, char *err, size_t errlen) {
     return KN_EINVAL;
   }
   s->n_classes = max_label + 1;
-  return kn_stream_begin(s, 0, 0, err, errlen);
+  s->limit = s->n;
+  s->file_base = malloc((size_t)s->n_files * sizeof *s->file_base);
+  if (!s->file_base) {
+    snprintf(err, errlen, "stream: out of memory");
+    return KN_ENOMEM;
+  }
+  for (int f = 0; f < s->n_files; f++) {
+    s->file_base[f] = s->n_slots;
+    s->n_slots += s->file_records[f];
+  }
+  return KN_OK;
+}
+
+static int cache_new(kn_stream *s, const kn_stream_config *c, char *err, size_t errlen) {
+  const size_t row_bytes = (size_t)s->ex * sizeof(float) + sizeof(int32_t);
+  const double bytes = (double)s->n_slots * (double)row_bytes;
+  if (c->cache == KN_STREAM_CACHE_MEMORY && c->memory_limit > 0 && bytes > c->memory_limit) {
+    snprintf(err, errlen,
+             "cache \"memory\": the decoded data set is %.1f MiB (%lld examples of %dx%dx%d "
+             "floats), more than the trainer's memory limit of %.1f MiB; use cache \"file\"",
+             bytes / 1048576.0, (long long)s->n_slots, s->height, s->width, s->channels,
+             (double)c->memory_limit / 1048576.0);
+    return KN_ENOMEM;
+  }
+  stream_cache *k = calloc(1, sizeof *k);
+  if (!k) goto oom;
+  s->cache = k;
+  k->kind = c->cache;
+  k->row_bytes = row_bytes;
+  k->fd = -1;
+  k->filled = calloc((size_t)s->n_slots + 1, sizeof *k->filled);
+  k->seen = calloc((size_t)s->n_slots + 1, 1);
+  if (!k->filled || !k->seen) goto oom;
+  if (c->cache == KN_STREAM_CACHE_MEMORY) {
+    if (!(k->rows = malloc((size_t)s->n_slots * row_bytes + 1))) {
+      snprintf(err, errlen, "cache \"memory\": cannot allocate %.1f MiB for the decoded data set",
+               bytes / 1048576.0);
+      return KN_ENOMEM;
+    }
+    s->held_bytes += (size_t)s->n_slots * row_bytes;
+    return KN_OK;
+  }
+  if (!c->cache_path || !*c->cache_path) {
+    snprintf(err, errlen, "cache \"file\" needs a path");
+    return KN_EINVAL;
+  }
+  if (!(k->path = strdup(c->cache_path))) goto oom;
+  /* A new file each run: slots are known filled only to the run that wrote them. */
+  k->fd = open(c->cache_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (k->fd < 0 || ftruncate(k->fd, (off_t)s->n_slots * (off_t)row_bytes) != 0) {
+    snprintf(err, errlen, "cache file %s: cannot create it: %s", c->cache_path, strerror(errno));
+    return KN_EIO;
+  }
+  return KN_OK;
+oom:
+  snprintf(err, errlen, "stream: out of memory for the cache");
+  return KN_ENOMEM;
 }
 
 static int check(const kn_stream_config *c, char *err, size_t errlen) {
@@ -404,11 +620,14 @@ int kn_stream_new(const kn_stream_config *c, kn_stream **out, char *err, size_t 
   /* tf.data's auto-shard: by file when each worker gets one, else by record. */
   s->by_record = c->shard_count > 1 && c->n_files < c->shard_count;
   s->files = calloc((size_t)c->n_files, sizeof *s->files);
+  s->file_records = calloc((size_t)c->n_files, sizeof *s->file_records);
   s->order = calloc((size_t)c->n_files, sizeof *s->order);
   s->cycle = calloc((size_t)c->cycle_length, sizeof *s->cycle);
   s->image_feature = strdup(c->image_feature);
   s->label_feature = strdup(c->label_feature);
-  if (!s->files || !s->order || !s->cycle || !s->image_feature || !s->label_feature) goto oom;
+  if (!s->files || !s->file_records || !s->order || !s->cycle || !s->image_feature ||
+      !s->label_feature)
+    goto oom;
   for (int i = 0; i < c->n_files; i++) {
     if (!s->by_record && i % c->shard_count != c->shard_index) continue;
     if (!(s->files[s->n_files++] = strdup(c->files[i]))) goto oom;
@@ -416,7 +635,9 @@ int kn_stream_new(const kn_stream_config *c, kn_stream **out, char *err, size_t 
   for (int i = 0; i < c->cycle_length; i++) s->cycle[i].file = -1;
   if (s->shuffle_buffer > 1 && !(s->buf = calloc((size_t)s->shuffle_buffer, sizeof *s->buf)))
     goto oom;
-  if ((rc = count_pass(s, err, errlen)) != 0) {
+  if ((rc = count_pass(s, err, errlen)) != 0 ||
+      (c->cache != KN_STREAM_CACHE_NONE && (rc = cache_new(s, c, err, errlen)) != 0) ||
+      (rc = kn_stream_begin(s, 0, 0, err, errlen)) != 0) {
     kn_stream_free(s);
     return rc;
   }
@@ -429,7 +650,27 @@ oom:
 }
 
 int64_t kn_stream_examples(const kn_stream *s) {
-  return s->n;
+  return s->limit;
+}
+
+int kn_stream_limit(kn_stream *s, int64_t n, char *err, size_t errlen) {
+  if (n < 1 || n > s->n) {
+    snprintf(err, errlen, "stream: a limit of %lld records per epoch is not 1..%lld", (long long)n,
+             (long long)s->n);
+    return KN_EINVAL;
+  }
+  s->limit = n;
+  return KN_OK;
+}
+
+int64_t kn_stream_opens(const kn_stream *s) {
+  return s->opens;
+}
+
+const char *const *kn_stream_files(const kn_stream *s, int *n, int *by_record) {
+  *n = s->n_files;
+  *by_record = s->by_record;
+  return (const char *const *)s->files;
 }
 
 int kn_stream_classes(const kn_stream *s) {
@@ -443,7 +684,8 @@ int64_t kn_stream_epoch(const kn_stream *s) {
 size_t kn_stream_memory_bytes(const kn_stream *s) {
   /* Records held (the buffer's and the one out, at their peak), and per
    * open file its read buffer and zlib's inflate state and window. */
-  return s->peak_bytes + (size_t)s->cycle_length * ((64u << 10) + (48u << 10) + 512);
+  return s->peak_bytes + (size_t)s->cycle_length * ((64u << 10) + (48u << 10) + 512) +
+         (s->cache ? (size_t)s->n_slots * (1 + sizeof(atomic_uchar)) : 0);
 }
 
 void kn_stream_shape(const kn_stream *s, int *height, int *width, int *channels) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <png.h>
@@ -497,6 +498,91 @@ static void streamed_sets_refuse_what_needs_the_whole_set(void **state) {
   kn_dataset_free(&ds);
 }
 
+/* Every label of `epochs` epochs of a stream over files (batch 5, 3
+ * producer threads, interleave 2, buffer 4), and the files it opened. */
+static int64_t run_epochs(const char **files, int n_files, int cache, int epochs, int32_t *labels,
+                          int64_t cap, int64_t *opens) {
+  kn_stream_config c = stream_config(KN_SHARDS_TFRECORD, files, n_files);
+  char path[300];
+  snprintf(path, sizeof path, "%s/cache.bin", dir);
+  c.cache = cache;
+  c.cache_path = path;
+  kn_dataset ds;
+  open_dataset(&c, &ds);
+  const int64_t counted = kn_stream_opens(ds.stream);
+  assert_int_equal(counted, n_files); /* the count pass read each file once */
+  kn_pipeline *p = make(&ds, 5, 3, epochs);
+  const int64_t n = read_all(p, labels, cap);
+  *opens = kn_stream_opens(ds.stream) - counted;
+  kn_pipeline_free(p);
+  kn_dataset_free(&ds);
+  return n;
+}
+
+static void a_cached_stream_reads_its_files_once_and_hands_out_the_same_batches(void **state) {
+  (void)state;
+  const char **files = write_shards("cache", KN_SHARDS_TFRECORD, 1, 5, 9);
+  int32_t plain[200], cached[200];
+  int64_t opens;
+  assert_int_equal(run_epochs(files, 5, KN_STREAM_CACHE_NONE, 3, plain, 200, &opens), 135);
+  assert_int_equal(opens, 15); /* every file, every epoch */
+  for (int kind = KN_STREAM_CACHE_MEMORY; kind <= KN_STREAM_CACHE_FILE; kind++) {
+    memset(cached, 0xff, sizeof cached);
+    assert_int_equal(run_epochs(files, 5, kind, 3, cached, 200, &opens), 135);
+    assert_int_equal(opens, 5); /* epoch 1 only; read_all checked every pixel */
+    assert_memory_equal(cached, plain, 135 * sizeof *plain);
+  }
+  char path[300];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/cache.bin", dir);
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_size, 45 * (EX * 4 + 4)); /* one row per record */
+}
+
+static void a_memory_cache_over_the_memory_limit_is_refused(void **state) {
+  (void)state;
+  const char **files = write_shards("cachebig", KN_SHARDS_TFRECORD, 0, 2, 50);
+  kn_stream_config c = stream_config(KN_SHARDS_TFRECORD, files, 2);
+  c.cache = KN_STREAM_CACHE_MEMORY;
+  c.memory_limit = 1000; /* 100 examples x 20 bytes do not fit */
+  kn_stream *s = NULL;
+  char err[512] = "";
+  assert_int_equal(kn_stream_new(&c, &s, err, sizeof err), KN_ENOMEM);
+  assert_null(s);
+  assert_string_equal(err, "cache \"memory\": the decoded data set is 0.0 MiB (100 examples of "
+                           "2x2x1 floats), more than the trainer's memory limit of 0.0 MiB; use "
+                           "cache \"file\"");
+  c.memory_limit = 2000;
+  assert_int_equal(kn_stream_new(&c, &s, err, sizeof err), KN_OK);
+  kn_stream_free(s);
+}
+
+static void a_limited_stream_hands_out_that_many_distinct_records_each_epoch(void **state) {
+  (void)state;
+  const char **files = write_shards("limit", KN_SHARDS_TFRECORD, 0, 5, 7);
+  kn_stream_config c = stream_config(KN_SHARDS_TFRECORD, files, 5);
+  kn_stream *s;
+  char err[256];
+  assert_int_equal(kn_stream_new(&c, &s, err, sizeof err), KN_OK);
+  assert_int_equal(kn_stream_limit(s, 36, err, sizeof err), KN_EINVAL);
+  assert_int_equal(kn_stream_limit(s, 30, err, sizeof err), KN_OK);
+  kn_dataset ds;
+  assert_int_equal(kn_dataset_stream(s, &ds, err, sizeof err), KN_OK);
+  assert_int_equal(ds.n, 30);
+  kn_pipeline *p = make(&ds, 5, 2, 2);
+  int32_t labels[70];
+  assert_int_equal(read_all(p, labels, 70), 60);
+  for (int e = 0; e < 2; e++) {
+    char seen[35] = {0};
+    for (int i = 0; i < 30; i++) {
+      assert_false(seen[labels[e * 30 + i]]);
+      seen[labels[e * 30 + i]] = 1;
+    }
+  }
+  kn_pipeline_free(p);
+  kn_dataset_free(&ds);
+}
+
 /* A process figure from /proc/self/status, in KiB ("VmSize", "VmRSS"). */
 static long status_kib(const char *key) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -601,6 +687,9 @@ int main(void) {
       cmocka_unit_test(png_samples_in_a_tar_shard_decode_and_resize),
       cmocka_unit_test(streamed_sets_refuse_what_needs_the_whole_set),
       cmocka_unit_test(a_data_set_larger_than_the_memory_limit_streams_with_flat_rss),
+      cmocka_unit_test(a_cached_stream_reads_its_files_once_and_hands_out_the_same_batches),
+      cmocka_unit_test(a_memory_cache_over_the_memory_limit_is_refused),
+      cmocka_unit_test(a_limited_stream_hands_out_that_many_distinct_records_each_epoch),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
