@@ -281,7 +281,9 @@ char *api_spec_to_json(const api_job_spec *spec) {
   }
   put(&b, pipeline, "augment", augment);
   put(&b, pipeline, "drop_remainder", json_boolean(spec->drop_remainder));
-  put(&b, pipeline, "cache", json_string(spec->cache_file ? "file" : "memory"));
+  /* Streamed shards are cached only when the spec asks. */
+  if (!spec->shards_format || spec->cache_given)
+    put(&b, pipeline, "cache", json_string(spec->cache_file ? "file" : "memory"));
   put(&b, pipeline, "prefetch",
       spec->prefetch == API_AUTO ? json_string("auto") : json_integer(spec->prefetch));
   put(&b, pipeline, "num_parallel_calls",

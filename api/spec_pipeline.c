@@ -273,7 +273,10 @@ void spec_parse_pipeline(checker *c, json_t *obj, api_job_spec *spec) {
   if (augment) parse_augment(c, augment, spec);
   spec_get_bool(&s, "drop_remainder", &spec->drop_remainder);
   int cache = spec_get_choice(&s, "cache", OPTIONAL, "unknown cache", caches);
-  if (cache >= 0) spec->cache_file = cache == 1;
+  if (cache >= 0) {
+    spec->cache_file = cache == 1;
+    spec->cache_given = 1;
+  }
   get_auto_int(&s, "prefetch", 1, 1024, &spec->prefetch);
   get_auto_int(&s, "num_parallel_calls", 0, 64, &spec->num_parallel_calls);
   if (spec_get_integer(&s, "take", OPTIONAL, 1, INT64_MAX, &number) == 1) spec->take = number;

@@ -26,6 +26,11 @@ typedef struct kn_dataset {
   /* A streamed data set (kn_dataset_stream): examples read from shard
    * files as the pipeline consumes them; x, x8 and y are NULL. Owned. */
   kn_stream *stream;
+  /* multi_worker: this process's own share of the data (a stream sharded
+   * by process, every process's share the same size): its pipeline makes
+   * whole per-process batches of it instead of its part of each global
+   * batch, so no process reads the others' examples. */
+  int per_process;
 } kn_dataset;
 
 /* kn_dataset_load_idx flags. */

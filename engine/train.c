@@ -337,7 +337,9 @@ static void pipeline_config(const kn_run *r, const kn_dataset *train, kn_pipelin
     pc->num_parallel_calls = 0;
   }
   pc->batch_size = r->batch * (r->dist ? kn_dist_total(r->dist) : 1); /* the global batch */
-  if (r->dist) { /* each process reads only its own part of every global batch */
+  if (r->dist && train->per_process) { /* its own examples: whole batches of its replicas */
+    pc->batch_size = r->batch * kn_dist_local(r->dist);
+  } else if (r->dist) { /* each process reads only its own part of every global batch */
     pc->part_count = kn_dist_total(r->dist) / kn_dist_local(r->dist);
     pc->part_index = kn_dist_rank(r->dist);
   }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "worker.h"
@@ -419,9 +420,33 @@ static int list_shards(const char *dir, char ***out, char *err, size_t errlen) {
   return n;
 }
 
-/* One split of a shard folder streamed: dir's files as a data set. */
-static int open_shards(const api_job_spec *spec, const char *dir, int train_split, kn_dataset *out,
-                       char *err, size_t errlen) {
+/* The most memory this process may use: its RLIMIT_AS, or its cgroup's
+ * memory.max (v2), whichever is lower; 0 = no limit known. */
+static int64_t memory_limit(void) {
+  int64_t limit = 0;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) limit = (int64_t)rl.rlim_cur;
+  char line[PATH_MAX], path[PATH_MAX + 64];
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  while (f && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "0::", 3) != 0) continue;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
+    FILE *m = fopen(path, "r");
+    long long v;
+    if (m && fscanf(m, "%lld", &v) == 1 && v > 0 && (limit == 0 || v < limit)) limit = v;
+    if (m) fclose(m);
+  }
+  if (f) fclose(f);
+  return limit;
+}
+
+/* One split of a shard folder streamed: dir's files as a data set. A
+ * multi_worker process reads its own share (of the job's share, with
+ * pipeline.shard), the training split's cut to the same number of
+ * examples on every process by the caller. */
+static int open_shards(const api_job_spec *spec, const worker_dirs *dirs, const char *dir,
+                       int train_split, kn_dataset *out, char *err, size_t errlen) {
   char **files;
   int n = list_shards(dir, &files, err, errlen);
   if (n < 0) return KN_EIO;
@@ -429,6 +454,11 @@ static int open_shards(const api_job_spec *spec, const char *dir, int train_spli
     snprintf(err, errlen, "%s holds no shard files", dir);
     return KN_EINVAL;
   }
+  const int world = dirs->world > 1 ? dirs->world : 1;
+  const int job_shards = train_split && spec->num_shards > 1 ? spec->num_shards : 1;
+  char cache_path[PATH_MAX];
+  snprintf(cache_path, sizeof cache_path, "%s/stream-cache-%s.bin", dirs->cache_dir,
+           train_split ? "train" : "test");
   kn_stream_config c = {
       .format = spec->shards_format == API_SHARDS_TAR ? KN_SHARDS_TAR : KN_SHARDS_TFRECORD,
       .files = (const char *const *)files,
@@ -445,14 +475,21 @@ static int open_shards(const api_job_spec *spec, const char *dir, int train_spli
                         : spec->shuffle_buffer > 0     ? spec->shuffle_buffer
                                                        : 10000,
       .seed = spec->seed ^ 0x5eedda7aULL,
-      .shard_index = train_split ? spec->shard_index : 0,
-      .shard_count = train_split && spec->num_shards > 1 ? spec->num_shards : 1,
+      /* worker r of w inside job shard i of n: stream shard i x w + r of n x w */
+      .shard_index = (train_split ? spec->shard_index : 0) * world + dirs->rank,
+      .shard_count = job_shards * world,
+      .cache = !spec->cache_given ? KN_STREAM_CACHE_NONE
+               : spec->cache_file ? KN_STREAM_CACHE_FILE
+                                  : KN_STREAM_CACHE_MEMORY,
+      .cache_path = cache_path,
+      .memory_limit = memory_limit(),
   };
   kn_stream *s = NULL;
   int rc = kn_stream_new(&c, &s, err, errlen);
   for (int i = 0; i < n; i++) free(files[i]);
   free(files);
   if (!rc) rc = kn_dataset_stream(s, out, err, errlen);
+  if (!rc) out->per_process = world > 1;
   return rc;
 }
 
@@ -470,10 +507,10 @@ static int load_shards(const api_job_spec *spec, const worker_dirs *dirs, kn_dat
   snprintf(desc, desclen, "%s shards streamed from %s",
            spec->shards_format == API_SHARDS_TAR ? "tar" : "TFRecord", dir);
   snprintf(split, sizeof split, "%s/train", dir);
-  int rc = open_shards(spec, split, 1, train, err, errlen);
+  int rc = open_shards(spec, dirs, split, 1, train, err, errlen);
   if (!rc && strcmp(spec->validation, "test") == 0) {
     snprintf(split, sizeof split, "%s/test", dir);
-    rc = open_shards(spec, split, 0, val, err, errlen);
+    rc = open_shards(spec, dirs, split, 0, val, err, errlen);
   }
   if (rc) {
     kn_dataset_free(train);

@@ -352,6 +352,62 @@ static int start_workers(const api_job_spec *spec, reporter *rep, int *rank, cha
 #endif
 }
 
+/* multi_worker over streamed shards: each process read its own share, so
+ * the shares differ in size; every process must take the same steps, so
+ * each epoch ends after the smallest share's whole local batches and the
+ * rest of every share is dropped (a different rest each epoch, as the
+ * shuffle buffer hands records out). 0, or -1 with err. */
+static int equal_shares(kn_dataset *train, const api_job_spec *spec, int64_t *dropped, char *err,
+                        size_t errlen) {
+  *dropped = 0;
+#ifdef KILN_HAVE_MPI
+  const int64_t local_batch = (int64_t)spec->batch_size * spec->replicas;
+  long long mine = train->n, fewest = 0, total = 0;
+  if (MPI_Allreduce(&mine, &fewest, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
+      MPI_Allreduce(&mine, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    snprintf(err, errlen, "multi_worker: the processes could not agree on their shares' sizes");
+    return -1;
+  }
+  const int64_t keep = fewest / local_batch * local_batch;
+  if (keep < 1) {
+    snprintf(err, errlen,
+             "multi_worker: the smallest worker's share of the shards is %lld examples, fewer "
+             "than a local batch of %lld (batch_size x replicas); use fewer workers or a smaller "
+             "batch",
+             fewest, (long long)local_batch);
+    return -1;
+  }
+  if (kn_stream_limit(train->stream, keep, err, errlen) != 0) return -1;
+  train->n = keep;
+  *dropped = total - keep * spec->workers;
+  return 0;
+#else
+  (void)train;
+  (void)spec;
+  snprintf(err, errlen, "multi_worker needs MPI");
+  return -1;
+#endif
+}
+
+/* multi_worker over streamed shards: which files this process read, for
+ * the job's log (each process's on its standard error). */
+static void report_shards(const kn_dataset *train, int rank, int world) {
+  int n, by_record;
+  const char *const *files = kn_stream_files(train->stream, &n, &by_record);
+  char line[2048];
+  int used =
+      snprintf(line, sizeof line,
+               "worker %d of %d read %d shard file(s) %s, opened %lld "
+               "times:",
+               rank, world, n, by_record ? "(every file, its records p % workers)" : "(its own)",
+               (long long)kn_stream_opens(train->stream));
+  for (int i = 0; i < n && used > 0 && used < (int)sizeof line; i++) {
+    const char *slash = strrchr(files[i], '/');
+    used += snprintf(line + used, sizeof line - (size_t)used, " %s", slash ? slash + 1 : files[i]);
+  }
+  fprintf(stderr, "kiln-train: %s\n", line);
+}
+
 static int train_main(int argc, char **argv) {
   static const struct option options[] = {{"spec", required_argument, NULL, 's'},
                                           {"data-dir", required_argument, NULL, 'd'},
@@ -513,12 +569,24 @@ static int train_main(int argc, char **argv) {
   openblas_set_num_threads(compute_threads);
 
   if (!uploads_dir || !*uploads_dir) uploads_dir = "datasets";
-  worker_dirs dirs = {.datasets_dir = data_dir, .uploads_dir = uploads_dir, .cache_dir = ckpt_dir};
+  const int multi = spec.strategy == API_STRATEGY_MULTI_WORKER;
+  worker_dirs dirs = {.datasets_dir = data_dir,
+                      .uploads_dir = uploads_dir,
+                      .cache_dir = ckpt_dir,
+                      .rank = multi ? rank : 0,
+                      .world = multi ? spec.workers : 1};
   char msg[1024], where[768];
   report_status(&rep, "loading", "loading the data set");
   kn_dataset train = {0}, test = {0};
   rc = worker_load_data(&spec, &dirs, &train, &test, where, sizeof where, err, sizeof err);
+  if (rc == KN_ENOMEM) return fail(&rep, EXIT_NOMEM, "RESOURCE_EXHAUSTED", err);
   if (rc) return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
+  int64_t dropped = 0;
+  if (train.per_process && equal_shares(&train, &spec, &dropped, err, sizeof err) != 0) {
+    kn_dataset_free(&train);
+    kn_dataset_free(&test);
+    return fail(&rep, EXIT_DATA, "DATA_ERROR", err);
+  }
   if (api_loss_is_regression(spec.loss_type) && !train.targets) {
     snprintf(err, sizeof err,
              "loss %s needs numeric labels, and the labels of %s are class names; use "
@@ -675,6 +743,16 @@ static int train_main(int argc, char **argv) {
   if (spec.take >= 0 && spec.take < n_train) n_train = spec.take;
   /* This job's shard: positions p with p % num_shards == shard_index. */
   n_train = n_train / spec.num_shards + (spec.shard_index < n_train % spec.num_shards ? 1 : 0);
+  if (train.stream) n_train = train.n; /* the stream holds the job's shard already */
+  if (train.per_process) {             /* every process the same share, whole local batches */
+    n_train = train.n * spec.workers;
+    snprintf(msg, sizeof msg,
+             "multi_worker: each of %d workers streams its own share of the shards (%lld "
+             "examples an epoch each; %lld beyond the smallest share's whole batches dropped "
+             "each epoch)",
+             spec.workers, (long long)train.n, (long long)dropped);
+    report_status(&rep, "sharding", msg);
+  }
   /* The global batch: every replica of every worker takes batch_size rows. */
   const int64_t global_batch = (int64_t)spec.batch_size * spec.replicas * spec.workers;
   const int64_t batches =
@@ -745,6 +823,7 @@ static int train_main(int argc, char **argv) {
   } else {
     report_status(&rep, "done", "training finished");
   }
+  if (train.per_process) report_shards(&train, rank, spec.workers);
   if (!status && onnx_path && rank == 0) {
     int refused = 0;
     if (worker_export_model(&spec, &model, &mc, onnx_path, &refused, err, sizeof err)) {

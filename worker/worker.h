@@ -12,7 +12,10 @@
 typedef struct worker_dirs {
   const char *datasets_dir; /* built-in data sets */
   const char *uploads_dir;  /* uploaded data sets, one folder per id (kilnd's data dir) */
-  const char *cache_dir;    /* cache "file" of a built-in data set */
+  const char *cache_dir;    /* cache "file" of a built-in data set; a stream's cache file */
+  /* multi_worker: this process among the job's (streamed shards are split
+   * between them); 0 of 1 otherwise. */
+  int rank, world;
 } worker_dirs;
 
 /* Unpacks a tar archive (ustar or GNU; regular files and folders) under

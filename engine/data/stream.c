@@ -219,6 +219,8 @@ static int pull(kn_stream *s, kn_stream_raw *dst, char *err, size_t errlen) {
   }
 }
 
+static int next_record(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen);
+
 /* Back to the start of epoch `epoch`, nothing read. */
 static void reset(kn_stream *s, int64_t epoch) {
   for (int i = 0; i < s->cycle_length; i++) close_reader(&s->cycle[i]);
@@ -252,7 +254,32 @@ static int epoch_is_cached(kn_stream *s, int64_t epoch, char *err, size_t errlen
   return all;
 }
 
+/* An epoch cut short by a limit left records unread: they are decoded
+ * into the cache here, so that the next epochs (which drop others) find
+ * every record there. */
+static int cache_rest(kn_stream *s, char *err, size_t errlen) {
+  float *x = malloc((size_t)s->ex * sizeof *x);
+  if (!x) {
+    snprintf(err, errlen, "stream: out of memory");
+    return KN_ENOMEM;
+  }
+  const kn_stream_raw *rec;
+  int32_t y;
+  int rc;
+  while ((rc = next_record(s, &rec, err, errlen)) == 1) {
+    if (s->cache->seen[rec->slot]) continue;
+    if ((rc = kn_stream_decode(s, rec, x, &y, err, errlen)) != 0) break;
+    s->cache->seen[rec->slot] = 1;
+  }
+  free(x);
+  return rc < 0 ? rc : KN_OK;
+}
+
 int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t errlen) {
+  if (s->cache && !s->serving && s->limit < s->n && s->handed == s->limit) {
+    int rc = cache_rest(s, err, errlen);
+    if (rc) return rc;
+  }
   const int cached = s->cache && s->file_base && epoch_is_cached(s, epoch, err, errlen);
   reset(s, epoch);
   s->serving = cached;
@@ -270,8 +297,6 @@ int kn_stream_begin(kn_stream *s, int64_t epoch, int64_t skip, char *err, size_t
 
 /* tf.data's shuffle buffer: filled to its size, then each record out is a
  * random one of the buffer, whose place the next record takes. */
-static int next_record(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen);
-
 int kn_stream_next(kn_stream *s, const kn_stream_raw **rec, char *err, size_t errlen) {
   if (s->handed >= s->limit) return 0;
   const kn_stream_raw *got;
