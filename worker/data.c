@@ -457,8 +457,9 @@ static int open_shards(const api_job_spec *spec, const worker_dirs *dirs, const 
   const int world = dirs->world > 1 ? dirs->world : 1;
   const int job_shards = train_split && spec->num_shards > 1 ? spec->num_shards : 1;
   char cache_path[PATH_MAX];
-  snprintf(cache_path, sizeof cache_path, "%s/stream-cache-%s.bin", dirs->cache_dir,
-           train_split ? "train" : "test");
+  /* One file per process: a multi_worker job's processes share the folder. */
+  snprintf(cache_path, sizeof cache_path, "%s/stream-cache-%s-%d.bin", dirs->cache_dir,
+           train_split ? "train" : "test", dirs->rank);
   kn_stream_config c = {
       .format = spec->shards_format == API_SHARDS_TAR ? KN_SHARDS_TAR : KN_SHARDS_TFRECORD,
       .files = (const char *const *)files,
@@ -484,6 +485,13 @@ static int open_shards(const api_job_spec *spec, const worker_dirs *dirs, const 
       .cache_path = cache_path,
       .memory_limit = memory_limit(),
   };
+  if (c.cache == KN_STREAM_CACHE_FILE && mkdir_p(dirs->cache_dir) != 0) {
+    snprintf(err, errlen, "cannot create %s for the cache file: %s", dirs->cache_dir,
+             strerror(errno));
+    for (int i = 0; i < n; i++) free(files[i]);
+    free(files);
+    return KN_EIO;
+  }
   kn_stream *s = NULL;
   int rc = kn_stream_new(&c, &s, err, errlen);
   for (int i = 0; i < n; i++) free(files[i]);

@@ -6,8 +6,8 @@
 # every process takes the same steps (the remainder beyond the smallest
 # share's whole batches dropped), and the job still trains Fashion-MNIST
 # to >= 0.80 validation accuracy in one epoch (validation shards split
-# between the workers too). With cache "memory", the second epoch opens
-# no file.
+# between the workers too). With cache "file" (a file per process), the
+# second epoch opens no shard file.
 # Usage: multi_worker_reads_own_shards.sh KILN_TRAIN MPIRUN DATASETS_DIR
 set -eu
 trainer="$1"
@@ -72,10 +72,11 @@ grep -q 'worker 0 of 2 read 1 shard file(s) (every file, its records p % workers
 grep -q 'worker 1 of 2 read 1 shard file(s) (every file, its records p % workers), opened 2 times: part-00000-of-00001.tfrecord' "$d/byrecord.err"
 grep -q '5000 examples an epoch each' "$d/byrecord.out" || grep -q '4992 examples an epoch each' "$d/byrecord.out"
 
-# (3) cache "memory": 2 epochs, the files opened by the count pass and the
-# first epoch only.
-spec '{"name": "eight", "format": "tfrecord"}' 2 ', "cache": "memory"' > "$d/cached.json"
+# (3) cache "file": 2 epochs, the shards opened by the count pass and the
+# first epoch only; each process keeps its own cache file.
+spec '{"name": "eight", "format": "tfrecord"}' 2 ', "cache": "file"' > "$d/cached.json"
 run cached "$d/cached.json"
 grep -q "worker 0 of 2 read 4 shard file(s) (its own), opened 8 times" "$d/cached.err"
 grep -q 'worker 1 of 2 read 4 shard file(s) (its own), opened 8 times' "$d/cached.err"
+ls -l "$d/cached/stream-cache-train-0.bin" "$d/cached/stream-cache-train-1.bin"
 echo "each worker opened only its own shard files"
