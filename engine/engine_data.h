@@ -123,6 +123,16 @@ typedef struct kn_feature {
 /* The feature named name of the serialized Example: 1 (found), 0 (no such
  * feature), -1 (the bytes are not an Example). out points into data. */
 int kn_example_feature(const uint8_t *data, size_t len, const char *name, kn_feature *out);
+/* Each feature of the serialized Example, in the order stored (a name
+ * stored twice is listed twice): up to cap of them into out (names point
+ * into data, not terminated); the count, or -1 when the bytes are not an
+ * Example. */
+typedef struct kn_example_entry {
+  const uint8_t *name;
+  size_t name_len;
+  kn_feature feature;
+} kn_example_entry;
+int kn_example_features(const uint8_t *data, size_t len, kn_example_entry *out, int cap);
 /* The number of values, or -1 when the list is malformed. */
 int64_t kn_feature_count(const kn_feature *f);
 /* Float or int64 values (packed or not) as floats / int64s, up to cap of

@@ -1,4 +1,5 @@
-/* example.c — tf.train.Example records: a feature found by name, its
+/* example.c — tf.train.Example records: a feature found by name (or each
+ * one listed), its
  * values read from bytes, float and int64 lists (packed or not), and an
  * Example encoded from named features (for converters and tests).
  *
@@ -13,12 +14,15 @@
 #include "../engine.h"
 #include "../protobuf.h"
 
-/* The value of a map entry whose key is name, as a Feature's bytes. */
-static int find_entry(const uint8_t *data, size_t len, const char *name, kn_pbr_field *value) {
+/* Calls fn(ctx, key, key_len, value, has_value) for each map entry of
+ * Features, in order: 0, or -1 when the bytes are not an Example. */
+typedef void (*entry_fn)(void *ctx, const uint8_t *key, size_t key_len, const kn_pbr_field *value,
+                         int has_value);
+
+static int each_entry(const uint8_t *data, size_t len, entry_fn fn, void *ctx) {
   kn_pbr ex = {data, data + len};
   kn_pbr_field f;
-  int rc, found = 0;
-  const size_t name_len = strlen(name);
+  int rc;
   while ((rc = kn_pbr_next(&ex, &f)) == 1) {
     if (f.number != 1 || f.wire != KN_PB_LEN) continue; /* Example.features */
     kn_pbr feats = {f.data, f.data + f.len};
@@ -27,26 +31,65 @@ static int find_entry(const uint8_t *data, size_t len, const char *name, kn_pbr_
       if (entry.number != 1 || entry.wire != KN_PB_LEN) continue; /* Features.feature */
       kn_pbr e = {entry.data, entry.data + entry.len};
       kn_pbr_field kv, v = {0};
-      int key_matches = 0, has_value = 0;
+      const uint8_t *key = NULL;
+      size_t key_len = 0;
+      int has_value = 0;
       while ((rc = kn_pbr_next(&e, &kv)) == 1) {
         if (kv.number == 1 && kv.wire == KN_PB_LEN)
-          key_matches = kv.len == name_len && memcmp(kv.data, name, name_len) == 0;
+          key = kv.data, key_len = kv.len;
         else if (kv.number == 2 && kv.wire == KN_PB_LEN)
           v = kv, has_value = 1;
       }
       if (rc < 0) return -1;
-      /* A later entry with the same key replaces an earlier one (map semantics). */
-      if (key_matches) {
-        found = 1;
-        if (has_value)
-          *value = v;
-        else
-          memset(value, 0, sizeof *value);
-      }
+      fn(ctx, key ? key : (const uint8_t *)"", key_len, &v, has_value);
     }
     if (rc < 0) return -1;
   }
-  return rc < 0 ? -1 : found;
+  return rc < 0 ? -1 : 0;
+}
+
+typedef struct find_ctx {
+  const char *name;
+  size_t name_len;
+  int found;
+  kn_pbr_field value;
+} find_ctx;
+
+static void find_fn(void *ctx, const uint8_t *key, size_t key_len, const kn_pbr_field *value,
+                    int has_value) {
+  find_ctx *c = ctx;
+  if (key_len != c->name_len || memcmp(key, c->name, key_len) != 0) return;
+  /* A later entry with the same key replaces an earlier one (map semantics). */
+  c->found = 1;
+  if (has_value)
+    c->value = *value;
+  else
+    memset(&c->value, 0, sizeof c->value);
+}
+
+/* The value of a map entry whose key is name, as a Feature's bytes. */
+static int find_entry(const uint8_t *data, size_t len, const char *name, kn_pbr_field *value) {
+  find_ctx c = {.name = name, .name_len = strlen(name)};
+  if (each_entry(data, len, find_fn, &c) != 0) return -1;
+  if (c.found) *value = c.value;
+  return c.found;
+}
+
+/* A Feature's bytes as its kind and list: the last kind set wins, as a
+ * oneof does. 0, or -1 when malformed. */
+static int read_feature(const kn_pbr_field *value, kn_feature *out) {
+  memset(out, 0, sizeof *out);
+  if (!value->data) return 0; /* an entry with no Feature: no list set */
+  kn_pbr feat = {value->data, value->data + value->len};
+  kn_pbr_field f;
+  int rc;
+  while ((rc = kn_pbr_next(&feat, &f)) == 1) {
+    if (f.wire != KN_PB_LEN || f.number < 1 || f.number > 3) continue;
+    out->kind = f.number; /* KN_FEATURE_BYTES / FLOAT / INT64 */
+    out->list = f.data;
+    out->list_len = f.len;
+  }
+  return rc < 0 ? -1 : 0;
 }
 
 int kn_example_feature(const uint8_t *data, size_t len, const char *name, kn_feature *out) {
@@ -54,17 +97,27 @@ int kn_example_feature(const uint8_t *data, size_t len, const char *name, kn_fea
   kn_pbr_field value;
   int rc = find_entry(data, len, name, &value);
   if (rc <= 0) return rc;
-  if (!value.data) return 1; /* an entry with no Feature: no list set */
-  /* Feature: the last kind set wins, as a oneof does. */
-  kn_pbr feat = {value.data, value.data + value.len};
-  kn_pbr_field f;
-  while ((rc = kn_pbr_next(&feat, &f)) == 1) {
-    if (f.wire != KN_PB_LEN || f.number < 1 || f.number > 3) continue;
-    out->kind = f.number; /* KN_FEATURE_BYTES / FLOAT / INT64 */
-    out->list = f.data;
-    out->list_len = f.len;
-  }
-  return rc < 0 ? -1 : 1;
+  return read_feature(&value, out) < 0 ? -1 : 1;
+}
+
+typedef struct list_ctx {
+  kn_example_entry *out;
+  int cap, n, bad;
+} list_ctx;
+
+static void list_fn(void *ctx, const uint8_t *key, size_t key_len, const kn_pbr_field *value,
+                    int has_value) {
+  list_ctx *c = ctx;
+  kn_feature f = {0};
+  if (has_value && read_feature(value, &f) < 0) c->bad = 1;
+  if (c->n < c->cap) c->out[c->n] = (kn_example_entry){key, key_len, f};
+  c->n++;
+}
+
+int kn_example_features(const uint8_t *data, size_t len, kn_example_entry *out, int cap) {
+  list_ctx c = {.out = out, .cap = cap};
+  if (each_entry(data, len, list_fn, &c) != 0 || c.bad) return -1;
+  return c.n;
 }
 
 /* Calls fn for each value of the list; -1 when the list is malformed or of

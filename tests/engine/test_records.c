@@ -124,6 +124,37 @@ static void a_float_beyond_int64_is_no_int64(void **state) {
   }
 }
 
+/* The features of an Example listed in order, with their kinds and counts
+ * (what an upload's check shows so a spec can name them). */
+static void an_examples_features_are_listed_with_kinds(void **state) {
+  (void)state;
+  const uint8_t px[3] = {1, 2, 3};
+  const float fl[2] = {1, 2};
+  const int64_t label = 7;
+  kn_feature_value v[] = {
+      {.name = "image/encoded", .kind = KN_FEATURE_BYTES, .bytes = px, .count = 3},
+      {.name = "weights", .kind = KN_FEATURE_FLOAT, .floats = fl, .count = 2},
+      {.name = "label", .kind = KN_FEATURE_INT64, .ints = &label, .count = 1},
+  };
+  uint8_t *bytes;
+  size_t len;
+  assert_int_equal(kn_example_encode(v, 3, &bytes, &len), KN_OK);
+  kn_example_entry e[4];
+  assert_int_equal(kn_example_features(bytes, len, e, 4), 3);
+  const char *names[] = {"image/encoded", "weights", "label"};
+  const int kinds[] = {KN_FEATURE_BYTES, KN_FEATURE_FLOAT, KN_FEATURE_INT64};
+  const int64_t counts[] = {1, 2, 1};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(e[i].name_len, strlen(names[i]));
+    assert_memory_equal(e[i].name, names[i], e[i].name_len);
+    assert_int_equal(e[i].feature.kind, kinds[i]);
+    assert_int_equal(kn_feature_count(&e[i].feature), counts[i]);
+  }
+  assert_int_equal(kn_example_features(bytes, len, e, 1), 3); /* counted past cap */
+  assert_int_equal(kn_example_features(bytes, len - 2, e, 4), -1);
+  free(bytes);
+}
+
 static void write_records(const char *path, int gz, int n, int64_t corrupt_record) {
   FILE *f = gz ? NULL : fopen(path, "wb");
   gzFile g = gz ? gzopen(path, "wb") : NULL;
@@ -247,6 +278,7 @@ int main(void) {
       cmocka_unit_test(an_example_encodes_as_protobuf_does),
       cmocka_unit_test(unpacked_lists_read_as_packed_ones),
       cmocka_unit_test(a_float_beyond_int64_is_no_int64),
+      cmocka_unit_test(an_examples_features_are_listed_with_kinds),
       cmocka_unit_test(every_feature_type_reads_back_raw_and_gzipped),
       cmocka_unit_test(a_corrupt_record_is_named_with_its_offset),
       cmocka_unit_test(a_truncated_file_is_named),
