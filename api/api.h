@@ -411,17 +411,29 @@ typedef enum api_dataset_format {
   API_DATASET_CSV = 0, /* one CSV file with a header; label_column names the classes */
   API_DATASET_IDX,     /* a tar of train-images/train-labels IDX files (gzip'd or raw) */
   API_DATASET_IMAGES,  /* a tar of one folder per class holding PNG/JPEG images */
+  /* Shards, streamed by jobs: a tar of train/ (and test/) folders of shard
+   * files, or (tfrecord) one TFRecord file; or a registered server folder. */
+  API_DATASET_TFRECORD,
+  API_DATASET_TAR,
 } api_dataset_format;
 
-const char *api_dataset_format_name(api_dataset_format f); /* "csv", "idx", "images" */
-int api_dataset_format_parse(const char *name);            /* -1 when unknown */
+/* "csv", "idx", "images", "tfrecord", "tar" */
+const char *api_dataset_format_name(api_dataset_format f);
+/* 1 for the formats jobs stream (tfrecord, tar). */
+int api_dataset_format_is_shards(api_dataset_format f);
+int api_dataset_format_parse(const char *name); /* -1 when unknown */
 
 /* What kiln-train needs to read an upload, kept as dataset.json beside its
- * files: {"id":..,"format":..,"label_column":..}. */
+ * files: {"id":..,"format":..,"label_column":..}, and for shards
+ * "image_feature" and "label_feature" (given at upload; "" = not given) and
+ * "source" (a registered folder, relative to the datasets directory; ""
+ * for an upload, whose shards are under files/). */
 typedef struct api_dataset_manifest {
   char id[API_DATASET_ID_LEN + 1];
   api_dataset_format format;
   char label_column[64]; /* csv */
+  char image_feature[128], label_feature[128];
+  char source[256];
 } api_dataset_manifest;
 /* malloc'd JSON; NULL when out of memory. */
 char *api_dataset_manifest_format(const api_dataset_manifest *m);

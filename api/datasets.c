@@ -45,14 +45,18 @@ int api_dataset_id_valid(const char *id) {
   return 1;
 }
 
-static const char *const format_names[] = {"csv", "idx", "images"};
+static const char *const format_names[] = {"csv", "idx", "images", "tfrecord", "tar"};
 
 const char *api_dataset_format_name(api_dataset_format f) {
-  return (int)f >= 0 && f <= API_DATASET_IMAGES ? format_names[f] : "unknown";
+  return (int)f >= 0 && f <= API_DATASET_TAR ? format_names[f] : "unknown";
+}
+
+int api_dataset_format_is_shards(api_dataset_format f) {
+  return f == API_DATASET_TFRECORD || f == API_DATASET_TAR;
 }
 
 int api_dataset_format_parse(const char *name) {
-  for (int i = 0; i <= API_DATASET_IMAGES; i++)
+  for (int i = 0; i <= API_DATASET_TAR; i++)
     if (name && strcmp(name, format_names[i]) == 0) return i;
   return -1;
 }
@@ -63,6 +67,11 @@ char *api_dataset_manifest_format(const api_dataset_manifest *m) {
   json_object_set_new(o, "id", json_string(m->id));
   json_object_set_new(o, "format", json_string(api_dataset_format_name(m->format)));
   json_object_set_new(o, "label_column", json_string(m->label_column));
+  if (api_dataset_format_is_shards(m->format)) {
+    json_object_set_new(o, "image_feature", json_string(m->image_feature));
+    json_object_set_new(o, "label_feature", json_string(m->label_feature));
+    json_object_set_new(o, "source", json_string(m->source));
+  }
   char *text = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return text;
@@ -91,6 +100,25 @@ int api_dataset_manifest_parse(const char *text, api_dataset_manifest *m, char *
   snprintf(m->id, sizeof m->id, "%s", id);
   m->format = (api_dataset_format)f;
   snprintf(m->label_column, sizeof m->label_column, "%s", label);
+  /* Shards' optional fields: strings that fit, or absent. */
+  struct {
+    const char *key;
+    char *dst;
+    size_t size;
+  } extra[] = {{"image_feature", m->image_feature, sizeof m->image_feature},
+               {"label_feature", m->label_feature, sizeof m->label_feature},
+               {"source", m->source, sizeof m->source}};
+  for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+    json_t *v = json_object_get(o, extra[i].key);
+    if (!v) continue;
+    if (!json_is_string(v) || strlen(json_string_value(v)) >= extra[i].size) {
+      snprintf(err, errlen, "data set manifest: %s must be a string under %zu bytes", extra[i].key,
+               extra[i].size);
+      json_decref(o);
+      return -1;
+    }
+    snprintf(extra[i].dst, extra[i].size, "%s", json_string_value(v));
+  }
   json_decref(o);
   return 0;
 }

@@ -166,6 +166,10 @@ int kn_tar_next(kn_tar *t, const uint8_t **data, size_t *len, char *err, size_t 
 /* The part with extension ext ("png", "cls") of a sample: 0, or -1. */
 int kn_tar_sample_part(const uint8_t *sample, size_t len, const char *ext, const uint8_t **data,
                        size_t *part_len);
+/* Part i of a sample: 1 with its extension (not terminated) and data, 0
+ * past the last part, -1 when the sample is malformed. */
+int kn_tar_sample_part_at(const uint8_t *sample, size_t len, int i, const uint8_t **ext,
+                          size_t *ext_len, const uint8_t **data, size_t *part_len);
 int64_t kn_tar_index(const kn_tar *t);           /* samples read so far */
 void kn_tar_close(kn_tar *t);                    /* NULL is a no-op */
 int64_t kn_tfrecord_index(const kn_tfrecord *r); /* records read so far */

@@ -12,7 +12,7 @@
 
 #define DATASET_COLUMNS                                                                            \
   "seq, id, display_name, format, label_column, path, bytes, sha256, examples, test_examples,"     \
-  " classes, input_shape_json, create_ms, tenant"
+  " classes, input_shape_json, create_ms, tenant, source, shards_json"
 
 static void text_col(char *dst, size_t size, sqlite3_stmt *st, int col) {
   const char *text = (const char *)sqlite3_column_text(st, col);
@@ -35,6 +35,8 @@ static void read_row(sqlite3_stmt *st, store_dataset *d) {
   text_col(d->input_shape_json, sizeof d->input_shape_json, st, 11);
   d->create_ms = sqlite3_column_int64(st, 12);
   text_col(d->tenant, sizeof d->tenant, st, 13);
+  text_col(d->source, sizeof d->source, st, 14);
+  text_col(d->shards_json, sizeof d->shards_json, st, 15);
 }
 
 int store_dataset_add(store *s, const store_dataset *d) {
@@ -45,7 +47,8 @@ int store_dataset_add(store *s, const store_dataset *d) {
   if (sqlite3_prepare_v2(db,
                          "INSERT INTO datasets (id, display_name, format, label_column, path, "
                          "bytes, sha256, examples, test_examples, classes, input_shape_json, "
-                         "create_ms, tenant) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                         "create_ms, tenant, source, shards_json) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,"
+                         "?9,?10,?11,?12,?13,?14,?15)",
                          -1, &st, NULL) != SQLITE_OK) {
     store_internal_error(s, 1, "add data set %s: prepare", d->id);
     goto done;
@@ -63,6 +66,8 @@ int store_dataset_add(store *s, const store_dataset *d) {
   sqlite3_bind_text(st, 11, d->input_shape_json[0] ? d->input_shape_json : "[]", -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 12, d->create_ms ? d->create_ms : store_now_ms());
   sqlite3_bind_text(st, 13, d->tenant[0] ? d->tenant : STORE_DEFAULT_TENANT, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 14, d->source, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 15, d->shards_json, -1, SQLITE_STATIC);
   int step = sqlite3_step(st);
   if (step == SQLITE_DONE) {
     rc = STORE_OK;

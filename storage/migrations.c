@@ -213,6 +213,11 @@ static const char *const migrations[] = {
     ");"
     "CREATE INDEX experiment_events_experiment ON experiment_events(experiment_id, id);"
     "ALTER TABLE jobs ADD COLUMN experiment_id TEXT;",
+    /* 9: shard data sets: a folder registered by an admin (its path under
+     * the datasets directory; '' for an upload) and what the check found
+     * (files per split, the first record's features) as JSON. */
+    "ALTER TABLE datasets ADD COLUMN source TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE datasets ADD COLUMN shards_json TEXT NOT NULL DEFAULT '';",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

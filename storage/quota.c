@@ -105,7 +105,7 @@ int store_usage_get(store *s, const char *tenant, store_usage *out) {
           " (SELECT count(*) FROM jobs WHERE tenant = ?1 AND state IN ('QUEUED', 'PREEMPTED')),"
           " (SELECT COALESCE(SUM(devices), 0) FROM jobs WHERE tenant = ?1"
           "   AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')),"
-          " (SELECT COALESCE(SUM(bytes), 0) FROM datasets WHERE tenant = ?1)"
+          " (SELECT COALESCE(SUM(bytes), 0) FROM datasets WHERE tenant = ?1 AND source = '')"
           " + (SELECT COALESCE(SUM(c.bytes), 0) FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
           "   WHERE j.tenant = ?1)",
           -1, &st, NULL) != SQLITE_OK) {

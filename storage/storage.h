@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -329,9 +329,9 @@ typedef struct store_dataset {
   int64_t seq; /* creation order, for page tokens */
   char id[32];
   char display_name[128];
-  char format[16]; /* "csv", "idx", "images" */
+  char format[16]; /* "csv", "idx", "images", "tfrecord", "tar" */
   char label_column[64];
-  char path[512]; /* the folder holding upload.bin and dataset.json */
+  char path[512]; /* the folder holding upload.bin (or files/) and dataset.json */
   int64_t bytes;
   char sha256[65];
   int64_t examples, test_examples;
@@ -339,6 +339,12 @@ typedef struct store_dataset {
   char input_shape_json[128]; /* "[28,28,1]", "[]" when set by the model (images) */
   int64_t create_ms;
   char tenant[64]; /* the uploader's; "" on add = STORE_DEFAULT_TENANT */
+  /* A registered folder of shards: its path under the datasets directory
+   * ("" for an upload); its files are not the tenant's storage. */
+  char source[256];
+  /* Shards: the check's findings as JSON (files per split, the features
+   * of the first record, the image and label features checked); "" else. */
+  char shards_json[4096];
 } store_dataset;
 
 /* Records a data set whose files are in place. A duplicate id is STORE_EXISTS. */

@@ -185,24 +185,37 @@ int kn_tar_next(kn_tar *t, const uint8_t **data, size_t *len, char *err, size_t 
   return 1;
 }
 
-int kn_tar_sample_part(const uint8_t *sample, size_t len, const char *ext, const uint8_t **data,
-                       size_t *part_len) {
-  const size_t want = strlen(ext);
+int kn_tar_sample_part_at(const uint8_t *sample, size_t len, int i, const uint8_t **ext,
+                          size_t *ext_len, const uint8_t **data, size_t *part_len) {
   size_t at = 0;
-  while (at + 2 <= len) {
-    uint16_t ext_len;
+  for (int k = 0; at + 2 <= len; k++) {
+    uint16_t elen;
     uint64_t size;
-    memcpy(&ext_len, sample + at, 2);
-    if (at + 2 + ext_len + 8 > len) return -1;
-    memcpy(&size, sample + at + 2 + ext_len, 8);
-    const size_t body = at + 2 + ext_len + 8;
+    memcpy(&elen, sample + at, 2);
+    if (at + 2 + elen + 8 > len) return -1;
+    memcpy(&size, sample + at + 2 + elen, 8);
+    const size_t body = at + 2 + elen + 8;
     if (size > len - body) return -1;
-    if (ext_len == want && memcmp(sample + at + 2, ext, want) == 0) {
+    if (k == i) {
+      *ext = sample + at + 2;
+      *ext_len = elen;
       *data = sample + body;
       *part_len = (size_t)size;
-      return 0;
+      return 1;
     }
     at = body + (size_t)size;
   }
+  return 0;
+}
+
+int kn_tar_sample_part(const uint8_t *sample, size_t len, const char *ext, const uint8_t **data,
+                       size_t *part_len) {
+  const size_t want = strlen(ext);
+  const uint8_t *e;
+  size_t elen;
+  int rc;
+  for (int i = 0; (rc = kn_tar_sample_part_at(sample, len, i, &e, &elen, data, part_len)) == 1;
+       i++)
+    if (elen == want && memcmp(e, ext, want) == 0) return 0;
   return -1;
 }

@@ -61,7 +61,20 @@ static void added_data_set_reads_back_and_lists_newest_first(void **state) {
   assert_int_equal(got.bytes, 4550);
   assert_string_equal(got.input_shape_json, "[4]");
   assert_true(got.create_ms > 0);
+  assert_string_equal(got.source, "");
+  assert_string_equal(got.shards_json, "");
   assert_int_equal(store_dataset_get(st, "ds-00000000000000ff", &got), STORE_NOT_FOUND);
+  /* A registered folder of shards keeps its source and what its check found. */
+  store_dataset c = make("ds-000000000000000c", 60000);
+  snprintf(c.format, sizeof c.format, "tfrecord");
+  snprintf(c.source, sizeof c.source, "shards/fm");
+  snprintf(c.shards_json, sizeof c.shards_json, "{\"train_files\":8}");
+  assert_int_equal(store_dataset_add(st, &c), STORE_OK);
+  assert_int_equal(store_dataset_get(st, "ds-000000000000000c", &got), STORE_OK);
+  assert_string_equal(got.format, "tfrecord");
+  assert_string_equal(got.source, "shards/fm");
+  assert_string_equal(got.shards_json, "{\"train_files\":8}");
+  assert_int_equal(store_dataset_delete(st, "ds-000000000000000c", NULL), STORE_OK);
   store_dataset *list = NULL;
   int n = 0;
   assert_int_equal(store_dataset_list(st, 0, 10, &list, &n), STORE_OK);

@@ -80,6 +80,12 @@ static void usage_counts_waiting_jobs_unfinished_devices_and_stored_bytes(void *
   snprintf(d.tenant, sizeof d.tenant, "acme");
   d.bytes = 300;
   assert_int_equal(store_dataset_add(f->s, &d), STORE_OK);
+  /* A registered server folder is no tenant's storage. */
+  snprintf(d.id, sizeof d.id, "ds-2");
+  snprintf(d.format, sizeof d.format, "tfrecord");
+  snprintf(d.source, sizeof d.source, "shards/big");
+  d.bytes = 1 << 30;
+  assert_int_equal(store_dataset_add(f->s, &d), STORE_OK);
   store_usage u;
   assert_int_equal(store_usage_get(f->s, "acme", &u), STORE_OK);
   assert_int_equal(u.queued_jobs, 1);      /* a2 */
