@@ -568,6 +568,21 @@ static void images_job_interleaves_augments_and_caches_the_decoded_data(void **s
   json_decref(doc);
 }
 
+/* A folder of shards is made of files: interleave over them is accepted
+ * at create (validate_only: the folder is read when the job runs). */
+static void a_shard_folder_job_may_interleave_its_files(void **state) {
+  (void)state;
+  const char *spec =
+      "{\"model\":{\"input_shape\":[4,4,1],\"layers\":[{\"type\":\"flatten\"},"
+      "{\"type\":\"dense\",\"units\":3}]},\"loss\":\"sparse_categorical_crossentropy\","
+      "\"dataset\":{\"name\":\"fm\",\"format\":\"tfrecord\"},"
+      "\"pipeline\":{\"interleave\":{\"cycle_length\":2}},\"optimizer\":{\"type\":\"sgd\"}}";
+  json_t *doc;
+  long status = http("POST", "/v1/jobs?validate_only=true", spec, strlen(spec), 0, &doc);
+  if (status != 200) fail_msg("validate_only: %ld %s", status, error_message(doc));
+  json_decref(doc);
+}
+
 /* 240 rows of x1, x2 in [0, 1): price = 3 x1 - 2 x2 + 1 + noise in
  * [-0.05, 0.05). */
 static void write_regression_csv(const char *path) {
@@ -787,6 +802,7 @@ int main(void) {
       cmocka_unit_test(refused_upload_is_removed_before_the_answer),
       cmocka_unit_test(upload_over_the_cap_gets_413),
       cmocka_unit_test(images_job_interleaves_augments_and_caches_the_decoded_data),
+      cmocka_unit_test(a_shard_folder_job_may_interleave_its_files),
       cmocka_unit_test(regression_csv_job_stores_loss_and_mae_with_validation),
       cmocka_unit_test(job_trains_on_an_upload_and_holds_it_until_done),
   };
