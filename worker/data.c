@@ -243,7 +243,7 @@ static void image_root(const char *files, char *out, size_t outlen) {
   if (inner_dirs > 0) join(out, outlen, probe, NULL);
 }
 
-static int read_manifest(const char *dir, api_dataset_manifest *m, char *err, size_t errlen) {
+int worker_read_manifest(const char *dir, api_dataset_manifest *m, char *err, size_t errlen) {
   char path[PATH_MAX], text[1024];
   snprintf(path, sizeof path, "%s/dataset.json", dir);
   FILE *f = fopen(path, "rb");
@@ -304,10 +304,30 @@ static int load_upload(const char *dir, const api_dataset_manifest *m, int h, in
   return rc;
 }
 
-int worker_check_upload(const char *dir, char **summary, char *err, size_t errlen) {
+void worker_sha256_file(const char *path, char hex[65], long long *bytes) {
+  kc_sha256 h;
+  kc_sha256_init(&h);
+  FILE *f = fopen(path, "rb");
+  *bytes = 0;
+  char buf[65536];
+  size_t got;
+  while (f && (got = fread(buf, 1, sizeof buf, f)) > 0) {
+    kc_sha256_update(&h, buf, got);
+    *bytes += (long long)got;
+  }
+  if (f) fclose(f);
+  uint8_t digest[32];
+  kc_sha256_final(&h, digest);
+  kc_sha256_hex(digest, hex);
+}
+
+int worker_check_upload(const char *dir, const char *datasets_dir, char **summary, char *err,
+                        size_t errlen) {
   *summary = NULL;
   api_dataset_manifest m;
-  if (read_manifest(dir, &m, err, errlen) != 0) return KN_EIO;
+  if (worker_read_manifest(dir, &m, err, errlen) != 0) return KN_EIO;
+  if (api_dataset_format_is_shards(m.format))
+    return worker_check_shards(dir, &m, datasets_dir, summary, err, errlen);
   kn_dataset train = {0}, test = {0};
   /* Images are decoded at a small fixed size: the check is that each one
    * decodes; training resizes them to the model's input. */
@@ -315,21 +335,9 @@ int worker_check_upload(const char *dir, char **summary, char *err, size_t errle
   if (rc) return rc;
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/upload.bin", dir);
-  kc_sha256 h;
-  kc_sha256_init(&h);
-  FILE *f = fopen(path, "rb");
-  long long bytes = 0;
-  char buf[65536];
-  size_t got;
-  while (f && (got = fread(buf, 1, sizeof buf, f)) > 0) {
-    kc_sha256_update(&h, buf, got);
-    bytes += (long long)got;
-  }
-  if (f) fclose(f);
-  uint8_t digest[32];
   char hex[65];
-  kc_sha256_final(&h, digest);
-  kc_sha256_hex(digest, hex);
+  long long bytes;
+  worker_sha256_file(path, hex, &bytes);
   json_t *o = json_object(), *shape = json_array();
   json_object_set_new(o, "format", json_string(api_dataset_format_name(m.format)));
   json_object_set_new(o, "examples", json_integer(train.n));
@@ -375,51 +383,6 @@ static int interleave_folders(const api_job_spec *spec, kn_dataset *train, char 
   return KN_OK;
 }
 
-static int cmp_path(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The shard files of dir (regular files not starting with '.'), sorted:
- * the count (0 when dir does not exist), or -1. *out malloc'd. */
-static int list_shards(const char *dir, char ***out, char *err, size_t errlen) {
-  *out = NULL;
-  DIR *d = opendir(dir);
-  if (!d) {
-    if (errno == ENOENT) return 0;
-    snprintf(err, errlen, "cannot list %s: %s", dir, strerror(errno));
-    return -1;
-  }
-  char **names = NULL;
-  int n = 0, cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    char path[PATH_MAX];
-    struct stat st;
-    if (e->d_name[0] == '.' || join(path, sizeof path, dir, e->d_name) != 0 ||
-        stat(path, &st) != 0 || !S_ISREG(st.st_mode))
-      continue;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 64;
-      char **grown = realloc(names, (size_t)cap * sizeof *names);
-      if (!grown) break;
-      names = grown;
-    }
-    if (!(names[n] = strdup(path))) break;
-    n++;
-  }
-  const int complete = e == NULL;
-  closedir(d);
-  if (!complete) {
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
-    snprintf(err, errlen, "%s: out of memory listing shards", dir);
-    return -1;
-  }
-  qsort(names, (size_t)n, sizeof *names, cmp_path);
-  *out = names;
-  return n;
-}
-
 /* The most memory this process may use: its RLIMIT_AS, or its cgroup's
  * memory.max (v2), whichever is lower; 0 = no limit known. */
 static int64_t memory_limit(void) {
@@ -448,7 +411,7 @@ static int64_t memory_limit(void) {
 static int open_shards(const api_job_spec *spec, const worker_dirs *dirs, const char *dir,
                        int train_split, kn_dataset *out, char *err, size_t errlen) {
   char **files;
-  int n = list_shards(dir, &files, err, errlen);
+  int n = worker_list_shards(dir, &files, err, errlen);
   if (n < 0) return KN_EIO;
   if (n == 0) {
     snprintf(err, errlen, "%s holds no shard files", dir);
@@ -488,14 +451,12 @@ static int open_shards(const api_job_spec *spec, const worker_dirs *dirs, const 
   if (c.cache == KN_STREAM_CACHE_FILE && mkdir_p(dirs->cache_dir) != 0) {
     snprintf(err, errlen, "cannot create %s for the cache file: %s", dirs->cache_dir,
              strerror(errno));
-    for (int i = 0; i < n; i++) free(files[i]);
-    free(files);
+    worker_free_shards(files, n);
     return KN_EIO;
   }
   kn_stream *s = NULL;
   int rc = kn_stream_new(&c, &s, err, errlen);
-  for (int i = 0; i < n; i++) free(files[i]);
-  free(files);
+  worker_free_shards(files, n);
   if (!rc) rc = kn_dataset_stream(s, out, err, errlen);
   if (!rc) out->per_process = world > 1;
   return rc;
@@ -506,16 +467,12 @@ static int open_shards(const api_job_spec *spec, const worker_dirs *dirs, const 
 static int load_shards(const api_job_spec *spec, const worker_dirs *dirs, kn_dataset *train,
                        kn_dataset *val, char *desc, size_t desclen, char *err, size_t errlen) {
   char dir[PATH_MAX], split[PATH_MAX + 8];
-  char shards[PATH_MAX];
-  if (join(shards, sizeof shards, dirs->datasets_dir, "shards") != 0 ||
-      join(dir, sizeof dir, shards, spec->dataset) != 0) {
-    snprintf(err, errlen, "shard folder path too long");
-    return KN_EINVAL;
-  }
+  int rc = worker_shard_root(spec, dirs, dir, sizeof dir, err, errlen);
+  if (rc) return rc;
   snprintf(desc, desclen, "%s shards streamed from %s",
            spec->shards_format == API_SHARDS_TAR ? "tar" : "TFRecord", dir);
   snprintf(split, sizeof split, "%s/train", dir);
-  int rc = open_shards(spec, dirs, split, 1, train, err, errlen);
+  rc = open_shards(spec, dirs, split, 1, train, err, errlen);
   if (!rc && strcmp(spec->validation, "test") == 0) {
     snprintf(split, sizeof split, "%s/test", dir);
     rc = open_shards(spec, dirs, split, 0, val, err, errlen);
@@ -553,7 +510,14 @@ int worker_load_data(const api_job_spec *spec, const worker_dirs *dirs, kn_datas
   if (!bd) {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/%s", dirs->uploads_dir, spec->dataset);
-    if (read_manifest(dir, &m, err, errlen) != 0) return KN_EIO;
+    if (worker_read_manifest(dir, &m, err, errlen) != 0) return KN_EIO;
+    if (api_dataset_format_is_shards(m.format)) {
+      snprintf(err, errlen,
+               "data set %s holds %s shards, which are streamed: the spec names them with "
+               "dataset.format \"%s\"",
+               spec->dataset, api_dataset_format_name(m.format), api_dataset_format_name(m.format));
+      return KN_EINVAL;
+    }
   }
   if (spec->interleave_cycle_length > 0 && (bd || m.format != API_DATASET_IMAGES)) {
     snprintf(err, errlen,

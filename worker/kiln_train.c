@@ -485,7 +485,9 @@ static int train_main(int argc, char **argv) {
   if (check_dir) {
     /* kilnd's upload check: one JSON line, exit 0 or EXIT_DATA. */
     char cerr[1024] = "", *summary = NULL;
-    int crc = worker_check_upload(check_dir, &summary, cerr, sizeof cerr);
+    int crc =
+        worker_check_upload(check_dir, data_dir && *data_dir ? data_dir : KILN_DEFAULT_DATASETS_DIR,
+                            &summary, cerr, sizeof cerr);
     if (crc) return fail(&(reporter){.progress_fd = STDOUT_FILENO}, EXIT_DATA, "DATA_ERROR", cerr);
     printf("%s\n", summary);
     free(summary);

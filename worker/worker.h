@@ -24,8 +24,35 @@ int worker_untar(const char *archive, const char *dest, char *err, size_t errlen
 
 /* Checks an upload folder (dataset.json + upload.bin) by loading it as a
  * job would; on success *summary is malloc'd JSON: format, examples,
- * test_examples, classes, input_shape, bytes, sha256. */
-int worker_check_upload(const char *dir, char **summary, char *err, size_t errlen);
+ * test_examples, classes, input_shape, bytes, sha256 (and for shards
+ * worker_check_shards's fields). datasets_dir: where a registered
+ * folder's source is. */
+int worker_check_upload(const char *dir, const char *datasets_dir, char **summary, char *err,
+                        size_t errlen);
+/* An upload folder's dataset.json. 0, or -1 with err. */
+int worker_read_manifest(const char *dir, api_dataset_manifest *m, char *err, size_t errlen);
+/* The SHA-256 (hex) and size of a file (of what could be read). */
+void worker_sha256_file(const char *path, char hex[65], long long *bytes);
+
+/* ---- shard data sets (shards.c) ---- */
+
+/* The shard files of dir (regular files not starting with '.'), sorted,
+ * malloc'd into *out: the count (0 when dir does not exist), or -1. */
+int worker_list_shards(const char *dir, char ***out, char *err, size_t errlen);
+void worker_free_shards(char **files, int n);
+/* The folder holding a spec's shards (train/, test/): shards/<name> under
+ * the datasets directory, or an uploaded or registered data set's. */
+int worker_shard_root(const api_job_spec *spec, const worker_dirs *dirs, char *out, size_t outlen,
+                      char *err, size_t errlen);
+/* Checks a shard data set (an upload's folder: its archive unpacked, or
+ * its one TFRecord file put in train/; or a registered source): every
+ * record of every file read (framing, CRCs), the first records of each
+ * parsed, the first one's features listed, and with the image and label
+ * features (given, else the defaults) present every label read. Adds
+ * train_files, test_files, features, image_feature and label_feature
+ * ("" when not found) to the summary. */
+int worker_check_shards(const char *dir, const api_dataset_manifest *m, const char *datasets_dir,
+                        char **summary, char *err, size_t errlen);
 
 /* The training data (and validation: the test split, a validation_split,
  * or none = val->n 0) of a spec; desc says where it came from. */

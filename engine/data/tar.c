@@ -214,8 +214,7 @@ int kn_tar_sample_part(const uint8_t *sample, size_t len, const char *ext, const
   const uint8_t *e;
   size_t elen;
   int rc;
-  for (int i = 0; (rc = kn_tar_sample_part_at(sample, len, i, &e, &elen, data, part_len)) == 1;
-       i++)
+  for (int i = 0; (rc = kn_tar_sample_part_at(sample, len, i, &e, &elen, data, part_len)) == 1; i++)
     if (elen == want && memcmp(e, ext, want) == 0) return 0;
   return -1;
 }
