@@ -87,6 +87,11 @@ static json_t *upload_json(const store_dataset *d) {
   json_object_set_new(o, "bytes", json_integer(d->bytes));
   json_object_set_new(o, "sha256", json_string(d->sha256));
   json_object_set_new(o, "create_time", http_rfc3339(d->create_ms));
+  if (d->source[0]) json_object_set_new(o, "source", json_string(d->source));
+  /* Shards: files per split and the first record's features, so a spec
+   * can name its image and label features. */
+  json_t *shards = d->shards_json[0] ? json_loads(d->shards_json, 0, NULL) : NULL;
+  if (shards) json_object_set_new(o, "shards", shards);
   return o;
 }
 
@@ -122,7 +127,7 @@ int http_sweep_stale(const char *dir, const char *prefix, time_t before) {
   return removed;
 }
 
-static int new_dataset_id(char out[API_DATASET_ID_LEN + 1]) {
+int http_new_dataset_id(char out[API_DATASET_ID_LEN + 1]) {
   unsigned char raw[8];
   FILE *f = fopen("/dev/urandom", "rb");
   if (!f) return -1;
@@ -145,14 +150,29 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
   const char *label = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "label_column");
   const char *display = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "display_name");
   const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+  const char *features[2] = {
+      MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "image_feature"),
+      MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "label_feature")};
   int f = api_dataset_format_parse(format);
   if (f < 0) {
-    http_reply_status(
-        res, 400, "INVALID_ARGUMENT", "format",
-        "format must be csv, idx (a tar of IDX files) or images (a tar of class folders), got "
-        "'%.40s'",
-        format ? format : "");
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "format",
+                      "format must be csv, idx (a tar of IDX files), images (a tar of class "
+                      "folders), tfrecord or tar (shards), got '%.40s'",
+                      format ? format : "");
     return -1;
+  }
+  for (int k = 0; k < 2; k++) {
+    const char *field = k == 0 ? "image_feature" : "label_feature";
+    if (features[k] && !api_dataset_format_is_shards((api_dataset_format)f)) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", field,
+                        "%s names a feature of tfrecord or tar shards; a %s upload has none", field,
+                        format);
+      return -1;
+    }
+    if (features[k] && (!features[k][0] || strlen(features[k]) >= 128)) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", field, "%s must be 1-127 bytes", field);
+      return -1;
+    }
   }
   if (f == API_DATASET_CSV && (!label || !*label || strlen(label) >= 64)) {
     http_reply_status(
@@ -176,7 +196,7 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
   if (length && http_check_storage_quota(cfg, who, (int64_t)strtoull(length, NULL, 10), res) != 0)
     return -1;
   http_upload *u = calloc(1, sizeof *u);
-  if (!u || new_dataset_id(u->id) != 0) {
+  if (!u || http_new_dataset_id(u->id) != 0) {
     free(u);
     http_reply_status(res, 500, "INTERNAL", NULL,
                       "cannot start an upload: out of memory or no randomness");
@@ -186,6 +206,10 @@ int http_upload_begin(const http_config *cfg, const http_principal *who, void *c
   snprintf(u->tenant, sizeof u->tenant, "%s", who->tenant);
   u->manifest.format = (api_dataset_format)f;
   if (f == API_DATASET_CSV) snprintf(u->manifest.label_column, 64, "%s", label);
+  if (features[0])
+    snprintf(u->manifest.image_feature, sizeof u->manifest.image_feature, "%s", features[0]);
+  if (features[1])
+    snprintf(u->manifest.label_feature, sizeof u->manifest.label_feature, "%s", features[1]);
   snprintf(u->display_name, sizeof u->display_name, "%s", display ? display : "");
   char path[4200];
   snprintf(u->tmp_dir, sizeof u->tmp_dir, "%s/.upload-%s", cfg->uploads_dir, u->id);
@@ -230,7 +254,12 @@ static int run_check(const http_config *cfg, const char *dir, char *out, size_t 
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addclose(&fa, fds[0]);
-  char *argv[] = {(char *)cfg->trainer_path, "--check-dataset", (char *)dir, NULL};
+  char *argv[] = {(char *)cfg->trainer_path,
+                  "--check-dataset",
+                  (char *)dir,
+                  "--data-dir",
+                  (char *)cfg->datasets_dir,
+                  NULL};
   pid_t pid;
   int rc = posix_spawn(&pid, cfg->trainer_path, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -288,20 +317,47 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
   http_principal owner = {.admin = 0};
   snprintf(owner.tenant, sizeof owner.tenant, "%s", u->tenant);
   if (http_check_storage_quota(cfg, &owner, (int64_t)u->bytes, res) != 0) return;
+  http_dataset_admit(cfg, u->tmp_dir, &u->manifest, u->display_name, u->tenant, (int64_t)u->bytes,
+                     res);
+  if (res->status == 200) u->tmp_dir[0] = '\0'; /* moved: nothing to clean up */
+}
+
+/* What of message is a path inside kilnd's folders cut to the part the
+ * caller knows: a file in the upload, or under the datasets directory. */
+static void cut_paths(const char *message, const char *const *prefixes, int n, char *out,
+                      size_t outlen) {
+  size_t used = 0;
+  for (const char *p = message; *p && used + 1 < outlen;) {
+    int cut = 0;
+    for (int i = 0; i < n && !cut; i++) {
+      const size_t len = strlen(prefixes[i]);
+      if (len && strncmp(p, prefixes[i], len) == 0) {
+        p += len;
+        cut = 1;
+      }
+    }
+    if (!cut) out[used++] = *p++;
+  }
+  out[used] = '\0';
+}
+
+void http_dataset_admit(const http_config *cfg, const char *tmp_dir, const api_dataset_manifest *m,
+                        const char *display_name, const char *tenant, int64_t upload_bytes,
+                        http_response *res) {
   char path[4200];
-  snprintf(path, sizeof path, "%s/dataset.json", u->tmp_dir);
-  char *manifest = api_dataset_manifest_format(&u->manifest);
+  snprintf(path, sizeof path, "%s/dataset.json", tmp_dir);
+  char *manifest = api_dataset_manifest_format(m);
   FILE *f = manifest ? fopen(path, "wb") : NULL;
   int ok = f && fputs(manifest, f) >= 0;
   if (f) ok &= fclose(f) == 0;
   free(manifest);
   if (!ok) {
-    http_reply_status(res, 500, "INTERNAL", NULL, "cannot write the upload's manifest: %s",
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot write the data set's manifest: %s",
                       strerror(errno));
     return;
   }
-  char line[4096];
-  int status = run_check(cfg, u->tmp_dir, line, sizeof line);
+  char line[8192];
+  int status = run_check(cfg, tmp_dir, line, sizeof line);
   json_t *summary = status == 0 ? json_loads(line, 0, NULL) : NULL;
   if (!summary) {
     api_progress p;
@@ -310,35 +366,33 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
     if (nl) *nl = '\0';
     if (status > 0 && api_progress_parse(line, &p, why, sizeof why) == 0 &&
         p.kind == API_PROGRESS_ERROR) {
-      /* The file's own fault, named as kiln-train did, with the path
-       * inside kilnd's folder cut down to the file in the upload. */
-      char msg[600], prefix[4200];
-      snprintf(prefix, sizeof prefix, "%s/", u->tmp_dir);
-      size_t used = 0, plen = strlen(prefix);
-      for (const char *p_at = p.message; *p_at && used + 1 < sizeof msg;) {
-        if (strncmp(p_at, prefix, plen) == 0) {
-          p_at += plen;
-          continue;
-        }
-        msg[used++] = *p_at++;
-      }
-      msg[used] = '\0';
-      http_reply_status(res, 400, "INVALID_ARGUMENT", "body", "the %s data set was refused: %s",
-                        api_dataset_format_name(u->manifest.format), msg);
+      /* The data's own fault, named as kiln-train did, with the paths
+       * inside kilnd's folders cut down to the file in the upload (or
+       * under the datasets directory). */
+      char msg[600], files[4200], upload[4200], datasets[4200];
+      snprintf(files, sizeof files, "%s/files/", tmp_dir);
+      snprintf(upload, sizeof upload, "%s/", tmp_dir);
+      snprintf(datasets, sizeof datasets, "%s/", cfg->datasets_dir);
+      const char *prefixes[] = {files, upload, datasets};
+      cut_paths(p.message, prefixes, 3, msg, sizeof msg);
+      http_reply_status(res, 400, "INVALID_ARGUMENT", m->source[0] ? "path" : "body",
+                        "the %s data set was refused: %s", api_dataset_format_name(m->format), msg);
     } else {
       http_reply_status(res, 500, "INTERNAL", NULL,
-                        "checking the upload failed (kiln-train status %d)", status);
+                        "checking the data set failed (kiln-train status %d)", status);
     }
     return;
   }
   store_dataset d;
   memset(&d, 0, sizeof d);
-  snprintf(d.id, sizeof d.id, "%s", u->id);
-  snprintf(d.display_name, sizeof d.display_name, "%s", u->display_name);
-  snprintf(d.format, sizeof d.format, "%s", api_dataset_format_name(u->manifest.format));
-  snprintf(d.label_column, sizeof d.label_column, "%s", u->manifest.label_column);
-  snprintf(d.path, sizeof d.path, "%s/%s", cfg->uploads_dir, u->id);
-  d.bytes = (int64_t)u->bytes;
+  snprintf(d.id, sizeof d.id, "%s", m->id);
+  snprintf(d.display_name, sizeof d.display_name, "%s", display_name);
+  snprintf(d.format, sizeof d.format, "%s", api_dataset_format_name(m->format));
+  snprintf(d.label_column, sizeof d.label_column, "%s", m->label_column);
+  snprintf(d.path, sizeof d.path, "%s/%s", cfg->uploads_dir, m->id);
+  snprintf(d.source, sizeof d.source, "%s", m->source);
+  /* An upload's size; a registered folder's shards' total. */
+  d.bytes = m->source[0] ? json_integer_value(json_object_get(summary, "bytes")) : upload_bytes;
   snprintf(d.sha256, sizeof d.sha256, "%s",
            json_string_value(json_object_get(summary, "sha256"))
                ? json_string_value(json_object_get(summary, "sha256"))
@@ -349,15 +403,35 @@ static void finish_upload(const http_config *cfg, http_upload *u, http_response 
   char *shape = json_dumps(json_object_get(summary, "input_shape"), JSON_COMPACT);
   snprintf(d.input_shape_json, sizeof d.input_shape_json, "%s", shape ? shape : "[]");
   free(shape);
+  if (api_dataset_format_is_shards(m->format)) {
+    json_t *shards = json_object();
+    static const char *const keys[] = {"train_files", "test_files", "image_feature",
+                                       "label_feature", "features"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+      json_t *v = json_object_get(summary, keys[i]);
+      if (v) json_object_set(shards, keys[i], v);
+    }
+    char *text = json_dumps(shards, JSON_COMPACT);
+    /* Features are listed while they fit; the files and names always do. */
+    while (text && strlen(text) >= sizeof d.shards_json &&
+           json_array_size(json_object_get(shards, "features")) > 0) {
+      json_t *list = json_object_get(shards, "features");
+      json_array_remove(list, json_array_size(list) - 1);
+      free(text);
+      text = json_dumps(shards, JSON_COMPACT);
+    }
+    snprintf(d.shards_json, sizeof d.shards_json, "%s", text ? text : "");
+    free(text);
+    json_decref(shards);
+  }
   json_decref(summary);
   d.create_ms = store_now_ms();
-  snprintf(d.tenant, sizeof d.tenant, "%s", u->tenant);
-  if (rename(u->tmp_dir, d.path) != 0) {
-    http_reply_status(res, 500, "INTERNAL", NULL, "cannot move the upload into place: %s",
+  snprintf(d.tenant, sizeof d.tenant, "%s", tenant);
+  if (rename(tmp_dir, d.path) != 0) {
+    http_reply_status(res, 500, "INTERNAL", NULL, "cannot move the data set into place: %s",
                       strerror(errno));
     return;
   }
-  u->tmp_dir[0] = '\0'; /* moved: nothing to clean up */
   if (store_dataset_add(cfg->st, &d) != STORE_OK) {
     http_reply_status(res, 500, "INTERNAL", NULL, "storage failure: %s", store_errmsg(cfg->st));
     http_remove_tree(d.path);
@@ -499,12 +573,32 @@ int http_datasets_check_spec(const http_config *cfg, const http_principal *who,
   store_dataset d;
   int rc = uploaded ? store_dataset_get(cfg->st, spec->dataset, &d) : STORE_OK;
   if (rc == STORE_OK && uploaded && !visible(who, &d)) rc = STORE_NOT_FOUND;
-  if (spec->interleave_cycle_length > 0 &&
+  if (uploaded && rc == STORE_OK) {
+    /* Shards are streamed: the spec names their format; other data has none. */
+    const int shards = api_dataset_format_is_shards(api_dataset_format_parse(d.format));
+    const char *named = spec->shards_format == API_SHARDS_TAR        ? "tar"
+                        : spec->shards_format == API_SHARDS_TFRECORD ? "tfrecord"
+                                                                     : NULL;
+    if (shards && (!named || strcmp(named, d.format) != 0)) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "dataset.format",
+                        "data set '%s' holds %s shards, which are streamed: name it with "
+                        "\"format\": \"%s\"%s%s",
+                        d.id, d.format, d.format, named ? ", not " : "", named ? named : "");
+      return -1;
+    }
+    if (!shards && named) {
+      http_reply_status(res, 400, "INVALID_ARGUMENT", "dataset.format",
+                        "data set '%s' is a %s upload, not shards: drop dataset.format", d.id,
+                        d.format);
+      return -1;
+    }
+  }
+  if (spec->interleave_cycle_length > 0 && !spec->shards_format &&
       (!uploaded || (rc == STORE_OK && strcmp(d.format, "images") != 0))) {
     http_reply_status(
         res, 400, "INVALID_ARGUMENT", "pipeline.interleave",
-        "interleave needs a data set made of several parts: an images upload (one part per "
-        "class folder); '%s' is one file",
+        "interleave needs a data set made of several parts: shards, or an images upload (one "
+        "part per class folder); '%s' is one file",
         spec->dataset);
     return -1;
   }
@@ -539,6 +633,7 @@ int http_datasets_check_spec(const http_config *cfg, const http_principal *who,
     return -1;
   }
   json_decref(shape);
+  if (spec->shards_format) return 0; /* examples are checked as they are read */
   if (strcmp(d.format, "images") == 0 &&
       !(spec->input_ndim == 3 && (spec->input_shape[2] == 1 || spec->input_shape[2] == 3))) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "model.input_shape",

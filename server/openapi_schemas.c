@@ -152,7 +152,8 @@ static const http_openapi_text schemas[] = {
      "'builtin','format','ready','train_examples','test_examples','classes','input_shape'],"
      "'properties':{'name':{'type':'string','example':'datasets/fashion-mnist'},"
      "'id':{'type':'string','description':'What a job spec names as dataset.name.'},"
-     "'builtin':{'type':'boolean'},'format':{'type':'string','enum':['csv','idx','images']},"
+     "'builtin':{'type':'boolean'},'format':{'type':'string','enum':['csv','idx','images',"
+     "'tfrecord','tar']},"
      "'ready':{'type':'boolean','description':'false when a built-in data set is not installed.'},"
      "'train_examples':{'type':'integer','format':'int64'},"
      "'test_examples':{'type':'integer','format':'int64'},'classes':{'type':'integer'},"
@@ -161,7 +162,31 @@ static const http_openapi_text schemas[] = {
      "'label_column':{'type':'string','description':'csv uploads only.'},"
      "'bytes':{'type':'integer','format':'int64','description':'Uploads only.'},"
      "'sha256':{'type':'string','description':'Uploads only.'},"
-     "'create_time':" TIME("Uploads only.") "}}"},
+     "'create_time':" TIME("Uploads only.") ","
+     "'source':{'type':'string','description':'A registered folder: its path under the "
+     "datasets directory.','example':'shards/fashion'},"
+     "'shards':{'type':'object','description':'tfrecord and tar only: what the check found.',"
+     "'properties':{'train_files':{'type':'integer'},'test_files':{'type':'integer'},"
+     "'image_feature':{'type':'string','description':'The image feature checked; empty when "
+     "it was not found (name it in the spec from features).'},"
+     "'label_feature':{'type':'string','description':'The label feature checked, or empty.'},"
+     "'features':{'type':'array','description':'The first record features (a tar sample "
+     "extensions).','items':{'type':'object','required':['name','kind'],'properties':{"
+     "'name':{'type':'string'},'kind':{'type':'string','enum':['bytes','float','int64','none',"
+     "'file']},'values':{'type':'integer','format':'int64'},"
+     "'bytes':{'type':'integer','format':'int64'}}}}}}}}"},
+    {"DatasetRegistration",
+     "{'type':'object','description':'A folder of shards under the datasets directory of the "
+     "server (train/ and optionally test/), made a data set.','required':['path','format'],"
+     "'additionalProperties':false,'properties':{"
+     "'path':{'type':'string','minLength':1,'maxLength':255,'description':'Relative to the "
+     "datasets directory; no . or .. segment, no link leading outside.','example':"
+     "'shards/fashion'},"
+     "'format':{'type':'string','enum':['tfrecord','tar']},"
+     "'display_name':{'type':'string','maxLength':127},"
+     "'tenant':{'type':'string','description':'Whose data set it is (default: default).'},"
+     "'features':{'type':'object','additionalProperties':false,'properties':{'image':{'type':"
+     "'string'},'label':{'type':'string'}}}}}"},
     {"DatasetList",
      PAGE_OF("Dataset", "datasets", "Built-in data sets, then uploads, newest first.")},
 
@@ -229,7 +254,8 @@ static const http_openapi_text schemas[] = {
      "'name':{'type':'string','description':'A built-in data set or an uploaded one (ds-...).',"
      "'example':'fashion-mnist'},'validation':{'type':'string','enum':['test','none','split']},"
      "'validation_split':{'type':'number'},'format':{'type':'string','enum':['tfrecord','tar'],"
-     "'description':'Stream shard files: name is then a folder of shards on the server.'},"
+     "'description':'Stream shard files: name is then a folder of shards on the server, or an "
+     "uploaded or registered data set of that format.'},"
      "'features':{'type':'object','properties':{'image':{'type':'string'},"
      "'label':{'type':'string'}}}}},"
      "'pipeline':{'type':'object','description':'The input pipeline (tf.data names).',"

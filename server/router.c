@@ -62,7 +62,11 @@ static const http_route routes[] = {
     {"GET", "/v1/experiments/{experiment}/events", http_experiment_events, 0,
      "An experiment's events: trials created, paused, promoted, stopped; its end."},
     {"POST", "/v1/datasets", http_create_dataset, 0,
-     "Upload a data set (format=csv|idx|images, label_column, display_name); streamed."},
+     "Upload a data set (format=csv|idx|images|tfrecord|tar, label_column, image_feature, "
+     "label_feature, display_name); streamed."},
+    {"POST", "/v1/datasets:register", http_register_dataset, 0,
+     "Register a folder of shards under the server's datasets directory as a data set (admin "
+     "only); checked as an upload is."},
     {"GET", "/v1/datasets", http_list_datasets, 0,
      "Built-in and uploaded data sets (page_size, page_token)."},
     {"GET", "/v1/datasets/{dataset}", http_get_dataset, 0, "One data set."},

@@ -109,6 +109,16 @@ void http_list_datasets(const http_config *cfg, http_request *req, http_response
 void http_get_dataset(const http_config *cfg, http_request *req, http_response *res);
 void http_delete_dataset(const http_config *cfg, http_request *req, http_response *res);
 void http_create_dataset(const http_config *cfg, http_request *req, http_response *res);
+void http_register_dataset(const http_config *cfg, http_request *req, http_response *res);
+/* A new data set id ("ds-" and 16 random hex digits): 0, or -1. */
+int http_new_dataset_id(char out[API_DATASET_ID_LEN + 1]);
+/* Checks the data set staged in tmp_dir (kiln-train --check-dataset on
+ * its manifest m, written there), then moves it into place and adds its
+ * row: answers 200 with the resource, or the error (400 naming the file
+ * and record of bad data). upload_bytes: an upload's size. */
+void http_dataset_admit(const http_config *cfg, const char *tmp_dir, const api_dataset_manifest *m,
+                        const char *display_name, const char *tenant, int64_t upload_bytes,
+                        http_response *res);
 void http_healthz(const http_config *cfg, http_request *req, http_response *res);
 /* job_actions.c */
 void http_delete_job(const http_config *cfg, http_request *req, http_response *res);
