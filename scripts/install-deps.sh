@@ -30,6 +30,8 @@ packages=(
   podman-compose python3-yaml
   # the systemd units' check (systemd-analyze verify, systemd-sysusers)
   systemd
+  # tf.train.Example encoding cross-checked against protobuf's Python runtime
+  python3-protobuf
 )
 
 # npm runs `npm ci` for the tests' packages (below); Debian ships it apart
