@@ -7,7 +7,8 @@
 # share's whole batches dropped), and the job still trains Fashion-MNIST
 # to >= 0.80 validation accuracy in one epoch (validation shards split
 # between the workers too). With cache "file" (a file per process), the
-# second epoch opens no shard file.
+# second epoch opens no shard file; a memory cache larger than the memory
+# limit is refused up front.
 # Usage: multi_worker_reads_own_shards.sh KILN_TRAIN MPIRUN DATASETS_DIR
 set -eu
 trainer="$1"
@@ -80,3 +81,16 @@ grep -q "worker 0 of 2 read 4 shard file(s) (its own), opened 8 times" "$d/cache
 grep -q 'worker 1 of 2 read 4 shard file(s) (its own), opened 8 times' "$d/cached.err"
 ls -l "$d/cached/stream-cache-train-0.bin" "$d/cached/stream-cache-train-1.bin"
 echo "each worker opened only its own shard files"
+
+# (4) cache "memory" of more than the trainer's memory limit: refused up
+# front (exit 7, RESOURCE_EXHAUSTED), naming the figures.
+sed -e 's/"strategy": {"type": "multi_worker", "workers": 2},//' -e 's/"cache": "file"/"cache": "memory"/' \
+  "$d/cached.json" > "$d/toobig.json"
+status=0
+# One BLAS thread: OpenBLAS's pool threads cannot get their buffers under
+# so small a limit, and its exit waits for them.
+OPENBLAS_NUM_THREADS=1 prlimit --as=$((150 << 20)) "$trainer" --threads 1 --data-dir "$d/data" \
+  --checkpoint-dir "$d/toobig" "$d/toobig.json" 2> "$d/toobig.err" || status=$?
+cat "$d/toobig.err"
+test $status -eq 7
+grep -q 'cache "memory": the decoded data set is 179.7 MiB (60000 examples of 28x28x1 floats), more than the trainer.s memory limit of 150.0 MiB; use cache "file"' "$d/toobig.err"
