@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,14 +22,22 @@ size_t it_on_body(char *ptr, size_t size, size_t n, void *user) {
   return size * n;
 }
 
-long it_request_as(const char *base_url, const char *authorization, const char *extra_header,
-                   const char *method, const char *path, const char *body, size_t body_len,
-                   long timeout_s, char **body_out) {
+/* One request; tls NULL for plain HTTP. On a curl failure: 0, or minus
+ * curl's code when minus_curl_code, with curl's message as the body. */
+typedef struct tls_opts {
+  const char *cainfo;
+  long max_tls;
+} tls_opts;
+
+static long perform(const char *base_url, const char *authorization, const char *extra_header,
+                    const tls_opts *tls, const char *method, const char *path, const char *body,
+                    size_t body_len, long timeout_s, int minus_curl_code, char **body_out) {
   CURL *c = curl_easy_init();
   if (!c) return 0;
   char url[2048], auth[300];
   snprintf(url, sizeof url, "%s%s", base_url, path);
   it_buffer b = {0};
+  char error[CURL_ERROR_SIZE] = "";
   struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
   headers = curl_slist_append(headers, "Expect:");
   if (authorization) {
@@ -41,7 +50,11 @@ long it_request_as(const char *base_url, const char *authorization, const char *
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+  if (tls && tls->cainfo) curl_easy_setopt(c, CURLOPT_CAINFO, tls->cainfo);
+  if (tls && tls->max_tls)
+    curl_easy_setopt(c, CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2 | tls->max_tls);
   if (body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
@@ -53,14 +66,37 @@ long it_request_as(const char *base_url, const char *authorization, const char *
   curl_easy_cleanup(c);
   if (rc != CURLE_OK) {
     free(b.data);
-    b.data = strdup(curl_easy_strerror(rc));
-    status = 0;
+    b.data = strdup(error[0] ? error : curl_easy_strerror(rc));
+    status = minus_curl_code ? -(long)rc : 0;
   }
   if (body_out)
     *body_out = b.data;
   else
     free(b.data);
   return status;
+}
+
+long it_request_as(const char *base_url, const char *authorization, const char *extra_header,
+                   const char *method, const char *path, const char *body, size_t body_len,
+                   long timeout_s, char **body_out) {
+  return perform(base_url, authorization, extra_header, NULL, method, path, body, body_len,
+                 timeout_s, 0, body_out);
+}
+
+long it_request_tls(const char *base_url, const char *token, const char *cainfo, long max_tls,
+                    const char *method, const char *path, const char *body, long timeout_s,
+                    char **body_out) {
+  char bearer[256];
+  snprintf(bearer, sizeof bearer, "Bearer %s", token ? token : "");
+  const tls_opts tls = {cainfo, max_tls};
+  return perform(base_url, token ? bearer : NULL, NULL, &tls, method, path, body,
+                 body ? strlen(body) : 0, timeout_s, 1, body_out);
+}
+
+long long it_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 long it_request(const char *base_url, const char *token, const char *method, const char *path,

@@ -26,6 +26,17 @@ long it_request_as(const char *base_url, const char *authorization, const char *
                    const char *method, const char *path, const char *body, size_t body_len,
                    long timeout_s, char **body_out);
 
+/* it_request over HTTPS: the server verified with the CA file cainfo
+ * (NULL: the system's store), the protocol capped at max_tls (a
+ * CURL_SSLVERSION_MAX_* value; 0: curl's own). The HTTP status, or minus
+ * curl's error code with curl's message in *body_out. */
+long it_request_tls(const char *base_url, const char *token, const char *cainfo, long max_tls,
+                    const char *method, const char *path, const char *body, long timeout_s,
+                    char **body_out);
+
+/* Milliseconds on the monotonic clock. */
+long long it_now_ms(void);
+
 /* Writes text to path with the given mode; 0, or -1 if it cannot. */
 int it_write_file(const char *path, const char *text, int mode);
 /* The whole file at path, malloc'd and NUL-terminated; NULL if unreadable. */

@@ -40,12 +40,6 @@ static int port;
 
 /* ---- raw HTTP over loopback ---- */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A TCP connection to kilnd from the loopback address `from` (any of
  * 127.0.0.0/8); -1 when it cannot be made. */
 static int dial(const char *from) {
@@ -78,7 +72,7 @@ static int send_text(int fd, const char *text) {
 static int read_answer(int fd, char *buf, size_t len, int timeout_ms) {
   size_t used = 0;
   buf[0] = '\0';
-  const int64_t deadline = now_ms() + timeout_ms;
+  const int64_t deadline = it_now_ms() + timeout_ms;
   for (;;) {
     char *head_end = strstr(buf, "\r\n\r\n");
     if (head_end) {
@@ -87,7 +81,7 @@ static int read_answer(int fd, char *buf, size_t len, int timeout_ms) {
       size_t want = cl ? (size_t)strtoul(cl + 16, NULL, 10) : 0;
       if (used - (size_t)(head_end + 4 - buf) >= want || used + 1 >= len) break;
     }
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - it_now_ms();
     if (left <= 0) return -1;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (poll(&p, 1, (int)left) <= 0) return -1;
@@ -244,12 +238,12 @@ static void another_tenant_is_served(const char *token) {
   char req[400], buf[8192];
   snprintf(req, sizeof req,
            "GET /v1/jobs HTTP/1.1\r\nHost: kiln\r\nAuthorization: Bearer %s\r\n\r\n", token);
-  const int64_t t0 = now_ms();
+  const int64_t t0 = it_now_ms();
   int status = ask("127.0.0.9", req, buf, sizeof buf, 1000);
   if (status != 200)
     fail_msg("another tenant's GET /v1/jobs got %d after %lld ms (0: refused or closed, -1: no "
              "answer in 1 s)",
-             status, (long long)(now_ms() - t0));
+             status, (long long)(it_now_ms() - t0));
 }
 
 static void vanished_wait_clients_hold_no_thread_and_no_socket(void **state) {
@@ -282,12 +276,12 @@ static void vanished_wait_clients_hold_no_thread_and_no_socket(void **state) {
   /* Every client vanishes. */
   close_all(fds, VANISHING_WAITS);
   int close_wait = -1;
-  const int64_t deadline = now_ms() + 3000;
+  const int64_t deadline = it_now_ms() + 3000;
   do {
     usleep(100 * 1000);
     close_wait = close_wait_count();
     threads = thread_count(kilnd_pid);
-  } while ((close_wait > 4 || threads > THREAD_BOUND) && now_ms() < deadline);
+  } while ((close_wait > 4 || threads > THREAD_BOUND) && it_now_ms() < deadline);
   print_message("after they left: %d sockets in CLOSE-WAIT, %d threads\n", close_wait, threads);
   if (close_wait > 4)
     fail_msg("%d sockets stay in CLOSE-WAIT 3 s after the clients left", close_wait);
@@ -315,12 +309,12 @@ static void slowloris_cannot_keep_healthz_from_answering(void **state) {
       }
     }
     if (round % 2 == 0) {
-      const int64_t t0 = now_ms();
+      const int64_t t0 = it_now_ms();
       int status = healthz_from("127.0.0.2", 1000);
       if (status != 200)
         fail_msg("round %d: /healthz got %d after %lld ms during the slowloris (0: refused or "
                  "closed, -1: no answer in 1 s)",
-                 round, status, (long long)(now_ms() - t0));
+                 round, status, (long long)(it_now_ms() - t0));
     }
     usleep(250 * 1000);
   }
@@ -424,8 +418,8 @@ static void a_chunked_body_past_the_cap_gets_413_and_is_not_read(void **state) {
   int stopped = 0;
   char buf[4096] = "";
   int status = -1;
-  const int64_t deadline = now_ms() + 10000;
-  while (sent < LIMIT && now_ms() < deadline) {
+  const int64_t deadline = it_now_ms() + 10000;
+  while (sent < LIMIT && it_now_ms() < deadline) {
     ssize_t n = send(fd, chunk, chunk_len, MSG_NOSIGNAL);
     if (n < 0) {
       stopped = 1; /* reset, or nothing read for a second */
@@ -496,8 +490,8 @@ static void metric_streams_whose_clients_left_free_their_places(void **state) {
   /* Every stream's client leaves while the stream waits for points. */
   close_all(fds, BLOCKED_PER_TENANT);
   int status = 0;
-  const int64_t deadline = now_ms() + 3000;
-  while (now_ms() < deadline) {
+  const int64_t deadline = it_now_ms() + 3000;
+  while (it_now_ms() < deadline) {
     usleep(200 * 1000);
     int fd = start_watch("127.0.0.13", token, job);
     status = read_answer(fd, buf, sizeof buf, 1000);
@@ -537,9 +531,9 @@ static void headers_late_past_header_timeout_are_cut(void **state) {
   }
   /* A byte each 200 ms from every one: each is cut 1 s (plus a tick) after
    * it opened, however often it sends. */
-  const int64_t t0 = now_ms();
+  const int64_t t0 = it_now_ms();
   int open_left = N;
-  while (open_left > 0 && now_ms() - t0 < 4000) {
+  while (open_left > 0 && it_now_ms() - t0 < 4000) {
     open_left = 0;
     for (int i = 0; i < N; i++) {
       if (fds[i] < 0) continue;
@@ -556,7 +550,7 @@ static void headers_late_past_header_timeout_are_cut(void **state) {
     assert_int_equal(healthz_from("127.0.0.12", 1000), 200);
     usleep(200 * 1000);
   }
-  const int64_t took = now_ms() - t0;
+  const int64_t took = it_now_ms() - t0;
   close_all(fds, N);
   port = main_port;
   print_message("every slow connection was cut after %lld ms\n", (long long)took);

@@ -34,12 +34,6 @@ static char https_url[128], http_url[128], token[128], spec[8192], kilnd_url[128
 static pid_t kilnd_pid, nginx_pid;
 static int usable; /* nginx and openssl are here */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A loopback port nothing listens on now. */
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -112,36 +106,7 @@ static void nginx_command(char *out, size_t len, const char *extra) {
 }
 
 static long https_request(const char *method, const char *path, const char *body, char **out) {
-  CURL *c = curl_easy_init();
-  char url[512], auth[300];
-  snprintf(url, sizeof url, "%s%s", https_url, path);
-  snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-  headers = curl_slist_append(headers, auth);
-  it_buffer b = {0};
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(c, CURLOPT_CAINFO, ca_pem);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-  if (body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-  CURLcode rc = curl_easy_perform(c);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(c);
-  if (rc != CURLE_OK) {
-    free(b.data);
-    b.data = strdup(curl_easy_strerror(rc));
-    status = 0;
-  }
-  if (out)
-    *out = b.data;
-  else
-    free(b.data);
-  return status;
+  return it_request_tls(https_url, token, ca_pem, 0, method, path, body, 60, out);
 }
 
 static int setup(void **state) {
@@ -261,7 +226,7 @@ static size_t on_stream(char *data, size_t size, size_t n, void *user) {
   int events = 0;
   for (const char *p = s->body.data; (p = strstr(p, "event: metric\n")); p++) events++;
   if (events > s->events) {
-    s->last_ms = now_ms() - s->start_ms;
+    s->last_ms = it_now_ms() - s->start_ms;
     if (!s->events) s->first_ms = s->last_ms;
     s->events = events;
   }
@@ -277,7 +242,7 @@ static void metric_stream_arrives_as_the_job_runs(void **state) {
   snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
   CURL *c = curl_easy_init();
   struct curl_slist *headers = curl_slist_append(NULL, auth);
-  stream s = {.start_ms = now_ms()};
+  stream s = {.start_ms = it_now_ms()};
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_stream);
@@ -289,7 +254,7 @@ static void metric_stream_arrives_as_the_job_runs(void **state) {
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   curl_slist_free_all(headers);
   curl_easy_cleanup(c);
-  const int64_t ended = now_ms() - s.start_ms;
+  const int64_t ended = it_now_ms() - s.start_ms;
   print_message("metrics:watch through nginx: curl %d, HTTP %ld, %d events, the first at %lld ms, "
                 "the last at %lld ms, the stream ended at %lld ms\n",
                 rc, status, s.events, (long long)s.first_ms, (long long)s.last_ms,
@@ -310,9 +275,9 @@ static void wait_answers_through_the_proxy(void **state) {
   char id[64], path[200], *body = NULL;
   create_job(id, sizeof id);
   snprintf(path, sizeof path, "/v1/jobs/%s:wait?timeout=60s", id);
-  const int64_t t0 = now_ms();
+  const int64_t t0 = it_now_ms();
   assert_int_equal(https_request("POST", path, "", &body), 200);
-  print_message(":wait through nginx answered after %lld ms\n", (long long)(now_ms() - t0));
+  print_message(":wait through nginx answered after %lld ms\n", (long long)(it_now_ms() - t0));
   json_t *job = json_loads(body, 0, NULL);
   free(body);
   assert_string_equal(json_string_value(json_object_get(job, "state")), "SUCCEEDED");

@@ -38,45 +38,11 @@ static int port, have_openssl;
 
 /* ---- HTTPS with libcurl ---- */
 
-/* A request to kilnd over HTTPS, verified with cainfo (NULL: the system's
- * store). The HTTP status, or minus curl's error code; the body or curl's
- * message in *body_out (may be NULL). */
+/* A request to this suite's kilnd as its admin, over HTTPS verified with
+ * cainfo (NULL: the system's store); see it_request_tls. */
 static long tls_request(const char *cainfo, const char *method, const char *path, const char *body,
                         long max_tls, char **body_out) {
-  CURL *c = curl_easy_init();
-  if (!c) return -1;
-  char url[512], auth[300];
-  snprintf(url, sizeof url, "%s%s", https_url, path);
-  snprintf(auth, sizeof auth, "Authorization: Bearer %s", admin_token);
-  struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-  headers = curl_slist_append(headers, auth);
-  it_buffer b = {0};
-  char error[CURL_ERROR_SIZE] = "";
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-  if (cainfo) curl_easy_setopt(c, CURLOPT_CAINFO, cainfo);
-  if (max_tls) curl_easy_setopt(c, CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2 | max_tls);
-  if (body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-  CURLcode rc = curl_easy_perform(c);
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(c);
-  if (rc != CURLE_OK) {
-    free(b.data);
-    b.data = strdup(error[0] ? error : curl_easy_strerror(rc));
-    status = -(long)rc;
-  }
-  if (body_out)
-    *body_out = b.data;
-  else
-    free(b.data);
-  return status;
+  return it_request_tls(https_url, admin_token, cainfo, max_tls, method, path, body, 20, body_out);
 }
 
 static void assert_healthz_over_tls(void) {
@@ -88,12 +54,6 @@ static void assert_healthz_over_tls(void) {
 }
 
 /* ---- raw sockets on loopback ---- */
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int dial(void) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -119,9 +79,9 @@ static long exchange(const void *data, size_t len, unsigned char *reply, size_t 
     *closed = 1; /* closed under our feet: nothing came back */
     return 0;
   }
-  const int64_t deadline = now_ms() + timeout_ms;
+  const int64_t deadline = it_now_ms() + timeout_ms;
   while (got < want && got < cap) {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - it_now_ms();
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (left <= 0 || poll(&p, 1, (int)left) <= 0) break;
     ssize_t n = recv(fd, reply + got, cap - got, 0);
@@ -377,12 +337,12 @@ static void plain_http_to_the_tls_port_is_closed_and_kilnd_serves_on(void **stat
   NEED_OPENSSL();
   static const char request[] = "GET /healthz HTTP/1.1\r\nHost: kiln\r\n\r\n";
   unsigned char reply[4096];
-  const int64_t t0 = now_ms();
+  const int64_t t0 = it_now_ms();
   int closed = 0;
   long got = exchange(request, sizeof request - 1, reply, sizeof reply - 1, sizeof reply - 1, 5000,
                       &closed);
   print_message("plain HTTP: %ld bytes back, closed: %d after %lld ms\n", got, closed,
-                (long long)(now_ms() - t0));
+                (long long)(it_now_ms() - t0));
   assert_true(closed); /* not left hanging */
   assert_true(got >= 0);
   reply[got] = '\0';
