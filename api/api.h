@@ -258,7 +258,8 @@ typedef struct api_job_spec {
   double brightness_delta; /* random_brightness max_delta; default 0.2 */
   int drop_remainder;      /* default 0 */
   int cache_file;          /* cache: "memory" (0, default) or "file" (decoded data kept on disk) */
-  int cache_given;         /* cache named in the spec: streamed shards are cached only then */
+  int cache_given;         /* cache named in the spec (always 1 for data held in memory): streamed
+                            * shards are cached only then */
   int prefetch;            /* batches; -1 = "auto" (default) */
   int num_parallel_calls;  /* producer threads; -1 = "auto" (default) */
   int64_t take, skip;      /* on the training data: take -1 = all */

@@ -288,6 +288,9 @@ int api_spec_parse(const char *json, size_t len, api_job_spec *spec, api_error *
   keras_paths kp = {0};
   parse_spec(&c, root, spec, &kp);
   json_decref(root);
+  /* Data held in memory is always cached (in memory unless "file" is
+   * given): one value for a spec and its canonical form, which names it. */
+  if (!spec->shards_format) spec->cache_given = 1;
   if (c.problems == 0) check_fits_dataset(&c, spec);
   spec_keras_paths(&kp, err);
   if (c.problems == 0) return 0;
