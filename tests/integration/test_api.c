@@ -565,6 +565,7 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/experiments/{experiment}/trials",
       "GET /v1/experiments/{experiment}/events",
       "POST /v1/datasets",
+      "POST /v1/datasets:register",
       "GET /v1/datasets",
       "GET /v1/datasets/{dataset}",
       "DELETE /v1/datasets/{dataset}",
