@@ -13,7 +13,7 @@
 
 const path = require("path");
 const { Browser } = require("./cdp.js");
-const { q, click, apiClient } = require("./helpers.js");
+const { q, click, apiClient, report } = require("./helpers.js");
 
 const [url, token, artifacts] = process.argv.slice(2);
 if (!url || !token || !artifacts) {
@@ -21,26 +21,7 @@ if (!url || !token || !artifacts) {
   process.exit(2);
 }
 const api = apiClient(url, token);
-const failures = [];
-
-function check(cond, what) {
-  if (cond) console.log("ok - " + what);
-  else {
-    console.log("not ok - " + what);
-    failures.push(what);
-  }
-}
-
-/* Runs one part of the test; an exception fails it and the next part runs. */
-async function section(name, fn) {
-  console.log("# " + name);
-  try {
-    await fn();
-  } catch (e) {
-    console.log("not ok - " + name + ": " + e.message);
-    failures.push(name + ": " + e.message);
-  }
-}
+const { check, section, finish } = report("experiment test");
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -354,14 +335,4 @@ async function main() {
   }
 }
 
-main().then(() => {
-  if (failures.length) {
-    console.error("experiment test FAILED, " + failures.length + " check(s):\n  " +
-      failures.join("\n  "));
-    process.exit(1);
-  }
-  console.log("experiment test passed");
-}, (e) => {
-  console.error("experiment test FAILED: " + e.message);
-  process.exit(1);
-});
+finish(main());

@@ -10,6 +10,44 @@ function check(cond, what) {
   console.log("ok - " + what);
 }
 
+/* A test's report: checks that go on after a failure, sections that each
+ * run whatever an earlier one did (an exception fails only its own), and
+ * finish(main()) that prints the verdict and sets the exit status, so one
+ * run names every failure. */
+function report(name) {
+  const failures = [];
+  function check(cond, what) {
+    if (cond) console.log("ok - " + what);
+    else {
+      console.log("not ok - " + what);
+      failures.push(what);
+    }
+  }
+  async function section(title, fn) {
+    console.log("# " + title);
+    try {
+      await fn();
+    } catch (e) {
+      console.log("not ok - " + title + ": " + e.message);
+      failures.push(title + ": " + e.message);
+    }
+  }
+  function finish(done) {
+    done.then(() => {
+      if (failures.length) {
+        console.error(name + " FAILED, " + failures.length + " check(s):\n  " +
+          failures.join("\n  "));
+        process.exit(1);
+      }
+      console.log(name + " passed");
+    }, (e) => {
+      console.error(name + " FAILED: " + e.message);
+      process.exit(1);
+    });
+  }
+  return { check, section, finish };
+}
+
 /* Sets a form field's value the way typing does and tells the page. */
 async function fill(page, selector, value) {
   await page.eval(`(() => { const e = document.querySelector(${q(selector)});
@@ -37,4 +75,4 @@ function apiClient(url, token) {
   };
 }
 
-module.exports = { q, check, fill, click, apiClient };
+module.exports = { q, check, report, fill, click, apiClient };

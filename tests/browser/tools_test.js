@@ -9,7 +9,7 @@
 "use strict";
 
 const { Browser } = require("./cdp.js");
-const { q, fill, click, apiClient } = require("./helpers.js");
+const { q, fill, click, apiClient, report } = require("./helpers.js");
 
 const [url, token, artifacts] = process.argv.slice(2);
 if (!url || !token || !artifacts) {
@@ -17,26 +17,7 @@ if (!url || !token || !artifacts) {
   process.exit(2);
 }
 const api = apiClient(url, token);
-const failures = [];
-
-function check(cond, what) {
-  if (cond) console.log("ok - " + what);
-  else {
-    console.log("not ok - " + what);
-    failures.push(what);
-  }
-}
-
-/* Runs one part of the test; an exception fails it and the next part runs. */
-async function section(name, fn) {
-  console.log("# " + name);
-  try {
-    await fn();
-  } catch (e) {
-    console.log("not ok - " + name + ": " + e.message);
-    failures.push(name + ": " + e.message);
-  }
-}
+const { check, section, finish } = report("tools test");
 
 /* A small MLP on 2000 Fashion-MNIST images: under a second of training. */
 function tinySpec(name, optimizer, lr, batch) {
@@ -367,14 +348,4 @@ async function main() {
   }
 }
 
-main().then(() => {
-  if (failures.length) {
-    console.error("tools test FAILED, " + failures.length + " check(s):\n  " +
-      failures.join("\n  "));
-    process.exit(1);
-  }
-  console.log("tools test passed");
-}, (e) => {
-  console.error("tools test FAILED: " + e.message);
-  process.exit(1);
-});
+finish(main());
