@@ -229,6 +229,18 @@ int it_run(char *out, size_t outlen, const char *command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int it_vkiln(const char *kiln_path, const char *dir, const char *base_url, const char *token,
+             char *out, size_t outlen, const char *fmt, va_list ap) {
+  char args[2048], cmd[3072];
+  vsnprintf(args, sizeof args, fmt, ap);
+  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' --server %s --token %s %s", dir, kiln_path, base_url,
+           token, args);
+  int status = it_run(out, outlen, cmd);
+  printf("$ kiln %s -> %d\n%s", args, status, out);
+  fflush(stdout);
+  return status;
+}
+
 pid_t it_spawn(const char *command, const char *out_file) {
   pid_t pid = fork();
   if (pid != 0) return pid;

@@ -3,6 +3,7 @@
 #ifndef KILN_TESTS_HARNESS_H
 #define KILN_TESTS_HARNESS_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -68,6 +69,13 @@ int it_launch_kilnd_args(const char *kilnd_path, const char *data_dir, const cha
  * (cut to outlen - 1 bytes) in out, the exit status returned (-1 when it
  * did not exit normally). */
 int it_run(char *out, size_t outlen, const char *command);
+
+/* Runs `kiln_path --server base_url --token token ARGS` in dir, ARGS made
+ * from fmt (stderr merged unless ARGS redirects it), printing the command
+ * line and its output; the output in out as it_run, the exit status
+ * returned. */
+int it_vkiln(const char *kiln_path, const char *dir, const char *base_url, const char *token,
+             char *out, size_t outlen, const char *fmt, va_list ap);
 
 /* Starts a shell command line in the background with its stdout and stderr
  * written to out_file; returns its pid, or -1. */

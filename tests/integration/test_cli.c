@@ -31,15 +31,10 @@ static int cli(char *out, size_t outlen, const char *fmt, ...)
 
 /* Runs `kiln --server URL --token T ARGS` (stderr merged); its exit status. */
 static int cli(char *out, size_t outlen, const char *fmt, ...) {
-  char args[2048], cmd[3072];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  int status = it_vkiln(KILN_CLI_PATH, work, base_url, admin_token, out, outlen, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' --server %s --token %s %s", work, KILN_CLI_PATH,
-           base_url, admin_token, args);
-  int status = it_run(out, outlen, cmd);
-  print_message("$ kiln %s -> %d\n", args, status);
   return status;
 }
 

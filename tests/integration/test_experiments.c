@@ -496,15 +496,10 @@ static void trials_wait_for_their_tenants_quota(void **state) {
 static int cli(char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int cli(char *out, size_t outlen, const char *fmt, ...) {
-  char args[2048], cmd[3072];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  int status = it_vkiln(KILN_CLI_PATH, data_dir, base_url, token, out, outlen, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' --server %s --token %s %s", data_dir, KILN_CLI_PATH,
-           base_url, token, args);
-  int status = it_run(out, outlen, cmd);
-  print_message("$ kiln %s -> %d\n%s", args, status, out);
   return status;
 }
 
