@@ -218,6 +218,44 @@ static const char *const migrations[] = {
      * (files per split, the first record's features) as JSON. */
     "ALTER TABLE datasets ADD COLUMN source TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE datasets ADD COLUMN shards_json TEXT NOT NULL DEFAULT '';",
+    /* 10: agents: one kiln-agent per worker host, registered by name (a
+     * re-registration is the same row), with its devices, the token that
+     * registered it last (only that token may poll as it) and when it was
+     * last heard from. Its commands are numbered per agent from 1; the
+     * agent's last_command_seq hands out the next, so a seq is never
+     * reused even if old commands are pruned. */
+    "CREATE TABLE agents ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT," /* registration order, for page tokens */
+    "  id TEXT NOT NULL UNIQUE,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  hostname TEXT NOT NULL,"
+    "  pool TEXT NOT NULL,"
+    "  address TEXT NOT NULL,"
+    "  cpus INTEGER NOT NULL,"
+    "  gpus_json TEXT NOT NULL DEFAULT '[]',"
+    "  version TEXT NOT NULL DEFAULT '',"
+    "  state TEXT NOT NULL," /* ONLINE | LOST */
+    "  token_id TEXT NOT NULL DEFAULT '',"
+    "  last_command_seq INTEGER NOT NULL DEFAULT 0,"
+    "  last_seen_ms INTEGER NOT NULL,"
+    "  create_ms INTEGER NOT NULL"
+    ");"
+    /* A pool's agents, and the loss check: WHERE state='ONLINE' AND last_seen_ms < ?. */
+    "CREATE INDEX agents_pool_state ON agents(pool, state);"
+    "CREATE INDEX agents_state_seen ON agents(state, last_seen_ms);"
+    "CREATE TABLE agent_commands ("
+    "  agent_id TEXT NOT NULL REFERENCES agents(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  payload_json TEXT NOT NULL DEFAULT '{}',"
+    "  create_ms INTEGER NOT NULL,"
+    "  done_ms INTEGER," /* NULL until the agent reports it done */
+    "  ok INTEGER,"
+    "  result_json TEXT,"
+    "  PRIMARY KEY (agent_id, seq)"
+    ");"
+    /* A poll: an agent's commands not yet done, past a seq. */
+    "CREATE INDEX agent_commands_pending ON agent_commands(agent_id, seq) WHERE done_ms IS NULL;",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

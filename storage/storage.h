@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 9
+#define STORE_SCHEMA_VERSION 10
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -506,5 +506,94 @@ typedef struct store_experiment_event {
 /* An experiment's events in the order they happened. */
 int store_experiment_events(store *s, const char *id, store_experiment_event **out, int *n);
 void store_experiment_events_free(store_experiment_event *events, int n);
+
+/* ---- agents and their commands (agents.c) ---- */
+
+/* An agent's states: heard from within its pool's grace window, or not
+ * (store_agents_mark_lost); only a registration brings one back. */
+#define STORE_AGENT_ONLINE "ONLINE"
+#define STORE_AGENT_LOST   "LOST"
+
+typedef struct store_agent {
+  int64_t seq; /* registration order, for page tokens */
+  char id[32]; /* "agt-" and 16 hex digits, made at the first registration */
+  char name[64];
+  char hostname[256];
+  char pool[32];
+  char address[256]; /* where job traffic reaches the host */
+  int cpus;
+  char *gpus_json; /* [{"index","name","memory_bytes"}...] (owned, never NULL after a read) */
+  char version[64];
+  char state[16];           /* STORE_AGENT_ONLINE or STORE_AGENT_LOST */
+  char token_id[40];        /* the token that registered it last: only it polls as this agent */
+  int64_t last_command_seq; /* the highest seq handed out; 0 = none yet */
+  int64_t last_seen_ms, create_ms;
+} store_agent;
+/* Frees an agent's owned strings (not the struct); NULL is a no-op. */
+void store_agent_clear(store_agent *a);
+void store_agent_list_free(store_agent *list, int n);
+
+/* Registers the agent a->name: a new name gets a new row (and id); a known
+ * one is the same agent, its id, create_ms and commands kept, its other
+ * fields replaced, back ONLINE. Either way last_seen_ms = now_ms (0 =
+ * now). Reads name, hostname, pool, address, cpus, gpus_json (NULL = "[]"),
+ * version and token_id. out (may be NULL) gets the row; *created (may be
+ * NULL) 1 for a new agent. One transaction. */
+int store_agent_register(store *s, const store_agent *a, int64_t now_ms, store_agent *out,
+                         int *created);
+/* The agent with this id, else with this name; STORE_NOT_FOUND when none. */
+int store_agent_get(store *s, const char *id_or_name, store_agent *out);
+/* A page of agents in registration order. */
+typedef struct store_agent_query {
+  const char *pool;  /* NULL = every pool */
+  const char *state; /* NULL = every state */
+  int64_t after_seq; /* 0 = from the first; else the last seq of the previous page */
+  int limit;         /* >= 1 */
+} store_agent_query;
+/* *out malloc'd (store_agent_list_free), NULL when *n is 0. */
+int store_agent_list(store *s, const store_agent_query *q, store_agent **out, int *n);
+/* Records that the agent was heard from at now_ms (0 = now). Only an
+ * ONLINE agent: a LOST one is STORE_CONFLICT (it must register again),
+ * an unknown one STORE_NOT_FOUND. */
+int store_agent_touch(store *s, const char *id, int64_t now_ms);
+/* The loss check, for the scheduler's pass: every ONLINE agent (of pool;
+ * NULL = every pool) last heard from more than grace_s seconds before
+ * now_ms becomes LOST, in one transaction. *lost (may be NULL; malloc'd,
+ * store_agent_list_free) gets those agents as they are now, and *n how
+ * many; an agent already LOST is never returned again. */
+int store_agents_mark_lost(store *s, int64_t now_ms, int grace_s, const char *pool,
+                           store_agent **lost, int *n);
+
+typedef struct store_command {
+  char agent_id[32];
+  int64_t seq;        /* 1, 2, ... per agent, never reused */
+  char kind[16];      /* "start", "signal", "drop", "exec" */
+  char *payload_json; /* a JSON object (owned) */
+  int64_t create_ms;
+  int64_t done_ms;   /* 0 while not done */
+  int ok;            /* when done: what the agent said */
+  char *result_json; /* when done: the agent's report, a JSON object (owned); else NULL */
+} store_command;
+void store_command_clear(store_command *c); /* NULL is a no-op */
+void store_command_list_free(store_command *list, int n);
+
+/* Queues a command for the agent: its seq (the agent's next) in *seq (may
+ * be NULL). payload_json must be a JSON object (NULL = "{}"); kind 1-15
+ * characters. STORE_NOT_FOUND for an unknown agent. One transaction. */
+int store_command_enqueue(store *s, const char *agent_id, const char *kind,
+                          const char *payload_json, int64_t *seq);
+/* The agent's commands with seq > after_seq, in seq order, at most limit
+ * (0 = all); pending_only: only those not yet done (what a poll
+ * delivers). *out malloc'd (store_command_list_free), NULL when *n is 0. */
+int store_command_list(store *s, const char *agent_id, int64_t after_seq, int pending_only,
+                       int limit, store_command **out, int *n);
+int store_command_get(store *s, const char *agent_id, int64_t seq,
+                      store_command *out); /* STORE_NOT_FOUND */
+/* Records the agent's report on a command: done now (now_ms; 0 = now) with
+ * ok and result_json (a JSON object; NULL = "{}"). Idempotent: a command
+ * already done keeps its first report and *newly (may be NULL) is 0.
+ * STORE_NOT_FOUND when the agent has no such command. */
+int store_command_done(store *s, const char *agent_id, int64_t seq, int ok, const char *result_json,
+                       int64_t now_ms, int *newly);
 
 #endif

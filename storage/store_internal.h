@@ -22,6 +22,13 @@ int store_internal_job_insert(store *s, const store_job *job);
 int store_internal_job_move(store *s, const char *id, const char *from, const char *to,
                             const char *reason, const char *message);
 
+/* For a caller holding the lock (db from store_internal_lock) inside its
+ * own transaction: queues a command for an agent as store_command_enqueue
+ * does, so ending an allocation and telling its hosts is one transaction.
+ * payload_json must be valid JSON (else STORE_ERROR). */
+int store_internal_command_enqueue(store *s, sqlite3 *db, const char *agent_id, const char *kind,
+                                   const char *payload_json, int64_t *seq);
+
 /* The background checkpointer of a handle (wal.c), stopped by store_close. */
 typedef struct store_wal_worker store_wal_worker;
 void store_internal_set_wal_worker(store *s, store_wal_worker *w); /* lock held */
