@@ -28,8 +28,16 @@ int http_token_check(const char *tenant, const char *role, const char **field, c
     }
   }
   *field = "role";
-  if (strcmp(role, "admin") != 0 && strcmp(role, "user") != 0) {
-    snprintf(err, errlen, "role must be admin or user, got '%.40s'", role);
+  if (strcmp(role, "admin") != 0 && strcmp(role, "user") != 0 && strcmp(role, "agent") != 0) {
+    snprintf(err, errlen, "role must be admin, user or agent, got '%.40s'", role);
+    return -1;
+  }
+  *field = "tenant";
+  if (strcmp(role, "agent") == 0 && strcmp(tenant, HTTP_AGENT_TENANT) != 0) {
+    snprintf(err, errlen,
+             "an agent token acts for no tenant: leave tenant out (it is stored as '%s'), got "
+             "'%.63s'",
+             HTTP_AGENT_TENANT, tenant);
     return -1;
   }
   *field = NULL;
@@ -201,6 +209,8 @@ int http_authenticate(const http_config *cfg, http_request *req, http_response *
   }
   snprintf(req->who.tenant, sizeof req->who.tenant, "%s", token.tenant);
   req->who.admin = strcmp(token.role, "admin") == 0;
+  req->who.agent = strcmp(token.role, "agent") == 0;
+  snprintf(req->who.token_id, sizeof req->who.token_id, "%s", token.id);
   /* At most once per cache lifetime per token: GET /v1/tokens shows it. */
   store_token_touch(cfg->st, hash, store_now_ms());
   http_cache_token_put(cfg->cache, hash, &req->who, epoch);

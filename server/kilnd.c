@@ -113,6 +113,8 @@ static void usage(FILE *to) {
           "  -h, --help             this help\n\n"
           "  kilnd token create --tenant NAME [--role user|admin] [--data-dir DIR]\n"
           "                         make a bearer token for a tenant and print it (once)\n"
+          "  kilnd token create --role agent [--data-dir DIR]\n"
+          "                         make a token for kiln-agents (the /v1/agents routes only)\n"
           "  kilnd backup [--data-dir DIR] OUT\n"
           "                         a consistent copy of DIR into the new folder OUT while\n"
           "                         kilnd serves it: the database, the checkpoint and data\n"
@@ -161,7 +163,8 @@ static int make_data_dir(const char *dir) {
   return 0;
 }
 
-/* `kilnd token create --tenant T [--role R] [--data-dir D]`: prints the token. */
+/* `kilnd token create --tenant T [--role R] [--data-dir D]`: prints the
+ * token. An agent token (--role agent) needs no tenant. */
 static int token_command(int argc, char **argv) {
   static const struct option options[] = {{"tenant", required_argument, NULL, 't'},
                                           {"role", required_argument, NULL, 'r'},
@@ -170,7 +173,8 @@ static int token_command(int argc, char **argv) {
   const char *tenant = NULL, *role = "user", *data_dir = DEFAULT_DATA_DIR;
   if (argc < 3 || strcmp(argv[2], "create") != 0) {
     fprintf(stderr, "kilnd: usage: kilnd token create --tenant NAME [--role user|admin] "
-                    "[--data-dir DIR]\n");
+                    "[--data-dir DIR]\n"
+                    "       kilnd token create --role agent [--data-dir DIR]\n");
     return 2;
   }
   optind = 3;
@@ -183,8 +187,10 @@ static int token_command(int argc, char **argv) {
     default: return 2;
     }
   }
+  if (!tenant && strcmp(role, "agent") == 0) tenant = HTTP_AGENT_TENANT;
   if (!tenant || optind < argc) {
-    fprintf(stderr, "kilnd: token create needs --tenant NAME and nothing else\n");
+    fprintf(stderr, "kilnd: token create needs --tenant NAME (none for --role agent) and "
+                    "nothing else\n");
     return 2;
   }
   char db_path[PATH_MAX + 16], err[512], token[HTTP_TOKEN_LEN];

@@ -77,16 +77,21 @@ int http_tls_send(void *connection, const void *data, size_t len);
 
 /* ---- tokens (used by kilnd's first start and `kilnd token create`) ---- */
 
-/* Makes a new random bearer token for tenant with role ("admin" | "user"),
+/* Makes a new random bearer token for tenant with role ("admin" | "user" |
+ * "agent"; an agent token's tenant is HTTP_AGENT_TENANT),
  * stores its hash and writes the secret (NUL-terminated) to token_out: the
  * only time it is ever seen. 0, or -1 with a sentence in err. */
 #define HTTP_TOKEN_LEN 72
 int http_token_create(store *st, const char *tenant, const char *role,
                       char token_out[HTTP_TOKEN_LEN], char *err, size_t errlen);
+/* The tenant every agent token belongs to: agents act for no tenant, and
+ * may call only the /v1/agents routes. */
+#define HTTP_AGENT_TENANT "agents"
 /* The token's public id ("tok-" and 12 hex digits of its hash). */
 void http_token_id(const char *token, char id[40]);
 /* 0 when tenant and role are what a token may carry, else -1 with the
- * field at fault ("tenant" or "role") and a sentence in err. */
+ * field at fault ("tenant" or "role") and a sentence in err. An agent
+ * token's tenant must be HTTP_AGENT_TENANT. */
 int http_token_check(const char *tenant, const char *role, const char **field, char *err,
                      size_t errlen);
 
@@ -94,7 +99,9 @@ int http_token_check(const char *tenant, const char *role, const char **field, c
 
 typedef struct http_principal {
   char tenant[64];
-  int admin; /* sees every tenant's jobs */
+  int admin;         /* sees every tenant's jobs */
+  int agent;         /* a kiln-agent's token: only the /v1/agents routes */
+  char token_id[40]; /* the token's public id ("" under --insecure-no-auth) */
 } http_principal;
 
 #define HTTP_MAX_PARAMS 2

@@ -1,7 +1,8 @@
 /* tokens.c — the /v1/tokens routes: an admin makes tokens for any tenant
  * (the secret is answered once, never stored), lists every tenant's and
  * revokes any; a user lists its own tenant's and revokes their user tokens
- * (an admin token of its tenant is an admin's to revoke). A revoked token
+ * (an admin token of its tenant is an admin's to revoke). An agent token
+ * (role agent, tenant "agents") is an admin's to make. A revoked token
  * is refused from the next request on: the cache of verified tokens is
  * emptied with it. */
 #include <jansson.h>
@@ -36,7 +37,7 @@ void http_create_token(const http_config *cfg, http_request *req, http_response 
   if (!json_is_object(body)) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "body",
                       "the body must be a JSON object {\"tenant\": NAME, \"role\": "
-                      "\"user\"|\"admin\"}%s%.200s",
+                      "\"user\"|\"admin\"} or {\"role\": \"agent\"}%s%.200s",
                       body ? "" : ": ", body ? "" : jerr.text);
     json_decref(body);
     return;
@@ -58,6 +59,7 @@ void http_create_token(const http_config *cfg, http_request *req, http_response 
   }
   const char *tenant = json_string_value(json_object_get(body, "tenant"));
   const char *role = json_string_value(json_object_get(body, "role"));
+  if (!tenant && role && strcmp(role, "agent") == 0) tenant = HTTP_AGENT_TENANT;
   if (!tenant) {
     http_reply_status(res, 400, "INVALID_ARGUMENT", "tenant",
                       "tenant is required: the tenant the token acts for");

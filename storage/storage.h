@@ -196,7 +196,7 @@ int store_job_queue_ahead(store *s, const char *id, int64_t *ahead);
 typedef struct store_token {
   char id[40];     /* public id, shown in lists; never the secret */
   char tenant[64]; /* the tenant the token acts for */
-  char role[16];   /* "admin" or "user" */
+  char role[16];   /* "admin", "user" or "agent" (a kiln-agent's: tenant "agents") */
   int64_t create_ms;
   int64_t last_used_ms; /* 0 = never (store_token_list fills it) */
 } store_token;

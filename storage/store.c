@@ -1616,8 +1616,9 @@ int store_token_add(store *s, const store_token *t, const char *sha256_hex) {
   int rc = STORE_ERROR;
   char what[96];
   snprintf(what, sizeof what, "add token %s", t->id);
-  if (strcmp(t->role, "admin") != 0 && strcmp(t->role, "user") != 0) {
-    set_error(s, "%s: role must be admin or user, got '%s'", what, t->role);
+  if (strcmp(t->role, "admin") != 0 && strcmp(t->role, "user") != 0 &&
+      strcmp(t->role, "agent") != 0) {
+    set_error(s, "%s: role must be admin, user or agent, got '%s'", what, t->role);
     goto done;
   }
   if (!t->tenant[0] || !t->id[0] || strlen(sha256_hex) != 64) {
