@@ -367,7 +367,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   /* Keep-alive: the next request's headers are due within the deadline. */
   http_waker_conn_headers(srv->cfg.waker, conn_record(c), 0);
   if (ctx) {
-    if (ctx->req.admitted) http_waker_release(srv->cfg.waker, ctx->req.who.tenant);
+    if (ctx->req.admitted) {
+      char key[64];
+      http_block_key(&ctx->req, key);
+      http_waker_release(srv->cfg.waker, key);
+    }
     http_upload_free(ctx->upload);
     free(ctx->early.body);
     free(ctx->body);

@@ -93,6 +93,15 @@ static const op_doc op_docs[] = {
     {"GET", "/v1/tenants/{tenant}/quota", "getQuota", "tenants", "", NULL, "Quota", "400 403"},
     {"PUT", "/v1/tenants/{tenant}/quota", "setQuota", "tenants", "", "QuotaUpdate", "Quota",
      "400 403"},
+    {"POST", "/v1/agents", "registerAgent", "agents", "", "AgentRegistration", "AgentRegistered",
+     "400 403"},
+    {"GET", "/v1/agents", "listAgents", "agents", "agent_pool page_size page_token", NULL,
+     "AgentList", "400 403"},
+    {"GET", "/v1/agents/{agent}", "getAgent", "agents", "", NULL, "Agent", "403 404"},
+    {"GET", "/v1/agents/{agent}/commands", "pollAgentCommands", "agents", "after wait", NULL,
+     "AgentCommands", "400 403 404 503"},
+    {"POST", "/v1/agents/{agent}/commands/{seq}:done", "reportAgentCommand", "agents", "",
+     "AgentCommandReport", "AgentCommandDone", "400 403 404"},
 };
 
 typedef struct param_doc {
@@ -156,6 +165,15 @@ static const param_doc param_docs[] = {
      "csv: the header name of the class column (required for csv)."},
     {"upload_display_name", "display_name", "query", 0, "{'type':'string','maxLength':127}",
      "A name for people."},
+    {"agent_pool", "pool", "query", 0, "{'type':'string','pattern':'^[A-Za-z0-9._-]{1,31}$'}",
+     "Only the agents of this pool."},
+    {"after", "after", "query", 0, "{'type':'integer','format':'int64','minimum':0,'default':0}",
+     "Only commands with a larger seq (the highest the agent has carried out)."},
+    {"wait", "wait", "query", 0,
+     "{'type':'string','pattern':'^[0-9]+([.][0-9]+)?(ms|s|m)?$','default':'0s',"
+     "'example':'30s'}",
+     "With no command to deliver, wait this long for one (at most 300s); the poll is a "
+     "heartbeat while it waits."},
 };
 
 typedef struct error_doc {
@@ -172,8 +190,9 @@ static const error_doc error_docs[] = {
      "revoked."},
     {403, "PermissionDenied",
      "PERMISSION_DENIED: the token's role may not do this (details name role; a user's priority "
-     "above its tenant's max_priority names priority), or, under --insecure-no-auth, a request "
-     "with another site's Origin or a Host that is not loopback."},
+     "above its tenant's max_priority names priority; an agent token outside /v1/agents names "
+     "role, as another agent names agent), or, under --insecure-no-auth, a request with another "
+     "site's Origin or a Host that is not loopback."},
     {404, "NotFound",
      "NOT_FOUND: no such resource, or it belongs to another tenant; details name the parameter."},
     {409, "Conflict",
@@ -183,8 +202,9 @@ static const error_doc error_docs[] = {
      "RESOURCE_EXHAUSTED: the request body is larger than kilnd's --max-body-bytes (data set "
      "uploads: --max-upload-bytes)."},
     {429, "ResourceExhausted",
-     "RESOURCE_EXHAUSTED: the tenant already has kilnd's --max-blocked-per-tenant blocking "
-     "requests (:wait, metrics:watch) open, retry when one ends; or its quota (max_devices, "
+     "RESOURCE_EXHAUSTED: the tenant (for a command poll: the agent) already has kilnd's "
+     "--max-blocked-per-tenant blocking requests (:wait, metrics:watch, polls) open, retry when "
+     "one ends; or its quota (max_devices, "
      "max_queued_jobs, max_storage_bytes) would be passed: details name the field and the "
      "message the limit."},
     {500, "Internal", "INTERNAL: kilnd failed (storage, memory); the message says where."},
@@ -203,6 +223,9 @@ static const struct {
     {"tokens", "Bearer tokens: made by admins, listed and revoked; a secret is shown once."},
     {"experiments", "Hyperparameter searches (grid, random, ASHA) whose trials are jobs."},
     {"tenants", "Tenants' quotas: priority ceilings, devices, waiting jobs, storage."},
+    {"agents",
+     "kiln-agents on worker hosts: registration, the command long poll and its reports (an "
+     "agent token), and the list of agents with their devices (admins)."},
     {"operations",
      "Health, readiness, Prometheus metrics (an admin token unless --metrics-auth public) and "
      "this document."},
@@ -274,10 +297,11 @@ static int add_parameters(json_t *params, const char *pattern, const op_doc *d, 
                           size_t errlen) {
   for (const char *p = strchr(pattern, '{'); p; p = strchr(p + 1, '{')) {
     size_t len = (size_t)(strchr(p, '}') - p - 1);
-    int checkpoint = len == 10 && strncmp(p + 1, "checkpoint", 10) == 0;
-    json_t *schema = checkpoint ? json_pack("{s:s, s:s, s:i}", "type", "integer", "format", "int64",
-                                            "minimum", 1)
-                                : json_pack("{s:s}", "type", "string");
+    int number = (len == 10 && strncmp(p + 1, "checkpoint", 10) == 0) ||
+                 (len == 3 && strncmp(p + 1, "seq", 3) == 0);
+    json_t *schema =
+        number ? json_pack("{s:s, s:s, s:i}", "type", "integer", "format", "int64", "minimum", 1)
+               : json_pack("{s:s}", "type", "string");
     char description[64];
     snprintf(description, sizeof description, "The %.*s's id.", (int)len, p + 1);
     json_array_append_new(params,

@@ -209,19 +209,80 @@ static const http_openapi_text schemas[] = {
      "{'type':'object','required':['name','id','tenant','role','create_time'],'properties':{"
      "'name':{'type':'string','example':'tokens/tok-0123456789ab'},"
      "'id':{'type':'string','description':'tok- and 12 hex digits of the SHA-256 of the secret.'},"
-     "'tenant':{'type':'string'},'role':{'type':'string','enum':['admin','user']},"
+     "'tenant':{'type':'string','description':'agents for an agent token.'},"
+     "'role':{'type':'string','enum':['admin','user','agent']},"
      "'create_time':" TIME("When it was made.") ","
      "'last_use_time':" TIME("When a request last used it (to a few seconds); absent if "
                             "never.") "}}"},
     {"TokenList", LIST_OF("Token", "tokens", "Unrevoked tokens, oldest first; never a secret.")},
     {"TokenRequest",
-     "{'type':'object','required':['tenant'],'additionalProperties':false,'properties':{"
+     "{'type':'object','additionalProperties':false,'description':'tenant is required, except "
+     "for role agent (whose tenant is agents).','properties':{"
      "'tenant':{'type':'string','pattern':'^[a-z0-9_-]{1,63}$'},"
-     "'role':{'type':'string','enum':['admin','user'],'default':'user'}}}"},
+     "'role':{'type':'string','enum':['admin','user','agent'],'default':'user'}}}"},
     {"NewToken",
      "{'allOf':[{'$ref':'#/components/schemas/Token'},{'type':'object','required':['secret'],"
      "'properties':{'secret':{'type':'string','description':'The bearer token, shown this once: "
      "kilnd keeps only its hash.','example':'kiln_0123...'}}}]}"},
+
+    /* ---- agents (server/agents.c) ---- */
+    {"Gpu",
+     "{'type':'object','required':['index'],'additionalProperties':false,'properties':{"
+     "'index':{'type':'integer','minimum':0},'name':{'type':'string','maxLength':127},"
+     "'memory_bytes':{'type':'integer','format':'int64','minimum':0}}}"},
+    {"Agent",
+     "{'type':'object','required':['id','name','hostname','pool','address','cpus','gpus',"
+     "'version','state','last_seen_time','create_time'],'properties':{"
+     "'id':{'type':'string','example':'agt-0123456789abcdef'},"
+     "'name':{'type':'string','description':'Unique: registering the name again is the same "
+     "agent.'},'hostname':{'type':'string'},'pool':{'type':'string'},"
+     "'address':{'type':'string','description':'Where job traffic reaches the host.'},"
+     "'cpus':{'type':'integer','minimum':1},"
+     "'gpus':{'type':'array','items':{'$ref':'#/components/schemas/Gpu'}},"
+     "'version':{'type':'string'},"
+     "'state':{'type':'string','enum':['ONLINE','LOST'],'description':'LOST once nothing came "
+     "from it for its pool grace window; it must register again.'},"
+     "'last_seen_time':" TIME("Its last registration, poll or report.") ","
+     "'create_time':" TIME("Its first registration.") "}}"},
+    {"AgentList", PAGE_OF("Agent", "agents", "Agents in registration order.")},
+    {"AgentRegistration",
+     "{'type':'object','required':['name','pool','address','cpus'],'additionalProperties':false,"
+     "'properties':{'name':{'type':'string','pattern':'^[A-Za-z0-9._-]{1,63}$'},"
+     "'hostname':{'type':'string','maxLength':253,'description':'Default: name.'},"
+     "'pool':{'type':'string','pattern':'^[A-Za-z0-9._-]{1,31}$'},"
+     "'address':{'type':'string','description':'A numeric IPv4 or IPv6 address or a host name.'},"
+     "'cpus':{'type':'integer','minimum':1,'maximum':65536},"
+     "'gpus':{'type':'array','maxItems':64,'items':{'$ref':'#/components/schemas/Gpu'}},"
+     "'version':{'type':'string','maxLength':63},"
+     "'running':{'type':'array','maxItems':1024,'items':{'type':'string'},'description':'The "
+     "allocations the agent runs now.'}}}"},
+    {"AgentRegistered",
+     "{'allOf':[{'$ref':'#/components/schemas/Agent'},{'type':'object','required':['next_seq',"
+     "'heartbeat_s','grace_s'],'properties':{'next_seq':{'type':'integer','format':'int64',"
+     "'description':'The first command seq to ask for: poll with after=next_seq-1.'},"
+     "'heartbeat_s':{'type':'integer','description':'Poll at least this often.'},"
+     "'grace_s':{'type':'integer','description':'Silent for longer, the agent is LOST.'}}}],"
+     "'description':'201 for a new agent, 200 for one registered again.'}"},
+    {"AgentCommand",
+     "{'type':'object','required':['seq','kind'],'additionalProperties':true,'description':"
+     "'seq and kind, then the fields of the command (start, signal, drop, exec).',"
+     "'properties':{'seq':{'type':'integer','format':'int64','minimum':1},"
+     "'kind':{'type':'string'}}}"},
+    {"AgentCommands",
+     "{'type':'object','required':['commands','state'],'properties':{'commands':{'type':'array',"
+     "'items':{'$ref':'#/components/schemas/AgentCommand'},'description':'Not yet done, in seq "
+     "order; empty when wait passed.'},'state':{'type':'string','enum':['ONLINE','LOST'],"
+     "'description':'LOST: register again.'}}}"},
+    {"AgentCommandReport",
+     "{'type':'object','required':['ok'],'additionalProperties':false,'properties':{"
+     "'ok':{'type':'boolean'},'error':{'type':'string','maxLength':4096},"
+     "'exit_code':{'type':'integer','minimum':-255,'maximum':255}}}"},
+    {"AgentCommandDone",
+     "{'type':'object','required':['seq','kind','ok','done_time','repeated'],'properties':{"
+     "'seq':{'type':'integer','format':'int64'},'kind':{'type':'string'},'ok':{'type':'boolean',"
+     "'description':'The first report.'},'done_time':" TIME("When the first report came.") ","
+     "'repeated':{'type':'boolean','description':'true: the command was already reported done; "
+     "nothing changed.'}}}"},
 
     /* ---- the rest ---- */
     {"Health",

@@ -85,6 +85,19 @@ static const http_route routes[] = {
      "A tenant's quota and what it uses (an admin: any tenant; a user: its own)."},
     {"PUT", "/v1/tenants/{tenant}/quota", http_put_quota, 0,
      "Set a tenant's quota (admin only): the fields named; null resets one to kilnd's default."},
+    {"POST", "/v1/agents", http_register_agent, 0,
+     "Register a kiln-agent, or register it again by its name (an agent token): the same agent, "
+     "ONLINE, with the seq of the first command to ask for."},
+    {"GET", "/v1/agents", http_list_agents, 0,
+     "Worker hosts' agents with their devices, state and last heartbeat (admin only; pool, "
+     "page_size, page_token)."},
+    {"GET", "/v1/agents/{agent}", http_get_agent, 0,
+     "One agent, by id or name (an admin, or the agent itself)."},
+    {"GET", "/v1/agents/{agent}/commands", http_poll_agent_commands, 0,
+     "An agent's commands not yet done past a seq (after, wait): a long poll that is also its "
+     "heartbeat."},
+    {"POST", "/v1/agents/{agent}/commands/{seq}:done", http_agent_command_done, 0,
+     "Report a command carried out (ok, error, exit_code); a repeated report changes nothing."},
 };
 
 const http_route *http_routes(int *n) {
@@ -116,7 +129,19 @@ static int match(const char *pattern, const char *path, char params[][128]) {
 }
 
 int http_route_blocks(const http_route *r) {
-  return r->handler == http_wait_job || r->handler == http_watch_metrics;
+  return r->handler == http_wait_job || r->handler == http_watch_metrics ||
+         r->handler == http_poll_agent_commands;
+}
+
+int http_route_for_agents(const http_route *r) {
+  return strcmp(r->pattern, "/v1/agents") == 0 || strncmp(r->pattern, "/v1/agents/", 11) == 0;
+}
+
+void http_block_key(const http_request *req, char key[64]) {
+  if (req->who.agent)
+    snprintf(key, 64, "agent/%.57s", req->params[0]);
+  else
+    snprintf(key, 64, "%s", req->who.tenant);
 }
 
 static void serve_dashboard(const http_config *cfg, http_request *req, http_response *res) {
@@ -151,8 +176,16 @@ http_handler http_route_request(const http_config *cfg, http_request *req, http_
       http_route_find(req->method, req->path, req->params, allowed, sizeof allowed);
   if (r) {
     if (!r->public_route && http_authenticate(cfg, req, res) != 0) return NULL;
+    if (!r->public_route && req->who.agent && !http_route_for_agents(r)) {
+      http_reply_status(res, 403, "PERMISSION_DENIED", "role",
+                        "an agent token may call only the /v1/agents routes, not %s %.200s",
+                        req->method, req->path);
+      return NULL;
+    }
     if (http_route_blocks(r)) {
-      if (http_waker_admit(cfg->waker, req->who.tenant, res) != 0) return NULL;
+      char key[64];
+      http_block_key(req, key);
+      if (http_waker_admit(cfg->waker, key, res) != 0) return NULL;
       req->admitted = 1;
     }
     return r->handler;

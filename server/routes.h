@@ -24,6 +24,12 @@ const http_route *http_routes(int *n);
 /* 1 for a route whose requests may wait, parked (:wait, metrics:watch):
  * each counts against its tenant's --max-blocked-per-tenant. */
 int http_route_blocks(const http_route *r);
+/* 1 for the /v1/agents routes: the only ones an agent token may call. */
+int http_route_for_agents(const http_route *r);
+/* Whose count of blocking requests a request is in: its tenant's, or for
+ * a kiln-agent's poll its agent's own (every agent token is one tenant's,
+ * and each agent keeps a poll open). */
+void http_block_key(const http_request *req, char key[64]);
 /* Finds the request's route and checks its token (and, for a blocking
  * route, the tenant's cap) as soon as its headers are in, before any body
  * is read: the handler to run once the body is complete, or NULL having
@@ -186,6 +192,18 @@ json_t *http_trial_json(const store_trial *t);
 /* A trial's job: "experiment" and "trial" {"index", "values"} added to its
  * resource (nothing for other jobs). */
 void http_job_add_trial(store *st, const store_job *job, json_t *o);
+/* agents.c */
+/* What a registration answers: poll at least this often, and the pool's
+ * window past which a silent agent is LOST. */
+#define HTTP_AGENT_HEARTBEAT_S 10
+#define HTTP_AGENT_GRACE_S     25
+void http_register_agent(const http_config *cfg, http_request *req, http_response *res);
+void http_list_agents(const http_config *cfg, http_request *req, http_response *res);
+void http_get_agent(const http_config *cfg, http_request *req, http_response *res);
+void http_poll_agent_commands(const http_config *cfg, http_request *req, http_response *res);
+void http_agent_command_done(const http_config *cfg, http_request *req, http_response *res);
+/* The Agent resource (its devices parsed from the stored JSON). */
+json_t *http_agent_json(const store_agent *a);
 /* openapi.c */
 void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 

@@ -576,6 +576,11 @@ static void openapi_and_router_agree(void **state) {
       "DELETE /v1/tokens/{token}",
       "GET /v1/tenants/{tenant}/quota",
       "PUT /v1/tenants/{tenant}/quota",
+      "POST /v1/agents",
+      "GET /v1/agents",
+      "GET /v1/agents/{agent}",
+      "GET /v1/agents/{agent}/commands",
+      "POST /v1/agents/{agent}/commands/{seq}:done",
   };
   size_t n_expected = sizeof expected / sizeof expected[0];
   json_t *doc;

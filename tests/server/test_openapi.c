@@ -369,6 +369,33 @@ static void experiment_schemas_name_every_field_the_handlers_write(void **state)
   json_decref(j);
 }
 
+static void agent_schema_names_every_field_the_handler_writes(void **state) {
+  (void)state;
+  store_agent a = {.seq = 1,
+                   .id = "agt-0123456789abcdef",
+                   .name = "host-a",
+                   .hostname = "host-a.example",
+                   .pool = "hosts",
+                   .address = "10.77.0.2",
+                   .cpus = 2,
+                   .gpus_json = "[{\"index\":0,\"name\":\"H200\",\"memory_bytes\":1024}]",
+                   .version = "0.9",
+                   .state = "ONLINE",
+                   .last_seen_ms = 2000,
+                   .create_ms = 1000};
+  json_t *j = http_agent_json(&a);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(j, "gpus"), 0),
+                                                      "memory_bytes")),
+                   1024);
+  char *text = json_dumps(j, JSON_COMPACT);
+  assert_schema_covers("Agent", text);
+  free(text);
+  text = json_dumps(json_array_get(json_object_get(j, "gpus"), 0), JSON_COMPACT);
+  assert_schema_covers("Gpu", text);
+  free(text);
+  json_decref(j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(document_is_openapi_3_0_3_with_license_servers_and_bearer_scheme),
@@ -381,6 +408,7 @@ int main(void) {
       cmocka_unit_test(error_schema_matches_the_error_model),
       cmocka_unit_test(job_and_checkpoint_schemas_name_every_field_the_handlers_write),
       cmocka_unit_test(experiment_schemas_name_every_field_the_handlers_write),
+      cmocka_unit_test(agent_schema_names_every_field_the_handler_writes),
   };
   return cmocka_run_group_tests(tests, load_document, free_document);
 }
