@@ -1,7 +1,8 @@
 /* dashboard_test.js — the dashboard in headless Chromium against a real
  * kilnd: log in with a token (a wrong one is refused), submit a long job by
  * pasting its spec and the MLP example by picking it, watch the example wait
- * behind the long job (queue view, explain, devices), cancel the long job
+ * behind the long job (queue view, explain, devices, a registered worker
+ * host among the agents), cancel the long job
  * from its page, see the example go QUEUED -> RUNNING -> SUCCEEDED with
  * points on its loss chart, download and try pinning a checkpoint, save a screenshot
  * of its job page.
@@ -10,7 +11,7 @@
 
 const path = require("path");
 const { Browser } = require("./cdp.js");
-const { q, check, fill, click } = require("./helpers.js");
+const { q, check, fill, click, apiClient } = require("./helpers.js");
 
 const [url, token, artifacts] = process.argv.slice(2);
 if (!url || !token || !artifacts) {
@@ -102,11 +103,24 @@ async function main() {
     check(/WAITING_FOR_DEVICES/.test(queueRow),
       "the queue view lists the example with its reason");
 
+    // A worker host's kiln-agent registers with an agent token an admin made.
+    const agentToken = (await apiClient(url, token)("POST", "/v1/tokens", { role: "agent" })).secret;
+    await apiClient(url, agentToken)("POST", "/v1/agents", { name: "host-dash",
+      hostname: "host-dash.lab", pool: "hosts", address: "10.77.0.5", cpus: 3,
+      gpus: [{ index: 0, name: "NVIDIA H200", memory_bytes: 150000000000 }] });
+
     await page.goto(url + "/#/devices");
     const devices = await page.waitFor("document.querySelector('#devices-body a') && " +
       "document.querySelector('#devices-body').textContent", "a busy device");
     check(devices.includes(longId) && /busy/.test(devices),
       "the devices view shows the long job on a busy device");
+    const agentCells = await page.waitFor(`(() => { const r = document.querySelector(
+      '#agents-body tr[data-agent="host-dash"]');
+      return r && [...r.cells].map((c) => c.textContent); })()`, "the worker host's row");
+    check(JSON.stringify(agentCells.slice(0, 7)) === JSON.stringify(["host-dash", "host-dash.lab",
+      "hosts", "10.77.0.5", "3", "NVIDIA H200", "ONLINE"]) && / ago$/.test(agentCells[7]),
+    "the devices view lists the worker host with its cores, GPU and state: " +
+      agentCells.join(" | "));
 
     // Cancel the long job from its page.
     await page.goto(url + "/#/jobs/" + longId);

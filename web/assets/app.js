@@ -82,19 +82,45 @@ function viewQueue(main) {
   };
 }
 
+/* The agents rows: one per worker host (an admin's list; a user is told so). */
+async function loadAgents(body, signal) {
+  let list;
+  try {
+    list = (await api("GET", "/v1/agents?page_size=1000", { signal })).agents;
+  } catch (e) {
+    if (!(e instanceof ApiError) || e.status !== 403) throw e;
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "muted" },
+      "Worker hosts are listed for admin tokens.")));
+    return;
+  }
+  body.replaceChildren(...list.map((a) => el("tr", { dataset: { agent: a.name } },
+    el("td", {}, a.name), el("td", {}, a.hostname), el("td", {}, a.pool),
+    el("td", {}, a.address), el("td", { class: "num" }, a.cpus),
+    el("td", {}, a.gpus.length ? a.gpus.map((g) => g.name || "GPU " + g.index).join(", ") : "none"),
+    el("td", {}, badge(a.state)),
+    el("td", { title: when(a.last_seen_time) },
+      duration(Date.now() - Date.parse(a.last_seen_time)) + " ago"))));
+  if (!list.length) body.append(el("tr", {}, el("td", { colspan: 8, class: "muted" },
+    "No kiln-agent has registered: every device is this server's own.")));
+}
+
 function viewDevices(main) {
   const abort = new AbortController();
   const pools = el("tbody", { id: "pools-body" });
   const devices = el("tbody", { id: "devices-body" });
+  const agents = el("tbody", { id: "agents-body" });
   main.append(el("h1", {}, "Devices and pools"),
     el("div", { class: "card" }, el("h2", {}, "Pools"),
       scrollTable({}, ["Pool", "Device type", "Devices", "Busy"], pools)),
     el("div", { class: "card" }, el("h2", {}, "Devices"),
-      scrollTable({}, ["Device", "Type", "Pool", "State", "Job"], devices)));
+      scrollTable({}, ["Device", "Type", "Pool", "State", "Job"], devices)),
+    el("div", { class: "card" }, el("h2", {}, "Worker hosts"),
+      scrollTable({}, ["Agent", "Host", "Pool", "Address", "Cores", "GPUs", "State", "Last seen"],
+        agents)));
   const load = async () => {
     try {
       const [p, d] = await Promise.all([api("GET", "/v1/pools", { signal: abort.signal }),
-        api("GET", "/v1/devices", { signal: abort.signal })]);
+        api("GET", "/v1/devices", { signal: abort.signal }), loadAgents(agents, abort.signal)]);
       pools.replaceChildren(...p.pools.map((x) => el("tr", {}, el("td", {}, x.id),
         el("td", {}, x.device_type), el("td", { class: "num" }, x.devices),
         el("td", { class: "num" }, x.devices_busy))));
