@@ -14,8 +14,6 @@
 
 #include "common.h"
 
-#define MAX_LIST_PAGE_SIZE 1000
-
 /* ---- ckpt ---- */
 
 static int ckpt_usage(void) {
@@ -440,30 +438,8 @@ static int datasets_upload(cli_client *client, const cli_options *opts, const ch
 }
 
 static int datasets_ls(cli_client *client, const cli_options *opts) {
-  json_t *all = json_array();
-  char *token = NULL;
-  int exit_code = all ? CLI_EXIT_OK : cli_fail("out of memory");
-  while (exit_code == CLI_EXIT_OK) {
-    char *escaped = token ? cli_url_escape(token) : NULL;
-    char *path = token && !escaped ? NULL
-                                   : cli_printf("/v1/datasets?page_size=%d%s%s", MAX_LIST_PAGE_SIZE,
-                                                token ? "&page_token=" : "", token ? escaped : "");
-    free(escaped);
-    json_t *page = NULL;
-    exit_code =
-        path ? cli_call_api(client, "GET", path, NULL, 0, &page) : cli_fail("out of memory");
-    free(path);
-    if (exit_code != CLI_EXIT_OK) break;
-    json_array_extend(all, json_object_get(page, "datasets"));
-    const char *next = cli_string_at(page, "next_page_token");
-    int more = next && *next && !(token && strcmp(token, next) == 0);
-    free(token);
-    token = more ? strdup(next) : NULL;
-    json_decref(page);
-    if (!more) break;
-    if (!token) exit_code = cli_fail("out of memory");
-  }
-  free(token);
+  json_t *all = NULL;
+  int exit_code = cli_list_all(client, "/v1/datasets", "datasets", &all);
   if (exit_code == CLI_EXIT_OK && opts->output == CLI_OUTPUT_JSON) {
     json_t *wrapper = json_pack("{s:O}", "datasets", all);
     cli_print_json(wrapper);

@@ -68,6 +68,11 @@ static const char usage_text[] =
     "                                   the newest) as ONNX, for ONNX Runtime, TensorRT\n"
     "                                   or OpenVINO, into F (default JOB-stepN.onnx)\n"
     "\n"
+    "Worker hosts (an admin token):\n"
+    "  agents [ls]         the kiln-agents: NAME, HOST, POOL, ADDRESS, CORES, GPUS,\n"
+    "                      STATE (ONLINE or LOST), LAST SEEN\n"
+    "  agents get NAME     one agent (by name or id) with its GPUs\n"
+    "\n"
     "Options:\n"
     "  --server URL        the kilnd to talk to (default: $KILN_SERVER, else\n"
     "                      " DEFAULT_SERVER ")\n"
@@ -321,6 +326,12 @@ static const command commands[] = {
      "Writes the model of the job's newest checkpoint (or step N's) as an ONNX\n"
      "file: the inference graph, opset 17, a dynamic batch (default name\n"
      "JOB-stepN.onnx).\n"},
+    {"agents", cli_cmd_agents, 0, 2, "'ls' (or nothing) or 'get NAME'",
+     "Usage: kiln agents [ls] [-o json]\n"
+     "       kiln agents get NAME [-o json]\n"
+     "The worker hosts' kiln-agents (an admin token): name, host, pool, the address\n"
+     "job traffic uses, cores, GPUs, state (ONLINE, or LOST once silent past its\n"
+     "pool's grace window) and when each was last heard from. See docs/agents.md.\n"},
 };
 
 static const command *find_command(const char *name) {
@@ -336,7 +347,7 @@ static const command *check_command(const cli_options *opts, int *exit_code) {
   *exit_code = CLI_EXIT_USAGE;
   if (!cmd) {
     cli_usage_error("no command given: use submit, ls, get, watch, logs, cancel, resume, explain, "
-                    "compare, profile, ckpt, datasets, exp or export");
+                    "compare, profile, ckpt, datasets, exp, export or agents");
     return NULL;
   }
   if (!found) {

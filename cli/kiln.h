@@ -76,6 +76,10 @@ char *cli_job_path_id(const char *arg, int *exit_code);
 /* The job id of a resource: "id", else the tail of "name" ("jobs/ID"). */
 const char *cli_job_id_of(const json_t *job);
 
+/* Every item of a paged list (AIP-158): GETs path (no query of its own)
+ * page by page, following next_page_token, and hands back the items under
+ * key of every page in one array (*out, NULL on failure); exit code. */
+int cli_list_all(cli_client *client, const char *path, const char *key, json_t **out);
 /* Sends one request and hands back the answer's JSON object on a 2xx.
  * Everything else (unreachable server, API error, a body that is not JSON)
  * is reported on stderr and returns CLI_EXIT_FAILED. */
@@ -128,5 +132,7 @@ int cli_get_job(cli_client *client, const char *arg, json_t **out);
 int cli_cmd_datasets(cli_client *client, const cli_options *opts);
 /* kiln exp create|ls|get|best|cancel (commands_exp.c). */
 int cli_cmd_exp(cli_client *client, const cli_options *opts);
+/* kiln agents [ls] | get NAME (commands_agents.c). */
+int cli_cmd_agents(cli_client *client, const cli_options *opts);
 
 #endif

@@ -257,3 +257,41 @@ int cli_call_api(cli_client *client, const char *method, const char *path, const
   cli_response_clear(&resp);
   return exit_code;
 }
+
+/* The API's cap on page_size: the fewest round trips. */
+#define MAX_LIST_PAGE_SIZE 1000
+
+int cli_list_all(cli_client *client, const char *path, const char *key, json_t **out) {
+  json_t *all = json_array();
+  char *token = NULL;
+  int exit_code = all ? CLI_EXIT_OK : cli_fail("out of memory");
+  while (exit_code == CLI_EXIT_OK) {
+    char *escaped = token ? cli_url_escape(token) : NULL;
+    char *page_path = token && !escaped
+                          ? NULL
+                          : cli_printf("%s?page_size=%d%s%s", path, MAX_LIST_PAGE_SIZE,
+                                       token ? "&page_token=" : "", token ? escaped : "");
+    free(escaped);
+    json_t *page = NULL;
+    exit_code = page_path ? cli_call_api(client, "GET", page_path, NULL, 0, &page)
+                          : cli_fail("out of memory");
+    free(page_path);
+    if (exit_code != CLI_EXIT_OK) break;
+    json_array_extend(all, json_object_get(page, key));
+    const char *next = cli_string_at(page, "next_page_token");
+    /* A server that hands back the same token would loop for ever. */
+    int more = next && *next && !(token && strcmp(token, next) == 0);
+    free(token);
+    token = more ? strdup(next) : NULL;
+    json_decref(page);
+    if (!more) break;
+    if (!token) exit_code = cli_fail("out of memory");
+  }
+  free(token);
+  if (exit_code != CLI_EXIT_OK) {
+    json_decref(all);
+    all = NULL;
+  }
+  *out = all;
+  return exit_code;
+}

@@ -3,7 +3,8 @@
  * that met its bar, 1 a job that failed, 2 usage, 3 a cancelled job, 4 a
  * --timeout, 5 a job below its --require), `watch` and `logs -f` end when
  * the job ends, a checkpoint pinned while the job runs outlives keep_last,
- * and a download is checked against its sha256. */
+ * and a download is checked against its sha256; `kiln agents` lists the
+ * worker hosts registered over HTTP. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -28,12 +29,23 @@ static char done_job[64];                /* a job that SUCCEEDED */
 
 static int cli(char *out, size_t outlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static int cli_as(const char *token, char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Runs `kiln --server URL --token T ARGS` (stderr merged); its exit status. */
 static int cli(char *out, size_t outlen, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int status = it_vkiln(KILN_CLI_PATH, work, base_url, admin_token, out, outlen, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* The same with another token. */
+static int cli_as(const char *token, char *out, size_t outlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int status = it_vkiln(KILN_CLI_PATH, work, base_url, token, out, outlen, fmt, ap);
   va_end(ap);
   return status;
 }
@@ -210,6 +222,82 @@ static void datasets_upload_and_ls(void **state) {
   fclose(f);
   assert_int_equal(cli(out, sizeof out, "datasets upload kinds.csv --label-column y"), 1);
   assert_non_null(strstr(out, "INVALID_ARGUMENT"));
+}
+
+/* Registers a kiln-agent over HTTP with an agent token an admin made. */
+static void register_agent(const char *body) {
+  char *answer = NULL;
+  const char *role = "{\"role\":\"agent\"}";
+  long status =
+      it_request(base_url, admin_token, "POST", "/v1/tokens", role, strlen(role), &answer);
+  json_t *doc = answer ? json_loads(answer, 0, NULL) : NULL;
+  free(answer);
+  assert_int_equal(status, 200);
+  char secret[128];
+  snprintf(secret, sizeof secret, "%s", json_string_value(json_object_get(doc, "secret")));
+  json_decref(doc);
+  status = it_request(base_url, secret, "POST", "/v1/agents", body, strlen(body), &answer);
+  if (status != 201) fail_msg("register %s: HTTP %ld: %s", body, status, answer ? answer : "");
+  free(answer);
+}
+
+/* kiln agents: none yet, then two worker hosts with their devices, one by
+ * name, as JSON; a user token is refused (exit 1), a wrong verb is usage. */
+static void agents_ls_and_get(void **state) {
+  (void)state;
+  char out[8192];
+  assert_int_equal(cli(out, sizeof out, "agents"), 0);
+  assert_non_null(strstr(out, "no kiln-agent has registered"));
+  register_agent("{\"name\":\"host-a\",\"hostname\":\"host-a.lab\",\"pool\":\"hosts\","
+                 "\"address\":\"10.77.0.2\",\"cpus\":2,\"version\":\"0.9\"}");
+  register_agent("{\"name\":\"host-b\",\"pool\":\"hosts\",\"address\":\"10.77.0.3\","
+                 "\"cpus\":8,\"gpus\":[{\"index\":0,\"name\":\"NVIDIA H200\",\"memory_bytes\":"
+                 "150000000000},{\"index\":1,\"memory_bytes\":1}]}");
+  assert_int_equal(cli(out, sizeof out, "agents ls"), 0);
+  const char *heads[] = {"NAME", "HOST", "POOL", "ADDRESS", "CORES", "GPUS", "STATE", "LAST SEEN"};
+  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+    assert_non_null(strstr(out, heads[i]));
+  /* host-a's row, then host-b's, in registration order. */
+  const char *a = strstr(out, "\nhost-a "), *b = strstr(out, "\nhost-b ");
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_true(a < b);
+  char name[64], host[64], pool[64], address[64], state_word[16];
+  int cores = 0;
+  assert_int_equal(
+      sscanf(a + 1, "%63s %63s %63s %63s %d - %15s", name, host, pool, address, &cores, state_word),
+      6);
+  assert_string_equal(host, "host-a.lab");
+  assert_string_equal(pool, "hosts");
+  assert_string_equal(address, "10.77.0.2");
+  assert_int_equal(cores, 2);
+  assert_string_equal(state_word, "ONLINE");
+  char line[512];
+  snprintf(line, sizeof line, "%.*s", (int)strcspn(b + 1, "\n"), b + 1);
+  assert_non_null(strstr(line, " 8 "));
+  assert_non_null(strstr(line, "NVIDIA H200, GPU 1"));
+  assert_non_null(strstr(line, "s ago"));
+
+  assert_int_equal(cli(out, sizeof out, "agents get host-b"), 0);
+  assert_non_null(strstr(out, "gpu 0: NVIDIA H200, 150000000000 bytes"));
+  assert_non_null(strstr(out, "id: agt-"));
+  assert_int_equal(cli(out, sizeof out, "agents -o json"), 0);
+  json_t *doc = json_loads(out, 0, NULL);
+  assert_non_null(doc);
+  json_t *agents = json_object_get(doc, "agents");
+  assert_int_equal(json_array_size(agents), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(agents, 1), "cpus")), 8);
+  json_decref(doc);
+
+  assert_int_equal(cli(out, sizeof out, "agents get host-zz"), 1);
+  assert_non_null(strstr(out, "NOT_FOUND"));
+  assert_int_equal(cli(out, sizeof out, "agents frob"), 2);
+  assert_non_null(strstr(out, "agents takes 'ls' (or nothing) or 'get NAME'"));
+  char user[128], data_sub[300];
+  snprintf(data_sub, sizeof data_sub, "%s/data", data_dir);
+  assert_int_equal(it_make_token(KILND_PATH, data_sub, "acme", user, sizeof user), 0);
+  assert_int_equal(cli_as(user, out, sizeof out, "agents"), 1);
+  assert_non_null(strstr(out, "PERMISSION_DENIED"));
 }
 
 /* Exit 0: the job succeeded and met every bar; the bar reached 100%. */
@@ -405,6 +493,7 @@ int main(void) {
       cmocka_unit_test(help_documents_every_exit_code),
       cmocka_unit_test(bad_command_lines_exit_2),
       cmocka_unit_test(datasets_upload_and_ls),
+      cmocka_unit_test(agents_ls_and_get),
       cmocka_unit_test(a_job_that_meets_its_requirements_exits_0),
       cmocka_unit_test(a_job_below_its_bar_exits_5),
       cmocka_unit_test(a_failed_job_exits_1),
