@@ -315,6 +315,14 @@ void http_register_agent(const http_config *cfg, http_request *req, http_respons
   int created = 0;
   rc = store_agent_register(cfg->st, &a, 0, &got, &created);
   store_agent_clear(&a);
+  if (rc == STORE_CONFLICT) {
+    json_decref(running);
+    http_reply_status(res, 409, "FAILED_PRECONDITION", "name",
+                      "agent %s is ONLINE, registered with another token: it moves to this token "
+                      "only once it is LOST (silent for %d s)",
+                      a.name, HTTP_AGENT_GRACE_S);
+    return;
+  }
   /* `running` is checked above; what kilnd no longer places on the agent
    * is the allocations' to answer (drop commands), not this registry's. */
   json_decref(running);

@@ -94,7 +94,7 @@ static const op_doc op_docs[] = {
     {"PUT", "/v1/tenants/{tenant}/quota", "setQuota", "tenants", "", "QuotaUpdate", "Quota",
      "400 403"},
     {"POST", "/v1/agents", "registerAgent", "agents", "", "AgentRegistration", "AgentRegistered",
-     "400 403"},
+     "400 403 409"},
     {"GET", "/v1/agents", "listAgents", "agents", "agent_pool page_size page_token", NULL,
      "AgentList", "400 403"},
     {"GET", "/v1/agents/{agent}", "getAgent", "agents", "", NULL, "Agent", "403 404"},

@@ -186,8 +186,21 @@ int store_agent_register(store *s, const store_agent *a, int64_t now_ms, store_a
     store_internal_error(s, 1, "%s: prepare", what);
     goto done;
   }
-  int known = select_agent(s, db, a->name, 1, NULL, what);
+  store_agent old;
+  int known = select_agent(s, db, a->name, 1, &old, what);
   if (known != STORE_OK && known != STORE_NOT_FOUND) goto done;
+  if (known == STORE_OK) {
+    /* Another token's agent moves to this one only once it is LOST: a
+     * token cannot take over a host that is alive. */
+    const int taken =
+        strcmp(old.token_id, a->token_id) != 0 && strcmp(old.state, STORE_AGENT_ONLINE) == 0;
+    store_agent_clear(&old);
+    if (taken) {
+      store_internal_error(s, 0, "%s: the agent is ONLINE with another token", what);
+      rc = STORE_CONFLICT;
+      goto done;
+    }
+  }
   sqlite3_bind_text(st, 1, a->name, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 2, a->hostname, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 3, a->pool, -1, SQLITE_STATIC);

@@ -538,7 +538,9 @@ void store_agent_list_free(store_agent *list, int n);
  * fields replaced, back ONLINE. Either way last_seen_ms = now_ms (0 =
  * now). Reads name, hostname, pool, address, cpus, gpus_json (NULL = "[]"),
  * version and token_id. out (may be NULL) gets the row; *created (may be
- * NULL) 1 for a new agent. One transaction. */
+ * NULL) 1 for a new agent. One transaction. A known name registered with
+ * another token_id is STORE_CONFLICT while it is ONLINE (nothing changes);
+ * once LOST it moves to the new token. */
 int store_agent_register(store *s, const store_agent *a, int64_t now_ms, store_agent *out,
                          int *created);
 /* The agent with this id, else with this name; STORE_NOT_FOUND when none. */

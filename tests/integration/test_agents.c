@@ -262,6 +262,15 @@ static void registering_again_keeps_the_id(void **state) {
   assert_int_equal(call(admin, "GET", "/v1/agents/host-a", NULL, &doc), 200);
   assert_int_equal(json_integer_value(json_object_get(doc, "cpus")), 3);
   json_decref(doc);
+  /* Another agent's token cannot take a live host's name over. */
+  expect_error(agent_token[1], "POST", "/v1/agents",
+               "{\"name\":\"host-a\",\"pool\":\"hosts\",\"address\":\"10.0.0.66\","
+               "\"cpus\":64}",
+               409, "name");
+  assert_int_equal(call(admin, "GET", "/v1/agents/host-a", NULL, &doc), 200);
+  assert_string_equal(text_at(doc, "address"), "10.77.0.2");
+  assert_int_equal(json_integer_value(json_object_get(doc, "cpus")), 3);
+  json_decref(doc);
 }
 
 /* A poll with nothing queued answers an empty list, at once without

@@ -70,6 +70,40 @@ static void register_again_keeps_id_and_comes_back_online(void **state) {
   store_agent_clear(&again);
 }
 
+/* Another token may not take over a live agent: refused, nothing changed;
+ * once the agent is LOST, the name moves to the new token. */
+static void another_token_takes_a_name_over_only_once_it_is_lost(void **state) {
+  fixture *f = *state;
+  store_agent first, got;
+  reg(f->s, "host-a", "hosts", 2, NULL, T0, &first, 1);
+  store_agent thief;
+  memset(&thief, 0, sizeof thief);
+  snprintf(thief.name, sizeof thief.name, "host-a");
+  snprintf(thief.hostname, sizeof thief.hostname, "evil");
+  snprintf(thief.pool, sizeof thief.pool, "hosts");
+  snprintf(thief.address, sizeof thief.address, "10.0.0.66");
+  snprintf(thief.token_id, sizeof thief.token_id, "tok-other");
+  thief.cpus = 64;
+  int created = -1;
+  assert_int_equal(store_agent_register(f->s, &thief, T0 + 1000, &got, &created), STORE_CONFLICT);
+  assert_int_equal(store_agent_get(f->s, "host-a", &got), STORE_OK);
+  assert_string_equal(got.token_id, "tok-host-a");
+  assert_string_equal(got.address, first.address);
+  assert_int_equal(got.cpus, 2);
+  assert_int_equal(got.last_seen_ms, T0);
+  store_agent_clear(&got);
+  int n = 0;
+  assert_int_equal(store_agents_mark_lost(f->s, T0 + 26000, 25, NULL, NULL, &n), STORE_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(store_agent_register(f->s, &thief, T0 + 27000, &got, &created), STORE_OK);
+  assert_int_equal(created, 0);
+  assert_string_equal(got.id, first.id);
+  assert_string_equal(got.token_id, "tok-other");
+  assert_string_equal(got.state, STORE_AGENT_ONLINE);
+  store_agent_clear(&got);
+  store_agent_clear(&first);
+}
+
 /* Seven agents over two pools in pages of 3: each once, in order; filters. */
 static void list_pages_each_agent_once_and_filters(void **state) {
   fixture *f = *state;
@@ -257,6 +291,7 @@ static void commands_numbered_per_agent_polled_and_done_once(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       TEST(register_again_keeps_id_and_comes_back_online),
+      TEST(another_token_takes_a_name_over_only_once_it_is_lost),
       TEST(list_pages_each_agent_once_and_filters),
       TEST(mark_lost_after_grace_once_with_fake_clock),
       TEST(commands_numbered_per_agent_polled_and_done_once),
