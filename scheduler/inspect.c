@@ -155,6 +155,12 @@ int sched_explain(sched *s, const char *job_id, const char *viewer_tenant, char 
              row.blocker, row.blocker_priority, pool, row.priority, row.devices, row.free,
              row.total);
     break;
+  case SCHED_WAITING_FOR_HOSTS:
+    snprintf(message, message_len,
+             "pool '%s' has %d %s devices on its online hosts; needs %d %s: %s", pool, row.total,
+             type, row.devices, row.spread ? "over one or more hosts" : "on one host",
+             row.hosts[0] ? row.hosts : "no host is online");
+    break;
   case SCHED_RETRY_BACKOFF:
     format_time(row.not_before_ms, when, sizeof when);
     snprintf(message, message_len, "a failed attempt's restart backoff lasts until %s", when);
@@ -168,5 +174,9 @@ int sched_explain(sched *s, const char *job_id, const char *viewer_tenant, char 
                pool, row.total);
     break;
   }
+  size_t used = strlen(message);
+  if (row.hosts[0] && row.wait != SCHED_WAITING_FOR_HOSTS && row.wait != SCHED_START &&
+      used < message_len)
+    snprintf(message + used, message_len - used, "; its hosts: %s", row.hosts);
   return 0;
 }

@@ -24,8 +24,9 @@ struct sched_planner {
 
 typedef struct pool_state {
   int free;
-  int reserved;   /* a job holds this pool's reservation */
-  int blocker;    /* its queue index */
+  int host_free[SCHED_MAX_HOSTS]; /* agents pool: free devices per host */
+  int reserved;                   /* a job holds this pool's reservation */
+  int blocker;                    /* its queue index */
   int64_t shadow; /* when its devices are free at the latest; SCHED_NO_END unknown */
   int extra;      /* devices free then that it leaves spare */
 } pool_state;
@@ -39,6 +40,7 @@ const char *sched_wait_name(sched_wait w) {
   case SCHED_BEHIND_EARLIER_JOB: return "BEHIND_EARLIER_JOB";
   case SCHED_RETRY_BACKOFF: return "RETRY_BACKOFF";
   case SCHED_NEVER_FITS: return "NEVER_FITS";
+  case SCHED_WAITING_FOR_HOSTS: return "WAITING_FOR_HOSTS";
   }
   return "UNKNOWN";
 }
@@ -211,16 +213,75 @@ static int preempt_for(sched_pass *p, int pool, const pool_state *ps, int qi) {
   return 1;
 }
 
+int sched_hosts_pick(int n_hosts, const int *host_free, int devices, int spread, int *take) {
+  for (int h = 0; h < n_hosts; h++) take[h] = 0;
+  int best = -1; /* the host it fills best: the least free that is enough */
+  for (int h = 0; h < n_hosts; h++)
+    if (host_free[h] >= devices && (best < 0 || host_free[h] < host_free[best])) best = h;
+  if (best >= 0) {
+    take[best] = devices;
+    return 1;
+  }
+  if (!spread) return 0;
+  int left = devices, used = 0;
+  while (left > 0) { /* the most free first: the fewest hosts */
+    int most = -1;
+    for (int h = 0; h < n_hosts; h++)
+      if (!take[h] && host_free[h] > 0 && (most < 0 || host_free[h] > host_free[most])) most = h;
+    if (most < 0) {
+      for (int h = 0; h < n_hosts; h++) take[h] = 0;
+      return 0;
+    }
+    take[most] = host_free[most] < left ? host_free[most] : left;
+    left -= take[most];
+    used++;
+  }
+  return used;
+}
+
+/* Whether q could ever fit the pool's hosts as they are online now: one
+ * host with all its devices, or for a gang all the hosts together. */
+static int hosts_could_fit(const sched_pool *pool, const sched_job_req *q) {
+  if (q->spread) return q->devices <= pool->n_devices;
+  for (int h = 0; h < pool->n_hosts; h++)
+    if (pool->host_total[h] >= q->devices) return 1;
+  return 0;
+}
+
+/* Whether q fits what is free now, and if take is set, takes it. */
+static int fits_now(const sched_pool *pool, pool_state *ps, const sched_job_req *q, int take) {
+  if (q->devices > ps->free) return 0;
+  if (pool->kind == SCHED_POOL_AGENTS) {
+    int got[SCHED_MAX_HOSTS];
+    if (!sched_hosts_pick(pool->n_hosts, ps->host_free, q->devices, q->spread, got)) return 0;
+    for (int h = 0; take && h < pool->n_hosts; h++) ps->host_free[h] -= got[h];
+  }
+  if (take) ps->free -= q->devices;
+  return 1;
+}
+
 int sched_plan(sched_planner *pl, sched_pass *p) {
   p->n_started = p->n_preempted = 0;
   if (reserve(pl, p->n_queue, p->n_tenants + 1, p->n_running + p->n_queue) != 0) return -1;
   pool_state pools[SCHED_MAX_POOLS];
   memset(pools, 0, sizeof pools);
-  for (int k = 0; k < p->n_pools && k < SCHED_MAX_POOLS; k++) pools[k].free = p->pools[k].n_devices;
+  for (int k = 0; k < p->n_pools && k < SCHED_MAX_POOLS; k++) {
+    pools[k].free = p->pools[k].n_devices;
+    if (p->pools[k].kind != SCHED_POOL_AGENTS) continue;
+    /* Its hosts' free devices are what the scheduler counted, running jobs
+     * already taken out: pool_state's free follows from them. */
+    pools[k].free = 0;
+    for (int h = 0; h < p->pools[k].n_hosts && h < SCHED_MAX_HOSTS; h++) {
+      pools[k].host_free[h] = p->pools[k].host_free[h];
+      pools[k].free += p->pools[k].host_free[h];
+    }
+  }
+
   for (int i = 0; i < p->n_running; i++) {
     p->running[i].preempt_for = -1;
     int k = p->running[i].pool;
-    if (k >= 0 && k < p->n_pools) pools[k].free -= p->running[i].devices;
+    if (k >= 0 && k < p->n_pools && p->pools[k].kind != SCHED_POOL_AGENTS)
+      pools[k].free -= p->running[i].devices;
   }
   for (int i = 0; i < p->n_queue; i++) { /* a tenant index past the starts has none */
     if (p->queue[i].tenant < 0 || p->queue[i].tenant > p->n_tenants)
@@ -233,9 +294,15 @@ int sched_plan(sched_planner *pl, sched_pass *p) {
     sched_job_req *q = &p->queue[qi];
     q->blocker = -1;
     q->start_by_ms = SCHED_NO_END;
-    if (q->pool < 0 || q->pool >= p->n_pools || q->devices > p->pools[q->pool].n_devices ||
-        q->devices < 1) {
+    if (q->pool < 0 || q->pool >= p->n_pools || q->devices < 1 ||
+        (p->pools[q->pool].kind != SCHED_POOL_AGENTS && q->devices > p->pools[q->pool].n_devices)) {
       q->wait = SCHED_NEVER_FITS;
+      continue;
+    }
+    const sched_pool *pool = &p->pools[q->pool];
+    if (pool->kind == SCHED_POOL_AGENTS && !hosts_could_fit(pool, q)) {
+      /* Hosts come and go: it waits for them, holding no reservation. */
+      q->wait = SCHED_WAITING_FOR_HOSTS;
       continue;
     }
     if (q->not_before_ms > p->now_ms) {
@@ -245,7 +312,7 @@ int sched_plan(sched_planner *pl, sched_pass *p) {
     pool_state *ps = &pools[q->pool];
     int start = 0;
     if (!ps->reserved) {
-      start = q->devices <= ps->free;
+      start = fits_now(pool, ps, q, 0);
       if (!start) {
         ps->reserved = 1;
         ps->blocker = qi;
@@ -255,7 +322,7 @@ int sched_plan(sched_planner *pl, sched_pass *p) {
                                                                 : SCHED_WAITING_FOR_DEVICES;
         continue;
       }
-    } else if (q->devices <= ps->free) {
+    } else if (fits_now(pool, ps, q, 0)) {
       /* Backfill: it must be gone by the reservation, or fit in its spare. */
       int64_t end = job_end(p, q);
       if (ps->shadow != SCHED_NO_END && end <= ps->shadow) {
@@ -267,7 +334,7 @@ int sched_plan(sched_planner *pl, sched_pass *p) {
     }
     if (start) {
       q->wait = SCHED_START;
-      ps->free -= q->devices;
+      fits_now(pool, ps, q, 1);
       pl->placed[n_placed++] = qi;
       p->n_started++;
     } else {

@@ -41,6 +41,8 @@ typedef struct explain_row {
   char blocker_tenant[64];
   int blocker_priority;
   int64_t start_by_ms, not_before_ms;
+  int spread;      /* agents pool: may span hosts */
+  char hosts[400]; /* agents pool: each online host and what it is short of */
 } explain_row;
 
 struct sched {

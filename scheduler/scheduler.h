@@ -127,11 +127,36 @@ void sched_stop(sched *s);
 #define SCHED_MAX_DEVICES 256 /* per pool */
 #define SCHED_NO_END      INT64_MAX
 
+#define SCHED_MAX_HOSTS 64 /* agents of one pool a pass places on */
+
+typedef enum sched_pool_kind {
+  SCHED_POOL_LOCAL = 0, /* devices of the machine kilnd runs on */
+  SCHED_POOL_AGENTS,    /* the cores (or GPUs) of the pool's ONLINE kiln-agents */
+  SCHED_POOL_SLURM      /* a Slurm partition */
+} sched_pool_kind;
+const char *sched_pool_kind_name(sched_pool_kind k); /* "local", "agents", "slurm" */
+
 typedef struct sched_pool {
   char name[32];
   char device_type[8]; /* "cpu" or "gpu" */
   int n_devices;
   int devices[SCHED_MAX_DEVICES]; /* the machine's indices of its devices of that type */
+  sched_pool_kind kind;
+  /* agents: seconds without a poll before an agent is LOST, and before a
+   * started allocation must have reported its first progress line */
+  int grace_s, start_timeout_s;
+  /* agents: the network multi-host ranks use ("" = Open MPI's choice) */
+  char oob_tcp_if_include[64], btl_tcp_if_include[64], nccl_socket_ifname[32];
+  char shared_data[256]; /* agents: a folder every host mounts; "" = data sets are fetched */
+  /* slurm */
+  char partition[64];
+  int nodes, cpus_per_node;
+  char kilnd_url[256]; /* how batch jobs reach kilnd */
+  /* agents: its hosts as the scheduler saw them before a pass (n_devices
+   * is their sum): each host's devices and how many of them are free. */
+  int n_hosts;
+  int host_total[SCHED_MAX_HOSTS];
+  int host_free[SCHED_MAX_HOSTS];
 } sched_pool;
 
 /* Why a queued job did not start in a pass (or that it did). */
@@ -143,6 +168,8 @@ typedef enum sched_wait {
   SCHED_BEHIND_EARLIER_JOB,     /* the same, by a job of its priority ahead in fair-share order */
   SCHED_RETRY_BACKOFF,          /* a failed attempt's backoff has not passed */
   SCHED_NEVER_FITS,             /* its pool does not exist or has fewer devices than it asks */
+  SCHED_WAITING_FOR_HOSTS,      /* agents pool: no host (or, for a gang, not all its hosts
+                                   together) has that many devices online; holds no reservation */
 } sched_wait;
 const char *sched_wait_name(sched_wait w); /* "WAITING_FOR_DEVICES" ... */
 
@@ -155,6 +182,8 @@ typedef struct sched_job_req {
   int64_t seq;
   int64_t max_runtime_ms; /* 0 = no limit */
   int64_t not_before_ms;  /* retry backoff; 0 = none */
+  int spread;             /* agents pool: may be gang-placed over several hosts (multi_worker,
+                             parameter_server); else it needs one host with all its devices */
   /* out */
   sched_wait wait;
   int blocker;         /* BEHIND_*: the queue index of the job holding the reservation */
@@ -204,6 +233,13 @@ void sched_planner_free(sched_planner *pl); /* NULL is a no-op */
  * scratch memory cannot grow. */
 int sched_plan(sched_planner *pl, sched_pass *p);
 
+/* Picks the hosts of an agents pool for a job of `devices`: the one host
+ * whose free devices it fills best, else with spread (a gang) the hosts
+ * with the most free devices first until it has all of them. take[h] gets
+ * how many of host h's it uses. Returns how many hosts, 0 when it does not
+ * fit (take all 0). */
+int sched_hosts_pick(int n_hosts, const int *host_free, int devices, int spread, int *take);
+
 /* ---- pools (pools.c) ---- */
 
 typedef struct sched_inventory {
@@ -222,7 +258,13 @@ int sched_pools_default(const sched_inventory *inv, sched_pool *pools, int max_p
  * "devices": [0, 1]}, ...]}. Names are 1..31 of [A-Za-z0-9_-.], unique;
  * device_type "cpu" or "gpu"; devices the machine's indices of that type
  * (or a count, "devices": 2, for the first free ones), each in one pool at
- * most. The number of pools, or -1 with a sentence naming the field in err. */
+ * most. "kind" is "local" (the default: those fields), "agents" (no
+ * devices: its hosts' come and go; grace_s 1..3600 default 25,
+ * start_timeout_s 1..3600 default 60, "network": {oob_tcp_if_include,
+ * btl_tcp_if_include, nccl_socket_ifname}, shared_data: an absolute path or
+ * null) or "slurm" (partition, nodes >= 1, cpus_per_node >= 1, kilnd_url
+ * http(s)://..., all required). The number of pools, or -1 with a sentence
+ * naming the pool and the field in err. */
 int sched_pools_parse(const char *text, const sched_inventory *inv, sched_pool *pools,
                       int max_pools, char *err, size_t errlen);
 int sched_pools_load(const char *path, const sched_inventory *inv, sched_pool *pools, int max_pools,

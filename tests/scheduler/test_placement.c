@@ -291,6 +291,65 @@ static void backoff_waits_without_holding_a_reservation(void **state) {
   done(&w);
 }
 
+/* An agents pool of hosts with these many devices each, free as given. */
+static void init_hosts(world *w, int n_hosts, const int *total, const int *free_now) {
+  init(w, 0);
+  w->pools[0].kind = SCHED_POOL_AGENTS;
+  w->pools[0].n_hosts = n_hosts;
+  for (int h = 0; h < n_hosts; h++) {
+    w->pools[0].host_total[h] = total[h];
+    w->pools[0].host_free[h] = free_now[h];
+    w->pools[0].n_devices += total[h];
+  }
+}
+
+static void agents_pool_places_on_one_host_or_gangs_only_spread_jobs(void **state) {
+  (void)state;
+  world w;
+  const int total[] = {2, 2, 2}, free_now[] = {1, 2, 2};
+  init_hosts(&w, 3, total, free_now);
+  int three_alone = queue(&w, 50, 3, 0); /* one process: needs one host of 3 */
+  int two = queue(&w, 40, 2, 0);
+  plan(&w, 0);
+  assert_int_equal(w.queue[three_alone].wait, SCHED_WAITING_FOR_HOSTS);
+  assert_int_equal(w.queue[two].wait, SCHED_START); /* a host of 2 free: no reservation held */
+  done(&w);
+
+  init_hosts(&w, 3, total, free_now);
+  int gang = queue(&w, 50, 4, 0);
+  w.queue[gang].spread = 1;
+  int one = queue(&w, 40, 1, 0);
+  plan(&w, 0);
+  assert_int_equal(w.queue[gang].wait, SCHED_START); /* 2 + 2 over two hosts */
+  assert_int_equal(w.queue[one].wait, SCHED_START);  /* host 0's free core */
+  assert_int_equal(w.pass.free_devices[0], 0);
+  done(&w);
+
+  init_hosts(&w, 3, total, free_now);
+  gang = queue(&w, 50, 6, 0);
+  w.queue[gang].spread = 1;
+  one = queue(&w, 40, 1, 0);
+  plan(&w, 0);
+  /* All or none: 5 free of 6 holds the reservation; without max_runtime nothing passes it. */
+  assert_int_equal(w.queue[gang].wait, SCHED_WAITING_FOR_DEVICES);
+  assert_int_equal(w.queue[one].wait, SCHED_BEHIND_HIGHER_PRIORITY);
+  gang = queue(&w, 30, 7, 0);
+  w.queue[gang].spread = 1;
+  plan(&w, 0);
+  assert_int_equal(w.queue[gang].wait, SCHED_WAITING_FOR_HOSTS); /* more than every host has */
+  done(&w);
+
+  int take[3];
+  assert_int_equal(sched_hosts_pick(3, free_now, 1, 0, take), 1);
+  assert_int_equal(take[0], 1); /* the host it fills best */
+  assert_int_equal(sched_hosts_pick(3, free_now, 3, 0, take), 0);
+  assert_int_equal(sched_hosts_pick(3, free_now, 5, 1, take), 3);
+  assert_int_equal(take[0] + take[1] + take[2], 5);
+  assert_int_equal(take[1], 2);
+  assert_int_equal(sched_hosts_pick(3, free_now, 6, 1, take), 0);
+  assert_int_equal(take[0] + take[1] + take[2], 0);
+}
+
 static void pools_file_is_read_and_each_mistake_named_by_field(void **state) {
   (void)state;
   sched_inventory inv = {.cpus = 4, .gpus = 1};
@@ -335,6 +394,74 @@ static void pools_file_is_read_and_each_mistake_named_by_field(void **state) {
   assert_string_equal(pools[1].name, "gpu");
 }
 
+static void pools_of_agents_and_slurm_are_read_and_checked_by_pool_and_field(void **state) {
+  (void)state;
+  sched_inventory inv = {.cpus = 4};
+  sched_pool pools[SCHED_MAX_POOLS];
+  char err[400];
+  int n = sched_pools_parse(
+      "{\"pools\":[{\"name\":\"default\",\"devices\":2},"
+      "{\"name\":\"hosts\",\"kind\":\"agents\",\"grace_s\":5,"
+      "\"network\":{\"oob_tcp_if_include\":\"10.77.0.0/24\",\"nccl_socket_ifname\":\"veth\"},"
+      "\"shared_data\":null},"
+      "{\"name\":\"cluster\",\"kind\":\"slurm\",\"partition\":\"debug\",\"nodes\":2,"
+      "\"cpus_per_node\":3,\"kilnd_url\":\"http://127.0.0.1:8080\"}]}",
+      &inv, pools, SCHED_MAX_POOLS, err, sizeof err);
+  if (n != 3) fail_msg("%s", err);
+  assert_int_equal(pools[0].kind, SCHED_POOL_LOCAL);
+  assert_int_equal(pools[0].n_devices, 2);
+  assert_int_equal(pools[1].kind, SCHED_POOL_AGENTS);
+  assert_string_equal(sched_pool_kind_name(pools[1].kind), "agents");
+  assert_int_equal(pools[1].n_devices, 0); /* until agents come online */
+  assert_int_equal(pools[1].grace_s, 5);
+  assert_int_equal(pools[1].start_timeout_s, 60);
+  assert_string_equal(pools[1].oob_tcp_if_include, "10.77.0.0/24");
+  assert_string_equal(pools[1].btl_tcp_if_include, "");
+  assert_string_equal(pools[1].nccl_socket_ifname, "veth");
+  assert_string_equal(pools[1].shared_data, "");
+  assert_int_equal(pools[2].kind, SCHED_POOL_SLURM);
+  assert_string_equal(pools[2].partition, "debug");
+  assert_int_equal(pools[2].n_devices, 6);
+  assert_string_equal(pools[2].kilnd_url, "http://127.0.0.1:8080");
+  static const struct {
+    const char *text, *words;
+  } bad[] = {
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"cloud\"}]}", "pools[0].kind: pool 'h'"},
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"agents\",\"devices\":[0]}]}",
+       "pools[0].devices: unknown field for a agents pool"},
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"agents\",\"grace_s\":0}]}",
+       "pool 'h': grace_s must be a whole number from 1 to 3600"},
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"agents\",\"start_timeout_s\":\"9\"}]}",
+       "pool 'h': start_timeout_s"},
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"agents\",\"network\":{\"eth\":\"x\"}}]}",
+       "pool 'h': network.eth: unknown field"},
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"agents\",\"network\":{\"btl_tcp_if_include\":1}}]}",
+       "pool 'h': network.btl_tcp_if_include must be a string"},
+      {"{\"pools\":[{\"name\":\"h\",\"kind\":\"agents\",\"shared_data\":\"rel/dir\"}]}",
+       "pool 'h': shared_data must be null or an absolute path"},
+      {"{\"pools\":[{\"name\":\"c\",\"kind\":\"slurm\",\"nodes\":1,\"cpus_per_node\":1,"
+       "\"kilnd_url\":\"http://x\"}]}",
+       "pool 'c': partition must be a string of 1 to 63 characters (required"},
+      {"{\"pools\":[{\"name\":\"c\",\"kind\":\"slurm\",\"partition\":\"p\",\"nodes\":1,"
+       "\"cpus_per_node\":1,\"kilnd_url\":\"ftp://x\"}]}",
+       "pool 'c': kilnd_url must start with http://"},
+      {"{\"pools\":[{\"name\":\"c\",\"kind\":\"slurm\",\"partition\":\"p\",\"nodes\":1,"
+       "\"kilnd_url\":\"http://x\"}]}",
+       "pool 'c': cpus_per_node is required"},
+      {"{\"pools\":[{\"name\":\"c\",\"kind\":\"slurm\",\"partition\":\"p\",\"nodes\":0,"
+       "\"cpus_per_node\":1,\"kilnd_url\":\"http://x\"}]}",
+       "pool 'c': nodes must be a whole number from 1"},
+      {"{\"pools\":[{\"name\":\"c\",\"kind\":\"slurm\",\"grace_s\":3}]}",
+       "pools[0].grace_s: unknown field for a slurm pool"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = '\0';
+    assert_int_equal(sched_pools_parse(bad[i].text, &inv, pools, SCHED_MAX_POOLS, err, sizeof err),
+                     -1);
+    if (!strstr(err, bad[i].words)) fail_msg("%s: got '%s'", bad[i].text, err);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(higher_priority_starts_first_and_fifo_within_a_priority),
@@ -348,7 +475,9 @@ int main(void) {
       cmocka_unit_test(preemption_stops_nothing_when_it_cannot_make_room),
       cmocka_unit_test(fair_share_lets_a_quiet_tenant_go_before_a_busy_ones_backlog),
       cmocka_unit_test(backoff_waits_without_holding_a_reservation),
+      cmocka_unit_test(agents_pool_places_on_one_host_or_gangs_only_spread_jobs),
       cmocka_unit_test(pools_file_is_read_and_each_mistake_named_by_field),
+      cmocka_unit_test(pools_of_agents_and_slurm_are_read_and_checked_by_pool_and_field),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
