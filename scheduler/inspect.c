@@ -37,6 +37,7 @@ int sched_devices_info(sched *s, sched_device_info *out, int max) {
   pthread_mutex_lock(&s->wake_lock);
   for (int k = 0; k < s->n_pools; k++) {
     const sched_pool *p = &s->pools[k];
+    if (p->kind == SCHED_POOL_AGENTS) continue; /* its devices are its agents' (GET /v1/agents) */
     for (int d = 0; d < p->n_devices && n < max; d++) {
       sched_device_info *info = &out[n++];
       memset(info, 0, sizeof *info);
@@ -89,7 +90,8 @@ int sched_check_fits(sched *s, const char *pool, const char *device_type, int de
              device_type);
     return -1;
   }
-  if (devices > p->n_devices) {
+  /* An agents pool's size is its online hosts': a job waits for them. */
+  if (p->kind != SCHED_POOL_AGENTS && devices > p->n_devices) {
     snprintf(field, field_len, "resources.devices");
     snprintf(msg, msg_len,
              "asks for %d %s devices at once, but pool '%s' has only %d: it could never start",

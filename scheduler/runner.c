@@ -26,47 +26,14 @@
 
 extern char **environ;
 
-#define MAX_LINE             (64 * 1024)
-#define METRIC_BATCH         512
 #define STOP_GRACE_MS        5000
 #define RETRY_BACKOFF_MAX_MS 60000
-#define MAX_METRIC_NAMES     64
 /* kiln-train's status when the loss or gradients became NaN or infinite. */
 #define TRAINER_EXIT_NUMERIC 5
 /* kiln-train's status after SIGTERM from outside kilnd: checkpointed, stopped. */
 #define TRAINER_EXIT_STOPPED 6
 /* kiln-train's status when memory ran out (its limit or the machine's). */
 #define TRAINER_EXIT_NOMEM 7
-
-/* ---- one running job ---- */
-
-typedef struct job_limits {
-  int max_restarts, max_runtime_s;
-  store_retention retention;
-  char monitor[48];
-  int workers;    /* multi_worker, parameter_server: processes under mpirun; 0 = kiln-train alone */
-  int ps_servers; /* parameter_server: how many of those processes are servers */
-} job_limits;
-
-typedef struct run {
-  sched *s;
-  slot_run *slot;
-  const store_job *job;
-  store_metric pending[METRIC_BATCH];
-  int n_pending;
-  int64_t last_flush_ms;
-  char error_reason[48];
-  char error_message[512];
-  int64_t n_points, n_checkpoints;
-  int64_t deadline_ms; /* monotonic; 0 = no max_runtime */
-  job_limits limits;
-  int64_t last_checkpoint_step;
-  /* The newest value of each metric: what a checkpoint records, and what
-   * keep_best ranks it by. */
-  char metric_names[MAX_METRIC_NAMES][48];
-  double metric_values[MAX_METRIC_NAMES];
-  int n_metric_names;
-} run;
 
 static int flag_set(sched *s, const int *flag) {
   pthread_mutex_lock(&s->wake_lock);
@@ -159,6 +126,15 @@ static void apply_retention(run *r) {
   }
 }
 
+/* A remote trainer's checkpoint line must name a file its agent uploaded:
+ * one in the job's checkpoints folder here, no "..", present. */
+static int remote_checkpoint_ok(const run *r, const char *path) {
+  char dir[4200];
+  int n = snprintf(dir, sizeof dir, "%s/%s/checkpoints/", r->s->cfg.jobs_dir, r->job->id);
+  return n > 0 && strncmp(path, dir, (size_t)n) == 0 && !strstr(path, "/..") &&
+         access(path, R_OK) == 0;
+}
+
 static void handle_line(run *r, const char *line) {
   api_progress p;
   char err[256];
@@ -183,6 +159,13 @@ static void handle_line(run *r, const char *line) {
     }
     break;
   case API_PROGRESS_CHECKPOINT: {
+    if (r->remote && !remote_checkpoint_ok(r, p.path)) {
+      sched_slog(r->s, SCHED_LOG_WARN,
+                 "msg=\"checkpoint line names no upload of this job; not recorded\" job=%s "
+                 "alloc=%s",
+                 r->job->id, r->alloc_id);
+      break;
+    }
     flush_metrics(r); /* the checkpoint row comes after the points it covers */
     char metrics[4096];
     metrics_json(r, metrics, sizeof metrics);
@@ -256,7 +239,7 @@ int sched_mkdir_p(const char *path) {
   return (mkdir(tmp, 0700) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
-static int write_text(const char *path, const char *text) {
+int sched_write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
   int ok = fputs(text, f) >= 0;
@@ -279,8 +262,8 @@ void sched_finish(sched *s, const store_job *job, const char *to, const char *re
 
 /* Back to the queue for a reason that is not the job's (an infrastructure
  * restart), in one transaction. */
-static void requeue(sched *s, const store_job *job, const char *via, const char *via_reason,
-                    const char *via_message, const char *reason, const char *message) {
+void sched_requeue(sched *s, const store_job *job, const char *via, const char *via_reason,
+                   const char *via_message, const char *reason, const char *message) {
   if (store_job_requeue(s->st, job->id, via, via_reason, via_message, reason, message) !=
       STORE_OK) {
     sched_slog(s, SCHED_LOG_ERROR, "msg=\"requeue not recorded\" job=%s error=\"%s\"", job->id,
@@ -291,19 +274,11 @@ static void requeue(sched *s, const store_job *job, const char *via, const char 
              via ? " via=" : "", via ? via : "", via_message ? via_message : message);
 }
 
-enum {
-  PUMP_ENDED = 0,
-  PUMP_SHUTDOWN = 1,
-  PUMP_CANCELLED = 2,
-  PUMP_DEADLINE = 3,
-  PUMP_PREEMPTED = 4,
-  PUMP_HUNG = 5
-};
+static void signal_group(void *ctx, int sig) {
+  kill(-*(pid_t *)ctx, sig);
+}
 
-/* Reads progress until the child closes the pipe; stops the child when the
- * scheduler is stopping, the job is cancelled or preempted, or it runs past
- * max_runtime. Returns PUMP_*: why we stopped it, if we did. */
-static int pump(run *r, int fd, pid_t pid) {
+int sched_pump(run *r, int fd, void (*signal_fn)(void *ctx, int sig), void *signal_ctx) {
   char *buf = malloc(MAX_LINE + 1);
   if (!buf) return PUMP_ENDED;
   size_t used = 0;
@@ -334,14 +309,22 @@ static int pump(run *r, int fd, pid_t pid) {
                    r->job->id, store_errmsg(r->s->st));
       }
       if (stopped == PUMP_HUNG) { /* it answers nothing, SIGTERM included */
-        kill(-pid, SIGKILL);
+        signal_fn(signal_ctx, SIGKILL);
         kill_at = sched_monotonic_ms();
       } else if (stopped) { /* SIGTERM first: kiln-train checkpoints, then exits */
-        kill(-pid, SIGTERM);
+        signal_fn(signal_ctx, SIGTERM);
         kill_at = sched_monotonic_ms() + STOP_GRACE_MS;
       }
     }
-    if (stopped && sched_monotonic_ms() > kill_at) kill(-pid, SIGKILL);
+    if (r->remote && !r->got_line && r->start_deadline_ms &&
+        sched_monotonic_ms() > r->start_deadline_ms)
+      r->start_timed_out = 1;
+    if (stopped && sched_monotonic_ms() > kill_at) signal_fn(signal_ctx, SIGKILL);
+    /* A remote attempt whose host is gone, or that never started, sends
+     * nothing more: its allocation is ended instead. */
+    if (r->remote && (flag_set(r->s, &r->slot->lost) || r->start_timed_out)) break;
+    /* ... nor one whose agents never report its end after a KILL. */
+    if (r->remote && stopped && sched_monotonic_ms() > kill_at + STOP_GRACE_MS) break;
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int ready = poll(&pfd, 1, r->s->cfg.flush_interval_ms);
     if (ready < 0 && errno != EINTR) break;
@@ -355,6 +338,10 @@ static int pump(run *r, int fd, pid_t pid) {
         if (buf[i] != '\n') continue;
         buf[i] = '\0';
         last_line_ms = sched_monotonic_ms();
+        if (r->remote && !r->got_line) { /* the attempt has started on its hosts */
+          r->got_line = 1;
+          store_allocation_running(r->s->st, r->alloc_id);
+        }
         if (!dropping) handle_line(r, buf + start);
         dropping = 0;
         start = i + 1;
@@ -377,7 +364,7 @@ static int pump(run *r, int fd, pid_t pid) {
 
 /* The service fields of the job's stored spec; a spec that does not parse
  * (it was valid when stored, so only a hand-made row) gets the defaults. */
-static job_limits limits_of(const store_job *job) {
+job_limits sched_job_limits(const store_job *job) {
   job_limits l;
   memset(&l, 0, sizeof l);
   l.max_runtime_s = job->max_runtime_s;
@@ -404,8 +391,8 @@ static job_limits limits_of(const store_job *job) {
 
 /* A failure of the job's own: max_restarts bounds these (job->restarts),
  * never the restarts the infrastructure caused (infra_restarts). */
-static void fail_or_retry(sched *s, const store_job *job, const job_limits *l, const char *reason,
-                          const char *message) {
+void sched_fail_or_retry(sched *s, const store_job *job, const job_limits *l, const char *reason,
+                         const char *message) {
   if (job->restarts >= l->max_restarts) {
     sched_finish(s, job, "FAILED", reason, message);
     return;
@@ -430,7 +417,7 @@ static void fail_or_retry(sched *s, const store_job *job, const job_limits *l, c
 /* The newest checkpoint of the job whose file is still there: a re-queued
  * job (crash, retry, shutdown, :resume) goes on from it. 1 and its path
  * and step, or 0 when there is none. */
-static int resume_point(sched *s, const store_job *job, char *path, size_t len, int64_t *step) {
+int sched_resume_point(sched *s, const store_job *job, char *path, size_t len, int64_t *step) {
   store_checkpoint *list = NULL;
   int n = 0, found = 0;
   if (store_checkpoint_list(s->st, job->id, &list, &n) != STORE_OK) {
@@ -516,7 +503,7 @@ static int make_launch(sched *s, const job_limits *l, const char *dir, char *con
     snprintf(out->hostfile, sizeof out->hostfile, "%s/hostfile", dir);
     char line[64];
     snprintf(line, sizeof line, "localhost slots=%d\n", l->workers);
-    if (write_text(out->hostfile, line) != 0) return -1;
+    if (sched_write_text(out->hostfile, line) != 0) return -1;
     snprintf(out->np, sizeof out->np, "%d", l->workers);
     out->argv[n++] = (char *)(s->cfg.mpirun_path ? s->cfg.mpirun_path : "mpirun");
     if (geteuid() == 0) out->argv[n++] = "--allow-run-as-root";
@@ -551,6 +538,95 @@ static int spawn_limited(pid_t *pid, const sched_trainer_limit *limit,
   return posix_spawn(pid, "/bin/sh", fa, attr, wrapped, env);
 }
 
+void sched_conclude(sched *s, slot_run *slot, run *r, const job_limits *limits, int stopped,
+                    int status, const char *oom, const char *nomem_under) {
+  const store_job *job = &slot->job;
+  char msg[8192];
+  if (stopped == PUMP_LOST || stopped == PUMP_START_TIMEOUT) {
+    /* The infrastructure's failure, not the job's: max_restarts untouched. */
+    if (stopped == PUMP_LOST)
+      snprintf(msg, sizeof msg,
+               "agent %s of pool %s was lost (nothing heard for grace_s); the job resumes from "
+               "its newest checkpoint",
+               slot->lost_agent, s->pools[slot->pool].name);
+    else
+      snprintf(msg, sizeof msg,
+               "its hosts did not all start it within start_timeout_s (%d s); the job resumes "
+               "from its newest checkpoint",
+               s->pools[slot->pool].start_timeout_s);
+    sched_requeue(s, job, NULL, NULL, NULL, stopped == PUMP_LOST ? "AGENT_LOST" : "START_TIMEOUT",
+                  msg);
+  } else if (stopped == PUMP_SHUTDOWN) {
+    sched_requeue(s, job, NULL, NULL, NULL, "SERVER_SHUTDOWN",
+                  "kilnd stopped while the job ran; it runs again when kilnd starts");
+  } else if (stopped == PUMP_PREEMPTED) {
+    pthread_mutex_lock(&s->wake_lock);
+    int by = slot->preempted_by;
+    pthread_mutex_unlock(&s->wake_lock);
+    if (r->n_checkpoints > 0)
+      snprintf(msg, sizeof msg,
+               "a queued job of priority %d outranks this one (%d) and needs its devices; "
+               "checkpointed at step %lld",
+               by, job->priority, (long long)r->last_checkpoint_step);
+    else
+      snprintf(msg, sizeof msg,
+               "a queued job of priority %d outranks this one (%d) and needs its devices; it "
+               "wrote no checkpoint",
+               by, job->priority);
+    sched_requeue(s, job, "PREEMPTED", "PREEMPTED", msg, "REQUEUED",
+                  "waits to resume from its newest checkpoint");
+  } else if (stopped == PUMP_CANCELLED) {
+    sched_finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
+  } else if (stopped == PUMP_DEADLINE) {
+    snprintf(msg, sizeof msg, "stopped after running longer than max_runtime %d s",
+             limits->max_runtime_s);
+    sched_finish(s, job, "FAILED", "DEADLINE_EXCEEDED", msg);
+  } else if (stopped == PUMP_HUNG) {
+    /* A hang is the job's own (a deadlock, a stopped process), so it counts
+     * against max_restarts: a job that always hangs ends FAILED. */
+    snprintf(msg, sizeof msg,
+             "kiln-train wrote no progress for %d s (kilnd --trainer-heartbeat) and was killed; "
+             "see /v1/jobs/%s/logs",
+             s->cfg.heartbeat_s, job->id);
+    sched_fail_or_retry(s, job, limits, "TRAINER_UNRESPONSIVE", msg);
+  } else if (!r) {
+    sched_finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    completion_message(r, msg, sizeof msg);
+    sched_finish(s, job, "SUCCEEDED", "COMPLETED", msg);
+  } else if (oom[0]) {
+    sched_finish(s, job, "FAILED", "RESOURCE_EXHAUSTED", oom);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_STOPPED) {
+    /* SIGTERM from outside kilnd: kiln-train checkpointed and stopped, so
+     * a retry loses nothing. */
+    snprintf(msg, sizeof msg, "kiln-train was stopped by SIGTERM: %.700s", r->error_message);
+    sched_fail_or_retry(s, job, limits, "TRAINER_STOPPED", msg);
+  } else if (r->error_reason[0]) {
+    sched_finish(s, job, "FAILED", r->error_reason, r->error_message);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_NUMERIC) {
+    /* A numeric failure whose reason line was lost: a retry from the same
+     * checkpoint diverges again, so the job fails. */
+    snprintf(msg, sizeof msg,
+             "kiln-train exited with status 5: the loss or gradients became NaN or infinite; "
+             "see /v1/jobs/%s/logs",
+             job->id);
+    sched_finish(s, job, "FAILED", "NUMERIC_ERROR", msg);
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_NOMEM) {
+    snprintf(msg, sizeof msg,
+             "kiln-train ran out of memory (exit 7) under %s; see /v1/jobs/%s/logs", nomem_under,
+             job->id);
+    sched_finish(s, job, "FAILED", "RESOURCE_EXHAUSTED", msg);
+  } else if (WIFSIGNALED(status)) {
+    snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see /v1/jobs/%s/logs",
+             WTERMSIG(status), strsignal(WTERMSIG(status)), job->id);
+    sched_fail_or_retry(s, job, limits, "TRAINER_KILLED", msg);
+  } else {
+    snprintf(msg, sizeof msg, "kiln-train exited with status %d; see /v1/jobs/%s/logs",
+             WEXITSTATUS(status), job->id);
+    sched_fail_or_retry(s, job, limits, "TRAINER_EXITED", msg);
+  }
+}
+
 static void run_job(sched *s, slot_run *slot) {
   const store_job *job = &slot->job;
   char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
@@ -562,12 +638,16 @@ static void run_job(sched *s, slot_run *slot) {
   snprintf(spec_path, sizeof spec_path, "%s/spec.json", dir);
   snprintf(log_path, sizeof log_path, "%s/train.log", dir);
   snprintf(ckpt_dir, sizeof ckpt_dir, "%s/checkpoints", dir);
-  if (sched_mkdir_p(ckpt_dir) != 0 || write_text(spec_path, job->spec_json) != 0) {
+  if (sched_mkdir_p(ckpt_dir) != 0 || sched_write_text(spec_path, job->spec_json) != 0) {
     snprintf(msg, sizeof msg, "cannot prepare the job's folder on the server: %s", strerror(errno));
     sched_finish(s, job, "FAILED", "IO_ERROR", msg);
     return;
   }
 
+  if (s->pools[slot->pool].kind == SCHED_POOL_AGENTS) { /* on the hosts of its agents */
+    sched_run_remote(s, slot);
+    return;
+  }
   /* Its memory limit (and cores): its STARTED event says which kind applies. */
   const sched_pool *pool = &s->pools[slot->pool];
   const int gpu = strcmp(pool->device_type, "gpu") == 0;
@@ -596,7 +676,7 @@ static void run_job(sched *s, slot_run *slot) {
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  job_limits limits = limits_of(job);
+  job_limits limits = sched_job_limits(job);
   if (limits.workers > 0) { /* progress on stdout, the log on stderr */
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log_path, O_WRONLY | O_CREAT | O_APPEND,
                                      0600);
@@ -621,7 +701,7 @@ static void run_job(sched *s, slot_run *slot) {
   posix_spawnattr_setsigdefault(&attr, &defaults);
   char resume_path[600];
   int64_t resume_step = 0;
-  int resuming = resume_point(s, job, resume_path, sizeof resume_path, &resume_step);
+  int resuming = sched_resume_point(s, job, resume_path, sizeof resume_path, &resume_step);
   char *argv[] = {(char *)s->cfg.trainer_path,
                   "--spec",
                   spec_path,
@@ -702,7 +782,7 @@ static void run_job(sched *s, slot_run *slot) {
     r->limits.retention.monitor = r->limits.monitor;
     if (limits.max_runtime_s > 0)
       r->deadline_ms = sched_monotonic_ms() + (int64_t)limits.max_runtime_s * 1000;
-    stopped = pump(r, fds[0], pid);
+    stopped = sched_pump(r, fds[0], signal_group, &pid);
   }
   close(fds[0]);
   int status = 0;
@@ -711,80 +791,15 @@ static void run_job(sched *s, slot_run *slot) {
   const int oom_killed = sched_trainer_limit_oom_killed(&limit);
   sched_trainer_limit_release(&limit);
 
-  if (stopped == PUMP_SHUTDOWN) {
-    requeue(s, job, NULL, NULL, NULL, "SERVER_SHUTDOWN",
-            "kilnd stopped while the job ran; it runs again when kilnd starts");
-  } else if (stopped == PUMP_PREEMPTED) {
-    pthread_mutex_lock(&s->wake_lock);
-    int by = slot->preempted_by;
-    pthread_mutex_unlock(&s->wake_lock);
-    if (r->n_checkpoints > 0)
-      snprintf(msg, sizeof msg,
-               "a queued job of priority %d outranks this one (%d) and needs its devices; "
-               "checkpointed at step %lld",
-               by, job->priority, (long long)r->last_checkpoint_step);
-    else
-      snprintf(msg, sizeof msg,
-               "a queued job of priority %d outranks this one (%d) and needs its devices; it "
-               "wrote no checkpoint",
-               by, job->priority);
-    requeue(s, job, "PREEMPTED", "PREEMPTED", msg, "REQUEUED",
-            "waits to resume from its newest checkpoint");
-  } else if (stopped == PUMP_CANCELLED) {
-    sched_finish(s, job, "CANCELLED", "CANCELLED", "cancelled by a client while it ran");
-  } else if (stopped == PUMP_DEADLINE) {
-    snprintf(msg, sizeof msg, "stopped after running longer than max_runtime %d s",
-             limits.max_runtime_s);
-    sched_finish(s, job, "FAILED", "DEADLINE_EXCEEDED", msg);
-  } else if (stopped == PUMP_HUNG) {
-    /* A hang is the job's own (a deadlock, a stopped process), so it counts
-     * against max_restarts: a job that always hangs ends FAILED. */
-    snprintf(msg, sizeof msg,
-             "kiln-train wrote no progress for %d s (kilnd --trainer-heartbeat) and was killed; "
-             "see /v1/jobs/%s/logs",
-             s->cfg.heartbeat_s, job->id);
-    fail_or_retry(s, job, &limits, "TRAINER_UNRESPONSIVE", msg);
-  } else if (!r) {
-    sched_finish(s, job, "FAILED", "INTERNAL", "out of memory while reading progress");
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    completion_message(r, msg, sizeof msg);
-    sched_finish(s, job, "SUCCEEDED", "COMPLETED", msg);
-  } else if (oom_killed) {
-    snprintf(msg, sizeof msg,
+  char oom[600] = "";
+  if (oom_killed)
+    snprintf(oom, sizeof oom,
              "the kernel's OOM killer stopped kiln-train: it passed its cgroup's memory limit "
              "(%s) of %lld bytes (planned %lld bytes); see /v1/jobs/%s/logs",
              limit.v1 ? "memory.limit_in_bytes" : "memory.max", (long long)s->limits.memory_max,
              (long long)job->planned_memory_bytes, job->id);
-    sched_finish(s, job, "FAILED", "RESOURCE_EXHAUSTED", msg);
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_STOPPED) {
-    /* SIGTERM from outside kilnd: kiln-train checkpointed and stopped, so
-     * a retry loses nothing. */
-    snprintf(msg, sizeof msg, "kiln-train was stopped by SIGTERM: %.700s", r->error_message);
-    fail_or_retry(s, job, &limits, "TRAINER_STOPPED", msg);
-  } else if (r->error_reason[0]) {
-    sched_finish(s, job, "FAILED", r->error_reason, r->error_message);
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_NUMERIC) {
-    /* A numeric failure whose reason line was lost: a retry from the same
-     * checkpoint diverges again, so the job fails. */
-    snprintf(msg, sizeof msg,
-             "kiln-train exited with status 5: the loss or gradients became NaN or infinite; "
-             "see /v1/jobs/%s/logs",
-             job->id);
-    sched_finish(s, job, "FAILED", "NUMERIC_ERROR", msg);
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == TRAINER_EXIT_NOMEM) {
-    snprintf(msg, sizeof msg,
-             "kiln-train ran out of memory (exit 7) under %s; see /v1/jobs/%s/logs",
-             limit.kind == SCHED_LIMIT_NONE ? "no limit of its own" : "its limit", job->id);
-    sched_finish(s, job, "FAILED", "RESOURCE_EXHAUSTED", msg);
-  } else if (WIFSIGNALED(status)) {
-    snprintf(msg, sizeof msg, "kiln-train was killed by signal %d (%s); see /v1/jobs/%s/logs",
-             WTERMSIG(status), strsignal(WTERMSIG(status)), job->id);
-    fail_or_retry(s, job, &limits, "TRAINER_KILLED", msg);
-  } else {
-    snprintf(msg, sizeof msg, "kiln-train exited with status %d; see /v1/jobs/%s/logs",
-             WEXITSTATUS(status), job->id);
-    fail_or_retry(s, job, &limits, "TRAINER_EXITED", msg);
-  }
+  sched_conclude(s, slot, r, &limits, stopped, status, oom,
+                 limit.kind == SCHED_LIMIT_NONE ? "no limit of its own" : "its limit");
   free(r);
 }
 

@@ -29,7 +29,37 @@ typedef struct slot_run {
   int cancel;       /* a client asked to cancel it */
   int preempt;      /* a blocked job of higher priority needs its devices */
   int preempted_by; /* that job's priority */
+  /* agents pool: the hosts it runs on (owned, n_hosts), fixed at start */
+  int n_hosts;
+  struct sched_remote_host *hosts;
+  int lost;            /* the pass found one of its agents LOST */
+  char lost_agent[64]; /* that agent's name */
+  char lost_agent_id[32];
 } slot_run;
+
+/* One host of a remote run: an agent, the devices of it the run uses, and
+ * its ranks. */
+typedef struct sched_remote_host {
+  char agent_id[32], name[64], address[256];
+  int n_cores;
+  int cores[SCHED_MAX_DEVICES];
+  int rank_first;
+} sched_remote_host;
+
+/* An ONLINE agent of an agents pool, as the last pass read it. */
+typedef struct sched_host {
+  char agent_id[32], name[64], address[256];
+  int n_devices;
+} sched_host;
+
+/* A remote run's progress pipe, found by its allocation id (remote.c). */
+typedef struct sched_remote_entry {
+  struct sched_remote_entry *next;
+  char alloc_id[40];
+  int write_fd; /* -1 once the exit came (or the run gave up on it) */
+  int exited;   /* the exit came: status holds it as a wait status */
+  int status;
+} sched_remote_entry;
 
 /* What :explain says about a queued job, from the last pass. */
 typedef struct explain_row {
@@ -83,7 +113,84 @@ struct sched {
   /* the store's generation when experiments were last driven */
   uint64_t experiments_generation;
   int experiments_seen;
+  /* agents pools: their ONLINE agents as the last pass read them (the
+   * scheduler thread's; the pools' host counts are published under
+   * wake_lock) */
+  sched_host (*hosts)[SCHED_MAX_HOSTS]; /* (SCHED_MAX_POOLS) */
+  /* remote runs' progress pipes, guarded by remote_lock */
+  pthread_mutex_t remote_lock;
+  sched_remote_entry *remotes;
 };
+
+/* ---- one running job (runner.c; remote.c for a pool of agents) ---- */
+
+#define MAX_LINE         (64 * 1024)
+#define METRIC_BATCH     512
+#define MAX_METRIC_NAMES 64
+
+typedef struct job_limits {
+  int max_restarts, max_runtime_s;
+  store_retention retention;
+  char monitor[48];
+  int workers;    /* multi_worker, parameter_server: processes under mpirun; 0 = kiln-train alone */
+  int ps_servers; /* parameter_server: how many of those processes are servers */
+} job_limits;
+
+typedef struct run {
+  sched *s;
+  slot_run *slot;
+  const store_job *job;
+  store_metric pending[METRIC_BATCH];
+  int n_pending;
+  int64_t last_flush_ms;
+  char error_reason[48];
+  char error_message[512];
+  int64_t n_points, n_checkpoints;
+  int64_t deadline_ms; /* monotonic; 0 = no max_runtime */
+  job_limits limits;
+  int64_t last_checkpoint_step;
+  /* The newest value of each metric: what a checkpoint records, and what
+   * keep_best ranks it by. */
+  char metric_names[MAX_METRIC_NAMES][48];
+  double metric_values[MAX_METRIC_NAMES];
+  int n_metric_names;
+  /* remote (a pool of agents): the progress pipe is fed by HTTP requests */
+  int remote;
+  int64_t start_deadline_ms; /* monotonic: the first line is due by then; 0 = none */
+  int got_line, start_timed_out;
+  char alloc_id[40];
+} run;
+
+/* Why the pump stopped the trainer, if it did. */
+enum {
+  PUMP_ENDED = 0,
+  PUMP_SHUTDOWN = 1,
+  PUMP_CANCELLED = 2,
+  PUMP_DEADLINE = 3,
+  PUMP_PREEMPTED = 4,
+  PUMP_HUNG = 5,
+  PUMP_LOST = 6,         /* remote: a host's agent was LOST */
+  PUMP_START_TIMEOUT = 7 /* remote: no progress line within the pool's start_timeout_s */
+};
+
+/* Reads progress lines from fd until it closes (or, remote, the allocation
+ * is lost or never started), storing metrics and checkpoints; stops the
+ * trainer through signal_fn when the scheduler stops, the job is cancelled
+ * or preempted, or runs past max_runtime or its heartbeat. PUMP_*. */
+int sched_pump(run *r, int fd, void (*signal_fn)(void *ctx, int sig), void *signal_ctx);
+/* Ends the attempt as the pump's outcome and the trainer's wait status
+ * say (oom: a sentence when the OOM killer ended it, else ""; nomem_under:
+ * what limit an exit 7 ran under). */
+void sched_conclude(sched *s, slot_run *slot, run *r, const job_limits *limits, int stopped,
+                    int status, const char *oom, const char *nomem_under);
+job_limits sched_job_limits(const store_job *job);
+int sched_resume_point(sched *s, const store_job *job, char *path, size_t len, int64_t *step);
+int sched_write_text(const char *path, const char *text);
+/* Back to the queue for a reason that is not the job's (infra_restarts). */
+void sched_requeue(sched *s, const store_job *job, const char *via, const char *via_reason,
+                   const char *via_message, const char *reason, const char *message);
+void sched_fail_or_retry(sched *s, const store_job *job, const job_limits *l, const char *reason,
+                         const char *message);
 
 /* One log line (key=value fields) through the configured logger. */
 void sched_slog(sched *s, sched_log_level level, const char *fmt, ...)
@@ -102,5 +209,23 @@ int sched_cmp_explain(const void *a, const void *b);    /* explain rows by id */
  * searchers' decisions: trials started, promoted, stopped, experiments
  * ended (experiments.c). On the scheduler thread, before each pass. */
 void sched_experiments_drive(sched *s);
+
+/* ---- remote.c: pools of agents ---- */
+/* Before a pass: marks agents LOST past their pool's grace_s (their runs
+ * are told so), reads each agents pool's ONLINE agents and publishes what
+ * of them is free. */
+void sched_agents_refresh(sched *s);
+/* Picks the hosts and their devices of a run placed on an agents pool
+ * (spread: it may span hosts); 0, or -1 when they are not free after all. */
+int sched_remote_place(sched *s, slot_run *slot, int spread);
+/* A runner thread's attempt on remote hosts: its allocation, the start
+ * commands, the pump over the pipe HTTP feeds, and its end. */
+void sched_run_remote(sched *s, slot_run *slot);
+/* At start: allocations a previous kilnd left are ended, their hosts told
+ * to drop them (the jobs were re-queued). */
+void sched_remote_recover(sched *s);
+/* Whether a queued job may be gang-placed over hosts (multi_worker,
+ * parameter_server): reads its spec. */
+int sched_job_spreads(sched *s, const char *job_id);
 
 #endif

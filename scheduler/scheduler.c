@@ -116,6 +116,28 @@ int sched_cmp_explain(const void *a, const void *b) {
   return strcmp(((const explain_row *)a)->id, ((const explain_row *)b)->id);
 }
 
+/* "host-a: 1 of 2 cpu free, short 1; host-b: ...": what each host of an
+ * agents pool lacks for q (one host must have all of a job that does not
+ * spread). */
+static void explain_hosts(const sched *s, const sched_job_req *q, int pool_free, char *out,
+                          size_t len) {
+  const sched_pool *pool = &s->pools[q->pool];
+  size_t used = 0;
+  out[0] = '\0';
+  for (int h = 0; h < pool->n_hosts && used < len; h++) {
+    int free_now = pool->host_free[h];
+    int short_by = q->devices - free_now;
+    if (q->spread) short_by = q->devices - pool_free;
+    used += (size_t)snprintf(out + used, len - used, "%s%s: %d of %d %s free", h ? "; " : "",
+                             s->hosts[q->pool][h].name, free_now, pool->host_total[h],
+                             pool->device_type);
+    if (short_by > 0 && !q->spread && used < len)
+      used += (size_t)snprintf(out + used, len - used, ", short %d", short_by);
+  }
+  if (q->spread && used < len && q->devices > pool_free)
+    snprintf(out + used, len - used, "; together short %d", q->devices - pool_free);
+}
+
 /* Keeps what the pass decided about every queued job for :explain. */
 static void publish_explain(sched *s, const sched_pass *p) {
   explain_row *rows = p->n_queue ? malloc((size_t)p->n_queue * sizeof *rows) : NULL;
@@ -141,6 +163,9 @@ static void publish_explain(sched *s, const sched_pass *p) {
     }
     e->start_by_ms = q->start_by_ms;
     e->not_before_ms = q->not_before_ms;
+    e->spread = q->spread;
+    if (q->pool >= 0 && s->pools[q->pool].kind == SCHED_POOL_AGENTS)
+      explain_hosts(s, q, p->free_devices[q->pool], e->hosts, sizeof e->hosts);
   }
   if (rows) qsort(rows, (size_t)n, sizeof *rows, sched_cmp_explain);
   pthread_mutex_lock(&s->wake_lock);
@@ -168,6 +193,7 @@ static int reap(sched *s) {
     pthread_mutex_unlock(&s->wake_lock);
     pthread_join(slot->thread, NULL);
     store_job_clear(&slot->job);
+    free(slot->hosts);
     free(slot);
     reaped++;
     pthread_mutex_lock(&s->wake_lock);
@@ -178,7 +204,7 @@ static int reap(sched *s) {
 
 /* Claims a job the pass placed, takes the pool's first free devices and
  * starts its runner. */
-static void start_run(sched *s, const store_queued *q, int pool) {
+static void start_run(sched *s, const store_queued *q, int pool, int spread) {
   slot_run *slot = calloc(1, sizeof *slot);
   if (!slot) return;
   slot->s = s;
@@ -195,8 +221,19 @@ static void start_run(sched *s, const store_queued *q, int pool) {
   slot->end_by_ms = slot->job.max_runtime_s > 0
                         ? store_now_ms() + (int64_t)slot->job.max_runtime_s * 1000
                         : SCHED_NO_END;
+  if (p->kind == SCHED_POOL_AGENTS) { /* devices on its hosts, not here */
+    slot->n_slots = q->devices;
+    if (sched_remote_place(s, slot, spread) != 0) {
+      sched_finish(s, &slot->job, "QUEUED", "SCHEDULER_BUSY",
+                   "its hosts were no longer free when it was placed; the next pass tries again");
+      store_job_clear(&slot->job);
+      free(slot);
+      return;
+    }
+  }
   pthread_mutex_lock(&s->wake_lock);
-  for (int d = 0; d < p->n_devices && slot->n_slots < q->devices; d++) {
+  for (int d = 0; p->kind != SCHED_POOL_AGENTS && d < p->n_devices && slot->n_slots < q->devices;
+       d++) {
     int held = 0;
     for (int i = 0; i < s->n_runs && !held; i++) {
       const slot_run *other = s->runs[i];
@@ -225,6 +262,7 @@ static void start_run(sched *s, const store_queued *q, int pool) {
     sched_finish(s, &slot->job, "QUEUED", "SCHEDULER_BUSY",
                  "could not start a runner thread; the next pass tries again");
     store_job_clear(&slot->job);
+    free(slot->hosts);
     free(slot);
   }
 }
@@ -234,6 +272,7 @@ static void start_run(sched *s, const store_queued *q, int pool) {
  * not run). */
 static int pass(sched *s) {
   int n = 0;
+  sched_agents_refresh(s);
   if (store_job_queue_load(s->st, &s->queue, &n, &s->queue_cap) != STORE_OK) {
     sched_slog(s, SCHED_LOG_ERROR, "msg=\"cannot read the queue\" error=\"%s\"",
                store_errmsg(s->st));
@@ -257,6 +296,8 @@ static int pass(sched *s) {
     r->seq = q->seq;
     r->max_runtime_ms = (int64_t)q->max_runtime_s * 1000;
     r->not_before_ms = q->not_before_ms;
+    if (r->pool >= 0 && s->pools[r->pool].kind == SCHED_POOL_AGENTS)
+      r->spread = sched_job_spreads(s, q->id);
   }
   int64_t now = store_now_ms();
   if (s->n_tenants > 1 &&
@@ -304,7 +345,8 @@ static int pass(sched *s) {
   }
   pthread_mutex_unlock(&s->wake_lock);
   for (int i = 0; i < n; i++) {
-    if (s->reqs[i].wait == SCHED_START) start_run(s, &s->queue[i], s->reqs[i].pool);
+    if (s->reqs[i].wait == SCHED_START)
+      start_run(s, &s->queue[i], s->reqs[i].pool, s->reqs[i].spread);
   }
   if (p.n_preempted)
     sched_slog(s, SCHED_LOG_INFO, "msg=\"preempting\" jobs=%d queued=%d", p.n_preempted, n);
@@ -386,6 +428,7 @@ int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) 
   if (s->cfg.flush_interval_ms <= 0) s->cfg.flush_interval_ms = 250;
   if (s->cfg.poll_interval_ms <= 0) s->cfg.poll_interval_ms = 1000;
   pthread_mutex_init(&s->wake_lock, NULL);
+  pthread_mutex_init(&s->remote_lock, NULL);
   pthread_cond_init(&s->wake_cond, NULL);
   sched_inventory_detect(&s->inventory);
   s->n_pools = cfg->pools_path ? sched_pools_load(cfg->pools_path, &s->inventory, s->pools,
@@ -409,14 +452,17 @@ int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) 
                s->limits.kind == SCHED_LIMIT_RLIMIT ? "RLIMIT_AS" : "none",
                (long long)s->limits.memory_max, s->limits.why_not_cgroup);
   for (int k = 0; k < s->n_pools; k++) {
-    s->max_runs += s->pools[k].n_devices;
+    /* An agents pool's hosts come and go: room for a run on each device. */
+    s->max_runs +=
+        s->pools[k].kind == SCHED_POOL_AGENTS ? SCHED_MAX_DEVICES : s->pools[k].n_devices;
     s->stats.devices_total += s->pools[k].n_devices;
   }
+  s->hosts = calloc(SCHED_MAX_POOLS, sizeof *s->hosts);
   s->runs = calloc((size_t)s->max_runs + 1, sizeof *s->runs);
   s->running_slots = calloc((size_t)s->max_runs + 1, sizeof *s->running_slots);
   s->running_reqs = calloc((size_t)s->max_runs + 1, sizeof *s->running_reqs);
   s->planner = sched_planner_new();
-  if (!s->runs || !s->running_slots || !s->running_reqs || !s->planner) {
+  if (!s->runs || !s->running_slots || !s->running_reqs || !s->planner || !s->hosts) {
     snprintf(err, errlen, "scheduler: out of memory");
     sched_stop(s);
     return -1;
@@ -433,6 +479,7 @@ int sched_start(const sched_config *cfg, sched **out, char *err, size_t errlen) 
   }
   if (requeued)
     sched_slog(s, SCHED_LOG_WARN, "msg=\"re-queued jobs left unfinished\" count=%d", requeued);
+  sched_remote_recover(s);
   if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
     snprintf(err, errlen, "cannot start the scheduler thread");
     sched_stop(s);
@@ -471,5 +518,7 @@ void sched_stop(sched *s) {
   free(s->reqs);
   free(s->tenants);
   free(s->tenant_starts);
+  free(s->hosts);
+  pthread_mutex_destroy(&s->remote_lock);
   free(s);
 }

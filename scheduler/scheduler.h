@@ -113,6 +113,14 @@ int sched_check_fits(sched *s, const char *pool, const char *device_type, int de
 int sched_explain(sched *s, const char *job_id, const char *viewer_tenant, char *reason,
                   size_t reason_len, char *message, size_t message_len);
 
+/* Remote runs (pools of agents): progress lines the worker side posts for
+ * an allocation, fed to its runner as a local trainer's pipe is; and its
+ * exit (exit_code, or signal_no > 0), which ends the attempt as a local
+ * wait status does. 0, or -1 when no runner waits on that allocation
+ * (ended, or not this kilnd's). */
+int sched_remote_progress(sched *s, const char *alloc_id, const char *data, size_t len);
+int sched_remote_exit(sched *s, const char *alloc_id, int exit_code, int signal_no);
+
 /* Stops the thread. A running job's trainer gets SIGTERM (then SIGKILL after
  * a grace period) and the job goes back to QUEUED, to run again on the next
  * start. NULL is a no-op. */

@@ -256,6 +256,42 @@ static const char *const migrations[] = {
     ");"
     /* A poll: an agent's commands not yet done, past a seq. */
     "CREATE INDEX agent_commands_pending ON agent_commands(agent_id, seq) WHERE done_ms IS NULL;",
+    /* 11: allocations: one attempt of a job on remote hosts (agents), with
+     * the hash of its token (the worker side's only credential, for that
+     * allocation alone), its hosts with their ranks and cores, and the
+     * relays (Open MPI daemons a host runs for it, as an agent command).
+     * The job's infra_restarts column came with migration 7. */
+    "CREATE TABLE allocations ("
+    "  id TEXT PRIMARY KEY,"
+    "  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  attempt INTEGER NOT NULL,"
+    "  pool TEXT NOT NULL,"
+    "  token_sha256 TEXT NOT NULL UNIQUE,"
+    "  state TEXT NOT NULL," /* STARTING | RUNNING | ENDED */
+    "  reason TEXT NOT NULL DEFAULT '',"
+    "  create_ms INTEGER NOT NULL,"
+    "  end_ms INTEGER"
+    ");"
+    "CREATE INDEX allocations_state ON allocations(state);"
+    "CREATE INDEX allocations_job ON allocations(job_id);"
+    "CREATE TABLE allocation_hosts ("
+    "  alloc_id TEXT NOT NULL REFERENCES allocations(id) ON DELETE CASCADE,"
+    "  agent_id TEXT NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  address TEXT NOT NULL,"
+    "  rank_first INTEGER NOT NULL,"
+    "  ranks INTEGER NOT NULL,"
+    "  cores TEXT NOT NULL,"
+    "  PRIMARY KEY (alloc_id, agent_id)"
+    ");"
+    "CREATE INDEX allocation_hosts_agent ON allocation_hosts(agent_id);"
+    "CREATE TABLE relays ("
+    "  id TEXT PRIMARY KEY,"
+    "  alloc_id TEXT NOT NULL REFERENCES allocations(id) ON DELETE CASCADE,"
+    "  agent_id TEXT NOT NULL,"
+    "  seq INTEGER NOT NULL," /* the agent's exec command: its report holds the exit code */
+    "  create_ms INTEGER NOT NULL"
+    ");",
 };
 
 _Static_assert(sizeof migrations / sizeof migrations[0] == STORE_SCHEMA_VERSION,

@@ -23,7 +23,7 @@ enum {
 };
 
 /* Latest schema version this build knows; the database is migrated to it on open. */
-#define STORE_SCHEMA_VERSION 10
+#define STORE_SCHEMA_VERSION 11
 
 /* Opens (creating if needed) the database at path, sets WAL, foreign_keys=ON,
  * busy_timeout (5 s), synchronous=NORMAL, and applies pending migrations in
@@ -597,5 +597,57 @@ int store_command_get(store *s, const char *agent_id, int64_t seq,
  * STORE_NOT_FOUND when the agent has no such command. */
 int store_command_done(store *s, const char *agent_id, int64_t seq, int ok, const char *result_json,
                        int64_t now_ms, int *newly);
+
+/* ---- allocations: an attempt of a job on remote hosts (allocations.c) ---- */
+
+#define STORE_ALLOC_STARTING  "STARTING"
+#define STORE_ALLOC_RUNNING   "RUNNING"
+#define STORE_ALLOC_ENDED     "ENDED"
+#define STORE_ALLOC_MAX_HOSTS 64
+
+typedef struct store_alloc_host {
+  char agent_id[32];
+  char name[64];     /* the agent's name */
+  char address[256]; /* where its ranks reach it */
+  int rank_first, ranks;
+  char cores[256]; /* "0,1": the host's devices it uses */
+} store_alloc_host;
+
+typedef struct store_allocation {
+  char id[40]; /* "alloc-" and 16 hex digits */
+  char job_id[40];
+  int attempt;
+  char pool[32];
+  char state[12];  /* STORE_ALLOC_* */
+  char reason[48]; /* why it ended: COMPLETED, AGENT_LOST, START_TIMEOUT, ... */
+  int64_t create_ms, end_ms;
+  int n_hosts;
+  store_alloc_host *hosts; /* (n_hosts) in rank order, owned */
+} store_allocation;
+void store_allocation_clear(store_allocation *a); /* frees hosts; NULL is a no-op */
+void store_allocation_list_free(store_allocation *list, int n);
+/* Records a new allocation (state a->state, "" = STARTING) with its hosts
+ * and the hex SHA-256 of its token, in one transaction. */
+int store_allocation_add(store *s, const store_allocation *a, const char *token_sha256);
+/* By id, or by its token's hash; STORE_NOT_FOUND when none. */
+int store_allocation_get(store *s, const char *id, store_allocation *out);
+int store_allocation_by_token(store *s, const char *token_sha256, store_allocation *out);
+/* Every allocation not ENDED (with a host on agent_id; NULL = any), oldest
+ * first. *out malloc'd (store_allocation_list_free). */
+int store_allocations_unended(store *s, const char *agent_id, store_allocation **out, int *n);
+/* STARTING -> RUNNING (its first progress line came); no-op otherwise. */
+int store_allocation_running(store *s, const char *id);
+/* Ends the allocation for reason; with drop, a `drop` command goes to each
+ * of its hosts but except_agent (NULL = all) in the same transaction.
+ * *ended (may be NULL) 0 when it had ended already (nothing done). */
+int store_allocation_end(store *s, const char *id, const char *reason, const char *except_agent,
+                         int drop, int *ended);
+/* A relay: an Open MPI daemon an allocation's host runs, as command seq of
+ * agent_id. */
+int store_relay_add(store *s, const char *id, const char *alloc_id, const char *agent_id,
+                    int64_t seq);
+/* STORE_NOT_FOUND unless the relay is the allocation's. */
+int store_relay_get(store *s, const char *alloc_id, const char *id, char agent_id[32],
+                    int64_t *seq);
 
 #endif
