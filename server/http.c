@@ -60,9 +60,10 @@ typedef struct request_ctx {
   char *body;
   size_t len, cap;
   struct timespec started;
-  http_upload *upload; /* POST /v1/datasets: streamed to disk, not to body */
-  int answered;        /* a response was queued before the body was read */
-  http_parked parked;  /* while the handler waits */
+  http_upload *upload;    /* POST /v1/datasets: streamed to disk, not to body */
+  http_ckpt_upload *ckpt; /* PUT /v1/allocations/{alloc}/checkpoints/{step}: the same */
+  int answered;           /* a response was queued before the body was read */
+  http_parked parked;     /* while the handler waits */
 } request_ctx;
 
 /* A stream's reader state; parks its connection when it has nothing new. */
@@ -198,6 +199,9 @@ static enum MHD_Result send_response(http_server *srv, struct MHD_Connection *c,
   MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
   if (res->etag) MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, res->etag);
   if (res->csp) MHD_add_response_header(r, "Content-Security-Policy", res->csp);
+  for (int i = 0; i < 2; i++)
+    if (res->header_names[i])
+      MHD_add_response_header(r, res->header_names[i], res->header_values[i]);
   enum MHD_Result ok = MHD_queue_response(c, (unsigned)res->status, r);
   MHD_destroy_response(r);
   return ok;
@@ -290,6 +294,11 @@ static enum MHD_Result on_headers(http_server *srv, struct MHD_Connection *c, co
     if (http_upload_begin(&srv->cfg, &ctx->req.who, c, &ctx->upload, &res) == 0) return MHD_YES;
     return answer(srv, ctx, c, &res);
   }
+  if (ctx->handler == http_put_allocation_checkpoint) {
+    http_response res = {.status = 500};
+    if (http_ckpt_upload_begin(&srv->cfg, &ctx->req, &ctx->ckpt, &res) == 0) return MHD_YES;
+    return answer(srv, ctx, c, &res);
+  }
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body_bytes) {
     http_response res = {.status = 500};
@@ -318,6 +327,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     http_response res = {.status = 500};
     http_upload_finish(&srv->cfg, ctx->upload, &res);
+    if (res.status == 413) return answer_and_close(srv, ctx, c, &res);
+    return answer(srv, ctx, c, &res);
+  }
+  if (ctx->ckpt) {
+    if (*upload_data_size > 0) {
+      int rc = http_ckpt_upload_write(&srv->cfg, ctx->ckpt, upload_data, *upload_data_size);
+      *upload_data_size = 0;
+      if (rc == 0) return MHD_YES;
+    }
+    http_response res = {.status = 500};
+    http_ckpt_upload_finish(&srv->cfg, ctx->ckpt, &res);
     if (res.status == 413) return answer_and_close(srv, ctx, c, &res);
     return answer(srv, ctx, c, &res);
   }
@@ -373,6 +393,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
       http_waker_release(srv->cfg.waker, key);
     }
     http_upload_free(ctx->upload);
+    http_ckpt_upload_free(ctx->ckpt);
     free(ctx->early.body);
     free(ctx->body);
     free(ctx);

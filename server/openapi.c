@@ -102,6 +102,18 @@ static const op_doc op_docs[] = {
      "AgentCommands", "400 403 404 503"},
     {"POST", "/v1/agents/{agent}/commands/{seq}:done", "reportAgentCommand", "agents", "",
      "AgentCommandReport", "AgentCommandDone", "400 403 404"},
+    {"POST", "/v1/allocations/{alloc}/progress", "postAllocationProgress", "allocations", "",
+     "text/plain", "Empty", "403 409"},
+    {"PUT", "/v1/allocations/{alloc}/checkpoints/{step}", "putAllocationCheckpoint", "allocations",
+     "sha256", "application/octet-stream", "CheckpointUpload", "400 403"},
+    {"GET", "/v1/allocations/{alloc}/resume", "getAllocationResume", "allocations", "", NULL,
+     "application/octet-stream", "403 404"},
+    {"POST", "/v1/allocations/{alloc}/exit", "postAllocationExit", "allocations", "",
+     "AllocationExit", "Empty", "400 403 409"},
+    {"POST", "/v1/allocations/{alloc}/relay", "postAllocationRelay", "allocations", "",
+     "RelayRequest", "Relay", "400 403"},
+    {"GET", "/v1/allocations/{alloc}/relay/{relay}:wait", "waitAllocationRelay", "allocations",
+     "timeout", NULL, "RelayWaitResult", "400 403 404"},
 };
 
 typedef struct param_doc {
@@ -174,6 +186,8 @@ static const param_doc param_docs[] = {
      "'example':'30s'}",
      "With no command to deliver, wait this long for one (at most 300s); the poll is a "
      "heartbeat while it waits."},
+    {"sha256", "sha256", "query", 1, "{'type':'string','pattern':'^[0-9a-f]{64}$'}",
+     "The hex SHA-256 of the body: a file that does not match is not kept (400)."},
 };
 
 typedef struct error_doc {
@@ -226,6 +240,9 @@ static const struct {
     {"agents",
      "kiln-agents on worker hosts: registration, the command long poll and its reports (an "
      "agent token), and the list of agents with their devices (admins)."},
+    {"allocations",
+     "The worker side of one attempt on remote hosts, with that allocation's token only: "
+     "progress, checkpoints, resume, exit and the Open MPI relay."},
     {"operations",
      "Health, readiness, Prometheus metrics (an admin token unless --metrics-auth public) and "
      "this document."},
@@ -358,7 +375,7 @@ static json_t *operation(const http_route *r, const op_doc *d, char *err, size_t
   json_object_set_new(responses, "200",
                       json_pack("{s:s, s:o}", "description", "OK", "content", content_of(d->ok)));
   int rc = 0;
-  if (!r->public_route) rc |= add_error(responses, 401);
+  if (r->public_route != HTTP_ROUTE_PUBLIC) rc |= add_error(responses, 401);
   for (const char *p = d->errors; *p; p += strcspn(p, " "), p += *p == ' ')
     rc |= add_error(responses, atoi(p));
   if (http_route_blocks(r)) rc |= add_error(responses, 429);
@@ -367,7 +384,9 @@ static json_t *operation(const http_route *r, const op_doc *d, char *err, size_t
   json_object_set_new(op, "responses", responses);
   /* /metrics takes an admin token unless kilnd runs --metrics-auth public:
    * bearerAuth, or nothing. */
-  if (r->public_route && strcmp(r->pattern, "/metrics") == 0)
+  if (r->public_route == HTTP_ROUTE_ALLOCATION)
+    json_object_set_new(op, "security", json_pack("[{s:[]}]", "allocationToken"));
+  else if (r->public_route && strcmp(r->pattern, "/metrics") == 0)
     json_object_set_new(op, "security", json_pack("[{s:[]}, {}]", "bearerAuth"));
   else if (r->public_route)
     json_object_set_new(op, "security", json_array());
@@ -406,8 +425,12 @@ static json_t *components(char *err, size_t errlen) {
                                   content_of("Error")));
   json_t *bearer = json_pack("{s:s, s:s, s:s}", "type", "http", "scheme", "bearer", "description",
                              "A token from 'kilnd token create'; each token is bound to a tenant.");
-  return json_pack("{s:o, s:o, s:{s:o}}", "schemas", schemas, "responses", responses,
-                   "securitySchemes", "bearerAuth", bearer);
+  json_t *alloc = json_pack("{s:s, s:s, s:s}", "type", "http", "scheme", "bearer", "description",
+                            "An allocation's token (kiln_a_...), handed to its hosts' agents in "
+                            "the start command: it authorizes that allocation only, until it "
+                            "ends.");
+  return json_pack("{s:o, s:o, s:{s:o, s:o}}", "schemas", schemas, "responses", responses,
+                   "securitySchemes", "bearerAuth", bearer, "allocationToken", alloc);
 }
 
 json_t *http_openapi_document(char *err, size_t errlen) {

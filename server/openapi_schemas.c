@@ -295,6 +295,26 @@ static const http_openapi_text schemas[] = {
      "'properties':{'traceEvents':{'type':'array','items':{'type':'object'}}}}"},
     {"OpenApiDocument", "{'type':'object','description':'This document (OpenAPI 3.0.3).'}"},
 
+    /* ---- the worker side of an allocation (allocations.c) ---- */
+    {"CheckpointUpload",
+     "{'type':'object','required':['path','bytes','sha256'],'description':'Where kilnd keeps an "
+     "uploaded checkpoint: the path a progress line names it by.','properties':{'path':{'type':"
+     "'string'},'bytes':{'type':'integer'},'sha256':{'type':'string','pattern':'^[0-9a-f]{64}$'}}}"},
+    {"AllocationExit",
+     "{'type':'object','description':'How the trainer ended: exit_code or signal, one of the two.',"
+     "'properties':{'exit_code':{'type':'integer','minimum':0,'maximum':255},'signal':{'type':"
+     "'integer','minimum':1,'maximum':64},'host':{'type':'string'},'message':{'type':'string'}}}"},
+    {"RelayRequest",
+     "{'type':'object','required':['host','argv'],'description':'Open MPI asks a host of the "
+     "allocation to run its daemon.','properties':{'host':{'type':'string','description':'An "
+     "agent name of the allocation.'},'argv':{'type':'array','minItems':1,'items':{'type':"
+     "'string'},'description':'argv[0] is orted or prted (a path to one).'}}}"},
+    {"Relay",
+     "{'type':'object','required':['relay'],'properties':{'relay':{'type':'string'}}}"},
+    {"RelayWaitResult",
+     "{'type':'object','required':['done'],'properties':{'done':{'type':'boolean'},'exit_code':{"
+     "'type':'integer'}}}"},
+
     /* ---- the job spec (api/spec.c; docs/spec.md has every rule) ---- */
     {"JobSpec",
      "{'type':'object','description':'A training job: model, data, loss and optimizer. Unknown "

@@ -98,6 +98,20 @@ static const http_route routes[] = {
      "heartbeat."},
     {"POST", "/v1/agents/{agent}/commands/{seq}:done", http_agent_command_done, 0,
      "Report a command carried out (ok, error, exit_code); a repeated report changes nothing."},
+    {"POST", "/v1/allocations/{alloc}/progress", http_post_allocation_progress,
+     HTTP_ROUTE_ALLOCATION,
+     "Progress lines of an allocation's trainer (its token only), fed to its runner in order."},
+    {"PUT", "/v1/allocations/{alloc}/checkpoints/{step}", http_put_allocation_checkpoint,
+     HTTP_ROUTE_ALLOCATION,
+     "Upload a checkpoint file (sha256=HEX, checked); recorded when its progress line arrives."},
+    {"GET", "/v1/allocations/{alloc}/resume", http_get_allocation_resume, HTTP_ROUTE_ALLOCATION,
+     "The checkpoint the allocation resumes from (X-Kiln-Sha256, X-Kiln-Step); 404 when none."},
+    {"POST", "/v1/allocations/{alloc}/exit", http_post_allocation_exit, HTTP_ROUTE_ALLOCATION,
+     "How the allocation's trainer ended (exit_code or signal): ends the attempt."},
+    {"POST", "/v1/allocations/{alloc}/relay", http_post_allocation_relay, HTTP_ROUTE_ALLOCATION,
+     "Have a host of a multi-host allocation run Open MPI's daemon (orted, prted) for it."},
+    {"GET", "/v1/allocations/{alloc}/relay/{relay}:wait", http_wait_allocation_relay,
+     HTTP_ROUTE_ALLOCATION, "Block until a relayed daemon has ended or timeout (e.g. 30s) passes."},
 };
 
 const http_route *http_routes(int *n) {
@@ -175,6 +189,10 @@ http_handler http_route_request(const http_config *cfg, http_request *req, http_
   const http_route *r =
       http_route_find(req->method, req->path, req->params, allowed, sizeof allowed);
   if (r) {
+    if (r->public_route == HTTP_ROUTE_ALLOCATION) {
+      if (http_authenticate_allocation(cfg, req, res) != 0) return NULL;
+      return r->handler;
+    }
     if (!r->public_route && http_authenticate(cfg, req, res) != 0) return NULL;
     if (!r->public_route && req->who.agent && !http_route_for_agents(r)) {
       http_reply_status(res, 403, "PERMISSION_DENIED", "role",

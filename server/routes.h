@@ -15,9 +15,15 @@ typedef struct http_route {
   const char *method;
   const char *pattern; /* "/v1/jobs/{job}:cancel": {name} is one path segment */
   http_handler handler;
-  int public_route; /* answered without a token */
+  int public_route; /* HTTP_ROUTE_*: 1 answered without a token */
   const char *summary;
 } http_route;
+
+/* Who may call a route: a user or admin token, anyone, or the worker side
+ * of one allocation with that allocation's token. */
+#define HTTP_ROUTE_TOKEN      0
+#define HTTP_ROUTE_PUBLIC     1
+#define HTTP_ROUTE_ALLOCATION 2
 
 /* The router's table, in matching order; openapi.json is made from it. */
 const http_route *http_routes(int *n);
@@ -204,6 +210,13 @@ void http_poll_agent_commands(const http_config *cfg, http_request *req, http_re
 void http_agent_command_done(const http_config *cfg, http_request *req, http_response *res);
 /* The Agent resource (its devices parsed from the stored JSON). */
 json_t *http_agent_json(const store_agent *a);
+/* allocations.c: the worker side of an allocation (its token only) */
+void http_post_allocation_progress(const http_config *cfg, http_request *req, http_response *res);
+void http_put_allocation_checkpoint(const http_config *cfg, http_request *req, http_response *res);
+void http_get_allocation_resume(const http_config *cfg, http_request *req, http_response *res);
+void http_post_allocation_exit(const http_config *cfg, http_request *req, http_response *res);
+void http_post_allocation_relay(const http_config *cfg, http_request *req, http_response *res);
+void http_wait_allocation_relay(const http_config *cfg, http_request *req, http_response *res);
 /* openapi.c */
 void http_openapi(const http_config *cfg, http_request *req, http_response *res);
 

@@ -117,6 +117,9 @@ typedef struct http_request {
   http_principal who;
   char params[HTTP_MAX_PARAMS][128]; /* path parameters in pattern order: {job}, {checkpoint} */
   int admitted; /* counted among who.tenant's blocking requests until it ends */
+  /* An allocation route: the allocation its token names (path parameter 0). */
+  char alloc_job[40];
+  int alloc_attempt;
 } http_request;
 
 /* A streamed body: called again and again for the next bytes. Returns how
@@ -140,6 +143,9 @@ typedef struct http_response {
   const char *etag;          /* sent as ETag when set */
   const char *cache_control; /* NULL = "no-store" */
   const char *csp;           /* Content-Security-Policy, when set */
+  /* Up to two more headers ("X-Kiln-Sha256"), each sent when its name is set. */
+  const char *header_names[2];
+  char header_values[2][96];
   /* A handler that cannot answer yet sets park (and nothing else): the
    * request is suspended, holding no thread, until the store changes,
    * park_until_ms (http_monotonic_ms) passes or the server stops; then the
@@ -157,6 +163,12 @@ const char *http_header(const http_request *req, const char *key);
  * the default tenant's admin, if it is no cross-site or rebound one
  * (else 403 or 415 in res). */
 int http_authenticate(const http_config *cfg, http_request *req, http_response *res);
+
+/* For a route of the worker side (/v1/allocations/{alloc}/...): the bearer
+ * must be the token of that very allocation, and it must not have ENDED;
+ * fills req->alloc_job. 0, or -1 having answered 401 (not an allocation's
+ * token) or 403 (another allocation's, or one that ended). */
+int http_authenticate_allocation(const http_config *cfg, http_request *req, http_response *res);
 
 /* 1 once the server is stopping: parked requests (:wait, streams) answer. */
 int http_stopping(const http_config *cfg);
@@ -235,6 +247,20 @@ void http_remove_tree(const char *dir);
  * or mid-plan (".plan-") left. Returns how many. */
 #include <time.h>
 int http_sweep_stale(const char *dir, const char *prefix, time_t before);
+
+/* ---- allocations.c: a checkpoint a worker uploads, streamed to disk ---- */
+typedef struct http_ckpt_upload http_ckpt_upload;
+/* PUT /v1/allocations/{alloc}/checkpoints/{step}?sha256=HEX, after its
+ * token was checked: begin (0, or -1 with res filled and the body never
+ * read), write each chunk (-1 once past max_upload_bytes), finish (the
+ * file fsync'd and renamed into the job's checkpoints folder when its
+ * sha256 matches; res filled), free (removes what was not kept). */
+int http_ckpt_upload_begin(const http_config *cfg, const http_request *req, http_ckpt_upload **out,
+                           http_response *res);
+int http_ckpt_upload_write(const http_config *cfg, http_ckpt_upload *u, const char *data,
+                           size_t len);
+void http_ckpt_upload_finish(const http_config *cfg, http_ckpt_upload *u, http_response *res);
+void http_ckpt_upload_free(http_ckpt_upload *u);
 
 /* ---- cache.c: what the store has not changed since it was read ---- */
 

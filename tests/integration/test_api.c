@@ -581,6 +581,12 @@ static void openapi_and_router_agree(void **state) {
       "GET /v1/agents/{agent}",
       "GET /v1/agents/{agent}/commands",
       "POST /v1/agents/{agent}/commands/{seq}:done",
+      "POST /v1/allocations/{alloc}/progress",
+      "PUT /v1/allocations/{alloc}/checkpoints/{step}",
+      "GET /v1/allocations/{alloc}/resume",
+      "POST /v1/allocations/{alloc}/exit",
+      "POST /v1/allocations/{alloc}/relay",
+      "GET /v1/allocations/{alloc}/relay/{relay}:wait",
   };
   size_t n_expected = sizeof expected / sizeof expected[0];
   json_t *doc;

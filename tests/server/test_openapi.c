@@ -199,6 +199,11 @@ static void public_routes_need_no_token_and_the_others_a_bearer_token(void **sta
           !json_object_get(json_array_get(security, 0), "bearerAuth") ||
           json_object_size(json_array_get(security, 1)) != 0)
         fail_msg("GET /metrics must have security [{bearerAuth: []}, {}]");
+    } else if (routes[i].public_route == HTTP_ROUTE_ALLOCATION) {
+      /* The worker side of an allocation: that allocation's token only. */
+      json_t *requirement = json_array_get(security, 0);
+      if (json_array_size(security) != 1 || !json_object_get(requirement, "allocationToken"))
+        fail_msg("%s %s must need allocationToken", routes[i].method, routes[i].pattern);
     } else if (routes[i].public_route) {
       if (!json_is_array(security) || json_array_size(security) != 0)
         fail_msg("public %s %s must have security []", routes[i].method, routes[i].pattern);
