@@ -287,7 +287,7 @@ static char *start_payload(sched *s, const slot_run *slot, int h, const char *al
   json_object_set_new(o, "job", json_string(slot->job.id));
   json_object_set_new(o, "attempt", json_integer(slot->job.attempt));
   json_object_set_new(o, "spec", spec ? spec : json_object());
-  const char *dataset = spec ? json_string_value(json_object_get(spec, "dataset")) : NULL;
+  const char *dataset = json_string_value(json_object_get(json_object_get(spec, "dataset"), "name"));
   if (dataset && dataset[0]) {
     store_dataset d;
     char sha[65] = "";

@@ -148,6 +148,15 @@ int http_ckpt_upload_begin(const http_config *cfg, const http_request *req, http
                       "sha256 must be the file's SHA-256 as 64 hex digits");
     return -1;
   }
+  /* A checkpoint is two files: the weights, and the training state kiln-train
+   * resumes with beside them (the same name, .state). */
+  const char *part = http_query(req, "part");
+  if (part && strcmp(part, "weights") != 0 && strcmp(part, "state") != 0) {
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "part",
+                      "part must be weights (the default) or state, got '%.40s'", part);
+    return -1;
+  }
+  const int state = part && strcmp(part, "state") == 0;
   http_ckpt_upload *u = calloc(1, sizeof *u);
   if (!u) {
     http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
@@ -158,8 +167,8 @@ int http_ckpt_upload_begin(const http_config *cfg, const http_request *req, http
   lower_hex(u->want);
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/%s/checkpoints", cfg->jobs_dir, req->alloc_job);
-  snprintf(u->final_path, sizeof u->final_path, "%s/remote-a%d-step-%lld.safetensors", dir,
-           req->alloc_attempt, step);
+  snprintf(u->final_path, sizeof u->final_path, "%s/remote-a%d-step-%lld.%s", dir,
+           req->alloc_attempt, step, state ? "state" : "safetensors");
   snprintf(u->tmp_path, sizeof u->tmp_path, "%s/.upload-XXXXXX", dir);
   u->fd = mkostemp(u->tmp_path, O_CLOEXEC);
   if (u->fd < 0) {
@@ -194,7 +203,23 @@ int http_ckpt_upload_write(const http_config *cfg, http_ckpt_upload *u, const ch
   return 0;
 }
 
+/* A refused upload's file goes before the answer does: a client that reads
+ * the answer never finds it. */
+static void discard(http_ckpt_upload *u) {
+  if (u->fd >= 0) close(u->fd);
+  u->fd = -1;
+  if (u->tmp_path[0]) unlink(u->tmp_path);
+  u->tmp_path[0] = '\0';
+}
+
+static void finish(const http_config *cfg, http_ckpt_upload *u, http_response *res);
+
 void http_ckpt_upload_finish(const http_config *cfg, http_ckpt_upload *u, http_response *res) {
+  finish(cfg, u, res);
+  if (res->status != 200) discard(u);
+}
+
+static void finish(const http_config *cfg, http_ckpt_upload *u, http_response *res) {
   if (u->too_large) {
     http_reply_status(res, 413, "RESOURCE_EXHAUSTED", "body",
                       "the checkpoint is larger than the %zu-byte limit (--max-upload-bytes)",
@@ -240,8 +265,7 @@ void http_ckpt_upload_finish(const http_config *cfg, http_ckpt_upload *u, http_r
 
 void http_ckpt_upload_free(http_ckpt_upload *u) {
   if (!u) return;
-  if (u->fd >= 0) close(u->fd);
-  if (u->tmp_path[0]) unlink(u->tmp_path);
+  discard(u);
   free(u);
 }
 
@@ -259,10 +283,28 @@ void http_get_allocation_resume(const http_config *cfg, http_request *req, http_
     http_reply_store_failure(res, cfg->st);
     return;
   }
+  const char *part = http_query(req, "part");
+  if (part && strcmp(part, "weights") != 0 && strcmp(part, "state") != 0) {
+    store_checkpoint_list_free(list, n);
+    http_reply_status(res, 400, "INVALID_ARGUMENT", "part",
+                      "part must be weights (the default) or state, got '%.40s'", part);
+    return;
+  }
+  const int state = part && strcmp(part, "state") == 0;
   int found = 0;
   for (int i = n - 1; i >= 0 && !found; i--) { /* the newest whose file is still there */
-    if (http_reply_file(res, list[i].path, "application/octet-stream") != 0) continue;
-    res->header_names[0] = "X-Kiln-Sha256";
+    char path[sizeof list[i].path + 16];
+    snprintf(path, sizeof path, "%s", list[i].path);
+    size_t len = strlen(path);
+    static const char ext[] = ".safetensors";
+    if (state && len >= sizeof ext - 1 && strcmp(path + len - (sizeof ext - 1), ext) == 0)
+      snprintf(path + len - (sizeof ext - 1), sizeof path - (len - (sizeof ext - 1)), ".state");
+    else if (state)
+      snprintf(path + len, sizeof path - len, ".state");
+    if (access(list[i].path, R_OK) != 0 ||
+        http_reply_file(res, path, "application/octet-stream") != 0)
+      continue;
+    res->header_names[0] = "X-Kiln-Sha256"; /* the weights' (the state file checks itself) */
     snprintf(res->header_values[0], sizeof res->header_values[0], "%s", list[i].sha256);
     res->header_names[1] = "X-Kiln-Step";
     snprintf(res->header_values[1], sizeof res->header_values[1], "%lld", (long long)list[i].step);

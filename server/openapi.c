@@ -105,8 +105,8 @@ static const op_doc op_docs[] = {
     {"POST", "/v1/allocations/{alloc}/progress", "postAllocationProgress", "allocations", "",
      "text/plain", "Empty", "403 409"},
     {"PUT", "/v1/allocations/{alloc}/checkpoints/{step}", "putAllocationCheckpoint", "allocations",
-     "sha256", "application/octet-stream", "CheckpointUpload", "400 403"},
-    {"GET", "/v1/allocations/{alloc}/resume", "getAllocationResume", "allocations", "", NULL,
+     "sha256 part", "application/octet-stream", "CheckpointUpload", "400 403"},
+    {"GET", "/v1/allocations/{alloc}/resume", "getAllocationResume", "allocations", "part", NULL,
      "application/octet-stream", "403 404"},
     {"POST", "/v1/allocations/{alloc}/exit", "postAllocationExit", "allocations", "",
      "AllocationExit", "Empty", "400 403 409"},
@@ -188,6 +188,9 @@ static const param_doc param_docs[] = {
      "heartbeat while it waits."},
     {"sha256", "sha256", "query", 1, "{'type':'string','pattern':'^[0-9a-f]{64}$'}",
      "The hex SHA-256 of the body: a file that does not match is not kept (400)."},
+    {"part", "part", "query", 0, "{'type':'string','enum':['weights','state'],'default':'weights'}",
+     "Which file of a checkpoint: its weights (safetensors) or the training state kiln-train "
+     "resumes with beside them."},
 };
 
 typedef struct error_doc {
