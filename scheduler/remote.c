@@ -287,7 +287,8 @@ static char *start_payload(sched *s, const slot_run *slot, int h, const char *al
   json_object_set_new(o, "job", json_string(slot->job.id));
   json_object_set_new(o, "attempt", json_integer(slot->job.attempt));
   json_object_set_new(o, "spec", spec ? spec : json_object());
-  const char *dataset = json_string_value(json_object_get(json_object_get(spec, "dataset"), "name"));
+  const char *dataset =
+      json_string_value(json_object_get(json_object_get(spec, "dataset"), "name"));
   if (dataset && dataset[0]) {
     store_dataset d;
     char sha[65] = "";
@@ -464,8 +465,10 @@ void sched_run_remote(sched *s, slot_run *slot) {
     snprintf(r->alloc_id, sizeof r->alloc_id, "%s", a.id);
     stopped = sched_pump(r, fds[0], signal_hosts, &rs);
   }
-  entry_remove(s, &entry);
+  /* The read end first: a request still writing gets EPIPE, not a wait on
+   * a pipe nobody drains, and lets go of remote_lock. */
   close(fds[0]);
+  entry_remove(s, &entry);
   pthread_mutex_lock(&s->wake_lock);
   const int lost = slot->lost;
   char lost_agent_id[32];
