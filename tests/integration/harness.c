@@ -47,6 +47,8 @@ static long perform(const char *base_url, const char *authorization, const char 
   if (extra_header) headers = curl_slist_append(headers, extra_header);
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  /* A HEAD answer's Content-Length describes a body that never comes. */
+  if (strcmp(method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, it_on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
