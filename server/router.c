@@ -106,6 +106,11 @@ static const http_route routes[] = {
      "Upload a checkpoint file (sha256=HEX, checked); recorded when its progress line arrives."},
     {"GET", "/v1/allocations/{alloc}/resume", http_get_allocation_resume, HTTP_ROUTE_ALLOCATION,
      "The checkpoint the allocation resumes from (X-Kiln-Sha256, X-Kiln-Step); 404 when none."},
+    {"GET", "/v1/allocations/{alloc}/dataset", http_get_allocation_dataset, HTTP_ROUTE_ALLOCATION,
+     "The job's data set as a tar stream to unpack where kiln-train reads it "
+     "(X-Kiln-Content-Sha256: the stream's SHA-256)."},
+    {"HEAD", "/v1/allocations/{alloc}/dataset", http_get_allocation_dataset, HTTP_ROUTE_ALLOCATION,
+     "The data set's X-Kiln-Content-Sha256 alone, to look in a cache."},
     {"POST", "/v1/allocations/{alloc}/exit", http_post_allocation_exit, HTTP_ROUTE_ALLOCATION,
      "How the allocation's trainer ended (exit_code or signal): ends the attempt."},
     {"POST", "/v1/allocations/{alloc}/relay", http_post_allocation_relay, HTTP_ROUTE_ALLOCATION,

@@ -214,6 +214,8 @@ json_t *http_agent_json(const store_agent *a);
 void http_post_allocation_progress(const http_config *cfg, http_request *req, http_response *res);
 void http_put_allocation_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_get_allocation_resume(const http_config *cfg, http_request *req, http_response *res);
+/* alloc_dataset.c: GET and HEAD */
+void http_get_allocation_dataset(const http_config *cfg, http_request *req, http_response *res);
 void http_post_allocation_exit(const http_config *cfg, http_request *req, http_response *res);
 void http_post_allocation_relay(const http_config *cfg, http_request *req, http_response *res);
 void http_wait_allocation_relay(const http_config *cfg, http_request *req, http_response *res);

@@ -584,6 +584,8 @@ static void openapi_and_router_agree(void **state) {
       "POST /v1/allocations/{alloc}/progress",
       "PUT /v1/allocations/{alloc}/checkpoints/{step}",
       "GET /v1/allocations/{alloc}/resume",
+      "GET /v1/allocations/{alloc}/dataset",
+      "HEAD /v1/allocations/{alloc}/dataset",
       "POST /v1/allocations/{alloc}/exit",
       "POST /v1/allocations/{alloc}/relay",
       "GET /v1/allocations/{alloc}/relay/{relay}:wait",

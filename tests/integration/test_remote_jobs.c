@@ -180,24 +180,59 @@ static char *upload(const char *alloc, const char *token, long long step, const 
   return server_path;
 }
 
+/* Fetches url_path with the token into file (curl's -I for HEAD), and the
+ * value of one response header; the HTTP status. */
+static long fetch(const char *token, const char *method, const char *url_path, const char *file,
+                  const char *header, char *value, size_t value_len) {
+  char headers_file[600], cmd[2048], out[256];
+  snprintf(headers_file, sizeof headers_file, "%s.headers", file);
+  snprintf(cmd, sizeof cmd,
+           "curl -s %s -o '%s' -D '%s' -w '%%{http_code}' -H 'Authorization: Bearer %s' '%s%s'",
+           strcmp(method, "HEAD") == 0 ? "-I" : "", file, headers_file, token, base_url, url_path);
+  it_run(out, sizeof out, cmd);
+  char *headers = it_read_file(headers_file);
+  char key[80];
+  snprintf(key, sizeof key, "%s: ", header);
+  value[0] = '\0';
+  char *at = headers ? strcasestr(headers, key) : NULL;
+  if (at) {
+    at += strlen(key);
+    snprintf(value, value_len, "%.*s", (int)strcspn(at, "\r\n"), at);
+  }
+  free(headers);
+  return strtol(out, NULL, 10);
+}
+
 /* Downloads the resume checkpoint's part into file; the HTTP status. */
 static long download_resume(const char *alloc, const char *token, const char *part,
                             const char *file, char *step_header, size_t step_len) {
-  char url[512], bearer[256];
-  snprintf(url, sizeof url, "%s/v1/allocations/%s/resume?part=%s", base_url, alloc, part);
-  snprintf(bearer, sizeof bearer, "Authorization: Bearer %s", token);
-  char headers_file[600];
-  snprintf(headers_file, sizeof headers_file, "%s.headers", file);
-  char cmd[2048], out[256];
-  snprintf(cmd, sizeof cmd, "curl -s -o '%s' -D '%s' -w '%%{http_code}' -H '%s' '%s'", file,
-           headers_file, bearer, url);
+  char path[300];
+  snprintf(path, sizeof path, "/v1/allocations/%s/resume?part=%s", alloc, part);
+  return fetch(token, "GET", path, file, "X-Kiln-Step", step_header, step_len);
+}
+
+/* The job's data set as the allocation's agent gets it: HEAD for its hash,
+ * the tar stream checked against it, unpacked into dir/data. */
+static void fetch_dataset(const char *alloc, const char *token, const char *dir, char *data_dir_out,
+                          size_t len) {
+  char path[300], file[700], hash[100], again[100], cmd[4096], out[4096];
+  snprintf(path, sizeof path, "/v1/allocations/%s/dataset", alloc);
+  snprintf(file, sizeof file, "%s/data.tar", dir);
+  assert_int_equal(fetch(token, "HEAD", path, file, "X-Kiln-Content-Sha256", hash, sizeof hash),
+                   200);
+  assert_int_equal(strlen(hash), 64);
+  assert_int_equal(fetch(token, "GET", path, file, "X-Kiln-Content-Sha256", again, sizeof again),
+                   200);
+  assert_string_equal(again, hash);
+  snprintf(cmd, sizeof cmd, "sha256sum '%s' | cut -d' ' -f1", file);
   it_run(out, sizeof out, cmd);
-  char *headers = it_read_file(headers_file);
-  step_header[0] = '\0';
-  char *at = headers ? strcasestr(headers, "X-Kiln-Step: ") : NULL;
-  if (at) snprintf(step_header, step_len, "%.*s", (int)strcspn(at + 13, "\r\n"), at + 13);
-  free(headers);
-  return strtol(out, NULL, 10);
+  out[strcspn(out, "\n")] = '\0';
+  assert_string_equal(out, hash); /* what came is what the hash says */
+  snprintf(data_dir_out, len, "%s/data", dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && tar -xf '%s' -C '%s' && ls -R '%s'", data_dir_out,
+           file, data_dir_out, data_dir_out);
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  printf("data set unpacked: %.300s\n", out);
 }
 
 typedef struct attempt {
@@ -206,6 +241,7 @@ typedef struct attempt {
   const char *token;
   int checkpoints;     /* checkpoint lines posted */
   int die_after_ckpt;  /* stop everything (a dead host) after this many checkpoints */
+  int fetch_dataset;   /* train on the data set fetched from kilnd, not the local copy */
   int cancel_expected; /* a signal command is expected: obey it */
   char signal_seen[8];
 } attempt;
@@ -234,6 +270,12 @@ static int run_start(fake_agent *a, attempt *at) {
     assert_int_equal(download_resume(at->alloc, at->token, "state", state_path, step, sizeof step),
                      200);
   }
+  char fetched[800];
+  const char *data = datasets_dir;
+  if (at->fetch_dataset) {
+    fetch_dataset(at->alloc, at->token, dir, fetched, sizeof fetched);
+    data = fetched;
+  }
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   pid_t pid = fork();
@@ -250,11 +292,11 @@ static int run_start(fake_agent *a, attempt *at) {
     setpgid(0, 0);
     if (resume)
       execl(KILN_TRAIN_PATH, KILN_TRAIN_PATH, "--spec", spec_path, "--progress-fd", "3",
-            "--data-dir", datasets_dir, "--checkpoint-dir", ckpt_dir, "--resume", resume_path,
+            "--data-dir", data, "--checkpoint-dir", ckpt_dir, "--resume", resume_path,
             (char *)NULL);
     else
       execl(KILN_TRAIN_PATH, KILN_TRAIN_PATH, "--spec", spec_path, "--progress-fd", "3",
-            "--data-dir", datasets_dir, "--checkpoint-dir", ckpt_dir, (char *)NULL);
+            "--data-dir", data, "--checkpoint-dir", ckpt_dir, (char *)NULL);
     _exit(127);
   }
   close(fds[1]);
@@ -424,6 +466,7 @@ static void job_on_an_agent_succeeds_with_metrics_and_checkpoints(void **state) 
   it_run(listing, sizeof listing, cmd);
   assert_int_equal(atoi(listing), 0);
 
+  at.fetch_dataset = 1;
   int status = run_start(&a, &at);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   json_t *doc = wait_state(job, "SUCCEEDED", 60);
