@@ -1,13 +1,14 @@
 /* test_remote_jobs.c — jobs on a pool of agents through a real kilnd: the
- * test is the worker side. It registers agents in kilnd's store (as the
- * agents' own registration does), takes their commands, runs the real
+ * test is the worker side. It registers agents, takes their commands, runs the real
  * kiln-train a `start` command describes, and posts its progress lines,
  * checkpoints and exit through the allocation routes with the allocation's
  * token. Shown: a job runs on its agent and succeeds with its metrics and
  * checkpoint recorded; cancel sends `signal`; a LOST agent's job is
  * requeued from its checkpoint (infra_restarts, not max_restarts) and
  * resumes on another host; bad tokens and a bad checkpoint sha256 change
- * nothing; the relay runs only orted on a host of the allocation. */
+ * nothing; the relay runs only orted on a host of the allocation. The
+ * agents are driven over their own routes (register, poll, :done) with an
+ * agent token. */
 #define _GNU_SOURCE /* strcasestr */
 #include <curl/curl.h>
 #include <errno.h>
@@ -30,11 +31,10 @@
 
 #include "common.h"
 #include "harness.h"
-#include "storage.h"
 
 static char data_dir[256], base_url[64], admin_token[128], work_dir[300];
 static pid_t kilnd_pid;
-static store *st;
+static char agent_token[128];
 static const char *datasets_dir;
 
 /* A small run of the example: 20 steps an epoch, a checkpoint every 10. */
@@ -105,46 +105,77 @@ typedef struct fake_agent {
   int heartbeat;    /* touches the store while it waits (0: a dead agent) */
 } fake_agent;
 
+/* Registers (or registers again) an agent over HTTP with the agent token. */
 static void agent_register(fake_agent *a, const char *name, int cpus) {
-  store_agent in, out;
-  memset(&in, 0, sizeof in);
-  snprintf(in.name, sizeof in.name, "%s", name);
-  snprintf(in.hostname, sizeof in.hostname, "%s", name);
-  snprintf(in.pool, sizeof in.pool, "hosts");
-  snprintf(in.address, sizeof in.address, "127.0.0.1");
-  in.cpus = cpus;
-  snprintf(in.version, sizeof in.version, "test");
-  assert_int_equal(store_agent_register(st, &in, 0, &out, NULL), STORE_OK);
+  char body[512];
+  snprintf(body, sizeof body,
+           "{\"name\":\"%s\",\"hostname\":\"%s\",\"pool\":\"hosts\",\"address\":"
+           "\"127.0.0.1\",\"cpus\":%d,\"version\":\"test\",\"running\":[]}",
+           name, name, cpus);
+  long status;
+  json_t *doc = call(agent_token, "POST", "/v1/agents", body, &status);
+  if (status != 200 && status != 201) fail_msg("register %s: %ld", name, status);
   memset(a, 0, sizeof *a);
-  snprintf(a->id, sizeof a->id, "%s", out.id);
+  snprintf(a->id, sizeof a->id, "%s", json_string_value(json_object_get(doc, "id")));
   snprintf(a->name, sizeof a->name, "%s", name);
-  a->seen_seq = out.last_command_seq;
+  a->seen_seq = json_integer_value(json_object_get(doc, "next_seq")) - 1;
   a->heartbeat = 1;
-  store_agent_clear(&out);
+  json_decref(doc);
 }
 
-/* The agent's next command of kind (others before it are taken and
- * skipped) within limit_s; its payload with seq, or NULL. */
+/* A poll that takes nothing: what is pending stays for the next. */
+static void heartbeat(fake_agent *a) {
+  if (!a->heartbeat) return;
+  char path[160];
+  snprintf(path, sizeof path, "/v1/agents/%s/commands?after=%lld&wait=0s", a->id,
+           (long long)a->seen_seq);
+  long status;
+  json_decref(call(agent_token, "GET", path, NULL, &status));
+  assert_int_equal(status, 200);
+}
+
+/* The agent's next command of kind (others before it are carried out as
+ * far as the test goes: reported done) within limit_s; its fields with
+ * seq, or NULL. */
 static json_t *next_command(fake_agent *a, const char *kind, int limit_s) {
   long long until = it_now_ms() + limit_s * 1000LL;
   do {
-    if (a->heartbeat) store_agent_touch(st, a->id, 0);
-    store_command *list = NULL;
-    int n = 0;
-    assert_int_equal(store_command_list(st, a->id, a->seen_seq, 0, 0, &list, &n), STORE_OK);
-    json_t *found = NULL;
-    for (int i = 0; i < n && !found; i++) {
-      a->seen_seq = list[i].seq;
-      store_command_done(st, a->id, list[i].seq, 1, NULL, 0, NULL);
-      if (strcmp(list[i].kind, kind) != 0) continue;
-      found = json_loads(list[i].payload_json, 0, NULL);
-      json_object_set_new(found, "seq", json_integer(list[i].seq));
+    char path[160];
+    snprintf(path, sizeof path, "/v1/agents/%s/commands?after=%lld&wait=%s", a->id,
+             (long long)a->seen_seq, limit_s > 0 ? "1s" : "0s");
+    long status;
+    json_t *doc = call(agent_token, "GET", path, NULL, &status);
+    assert_int_equal(status, 200);
+    json_t *found = NULL, *c;
+    size_t i;
+    json_array_foreach(json_object_get(doc, "commands"), i, c) {
+      if (found) break;
+      a->seen_seq = json_integer_value(json_object_get(c, "seq"));
+      char done[160];
+      snprintf(done, sizeof done, "/v1/agents/%s/commands/%lld:done", a->id,
+               (long long)a->seen_seq);
+      const char *ok = strcmp(json_string_value(json_object_get(c, "kind")), "exec") == 0
+                           ? "{\"ok\":true,\"exit_code\":0}"
+                           : "{\"ok\":true}";
+      json_decref(call(agent_token, "POST", done, ok, &status));
+      assert_int_equal(status, 200);
+      if (strcmp(json_string_value(json_object_get(c, "kind")), kind) == 0) found = json_incref(c);
     }
-    store_command_list_free(list, n);
+    json_decref(doc);
     if (found) return found;
-    if (limit_s > 0) usleep(100 * 1000);
   } while (it_now_ms() < until);
   return NULL;
+}
+
+/* The agent's state as an admin sees it. */
+static int agent_lost(const char *name) {
+  char path[160];
+  snprintf(path, sizeof path, "/v1/agents/%s", name);
+  long status;
+  json_t *doc = call(admin_token, "GET", path, NULL, &status);
+  int lost = status == 200 && strcmp(json_string_value(json_object_get(doc, "state")), "LOST") == 0;
+  json_decref(doc);
+  return lost || status == 404;
 }
 
 static long post_as(const char *token, const char *method, const char *path, const char *body,
@@ -281,8 +312,9 @@ static int run_start(fake_agent *a, attempt *at) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
+    /* The progress pipe's write end as fd 3 (the read end may be 3 itself). */
+    if (fds[0] != 3) close(fds[0]);
     dup2(fds[1], 3);
-    close(fds[0]);
     if (fds[1] != 3) close(fds[1]);
     char log[800];
     snprintf(log, sizeof log, "%s/train.log", dir);
@@ -306,7 +338,7 @@ static int run_start(fake_agent *a, attempt *at) {
   size_t used = 0;
   int dead = 0;
   for (;;) {
-    if (a->heartbeat) store_agent_touch(st, a->id, 0);
+    heartbeat(a);
     if (at->cancel_expected && !at->signal_seen[0]) {
       json_t *sig = next_command(a, "signal", 0);
       if (sig) {
@@ -410,14 +442,15 @@ static int setup(void **state) {
   if (it_launch_kilnd_args(KILND_PATH, data_dir, KILN_TRAIN_PATH, extra, &kilnd_pid, base_url,
                            sizeof base_url, admin_token, sizeof admin_token) != 0)
     return -1;
-  char db[400], err[256];
-  snprintf(db, sizeof db, "%s/kiln.db", data_dir);
-  return store_open(db, &st, err, sizeof err) == STORE_OK ? 0 : -1;
+  char cmd[800], out[512];
+  snprintf(cmd, sizeof cmd, "%s token create --role agent --data-dir %s", KILND_PATH, data_dir);
+  if (it_run(out, sizeof out, cmd) != 0 || strncmp(out, "kiln_", 5) != 0) return -1;
+  snprintf(agent_token, sizeof agent_token, "%.*s", (int)strcspn(out, "\n"), out);
+  return 0;
 }
 
 static int teardown(void **state) {
   (void)state;
-  store_close(st);
   it_stop_kilnd(kilnd_pid, data_dir);
   return 0;
 }
@@ -547,7 +580,7 @@ static void lost_agent_requeues_from_its_checkpoint_and_resumes_elsewhere(void *
   snprintf(path, sizeof path, "/v1/jobs/%s/events", job);
   int requeued = 0;
   while (!requeued && it_now_ms() < until) {
-    store_agent_touch(st, b.id, 0);
+    heartbeat(&b);
     long code;
     json_t *doc = call(admin_token, "GET", path, NULL, &code);
     char *text = json_dumps(doc, 0);
@@ -589,11 +622,7 @@ static void relay_runs_only_orted_on_a_host_of_the_allocation(void **state) {
   for (int i = 0; i < 2; i++) {
     long long until = it_now_ms() + 20000;
     for (;;) {
-      store_agent gone;
-      if (store_agent_get(st, others[i], &gone) == STORE_NOT_FOUND) break; /* never registered */
-      int lost = strcmp(gone.state, STORE_AGENT_LOST) == 0;
-      store_agent_clear(&gone);
-      if (lost) break;
+      if (agent_lost(others[i])) break;
       if (it_now_ms() > until) fail_msg("%s never went LOST", others[i]);
       usleep(200 * 1000);
     }
@@ -609,7 +638,7 @@ static void relay_runs_only_orted_on_a_host_of_the_allocation(void **state) {
   json_t *start = NULL;
   fake_agent *rank0 = NULL;
   while (!start && it_now_ms() < until) {
-    store_agent_touch(st, d.id, 0);
+    heartbeat(&d);
     start = next_command(&c, "start", 0);
     if (start)
       rank0 = &c;
@@ -692,7 +721,7 @@ static void explain_names_the_hosts_a_job_waits_for(void **state) {
   long long until = it_now_ms() + 20000;
   char *text = NULL;
   while (it_now_ms() < until) {
-    store_agent_touch(st, e.id, 0);
+    heartbeat(&e);
     long code;
     json_t *doc = call(admin_token, "GET", path, NULL, &code);
     free(text);
