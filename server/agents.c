@@ -323,8 +323,9 @@ void http_register_agent(const http_config *cfg, http_request *req, http_respons
                       a.name, HTTP_AGENT_GRACE_S);
     return;
   }
-  /* `running` is checked above; what kilnd no longer places on the agent
-   * is the allocations' to answer (drop commands), not this registry's. */
+  /* What the agent runs that kilnd no longer places on it: dropped. */
+  if (rc == STORE_OK && running && http_agent_drop_stale(cfg->st, got.id, running) != 0)
+    rc = STORE_ERROR;
   json_decref(running);
   if (rc != STORE_OK) {
     http_reply_store_failure(res, cfg->st);
@@ -340,6 +341,7 @@ void http_register_agent(const http_config *cfg, http_request *req, http_respons
     return;
   }
   json_t *doc = http_agent_json(&got);
+  http_agent_add_allocations(cfg->st, got.id, doc);
   json_object_set_new(doc, "next_seq", json_integer(n ? pending[0].seq : got.last_command_seq + 1));
   json_object_set_new(doc, "heartbeat_s", json_integer(HTTP_AGENT_HEARTBEAT_S));
   json_object_set_new(doc, "grace_s", json_integer(HTTP_AGENT_GRACE_S));
@@ -380,8 +382,11 @@ void http_list_agents(const http_config *cfg, http_request *req, http_response *
     return;
   }
   json_t *arr = json_array();
-  for (int i = 0; i < n && i < page_size; i++)
-    json_array_append_new(arr, http_agent_json(&list[i]));
+  for (int i = 0; i < n && i < page_size; i++) {
+    json_t *one = http_agent_json(&list[i]);
+    http_agent_add_allocations(cfg->st, list[i].id, one);
+    json_array_append_new(arr, one);
+  }
   char next[API_PAGE_TOKEN_LEN] = "";
   if (n > page_size) api_page_token_encode(list[page_size - 1].seq, query, next);
   store_agent_list_free(list, n);
@@ -399,7 +404,9 @@ void http_get_agent(const http_config *cfg, http_request *req, http_response *re
   }
   store_agent a;
   if (load_agent(cfg, req, !req->who.admin, &a, res) != 0) return;
-  http_reply_json(res, 200, http_agent_json(&a));
+  json_t *doc = http_agent_json(&a);
+  http_agent_add_allocations(cfg->st, a.id, doc);
+  http_reply_json(res, 200, doc);
   store_agent_clear(&a);
 }
 

@@ -454,3 +454,54 @@ void http_wait_allocation_relay(const http_config *cfg, http_request *req, http_
   }
   json_decref(result);
 }
+
+/* ---- what the agents' routes show and answer of allocations ---- */
+
+void http_agent_add_allocations(store *st, const char *agent_id, json_t *o) {
+  store_allocation *list = NULL;
+  int n = 0;
+  json_t *arr = json_array();
+  if (store_allocations_unended(st, agent_id, &list, &n) == STORE_OK) {
+    for (int i = 0; i < n; i++) {
+      for (int h = 0; h < list[i].n_hosts; h++) {
+        const store_alloc_host *host = &list[i].hosts[h];
+        if (strcmp(host->agent_id, agent_id) != 0) continue;
+        json_t *cores = json_array();
+        for (const char *c = host->cores; *c; c += strcspn(c, ","), c += *c == ',')
+          json_array_append_new(cores, json_integer(strtol(c, NULL, 10)));
+        json_array_append_new(arr,
+                              json_pack("{s:s, s:s, s:i, s:o, s:i, s:i}", "id", list[i].id, "job",
+                                        list[i].job_id, "attempt", list[i].attempt, "cores", cores,
+                                        "rank_first", host->rank_first, "ranks", host->ranks));
+      }
+    }
+  }
+  store_allocation_list_free(list, n);
+  json_object_set_new(o, "allocations", arr);
+}
+
+int http_agent_drop_stale(store *st, const char *agent_id, json_t *running) {
+  size_t i;
+  json_t *id;
+  json_array_foreach(running, i, id) {
+    const char *alloc = json_string_value(id);
+    if (!alloc) continue;
+    store_allocation a;
+    int rc = store_allocation_get(st, alloc, &a);
+    if (rc != STORE_OK && rc != STORE_NOT_FOUND) return -1;
+    int placed = 0;
+    for (int h = 0; rc == STORE_OK && h < a.n_hosts; h++)
+      placed |= strcmp(a.hosts[h].agent_id, agent_id) == 0;
+    if (rc == STORE_OK && strcmp(a.state, STORE_ALLOC_ENDED) == 0) placed = 0;
+    store_allocation_clear(&a);
+    if (placed) continue;
+    /* Not (or no longer) kilnd's on this agent: it must stop it. */
+    json_t *cmd = json_pack("{s:s}", "alloc", alloc);
+    char *payload = json_dumps(cmd, JSON_COMPACT);
+    json_decref(cmd);
+    rc = payload ? store_command_enqueue(st, agent_id, "drop", payload, NULL) : STORE_ERROR;
+    free(payload);
+    if (rc != STORE_OK) return -1;
+  }
+  return 0;
+}

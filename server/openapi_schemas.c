@@ -243,7 +243,12 @@ static const http_openapi_text schemas[] = {
      "'state':{'type':'string','enum':['ONLINE','LOST'],'description':'LOST once nothing came "
      "from it for its pool grace window; it must register again.'},"
      "'last_seen_time':" TIME("Its last registration, poll or report.") ","
-     "'create_time':" TIME("Its first registration.") "}}"},
+     "'create_time':" TIME("Its first registration.") ","
+     "'allocations':{'type':'array','description':'The allocations not ended with a host on "
+     "it.','items':{'type':'object','required':['id','job','attempt','cores','rank_first',"
+     "'ranks'],'properties':{'id':{'type':'string'},'job':{'type':'string'},'attempt':{'type':"
+     "'integer'},'cores':{'type':'array','items':{'type':'integer'}},'rank_first':{'type':"
+     "'integer'},'ranks':{'type':'integer'}}}}}}"},
     {"AgentList", PAGE_OF("Agent", "agents", "Agents in registration order.")},
     {"AgentRegistration",
      "{'type':'object','required':['name','pool','address','cpus'],'additionalProperties':false,"

@@ -214,6 +214,13 @@ json_t *http_agent_json(const store_agent *a);
 void http_post_allocation_progress(const http_config *cfg, http_request *req, http_response *res);
 void http_put_allocation_checkpoint(const http_config *cfg, http_request *req, http_response *res);
 void http_get_allocation_resume(const http_config *cfg, http_request *req, http_response *res);
+/* An agent resource's "allocations": the unended allocations with a host
+ * on it, each {id, job, attempt, cores, rank_first, ranks}. */
+void http_agent_add_allocations(store *st, const char *agent_id, json_t *o);
+/* At registration: a `drop` for each allocation id in running (a JSON
+ * array) that kilnd does not place on the agent now. 0, or -1 on a store
+ * failure. */
+int http_agent_drop_stale(store *st, const char *agent_id, json_t *running);
 /* alloc_dataset.c: GET and HEAD */
 void http_get_allocation_dataset(const http_config *cfg, http_request *req, http_response *res);
 void http_post_allocation_exit(const http_config *cfg, http_request *req, http_response *res);

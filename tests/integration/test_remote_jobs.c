@@ -35,6 +35,7 @@
 static char data_dir[256], base_url[64], admin_token[128], work_dir[300];
 static pid_t kilnd_pid;
 static char agent_token[128];
+static char ended_alloc[64]; /* the first test's allocation, ended since */
 static const char *datasets_dir;
 
 /* A small run of the example: 20 steps an epoch, a checkpoint every 10. */
@@ -105,13 +106,14 @@ typedef struct fake_agent {
   int heartbeat;    /* touches the store while it waits (0: a dead agent) */
 } fake_agent;
 
-/* Registers (or registers again) an agent over HTTP with the agent token. */
-static void agent_register(fake_agent *a, const char *name, int cpus) {
+/* Registers (or registers again) an agent over HTTP with the agent token,
+ * saying it runs the allocation running (NULL: none). */
+static void agent_register_running(fake_agent *a, const char *name, int cpus, const char *running) {
   char body[512];
   snprintf(body, sizeof body,
            "{\"name\":\"%s\",\"hostname\":\"%s\",\"pool\":\"hosts\",\"address\":"
-           "\"127.0.0.1\",\"cpus\":%d,\"version\":\"test\",\"running\":[]}",
-           name, name, cpus);
+           "\"127.0.0.1\",\"cpus\":%d,\"version\":\"test\",\"running\":[%s%s%s]}",
+           name, name, cpus, running ? "\"" : "", running ? running : "", running ? "\"" : "");
   long status;
   json_t *doc = call(agent_token, "POST", "/v1/agents", body, &status);
   if (status != 200 && status != 201) fail_msg("register %s: %ld", name, status);
@@ -121,6 +123,10 @@ static void agent_register(fake_agent *a, const char *name, int cpus) {
   a->seen_seq = json_integer_value(json_object_get(doc, "next_seq")) - 1;
   a->heartbeat = 1;
   json_decref(doc);
+}
+
+static void agent_register(fake_agent *a, const char *name, int cpus) {
+  agent_register_running(a, name, cpus, NULL);
 }
 
 /* A poll that takes nothing: what is pending stays for the next. */
@@ -499,13 +505,27 @@ static void job_on_an_agent_succeeds_with_metrics_and_checkpoints(void **state) 
   it_run(listing, sizeof listing, cmd);
   assert_int_equal(atoi(listing), 0);
 
+  /* The agent resource shows what runs on it. */
+  long code;
+  json_t *doc = call(admin_token, "GET", "/v1/agents/host-a", NULL, &code);
+  assert_int_equal(code, 200);
+  json_t *held = json_array_get(json_object_get(doc, "allocations"), 0);
+  assert_string_equal(json_string_value(json_object_get(held, "id")), at.alloc);
+  assert_string_equal(json_string_value(json_object_get(held, "job")), job);
+  assert_int_equal(json_array_size(json_object_get(held, "cores")), 1);
+  json_decref(doc);
+  snprintf(ended_alloc, sizeof ended_alloc, "%s", at.alloc);
   at.fetch_dataset = 1;
   int status = run_start(&a, &at);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  json_t *doc = wait_state(job, "SUCCEEDED", 60);
+  doc = wait_state(job, "SUCCEEDED", 60);
   assert_int_equal(json_integer_value(json_object_get(doc, "infra_restarts")), 0);
   json_decref(doc);
-  long code;
+  /* The ended allocation's host drops whatever is left of it. */
+  json_t *drop = next_command(&a, "drop", 10);
+  assert_non_null(drop);
+  assert_string_equal(json_string_value(json_object_get(drop, "alloc")), at.alloc);
+  json_decref(drop);
   snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", job);
   doc = call(admin_token, "GET", path, NULL, &code);
   assert_int_equal(code, 200);
@@ -535,7 +555,14 @@ static void cancel_sends_signal_to_the_agent(void **state) {
   (void)state;
   need_datasets();
   fake_agent a;
-  agent_register(&a, "host-a", 2);
+  /* Back with the first test's allocation, which ended: it is told to drop it. */
+  agent_register_running(&a, "host-a", 2, ended_alloc[0] ? ended_alloc : NULL);
+  if (ended_alloc[0]) {
+    json_t *drop = next_command(&a, "drop", 10);
+    assert_non_null(drop);
+    assert_string_equal(json_string_value(json_object_get(drop, "alloc")), ended_alloc);
+    json_decref(drop);
+  }
   char *spec = spec_text("remote-cancel", 200, "hosts", 1, NULL);
   char *job = create_job(spec);
   free(spec);
