@@ -823,6 +823,58 @@ static void explain_names_the_hosts_a_job_waits_for(void **state) {
   free(job);
 }
 
+static void kilnd_restart_ends_its_allocations_and_their_hosts_drop_them(void **state) {
+  (void)state;
+  fake_agent f;
+  agent_register(&f, "host-f", 2);
+  char *spec = spec_text("remote-restart", 200, "hosts", 1, NULL);
+  char *job = create_job(spec);
+  free(spec);
+  attempt at;
+  take_start(&f, &at, job);
+  /* kilnd dies (SIGKILL) with the allocation running, and starts again. */
+  assert_int_equal(kill(kilnd_pid, SIGKILL), 0);
+  waitpid(kilnd_pid, NULL, 0);
+  char pools[400];
+  snprintf(pools, sizeof pools, "%s/pools.json", data_dir);
+  const char *extra[] = {"--pools", pools, NULL};
+  assert_int_equal(it_launch_kilnd_args(KILND_PATH, data_dir, KILN_TRAIN_PATH, extra, &kilnd_pid,
+                                        base_url, sizeof base_url, admin_token, sizeof admin_token),
+                   0);
+  /* The host is told to drop what the previous kilnd ran there ... */
+  json_t *drop = next_command(&f, "drop", 20);
+  assert_non_null(drop);
+  assert_string_equal(json_string_value(json_object_get(drop, "alloc")), at.alloc);
+  json_decref(drop);
+  /* ... whose token opens nothing now ... */
+  char path[300], *out = NULL;
+  snprintf(path, sizeof path, "/v1/allocations/%s/progress", at.alloc);
+  assert_int_equal(post_as(at.token, "POST", path, "{}\n", 3, &out), 403);
+  assert_non_null(strstr(out, "SERVER_RESTART"));
+  free(out);
+  /* ... and the job, queued again, starts on it as a new allocation. */
+  attempt again;
+  take_start(&f, &again, job);
+  assert_string_not_equal(again.alloc, at.alloc);
+  assert_int_equal(json_integer_value(json_object_get(again.start, "attempt")),
+                   json_integer_value(json_object_get(at.start, "attempt")) + 1);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", job);
+  long code;
+  json_decref(call(admin_token, "POST", path, NULL, &code));
+  assert_int_equal(code, 200);
+  json_t *sig = next_command(&f, "signal", 15);
+  assert_non_null(sig);
+  json_decref(sig);
+  snprintf(path, sizeof path, "/v1/allocations/%s/exit", again.alloc);
+  out = NULL;
+  assert_int_equal(post_as(again.token, "POST", path, "{\"signal\":15}", 13, &out), 200);
+  free(out);
+  json_decref(wait_state(job, "CANCELLED", 30));
+  json_decref(at.start);
+  json_decref(again.start);
+  free(job);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
@@ -832,6 +884,8 @@ int main(void) {
                                 silence),
       cmocka_unit_test_teardown(relay_runs_only_orted_on_a_host_of_the_allocation, silence),
       cmocka_unit_test_teardown(explain_names_the_hosts_a_job_waits_for, silence),
+      cmocka_unit_test_teardown(kilnd_restart_ends_its_allocations_and_their_hosts_drop_them,
+                                silence),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   curl_global_cleanup();
