@@ -169,12 +169,14 @@ static void heartbeat(fake_agent *a) {
 
 /* Registers (or registers again) an agent over HTTP with the agent token,
  * saying it runs the allocation running (NULL: none). */
-static void agent_register_running(fake_agent *a, const char *name, int cpus, const char *running) {
+static void agent_register_in(fake_agent *a, const char *pool, const char *name, int cpus,
+                              const char *running) {
   char body[512];
   snprintf(body, sizeof body,
-           "{\"name\":\"%s\",\"hostname\":\"%s\",\"pool\":\"hosts\",\"address\":"
+           "{\"name\":\"%s\",\"hostname\":\"%s\",\"pool\":\"%s\",\"address\":"
            "\"127.0.0.1\",\"cpus\":%d,\"version\":\"test\",\"running\":[%s%s%s]}",
-           name, name, cpus, running ? "\"" : "", running ? running : "", running ? "\"" : "");
+           name, name, pool, cpus, running ? "\"" : "", running ? running : "",
+           running ? "\"" : "");
   long status;
   json_t *doc = call(agent_token, "POST", "/v1/agents", body, &status);
   if (status != 200 && status != 201) fail_msg("register %s: %ld", name, status);
@@ -187,8 +189,12 @@ static void agent_register_running(fake_agent *a, const char *name, int cpus, co
   json_decref(doc);
 }
 
+static void agent_register_running(fake_agent *a, const char *name, int cpus, const char *running) {
+  agent_register_in(a, "hosts", name, cpus, running);
+}
+
 static void agent_register(fake_agent *a, const char *name, int cpus) {
-  agent_register_running(a, name, cpus, NULL);
+  agent_register_in(a, "hosts", name, cpus, NULL);
 }
 
 /* The agent's next command of kind (others before it are carried out as
@@ -493,7 +499,8 @@ static int setup(void **state) {
   snprintf(pools, sizeof pools, "%s/pools.json", data_dir);
   if (it_write_file(pools,
                     "{\"pools\":[{\"name\":\"default\",\"devices\":1},{\"name\":\"hosts\","
-                    "\"kind\":\"agents\",\"grace_s\":3,\"start_timeout_s\":60}]}",
+                    "\"kind\":\"agents\",\"grace_s\":3,\"start_timeout_s\":60},{\"name\":"
+                    "\"quick\",\"kind\":\"agents\",\"grace_s\":30,\"start_timeout_s\":2}]}",
                     0600) != 0)
     return -1;
   const char *extra[] = {"--pools", pools, NULL};
@@ -875,6 +882,42 @@ static void kilnd_restart_ends_its_allocations_and_their_hosts_drop_them(void **
   free(job);
 }
 
+static void a_start_that_never_reports_is_requeued_start_timeout(void **state) {
+  (void)state;
+  fake_agent g;
+  agent_register_in(&g, "quick", "host-g", 1, NULL);
+  char *spec = spec_text("remote-never", 1, "quick", 1, ",\"max_restarts\":0");
+  char *job = create_job(spec);
+  free(spec);
+  attempt at;
+  take_start(&g, &at, job); /* taken, and never run: no progress line comes */
+  /* After start_timeout_s (2 s) the allocation ends and its host drops it. */
+  json_t *drop = next_command(&g, "drop", 20);
+  assert_non_null(drop);
+  assert_string_equal(json_string_value(json_object_get(drop, "alloc")), at.alloc);
+  json_decref(drop);
+  char path[160];
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", job);
+  long code;
+  json_t *doc = call(admin_token, "GET", path, NULL, &code);
+  char *text = json_dumps(doc, 0);
+  json_decref(doc);
+  assert_non_null(strstr(text, "START_TIMEOUT"));
+  free(text);
+  /* Not the job's fault: max_restarts 0 and yet it is queued and starts again. */
+  attempt again;
+  take_start(&g, &again, job);
+  doc = get_job(job);
+  assert_int_equal(json_integer_value(json_object_get(doc, "infra_restarts")), 1);
+  assert_int_equal(json_integer_value(json_object_get(doc, "restarts")), 0);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", job);
+  json_decref(call(admin_token, "POST", path, NULL, &code));
+  json_decref(at.start);
+  json_decref(again.start);
+  free(job);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
@@ -884,6 +927,7 @@ int main(void) {
                                 silence),
       cmocka_unit_test_teardown(relay_runs_only_orted_on_a_host_of_the_allocation, silence),
       cmocka_unit_test_teardown(explain_names_the_hosts_a_job_waits_for, silence),
+      cmocka_unit_test_teardown(a_start_that_never_reports_is_requeued_start_timeout, silence),
       cmocka_unit_test_teardown(kilnd_restart_ends_its_allocations_and_their_hosts_drop_them,
                                 silence),
   };
