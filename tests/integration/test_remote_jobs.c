@@ -180,6 +180,12 @@ static void agent_register_in(fake_agent *a, const char *pool, const char *name,
   long status;
   json_t *doc = call(agent_token, "POST", "/v1/agents", body, &status);
   if (status != 200 && status != 201) fail_msg("register %s: %ld", name, status);
+  /* The pool's own grace window (the pools file: hosts 3 s, quick 30 s),
+   * and a heartbeat that fits it three times. */
+  const json_int_t grace_s = strcmp(pool, "quick") == 0 ? 30 : 3;
+  const json_int_t heartbeat_s = json_integer_value(json_object_get(doc, "heartbeat_s"));
+  assert_int_equal(json_integer_value(json_object_get(doc, "grace_s")), grace_s);
+  assert_true(heartbeat_s >= 1 && heartbeat_s * 3 <= grace_s);
   memset(a, 0, sizeof *a);
   snprintf(a->id, sizeof a->id, "%s", json_string_value(json_object_get(doc, "id")));
   snprintf(a->name, sizeof a->name, "%s", name);
