@@ -17,6 +17,8 @@ int sched_pools_info(sched *s, sched_pool_info *out, int max) {
     snprintf(out[k].name, sizeof out[k].name, "%s", s->pools[k].name);
     snprintf(out[k].device_type, sizeof out[k].device_type, "%s", s->pools[k].device_type);
     out[k].devices = s->pools[k].n_devices;
+    out[k].agents = s->pools[k].kind == SCHED_POOL_AGENTS;
+    out[k].grace_s = s->pools[k].grace_s;
     for (int i = 0; i < s->n_runs; i++) {
       if (s->runs[i]->pool != k) continue;
       out[k].devices_busy += s->runs[i]->n_slots;

@@ -84,6 +84,8 @@ typedef struct sched_pool_info {
   char name[32];
   char device_type[8];
   int devices, devices_busy, running_jobs, queued_jobs;
+  int agents;  /* 1: a pool of kiln-agent hosts */
+  int grace_s; /* agents: seconds without a poll before an agent is LOST */
 } sched_pool_info;
 /* The pools with what runs on them; returns how many were filled. */
 int sched_pools_info(sched *s, sched_pool_info *out, int max);

@@ -234,7 +234,9 @@ static int parse_registration(json_t *body, store_agent *a, json_t **running, ht
   snprintf(a->address, sizeof a->address, "%s", address);
   snprintf(a->version, sizeof a->version, "%s", version ? version : "");
   a->cpus = (int)json_integer_value(cpus);
-  a->gpus_json = json_dumps(gpus ? gpus : json_array(), JSON_COMPACT);
+  json_t *none = gpus ? NULL : json_array();
+  a->gpus_json = json_dumps(gpus ? gpus : none, JSON_COMPACT);
+  json_decref(none);
   if (!a->gpus_json) {
     http_reply_status(res, 500, "INTERNAL", NULL, "out of memory");
     return -1;
@@ -295,6 +297,16 @@ static int load_agent(const http_config *cfg, const http_request *req, int own, 
   return 0;
 }
 
+/* The grace window of the agents pool named pool: its grace_s, or
+ * HTTP_AGENT_GRACE_S for a pool the scheduler does not run as agents. */
+static int pool_grace_s(const http_config *cfg, const char *pool) {
+  sched_pool_info pools[SCHED_MAX_POOLS];
+  int n = sched_pools_info(cfg->scheduler, pools, SCHED_MAX_POOLS);
+  for (int i = 0; i < n; i++)
+    if (pools[i].agents && strcmp(pools[i].name, pool) == 0) return pools[i].grace_s;
+  return HTTP_AGENT_GRACE_S;
+}
+
 void http_register_agent(const http_config *cfg, http_request *req, http_response *res) {
   if (need_agent_token(req, res) != 0) return;
   json_error_t jerr;
@@ -320,7 +332,7 @@ void http_register_agent(const http_config *cfg, http_request *req, http_respons
     http_reply_status(res, 409, "FAILED_PRECONDITION", "name",
                       "agent %s is ONLINE, registered with another token: it moves to this token "
                       "only once it is LOST (silent for %d s)",
-                      a.name, HTTP_AGENT_GRACE_S);
+                      a.name, pool_grace_s(cfg, a.pool));
     return;
   }
   /* What the agent runs that kilnd no longer places on it: dropped. */
@@ -343,8 +355,12 @@ void http_register_agent(const http_config *cfg, http_request *req, http_respons
   json_t *doc = http_agent_json(&got);
   http_agent_add_allocations(cfg->st, got.id, doc);
   json_object_set_new(doc, "next_seq", json_integer(n ? pending[0].seq : got.last_command_seq + 1));
-  json_object_set_new(doc, "heartbeat_s", json_integer(HTTP_AGENT_HEARTBEAT_S));
-  json_object_set_new(doc, "grace_s", json_integer(HTTP_AGENT_GRACE_S));
+  /* A poll at least three times in each grace window. */
+  const int grace_s = pool_grace_s(cfg, got.pool);
+  int heartbeat_s = grace_s / 3 < HTTP_AGENT_HEARTBEAT_S ? grace_s / 3 : HTTP_AGENT_HEARTBEAT_S;
+  if (heartbeat_s < 1) heartbeat_s = 1;
+  json_object_set_new(doc, "heartbeat_s", json_integer(heartbeat_s));
+  json_object_set_new(doc, "grace_s", json_integer(grace_s));
   store_command_list_free(pending, n);
   store_agent_clear(&got);
   http_reply_json(res, created ? 201 : 200, doc);

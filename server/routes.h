@@ -199,8 +199,9 @@ json_t *http_trial_json(const store_trial *t);
  * resource (nothing for other jobs). */
 void http_job_add_trial(store *st, const store_job *job, json_t *o);
 /* agents.c */
-/* What a registration answers: poll at least this often, and the pool's
- * window past which a silent agent is LOST. */
+/* What a registration answers: poll at least this often (less in a pool
+ * with a short grace window), and the window past which a silent agent is
+ * LOST for a pool that is not an agents pool of the scheduler's. */
 #define HTTP_AGENT_HEARTBEAT_S 10
 #define HTTP_AGENT_GRACE_S     25
 void http_register_agent(const http_config *cfg, http_request *req, http_response *res);
