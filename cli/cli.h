@@ -84,6 +84,15 @@ int cli_client_stream(cli_client *client, const char *path, const char *extra_he
 int cli_client_upload(cli_client *client, const char *path, FILE *file, int64_t size,
                       cli_response *resp, char *err, size_t errlen);
 
+/* Sends size bytes read from file as the body of method ("POST" or "PUT"),
+ * application/octet-stream, with no time limit once connected. */
+int cli_client_send_file(cli_client *client, const char *method, const char *path, FILE *file,
+                         int64_t size, cli_response *resp, char *err, size_t errlen);
+
+/* The value of header name in the last answer ("" and -1 when it had none,
+ * or this libcurl is older than 7.83). Method "HEAD" asks for headers only. */
+int cli_client_header(cli_client *client, const char *name, char *out, size_t len);
+
 /* Percent-encodes everything but RFC 3986 unreserved characters, for a query
  * value or a path segment. malloc'd; NULL when out of memory. */
 char *cli_url_escape(const char *s);

@@ -276,14 +276,24 @@ static int perform(cli_client *client, const char *method, const char *path,
   if (!rc) rc = curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, body->stall_s);
   if (!rc && strcmp(method, "GET") == 0) {
     rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+  } else if (!rc && strcmp(method, "HEAD") == 0) {
+    rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (!rc && strcmp(method, "PUT") == 0 && body->file) {
+    rc = curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_file);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_READDATA, body->file);
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body->file_size);
   } else if (!rc && strcmp(method, "POST") == 0 && body->file) {
-    rc = curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L); /* clears a previous HEAD or PUT */
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POST, 1L);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_file);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_READDATA, body->file);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->file_size);
   } else if (!rc && strcmp(method, "POST") == 0) {
-    rc = curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    rc = curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L); /* clears a previous HEAD or PUT */
+    if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POST, 1L);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
     if (!rc) rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data ? body->data : "");
   } else if (!rc) {
@@ -366,6 +376,26 @@ int cli_client_stream(cli_client *client, const char *path, const char *extra_he
 
 int cli_client_upload(cli_client *client, const char *path, FILE *file, int64_t size,
                       cli_response *resp, char *err, size_t errlen) {
+  return cli_client_send_file(client, "POST", path, file, size, resp, err, errlen);
+}
+
+int cli_client_send_file(cli_client *client, const char *method, const char *path, FILE *file,
+                         int64_t size, cli_response *resp, char *err, size_t errlen) {
   request_body b = {.file = file, .file_size = size, .timeout_ms = 0};
-  return perform(client, "POST", path, &b, resp, err, errlen);
+  return perform(client, method, path, &b, resp, err, errlen);
+}
+
+int cli_client_header(cli_client *client, const char *name, char *out, size_t len) {
+  out[0] = '\0';
+#if LIBCURL_VERSION_NUM >= 0x075300 /* 7.83.0: curl_easy_header */
+  struct curl_header *h = NULL;
+  if (curl_easy_header(client->curl, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK || !h) return -1;
+  snprintf(out, len, "%s", h->value);
+  return 0;
+#else
+  (void)client;
+  (void)name;
+  (void)len;
+  return -1;
+#endif
 }
