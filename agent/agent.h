@@ -136,6 +136,9 @@ int ag_relay_allowed(const char *argv0);
  * array of malloc'd words, NULL on unbalanced quotes. */
 char **ag_shell_split(const char *line);
 void ag_argv_free(char **argv);
+/* Drops the "NAME=value ;" and "export NAME ;" words an mpirun started by
+ * its full path puts before its daemon's command, in place. */
+void ag_strip_env_prefix(char **words);
 /* Runs an exec command's daemon for alloc in its own process group (pinned
  * to the allocation's cores here, if a start said them), waits for it;
  * its exit code (128 + signal when killed). -1 with err when refused. */

@@ -153,6 +153,34 @@ int ag_relay_exec(const ag_config *cfg, const char *alloc, char *const *argv, in
   return 0;
 }
 
+/* An mpirun started by its full path acts as if given --prefix and puts
+ * "PATH=/usr/bin:$PATH ; export PATH ; LD_LIBRARY_PATH=... ; export ... ;"
+ * before the daemon: the remote agent's own environment stands instead,
+ * so those words go. */
+void ag_strip_env_prefix(char **words) {
+  if (!words) return;
+  int skip = 0;
+  for (;;) {
+    const char *w = words[skip];
+    if (!w) break;
+    size_t name = strspn(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    if (strcmp(w, ";") == 0 || (name > 0 && w[name] == '=')) {
+      skip++;
+    } else if (strcmp(w, "export") == 0 && words[skip + 1]) {
+      skip += 2;
+    } else {
+      break;
+    }
+  }
+  for (int i = 0; i < skip; i++) free(words[i]);
+  int n = 0;
+  while (words[skip + n]) {
+    words[n] = words[skip + n];
+    n++;
+  }
+  words[n] = NULL;
+}
+
 /* ---- kiln-agent rsh ---- */
 
 static volatile sig_atomic_t rsh_stop;
@@ -165,12 +193,18 @@ static void rsh_usage(void) {
   fprintf(stderr, "usage: kiln-agent rsh --server URL --alloc ID --token-file FILE [--cacert FILE] "
                   "HOST COMMAND...\n"
                   "Open MPI's plm_rsh_agent: has HOST's kiln-agent run Open MPI's daemon command\n"
-                  "for allocation ID through kilnd, waits for it and exits with its status.\n");
+                  "for allocation ID through kilnd, waits for it and exits with its status.\n"
+                  "Each flag may come from the environment instead: KILN_SERVER, KILN_ALLOCATION,\n"
+                  "KILN_ALLOCATION_TOKEN_FILE, KILN_CACERT (kiln-agent sets them for mpirun).\n");
 }
 
 int ag_rsh_main(int argc, char **argv) {
   ag_config cfg = {.poll_wait_s = 30};
-  const char *alloc = NULL, *token_file = NULL;
+  /* Under mpirun the flags cannot carry a URL (see run.c): the environment does. */
+  cfg.server = getenv("KILN_SERVER");
+  cfg.cacert = getenv("KILN_CACERT");
+  if (cfg.cacert && !*cfg.cacert) cfg.cacert = NULL;
+  const char *alloc = getenv("KILN_ALLOCATION"), *token_file = getenv("KILN_ALLOCATION_TOKEN_FILE");
   static const struct option opts[] = {{"server", required_argument, NULL, 's'},
                                        {"alloc", required_argument, NULL, 'a'},
                                        {"token-file", required_argument, NULL, 't'},
@@ -210,6 +244,7 @@ int ag_rsh_main(int argc, char **argv) {
   }
   char **words = line ? ag_shell_split(line) : NULL;
   free(line);
+  ag_strip_env_prefix(words);
   if (!words || !ag_relay_allowed(words[0])) {
     fprintf(stderr,
             "kiln-agent rsh: the command for %s must be Open MPI's daemon (orted or "

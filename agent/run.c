@@ -514,11 +514,15 @@ static void pin(const ag_start *st) {
            strerror(rc));
 }
 
-/* Ours, plus the command's variables, KILN_DEVICES and CUDA_VISIBLE_DEVICES. */
-static char **make_env(const ag_start *st, char *devices, size_t len, char *cuda, size_t cuda_len) {
-  int n = 0;
+/* Ours, plus the command's variables, KILN_DEVICES and CUDA_VISIBLE_DEVICES,
+ * and relay (KILN_SERVER=..., the allocation and its token file, for
+ * `kiln-agent rsh` under mpirun) when given. */
+static char **make_env(const ag_start *st, char *devices, size_t len, char *cuda, size_t cuda_len,
+                       char *const *relay) {
+  int n = 0, n_relay = 0;
   while (environ[n]) n++;
-  char **env = calloc((size_t)n + (size_t)st->n_env + 3, sizeof *env);
+  while (relay && relay[n_relay]) n_relay++;
+  char **env = calloc((size_t)n + (size_t)st->n_env + (size_t)n_relay + 3, sizeof *env);
   if (!env) return NULL;
   int k = 0, used = 0, cused = 0;
   const int gpu = st->n_gpus > 0;
@@ -537,6 +541,7 @@ static char **make_env(const ag_start *st, char *devices, size_t len, char *cuda
   env[k++] = devices;
   if (gpu) env[k++] = cuda;
   for (int i = 0; i < st->n_env; i++) env[k++] = st->env[i];
+  for (int i = 0; i < n_relay; i++) env[k++] = relay[i];
   env[k] = NULL;
   return env;
 }
@@ -572,15 +577,19 @@ static int mpirun_argv(const ag_config *cfg, const ag_start *st, const char *dir
   /* The agent pins each host's processes to the allocation's cores. */
   KEEP("--bind-to");
   KEEP("none");
+  /* Daemons found on each host's PATH, whatever path mpirun was started by. */
+  KEEP("--noprefix");
   /* Daemons stay in the foreground, so the relay's process is the daemon's. */
   KEEP("--leave-session-attached");
   KEEP("--mca");
   KEEP("plm_rsh_no_tree_spawn");
   KEEP("1");
+  /* Open MPI splits this value at ':' (alternatives, "ssh : rsh"), so the
+   * URL cannot be in it: `rsh` finds kilnd, the allocation and its token
+   * in the environment mpirun passes it (make_env). */
   KEEP("--mca");
   KEEP("plm_rsh_agent");
-  KEEP("%s rsh --server %s --alloc %s --token-file %s/alloc.token%s%s", cfg->self, cfg->server,
-       st->alloc, dir, cfg->cacert ? " --cacert " : "", cfg->cacert ? cfg->cacert : "");
+  KEEP("%s rsh", cfg->self);
   if (st->oob_if[0]) {
     KEEP("--mca");
     KEEP("oob_tcp_if_include");
@@ -682,7 +691,13 @@ static pid_t spawn(const ag_config *cfg, ag_start *st, const char *dir, const ch
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   char devices[AG_MAX_CORES * 5 + 32], cuda[AG_MAX_CORES * 5 + 32];
-  char **env = make_env(st, devices, sizeof devices, cuda, sizeof cuda);
+  char server[1200], alloc[160], token[AG_PATH + 64], cacert[1200];
+  snprintf(server, sizeof server, "KILN_SERVER=%.1000s", cfg->server);
+  snprintf(alloc, sizeof alloc, "KILN_ALLOCATION=%s", st->alloc);
+  snprintf(token, sizeof token, "KILN_ALLOCATION_TOKEN_FILE=%.1300s/alloc.token", dir);
+  snprintf(cacert, sizeof cacert, "KILN_CACERT=%.1000s", cfg->cacert ? cfg->cacert : "");
+  char *relay[] = {server, alloc, token, cfg->cacert ? cacert : NULL, NULL};
+  char **env = make_env(st, devices, sizeof devices, cuda, sizeof cuda, st->np > 0 ? relay : NULL);
   pid_t pid = -1;
   pin(st);
   int rc = env ? posix_spawnp(&pid, argv[0], &fa, &attr, argv, env) : ENOMEM;
