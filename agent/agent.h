@@ -75,14 +75,15 @@ typedef struct ag_start {
   int resume;
   int cores[AG_MAX_CORES], n_cores;
   int gpus[AG_MAX_CORES], n_gpus;
-  int np; /* > 0: mpirun over hosts */
+  int processes; /* the spec's kiln-train processes under mpirun (0: one, no mpirun) */
+  int np;        /* > 0: mpirun over hosts */
   ag_mpi_host hosts[AG_MAX_HOSTS];
   int n_hosts;
   char oob_if[128], btl_if[128], nccl_if[64];
   char *env[AG_MAX_ENV]; /* "KEY=value", owned */
   int n_env;
   char **command;          /* job mode: the command to run instead of kiln-train (not owned) */
-  const char *shared_data; /* a path every host mounts: no download */
+  const char *shared_data; /* a path every host mounts (env KILN_SHARED_DATA): no download */
 } ag_start;
 
 /* Fills st from a start command's JSON; -1 with err naming the field. */

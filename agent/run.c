@@ -111,6 +111,21 @@ static int parse_mpi(const json_t *mpi, ag_start *st, char *err, size_t errlen) 
   return 0;
 }
 
+/* How many kiln-train processes the spec's strategy runs under mpirun
+ * (multi_worker: workers; parameter_server: workers + servers); 0 for one
+ * process, as kilnd's runner counts them. */
+static int spec_processes(const json_t *spec) {
+  const json_t *strategy = json_object_get(spec, "strategy");
+  const char *type = json_string_value(json_object_get(strategy, "type"));
+  const json_t *workers = json_object_get(strategy, "workers"),
+               *ps = json_object_get(strategy, "ps");
+  if (!type || !json_is_integer(workers)) return 0;
+  if (strcmp(type, "multi_worker") == 0) return (int)json_integer_value(workers);
+  if (strcmp(type, "parameter_server") == 0)
+    return (int)(json_integer_value(workers) + (json_is_integer(ps) ? json_integer_value(ps) : 0));
+  return 0;
+}
+
 int ag_start_parse(const json_t *cmd, ag_start *st, char *err, size_t errlen) {
   memset(st, 0, sizeof *st);
   if (copy_str(cmd, "alloc", st->alloc, sizeof st->alloc, 1, err, errlen) ||
@@ -149,7 +164,10 @@ int ag_start_parse(const json_t *cmd, ag_start *st, char *err, size_t errlen) {
         return -1;
       }
       st->env[st->n_env++] = cli_printf("%s=%s", key, json_string_value(value));
+      if (strcmp(key, "KILN_SHARED_DATA") == 0 && json_string_length(value) > 0)
+        st->shared_data = st->env[st->n_env - 1] + strlen("KILN_SHARED_DATA=");
     }
+  st->processes = spec_processes(spec);
   return 0;
 }
 
@@ -250,7 +268,7 @@ static int upload(run_io *io, int64_t step, const char *file, const char *part, 
                   char *server_path, size_t len) {
   char path[512], err[1024];
   snprintf(path, sizeof path, "%.900s/checkpoints/%lld?sha256=%s%s%s", io->path_prefix,
-           (long long)step, sha256, part[0] ? "&file=" : "", part);
+           (long long)step, sha256, part[0] ? "&part=" : "", part);
   int64_t backoff = 500;
   for (int attempt = 1; attempt <= UPLOAD_TRIES; attempt++) {
     FILE *f = fopen(file, "rb");
@@ -448,6 +466,12 @@ static int prepare_dataset(run_io *io, char *data_dir, size_t len, char *err, si
   long status = resp.status;
   cli_client_header(io->client, "X-Kiln-Content-Sha256", sha, sizeof sha);
   cli_response_clear(&resp);
+  if (status == 404) { /* a built-in set: kiln-train reads this host's own copy */
+    ag_log(AG_LOG_INFO, "alloc=%s msg=\"kilnd serves no data set; using this host's\" dataset=%s",
+           st->alloc, st->dataset_name);
+    data_dir[0] = '\0';
+    return 0;
+  }
   if (status < 200 || status >= 300) {
     snprintf(err, errlen, "HEAD %s: HTTP %ld", path, status);
     return -1;
@@ -491,7 +515,7 @@ static int prepare_resume(run_io *io, const char *ckpt_dir, char *file, size_t l
   int rc = download(io, path, weights, "X-Kiln-Step", step, sizeof step, err, errlen);
   if (rc == 404) return 0;
   if (rc != 0) return -1;
-  snprintf(path, sizeof path, "%.900s/resume?file=state", io->path_prefix);
+  snprintf(path, sizeof path, "%.900s/resume?part=state", io->path_prefix);
   snprintf(state, sizeof state, "%.900s/resume.state", ckpt_dir);
   rc = download(io, path, state, NULL, NULL, 0, err, errlen);
   if (rc != 0) return -1;
@@ -554,7 +578,9 @@ static int mpirun_argv(const ag_config *cfg, const ag_start *st, const char *dir
   snprintf(hostfile, sizeof hostfile, "%.900s/hostfile", dir);
   char lines[AG_MAX_HOSTS * 160];
   size_t used = 0;
-  for (int i = 0; i < st->n_hosts; i++)
+  const int local = st->np == 0; /* one host: as kilnd's runner starts it */
+  if (local) used = (size_t)snprintf(lines, sizeof lines, "localhost slots=%d\n", st->processes);
+  for (int i = 0; !local && i < st->n_hosts; i++)
     used += (size_t)snprintf(lines + used, sizeof lines - used, "%s slots=%d\n", st->hosts[i].name,
                              st->hosts[i].slots);
   if (ag_write_file(hostfile, lines, used) != 0) return -1;
@@ -573,7 +599,12 @@ static int mpirun_argv(const ag_config *cfg, const ag_start *st, const char *dir
   KEEP("--hostfile");
   KEEP("%s", hostfile);
   KEEP("-np");
-  KEEP("%d", st->np);
+  KEEP("%d", local ? st->processes : st->np);
+  if (local) {
+    KEEP("--oversubscribe");
+    argv[n] = NULL;
+    return n;
+  }
   /* The agent pins each host's processes to the allocation's cores. */
   KEEP("--bind-to");
   KEEP("none");
@@ -632,7 +663,7 @@ static pid_t spawn(const ag_config *cfg, ag_start *st, const char *dir, const ch
       argv[n++] = st->command[i];
     }
   } else {
-    if (st->np > 0) {
+    if (st->np > 0 || st->processes > 0) {
       n = mpirun_argv(cfg, st, dir, argv, 120, store, sizeof store);
       if (n < 0) {
         snprintf(err, errlen, "cannot write the hostfile or mpirun's arguments in %.900s", dir);
@@ -697,7 +728,8 @@ static pid_t spawn(const ag_config *cfg, ag_start *st, const char *dir, const ch
   snprintf(token, sizeof token, "KILN_ALLOCATION_TOKEN_FILE=%.1300s/alloc.token", dir);
   snprintf(cacert, sizeof cacert, "KILN_CACERT=%.1000s", cfg->cacert ? cfg->cacert : "");
   char *relay[] = {server, alloc, token, cfg->cacert ? cacert : NULL, NULL};
-  char **env = make_env(st, devices, sizeof devices, cuda, sizeof cuda, st->np > 0 ? relay : NULL);
+  char **env = make_env(st, devices, sizeof devices, cuda, sizeof cuda,
+                        st->np > 0 && !st->command ? relay : NULL);
   pid_t pid = -1;
   pin(st);
   int rc = env ? posix_spawnp(&pid, argv[0], &fa, &attr, argv, env) : ENOMEM;

@@ -88,16 +88,19 @@ static void start_command_fields_are_read_and_checked(void **state) {
   char err[512];
   assert_int_equal(
       parse("{\"seq\":4,\"kind\":\"start\",\"alloc\":\"alloc-1\",\"token\":\"kiln_a_x\","
-            "\"job\":\"job-1\",\"attempt\":2,\"spec\":{\"epochs\":1},\"dataset\":{\"name\":\"d\","
+            "\"job\":\"job-1\",\"attempt\":2,\"spec\":{\"epochs\":1,\"strategy\":{\"type\":"
+            "\"parameter_server\",\"ps\":1,\"workers\":2}},\"dataset\":{\"name\":\"d\","
             "\"sha256\":\"ab\"},\"resume\":true,\"cores\":[1,3],\"gpus\":[],\"mpi\":{\"np\":2,"
             "\"hosts\":[{\"name\":\"a\",\"address\":\"10.0.0.1\",\"slots\":1},{\"name\":\"b\"}],"
-            "\"network\":{\"oob_tcp_if_include\":\"10.77.0.0/24\"}},\"env\":{\"KILN_X\":\"1\"}}",
+            "\"network\":{\"oob_tcp_if_include\":\"10.77.0.0/"
+            "24\"}},\"env\":{\"KILN_X\":\"1\",\"KILN_SHARED_DATA\":\"/mnt/d\"}}",
             &st, err, sizeof err),
       0);
   assert_string_equal(st.alloc, "alloc-1");
   assert_string_equal(st.token, "kiln_a_x");
   assert_int_equal(st.attempt, 2);
-  assert_string_equal(st.spec_json, "{\"epochs\":1}");
+  assert_non_null(strstr(st.spec_json, "\"epochs\":1"));
+  assert_int_equal(st.processes, 3); /* 2 workers + 1 server under mpirun */
   assert_true(st.has_dataset);
   assert_true(st.resume);
   assert_int_equal(st.n_cores, 2);
@@ -107,8 +110,9 @@ static void start_command_fields_are_read_and_checked(void **state) {
   assert_string_equal(st.hosts[1].name, "b");
   assert_int_equal(st.hosts[1].slots, 1);
   assert_string_equal(st.oob_if, "10.77.0.0/24");
-  assert_int_equal(st.n_env, 1);
+  assert_int_equal(st.n_env, 2);
   assert_string_equal(st.env[0], "KILN_X=1");
+  assert_string_equal(st.shared_data, "/mnt/d");
   ag_config cfg = {.name = "b"};
   assert_false(ag_start_launches(&cfg, &st)); /* host b prepares; a runs mpirun */
   cfg.name = "a";

@@ -215,6 +215,16 @@ else
   echo "SKIP multi-host relay: $( [ $netns = 1 ] && echo 'no mpirun given' || echo 'no namespaces')"
 fi
 
+# A multi_worker job on one host (mpi null): mpirun -np 2 there, as kilnd's runner does.
+if [ -n "$mpirun" ]; then
+  alloc al-8
+  queue host-a "$(start_cmd al-8 '' | sed 's|"spec":{"display_name":"al-8"}|"spec":{"display_name":"al-8","strategy":{"type":"multi_worker","workers":2}}|')" > /dev/null
+  check "[e for e in $(ev exit al-8) if e[2].get('exit_code') == 0] and len($(ev progress al-8)) == 7" 60
+  ha=$(if [ $netns = 1 ]; then echo host-a; else hostname; fi)
+  grep -q '^rank=1$' "$d/out/$ha-1" || fail "al-8 had no rank 1 on $ha"
+  echo "ok: multi_worker on one host ran mpirun -np 2 there"
+fi
+
 # kiln-agent job: one allocation without registration.
 alloc al-6
 echo kiln_a_al-6 > "$d/al6.token"

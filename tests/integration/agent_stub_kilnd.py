@@ -151,7 +151,7 @@ class Handler(BaseHTTPRequestHandler):
             if m == "PUT" and what == "checkpoints":
                 data = self.body()
                 sha = q.get("sha256", [""])[0]
-                part = q.get("file", [""])[0]
+                part = q.get("part", [""])[0]
                 if hashlib.sha256(data).hexdigest() != sha:
                     return self.error(400, "sha256 does not match the body")
                 os.makedirs(os.path.join(DIR, alloc), exist_ok=True)
@@ -167,7 +167,7 @@ class Handler(BaseHTTPRequestHandler):
                 r = a.get("resume")
                 if not r:
                     return self.error(404, "no checkpoint")
-                part = q.get("file", [""])[0]
+                part = q.get("part", [""])[0]
                 with open(r[1] if part == "state" else r[0], "rb") as f:
                     data = f.read()
                 record("resume", alloc, part or "weights")
