@@ -1,5 +1,5 @@
 #!/bin/sh
-# verify_units.sh KILND UNITS_DIR — checks dist/systemd/: kilnd.service passes
+# verify_units.sh KILND UNITS_DIR [KILN_AGENT] — checks dist/systemd/: kilnd.service passes
 # `systemd-analyze verify` with no warning at all (an unknown or misspelt
 # directive is only a warning there), its sandbox's exposure is at most
 # 2.5 by `systemd-analyze security` (printed), and kiln.sysusers.conf makes
@@ -61,3 +61,38 @@ grep -q '^kiln:x:[0-9]*:[0-9]*:[^:]*:/var/lib/kiln:/usr/sbin/nologin$' "$tmp/roo
   exit 1
 }
 echo "verify_units: kiln.sysusers.conf makes $(grep '^kiln:' "$tmp/root/etc/passwd")"
+
+# kiln-agent.service: no warning from verify, its exposure printed, and the
+# flags a registration needs with the token from a file, not the command line.
+agent=${3:-}
+[ -n "$agent" ] || exit 0
+sed "s#/usr/local/bin/kiln-agent#$agent#" "$units/kiln-agent.service" >"$tmp/kiln-agent.service"
+if ! systemd-analyze verify "$tmp/kiln-agent.service" >"$tmp/verify-agent.log" 2>&1 ||
+  [ -s "$tmp/verify-agent.log" ]; then
+  cat "$tmp/verify-agent.log"
+  echo "verify_units: systemd-analyze verify failed or warned about kiln-agent.service" >&2
+  exit 1
+fi
+echo "verify_units: systemd-analyze verify kiln-agent.service: no warnings"
+systemd-analyze security --offline=yes "$tmp/kiln-agent.service" 2>&1 | grep 'Overall exposure' || true
+for d in 'User=kiln' 'KillMode=mixed' 'EnvironmentFile=-/etc/default/kiln-agent' 'StateDirectory=kiln-agent'; do
+  grep -q "^$d" "$tmp/kiln-agent.service" || {
+    echo "verify_units: kiln-agent.service lacks $d" >&2
+    exit 1
+  }
+done
+for flag in --server --pool --address '--token-file /etc/kiln/agent.token' '--work-dir /var/lib/kiln-agent'; do
+  grep -q "^ExecStart=$agent .*$flag" "$tmp/kiln-agent.service" || {
+    echo "verify_units: kiln-agent.service does not pass $flag" >&2
+    exit 1
+  }
+done
+# Every flag the unit and its environment file's example pass is one kiln-agent knows.
+"$agent" --help >"$tmp/agent-help.txt"
+for flag in $(grep -ho -- '--[a-z-]*' "$units/kiln-agent.service" "$units/kiln-agent.env" | sort -u); do
+  grep -q -- "$flag " "$tmp/agent-help.txt" || {
+    echo "verify_units: kiln-agent has no flag $flag (kiln-agent --help)" >&2
+    exit 1
+  }
+done
+echo "verify_units: kiln-agent.service starts kiln-agent with its token file and work dir"
