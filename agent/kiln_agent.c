@@ -77,7 +77,8 @@ static void usage(FILE *to) {
           "  --cpus N             offer only the first N usable cores (default: all)\n"
           "  --trainer PATH       kiln-train (default: beside kiln-agent, else on PATH)\n"
           "  --mpirun PATH        mpirun (default: on PATH)\n"
-          "  --poll-wait S        seconds one long poll waits (default 30)\n");
+          "  --poll-wait S        seconds one long poll waits (default 30)\n"
+          "  --help               this help\n");
 }
 
 /* kiln-train beside this program when it is there, else on PATH. */
