@@ -89,7 +89,8 @@ for flag in --server --pool --address '--token-file /etc/kiln/agent.token' '--wo
 done
 # Every flag the unit and its environment file's example pass is one kiln-agent knows.
 "$agent" --help >"$tmp/agent-help.txt"
-for flag in $(grep -ho -- '--[a-z-]*' "$units/kiln-agent.service" "$units/kiln-agent.env" | sort -u); do
+for flag in $(grep -h -e '^ExecStart=' -e 'KILN_AGENT_OPTS=-' "$units/kiln-agent.service" "$units/kiln-agent.env" |
+  grep -o -- '--[a-z-]*' | sort -u); do
   grep -q -- "$flag " "$tmp/agent-help.txt" || {
     echo "verify_units: kiln-agent has no flag $flag (kiln-agent --help)" >&2
     exit 1
