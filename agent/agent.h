@@ -5,7 +5,11 @@
 #ifndef KILN_AGENT_H
 #define KILN_AGENT_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* cpu_set_t */
+#endif
 #include <jansson.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -55,6 +59,10 @@ int64_t ag_now_ms(void);
 
 /* The cores this process may run on (sched_getaffinity), ascending. */
 int ag_host_cores(int *cores, int max);
+/* kilnd numbers an agent's cores 0..cpus-1, as it numbers its own slots:
+ * index i is the i-th of ag_host_cores. The set of those cores; how many of
+ * the indices named one (the others are past what this host has). */
+int ag_host_core_set(const int *indices, int n, cpu_set_t *set);
 /* [{"index":0,"name":"..."}] through the CUDA module, as kiln-train sees
  * the GPUs; [] without one. */
 json_t *ag_host_gpus(void);

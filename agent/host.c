@@ -30,3 +30,16 @@ json_t *ag_host_gpus(void) {
   }
   return list;
 }
+
+int ag_host_core_set(const int *indices, int n, cpu_set_t *set) {
+  int usable[AG_MAX_CORES];
+  const int have = ag_host_cores(usable, AG_MAX_CORES);
+  int mapped = 0;
+  CPU_ZERO(set);
+  for (int i = 0; i < n; i++) {
+    if (indices[i] < 0 || indices[i] >= have) continue;
+    CPU_SET(usable[indices[i]], set);
+    mapped++;
+  }
+  return mapped;
+}

@@ -110,9 +110,8 @@ int ag_relay_exec(const ag_config *cfg, const char *alloc, char *const *argv, in
   int n = ag_table_cores(alloc, cores, AG_MAX_CORES);
   if (n > 0) { /* the daemon's ranks inherit the allocation's cores on this host */
     cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int i = 0; i < n; i++) CPU_SET(cores[i], &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (ag_host_core_set(cores, n, &set) > 0)
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   }
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;

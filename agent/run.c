@@ -530,8 +530,8 @@ static int prepare_resume(run_io *io, const char *ckpt_dir, char *file, size_t l
 static void pin(const ag_start *st) {
   if (st->n_cores == 0) return;
   cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int i = 0; i < st->n_cores; i++) CPU_SET(st->cores[i], &set);
+  if (ag_host_core_set(st->cores, st->n_cores, &set) < st->n_cores)
+    ag_log(AG_LOG_WARN, "alloc=%s msg=\"cores past this host's\" cores=%d", st->alloc, st->n_cores);
   int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   if (rc != 0)
     ag_log(AG_LOG_WARN, "alloc=%s msg=\"cannot pin to cores\" error=\"%s\"", st->alloc,

@@ -2,6 +2,7 @@
  * its ssh receives it read back into argv, only orted/prted allowed, the
  * start command's fields checked by name, and the allocation table's
  * once-only start and drop. */
+#define _GNU_SOURCE /* CPU_COUNT */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -166,6 +167,20 @@ static void a_start_is_claimed_once_and_drop_kills_the_group(void **state) {
   assert_int_equal(ag_table_claim("alloc-t"), 1); /* ended: a late start is ignored */
 }
 
+static void core_indices_map_to_this_hosts_usable_cores(void **state) {
+  (void)state;
+  int usable[AG_MAX_CORES];
+  const int n = ag_host_cores(usable, AG_MAX_CORES);
+  assert_true(n >= 1);
+  cpu_set_t set;
+  int last = n - 1, past = n;
+  assert_int_equal(ag_host_core_set(&last, 1, &set), 1);
+  assert_int_equal(CPU_COUNT(&set), 1);
+  assert_true(CPU_ISSET(usable[n - 1], &set)); /* index n-1: the last usable core's id */
+  assert_int_equal(ag_host_core_set(&past, 1, &set), 0);
+  assert_int_equal(CPU_COUNT(&set), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(orted_command_splits_like_a_remote_shell),
@@ -173,6 +188,7 @@ int main(void) {
       cmocka_unit_test(only_open_mpis_daemon_may_be_relayed),
       cmocka_unit_test(start_command_fields_are_read_and_checked),
       cmocka_unit_test(a_start_is_claimed_once_and_drop_kills_the_group),
+      cmocka_unit_test(core_indices_map_to_this_hosts_usable_cores),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
