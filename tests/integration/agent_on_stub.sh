@@ -15,10 +15,13 @@
 # stops an agent's jobs cleanly. Without namespaces (not root, no
 # iproute2) the agents run on loopback, the relay part skipped, and the
 # script says so.
-# Usage: agent_on_stub.sh KILN_AGENT [MPIRUN]
+# Usage: agent_on_stub.sh KILN_AGENT [MPIRUN [GPU_STANDIN]]
+# (GPU_STANDIN: the tests' host-memory CUDA module: an agent opening it
+# through KILN_CUDA_MODULE reports its 2 GPUs, as kiln-train sees them.)
 set -eu
 agent_bin="$1"
 mpirun="${2:-}"
+standin="${3:-}"
 here=$(cd "$(dirname "$0")" && pwd)
 trainer="$here/stand_in_agent_trainer.sh"
 . "$here/netns.sh"
@@ -102,6 +105,21 @@ cores=$(python3 -c "import os; print(len(os.sched_getaffinity(0)))")
 check "all(n in s['agents'] and s['agents'][n]['body']['cpus'] == $cores and s['agents'][n]['body']['gpus'] == [] and s['agents'][n]['body']['pool'] == 'hosts' for n in ('host-a','host-b','host-c'))"
 check "s['agents']['host-b']['body']['address'] == '$(kx_addr 2)' and s['agents']['host-b']['body']['hostname'] == ('host-b' if $netns else s['agents']['host-b']['body']['hostname'])"
 echo "ok: three agents registered with $cores cores each"
+
+# GPUs as kiln-train sees them: through the CUDA module (here the stand-in's two).
+if [ -n "$standin" ] && [ -f "$standin" ]; then
+  (spawn 3 host-g env KILN_CUDA_MODULE="$standin" KILN_HOST_GPUS=2 "$agent_bin" --server "$server" \
+    --token-file "$d/token" --name host-g --pool hosts --address "$(kx_addr 3)" \
+    --work-dir "$d/work-host-g" --poll-wait 5 > "$d/agent-host-g.log" 2>&1) &
+  pids="$pids $!"
+  echo $! > "$d/host-g.pid"
+  check "'host-g' in s['agents'] and s['agents']['host-g']['body']['gpus'] == [{'index': 0, 'name': 'host stand-in 0'}, {'index': 1, 'name': 'host stand-in 1'}]"
+  kill "$(cat "$d/host-g.pid")"
+  wait "$(cat "$d/host-g.pid")" || true
+  echo "ok: an agent reports the GPUs of its CUDA module (2 of the stand-in)"
+else
+  echo "SKIP GPUs: no CUDA module stand-in given"
+fi
 
 alloc() { call alloc "{\"alloc\":\"$1\",\"token\":\"kiln_a_$1\"${2:-}}" > /dev/null; }
 start_cmd() { # alloc extra-json
