@@ -167,6 +167,25 @@ static void a_start_is_claimed_once_and_drop_kills_the_group(void **state) {
   assert_int_equal(ag_table_claim("alloc-t"), 1); /* ended: a late start is ignored */
 }
 
+static void a_signal_before_the_group_exists_reaches_it(void **state) {
+  (void)state;
+  assert_int_equal(ag_table_claim("alloc-early"), 0);
+  assert_int_equal(ag_table_signal("alloc-early", SIGTERM, 0), 0); /* still preparing */
+  pid_t child = fork();
+  if (child == 0) {
+    setpgid(0, 0);
+    for (int i = 0; i < 100; i++) usleep(100000);
+    _exit(0);
+  }
+  setpgid(child, child);
+  ag_table_set_group("alloc-early", child);
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGTERM);
+  ag_table_finish("alloc-early");
+}
+
 static void core_indices_map_to_this_hosts_usable_cores(void **state) {
   (void)state;
   int usable[AG_MAX_CORES];
@@ -189,6 +208,7 @@ int main(void) {
       cmocka_unit_test(start_command_fields_are_read_and_checked),
       cmocka_unit_test(a_start_is_claimed_once_and_drop_kills_the_group),
       cmocka_unit_test(core_indices_map_to_this_hosts_usable_cores),
+      cmocka_unit_test(a_signal_before_the_group_exists_reaches_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

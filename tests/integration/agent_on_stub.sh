@@ -254,6 +254,24 @@ host 3 host-c env STANDIN_OUT="$d/out" "$agent_bin" job --server "$server" --all
 check "[e for e in $(ev exit al-6) if e[2].get('exit_code') == 0] and len($(ev progress al-6)) == 7 and len($(ev checkpoint al-6)) == 2"
 echo "ok: kiln-agent job streamed progress, checkpoint and exit"
 
+# kiln-agent job on SIGTERM (scancel): the command stops (exit 6), which is
+# posted, and kiln-agent job exits as it did.
+alloc al-9
+echo kiln_a_al-9 > "$d/al9.token"
+(spawn 3 host-c env STANDIN_OUT="$d/out" STANDIN_SLEEP=120 "$agent_bin" job --server "$server" \
+  --alloc al-9 --token-file "$d/al9.token" --work-dir "$d/work-job" -- \
+  "$trainer" --progress-fd 3 --checkpoint-dir "$d/job-ck" > "$d/agent-job9.log" 2>&1) &
+job_pid=$!
+check "len($(ev progress al-9)) >= 7"
+kill -TERM "$job_pid"
+set +e
+wait "$job_pid"
+rc=$?
+set -e
+[ "$rc" = 6 ] || fail "kiln-agent job exited $rc after SIGTERM, not 6 (its command's)"
+check "[e for e in $(ev exit al-9) if e[2].get('exit_code') == 6]"
+echo "ok: SIGTERM to kiln-agent job stopped its command (exit 6 posted and returned)"
+
 # A wrong token: kilnd says 401, the agent stops with 2 and nothing registers.
 set +e
 host 3 host-d "$agent_bin" --server "$server" --token-file "$d/bad-token" --name host-d \
