@@ -341,10 +341,16 @@ static void job_usage(void) {
           "checkpoints and exit go to kilnd as an agent's start does. Exits as COMMAND did.\n");
 }
 
-static volatile sig_atomic_t job_signal;
-static void on_job_signal(int sig) {
-  job_signal = sig;
-  ag_table_signal_all(sig == SIGINT ? SIGTERM : sig);
+/* SIGTERM/SIGINT to `kiln-agent job` (scancel) go on to the command's
+ * group: a thread waits for them, so no lock is taken in a handler. */
+static void *job_signals(void *arg) {
+  sigset_t *wanted = arg;
+  int sig = 0;
+  while (sigwait(wanted, &sig) == 0) {
+    ag_log(AG_LOG_INFO, "msg=\"passing a signal on to the job\" signal=%d", sig);
+    ag_table_signal_all(SIGTERM);
+  }
+  return NULL;
 }
 
 int ag_job_main(int argc, char **argv, const char *self) {
@@ -398,10 +404,13 @@ int ag_job_main(int argc, char **argv, const char *self) {
   snprintf(st->token, sizeof st->token, "%s", cfg.token);
   st->command = argv + optind;
   ag_table_claim(st->alloc);
-  struct sigaction sa = {.sa_handler = on_job_signal};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
+  static sigset_t wanted;
+  sigemptyset(&wanted);
+  sigaddset(&wanted, SIGTERM);
+  sigaddset(&wanted, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &wanted, NULL); /* the command gets them back (run.c) */
+  pthread_t waiter;
+  if (pthread_create(&waiter, NULL, job_signals, &wanted) == 0) pthread_detach(waiter);
   int status = ag_run(&cfg, st);
   free(st);
   if (status < 0) return 1;

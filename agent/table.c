@@ -14,6 +14,7 @@ typedef struct entry {
   pid_t relays[AG_MAX_RELAYS]; /* groups of the relay daemons running for it */
   int n_relays;
   int cores[AG_MAX_CORES], n_cores;
+  int pending; /* a signal that came before the group existed */
   int started; /* a start claimed it */
   int ended;
   int dropped;
@@ -53,8 +54,11 @@ void ag_table_set_group(const char *alloc, pid_t pgid) {
   pthread_mutex_lock(&table_lock);
   entry *e = find(alloc);
   if (e) e->group = pgid;
-  /* A drop that came while it was starting: the new group goes too. */
-  if (e && e->dropped && pgid > 0) kill(-pgid, SIGKILL);
+  /* A drop or signal that came while it was starting reaches the new group. */
+  if (e && e->dropped && pgid > 0)
+    kill(-pgid, SIGKILL);
+  else if (e && e->pending && pgid > 0)
+    kill(-pgid, e->pending);
   pthread_mutex_unlock(&table_lock);
 }
 
@@ -124,6 +128,7 @@ int ag_table_signal(const char *alloc, int sig, int drop) {
   pthread_mutex_lock(&table_lock);
   entry *e = drop ? find_or_add(alloc) : find(alloc);
   if (e && drop) e->dropped = 1;
+  if (e && e->group <= 0 && e->started && !e->ended) e->pending = sig;
   if (e) signal_entry(e, sig);
   pthread_mutex_unlock(&table_lock);
   return e ? 0 : -1;
