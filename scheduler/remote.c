@@ -274,7 +274,9 @@ static json_t *int_array(const int *v, int n) {
 }
 
 /* The `start` command for host h: the spec, the data set, resume, its
- * devices, and on rank 0's host of a multi-host run what mpirun needs. */
+ * devices, and for a multi-host run what mpirun needs, on every host: the
+ * agent of hosts[0] (rank 0's) runs mpirun; the others see they are not
+ * it and only prepare what their ranks read (spec, data set, resume). */
 static char *start_payload(sched *s, const slot_run *slot, int h, const char *alloc_id,
                            const char *token, int resuming, const int *slots, int np) {
   const sched_pool *pool = &s->pools[slot->pool];
@@ -301,7 +303,7 @@ static char *start_payload(sched *s, const slot_run *slot, int h, const char *al
   json_object_set_new(o, "resume", json_boolean(resuming));
   json_object_set_new(o, "cores", gpu ? json_array() : int_array(host->cores, host->n_cores));
   json_object_set_new(o, "gpus", gpu ? int_array(host->cores, host->n_cores) : json_array());
-  if (slot->n_hosts > 1 && h == 0) {
+  if (slot->n_hosts > 1) {
     json_t *hosts = json_array();
     for (int i = 0; i < slot->n_hosts; i++)
       json_array_append_new(hosts, json_pack("{s:s, s:s, s:i}", "name", slot->hosts[i].name,
