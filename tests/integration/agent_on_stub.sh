@@ -154,6 +154,7 @@ exits = [e[2] for e in ev if e[0] == "exit"]
 assert len(exits) == 1 and exits[0]["exit_code"] == 0, exits
 out = dict(l.rstrip("\n").split("=", 1) for l in open(sys.argv[2]))
 assert out["data"] == "stand-in data set", out
+assert out["uploads_same"] == "yes", out  # an uploaded set is read from --uploads-dir
 assert out["affinity"] == "0" and out["devices"] == "cpu:0" and out["extra"] == "from-kilnd", out
 assert json.loads(out["spec"]) == {"display_name": "al-1"}, out
 print("ok: start ran pinned to core 0 with the data set; progress in order, checkpoint uploaded first")
@@ -165,6 +166,13 @@ check "s['agents']['host-a']['done'].get('2', {}).get('ok') is True"
 sleep 1
 check "len($(ev exit al-1)) == 1 and len($(ev dataset al-1)) == 2"
 echo "ok: a start delivered twice ran once"
+
+# A data set archive that is not what its hash says: nothing runs, the exit says why.
+call alloc '{"alloc":"al-0","token":"kiln_a_al-0","corrupt":true}' > /dev/null
+queue host-b "$(start_cmd al-0 '')" > /dev/null
+check "[e for e in $(ev exit al-0) if e[2].get('exit_code') == 127 and 'SHA-256' in e[2].get('message', '')]"
+[ ! -e "$d/work-host-b/jobs/al-0/train.log" ] || fail "al-0's trainer ran on a corrupt data set"
+echo "ok: a data set archive that does not match its hash is refused, and the exit says so"
 
 # signal TERM: the group stops, exit 6 posted.
 alloc al-2

@@ -162,7 +162,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, {"path": path, "bytes": len(data), "sha256": sha})
             if m in ("GET", "HEAD") and what == "dataset":
                 record("dataset", alloc, m)
-                return self.reply(200, raw=DATASET, headers={"X-Kiln-Content-Sha256": DATASET_SHA})
+                # /test/alloc "corrupt": the archive differs from its announced hash
+                raw = DATASET + b"x" if a.get("corrupt") else DATASET
+                return self.reply(200, raw=raw, headers={"X-Kiln-Content-Sha256": DATASET_SHA})
             if m == "GET" and what == "resume":
                 r = a.get("resume")
                 if not r:
@@ -211,6 +213,7 @@ class Handler(BaseHTTPRequestHandler):
                 allocs.setdefault(b["alloc"], {"token": b["token"], "ended": False, "relays": {}})
                 if "resume" in b:
                     allocs[b["alloc"]]["resume"] = b["resume"]
+                allocs[b["alloc"]]["corrupt"] = b.get("corrupt", False)
                 return self.reply(200, {})
             if what == "queue":  # {"agent": name, "command": {...}} ; seq given or next
                 ag = agents[b["agent"]]

@@ -6,13 +6,14 @@
 # state) at step 3, then sleeps $STANDIN_SLEEP seconds (SIGTERM: exit 6, as
 # kiln-train after its checkpoint) and exits $STANDIN_EXIT.
 set -u
-progress=3 ckdir=. data="" resume="" spec=""
+progress=3 ckdir=. data="" uploads="" resume="" spec=""
 while [ $# -gt 0 ]; do
   case "$1" in
   --json) progress=1 ;;
   --progress-fd) progress=$2; shift ;;
   --checkpoint-dir) ckdir=$2; shift ;;
   --data-dir) data=$2; shift ;;
+  --uploads-dir) uploads=$2; shift ;;
   --resume) resume=$2; shift ;;
   --spec) spec=$2; shift ;;
   esac
@@ -27,6 +28,7 @@ out=${STANDIN_OUT:-/tmp}
   echo "resume=$resume"
   echo "resume_state=$( [ -n "$resume" ] && cat "${resume%.safetensors}.state")"
   echo "data=$( [ -n "$data" ] && cat "$data/toy/records.txt")"
+  echo "uploads_same=$( [ -n "$uploads" ] && [ "$uploads" = "$data" ] && echo yes)"
   echo "devices=${KILN_DEVICES:-}"
   echo "affinity=$(grep Cpus_allowed_list /proc/self/status | cut -f2)"
   echo "extra=${KILN_EXTRA:-}"
