@@ -493,9 +493,16 @@ static int prepare_dataset(run_io *io, char *data_dir, size_t len, char *err, si
   if (stat(data_dir, &sb) == 0) return 0; /* cached */
   snprintf(tar, sizeof tar, "%.900s/%.64s.%s.tar", cache, sha, st->alloc);
   snprintf(unpack, sizeof unpack, "%.900s/%.64s.%s.unpack", cache, sha, st->alloc);
-  char got[128] = "";
+  char got[128] = "", have[65];
   if (download(io, path, tar, "X-Kiln-Content-Sha256", got, sizeof got, err, errlen) != 0)
     return -1;
+  /* The hash is the archive's own: what arrived must be it. */
+  if (sha256_file(tar, have) != 0 || strcmp(have, got[0] ? got : sha) != 0) {
+    snprintf(err, errlen, "the data set archive arrived with SHA-256 %s, not %.64s as kilnd said",
+             have, got[0] ? got : sha);
+    unlink(tar);
+    return -1;
+  }
   int rc = ag_mkdir_p(unpack) == 0 && run_tar(tar, unpack) == 0 ? 0 : -1;
   unlink(tar);
   /* Two allocations unpacking the same set: the first rename wins. */
@@ -680,8 +687,10 @@ static pid_t spawn(const ag_config *cfg, ag_start *st, const char *dir, const ch
       argv[n++] = "--progress-fd";
       argv[n++] = "3";
     }
-    if (data_dir[0]) {
+    if (data_dir[0]) { /* the archive holds a built-in set, a folder of shards or an upload */
       argv[n++] = "--data-dir";
+      argv[n++] = (char *)data_dir;
+      argv[n++] = "--uploads-dir";
       argv[n++] = (char *)data_dir;
     }
     argv[n++] = "--checkpoint-dir";
