@@ -186,6 +186,11 @@ done
 echo "$ranks" | tr ' ' '\n' | sort -u | grep . > "$d/rank-hosts" || true
 [ "$(wc -l < "$d/rank-hosts")" -ge 2 ] || fail "kiln-train ran in $(cat "$d/rank-hosts") only, not on 2 hosts"
 echo "ok: the 2-worker job ran a rank on each of $(tr '\n' ' ' < "$d/rank-hosts")"
+# Each of them fetched the data set from kilnd into its cache, by content hash.
+for h in $(cat "$d/rank-hosts"); do
+  ls -d "$d/work-$h"/datasets/*/fashion-mnist > /dev/null 2>&1 || fail "$h has no cached copy of the data set"
+done
+echo "ok: each of those hosts fetched the data set from kilnd into its cache"
 spec mh-loss 512 '' | sed 's/, "pool": "hosts"//' > "$d/one-host.json"
 mkdir -p "$d/one"
 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$trainer" --spec "$d/one-host.json" --json \
