@@ -309,8 +309,12 @@ static json_t *handle(session *s, const json_t *cmd, int64_t seq) {
  * 2 kilnd says re-register (LOST, or the agent is unknown). */
 static int poll_once(session *s) {
   char path[512], err[2048];
+  /* kilnd's heartbeat_s bounds the wait, so a poll arrives that often even
+   * where a proxy or kilnd does not count a parked one. */
+  int wait = cfg.poll_wait_s;
+  if (s->heartbeat_s > 0 && s->heartbeat_s < wait) wait = s->heartbeat_s;
   snprintf(path, sizeof path, "/v1/agents/%s/commands?after=%lld&wait=%ds", s->id,
-           (long long)s->after, cfg.poll_wait_s);
+           (long long)s->after, wait);
   cli_response resp;
   if (cli_client_request(s->client, "GET", path, NULL, 0, &resp, err, sizeof err) != CLI_OK) {
     ag_log(AG_LOG_WARN, "msg=\"poll failed\" error=\"%s\"", err);

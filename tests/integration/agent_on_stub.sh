@@ -110,10 +110,12 @@ echo "ok: three agents registered with $cores cores each"
 if [ -n "$standin" ] && [ -f "$standin" ]; then
   (spawn 3 host-g env KILN_CUDA_MODULE="$standin" KILN_HOST_GPUS=2 "$agent_bin" --server "$server" \
     --token-file "$d/token" --name host-g --pool hosts --address "$(kx_addr 3)" \
-    --work-dir "$d/work-host-g" --poll-wait 5 > "$d/agent-host-g.log" 2>&1) &
+    --work-dir "$d/work-host-g" --poll-wait 60 > "$d/agent-host-g.log" 2>&1) &
   pids="$pids $!"
   echo $! > "$d/host-g.pid"
   check "'host-g' in s['agents'] and s['agents']['host-g']['body']['gpus'] == [{'index': 0, 'name': 'host stand-in 0'}, {'index': 1, 'name': 'host stand-in 1'}]"
+  # Its polls wait at most the heartbeat_s kilnd answered (5 here), not its --poll-wait 60.
+  check "s['agents']['host-g'].get('last_wait') == 5"
   kill "$(cat "$d/host-g.pid")"
   wait "$(cat "$d/host-g.pid")" || true
   echo "ok: an agent reports the GPUs of its CUDA module (2 of the stand-in)"

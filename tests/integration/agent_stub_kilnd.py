@@ -117,6 +117,7 @@ class Handler(BaseHTTPRequestHandler):
                 with lock:
                     a["last_seen"] = time.time()
                     a["polls"] = a.get("polls", 0) + 1
+                    a["last_wait"] = wait
                     while True:
                         if a["state"] == "LOST":
                             return self.reply(200, {"commands": [], "state": "LOST"})
