@@ -11,7 +11,8 @@
 # nothing; SIGKILL of an agent mid-job requeues the job (AGENT_LOST, an
 # infrastructure restart) and it resumes from its checkpoint on the
 # remaining hosts and succeeds; a link down longer than the grace fails
-# over the same way. Exits 77 (skipped, with the reason) where network
+# over the same way; after kilnd restarts every agent registers again and
+# the next job runs. Exits 77 (skipped, with the reason) where network
 # namespaces cannot be made, or without mpirun or the data sets.
 # Usage: multihost.sh KILND KILN_TRAIN KILN_AGENT MPIRUN [PART]
 # PART: all (default), or bench (only the scaling run, see bench/multihost.sh)
@@ -63,9 +64,13 @@ mkdir -p "$d/data"
 admin=$("$kilnd" token create --tenant default --role admin --data-dir "$d/data" | tail -1)
 "$kilnd" token create --role agent --data-dir "$d/data" | tail -1 > "$d/agent.token"
 echo "kiln_wrong_agent_token" > "$d/bad.token"
-(kx_spawn 0 kilnd "$kilnd" --listen "$(kx_addr 0):$port" --behind-tls-proxy --data-dir "$d/data" \
-  --datasets-dir "$datasets" --trainer "$trainer" --pools "$d/pools.json" > "$d/kilnd.log" 2>&1) &
-pids="$pids $!"
+start_kilnd() {
+  (kx_spawn 0 kilnd "$kilnd" --listen "$(kx_addr 0):$port" --behind-tls-proxy --data-dir "$d/data" \
+    --datasets-dir "$datasets" --trainer "$trainer" --pools "$d/pools.json" >> "$d/kilnd.log" 2>&1) &
+  kilnd_pid=$!
+  pids="$pids $!"
+}
+start_kilnd
 
 api() { # METHOD PATH [BODY] -> body on stdout, status in $d/status
   kx_run 0 kilnd curl -s -o "$d/body" -w '%{http_code}' -X "$1" -H "Authorization: Bearer ${TOKEN:-$admin}" \
@@ -300,4 +305,21 @@ kx_link "$i" up
 py "assert d.get('infra_restarts', 0) >= 1, d" || fail "the cut did not fail over: $(cat "$d/body")"
 wait_for "all(a['state'] == 'ONLINE' for a in d['agents'])" /v1/agents 60
 echo "ok: $victim's link down past the grace failed over, the job succeeded, and the agent came back"
+# 6. kilnd restarts: the agents, cut off meanwhile, reconnect and run the next job.
+registrations() { for h in host-a host-b host-c; do grep -c 'msg="registered"' "$d/agent-$h.log"; done | tr '\n' ' '; }
+before=$(registrations)
+kill -TERM "$kilnd_pid"
+wait "$kilnd_pid" 2>/dev/null || true
+sleep 3
+start_kilnd
+for _ in $(seq 100); do
+  [ "$(api GET /v1/agents > /dev/null; cat "$d/status")" = 200 ] && break
+  sleep 0.2
+done
+job=$(create "$(spec mh-after-restart 512 '')")
+wait_state "$job" SUCCEEDED 120
+after=$(registrations)
+python3 -c "import sys; b, a = '$before'.split(), '$after'.split(); sys.exit(0 if all(int(y) > int(x) for x, y in zip(b, a)) else 1)" ||
+  fail "not every agent registered again after kilnd's restart (registrations $before, then $after)"
+echo "ok: after kilnd restarted the agents registered again and ran the next job"
 echo "all multi-host checks passed"
