@@ -14,8 +14,7 @@
 # over the same way; after kilnd restarts every agent registers again and
 # the next job runs. Exits 77 (skipped, with the reason) where network
 # namespaces cannot be made, or without mpirun or the data sets.
-# Usage: multihost.sh KILND KILN_TRAIN KILN_AGENT MPIRUN [PART]
-# PART: all (default), or bench (only the scaling run, see bench/multihost.sh)
+# Usage: multihost.sh KILND KILN_TRAIN KILN_AGENT MPIRUN
 set -eu
 kilnd="$1"
 trainer="$2"
