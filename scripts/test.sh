@@ -38,14 +38,16 @@ cmake --build build-sanitize -j "$jobs"
 # Every suite but those whose time goes to another runtime (the dashboard's
 # Chromium, PyTorch, node's OpenAPI and ONNX Runtime tools), to training
 # a whole data set (kiln_train_shards; multi_worker_shards, whose last part
-# also runs under an address-space limit ASan cannot start in) or to
-# building an image (which builds kiln from source inside it): the C they
+# also runs under an address-space limit ASan cannot start in; multihost,
+# a CNN over three namespaced hosts for minutes, whose kiln-agent the
+# agent_on_stub suite runs here) or to building an image (which builds
+# kiln from source inside it): the C they
 # drive is the server, the CLI and the engine that the other suites run
 # here under the sanitizers; the normal build above runs them all.
 echo "== tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-sanitize --output-on-failure -j "$jobs" -LE '^(browser|parity|openapi|image)$' \
-  -E '^test_(engine_onnx|integration_kiln_train_shards|integration_multi_worker_shards)$'
+  -E '^test_(engine_onnx|integration_kiln_train_shards|integration_multi_worker_shards|integration_multihost)$'
 
 # Every fuzz target briefly (its corpus, then a few seconds of new inputs;
 # the kept inputs already ran as the fuzz_*_replay tests above).

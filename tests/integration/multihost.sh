@@ -50,7 +50,7 @@ fail() {
   exit 1
 }
 
-grace=8
+grace=12
 port=$((30000 + $$ % 20000))
 server="http://$(kx_addr 0):$port"
 cat > "$d/pools.json" <<EOF
@@ -258,12 +258,12 @@ done
 victim=$(where kiln-train | cut -d' ' -f2)
 i=$(case "$victim" in host-a) echo 1 ;; host-b) echo 2 ;; *) echo 3 ;; esac)
 kx_link "$i" down
-sleep $((grace / 2))
+sleep $((grace / 3))
 kx_link "$i" up
 wait_state "$job" SUCCEEDED 240
 py "assert d.get('infra_restarts', 0) == 0 and d.get('restarts', 0) == 0, d" ||
   fail "a short link loss restarted the job: $(cat "$d/body")"
-echo "ok: $victim's link down for $((grace / 2)) s (grace $grace s) cost nothing"
+echo "ok: $victim's link down for $((grace / 3)) s (grace $grace s) cost nothing"
 
 # Waits until job $1 has a checkpoint and ranks on two hosts.
 running_with_checkpoint() {
