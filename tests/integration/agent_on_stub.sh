@@ -212,10 +212,14 @@ echo "ok: a LOST agent registered again"
 
 # A multi-host start: mpirun on rank 0's host, the other host's daemon relayed.
 if [ $netns = 1 ] && [ -n "$mpirun" ]; then
-  alloc al-5
+  # Rank 0's host gets the resume checkpoint at once, host-b's copy takes
+  # 4 s to arrive: host-b's ranks must not start before it has.
+  w=$(ls "$d"/stub/al-1/ckpt-3.safetensors)
+  call alloc "{\"alloc\":\"al-5\",\"token\":\"kiln_a_al-5\",\"resume\":[\"$w\",\"${w%.safetensors}.state\",3],\"slow_resume\":[0,0,4]}" > /dev/null
   mpi="\"mpi\":{\"np\":2,\"hosts\":[{\"name\":\"host-a\",\"address\":\"$(kx_addr 1)\",\"slots\":1},{\"name\":\"host-b\",\"address\":\"$(kx_addr 2)\",\"slots\":1}],$network}"
-  queue host-b "$(start_cmd al-5 '' | sed "s|\"mpi\":null|$mpi|")" > /dev/null
-  queue host-a "$(start_cmd al-5 '' | sed "s|\"mpi\":null|$mpi|")" > /dev/null
+  queue host-a "$(start_cmd al-5 '' | sed -e "s|\"mpi\":null|$mpi|" -e 's/"resume":false/"resume":true/')" > /dev/null
+  check "len($(ev resume al-5)) >= 2"
+  queue host-b "$(start_cmd al-5 '' | sed -e "s|\"mpi\":null|$mpi|" -e 's/"resume":false/"resume":true/')" > /dev/null
   check "[e for e in $(ev exit al-5)]" 60
   state > "$d/s5.json"
   python3 - "$d/s5.json" "$d/out" <<'PY' || fail "multi-host al-5"
@@ -239,6 +243,11 @@ for name in ("host-a-0", "host-b-1"):
 print("ok: 2 ranks on 2 hosts through the relay, each on its own host:",
       {k: v["host"] for k, v in ranks.items()})
 PY
+  prepared=$(grep -n 'alloc=al-5 .*prepared for rank 0' "$d/agent-host-b.log" | cut -d: -f1)
+  daemon=$(grep -n 'alloc=al-5 msg="relay daemon started"' "$d/agent-host-b.log" | cut -d: -f1)
+  [ -n "$prepared" ] && [ -n "$daemon" ] && [ "$prepared" -lt "$daemon" ] ||
+    fail "host-b started al-5's daemon (log line ${daemon:-none}) before its resume checkpoint was in place (${prepared:-never})"
+  echo "ok: the relayed daemon waited for its host's resume checkpoint"
 else
   echo "SKIP multi-host relay: $( [ $netns = 1 ] && echo 'no mpirun given' || echo 'no namespaces')"
 fi

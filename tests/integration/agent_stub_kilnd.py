@@ -171,6 +171,11 @@ class Handler(BaseHTTPRequestHandler):
                 if not r:
                     return self.error(404, "no checkpoint")
                 part = q.get("part", [""])[0]
+                if a.get("slow_resume"):  # the Nth download takes slow_resume[N] s
+                    with lock:
+                        nth = a["gets"] = a.get("gets", 0) + 1
+                    delays = a["slow_resume"]
+                    time.sleep(delays[nth - 1] if nth <= len(delays) else 0)
                 with open(r[1] if part == "state" else r[0], "rb") as f:
                     data = f.read()
                 record("resume", alloc, part or "weights")
@@ -215,6 +220,7 @@ class Handler(BaseHTTPRequestHandler):
                 if "resume" in b:
                     allocs[b["alloc"]]["resume"] = b["resume"]
                 allocs[b["alloc"]]["corrupt"] = b.get("corrupt", False)
+                allocs[b["alloc"]]["slow_resume"] = b.get("slow_resume", [])
                 return self.reply(200, {})
             if what == "queue":  # {"agent": name, "command": {...}} ; seq given or next
                 ag = agents[b["agent"]]
