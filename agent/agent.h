@@ -21,6 +21,8 @@
 #define AG_MAX_HOSTS  64
 #define AG_MAX_ENV    64
 #define AG_MAX_RELAYS 16
+/* How long a relayed daemon waits for its host's start to be prepared. */
+#define AG_PREPARE_WAIT_MS (10 * 60 * 1000)
 /* Progress lines go out at least this often while a trainer writes them. */
 #define AG_BATCH_MS 200
 
@@ -123,6 +125,10 @@ void ag_table_remove_relay(const char *alloc, pid_t pgid);
 /* The cores of an allocation on this host: relay daemons run pinned to them. */
 void ag_table_set_cores(const char *alloc, const int *cores, int n);
 int ag_table_cores(const char *alloc, int *cores, int max);
+/* Waits until a start of alloc on this host has its folder, data set and
+ * resume checkpoint in place (a relay's ranks read them); 0 at once when no
+ * start claimed it; -1 when it ended, was dropped or timeout_ms passed first. */
+int ag_table_wait_ready(const char *alloc, int timeout_ms);
 /* Marks the run ended (start is still refused as a duplicate). */
 void ag_table_finish(const char *alloc);
 /* 1 once a drop came for it: its run posts no exit. */

@@ -106,6 +106,15 @@ int ag_relay_exec(const ag_config *cfg, const char *alloc, char *const *argv, in
     snprintf(err, errlen, "exec: cannot create %.900s: %s", dir, strerror(errno));
     return -1;
   }
+  /* The start this host got for the allocation may still be fetching the
+   * data set its ranks will read: they start once it is in place. */
+  if (ag_table_wait_ready(alloc, AG_PREPARE_WAIT_MS) != 0) {
+    snprintf(err, errlen,
+             "exec: allocation %s was not prepared on this host (failed, dropped, or "
+             "still fetching after %d s)",
+             alloc, AG_PREPARE_WAIT_MS / 1000);
+    return -1;
+  }
   int cores[AG_MAX_CORES];
   int n = ag_table_cores(alloc, cores, AG_MAX_CORES);
   if (n > 0) { /* the daemon's ranks inherit the allocation's cores on this host */

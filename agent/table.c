@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent.h"
 
@@ -14,6 +15,7 @@ typedef struct entry {
   pid_t relays[AG_MAX_RELAYS]; /* groups of the relay daemons running for it */
   int n_relays;
   int cores[AG_MAX_CORES], n_cores;
+  int ready;   /* its folder, data set and resume checkpoint are in place */
   int pending; /* a signal that came before the group existed */
   int started; /* a start claimed it */
   int ended;
@@ -22,6 +24,7 @@ typedef struct entry {
 } entry;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t table_changed = PTHREAD_COND_INITIALIZER; /* ready, ended or dropped */
 static entry *table;
 
 static entry *find(const char *alloc) {
@@ -88,6 +91,8 @@ void ag_table_set_cores(const char *alloc, const int *cores, int n) {
   if (e) {
     e->n_cores = n < AG_MAX_CORES ? n : AG_MAX_CORES;
     memcpy(e->cores, cores, (size_t)e->n_cores * sizeof *cores);
+    e->ready = 1;
+    pthread_cond_broadcast(&table_changed);
   }
   pthread_mutex_unlock(&table_lock);
 }
@@ -107,8 +112,28 @@ void ag_table_finish(const char *alloc) {
   if (e) {
     e->ended = 1;
     e->group = 0;
+    pthread_cond_broadcast(&table_changed);
   }
   pthread_mutex_unlock(&table_lock);
+}
+
+int ag_table_wait_ready(const char *alloc, int timeout_ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&table_lock);
+  entry *e = find(alloc);
+  int rc = 0;
+  while (e && e->started && !e->ready && !e->ended && !e->dropped && rc == 0)
+    rc = pthread_cond_timedwait(&table_changed, &table_lock, &until);
+  int ready = !e || !e->started || e->ready;
+  pthread_mutex_unlock(&table_lock);
+  return ready ? 0 : -1;
 }
 
 int ag_table_dropped(const char *alloc) {
@@ -127,7 +152,10 @@ static void signal_entry(const entry *e, int sig) {
 int ag_table_signal(const char *alloc, int sig, int drop) {
   pthread_mutex_lock(&table_lock);
   entry *e = drop ? find_or_add(alloc) : find(alloc);
-  if (e && drop) e->dropped = 1;
+  if (e && drop) {
+    e->dropped = 1;
+    pthread_cond_broadcast(&table_changed);
+  }
   if (e && e->group <= 0 && e->started && !e->ended) e->pending = sig;
   if (e) signal_entry(e, sig);
   pthread_mutex_unlock(&table_lock);

@@ -3,6 +3,7 @@
  * start command's fields checked by name, and the allocation table's
  * once-only start and drop. */
 #define _GNU_SOURCE /* CPU_COUNT */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -186,6 +187,27 @@ static void a_signal_before_the_group_exists_reaches_it(void **state) {
   ag_table_finish("alloc-early");
 }
 
+static void *prepare_later(void *arg) {
+  usleep(200 * 1000);
+  int core = 0;
+  ag_table_set_cores(arg, &core, 1); /* what ag_run does once prepared */
+  return NULL;
+}
+
+static void a_relay_waits_for_its_hosts_preparation(void **state) {
+  (void)state;
+  assert_int_equal(ag_table_wait_ready("alloc-none", 10), 0); /* no start here: at once */
+  assert_int_equal(ag_table_claim("alloc-prep"), 0);
+  assert_int_equal(ag_table_wait_ready("alloc-prep", 50), -1); /* still preparing */
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, prepare_later, "alloc-prep"), 0);
+  assert_int_equal(ag_table_wait_ready("alloc-prep", 5000), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(ag_table_claim("alloc-fail"), 0);
+  ag_table_finish("alloc-fail"); /* its preparation failed */
+  assert_int_equal(ag_table_wait_ready("alloc-fail", 5000), -1);
+}
+
 static void core_indices_map_to_this_hosts_usable_cores(void **state) {
   (void)state;
   int usable[AG_MAX_CORES];
@@ -209,6 +231,7 @@ int main(void) {
       cmocka_unit_test(a_start_is_claimed_once_and_drop_kills_the_group),
       cmocka_unit_test(core_indices_map_to_this_hosts_usable_cores),
       cmocka_unit_test(a_signal_before_the_group_exists_reaches_it),
+      cmocka_unit_test(a_relay_waits_for_its_hosts_preparation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
