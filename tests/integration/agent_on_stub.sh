@@ -212,14 +212,14 @@ echo "ok: a LOST agent registered again"
 
 # A multi-host start: mpirun on rank 0's host, the other host's daemon relayed.
 if [ $netns = 1 ] && [ -n "$mpirun" ]; then
-  # Rank 0's host gets the resume checkpoint at once, host-b's copy takes
-  # 4 s to arrive: host-b's ranks must not start before it has.
+  # host-b's copy of the resume checkpoint takes 4 s to arrive, rank 0's
+  # host gets its own at once: host-b's ranks must not start before it has.
   w=$(ls "$d"/stub/al-1/ckpt-3.safetensors)
-  call alloc "{\"alloc\":\"al-5\",\"token\":\"kiln_a_al-5\",\"resume\":[\"$w\",\"${w%.safetensors}.state\",3],\"slow_resume\":[0,0,4]}" > /dev/null
+  call alloc "{\"alloc\":\"al-5\",\"token\":\"kiln_a_al-5\",\"resume\":[\"$w\",\"${w%.safetensors}.state\",3],\"slow_resume\":[4]}" > /dev/null
   mpi="\"mpi\":{\"np\":2,\"hosts\":[{\"name\":\"host-a\",\"address\":\"$(kx_addr 1)\",\"slots\":1},{\"name\":\"host-b\",\"address\":\"$(kx_addr 2)\",\"slots\":1}],$network}"
-  queue host-a "$(start_cmd al-5 '' | sed -e "s|\"mpi\":null|$mpi|" -e 's/"resume":false/"resume":true/')" > /dev/null
-  check "len($(ev resume al-5)) >= 2"
   queue host-b "$(start_cmd al-5 '' | sed -e "s|\"mpi\":null|$mpi|" -e 's/"resume":false/"resume":true/')" > /dev/null
+  check "len($(ev resume al-5)) >= 1"
+  queue host-a "$(start_cmd al-5 '' | sed -e "s|\"mpi\":null|$mpi|" -e 's/"resume":false/"resume":true/')" > /dev/null
   check "[e for e in $(ev exit al-5)]" 60
   state > "$d/s5.json"
   python3 - "$d/s5.json" "$d/out" <<'PY' || fail "multi-host al-5"

@@ -171,6 +171,7 @@ class Handler(BaseHTTPRequestHandler):
                 if not r:
                     return self.error(404, "no checkpoint")
                 part = q.get("part", [""])[0]
+                record("resume", alloc, part or "weights")
                 if a.get("slow_resume"):  # the Nth download takes slow_resume[N] s
                     with lock:
                         nth = a["gets"] = a.get("gets", 0) + 1
@@ -178,7 +179,6 @@ class Handler(BaseHTTPRequestHandler):
                     time.sleep(delays[nth - 1] if nth <= len(delays) else 0)
                 with open(r[1] if part == "state" else r[0], "rb") as f:
                     data = f.read()
-                record("resume", alloc, part or "weights")
                 return self.reply(200, raw=data, headers={"X-Kiln-Step": str(r[2]),
                                                           "X-Kiln-Sha256": hashlib.sha256(data).hexdigest()})
             if m == "POST" and what == "exit":
