@@ -32,6 +32,9 @@ packages=(
   systemd
   # tf.train.Example encoding cross-checked against protobuf's Python runtime
   python3-protobuf
+  # Slurm pools' tests: munged, slurmctld and slurmd started on this host by
+  # the test (tests/integration/slurm_fixture.sh)
+  slurm-wlm munge
 )
 
 # npm runs `npm ci` for the tests' packages (below); Debian ships it apart
