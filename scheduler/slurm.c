@@ -186,13 +186,18 @@ int sched_slurm_poll(const char *job_id, int timeout_ms, sched_slurm_status *st,
   if (rc != 0 && !(rc == 1 && no_such_job(said)))
     return fail(err, errlen, "squeue: %s", said[0] ? said : "failed without a reason");
   int found = rc == 0 ? sched_slurm_parse_squeue(out, job_id, st, err, errlen) : 0;
-  if (found != 0) return found;
+  if (found != 0) {
+    st->source = "squeue";
+    return found;
+  }
   /* The controller forgot it (MinJobAge): the accounting database has it,
    * or, on a cluster without one, the job completion log (sacct -c). */
   char *sacct[] = {"sacct", "-n", "-P", "-X", "-j", (char *)job_id, "-o", "JobID,State,ExitCode",
                    NULL};
   rc = sched_slurm_command(sacct, timeout_ms, out, sizeof out, said, sizeof said);
+  const char *source = "sacct";
   if (rc != 0) {
+    source = "sacct -c";
     char first[1024];
     snprintf(first, sizeof first, "%s", said);
     char *completion[] = {
@@ -203,15 +208,19 @@ int sched_slurm_poll(const char *job_id, int timeout_ms, sched_slurm_status *st,
                   said[0] ? said : "failed");
   }
   found = sched_slurm_parse_sacct(out, job_id, st, err, errlen);
+  if (found == 1) st->source = source;
   if (found == 0) snprintf(st->job_id, sizeof st->job_id, "%s", job_id);
   return found;
 }
 
 int sched_slurm_cancel(const char *job_id, int timeout_ms, char *err, size_t errlen) {
-  char *argv[] = {"scancel", (char *)job_id, NULL};
+  char *argv[] = {"scancel", "--verbose", (char *)job_id, NULL};
   char said[1024];
   int rc = sched_slurm_command(argv, timeout_ms, NULL, 0, said, sizeof said);
-  if (rc != 0)
+  /* scancel exits 0 when the job had ended already, and says so only when
+   * verbose */
+  if (rc == 0 && (no_such_job(said) || strstr(said, "already completing or completed"))) return 1;
+  if (rc != 0 || strstr(said, "error:"))
     return fail(err, errlen, "scancel %s: %s", job_id, said[0] ? said : "failed without a reason");
   return 0;
 }

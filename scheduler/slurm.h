@@ -48,6 +48,7 @@ typedef struct sched_slurm_status {
   int exit_code;   /* sacct's ExitCode "N:S": the batch script's status N... */
   int signal;      /* ...and the signal S that ended it (0: none) */
   const sched_slurm_state_info *info; /* NULL for an unknown state */
+  const char *source; /* which command said so: "squeue", "sacct", "sacct -c"; NULL: none */
 } sched_slurm_status;
 
 /* The job id sbatch --parsable printed ("1234" or "1234;cluster"), into
@@ -100,8 +101,9 @@ int sched_slurm_poll(const char *job_id, int timeout_ms, sched_slurm_status *st,
                      size_t errlen);
 
 /* scancel ID: Slurm sends every process of the job SIGTERM (kiln-train
- * checkpoints and stops), then SIGKILL after the cluster's KillWait. 0, or
- * -1 with scancel's words in err. */
+ * checkpoints and stops), then SIGKILL after the cluster's KillWait. 0;
+ * 1 when Slurm no longer knows the job (it ended: nothing to cancel); -1
+ * with scancel's words in err. */
 int sched_slurm_cancel(const char *job_id, int timeout_ms, char *err, size_t errlen);
 
 /* What the batch script runs. */
