@@ -162,9 +162,14 @@ int sched_slurm_submit(const sched_slurm_submit_req *req, char *id, size_t id_le
   snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", req->cpus_per_task);
   snprintf(name, sizeof name, "--job-name=%s", req->job_name);
   snprintf(chdir, sizeof chdir, "--chdir=%s", req->work_dir);
-  snprintf(output, sizeof output, "--output=%s/slurm-%%j.out", req->work_dir);
-  char *argv[] = {"sbatch", "--parsable", "--no-requeue", partition, nodes,  ntasks,
-                  cpus,     name,         chdir,          output,    script, NULL};
+  if (req->output)
+    snprintf(output, sizeof output, "--output=%s", req->output);
+  else
+    snprintf(output, sizeof output, "--output=%s/slurm-%%j.out", req->work_dir);
+  char *argv[] = {"sbatch",  "--parsable", "--no-requeue", "--open-mode=append",
+                  partition, nodes,        ntasks,         cpus,
+                  name,      chdir,        output,         script,
+                  NULL};
   char out[1024], said[1024];
   int rc = sched_slurm_command(argv, req->timeout_ms, out, sizeof out, said, sizeof said);
   if (rc != 0)

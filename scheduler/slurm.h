@@ -82,7 +82,8 @@ typedef struct sched_slurm_submit_req {
   int ntasks;              /* --ntasks: the job's processes (1, or its mpirun -np) */
   int cpus_per_task;       /* --cpus-per-task */
   const char *job_name;    /* --job-name: the kiln job id */
-  const char *work_dir;    /* --chdir; the script and slurm-<id>.out are written there */
+  const char *work_dir;    /* --chdir; the script is written there */
+  const char *output;      /* --output, appended to; NULL = work_dir/slurm-<id>.out */
   const char *script_name; /* the batch script's file name in work_dir */
   const char *script;      /* its text (see sched_slurm_script) */
   int timeout_ms;          /* for sbatch */
