@@ -24,6 +24,7 @@
 #include "api.h"
 #include "common.h"
 #include "sched_internal.h"
+#include "slurm.h"
 
 /* ---- hosts ---- */
 
@@ -210,7 +211,7 @@ int sched_remote_exit(sched *s, const char *alloc_id, int exit_code, int signal_
   return rc;
 }
 
-static void entry_add(sched *s, sched_remote_entry *e) {
+void sched_remote_entry_add(sched *s, sched_remote_entry *e) {
   pthread_mutex_lock(&s->remote_lock);
   e->next = s->remotes;
   s->remotes = e;
@@ -218,7 +219,7 @@ static void entry_add(sched *s, sched_remote_entry *e) {
 }
 
 /* Unlinks the entry (nothing writes to the pipe after) and closes its end. */
-static void entry_remove(sched *s, sched_remote_entry *e) {
+void sched_remote_entry_remove(sched *s, sched_remote_entry *e) {
   pthread_mutex_lock(&s->remote_lock);
   for (sched_remote_entry **at = &s->remotes; *at; at = &(*at)->next) {
     if (*at == e) {
@@ -233,7 +234,7 @@ static void entry_remove(sched *s, sched_remote_entry *e) {
 
 /* ---- one attempt on remote hosts ---- */
 
-static int random_hex(char *out, size_t bytes) {
+int sched_random_hex(char *out, size_t bytes) {
   unsigned char raw[32];
   if (bytes > sizeof raw) return -1;
   FILE *f = fopen("/dev/urandom", "rb");
@@ -361,7 +362,7 @@ void sched_run_remote(sched *s, slot_run *slot) {
   memset(&a, 0, sizeof a);
   char token[80] = "kiln_a_", hash[65];
   snprintf(a.id, sizeof a.id, "alloc-");
-  if (random_hex(a.id + 6, 8) != 0 || random_hex(token + 7, 32) != 0) {
+  if (sched_random_hex(a.id + 6, 8) != 0 || sched_random_hex(token + 7, 32) != 0) {
     sched_finish(s, job, "FAILED", "INTERNAL", "cannot read random bytes for an allocation");
     return;
   }
@@ -411,7 +412,7 @@ void sched_run_remote(sched *s, slot_run *slot) {
   fcntl(fds[1], F_SETFD, FD_CLOEXEC);
   sched_remote_entry entry = {.write_fd = fds[1]};
   snprintf(entry.alloc_id, sizeof entry.alloc_id, "%s", a.id);
-  entry_add(s, &entry);
+  sched_remote_entry_add(s, &entry);
 
   char resume_path[600];
   int64_t resume_step = 0;
@@ -429,7 +430,7 @@ void sched_run_remote(sched *s, slot_run *slot) {
   if (queued < slot->n_hosts) {
     snprintf(msg, sizeof msg, "cannot queue the start command for agent %s: %s",
              slot->hosts[queued].name, store_errmsg(s->st));
-    entry_remove(s, &entry);
+    sched_remote_entry_remove(s, &entry);
     close(fds[0]);
     store_allocation_end(s->st, a.id, "START_FAILED", NULL, 1, NULL);
     sched_requeue(s, job, NULL, NULL, NULL, "SCHEDULER_BUSY", msg);
@@ -470,7 +471,7 @@ void sched_run_remote(sched *s, slot_run *slot) {
   /* The read end first: a request still writing gets EPIPE, not a wait on
    * a pipe nobody drains, and lets go of remote_lock. */
   close(fds[0]);
-  entry_remove(s, &entry);
+  sched_remote_entry_remove(s, &entry);
   pthread_mutex_lock(&s->wake_lock);
   const int lost = slot->lost;
   char lost_agent_id[32];
@@ -508,7 +509,10 @@ void sched_remote_recover(sched *s) {
     return;
   }
   for (int i = 0; i < n; i++) {
-    if (store_allocation_end(s->st, list[i].id, "SERVER_RESTART", NULL, 1, NULL) == STORE_OK)
+    /* A Slurm pool's (slurm_run.c): its batch job is cancelled, no agent told. */
+    const int slurm = list[i].n_hosts == 1 && strcmp(list[i].hosts[0].agent_id, "slurm") == 0;
+    if (slurm) sched_slurm_recover(s, &list[i]);
+    if (store_allocation_end(s->st, list[i].id, "SERVER_RESTART", NULL, !slurm, NULL) == STORE_OK)
       sched_slog(s, SCHED_LOG_WARN,
                  "msg=\"allocation of a previous kilnd ended; its hosts drop it\" alloc=%s job=%s "
                  "hosts=%d",

@@ -648,6 +648,10 @@ static void run_job(sched *s, slot_run *slot) {
     sched_run_remote(s, slot);
     return;
   }
+  if (s->pools[slot->pool].kind == SCHED_POOL_SLURM) { /* a batch job in a Slurm partition */
+    sched_run_slurm(s, slot);
+    return;
+  }
   /* Its memory limit (and cores): its STARTED event says which kind applies. */
   const sched_pool *pool = &s->pools[slot->pool];
   const int gpu = strcmp(pool->device_type, "gpu") == 0;

@@ -227,5 +227,22 @@ void sched_remote_recover(sched *s);
 /* Whether a queued job may be gang-placed over hosts (multi_worker,
  * parameter_server): reads its spec. */
 int sched_job_spreads(sched *s, const char *job_id);
+/* A remote run's progress pipe, found by its allocation id from then on
+ * (add), and no more (remove: its write end is closed). */
+void sched_remote_entry_add(sched *s, sched_remote_entry *e);
+void sched_remote_entry_remove(sched *s, sched_remote_entry *e);
+/* bytes random bytes as 2 * bytes hex digits (and a NUL) into out; 0 or -1. */
+int sched_random_hex(char *out, size_t bytes);
+
+/* ---- slurm_run.c: Slurm pools ---- */
+/* A runner thread's attempt on a Slurm pool: its allocation and token, a
+ * batch job running kiln-agent job around kiln-train, followed from
+ * PENDING (STARTING) to its end, progress through the allocation's pipe,
+ * scancel to stop it, and its end from the exit kiln-agent posts and the
+ * state Slurm gives the batch job. */
+void sched_run_slurm(sched *s, slot_run *slot);
+/* At start, for an allocation a previous kilnd left on a Slurm pool: its
+ * batch job (named after the kiln job) is cancelled. */
+void sched_slurm_recover(sched *s, const store_allocation *a);
 
 #endif

@@ -31,6 +31,9 @@ typedef struct sched_config {
    * parameter_server job's under -np workers + ps), rank 0's
    * progress lines on mpirun's standard output; NULL = "mpirun" on PATH. */
   const char *mpirun_path;
+  /* kiln-agent, as a Slurm pool's batch jobs run it on their nodes; NULL =
+   * "kiln-agent" on the nodes' PATH. */
+  const char *agent_path;
   int flush_interval_ms; /* metric lines are written at most this late (default 250) */
   int poll_interval_ms;  /* how often the queue is looked at without a wake (default 1000) */
   /* Preemption: a queued job of higher priority than the running one stops

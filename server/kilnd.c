@@ -123,7 +123,8 @@ static void usage(FILE *to) {
           "                         a new data directory DIR from the backup OUT, checked\n"
           "                         against its MANIFEST first\n\n"
           "multi_worker and parameter_server jobs run under mpirun ($KILN_MPIRUN, or mpirun\n"
-          "on PATH).\n"
+          "on PATH). A Slurm pool's batch jobs run kiln-agent ($KILN_AGENT, or kiln-agent\n"
+          "on the nodes' PATH).\n"
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
           "admin token and stores it in DATA_DIR/admin.token (mode 0600). Everything\n"
           "under DATA_DIR is its owner's alone (folders 0700, files 0600).\n",
@@ -572,6 +573,7 @@ int main(int argc, char **argv) {
                      .trainer_path = trainer,
                      .datasets_dir = datasets_dir,
                      .mpirun_path = getenv("KILN_MPIRUN"), /* NULL: mpirun on PATH */
+                     .agent_path = getenv("KILN_AGENT"),   /* NULL: kiln-agent on PATH */
                      .preempt = preempt,
                      .pools_path = pools,
                      .heartbeat_s = (int)heartbeat_s,
