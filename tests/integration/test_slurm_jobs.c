@@ -1,0 +1,307 @@
+/* test_slurm_jobs.c — jobs on a Slurm pool through a real kilnd, on the
+ * one-node cluster tests/integration/slurm_fixture.sh starts (munged,
+ * slurmctld, slurmd): kilnd submits each attempt as a batch job running
+ * the real kiln-agent job around the real kiln-train, whose progress and
+ * checkpoints come back over HTTP with the allocation's token. Shown: a job
+ * trains a small model and SUCCEEDS with its metrics and checkpoints in
+ * kilnd; a cancel ends the batch job in Slurm too (squeue no longer lists
+ * it); the node taken down mid-job requeues it as an infrastructure
+ * restart, and it resumes from its checkpoint and succeeds. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+static char data_dir[256], base_url[64], admin_token[128];
+static pid_t kilnd_pid;
+static const char *datasets_dir;
+static int have_cluster;
+
+/* A small run of Fashion-MNIST: 20 steps an epoch, a checkpoint every 10. */
+static char *spec_text(const char *name, int epochs, const char *extra) {
+  char *text = malloc(4096);
+  snprintf(text, 4096,
+           "{\"display_name\":\"%s\",\"model\":{\"input_shape\":[28,28,1],\"layers\":["
+           "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":32,\"activation\":\"relu\"},"
+           "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}]},"
+           "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"],"
+           "\"dataset\":{\"name\":\"fashion-mnist\"},"
+           "\"pipeline\":{\"batch_size\":64,\"take\":1280,\"num_parallel_calls\":0},"
+           "\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.002},\"epochs\":%d,\"seed\":7,"
+           "\"checkpoint\":{\"every_steps\":10},"
+           "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"cluster\"}%s}",
+           name, epochs, extra ? extra : "");
+  return text;
+}
+
+static json_t *call(const char *method, const char *path, const char *body, long *status) {
+  char *out = NULL;
+  *status = it_request(base_url, admin_token, method, path, body, body ? strlen(body) : 0, &out);
+  json_t *doc = out ? json_loads(out, 0, NULL) : NULL;
+  if (*status >= 400) fprintf(stderr, "%s %s -> %ld %s\n", method, path, *status, out);
+  free(out);
+  return doc;
+}
+
+static char *create_job(const char *spec) {
+  long status;
+  json_t *doc = call("POST", "/v1/jobs", spec, &status);
+  if (status != 200) fail_msg("create: %ld", status);
+  char *id = strdup(json_string_value(json_object_get(doc, "id")));
+  json_decref(doc);
+  return id;
+}
+
+static json_t *get_job(const char *id) {
+  char path[128];
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s", id);
+  json_t *doc = call("GET", path, NULL, &status);
+  assert_int_equal(status, 200);
+  return doc;
+}
+
+/* The job's events as one text, for looking up reasons and messages. */
+static char *events_text(const char *id) {
+  char path[128];
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+  json_t *doc = call("GET", path, NULL, &status);
+  assert_int_equal(status, 200);
+  char *text = json_dumps(doc, JSON_INDENT(1));
+  json_decref(doc);
+  return text;
+}
+
+static json_t *wait_state(const char *id, const char *state, int limit_s) {
+  long long until = it_now_ms() + limit_s * 1000LL;
+  for (;;) {
+    json_t *doc = get_job(id);
+    const char *now = json_string_value(json_object_get(doc, "state"));
+    if (strcmp(now, state) == 0) return doc;
+    if (it_now_ms() > until) {
+      char *events = events_text(id);
+      printf("events of %s:\n%s\n", id, events);
+      free(events);
+      fail_msg("job %s is %s, not %s, after %d s", id, now, state, limit_s);
+    }
+    json_decref(doc);
+    usleep(200 * 1000);
+  }
+}
+
+/* The Slurm job id kilnd's SLURM_SUBMITTED event names (the n-th one). */
+static void slurm_job_of(const char *id, int nth, char *out, size_t len) {
+  char *events = events_text(id);
+  const char *at = events;
+  out[0] = '\0';
+  for (int i = 0; i < nth && at; i++) {
+    at = strstr(at, "Slurm batch job ");
+    if (at && i < nth - 1) at++;
+  }
+  if (at) snprintf(out, len, "%.*s", (int)strspn(at + 16, "0123456789"), at + 16);
+  free(events);
+  if (!out[0]) fail_msg("job %s has no SLURM_SUBMITTED event number %d", id, nth);
+}
+
+static int squeue_lists(const char *slurm_id) {
+  char out[4096], cmd[128];
+  snprintf(cmd, sizeof cmd, "squeue -h -o %%i");
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+    if (strcmp(line, slurm_id) == 0) return 1;
+  return 0;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+static int setup(void **state) {
+  (void)state;
+  have_cluster = getenv("SLURM_CONF") && getenv("KILN_SLURM_PARTITION");
+  datasets_dir = getenv("KILN_DATASETS_DIR");
+  if (!datasets_dir || !*datasets_dir) datasets_dir = KILN_DEFAULT_DATASETS_DIR;
+  if (!have_cluster) return 0;
+  snprintf(data_dir, sizeof data_dir, "/tmp/kiln-slurm-jobs-XXXXXX");
+  if (!mkdtemp(data_dir)) return -1;
+  int port = free_port();
+  if (port <= 0) return -1;
+  char pools[400], listen[64], text[1024];
+  snprintf(pools, sizeof pools, "%s/pools.json", data_dir);
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  snprintf(text, sizeof text,
+           "{\"pools\":[{\"name\":\"default\",\"devices\":1},{\"name\":\"cluster\",\"kind\":"
+           "\"slurm\",\"partition\":\"%s\",\"nodes\":1,\"cpus_per_node\":%ld,\"kilnd_url\":"
+           "\"http://%s\"}]}",
+           getenv("KILN_SLURM_PARTITION"), sysconf(_SC_NPROCESSORS_ONLN), listen);
+  if (it_write_file(pools, text, 0600) != 0) return -1;
+  /* kilnd's batch jobs run this kiln-agent (its environment is theirs). */
+  setenv("KILN_AGENT", KILN_AGENT_PATH, 1);
+  const char *extra[] = {"--pools",        pools,        "--listen", listen,
+                         "--datasets-dir", datasets_dir, NULL};
+  return it_launch_kilnd_args(KILND_PATH, data_dir, KILN_TRAIN_PATH, extra, &kilnd_pid, base_url,
+                              sizeof base_url, admin_token, sizeof admin_token);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (have_cluster) it_stop_kilnd(kilnd_pid, data_dir);
+  return 0;
+}
+
+static void need_cluster_and_data(void) {
+  if (!have_cluster) {
+    printf("SKIP: no Slurm cluster: run under tests/integration/slurm_fixture.sh\n");
+    skip();
+  }
+  if (access(datasets_dir, R_OK) != 0) {
+    printf("SKIP: the built-in data sets are not at %s (KILN_DATASETS_DIR)\n", datasets_dir);
+    skip();
+  }
+}
+
+static void job_on_a_slurm_pool_trains_and_succeeds(void **state) {
+  (void)state;
+  need_cluster_and_data();
+  char *spec = spec_text("slurm-ok", 1, NULL);
+  char *job = create_job(spec);
+  free(spec);
+  json_t *doc = wait_state(job, "SUCCEEDED", 90);
+  assert_int_equal(json_integer_value(json_object_get(doc, "infra_restarts")), 0);
+  json_decref(doc);
+  char slurm_id[32];
+  slurm_job_of(job, 1, slurm_id, sizeof slurm_id);
+  printf("  job %s ran as Slurm batch job %s\n", job, slurm_id);
+  char *events = events_text(job);
+  assert_non_null(strstr(events, "SLURM_SUBMITTED"));
+  assert_non_null(strstr(events, "runs (allocation alloc-"));
+  free(events);
+  /* its progress came back through kiln-agent: the points and checkpoints */
+  char path[256];
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", job);
+  doc = call("GET", path, NULL, &status);
+  assert_int_equal(status, 200);
+  size_t checkpoints = json_array_size(json_object_get(doc, "checkpoints"));
+  printf("  %zu checkpoints\n", checkpoints);
+  assert_true(checkpoints >= 2);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+  doc = call("GET", path, NULL, &status);
+  assert_int_equal(status, 200);
+  char *text = json_dumps(doc, JSON_COMPACT);
+  assert_non_null(strstr(text, "\"name\":\"epoch_loss\""));
+  assert_non_null(strstr(text, "\"step\":20,\"epoch\":1")); /* 1280 / 64 steps */
+  free(text);
+  json_decref(doc);
+  free(job);
+}
+
+static void cancel_ends_the_batch_job_in_slurm(void **state) {
+  (void)state;
+  need_cluster_and_data();
+  char *spec = spec_text("slurm-cancel", 200, NULL);
+  char *job = create_job(spec);
+  free(spec);
+  json_decref(wait_state(job, "RUNNING", 60));
+  char slurm_id[32], path[128];
+  slurm_job_of(job, 1, slurm_id, sizeof slurm_id);
+  assert_true(squeue_lists(slurm_id));
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", job);
+  json_decref(call("POST", path, "{}", &status));
+  assert_int_equal(status, 200);
+  long long cancelled = it_now_ms();
+  json_decref(wait_state(job, "CANCELLED", 30));
+  while (squeue_lists(slurm_id) && it_now_ms() - cancelled < 20000) usleep(250 * 1000);
+  printf("  Slurm batch job %s gone from squeue %lld ms after the cancel\n", slurm_id,
+         it_now_ms() - cancelled);
+  assert_false(squeue_lists(slurm_id));
+  free(job);
+}
+
+static void node_down_requeues_and_the_job_resumes(void **state) {
+  (void)state;
+  need_cluster_and_data();
+  char *spec = spec_text("slurm-node-down", 60, ",\"max_restarts\":0");
+  char *job = create_job(spec);
+  free(spec);
+  json_decref(wait_state(job, "RUNNING", 60));
+  /* a checkpoint first, so the next attempt resumes from it */
+  char path[128];
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", job);
+  long long until = it_now_ms() + 60000;
+  for (;;) {
+    json_t *doc = call("GET", path, NULL, &status);
+    size_t n = json_array_size(json_object_get(doc, "checkpoints"));
+    json_decref(doc);
+    if (n > 0) break;
+    if (it_now_ms() > until) fail_msg("job %s wrote no checkpoint in 60 s", job);
+    usleep(100 * 1000);
+  }
+  char cmd[256], out[1024];
+  snprintf(cmd, sizeof cmd, "scontrol update nodename=%s state=down reason=kiln-test",
+           getenv("KILN_SLURM_NODE"));
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  /* Slurm ends the batch job NODE_FAIL; kilnd requeues it (not against
+   * max_restarts 0). The node comes back (ReturnToService=2, or resume). */
+  until = it_now_ms() + 30000;
+  char *events = NULL;
+  for (;;) {
+    events = events_text(job);
+    if (strstr(events, "NODE_FAIL")) break;
+    if (it_now_ms() > until) {
+      printf("%s\n", events);
+      fail_msg("no NODE_FAIL requeue of %s within 30 s", job);
+    }
+    free(events);
+    usleep(200 * 1000);
+  }
+  free(events);
+  snprintf(cmd, sizeof cmd, "scontrol update nodename=%s state=resume 2>&1; true",
+           getenv("KILN_SLURM_NODE"));
+  it_run(out, sizeof out, cmd);
+  json_t *doc = wait_state(job, "SUCCEEDED", 120);
+  assert_int_equal(json_integer_value(json_object_get(doc, "infra_restarts")), 1);
+  assert_int_equal(json_integer_value(json_object_get(doc, "restarts")), 0);
+  json_decref(doc);
+  char second[32];
+  slurm_job_of(job, 2, second, sizeof second);
+  events = events_text(job);
+  assert_non_null(strstr(events, "resuming from step"));
+  free(events);
+  printf("  job %s: NODE_FAIL requeue, resumed as Slurm batch job %s, SUCCEEDED\n", job, second);
+  free(job);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(job_on_a_slurm_pool_trains_and_succeeds),
+      cmocka_unit_test(cancel_ends_the_batch_job_in_slurm),
+      cmocka_unit_test(node_down_requeues_and_the_job_resumes),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
