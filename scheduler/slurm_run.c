@@ -393,8 +393,10 @@ void sched_run_slurm(sched *s, slot_run *slot) {
   } else if (running < 0) { /* stopped while Slurm still had it pending */
     cancel_batch_job(&f, SIGTERM);
   }
-  sched_remote_entry_remove(s, &entry);
+  /* The read end first, as remote.c does: a request still writing gets
+   * EPIPE rather than holding remote_lock on a full pipe. */
   close(fds[0]);
+  sched_remote_entry_remove(s, &entry);
   if (running != 0) final_status(&f, &st);
   const char *reason = stopped == PUMP_CANCELLED  ? "CANCELLED"
                        : stopped == PUMP_SHUTDOWN ? "SERVER_SHUTDOWN"
