@@ -93,9 +93,14 @@ static json_t *wait_state(const char *id, const char *state, int limit_s) {
     const char *now = json_string_value(json_object_get(doc, "state"));
     if (strcmp(now, state) == 0) return doc;
     if (it_now_ms() > until) {
-      char *events = events_text(id);
+      char *events = events_text(id), path[128], *logs = NULL;
       printf("events of %s:\n%s\n", id, events);
       free(events);
+      snprintf(path, sizeof path, "/v1/jobs/%s/logs", id);
+      it_request(base_url, admin_token, "GET", path, NULL, 0, &logs);
+      size_t n = logs ? strlen(logs) : 0;
+      printf("end of its log:\n%s\n", logs ? logs + (n > 3000 ? n - 3000 : 0) : "(none)");
+      free(logs);
       fail_msg("job %s is %s, not %s, after %d s", id, now, state, limit_s);
     }
     json_decref(doc);
@@ -103,16 +108,18 @@ static json_t *wait_state(const char *id, const char *state, int limit_s) {
   }
 }
 
-/* The Slurm job id kilnd's SLURM_SUBMITTED event names (the n-th one). */
+/* The Slurm job id of the job's nth SLURM_SUBMITTED event ("Slurm batch
+ * job N in partition ..."). */
 static void slurm_job_of(const char *id, int nth, char *out, size_t len) {
   char *events = events_text(id);
-  const char *at = events;
   out[0] = '\0';
-  for (int i = 0; i < nth && at; i++) {
-    at = strstr(at, "Slurm batch job ");
-    if (at && i < nth - 1) at++;
+  int seen = 0;
+  for (const char *at = strstr(events, "Slurm batch job "); at && !out[0];
+       at = strstr(at + 1, "Slurm batch job ")) {
+    size_t digits = strspn(at + 16, "0123456789");
+    if (digits == 0 || strncmp(at + 16 + digits, " in partition", 13) != 0) continue;
+    if (++seen == nth) snprintf(out, len, "%.*s", (int)digits, at + 16);
   }
-  if (at) snprintf(out, len, "%.*s", (int)strspn(at + 16, "0123456789"), at + 16);
   free(events);
   if (!out[0]) fail_msg("job %s has no SLURM_SUBMITTED event number %d", id, nth);
 }
@@ -288,12 +295,16 @@ static void node_down_requeues_and_the_job_resumes(void **state) {
   assert_int_equal(json_integer_value(json_object_get(doc, "infra_restarts")), 1);
   assert_int_equal(json_integer_value(json_object_get(doc, "restarts")), 0);
   json_decref(doc);
-  char second[32];
+  char first[32], second[32];
+  slurm_job_of(job, 1, first, sizeof first);
   slurm_job_of(job, 2, second, sizeof second);
+  assert_string_not_equal(first, second);
   events = events_text(job);
   assert_non_null(strstr(events, "resuming from step"));
   free(events);
-  printf("  job %s: NODE_FAIL requeue, resumed as Slurm batch job %s, SUCCEEDED\n", job, second);
+  printf("  job %s: Slurm batch job %s ended NODE_FAIL, requeued, resumed as batch job %s, "
+         "SUCCEEDED\n",
+         job, first, second);
   free(job);
 }
 
