@@ -249,6 +249,54 @@ static void cancel_ends_the_batch_job_in_slurm(void **state) {
   free(job);
 }
 
+/* A job whose batch job Slurm keeps PENDING (the node is full) stays
+ * STARTING, and its cancel reaches Slurm there too. */
+static void pending_batch_job_keeps_the_job_starting_until_cancelled(void **state) {
+  (void)state;
+  need_cluster_and_data();
+  char cmd[256], out[1024], filler[32];
+  snprintf(cmd, sizeof cmd, "sbatch --parsable -o /dev/null -n %ld --wrap 'sleep 120'",
+           sysconf(_SC_NPROCESSORS_ONLN));
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  snprintf(filler, sizeof filler, "%.*s", (int)strspn(out, "0123456789"), out);
+  char *spec = spec_text("slurm-pending", 1, NULL);
+  char *job = create_job(spec);
+  free(spec);
+  char slurm_id[32] = "";
+  long long until = it_now_ms() + 30000;
+  while (!slurm_id[0] && it_now_ms() < until) {
+    char *events = events_text(job);
+    int submitted = strstr(events, "SLURM_SUBMITTED") != NULL;
+    free(events);
+    if (submitted)
+      slurm_job_of(job, 1, slurm_id, sizeof slurm_id);
+    else
+      usleep(200 * 1000);
+  }
+  assert_true(slurm_id[0] != '\0');
+  sleep(3); /* a few of kilnd's polls: Slurm still has it pending */
+  json_t *doc = get_job(job);
+  assert_string_equal(json_string_value(json_object_get(doc, "state")), "STARTING");
+  json_decref(doc);
+  snprintf(cmd, sizeof cmd, "squeue -h -j %s -o %%T", slurm_id);
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  assert_string_equal(out, "PENDING\n");
+  char path[128];
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s:cancel", job);
+  json_decref(call("POST", path, "{}", &status));
+  assert_int_equal(status, 200);
+  json_decref(wait_state(job, "CANCELLED", 30));
+  until = it_now_ms() + 20000;
+  while (squeue_lists(slurm_id) && it_now_ms() < until) usleep(250 * 1000);
+  assert_false(squeue_lists(slurm_id));
+  snprintf(cmd, sizeof cmd, "scancel %s", filler);
+  it_run(out, sizeof out, cmd);
+  until = it_now_ms() + 20000;
+  while (squeue_lists(filler) && it_now_ms() < until) usleep(250 * 1000);
+  free(job);
+}
+
 static void node_down_requeues_and_the_job_resumes(void **state) {
   (void)state;
   need_cluster_and_data();
@@ -312,6 +360,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(job_on_a_slurm_pool_trains_and_succeeds),
       cmocka_unit_test(cancel_ends_the_batch_job_in_slurm),
+      cmocka_unit_test(pending_batch_job_keeps_the_job_starting_until_cancelled),
       cmocka_unit_test(node_down_requeues_and_the_job_resumes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
