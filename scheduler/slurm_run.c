@@ -219,7 +219,7 @@ static int make_allocation(sched *s, const slot_run *slot, int processes, const 
   store_alloc_host host;
   memset(&host, 0, sizeof host);
   snprintf(host.agent_id, sizeof host.agent_id, "slurm");
-  snprintf(host.name, sizeof host.name, "slurm:%s", pool->partition);
+  snprintf(host.name, sizeof host.name, "slurm:%.57s", pool->partition);
   snprintf(host.address, sizeof host.address, "%s", pool->partition);
   host.ranks = processes;
   a->n_hosts = 1;
