@@ -18,14 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "harness.h"
 
-static char data_dir[256], base_url[64], admin_token[128];
+static char data_dir[256], base_url[64], admin_token[128], pools_path[400], listen_at[64];
 static pid_t kilnd_pid;
 static const char *datasets_dir;
 static int have_cluster;
@@ -145,6 +147,14 @@ static int free_port(void) {
   return port;
 }
 
+/* kilnd on data_dir, on the port the pools file gives Slurm's nodes. */
+static int launch_kilnd(void) {
+  const char *extra[] = {"--pools",        pools_path,   "--listen", listen_at,
+                         "--datasets-dir", datasets_dir, NULL};
+  return it_launch_kilnd_args(KILND_PATH, data_dir, KILN_TRAIN_PATH, extra, &kilnd_pid, base_url,
+                              sizeof base_url, admin_token, sizeof admin_token);
+}
+
 static int setup(void **state) {
   (void)state;
   have_cluster = getenv("SLURM_CONF") && getenv("KILN_SLURM_PARTITION");
@@ -155,21 +165,18 @@ static int setup(void **state) {
   if (!mkdtemp(data_dir)) return -1;
   int port = free_port();
   if (port <= 0) return -1;
-  char pools[400], listen[64], text[1024];
-  snprintf(pools, sizeof pools, "%s/pools.json", data_dir);
-  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  char text[1024];
+  snprintf(pools_path, sizeof pools_path, "%s/pools.json", data_dir);
+  snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", port);
   snprintf(text, sizeof text,
            "{\"pools\":[{\"name\":\"default\",\"devices\":1},{\"name\":\"cluster\",\"kind\":"
            "\"slurm\",\"partition\":\"%s\",\"nodes\":1,\"cpus_per_node\":%ld,\"kilnd_url\":"
            "\"http://%s\"}]}",
-           getenv("KILN_SLURM_PARTITION"), sysconf(_SC_NPROCESSORS_ONLN), listen);
-  if (it_write_file(pools, text, 0600) != 0) return -1;
+           getenv("KILN_SLURM_PARTITION"), sysconf(_SC_NPROCESSORS_ONLN), listen_at);
+  if (it_write_file(pools_path, text, 0600) != 0) return -1;
   /* kilnd's batch jobs run this kiln-agent (its environment is theirs). */
   setenv("KILN_AGENT", KILN_AGENT_PATH, 1);
-  const char *extra[] = {"--pools",        pools,        "--listen", listen,
-                         "--datasets-dir", datasets_dir, NULL};
-  return it_launch_kilnd_args(KILND_PATH, data_dir, KILN_TRAIN_PATH, extra, &kilnd_pid, base_url,
-                              sizeof base_url, admin_token, sizeof admin_token);
+  return launch_kilnd();
 }
 
 static int teardown(void **state) {
@@ -356,12 +363,49 @@ static void node_down_requeues_and_the_job_resumes(void **state) {
   free(job);
 }
 
+/* kilnd killed mid-job: the kilnd that starts on its data cancels the
+ * batch job it left (by name, the job's id) and runs the job again. */
+static void restarted_kilnd_cancels_the_batch_job_it_left(void **state) {
+  (void)state;
+  need_cluster_and_data();
+  char *spec = spec_text("slurm-kilnd-killed", 60, NULL);
+  char *job = create_job(spec);
+  free(spec);
+  json_decref(wait_state(job, "RUNNING", 60));
+  char first[32], second[32];
+  slurm_job_of(job, 1, first, sizeof first);
+  assert_true(squeue_lists(first));
+  assert_int_equal(kill(kilnd_pid, SIGKILL), 0);
+  waitpid(kilnd_pid, NULL, 0);
+  assert_int_equal(launch_kilnd(), 0);
+  long long restarted = it_now_ms();
+  while (squeue_lists(first) && it_now_ms() - restarted < 20000) usleep(250 * 1000);
+  assert_false(squeue_lists(first));
+  /* cancelled, not run to its end (the completion log says which) */
+  char cmd[128], out[256];
+  snprintf(cmd, sizeof cmd, "sacct -c -n -P -j %s -o State", first);
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  printf("  batch job %s ended %s", first, out);
+  assert_int_equal(strncmp(out, "CANCELLED", 9), 0);
+  json_t *doc = wait_state(job, "SUCCEEDED", 120);
+  json_decref(doc);
+  slurm_job_of(job, 2, second, sizeof second);
+  assert_string_not_equal(first, second);
+  char *events = events_text(job);
+  assert_non_null(strstr(events, "SERVER_RESTARTED"));
+  free(events);
+  printf("  job %s: batch job %s cancelled by the restarted kilnd, ran again as %s\n", job, first,
+         second);
+  free(job);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(job_on_a_slurm_pool_trains_and_succeeds),
       cmocka_unit_test(cancel_ends_the_batch_job_in_slurm),
       cmocka_unit_test(pending_batch_job_keeps_the_job_starting_until_cancelled),
       cmocka_unit_test(node_down_requeues_and_the_job_resumes),
+      cmocka_unit_test(restarted_kilnd_cancels_the_batch_job_it_left),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
