@@ -256,6 +256,40 @@ static void cancel_ends_the_batch_job_in_slurm(void **state) {
   free(job);
 }
 
+/* A multi_worker job of 2 workers: mpirun -np 2 inside the batch job's
+ * allocation (2 tasks), rank 0's progress back through kiln-agent. */
+static void multi_worker_job_runs_under_mpirun_in_the_allocation(void **state) {
+  (void)state;
+  need_cluster_and_data();
+#ifndef KILN_TEST_MPI
+  printf("SKIP: this kiln is built without MPI: multi_worker needs mpirun\n");
+  skip();
+#endif
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+    printf("SKIP: the one node has 1 CPU; 2 workers need 2 Slurm tasks\n");
+    skip();
+  }
+  char *spec = spec_text("slurm-mpi", 1, ",\"strategy\":{\"type\":\"multi_worker\",\"workers\":2}");
+  /* 2 devices: a core per worker */
+  char *at = strstr(spec, "\"devices\":1");
+  assert_non_null(at);
+  at[10] = '2';
+  char *job = create_job(spec);
+  free(spec);
+  json_decref(wait_state(job, "SUCCEEDED", 120));
+  char *events = events_text(job);
+  assert_non_null(strstr(events, "attempt 1), under mpirun"));
+  free(events);
+  char slurm_id[32], cmd[160], out[512];
+  slurm_job_of(job, 1, slurm_id, sizeof slurm_id);
+  /* Slurm gave the batch job 2 tasks (completion log: ProcCnt) */
+  snprintf(cmd, sizeof cmd, "sacct -c -n -P -j %s -o AllocCPUS,State", slurm_id);
+  assert_int_equal(it_run(out, sizeof out, cmd), 0);
+  printf("  job %s: batch job %s (AllocCPUS|State) %s", job, slurm_id, out);
+  assert_string_equal(out, "2|COMPLETED\n");
+  free(job);
+}
+
 /* A job whose batch job Slurm keeps PENDING (the node is full) stays
  * STARTING, and its cancel reaches Slurm there too. */
 static void pending_batch_job_keeps_the_job_starting_until_cancelled(void **state) {
@@ -403,6 +437,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(job_on_a_slurm_pool_trains_and_succeeds),
       cmocka_unit_test(cancel_ends_the_batch_job_in_slurm),
+      cmocka_unit_test(multi_worker_job_runs_under_mpirun_in_the_allocation),
       cmocka_unit_test(pending_batch_job_keeps_the_job_starting_until_cancelled),
       cmocka_unit_test(node_down_requeues_and_the_job_resumes),
       cmocka_unit_test(restarted_kilnd_cancels_the_batch_job_it_left),
