@@ -34,6 +34,9 @@ typedef struct sched_config {
   /* kiln-agent, as a Slurm pool's batch jobs run it on their nodes; NULL =
    * "kiln-agent" on the nodes' PATH. */
   const char *agent_path;
+  /* How often a Slurm pool's batch job is asked about (squeue, then sacct)
+   * while it lives; 0 = every 1000 ms. */
+  int slurm_poll_ms;
   int flush_interval_ms; /* metric lines are written at most this late (default 250) */
   int poll_interval_ms;  /* how often the queue is looked at without a wake (default 1000) */
   /* Preemption: a queued job of higher priority than the running one stops

@@ -34,8 +34,13 @@
 #include "slurm.h"
 
 #define SLURM_CMD_MS       15000 /* one sbatch, squeue, sacct or scancel */
-#define SLURM_POLL_MS      1000  /* how often Slurm is asked while a batch job lives */
 #define SLURM_EXIT_WAIT_MS 10000 /* how long kiln-agent's exit may lag Slurm's end */
+
+/* How often Slurm is asked about a batch job: sched_config.slurm_poll_ms,
+ * default 1 s. */
+static int poll_ms(const sched *s) {
+  return s->cfg.slurm_poll_ms > 0 ? s->cfg.slurm_poll_ms : 1000;
+}
 
 /* What the watcher thread and the runner thread share. */
 typedef struct follow {
@@ -109,7 +114,7 @@ static void *watch_main(void *arg) {
       close_pipe(f->s, f->entry);
       break;
     }
-    usleep(ended ? 100 * 1000 : SLURM_POLL_MS * 1000);
+    usleep(ended ? 100 * 1000 : (useconds_t)poll_ms(f->s) * 1000);
   }
   return NULL;
 }
@@ -153,7 +158,7 @@ static int wait_until_running(sched *s, slot_run *slot, follow *f, sched_slurm_s
                    slot->job.id, f->slurm_id, st->state, st->reason);
       }
     }
-    usleep(SLURM_POLL_MS * 1000);
+    usleep((useconds_t)poll_ms(s) * 1000);
   }
 }
 

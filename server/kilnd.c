@@ -124,7 +124,8 @@ static void usage(FILE *to) {
           "                         against its MANIFEST first\n\n"
           "multi_worker and parameter_server jobs run under mpirun ($KILN_MPIRUN, or mpirun\n"
           "on PATH). A Slurm pool's batch jobs run kiln-agent ($KILN_AGENT, or kiln-agent\n"
-          "on the nodes' PATH).\n"
+          "on the nodes' PATH), and kilnd asks Slurm about each every $KILN_SLURM_POLL_MS\n"
+          "milliseconds (default 1000).\n"
           "Requests need 'Authorization: Bearer TOKEN'. On first start kilnd makes an\n"
           "admin token and stores it in DATA_DIR/admin.token (mode 0600). Everything\n"
           "under DATA_DIR is its owner's alone (folders 0700, files 0600).\n",
@@ -568,12 +569,24 @@ int main(int argc, char **argv) {
     store_close(st);
     return 1;
   }
+  /* How often a Slurm pool's batch jobs are asked about: a large cluster's
+   * controller may want fewer squeue calls. */
+  const char *poll_env = getenv("KILN_SLURM_POLL_MS");
+  char *poll_end = NULL;
+  long slurm_poll_ms = poll_env && *poll_env ? strtol(poll_env, &poll_end, 10) : 0;
+  if (poll_env && *poll_env && (*poll_end || slurm_poll_ms < 100 || slurm_poll_ms > 600000)) {
+    fprintf(stderr, "kilnd: KILN_SLURM_POLL_MS must be milliseconds from 100 to 600000, got '%s'\n",
+            poll_env);
+    store_close(st);
+    return 1;
+  }
   sched_config sc = {.db_path = db_path,
                      .jobs_dir = jobs_dir,
                      .trainer_path = trainer,
                      .datasets_dir = datasets_dir,
                      .mpirun_path = getenv("KILN_MPIRUN"), /* NULL: mpirun on PATH */
                      .agent_path = getenv("KILN_AGENT"),   /* NULL: kiln-agent on PATH */
+                     .slurm_poll_ms = (int)slurm_poll_ms,
                      .preempt = preempt,
                      .pools_path = pools,
                      .heartbeat_s = (int)heartbeat_s,
