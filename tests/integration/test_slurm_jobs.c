@@ -176,6 +176,8 @@ static int setup(void **state) {
   if (it_write_file(pools_path, text, 0600) != 0) return -1;
   /* kilnd's batch jobs run this kiln-agent (its environment is theirs). */
   setenv("KILN_AGENT", KILN_AGENT_PATH, 1);
+  /* Slurm asked every 3 s: a small job runs whole between two polls. */
+  setenv("KILN_SLURM_POLL_MS", "3000", 1);
   return launch_kilnd();
 }
 
@@ -253,6 +255,40 @@ static void cancel_ends_the_batch_job_in_slurm(void **state) {
   printf("  Slurm batch job %s gone from squeue %lld ms after the cancel\n", slurm_id,
          it_now_ms() - cancelled);
   assert_false(squeue_lists(slurm_id));
+  free(job);
+}
+
+/* A job Slurm starts and ends between two of kilnd's polls (3 s apart
+ * here): its progress, checkpoints and RUNNING are there all the same. */
+static void job_ending_between_two_polls_keeps_its_progress(void **state) {
+  (void)state;
+  need_cluster_and_data();
+  char *spec = spec_text("slurm-quick", 1, NULL);
+  char *job = create_job(spec);
+  free(spec);
+  json_decref(wait_state(job, "SUCCEEDED", 60));
+  char *events = events_text(job);
+  const char *running = strstr(events, "\"to_state\": \"RUNNING\"");
+  const char *done = strstr(events, "\"to_state\": \"SUCCEEDED\"");
+  assert_non_null(running);
+  assert_non_null(done);
+  assert_true(running < done);
+  assert_null(strstr(events, "trained: 0 metric points"));
+  free(events);
+  char path[256];
+  long status;
+  snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", job);
+  json_t *doc = call("GET", path, NULL, &status);
+  assert_int_equal(status, 200);
+  assert_int_equal(json_array_size(json_object_get(doc, "checkpoints")), 2);
+  json_decref(doc);
+  snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+  doc = call("GET", path, NULL, &status);
+  assert_int_equal(status, 200);
+  char *text = json_dumps(doc, JSON_COMPACT);
+  assert_non_null(strstr(text, "\"step\":20,\"epoch\":1,\"name\":\"epoch_loss\""));
+  free(text);
+  json_decref(doc);
   free(job);
 }
 
@@ -436,6 +472,7 @@ static void restarted_kilnd_cancels_the_batch_job_it_left(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(job_on_a_slurm_pool_trains_and_succeeds),
+      cmocka_unit_test(job_ending_between_two_polls_keeps_its_progress),
       cmocka_unit_test(cancel_ends_the_batch_job_in_slurm),
       cmocka_unit_test(multi_worker_job_runs_under_mpirun_in_the_allocation),
       cmocka_unit_test(pending_batch_job_keeps_the_job_starting_until_cancelled),
