@@ -132,8 +132,8 @@ static void cancel_batch_job(void *ctx, int sig) {
 }
 
 /* Polls until Slurm says the batch job runs (1) or ended (0, *st says
- * how), or the job must stop first (-1: *why is PUMP_CANCELLED,
- * PUMP_SHUTDOWN or PUMP_PREEMPTED). */
+ * how: it may have run whole between two polls), or the job must stop first (-1: *why is
+ * PUMP_CANCELLED, PUMP_SHUTDOWN or PUMP_PREEMPTED). */
 static int wait_until_running(sched *s, slot_run *slot, follow *f, sched_slurm_status *st,
                               int *why) {
   char err[512], last[sizeof st->reason] = "";
@@ -365,14 +365,16 @@ void sched_run_slurm(sched *s, slot_run *slot) {
   int why = PUMP_ENDED;
   int running = r ? wait_until_running(s, slot, &f, &st, &why) : -1;
   int stopped = why;
-  if (running == 1) {
+  /* Running, or already ended (it ran whole between two polls): either
+   * way its progress may be in the pipe, and the job ran. */
+  if (running >= 0) {
     if (resuming)
       snprintf(msg, sizeof msg,
-               "Slurm batch job %s runs (allocation %s, attempt %d), resuming from step %lld, on "
-               "pool %s",
+               "Slurm batch job %s started (allocation %s, attempt %d), resuming from step %lld, "
+               "on pool %s",
                f.slurm_id, a.id, job->attempt, (long long)resume_step, pool->name);
     else
-      snprintf(msg, sizeof msg, "Slurm batch job %s runs (allocation %s, attempt %d) on pool %s",
+      snprintf(msg, sizeof msg, "Slurm batch job %s started (allocation %s, attempt %d) on pool %s",
                f.slurm_id, a.id, job->attempt, pool->name);
     if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK)
       sched_slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
@@ -402,7 +404,7 @@ void sched_run_slurm(sched *s, slot_run *slot) {
    * EPIPE rather than holding remote_lock on a full pipe. */
   close(fds[0]);
   sched_remote_entry_remove(s, &entry);
-  if (running != 0) final_status(&f, &st);
+  final_status(&f, &st);
   const char *reason = stopped == PUMP_CANCELLED  ? "CANCELLED"
                        : stopped == PUMP_SHUTDOWN ? "SERVER_SHUTDOWN"
                        : entry.exited             ? "EXITED"

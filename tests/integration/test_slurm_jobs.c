@@ -212,7 +212,7 @@ static void job_on_a_slurm_pool_trains_and_succeeds(void **state) {
   printf("  job %s ran as Slurm batch job %s\n", job, slurm_id);
   char *events = events_text(job);
   assert_non_null(strstr(events, "SLURM_SUBMITTED"));
-  assert_non_null(strstr(events, "runs (allocation alloc-"));
+  assert_non_null(strstr(events, "started (allocation alloc-"));
   free(events);
   /* its progress came back through kiln-agent: the points and checkpoints */
   char path[256];
