@@ -374,7 +374,7 @@ static void pending_batch_job_keeps_the_job_starting_until_cancelled(void **stat
   free(job);
 }
 
-static void node_down_requeues_and_the_job_resumes(void **state) {
+static void node_down_mid_job_requeues_it_and_it_resumes(void **state) {
   (void)state;
   need_cluster_and_data();
   char *spec = spec_text("slurm-node-down", 60, ",\"max_restarts\":0");
@@ -435,7 +435,7 @@ static void node_down_requeues_and_the_job_resumes(void **state) {
 
 /* kilnd killed mid-job: the kilnd that starts on its data cancels the
  * batch job it left (by name, the job's id) and runs the job again. */
-static void restarted_kilnd_cancels_the_batch_job_it_left(void **state) {
+static void kilnd_killed_mid_job_cancels_the_batch_job_when_it_restarts(void **state) {
   (void)state;
   need_cluster_and_data();
   char *spec = spec_text("slurm-kilnd-killed", 60, NULL);
@@ -469,15 +469,19 @@ static void restarted_kilnd_cancels_the_batch_job_it_left(void **state) {
   free(job);
 }
 
-int main(void) {
+/* --only PATTERN or --skip PATTERN (cmocka's: * and ?) picks tests by
+ * name: ctest runs the suite in two halves, each under a minute. */
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--only") == 0) cmocka_set_test_filter(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "--skip") == 0) cmocka_set_skip_filter(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(job_on_a_slurm_pool_trains_and_succeeds),
       cmocka_unit_test(job_ending_between_two_polls_keeps_its_progress),
       cmocka_unit_test(cancel_ends_the_batch_job_in_slurm),
       cmocka_unit_test(multi_worker_job_runs_under_mpirun_in_the_allocation),
       cmocka_unit_test(pending_batch_job_keeps_the_job_starting_until_cancelled),
-      cmocka_unit_test(node_down_requeues_and_the_job_resumes),
-      cmocka_unit_test(restarted_kilnd_cancels_the_batch_job_it_left),
+      cmocka_unit_test(node_down_mid_job_requeues_it_and_it_resumes),
+      cmocka_unit_test(kilnd_killed_mid_job_cancels_the_batch_job_when_it_restarts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
