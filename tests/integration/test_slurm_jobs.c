@@ -377,7 +377,7 @@ static void pending_batch_job_keeps_the_job_starting_until_cancelled(void **stat
 static void node_down_mid_job_requeues_it_and_it_resumes(void **state) {
   (void)state;
   need_cluster_and_data();
-  char *spec = spec_text("slurm-node-down", 60, ",\"max_restarts\":0");
+  char *spec = spec_text("slurm-node-down", 30, ",\"max_restarts\":0");
   char *job = create_job(spec);
   free(spec);
   json_decref(wait_state(job, "RUNNING", 60));
