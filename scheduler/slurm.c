@@ -148,34 +148,61 @@ static int write_script(const char *path, const char *text) {
   return close(fd);
 }
 
+int sched_slurm_sbatch_argv(const sched_slurm_submit_req *req, sched_slurm_sbatch *out) {
+  int n = 0;
+  char **argv = out->argv;
+  argv[n++] = "sbatch";
+  argv[n++] = "--parsable";
+  argv[n++] = "--no-requeue";
+  argv[n++] = "--open-mode=append";
+  snprintf(out->partition, sizeof out->partition, "--partition=%s", req->partition);
+  snprintf(out->nodes, sizeof out->nodes, "--nodes=%d", req->nodes);
+  snprintf(out->ntasks, sizeof out->ntasks, "--ntasks=%d", req->ntasks);
+  snprintf(out->cpus, sizeof out->cpus, "--cpus-per-task=%d", req->cpus_per_task);
+  snprintf(out->gpus, sizeof out->gpus, "--gpus=%d", req->gpus);
+  snprintf(out->name, sizeof out->name, "--job-name=%s", req->job_name);
+  snprintf(out->chdir, sizeof out->chdir, "--chdir=%s", req->work_dir);
+  if (req->output)
+    snprintf(out->output, sizeof out->output, "--output=%s", req->output);
+  else
+    snprintf(out->output, sizeof out->output, "--output=%s/slurm-%%j.out", req->work_dir);
+  int len = snprintf(out->script, sizeof out->script, "%s/%s", req->work_dir, req->script_name);
+  if (len < 0 || (size_t)len >= sizeof out->script ||
+      strlen(req->work_dir) + 16 >= sizeof out->chdir)
+    return -1;
+  argv[n++] = out->partition;
+  argv[n++] = out->nodes;
+  argv[n++] = out->ntasks;
+  argv[n++] = out->cpus;
+  if (req->gpus > 0) argv[n++] = out->gpus;
+  argv[n++] = out->name;
+  argv[n++] = out->chdir;
+  argv[n++] = out->output;
+  argv[n++] = out->script;
+  argv[n] = NULL;
+  return 0;
+}
+
 int sched_slurm_submit(const sched_slurm_submit_req *req, char *id, size_t id_len, char *err,
                        size_t errlen) {
-  char script[4200], partition[96], nodes[32], ntasks[32], cpus[32], name[96], chdir[4200],
-      output[4200];
-  snprintf(script, sizeof script, "%s/%s", req->work_dir, req->script_name);
-  if (write_script(script, req->script) != 0)
-    return fail(err, errlen, "cannot write the batch script %s: %s", req->script_name,
-                strerror(errno));
-  snprintf(partition, sizeof partition, "--partition=%s", req->partition);
-  snprintf(nodes, sizeof nodes, "--nodes=%d", req->nodes);
-  snprintf(ntasks, sizeof ntasks, "--ntasks=%d", req->ntasks);
-  snprintf(cpus, sizeof cpus, "--cpus-per-task=%d", req->cpus_per_task);
-  snprintf(name, sizeof name, "--job-name=%s", req->job_name);
-  snprintf(chdir, sizeof chdir, "--chdir=%s", req->work_dir);
-  if (req->output)
-    snprintf(output, sizeof output, "--output=%s", req->output);
-  else
-    snprintf(output, sizeof output, "--output=%s/slurm-%%j.out", req->work_dir);
-  char *argv[] = {"sbatch",  "--parsable", "--no-requeue", "--open-mode=append",
-                  partition, nodes,        ntasks,         cpus,
-                  name,      chdir,        output,         script,
-                  NULL};
-  char out[1024], said[1024];
-  int rc = sched_slurm_command(argv, req->timeout_ms, out, sizeof out, said, sizeof said);
-  if (rc != 0)
-    return fail(err, errlen, "sbatch refused the batch job: %s",
-                said[0] ? said : "no reason given");
-  return sched_slurm_parse_sbatch(out, id, id_len, err, errlen);
+  sched_slurm_sbatch *cmd = malloc(sizeof *cmd);
+  if (!cmd) return fail(err, errlen, "out of memory");
+  int rc = -1;
+  if (sched_slurm_sbatch_argv(req, cmd) != 0) {
+    fail(err, errlen, "the job's folder path is too long for sbatch's arguments");
+  } else if (write_script(cmd->script, req->script) != 0) {
+    fail(err, errlen, "cannot write the batch script %s: %s", req->script_name, strerror(errno));
+  } else {
+    char out[1024], said[1024];
+    int status =
+        sched_slurm_command(cmd->argv, req->timeout_ms, out, sizeof out, said, sizeof said);
+    if (status != 0)
+      fail(err, errlen, "sbatch refused the batch job: %s", said[0] ? said : "no reason given");
+    else
+      rc = sched_slurm_parse_sbatch(out, id, id_len, err, errlen);
+  }
+  free(cmd);
+  return rc;
 }
 
 /* squeue says this when the controller no longer holds the job. */

@@ -81,6 +81,7 @@ typedef struct sched_slurm_submit_req {
   int nodes;               /* --nodes */
   int ntasks;              /* --ntasks: the job's processes (1, or its mpirun -np) */
   int cpus_per_task;       /* --cpus-per-task */
+  int gpus;                /* --gpus (the job's, over all its nodes): a GPU pool's; 0 = none */
   const char *job_name;    /* --job-name: the kiln job id */
   const char *work_dir;    /* --chdir; the script is written there */
   const char *output;      /* --output, appended to; NULL = work_dir/slurm-<id>.out */
@@ -89,6 +90,14 @@ typedef struct sched_slurm_submit_req {
   int timeout_ms;          /* for sbatch */
 } sched_slurm_submit_req;
 
+/* sbatch's command line for req (its words in out's buffers, out->argv
+ * NULL-terminated). 0, or -1 when a path does not fit. */
+typedef struct sched_slurm_sbatch {
+  char *argv[16];
+  char partition[96], nodes[32], ntasks[32], cpus[32], gpus[32], name[96];
+  char chdir[4200], output[4200], script[4300];
+} sched_slurm_sbatch;
+int sched_slurm_sbatch_argv(const sched_slurm_submit_req *req, sched_slurm_sbatch *out);
 /* Writes the script and submits it with sbatch --parsable --no-requeue:
  * the Slurm job id in id. 0, or -1 with sbatch's own words in err. */
 int sched_slurm_submit(const sched_slurm_submit_req *req, char *id, size_t id_len, char *err,

@@ -331,17 +331,21 @@ void sched_run_slurm(sched *s, slot_run *slot) {
   } else {
     const int per_node = pool->cpus_per_node > 0 ? pool->cpus_per_node : 1;
     int nodes = (slot->n_slots + per_node - 1) / per_node;
-    sched_slurm_submit_req req = {.partition = pool->partition,
-                                  .nodes = nodes < 1 ? 1 : nodes,
-                                  .ntasks = processes,
-                                  .cpus_per_task =
-                                      slot->n_slots > processes ? slot->n_slots / processes : 1,
-                                  .job_name = job->id,
-                                  .work_dir = dir,
-                                  .output = log_path,
-                                  .script_name = script_name,
-                                  .script = script,
-                                  .timeout_ms = SLURM_CMD_MS};
+    /* A GPU pool's devices are GPUs: Slurm hands them out (--gpus), and
+     * each process takes a core. */
+    const int gpu = strcmp(pool->device_type, "gpu") == 0;
+    sched_slurm_submit_req req = {
+        .partition = pool->partition,
+        .nodes = nodes < 1 ? 1 : nodes,
+        .ntasks = processes,
+        .cpus_per_task = !gpu && slot->n_slots > processes ? slot->n_slots / processes : 1,
+        .gpus = gpu ? slot->n_slots : 0,
+        .job_name = job->id,
+        .work_dir = dir,
+        .output = log_path,
+        .script_name = script_name,
+        .script = script,
+        .timeout_ms = SLURM_CMD_MS};
     submitted = sched_slurm_submit(&req, f.slurm_id, sizeof f.slurm_id, msg, sizeof msg);
   }
   if (submitted != 0) {

@@ -184,6 +184,49 @@ static void script_quotes_every_word(void **state) {
   assert_int_equal(sched_slurm_script(&req, out, 120), -1);
 }
 
+/* argv joined by spaces */
+static void joined(char *const *argv, char *out, size_t len) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int i = 0; argv[i] && used < len; i++)
+    used += (size_t)snprintf(out + used, len - used, "%s%s", i ? " " : "", argv[i]);
+}
+
+static void sbatch_command_line_asks_for_the_jobs_resources(void **state) {
+  (void)state;
+  sched_slurm_submit_req req = {.partition = "debug",
+                                .nodes = 2,
+                                .ntasks = 4,
+                                .cpus_per_task = 3,
+                                .job_name = "20261203-00ff",
+                                .work_dir = "/data/jobs/20261203-00ff",
+                                .output = "/data/jobs/20261203-00ff/train.log",
+                                .script_name = "slurm-attempt-2.sh"};
+  sched_slurm_sbatch cmd;
+  char line[2048];
+  assert_int_equal(sched_slurm_sbatch_argv(&req, &cmd), 0);
+  joined(cmd.argv, line, sizeof line);
+  assert_string_equal(line, "sbatch --parsable --no-requeue --open-mode=append --partition=debug "
+                            "--nodes=2 --ntasks=4 --cpus-per-task=3 --job-name=20261203-00ff "
+                            "--chdir=/data/jobs/20261203-00ff "
+                            "--output=/data/jobs/20261203-00ff/train.log "
+                            "/data/jobs/20261203-00ff/slurm-attempt-2.sh");
+  /* a GPU pool's job: its GPUs from Slurm; Slurm's own output file without one */
+  req.gpus = 4;
+  req.cpus_per_task = 1;
+  req.output = NULL;
+  assert_int_equal(sched_slurm_sbatch_argv(&req, &cmd), 0);
+  joined(cmd.argv, line, sizeof line);
+  assert_non_null(strstr(line, " --cpus-per-task=1 --gpus=4 --job-name="));
+  assert_non_null(strstr(line, " --output=/data/jobs/20261203-00ff/slurm-%j.out "));
+  char long_dir[5000];
+  memset(long_dir, 'a', sizeof long_dir - 1);
+  long_dir[0] = '/';
+  long_dir[sizeof long_dir - 1] = '\0';
+  req.work_dir = long_dir;
+  assert_int_equal(sched_slurm_sbatch_argv(&req, &cmd), -1);
+}
+
 static void command_returns_output_errors_and_status(void **state) {
   (void)state;
   char out[64], err[64];
@@ -226,6 +269,7 @@ int main(void) {
       cmocka_unit_test(sacct_bad_exit_code_is_an_error),
       cmocka_unit_test(slurm_states_map_to_kiln_states),
       cmocka_unit_test(script_quotes_every_word),
+      cmocka_unit_test(sbatch_command_line_asks_for_the_jobs_resources),
       cmocka_unit_test(command_returns_output_errors_and_status),
       cmocka_unit_test(command_past_its_timeout_is_killed),
   };
