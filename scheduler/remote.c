@@ -455,14 +455,7 @@ void sched_run_remote(sched *s, slot_run *slot) {
   int stopped = PUMP_ENDED;
   remote_signal rs = {.s = s, .slot = slot, .alloc_id = a.id};
   if (r) {
-    r->s = s;
-    r->slot = slot;
-    r->job = job;
-    r->last_flush_ms = sched_monotonic_ms();
-    r->limits = limits;
-    r->limits.retention.monitor = r->limits.monitor;
-    if (limits.max_runtime_s > 0)
-      r->deadline_ms = sched_monotonic_ms() + (int64_t)limits.max_runtime_s * 1000;
+    sched_run_init(r, s, slot, &limits);
     r->remote = 1;
     r->start_deadline_ms = sched_monotonic_ms() + (int64_t)pool->start_timeout_s * 1000;
     snprintf(r->alloc_id, sizeof r->alloc_id, "%s", a.id);

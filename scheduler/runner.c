@@ -627,6 +627,17 @@ void sched_conclude(sched *s, slot_run *slot, run *r, const job_limits *limits, 
   }
 }
 
+void sched_run_init(run *r, sched *s, slot_run *slot, const job_limits *limits) {
+  r->s = s;
+  r->slot = slot;
+  r->job = &slot->job;
+  r->last_flush_ms = sched_monotonic_ms();
+  r->limits = *limits;
+  r->limits.retention.monitor = r->limits.monitor;
+  if (limits->max_runtime_s > 0)
+    r->deadline_ms = sched_monotonic_ms() + (int64_t)limits->max_runtime_s * 1000;
+}
+
 static void run_job(sched *s, slot_run *slot) {
   const store_job *job = &slot->job;
   char dir[4096], spec_path[4200], log_path[4200], ckpt_dir[4200], msg[8192];
@@ -778,14 +789,7 @@ static void run_job(sched *s, slot_run *slot) {
   run *r = calloc(1, sizeof *r);
   int stopped = PUMP_ENDED;
   if (r) {
-    r->s = s;
-    r->slot = slot;
-    r->job = job;
-    r->last_flush_ms = sched_monotonic_ms();
-    r->limits = limits;
-    r->limits.retention.monitor = r->limits.monitor;
-    if (limits.max_runtime_s > 0)
-      r->deadline_ms = sched_monotonic_ms() + (int64_t)limits.max_runtime_s * 1000;
+    sched_run_init(r, s, slot, &limits);
     stopped = sched_pump(r, fds[0], signal_group, &pid);
   }
   close(fds[0]);

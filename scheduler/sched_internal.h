@@ -173,6 +173,9 @@ enum {
   PUMP_START_TIMEOUT = 7 /* remote: no progress line within the pool's start_timeout_s */
 };
 
+/* Fills a zeroed run for the job on slot: its limits (with retention's
+ * monitor) and, under max_runtime, its deadline from now. */
+void sched_run_init(run *r, sched *s, slot_run *slot, const job_limits *limits);
 /* Reads progress lines from fd until it closes (or, remote, the allocation
  * is lost or never started), storing metrics and checkpoints; stops the
  * trainer through signal_fn when the scheduler stops, the job is cancelled

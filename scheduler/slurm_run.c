@@ -383,14 +383,7 @@ void sched_run_slurm(sched *s, slot_run *slot) {
     if (store_job_transition(s->st, job->id, "STARTING", "RUNNING", "STARTED", msg) != STORE_OK)
       sched_slog(s, SCHED_LOG_ERROR, "msg=\"state not recorded\" job=%s error=\"%s\"", job->id,
                  store_errmsg(s->st));
-    r->s = s;
-    r->slot = slot;
-    r->job = job;
-    r->last_flush_ms = sched_monotonic_ms();
-    r->limits = limits;
-    r->limits.retention.monitor = r->limits.monitor;
-    if (limits.max_runtime_s > 0)
-      r->deadline_ms = sched_monotonic_ms() + (int64_t)limits.max_runtime_s * 1000;
+    sched_run_init(r, s, slot, &limits);
     r->remote = 1;
     snprintf(r->alloc_id, sizeof r->alloc_id, "%s", a.id);
     pthread_t watcher;
