@@ -118,8 +118,9 @@ async function main() {
       '#agents-body tr[data-agent="host-dash"]');
       return r && [...r.cells].map((c) => c.textContent); })()`, "the worker host's row");
     check(JSON.stringify(agentCells.slice(0, 7)) === JSON.stringify(["host-dash", "host-dash.lab",
-      "hosts", "10.77.0.5", "3", "NVIDIA H200", "ONLINE"]) && / ago$/.test(agentCells[7]),
-    "the devices view lists the worker host with its cores, GPU and state: " +
+      "hosts", "10.77.0.5", "3", "NVIDIA H200", "ONLINE"]) && / ago$/.test(agentCells[7]) &&
+      agentCells[8] === "none",
+    "the devices view lists the worker host with its cores, GPU, state and (no) jobs: " +
       agentCells.join(" | "));
 
     // Cancel the long job from its page.

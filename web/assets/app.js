@@ -82,6 +82,13 @@ function viewQueue(main) {
   };
 }
 
+/* What runs on a worker host: a link to each job of its allocations. */
+function running(allocations) {
+  if (!allocations.length) return ["none"];
+  return allocations.flatMap((x, i) => [i ? ", " : "",
+    el("a", { href: "#/jobs/" + x.job, title: x.id + ", attempt " + x.attempt }, x.job)]);
+}
+
 /* The agents rows: one per worker host (an admin's list; a user is told so). */
 async function loadAgents(body, signal) {
   let list;
@@ -89,7 +96,7 @@ async function loadAgents(body, signal) {
     list = (await api("GET", "/v1/agents?page_size=1000", { signal })).agents;
   } catch (e) {
     if (!(e instanceof ApiError) || e.status !== 403) throw e;
-    body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "muted" },
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 9, class: "muted" },
       "Worker hosts are listed for admin tokens.")));
     return;
   }
@@ -99,8 +106,9 @@ async function loadAgents(body, signal) {
     el("td", {}, a.gpus.length ? a.gpus.map((g) => g.name || "GPU " + g.index).join(", ") : "none"),
     el("td", {}, badge(a.state)),
     el("td", { title: when(a.last_seen_time) },
-      duration(Date.now() - Date.parse(a.last_seen_time)) + " ago"))));
-  if (!list.length) body.append(el("tr", {}, el("td", { colspan: 8, class: "muted" },
+      duration(Date.now() - Date.parse(a.last_seen_time)) + " ago"),
+    el("td", {}, ...running(a.allocations || [])))));
+  if (!list.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" },
     "No kiln-agent has registered: every device is this server's own.")));
 }
 
@@ -115,7 +123,8 @@ function viewDevices(main) {
     el("div", { class: "card" }, el("h2", {}, "Devices"),
       scrollTable({}, ["Device", "Type", "Pool", "State", "Job"], devices)),
     el("div", { class: "card" }, el("h2", {}, "Worker hosts"),
-      scrollTable({}, ["Agent", "Host", "Pool", "Address", "Cores", "GPUs", "State", "Last seen"],
+      scrollTable({}, ["Agent", "Host", "Pool", "Address", "Cores", "GPUs", "State", "Last seen",
+        "Running"],
         agents)));
   const load = async () => {
     try {
