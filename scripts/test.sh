@@ -40,7 +40,7 @@ cmake --build build-sanitize -j "$jobs"
 # a whole data set (kiln_train_shards; multi_worker_shards, whose last part
 # also runs under an address-space limit ASan cannot start in; multihost,
 # a CNN over three namespaced hosts for minutes, whose kiln-agent the
-# agent_on_stub suite runs here) or to building an image (which builds
+# agent_on_stand_in suite runs here) or to building an image (which builds
 # kiln from source inside it): the C they
 # drive is the server, the CLI and the engine that the other suites run
 # here under the sanitizers; the normal build above runs them all.

@@ -6,7 +6,7 @@ relay), every request recorded in order. The test drives it through
 /test/queue (a command for an agent by name), /test/lose (mark an agent
 LOST), /test/end (end an allocation: its routes answer 403) and reads
 /test/state. Loopback or a test's own network namespace only.
-Usage: agent_stub_kilnd.py HOST PORT AGENT_TOKEN DIR"""
+Usage: stand_in_kilnd.py HOST PORT AGENT_TOKEN DIR"""
 import hashlib
 import io
 import json

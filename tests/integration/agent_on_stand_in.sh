@@ -1,6 +1,6 @@
 #!/bin/sh
 # kiln-agent against a stand-in for kilnd's side of the agent contract
-# (agent_stub_kilnd.py), with a stand-in trainer, three agents each in a
+# (stand_in_kilnd.py), with a stand-in trainer, three agents each in a
 # network namespace of its own with its own host name (netns.sh): they
 # register with their cores and GPUs; a start fetches the data set and
 # runs pinned to its cores with the command's variables, its progress
@@ -15,7 +15,7 @@
 # stops an agent's jobs cleanly. Without namespaces (not root, no
 # iproute2) the agents run on loopback, the relay part skipped, and the
 # script says so.
-# Usage: agent_on_stub.sh KILN_AGENT [MPIRUN [GPU_STANDIN]]
+# Usage: agent_on_stand_in.sh KILN_AGENT [MPIRUN [GPU_STANDIN]]
 # (GPU_STANDIN: the tests' host-memory CUDA module: an agent opening it
 # through KILN_CUDA_MODULE reports its 2 GPUs, as kiln-train sees them.)
 set -eu
@@ -40,7 +40,7 @@ fail() {
   exit 1
 }
 
-mkdir -p "$d/out" "$d/stub"
+mkdir -p "$d/out" "$d/kilnd"
 echo "kiln_g_agenttoken" > "$d/token"
 echo "kiln_g_wrongtoken" > "$d/bad-token"
 port=$((20000 + $$ % 20000))
@@ -66,11 +66,11 @@ else
   }
 fi
 server="http://$srv_addr:$port"
-in0 python3 "$here/agent_stub_kilnd.py" "$srv_addr" "$port" kiln_g_agenttoken "$d/stub" \
-  > "$d/stub.log" 2>&1 &
+in0 python3 "$here/stand_in_kilnd.py" "$srv_addr" "$port" kiln_g_agenttoken "$d/kilnd" \
+  > "$d/kilnd.log" 2>&1 &
 pids="$pids $!"
-for _ in $(seq 50); do grep -q listening "$d/stub.log" && break; sleep 0.1; done
-grep -q listening "$d/stub.log" || fail "the stand-in kilnd did not start: $(cat "$d/stub.log")"
+for _ in $(seq 50); do grep -q listening "$d/kilnd.log" && break; sleep 0.1; done
+grep -q listening "$d/kilnd.log" || fail "the stand-in kilnd did not start: $(cat "$d/kilnd.log")"
 
 call() { in0 curl -sf -X POST -H 'Content-Type: application/json' -d "$2" "$server/test/$1"; }
 state() { in0 curl -sf "$server/test/state"; }
@@ -196,7 +196,7 @@ check "$(ev exit al-3) == []"
 echo "ok: drop killed the job and posted no exit"
 
 # resume: the checkpoint and its training state arrive before the trainer starts.
-w=$(ls "$d"/stub/al-1/ckpt-3.safetensors)
+w=$(ls "$d"/kilnd/al-1/ckpt-3.safetensors)
 call alloc "{\"alloc\":\"al-4\",\"token\":\"kiln_a_al-4\",\"resume\":[\"$w\",\"${w%.safetensors}.state\",3]}" > /dev/null
 queue host-b "$(start_cmd al-4 '' | sed 's/"resume":false/"resume":true/')" > /dev/null
 check "[e for e in $(ev exit al-4) if e[2].get('exit_code') == 0]"
@@ -214,7 +214,7 @@ echo "ok: a LOST agent registered again"
 if [ $netns = 1 ] && [ -n "$mpirun" ]; then
   # host-b's copy of the resume checkpoint takes 4 s to arrive, rank 0's
   # host gets its own at once: host-b's ranks must not start before it has.
-  w=$(ls "$d"/stub/al-1/ckpt-3.safetensors)
+  w=$(ls "$d"/kilnd/al-1/ckpt-3.safetensors)
   call alloc "{\"alloc\":\"al-5\",\"token\":\"kiln_a_al-5\",\"resume\":[\"$w\",\"${w%.safetensors}.state\",3],\"slow_resume\":[4]}" > /dev/null
   mpi="\"mpi\":{\"np\":2,\"hosts\":[{\"name\":\"host-a\",\"address\":\"$(kx_addr 1)\",\"slots\":1},{\"name\":\"host-b\",\"address\":\"$(kx_addr 2)\",\"slots\":1}],$network}"
   queue host-b "$(start_cmd al-5 '' | sed -e "s|\"mpi\":null|$mpi|" -e 's/"resume":false/"resume":true/')" > /dev/null
