@@ -40,6 +40,17 @@
 #define KC_MAX 512
 #define NC     128 /* a multiple of NR */
 
+/* A C at most 16 columns wide (a convolution with 16 filters, or over 16
+ * channels: its forward, input and weight gradients) would fill only half
+ * of each 32-column tile; it is cut into tiles 16 wide instead (one
+ * 512-bit B vector a row of the panel), 12 rows tall where each row of A
+ * needs a pointer of its own, 24 (or 16, see narrow_rows) where the rows
+ * lie at fixed distances. Every element of C is still summed over the
+ * same depth blocks in the same order, so the bits are those of the 12 x
+ * 32 tiles. */
+#define NR_NARROW 16
+#define MR_MAX    24
+
 /* Depth split: a product summed over many more rows than C has elements (a
  * convolution's weight gradient sums over every pixel of the batch) is cut
  * into SLICES slices of the depth, at least SLICE_MIN deep, summed apiece
@@ -101,19 +112,20 @@ typedef struct gemm_job {
   const kn_conv_flip *flip; /* B is a convolution kernel turned 180 degrees */
   int slices;               /* depth slices (gemm_slices): slice 0 into C and b_sums, */
   float *partials;          /* slice s > 0 into partials + (s - 1) * (m * n + n) */
+  int mr, nr;               /* its tile: MR x NR, or narrow_rows x NR_NARROW */
 } gemm_job;
 
 /* Rows p0 .. p0 + kc - 1 (pixels), columns c0 .. c0 + w - 1 of a max
- * pool's input gradient (pool_grad_b_row's values) into rows NR apart:
+ * pool's input gradient (pool_grad_b_row's values) into rows nr apart:
  * the pixel's position is stepped, not divided out, and 16 channels at a
  * time take dy where the argmax byte names the pixel's cell, else 0. */
-__attribute__((target("avx512f"))) static void pack_pool_rows(const kn_pool_grad_b *v, int64_t p0,
-                                                              int kc, int c0, int w, float *dst) {
+__attribute__((target("avx512f"))) static void
+pack_pool_rows(const kn_pool_grad_b *v, int64_t p0, int kc, int c0, int w, int nr, float *dst) {
   const int64_t per = (int64_t)v->h * v->w;
   int64_t b = p0 / per;
   int y = (int)(p0 % per / v->w), x = (int)(p0 % per % v->w);
   for (int kk = 0; kk < kc; kk++) {
-    float *restrict row = dst + (size_t)kk * NR;
+    float *restrict row = dst + (size_t)kk * nr;
     if (y >= 2 * v->oh || x >= 2 * v->ow) {
       for (int c = 0; c < w; c++) row[c] = 0.0f;
     } else {
@@ -140,16 +152,17 @@ __attribute__((target("avx512f"))) static void pack_pool_rows(const kn_pool_grad
   }
 }
 
-/* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of NR
- * columns: panel p holds [kk][NR] at dst + p * kc * NR. With sums set,
+/* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of nr
+ * columns: panel p holds [kk][nr] at dst + p * kc * nr. With sums set,
  * each row is added to sums[n0 ..] on the way, in row order. */
 static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst, float *sums) {
-  for (int p = 0; p * NR < nc; p++) {
-    const int c0 = n0 + p * NR, w = nc - p * NR < NR ? nc - p * NR : NR;
-    float *panel = dst + (size_t)p * kc * NR;
-    if (j->x.pool) pack_pool_rows(j->x.pool, k0, kc, c0, w, panel);
+  const int nr = j->nr;
+  for (int p = 0; p * nr < nc; p++) {
+    const int c0 = n0 + p * nr, w = nc - p * nr < nr ? nc - p * nr : nr;
+    float *panel = dst + (size_t)p * kc * nr;
+    if (j->x.pool) pack_pool_rows(j->x.pool, k0, kc, c0, w, nr, panel);
     for (int kk = 0; kk < kc; kk++) {
-      float *row = panel + (size_t)kk * NR;
+      float *row = panel + (size_t)kk * nr;
       if (j->flip) {
         const float *wf = j->flip->w;
         const ptrdiff_t at = kn_flip_at(j->flip, k0 + kk, c0); /* columns are F apart */
@@ -161,7 +174,7 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
       } else {
         for (int c = 0; c < w; c++) row[c] = j->x.b[(size_t)(c0 + c) * j->x.ldb + k0 + kk];
       }
-      for (int c = w; c < NR; c++) row[c] = 0.0f;
+      for (int c = w; c < nr; c++) row[c] = 0.0f;
       if (sums)
         for (int c = 0; c < w; c++) sums[c0 - n0 + c] += row[c];
     }
@@ -180,31 +193,35 @@ typedef struct tile_dst {
 } tile_dst;
 
 /* C[mr x nr] from op(A)'s rows 0 .. mr - 1, columns 0 .. kc - 1, times one
- * packed B panel, the tile kept in 24 registers for the whole loop. op(A)'s
+ * packed B panel, the tile (rows x 16 * vecs: 12 x 32 or 24 x 16) kept in
+ * 24 registers for the whole loop. op(A)'s
  * element (i, kk) is read in place and broadcast straight into the FMAs,
  * at row[i][kk] (mode 0), row[i][kk * lda] (mode 1: A transposed) or
  * row[i][koff[kk]] (mode 2: a convolution's columns gathered from its
  * padded input, the same products in the same order as on materialized
- * columns); rows past mr repeat row 0 and are not stored. */
+ * columns), or rows[0][koff[kk] + i] (mode 3: mode 2 where the block's
+ * rows are neighbours, as a tap's channels are, so one pointer serves
+ * them all); rows past mr repeat row 0 and are not stored. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-tile(int mode, int kc, const float *const *rows, int lda, const ptrdiff_t *restrict koff,
-     const float *restrict bp, const tile_dst *d) {
-  __m512 c0[MR], c1[MR];
-  const float *row[MR];
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) {
+tile(const int rows_n, const int vecs, int mode, int kc, const float *const *rows, int lda,
+     const ptrdiff_t *restrict koff, const float *restrict bp, const tile_dst *d) {
+  __m512 c0[MR_MAX], c1[MR_MAX];
+  const float *row[MR_MAX];
+  const size_t stride = (size_t)vecs * 16;
+#pragma GCC unroll 24
+  for (int i = 0; i < rows_n; i++) {
     c0[i] = c1[i] = _mm512_setzero_ps();
-    row[i] = rows[i < d->mr ? i : 0];
+    row[i] = mode == 3 ? rows[0] + i : rows[i < d->mr ? i : 0];
   }
   for (int kk = 0; kk < kc; kk++) {
-    const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * NR);
-    const __m512 b1 = _mm512_load_ps(bp + (size_t)kk * NR + 16);
+    const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * stride);
+    const __m512 b1 = vecs == 2 ? _mm512_load_ps(bp + (size_t)kk * stride + 16) : b0;
     const ptrdiff_t o = mode == 0 ? kk : mode == 1 ? (ptrdiff_t)kk * lda : koff[kk];
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
+#pragma GCC unroll 24
+    for (int i = 0; i < rows_n; i++) {
       const __m512 ai = _mm512_set1_ps(row[i][o]);
       c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+      if (vecs == 2) c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
     }
   }
   const int nr = d->nr;
@@ -214,46 +231,68 @@ tile(int mode, int kc, const float *const *rows, int lda, const ptrdiff_t *restr
                                  : (__mmask16)0;
   const __m512 bias0 = d->bias ? _mm512_maskz_loadu_ps(m0, d->bias) : _mm512_setzero_ps();
   const __m512 bias1 = d->bias ? _mm512_maskz_loadu_ps(m1, d->bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) {
+#pragma GCC unroll 24
+  for (int i = 0; i < rows_n; i++) {
     if (i >= d->mr) break;
     float *out = d->c + (size_t)i * d->ldc;
-    __m512 v0 = c0[i], v1 = c1[i];
-    if (d->accumulate) {
-      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
-      v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
-    }
-    if (d->bias) {
-      v0 = _mm512_add_ps(v0, bias0);
-      v1 = _mm512_add_ps(v1, bias1);
-    }
-    if (d->relu) { /* max(0, v) returns its second operand, v, when either is NaN */
-      v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
-      v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
-    }
+    __m512 v0 = c0[i];
+    if (d->accumulate) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, out));
+    if (d->bias) v0 = _mm512_add_ps(v0, bias0);
+    /* max(0, v) returns its second operand, v, when either is NaN */
+    if (d->relu) v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
     _mm512_mask_storeu_ps(out, m0, v0);
-    _mm512_mask_storeu_ps(out + 16, m1, v1);
+    if (vecs == 2) {
+      __m512 v1 = c1[i];
+      if (d->accumulate) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, out + 16));
+      if (d->bias) v1 = _mm512_add_ps(v1, bias1);
+      if (d->relu) v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
+      _mm512_mask_storeu_ps(out + 16, m1, v1);
+    }
   }
 }
 
-__attribute__((target("avx512f"))) static void tile_n(int kc, const float *a, int lda,
-                                                      const float *bp, const tile_dst *d) {
-  const float *rows[MR];
-  for (int i = 0; i < MR; i++) rows[i] = a + (size_t)(i < d->mr ? i : 0) * lda;
-  tile(0, kc, rows, lda, NULL, bp, d);
+/* The tile over op(A) in place (transposed with ta): 12 x 32, or 12 x 16
+ * (24 x 16 transposed, where row i is i floats on from row 0). */
+__attribute__((target("avx512f"))) static void tile_a(int rows_n, int nr, int ta, int kc,
+                                                      const float *a, int lda, const float *bp,
+                                                      const tile_dst *d) {
+  const float *rows[MR_MAX];
+  for (int i = 0; i < MR_MAX; i++) {
+    const size_t r = (size_t)(i < d->mr ? i : 0);
+    rows[i] = a + (ta ? r : r * (size_t)lda);
+  }
+  if (nr == NR && ta)
+    tile(MR, 2, 1, kc, rows, lda, NULL, bp, d);
+  else if (nr == NR)
+    tile(MR, 2, 0, kc, rows, lda, NULL, bp, d);
+  else if (ta && rows_n == 24)
+    tile(24, 1, 1, kc, rows, lda, NULL, bp, d);
+  else
+    tile(12, 1, 0, kc, rows, lda, NULL, bp, d);
 }
 
-__attribute__((target("avx512f"))) static void tile_t(int kc, const float *a, int lda,
-                                                      const float *bp, const tile_dst *d) {
-  const float *rows[MR];
-  for (int i = 0; i < MR; i++) rows[i] = a + (i < d->mr ? i : 0);
-  tile(1, kc, rows, lda, NULL, bp, d);
-}
-
-__attribute__((target("avx512f"))) static void tile_gather(int kc, const float *const *rows,
+/* The tile over a convolution's columns: rows_n x nr, by one pointer when
+ * the block's rows are neighbours. */
+__attribute__((target("avx512f"))) static void tile_gather(int rows_n, int nr, int neighbours,
+                                                           int kc, const float *const *rows,
                                                            const ptrdiff_t *koff, const float *bp,
                                                            const tile_dst *d) {
-  tile(2, kc, rows, 0, koff, bp, d);
+  if (nr == NR && neighbours)
+    tile(MR, 2, 3, kc, rows, 0, koff, bp, d);
+  else if (nr == NR)
+    tile(MR, 2, 2, kc, rows, 0, koff, bp, d);
+  else if (rows_n == 24 && neighbours)
+    tile(24, 1, 3, kc, rows, 0, koff, bp, d);
+  else if (rows_n == 24)
+    tile(24, 1, 2, kc, rows, 0, koff, bp, d);
+  else if (rows_n == 16 && neighbours)
+    tile(16, 1, 3, kc, rows, 0, koff, bp, d);
+  else if (rows_n == 16)
+    tile(16, 1, 2, kc, rows, 0, koff, bp, d);
+  else if (neighbours)
+    tile(12, 1, 3, kc, rows, 0, koff, bp, d);
+  else
+    tile(12, 1, 2, kc, rows, 0, koff, bp, d);
 }
 
 /* Where one task's share of the product goes: C itself, or a depth
@@ -271,8 +310,8 @@ static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, 
   const int last = k0 + kc >= j->x.k;
   tile_dst d = {pt->c + (size_t)i0 * pt->ldc + c0,
                 pt->ldc,
-                j->x.m - i0 < MR ? j->x.m - i0 : MR,
-                j->x.n - c0 < NR ? j->x.n - c0 : NR,
+                j->x.m - i0 < j->mr ? j->x.m - i0 : j->mr,
+                j->x.n - c0 < j->nr ? j->x.n - c0 : j->nr,
                 k0 > pt->k_lo,
                 last && j->x.bias ? j->x.bias + c0 : NULL,
                 last && j->x.relu};
@@ -285,16 +324,18 @@ static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, 
  * tap and channel; transposed, the roles swap). */
 static void cols_block(const gemm_job *j, const gemm_part *pt, int i0, int k0, int kc,
                        const ptrdiff_t *koff, int n0, int nc, const float *bpack) {
-  const float *rows[MR];
-  const int mr = j->x.m - i0 < MR ? j->x.m - i0 : MR;
-  for (int i = 0; i < MR; i++) {
+  const float *rows[MR_MAX];
+  const int mr = j->x.m - i0 < j->mr ? j->x.m - i0 : j->mr;
+  for (int i = 0; i < j->mr; i++) {
     const int r = i0 + (i < mr ? i : 0);
     rows[i] = (const float *)j->x.cols->x +
               (j->x.ta ? kn_cols_col(j->x.cols, r) : kn_cols_row(j->x.cols, r));
   }
-  for (int p = 0; p * NR < nc; p++) {
-    const tile_dst d = tile_at(j, pt, i0, n0 + p * NR, k0, kc);
-    tile_gather(kc, rows, koff, bpack + (size_t)p * kc * NR, &d);
+  int neighbours = mr == j->mr;
+  for (int i = 1; i < mr && neighbours; i++) neighbours = rows[i] == rows[0] + i;
+  for (int p = 0; p * j->nr < nc; p++) {
+    const tile_dst d = tile_at(j, pt, i0, n0 + p * j->nr, k0, kc);
+    tile_gather(j->mr, j->nr, neighbours, kc, rows, koff, bpack + (size_t)p * kc * j->nr, &d);
   }
 }
 
@@ -318,21 +359,17 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
         for (int kk = 0; kk < kc; kk++)
           koff[kk] = j->x.ta ? kn_cols_row(j->x.cols, k0 + kk) : kn_cols_col(j->x.cols, k0 + kk);
         for (int blk = b0; blk < b1; blk++)
-          cols_block(j, pt, blk * MR, k0, kc, koff, n0, nc, bpack);
+          cols_block(j, pt, blk * j->mr, k0, kc, koff, n0, nc, bpack);
         continue;
       }
       for (int blk = b0; blk < b1; blk++) {
-        const int i0 = blk * MR;
+        const int i0 = blk * j->mr;
         /* op(A)'s block at row i0, column k0 */
         const float *ablk =
             j->x.ta ? j->x.a + (size_t)k0 * j->x.lda + i0 : j->x.a + (size_t)i0 * j->x.lda + k0;
-        for (int p = 0; p * NR < nc; p++) {
-          const tile_dst d = tile_at(j, pt, i0, n0 + p * NR, k0, kc);
-          const float *bp = bpack + (size_t)p * kc * NR;
-          if (j->x.ta)
-            tile_t(kc, ablk, j->x.lda, bp, &d);
-          else
-            tile_n(kc, ablk, j->x.lda, bp, &d);
+        for (int p = 0; p * j->nr < nc; p++) {
+          const tile_dst d = tile_at(j, pt, i0, n0 + p * j->nr, k0, kc);
+          tile_a(j->mr, j->nr, j->x.ta, kc, ablk, j->x.lda, bpack + (size_t)p * kc * j->nr, &d);
         }
       }
     }
@@ -359,7 +396,7 @@ static gemm_part slice_part(const gemm_job *j, int s) {
  * Where every thread packs all of B, the first one sums its rows. */
 static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
   const gemm_job *j = ctx;
-  const int blocks = (j->x.m + MR - 1) / MR, panels = (j->x.n + NR - 1) / NR;
+  const int blocks = (j->x.m + j->mr - 1) / j->mr, panels = (j->x.n + j->nr - 1) / j->nr;
   for (int64_t t = t0; t < t1; t++) {
     float *bpack = j->workspace + (size_t)t * kn_gemm_workspace_floats();
     if (j->slices > 1) {
@@ -372,8 +409,8 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
     }
     int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->x.n;
     if (j->by_columns) {
-      n_lo = (int)(panels * t / j->tasks) * NR;
-      n_hi = (int)(panels * (t + 1) / j->tasks) * NR;
+      n_lo = (int)(panels * t / j->tasks) * j->nr;
+      n_hi = (int)(panels * (t + 1) / j->tasks) * j->nr;
       if (n_hi > j->x.n) n_hi = j->x.n;
     } else {
       b0 = (int)(blocks * t / j->tasks);
@@ -401,9 +438,21 @@ static void add_slices(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
+/* The rows of a tile 16 wide: 24 where A is transposed (its rows are
+ * neighbours in memory), 16 where A is the transposed columns of a
+ * convolution over a multiple of 16 channels (each block one tap's
+ * channels, neighbours), else 12. */
+static int narrow_rows(const kn_sgemm_args *x) {
+  if (!x->ta) return 12;
+  if (!x->cols) return 24;
+  return x->cols->c % 16 == 0 ? 16 : 24;
+}
+
 static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_flip *flip) {
   const int m = x->m, n = x->n, k = x->k;
-  const int blocks = (m + MR - 1) / MR, panels = (n + NR - 1) / NR;
+  const int narrow = n <= NR_NARROW;
+  const int mr = narrow ? narrow_rows(x) : MR, nr = narrow ? NR_NARROW : NR;
+  const int blocks = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
   const int by_columns = m <= n && panels >= 2;
   int slices = x->bias || x->relu || flip ? 1 : gemm_slices(m, n, k);
   if (slices > 1 && kn_gemm_partial_floats(m, n, k) > g->gemm_partial_floats)
@@ -417,7 +466,9 @@ static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_fl
                 .by_columns = by_columns,
                 .flip = flip,
                 .slices = slices,
-                .partials = g->gemm_partials};
+                .partials = g->gemm_partials,
+                .mr = mr,
+                .nr = nr};
   kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, gemm_range, &j);
   if (slices > 1) kn_pool_for(g->pool, m + 1, add_slices, &j); /* C's rows, the column sums */
 }

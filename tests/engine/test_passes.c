@@ -23,9 +23,11 @@
 enum { BATCH = 6 };
 
 static const kn_layer_config cnn_layers[] = {
+    /* 16 filters, and 16 channels into sep and conv2: kiln's GEMM cuts
+     * products 16 wide into narrow tiles, whose rows may be neighbours */
     {.type = KN_LAYER_CONV2D,
      .name = "conv",
-     .filters = 4,
+     .filters = 16,
      .kernel_size = {3, 3},
      .padding = KN_PAD_SAME,
      .use_bias = 1,
@@ -35,7 +37,7 @@ static const kn_layer_config cnn_layers[] = {
     {.type = KN_LAYER_ACTIVATION, .name = "bn_relu", .activation = KN_ACT_RELU},
     {.type = KN_LAYER_SEPARABLE_CONV2D,
      .name = "sep",
-     .filters = 4,
+     .filters = 16,
      .kernel_size = {3, 3},
      .padding = KN_PAD_SAME,
      .use_bias = 1,
@@ -45,7 +47,7 @@ static const kn_layer_config cnn_layers[] = {
     /* a stride-1 convolution whose input needs a gradient: implicit_input_grad */
     {.type = KN_LAYER_CONV2D,
      .name = "conv2",
-     .filters = 4,
+     .filters = 16,
      .kernel_size = {3, 3},
      .padding = KN_PAD_SAME,
      .use_bias = 1,

@@ -25,10 +25,13 @@ typedef struct shape {
 /* 1 x 1 x 1; tails in m, n and k; k over one block (512); n over one
  * block (128); a single row; a single column; the CNN's shapes, smaller;
  * deep products summed in depth slices (a first convolution's weight
- * gradient, 9 x 32 over 9000 pixels; and an uneven one). */
-static const shape shapes[] = {{1, 1, 1},     {17, 33, 65},  {12, 32, 1},   {13, 31, 1100},
-                               {25, 300, 40}, {1, 70, 300},  {90, 1, 77},   {300, 64, 72},
-                               {36, 32, 900}, {9, 32, 9000}, {40, 70, 5001}};
+ * gradient, 9 x 32 over 9000 pixels; and an uneven one); C at most 16
+ * wide, cut into 24 x 16 tiles (a 16-filter convolution, a row tail past
+ * 24, a narrow one summed in slices). */
+static const shape shapes[] = {{1, 1, 1},     {17, 33, 65},   {12, 32, 1},    {13, 31, 1100},
+                               {25, 300, 40}, {1, 70, 300},   {90, 1, 77},    {300, 64, 72},
+                               {36, 32, 900}, {9, 32, 9000},  {40, 70, 5001}, {200, 16, 144},
+                               {50, 9, 600},  {144, 16, 9000}};
 
 typedef struct mm {
   kn_graph *g;
@@ -180,8 +183,8 @@ static void own_gemm_gives_the_same_bits_for_every_thread_count(void **state) {
   require_own_gemm();
   char err[256] = "";
   assert_int_equal(kn_cpu_set_gemm(KN_GEMM_KILN, err, sizeof err), KN_OK);
-  const shape shapes_split[] = {{301, 70, 600}, {30, 40, 20000}};
-  for (int sh = 0; sh < 2; sh++) {
+  const shape shapes_split[] = {{301, 70, 600}, {30, 40, 20000}, {301, 16, 600}, {30, 12, 20000}};
+  for (int sh = 0; sh < 4; sh++) {
     const shape s = shapes_split[sh];
     for (int t = 0; t < 4; t++) {
       mm one = build(s, t & 1, t >> 1, 1, UNIFORM);
