@@ -13,7 +13,9 @@
  *     each element straight from memory into an FMA (packing A cost more
  *     than it saved when only a few B panels share it, as here);
  *   - the micro-kernel keeps a 12 x 32 tile of C in 24 registers for the
- *     whole kc loop, and writes it once, masked at the right edge.
+ *     whole kc loop, and writes it once, masked at the right edge; a C at
+ *     most 16 wide (16 filters, or 16 input channels) gets tiles 16 wide
+ *     and 12 to 24 tall instead (NR_NARROW).
  *
  * Each thread takes whole 12-row blocks of C (or, for a C no taller than
  * it is wide, whole 32-column panels) and packs its own B, so every
