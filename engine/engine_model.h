@@ -37,8 +37,10 @@ int kn_optimizer_new(const kn_optimizer_config *cfg, size_t n_params, kn_optimiz
 void kn_optimizer_free(kn_optimizer *opt);
 /* The floats of state kn_optimizer_new would allocate for n_params. */
 size_t kn_optimizer_state_floats(const kn_optimizer_config *cfg, size_t n_params);
-/* One fused update over the flat buffers. */
+/* One fused update over the flat buffers; _on: split over g's threads
+ * (the same bits on any count). */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
+void kn_optimizer_step_on(kn_optimizer *opt, kn_graph *g, float *params, const float *grads);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);
 /* The learning rate the next steps use (schedules and callbacks set it). */
 void kn_optimizer_set_learning_rate(kn_optimizer *opt, float lr);

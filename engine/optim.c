@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "graph_internal.h"
 
 struct kn_optimizer {
   kn_optimizer_config cfg;
@@ -141,42 +142,57 @@ void kn_optimizer_moments(kn_optimizer *opt, kn_optimizer_type *type, size_t *n,
   *iterations = &opt->iterations;
 }
 
-static void sgd_step(kn_optimizer *opt, float *restrict p, const float *restrict g) {
-  const float lr = opt->cfg.learning_rate, mu = opt->cfg.momentum, wd = opt->cfg.weight_decay;
-  const size_t n = opt->n;
-  if (!opt->m) {
-    for (size_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+/* One step's constants, and the range functions that apply it to
+ * elements [lo, hi). Each element's update reads only its own p, g and
+ * state, so any split over threads gives the same bits. */
+typedef struct step_job {
+  const kn_optimizer *opt;
+  float *restrict p;
+  const float *restrict g;
+  size_t n;
+  float lr, damp;                            /* sgd: damp is 0 on the first step */
+  float step_size, inv_sqrt_bc2, l2, shrink; /* adam, adamw */
+} step_job;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* The loops are element-wise without contraction (ISO C: no fused
+ * multiply-add is formed), so each instruction set gives the same bits. */
+#define KN_OPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KN_OPT_CLONES
+#endif
+
+KN_OPT_CLONES static void sgd_range(const step_job *j, size_t lo, size_t hi) {
+  const float lr = j->lr, mu = j->opt->cfg.momentum, wd = j->opt->cfg.weight_decay;
+  float *restrict p = j->p;
+  const float *restrict g = j->g;
+  if (!j->opt->m) {
+    for (size_t i = lo; i < hi; i++) p[i] -= lr * (g[i] + wd * p[i]);
     return;
   }
-  float *restrict buf = opt->m;
-  /* The first step seeds the buffer with the gradient, as torch does. */
-  const float damp = opt->iterations == 0 ? 0.0f : mu;
-  if (opt->cfg.nesterov) {
-    for (size_t i = 0; i < n; i++) {
+  float *restrict buf = j->opt->m;
+  const float damp = j->damp;
+  if (j->opt->cfg.nesterov) {
+    for (size_t i = lo; i < hi; i++) {
       float gi = g[i] + wd * p[i];
       buf[i] = damp * buf[i] + gi;
       p[i] -= lr * (gi + mu * buf[i]);
     }
   } else {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = lo; i < hi; i++) {
       buf[i] = damp * buf[i] + g[i] + wd * p[i];
       p[i] -= lr * buf[i];
     }
   }
 }
 
-static void adam_step(kn_optimizer *opt, float *restrict p, const float *restrict g) {
-  const float b1 = opt->cfg.beta1, b2 = opt->cfg.beta2, eps = opt->cfg.epsilon;
-  const double t = (double)(opt->iterations + 1);
-  const float lr = opt->cfg.learning_rate;
-  const float step_size = (float)(lr / (1.0 - pow(b1, t)));
-  const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(b2, t)));
-  const int decoupled = opt->cfg.type == KN_OPT_ADAMW;
-  const float l2 = decoupled ? 0.0f : opt->cfg.weight_decay;
-  const float shrink = decoupled ? 1.0f - lr * opt->cfg.weight_decay : 1.0f;
-  float *restrict m = opt->m, *restrict v = opt->v;
-  const size_t n = opt->n;
-  for (size_t i = 0; i < n; i++) {
+KN_OPT_CLONES static void adam_range(const step_job *j, size_t lo, size_t hi) {
+  const float b1 = j->opt->cfg.beta1, b2 = j->opt->cfg.beta2, eps = j->opt->cfg.epsilon;
+  const float step_size = j->step_size, inv_sqrt_bc2 = j->inv_sqrt_bc2, l2 = j->l2,
+              shrink = j->shrink;
+  float *restrict p = j->p, *restrict m = j->opt->m, *restrict v = j->opt->v;
+  const float *restrict g = j->g;
+  for (size_t i = lo; i < hi; i++) {
     float gi = g[i] + l2 * p[i];
     p[i] *= shrink;
     m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -185,12 +201,12 @@ static void adam_step(kn_optimizer *opt, float *restrict p, const float *restric
   }
 }
 
-static void rmsprop_step(kn_optimizer *opt, float *restrict p, const float *restrict g) {
-  const float lr = opt->cfg.learning_rate, rho = opt->cfg.rho, eps = opt->cfg.epsilon;
-  const float wd = opt->cfg.weight_decay, mu = opt->cfg.momentum;
-  float *restrict v = opt->v, *restrict buf = opt->m;
-  const size_t n = opt->n;
-  for (size_t i = 0; i < n; i++) {
+KN_OPT_CLONES static void rmsprop_range(const step_job *j, size_t lo, size_t hi) {
+  const float lr = j->lr, rho = j->opt->cfg.rho, eps = j->opt->cfg.epsilon;
+  const float wd = j->opt->cfg.weight_decay, mu = j->opt->cfg.momentum;
+  float *restrict p = j->p, *restrict v = j->opt->v, *restrict buf = j->opt->m;
+  const float *restrict g = j->g;
+  for (size_t i = lo; i < hi; i++) {
     float gi = g[i] + wd * p[i];
     v[i] = rho * v[i] + (1.0f - rho) * gi * gi;
     float step = gi / (sqrtf(v[i]) + eps);
@@ -202,24 +218,51 @@ static void rmsprop_step(kn_optimizer *opt, float *restrict p, const float *rest
   }
 }
 
-static void adagrad_step(kn_optimizer *opt, float *restrict p, const float *restrict g) {
-  const float lr = opt->cfg.learning_rate, eps = opt->cfg.epsilon, wd = opt->cfg.weight_decay;
-  float *restrict sum = opt->v;
-  const size_t n = opt->n;
-  for (size_t i = 0; i < n; i++) {
+KN_OPT_CLONES static void adagrad_range(const step_job *j, size_t lo, size_t hi) {
+  const float lr = j->lr, eps = j->opt->cfg.epsilon, wd = j->opt->cfg.weight_decay;
+  float *restrict p = j->p, *restrict sum = j->opt->v;
+  const float *restrict g = j->g;
+  for (size_t i = lo; i < hi; i++) {
     float gi = g[i] + wd * p[i];
     sum[i] += gi * gi;
     p[i] -= lr * gi / (sqrtf(sum[i]) + eps);
   }
 }
 
-void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads) {
-  switch (opt->cfg.type) {
+/* Elements a task of the pool takes at a time. */
+#define STEP_BLOCK 16384
+
+static void step_blocks(void *ctx, int64_t b0, int64_t b1) {
+  const step_job *j = ctx;
+  const size_t lo = (size_t)b0 * STEP_BLOCK,
+               hi = (size_t)b1 * STEP_BLOCK < j->n ? (size_t)b1 * STEP_BLOCK : j->n;
+  switch (j->opt->cfg.type) {
   case KN_OPT_ADAM:
-  case KN_OPT_ADAMW: adam_step(opt, params, grads); break;
-  case KN_OPT_RMSPROP: rmsprop_step(opt, params, grads); break;
-  case KN_OPT_ADAGRAD: adagrad_step(opt, params, grads); break;
-  case KN_OPT_SGD: sgd_step(opt, params, grads); break;
+  case KN_OPT_ADAMW: adam_range(j, lo, hi); break;
+  case KN_OPT_RMSPROP: rmsprop_range(j, lo, hi); break;
+  case KN_OPT_ADAGRAD: adagrad_range(j, lo, hi); break;
+  case KN_OPT_SGD: sgd_range(j, lo, hi); break;
   }
+}
+
+void kn_optimizer_step_on(kn_optimizer *opt, kn_graph *g, float *params, const float *grads) {
+  const kn_optimizer_config *c = &opt->cfg;
+  step_job j = {.opt = opt, .p = params, .g = grads, .n = opt->n, .lr = c->learning_rate};
+  /* The first step seeds SGD's buffer with the gradient, as torch does. */
+  j.damp = opt->iterations == 0 ? 0.0f : c->momentum;
+  if (c->type == KN_OPT_ADAM || c->type == KN_OPT_ADAMW) {
+    const double t = (double)(opt->iterations + 1);
+    const int decoupled = c->type == KN_OPT_ADAMW;
+    j.step_size = (float)(c->learning_rate / (1.0 - pow(c->beta1, t)));
+    j.inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(c->beta2, t)));
+    j.l2 = decoupled ? 0.0f : c->weight_decay;
+    j.shrink = decoupled ? 1.0f - c->learning_rate * c->weight_decay : 1.0f;
+  }
+  const int64_t blocks = (int64_t)((opt->n + STEP_BLOCK - 1) / STEP_BLOCK);
+  kn_pool_for(g ? g->pool : NULL, blocks, step_blocks, &j);
   opt->iterations++;
+}
+
+void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads) {
+  kn_optimizer_step_on(opt, NULL, params, grads);
 }

@@ -184,7 +184,7 @@ static int update(kn_run *r) {
                     flags, &stop, r->err, r->errlen);
     if (r->cfg->dist.ps_async) r->stop_anywhere = stop; /* agreed through the servers */
   } else if (apply) {
-    kn_optimizer_step(r->opt, kn_params(g), grads);
+    kn_optimizer_step_on(r->opt, g, kn_params(g), grads);
   }
   r->step++;
   r->window_rows = 0;

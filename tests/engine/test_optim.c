@@ -1,6 +1,7 @@
 /* Optimizer updates against the rules written out by hand (PyTorch's
  * torch.optim.SGD and Adam), step by step. */
 #include <math.h>
+#include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -217,6 +218,65 @@ static void bad_hyperparameters_are_refused_with_the_value(void **state) {
   assert_string_equal(err, "sgd: nesterov needs momentum > 0, got 0");
 }
 
+/* The update split over a graph's threads gives the bits of one thread,
+ * for every optimizer, over several of the pool's blocks and a tail. */
+static void every_optimizer_gives_the_same_bits_on_threads(void **state) {
+  (void)state;
+  enum { BIG = 70001 };
+  kn_graph *g = kn_graph_new();
+  kn_graph_set_threads(g, 3);
+  kn_node w = kn_param(g, "w", 1, (int[]){4}, KN_INIT_ZEROS);
+  kn_graph_keep(g, kn_relu(g, w));
+  char err[256] = "";
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  const kn_optimizer_config cfgs[] = {
+      {.type = KN_OPT_SGD, .learning_rate = 0.1f, .momentum = 0.9f, .nesterov = 1},
+      {.type = KN_OPT_SGD, .learning_rate = 0.1f, .weight_decay = 0.01f},
+      {.type = KN_OPT_ADAM,
+       .learning_rate = 1e-3f,
+       .beta1 = 0.9f,
+       .beta2 = 0.999f,
+       .epsilon = 1e-7f,
+       .weight_decay = 0.01f},
+      {.type = KN_OPT_ADAMW,
+       .learning_rate = 1e-3f,
+       .beta1 = 0.9f,
+       .beta2 = 0.999f,
+       .epsilon = 1e-7f,
+       .weight_decay = 0.01f},
+      {.type = KN_OPT_RMSPROP,
+       .learning_rate = 1e-3f,
+       .rho = 0.9f,
+       .epsilon = 1e-7f,
+       .momentum = 0.5f},
+      {.type = KN_OPT_ADAGRAD,
+       .learning_rate = 0.01f,
+       .epsilon = 1e-7f,
+       .initial_accumulator_value = 0.1f},
+  };
+  float *p1 = malloc(BIG * sizeof(float)), *p3 = malloc(BIG * sizeof(float));
+  float *grad = malloc(BIG * sizeof(float));
+  assert_true(p1 && p3 && grad);
+  for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+    kn_optimizer *one, *three;
+    assert_int_equal(kn_optimizer_new(&cfgs[c], BIG, &one, err, sizeof err), KN_OK);
+    assert_int_equal(kn_optimizer_new(&cfgs[c], BIG, &three, err, sizeof err), KN_OK);
+    for (int i = 0; i < BIG; i++) p1[i] = p3[i] = sinf((float)i * 0.37f);
+    for (int s = 0; s < 3; s++) {
+      for (int i = 0; i < BIG; i++) grad[i] = cosf((float)(i + s) * 1.3f) * (float)(1 + s);
+      kn_optimizer_step(one, p1, grad);
+      kn_optimizer_step_on(three, g, p3, grad);
+    }
+    assert_memory_equal(p1, p3, BIG * sizeof(float));
+    kn_optimizer_free(one);
+    kn_optimizer_free(three);
+  }
+  free(p1);
+  free(p3);
+  free(grad);
+  kn_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sgd_momentum_and_nesterov_follow_torch),
@@ -227,6 +287,7 @@ int main(void) {
       cmocka_unit_test(rmsprop_follows_torch_with_and_without_momentum),
       cmocka_unit_test(adagrad_accumulates_squares_from_its_initial_value),
       cmocka_unit_test(bad_hyperparameters_are_refused_with_the_value),
+      cmocka_unit_test(every_optimizer_gives_the_same_bits_on_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
