@@ -134,10 +134,13 @@ void kn_matmul_dims(const kn_graph *g, const kn_node_rec *n, int *m, int *cols, 
   *k = s.k;
 }
 
-/* The columns a convolution's padded input (KN_OP_CONV_PAD) stands for. */
-static void conv_cols_of(const kn_node_rec *A, kn_conv_cols *cols) {
+/* The columns a convolution's padded input (KN_OP_CONV_PAD) stands for;
+ * one that needs no padding is a view of its input, whose rows and
+ * columns the columns then step over. */
+static void conv_cols_of(const kn_graph *g, const kn_node_rec *A, kn_conv_cols *cols) {
   const kn_conv_attrs *a = &A->attr.conv;
-  *cols = (kn_conv_cols){A->data, A->dims[1], A->dims[2], A->dims[3], a->kw, a->sh,
+  const kn_node_rec *S = A->storage == KN_STORE_VIEW ? &g->nodes[A->inputs[0]] : A;
+  *cols = (kn_conv_cols){A->data, S->dims[1], S->dims[2], A->dims[3], a->kw, a->sh,
                          a->sw,   a->dh,      a->dw,      a->oh,      a->ow};
 }
 
@@ -151,7 +154,7 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
   const int epilogue = n->op == KN_OP_MATMUL_BIAS_ACT && n->dtype == KN_BF16;
   kn_conv_cols cols;
   const int implicit = A->op == KN_OP_CONV_PAD;
-  if (implicit) conv_cols_of(A, &cols);
+  if (implicit) conv_cols_of(g, A, &cols);
   kn_gemm_kernel used = kn_gemm_run(
       g->pool, g->gemm_scratch, s->m, s->n, s->k,
       (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL, NULL},
@@ -170,7 +173,7 @@ static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, fl
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
   kn_conv_cols cols;
-  if (A->op == KN_OP_CONV_PAD) conv_cols_of(A, &cols);
+  if (A->op == KN_OP_CONV_PAD) conv_cols_of(g, A, &cols);
   kn_pool_grad_b pool;
   if (n->argmax) {
     const kn_node_rec *P = &g->nodes[n->inputs[2]];

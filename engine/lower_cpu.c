@@ -116,6 +116,13 @@ static void become_conv_pad(kn_graph *g, kn_node_rec *n, kn_node x, kn_dtype dty
   n->attr.conv = conv;
   n->fused_relu = n->gemm_pair = n->argmax = n->argmax_at = 0;
   kn_shape_conv_pad(g, n); /* x is NHWC: an im2col's input or a 4-d dy */
+  /* No padding on any side (a "valid" convolution, a 1x1 one with stride
+   * 2 on an even size): nothing to copy; the GEMMs read x where it lies. */
+  const kn_node_rec *X = &g->nodes[x], *root = &g->nodes[kn_storage_root(g, x)];
+  if (conv.pad_top == 0 && conv.pad_left == 0 && n->dims[1] <= X->dims[1] &&
+      n->dims[2] <= X->dims[2] && dtype == X->dtype && root->storage == KN_STORE_ARENA &&
+      !kn_op_has(root->op, KN_OPF_FED))
+    n->storage = KN_STORE_VIEW;
 }
 
 /* An im2col read only as the A of GEMMs (a convolution's forward product,

@@ -66,6 +66,37 @@ static const kn_layer_config cnn_layers[] = {
 
 enum { CNN_LAYERS = sizeof cnn_layers / sizeof cnn_layers[0] };
 
+/* A padded convolution, then two that need no padding: a "valid" 3x3 one
+ * and a 1x1 one with stride 2 on an even size, whose GEMMs read their
+ * inputs in place (the first layer's input is fed, and always padded). */
+static const kn_layer_config unpadded_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "same",
+     .filters = 4,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "valid",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_VALID,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "proj",
+     .filters = 8,
+     .kernel_size = {1, 1},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 0},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+enum { UNPADDED = 2, UNPADDED_LAYERS = sizeof unpadded_layers / sizeof unpadded_layers[0] };
+
 static const kn_layer_config mlp_layers[] = {
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
     {.type = KN_LAYER_DENSE, .name = "d1", .units = 16, .use_bias = 1, .activation = KN_ACT_RELU},
@@ -80,6 +111,7 @@ typedef struct result {
   size_t n_grads, n_states;
   kn_plan_stats st;
   int conv_input_grads; /* KN_OP_CONV_INPUT_GRAD nodes after compile */
+  int conv_pad_views;   /* KN_OP_CONV_PAD nodes that are views of their input */
 } result;
 
 /* Live nodes of op in a compiled graph. */
@@ -94,8 +126,12 @@ static int count_op(const kn_graph *g, kn_op op) {
 static result train_threaded(int cnn, unsigned passes, int unoptimized, int threads) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
-                         .n_layers = cnn ? CNN_LAYERS : 4,
-                         .layers = cnn ? cnn_layers : mlp_layers,
+                         .n_layers = cnn == UNPADDED ? UNPADDED_LAYERS
+                                     : cnn           ? CNN_LAYERS
+                                                     : 4,
+                         .layers = cnn == UNPADDED ? unpadded_layers
+                                   : cnn           ? cnn_layers
+                                                   : mlp_layers,
                          .batch_size = BATCH,
                          .seed = 3};
   kn_model m;
@@ -111,6 +147,10 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
   memset(&r, 0, sizeof r);
   if (kn_graph_compile(m.graph, 17, &r.st, err, sizeof err)) fail_msg("compile: %s", err);
   r.conv_input_grads = count_op(m.graph, KN_OP_CONV_INPUT_GRAD);
+  for (int i = 0; i < m.graph->n_nodes; i++) {
+    const kn_node_rec *n = &m.graph->nodes[i];
+    r.conv_pad_views += !n->dead && n->op == KN_OP_CONV_PAD && n->storage == KN_STORE_VIEW;
+  }
   kn_rng rng;
   kn_rng_seed(&rng, 5);
   float *x = kn_node_data(m.graph, m.x);
@@ -339,6 +379,18 @@ static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) 
   assert_int_equal(off.conv_input_grads, 0);
   release(&on);
   release(&off);
+  /* Convolutions without padding read their input where it lies (their
+   * padded input is a view): the same bits as materialized columns. */
+  result views = train_once(UNPADDED, KN_PASS_IMPLICIT_COLUMNS, 0),
+         columns = train_once(UNPADDED, 0, 0);
+  assert_int_equal(views.conv_pad_views, 2);
+  assert_int_equal(columns.conv_pad_views, 0);
+  assert_same(&views, &columns, "unpadded convolutions, implicit columns on and off");
+  result all = train_once(UNPADDED, KN_PASS_ALL, 0);
+  assert_int_equal(all.conv_pad_views, 2);
+  release(&views);
+  release(&columns);
+  release(&all);
 }
 
 static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
