@@ -247,6 +247,48 @@ static void batch_norm_moves_statistics_and_infers_with_them(void **state) {
   kn_model_free(&m);
 }
 
+/* The batch statistics are summed in one pass, shifted by each channel's
+ * first value: data a million from zero, spread by less than one, still
+ * give its variance (unshifted, the squares' sum in double would lose it). */
+static void batch_norm_statistics_keep_their_precision_far_from_zero(void **state) {
+  (void)state;
+  enum { R = 512 };
+  kn_layer_config layers[3] = {
+      {.type = KN_LAYER_FLATTEN, .name = "f"},
+      {.type = KN_LAYER_BATCH_NORM, .name = "bn", .momentum = 0.5f, .epsilon = 1e-3f},
+      {.type = KN_LAYER_ACTIVATION, .name = "a"}};
+  kn_model_config cfg = {
+      .input_ndim = 1, .input_shape = {2}, .n_layers = 3, .layers = layers, .batch_size = R};
+  kn_model m;
+  char err[512];
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(m.graph, 1, NULL, err, sizeof err), KN_OK);
+  float *x = kn_node_data(m.graph, m.x);
+  for (int r = 0; r < R; r++) { /* exactly representable in float */
+    x[2 * r] = 1e6f + (float)(r % 17 - 8) * 0.125f;
+    x[2 * r + 1] = -3e6f + (float)(r * 7 % 13 - 6) * 0.25f;
+  }
+  int32_t *y = kn_node_data(m.graph, m.y);
+  for (int r = 0; r < R; r++) y[r] = r % 2;
+  double mean[2] = {0, 0}, var[2] = {0, 0};
+  for (int c = 0; c < 2; c++) {
+    for (int r = 0; r < R; r++) mean[c] += x[2 * r + c];
+    mean[c] /= R;
+    for (int r = 0; r < R; r++) var[c] += (x[2 * r + c] - mean[c]) * (x[2 * r + c] - mean[c]);
+    var[c] /= R - 1; /* the moving variance is unbiased */
+  }
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, R, err, sizeof err), KN_OK);
+  const float *st = kn_state_data(m.graph);
+  for (int c = 0; c < 2; c++) {
+    assert_float_equal(st[c], 0.5 * mean[c], 0.5);
+    const double want = 0.5 + 0.5 * var[c];
+    if (fabs(st[2 + c] - want) > 1e-6 * want)
+      fail_msg("channel %d: moving variance %.9g, want %.9g (variance %.9g about %.9g)", c,
+               (double)st[2 + c], want, var[c], mean[c]);
+  }
+  kn_model_free(&m);
+}
+
 /* Trains cfg two steps on `threads` threads (float or the double
  * reference) and returns its gradients, its state and its loss as bytes. */
 static unsigned char *two_steps(const kn_model_config *cfg, int f64, int threads, size_t *bytes) {
@@ -583,6 +625,7 @@ int main(void) {
       cmocka_unit_test(batch_norm_relu_backward_matches_finite_differences),
       cmocka_unit_test(layers_use_keras_parameter_names_and_shapes),
       cmocka_unit_test(batch_norm_moves_statistics_and_infers_with_them),
+      cmocka_unit_test(batch_norm_statistics_keep_their_precision_far_from_zero),
       cmocka_unit_test(batch_norm_gives_the_same_bits_on_any_thread_count),
       cmocka_unit_test(depthwise_gives_the_same_bits_on_any_thread_count),
       cmocka_unit_test(dropout_drops_at_its_rate_only_in_training),
