@@ -254,7 +254,8 @@ tile(const int rows_n, const int vecs, int mode, int kc, const float *const *row
 }
 
 /* The tile over op(A) in place (transposed with ta): 12 x 32, or 12 x 16
- * (24 x 16 transposed, where row i is i floats on from row 0). */
+ * (24 x 16 transposed, where row i is i floats on from row 0, when
+ * narrow_rows says so). */
 __attribute__((target("avx512f"))) static void tile_a(int rows_n, int nr, int ta, int kc,
                                                       const float *a, int lda, const float *bp,
                                                       const tile_dst *d) {
@@ -269,6 +270,8 @@ __attribute__((target("avx512f"))) static void tile_a(int rows_n, int nr, int ta
     tile(MR, 2, 0, kc, rows, lda, NULL, bp, d);
   else if (ta && rows_n == 24)
     tile(24, 1, 1, kc, rows, lda, NULL, bp, d);
+  else if (ta)
+    tile(12, 1, 1, kc, rows, lda, NULL, bp, d);
   else
     tile(12, 1, 0, kc, rows, lda, NULL, bp, d);
 }
@@ -327,11 +330,29 @@ static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, 
 static void cols_block(const gemm_job *j, const gemm_part *pt, int i0, int k0, int kc,
                        const ptrdiff_t *koff, int n0, int nc, const float *bpack) {
   const float *rows[MR_MAX];
+  const kn_conv_cols *v = j->x.cols;
+  const float *x = v->x;
   const int mr = j->x.m - i0 < j->mr ? j->x.m - i0 : j->mr;
-  for (int i = 0; i < j->mr; i++) {
-    const int r = i0 + (i < mr ? i : 0);
-    rows[i] = (const float *)j->x.cols->x +
-              (j->x.ta ? kn_cols_col(j->x.cols, r) : kn_cols_row(j->x.cols, r));
+  if (j->x.ta) {
+    for (int i = 0; i < j->mr; i++) rows[i] = x + kn_cols_col(v, i0 + (i < mr ? i : 0));
+  } else {
+    /* Pixels i0 .. i0 + mr - 1: the first one's place divided out, the
+     * next ones stepped to (a block's divisions cost as much as its FMAs
+     * where the depth is small). */
+    const int64_t per = (int64_t)v->oh * v->ow;
+    int64_t b = i0 / per;
+    int y = (int)(i0 % per / v->ow), xo = (int)(i0 % per % v->ow);
+    for (int i = 0; i < mr; i++) {
+      rows[i] = x + ((b * v->hp + (int64_t)y * v->sh) * v->wp + (int64_t)xo * v->sw) * v->c;
+      if (++xo == v->ow) {
+        xo = 0;
+        if (++y == v->oh) {
+          y = 0;
+          b++;
+        }
+      }
+    }
+    for (int i = mr; i < j->mr; i++) rows[i] = rows[0];
   }
   int neighbours = mr == j->mr;
   for (int i = 1; i < mr && neighbours; i++) neighbours = rows[i] == rows[0] + i;
@@ -443,11 +464,13 @@ static void add_slices(void *ctx, int64_t r0, int64_t r1) {
 /* The rows of a tile 16 wide: 24 where A is transposed (its rows are
  * neighbours in memory), 16 where A is the transposed columns of a
  * convolution over a multiple of 16 channels (each block one tap's
- * channels, neighbours), else 12. */
+ * channels, neighbours), else 12 (a row's own pointer each; and where C
+ * has at most 12 rows, as a first convolution's 9 taps, the fewest rows
+ * computed and dropped). */
 static int narrow_rows(const kn_sgemm_args *x) {
-  if (!x->ta) return 12;
+  if (!x->ta || x->m <= 12) return 12;
   if (!x->cols) return 24;
-  return x->cols->c % 16 == 0 ? 16 : 24;
+  return x->cols->c % 16 == 0 ? 16 : 12;
 }
 
 static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_flip *flip) {

@@ -26,12 +26,12 @@ typedef struct shape {
  * block (128); a single row; a single column; the CNN's shapes, smaller;
  * deep products summed in depth slices (a first convolution's weight
  * gradient, 9 x 32 over 9000 pixels; and an uneven one); C at most 16
- * wide, cut into 24 x 16 tiles (a 16-filter convolution, a row tail past
- * 24, a narrow one summed in slices). */
-static const shape shapes[] = {{1, 1, 1},     {17, 33, 65},   {12, 32, 1},    {13, 31, 1100},
-                               {25, 300, 40}, {1, 70, 300},   {90, 1, 77},    {300, 64, 72},
-                               {36, 32, 900}, {9, 32, 9000},  {40, 70, 5001}, {200, 16, 144},
-                               {50, 9, 600},  {144, 16, 9000}};
+ * wide, cut into tiles 16 wide (a 16-filter convolution, a row tail past
+ * 24, a narrow one summed in slices, a first convolution's 9 taps). */
+static const shape shapes[] = {{1, 1, 1},     {17, 33, 65},    {12, 32, 1},    {13, 31, 1100},
+                               {25, 300, 40}, {1, 70, 300},    {90, 1, 77},    {300, 64, 72},
+                               {36, 32, 900}, {9, 32, 9000},   {40, 70, 5001}, {200, 16, 144},
+                               {50, 9, 600},  {144, 16, 9000}, {9, 16, 3000}};
 
 typedef struct mm {
   kn_graph *g;
