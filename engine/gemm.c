@@ -54,12 +54,15 @@
 #define MR_MAX    24
 
 /* Depth split: a product summed over many more rows than C has elements (a
- * convolution's weight gradient sums over every pixel of the batch) is cut
- * into SLICES slices of the depth, at least SLICE_MIN deep, summed apiece
- * and then added in slice order. The slices depend on the shape alone, so
- * the bits do not depend on the thread count; the partial sums of slices
- * 1 .. SLICES-1 are capped at PARTIAL_MAX floats. */
-#define SLICE_MIN   2048
+ * convolution's weight gradient sums over every pixel of the batch), at
+ * least SPLIT_MIN deep, is cut into up to SLICES_MAX slices of the depth,
+ * at least SLICE_MIN deep, summed apiece and then added in slice order
+ * (many slices, so that any thread count shares them evenly). The slices
+ * depend on the shape alone, so the bits do not depend on the thread
+ * count; the partial sums of slices 1 .. SLICES-1 are capped at
+ * PARTIAL_MAX floats. */
+#define SPLIT_MIN   4096
+#define SLICE_MIN   512
 #define SLICES_MAX  16
 #define PARTIAL_MAX (1 << 20)
 
@@ -70,6 +73,7 @@ size_t kn_gemm_workspace_floats(void) {
 /* The slices a product of this shape is summed in (1: not split); an
  * epilogue (bias, relu) keeps it whole. */
 static int gemm_slices(int m, int n, int k) {
+  if (k < SPLIT_MIN) return 1;
   int s = k / SLICE_MIN;
   if (s > SLICES_MAX) s = SLICES_MAX;
   const size_t per = (size_t)m * n + (size_t)n; /* C's and B's row sums */
