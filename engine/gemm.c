@@ -186,6 +186,35 @@ __attribute__((target("avx512f"))) static void pack_full_panel(const float *b, s
   }
 }
 
+/* A whole panel of B read transposed (B's row kk is column kk of the
+ * stored matrix: a layer's weights in an input gradient): each row of the
+ * panel gathered, 16 columns at a time, from rows ldb apart; the sums as
+ * in pack_full_panel. */
+__attribute__((target("avx512f"))) static void
+pack_full_panel_t(const float *b, int ldb, int kc, int nr, float *panel, float *sums) {
+  const __m512i at =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(ldb));
+  const float *b1 = b + (size_t)16 * ldb;
+  __m512 s0 = sums ? _mm512_loadu_ps(sums) : _mm512_setzero_ps();
+  __m512 s1 = sums && nr == 32 ? _mm512_loadu_ps(sums + 16) : _mm512_setzero_ps();
+  for (int kk = 0; kk < kc; kk++) {
+    float *row = panel + (size_t)kk * nr;
+    const __m512 v0 = _mm512_i32gather_ps(at, b + kk, 4);
+    _mm512_store_ps(row, v0);
+    s0 = _mm512_add_ps(s0, v0);
+    if (nr == 32) {
+      const __m512 v1 = _mm512_i32gather_ps(at, b1 + kk, 4);
+      _mm512_store_ps(row + 16, v1);
+      s1 = _mm512_add_ps(s1, v1);
+    }
+  }
+  if (sums) {
+    _mm512_storeu_ps(sums, s0);
+    if (nr == 32) _mm512_storeu_ps(sums + 16, s1);
+  }
+}
+
 static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst, float *sums) {
   const int nr = j->nr;
   for (int p = 0; p * nr < nc; p++) {
@@ -194,6 +223,11 @@ static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst
     if (!j->flip && !j->x.pool && !j->x.tb && w == nr) {
       pack_full_panel(j->x.b + (size_t)k0 * j->x.ldb + c0, (size_t)j->x.ldb, kc, nr, panel,
                       sums ? sums + (c0 - n0) : NULL);
+      continue;
+    }
+    if (!j->flip && !j->x.pool && j->x.tb && w == nr && (int64_t)j->x.ldb * 16 < INT32_MAX) {
+      pack_full_panel_t(j->x.b + (size_t)c0 * j->x.ldb + k0, j->x.ldb, kc, nr, panel,
+                        sums ? sums + (c0 - n0) : NULL);
       continue;
     }
     if (j->x.pool) pack_pool_rows(j->x.pool, k0, kc, c0, w, nr, panel);
