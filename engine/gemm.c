@@ -271,7 +271,8 @@ typedef struct tile_dst {
  * padded input, the same products in the same order as on materialized
  * columns), or rows[0][koff[kk] + i] (mode 3: mode 2 where the block's
  * rows are neighbours, as a tap's channels are, so one pointer serves
- * them all); rows past mr repeat row 0 and are not stored. */
+ * them all) or rows[0][kk * lda + i] (mode 4: mode 1 for a whole tile,
+ * one pointer likewise); rows past mr repeat row 0 and are not stored. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile(const int rows_n, const int vecs, int mode, int kc, const float *const *rows, int lda,
      const ptrdiff_t *restrict koff, const float *restrict bp, const tile_dst *d) {
@@ -281,12 +282,12 @@ tile(const int rows_n, const int vecs, int mode, int kc, const float *const *row
 #pragma GCC unroll 24
   for (int i = 0; i < rows_n; i++) {
     c0[i] = c1[i] = _mm512_setzero_ps();
-    row[i] = mode == 3 ? rows[0] + i : rows[i < d->mr ? i : 0];
+    row[i] = mode >= 3 ? rows[0] + i : rows[i < d->mr ? i : 0];
   }
   for (int kk = 0; kk < kc; kk++) {
     const __m512 b0 = _mm512_load_ps(bp + (size_t)kk * stride);
     const __m512 b1 = vecs == 2 ? _mm512_load_ps(bp + (size_t)kk * stride + 16) : b0;
-    const ptrdiff_t o = mode == 0 ? kk : mode == 1 ? (ptrdiff_t)kk * lda : koff[kk];
+    const ptrdiff_t o = mode == 0 ? kk : mode == 1 || mode == 4 ? (ptrdiff_t)kk * lda : koff[kk];
 #pragma GCC unroll 24
     for (int i = 0; i < rows_n; i++) {
       const __m512 ai = _mm512_set1_ps(row[i][o]);
@@ -332,12 +333,20 @@ __attribute__((target("avx512f"))) static void tile_a(int rows_n, int nr, int ta
     const size_t r = (size_t)(i < d->mr ? i : 0);
     rows[i] = a + (ta ? r : r * (size_t)lda);
   }
-  if (nr == NR && ta)
+  /* a whole tile of transposed A: its rows are neighbours (mode 4) */
+  const int whole = ta && d->mr == (nr == NR ? MR : rows_n);
+  if (nr == NR && whole)
+    tile(MR, 2, 4, kc, rows, lda, NULL, bp, d);
+  else if (nr == NR && ta)
     tile(MR, 2, 1, kc, rows, lda, NULL, bp, d);
   else if (nr == NR)
     tile(MR, 2, 0, kc, rows, lda, NULL, bp, d);
+  else if (ta && rows_n == 24 && whole)
+    tile(24, 1, 4, kc, rows, lda, NULL, bp, d);
   else if (ta && rows_n == 24)
     tile(24, 1, 1, kc, rows, lda, NULL, bp, d);
+  else if (whole)
+    tile(12, 1, 4, kc, rows, lda, NULL, bp, d);
   else if (ta)
     tile(12, 1, 1, kc, rows, lda, NULL, bp, d);
   else
