@@ -92,6 +92,11 @@ typedef union kn_node_attrs {
      * and bn_grad_beta nodes, whose values it writes from the sums it
      * takes anyway (0: none) */
     kn_node writes_gamma, writes_beta;
+    /* bn_grad_x, set by the bn_grads pass where a relu follows the layer:
+     * inputs[4] is the layer's beta, and dy passes where the layer's
+     * output, recomputed as ((x - mean) * inv) * gamma + beta as bn_apply
+     * computes it, is not <= 0 (0: inputs[4], if any, is the relu's value) */
+    int relu_from_beta;
   } bn;
   struct {
     float rate;

@@ -371,6 +371,17 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
     X->n_inputs = 5;
     X->inputs[0] = dy_out;
     X->inputs[4] = y;
+    /* Where y is this layer's own output (after a relu or not), its sign
+     * is recomputed from x, the statistics, gamma and beta: one stream of
+     * activations fewer for both passes. */
+    const kn_node_rec *A = &g->nodes[y];
+    if (A->op == KN_OP_RELU && !A->dead) A = &g->nodes[A->inputs[0]];
+    if (A->op == KN_OP_BN_APPLY && !A->dead && A->inputs[0] == X->inputs[1] &&
+        A->inputs[1] == X->inputs[2] && A->inputs[2] == X->inputs[3] &&
+        g->nodes[A->inputs[3]].dtype == KN_F32) {
+      X->inputs[4] = A->inputs[3];
+      X->attr.bn.relu_from_beta = 1;
+    }
     g->nodes[gm].inputs[0] = dy_out; /* they read nothing, but stay after it */
     g->nodes[bt].inputs[0] = dy_out;
     g->nodes[dy].dead = 1;

@@ -112,6 +112,7 @@ typedef struct result {
   kn_plan_stats st;
   int conv_input_grads; /* KN_OP_CONV_INPUT_GRAD nodes after compile */
   int conv_pad_views;   /* KN_OP_CONV_PAD nodes that are views of their input */
+  int relus_from_beta;  /* bn_grad_x nodes that recompute their relu's mask */
 } result;
 
 /* Live nodes of op in a compiled graph. */
@@ -150,6 +151,7 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
   for (int i = 0; i < m.graph->n_nodes; i++) {
     const kn_node_rec *n = &m.graph->nodes[i];
     r.conv_pad_views += !n->dead && n->op == KN_OP_CONV_PAD && n->storage == KN_STORE_VIEW;
+    r.relus_from_beta += !n->dead && n->op == KN_OP_BN_GRAD_X && n->attr.bn.relu_from_beta;
   }
   kn_rng rng;
   kn_rng_seed(&rng, 5);
@@ -411,6 +413,9 @@ static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
    * takes the gradient of the relu after it. */
   assert_int_equal(cnn.st.n_bn_grads, 1);
   assert_int_equal(cnn.st.n_bn_relu_grads, 1);
+  /* and recomputes where the relu passes from x, the statistics, gamma and
+   * beta, instead of reading the relu's output */
+  assert_int_equal(cnn.relus_from_beta, 1);
   /* the two 3x3 convolutions' GEMM + bias + relu, the separable pointwise
    * GEMM + bias + relu and the two dense layers; then the chains batch norm
    * + relu, add + relu (residual) and bias_add + relu (depthwise); then the
