@@ -139,6 +139,8 @@ int it_launch_kilnd_args(const char *kilnd_path, const char *data_dir, const cha
   *pid = fork();
   if (*pid < 0) return -1;
   if (*pid == 0) {
+    /* kilnd makes its data folder, but its log goes there from the start */
+    mkdir(data_dir, 0700);
     FILE *log = freopen(log_file, "a", stderr);
     (void)log;
     const char *argv[32] = {"kilnd",       "--listen", "127.0.0.1:0", "--data-dir", data_dir,

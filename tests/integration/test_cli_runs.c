@@ -76,7 +76,23 @@ static void line_starting(const char *out, const char *prefix, char *line, size_
  * depends on what submit prints. */
 static void run_job(const char *spec, char *id) {
   char out[65536];
-  assert_int_equal(cli(out, sizeof out, "submit %s -o json 2>/dev/null", spec), 0);
+  if (cli(out, sizeof out, "submit %s -o json 2>submit.err", spec) != 0) {
+    /* What kiln said, and the end of kilnd's log: the folder goes at teardown. */
+    char path[400], said[2048] = "", log[2048] = "";
+    snprintf(path, sizeof path, "%s/submit.err", work);
+    FILE *f = fopen(path, "r");
+    if (f) {
+      said[fread(said, 1, sizeof said - 1, f)] = '\0';
+      fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/data/kilnd.log", data_dir);
+    if ((f = fopen(path, "r"))) {
+      if (fseek(f, -(long)(sizeof log - 1), SEEK_END) != 0) rewind(f);
+      log[fread(log, 1, sizeof log - 1, f)] = '\0';
+      fclose(f);
+    }
+    fail_msg("kiln submit %s failed: %s\nkilnd's log ends:\n%s", spec, said, log);
+  }
   json_t *job = json_loads(out, 0, NULL);
   assert_non_null(job);
   snprintf(id, 64, "%s", json_string_value(json_object_get(job, "id")));
