@@ -158,53 +158,29 @@ pack_pool_rows(const kn_pool_grad_b *v, int64_t p0, int kc, int c0, int w, int n
   }
 }
 
-/* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of nr
- * columns: panel p holds [kk][nr] at dst + p * kc * nr. With sums set,
- * each row is added to sums[n0 ..] on the way, in row order. */
-/* A whole panel of plain B, nr (16 or 32) columns wide: each row in one or
- * two 512-bit copies, its sums added as vectors (each column in row order
- * still, so the sums are those of the scalar loop). */
-__attribute__((target("avx512f"))) static void pack_full_panel(const float *b, size_t ldb, int kc,
-                                                               int nr, float *panel, float *sums) {
-  __m512 s0 = sums ? _mm512_loadu_ps(sums) : _mm512_setzero_ps();
-  __m512 s1 = sums && nr == 32 ? _mm512_loadu_ps(sums + 16) : _mm512_setzero_ps();
-  for (int kk = 0; kk < kc; kk++) {
-    const float *src = b + (size_t)kk * ldb;
-    float *row = panel + (size_t)kk * nr;
-    const __m512 v0 = _mm512_loadu_ps(src);
-    _mm512_store_ps(row, v0);
-    s0 = _mm512_add_ps(s0, v0);
-    if (nr == 32) {
-      const __m512 v1 = _mm512_loadu_ps(src + 16);
-      _mm512_store_ps(row + 16, v1);
-      s1 = _mm512_add_ps(s1, v1);
-    }
-  }
-  if (sums) {
-    _mm512_storeu_ps(sums, s0);
-    if (nr == 32) _mm512_storeu_ps(sums + 16, s1);
-  }
-}
-
-/* A whole panel of B read transposed (B's row kk is column kk of the
- * stored matrix: a layer's weights in an input gradient): each row of the
- * panel gathered, 16 columns at a time, from rows ldb apart; the sums as
- * in pack_full_panel. */
+/* A whole panel of B, nr (16 or 32) columns wide, from b (B's element
+ * (kk, c) at b[kk * ldb + c], or transposed with tb at b[c * ldb + kk]: a
+ * layer's weights in its input gradient): each row in one or two 512-bit
+ * loads (gathers, 16 columns at a time, with tb), its sums added as
+ * vectors (each column in row order still, so the sums are those of the
+ * scalar loop). */
 __attribute__((target("avx512f"))) static void
-pack_full_panel_t(const float *b, int ldb, int kc, int nr, float *panel, float *sums) {
+pack_full_panel(const float *b, int ldb, int tb, int kc, int nr, float *panel, float *sums) {
   const __m512i at =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(ldb));
-  const float *b1 = b + (size_t)16 * ldb;
+  const float *b1 = tb ? b + (size_t)16 * ldb : b + 16; /* columns 16 .. 31 */
   __m512 s0 = sums ? _mm512_loadu_ps(sums) : _mm512_setzero_ps();
   __m512 s1 = sums && nr == 32 ? _mm512_loadu_ps(sums + 16) : _mm512_setzero_ps();
   for (int kk = 0; kk < kc; kk++) {
     float *row = panel + (size_t)kk * nr;
-    const __m512 v0 = _mm512_i32gather_ps(at, b + kk, 4);
+    const __m512 v0 =
+        tb ? _mm512_i32gather_ps(at, b + kk, 4) : _mm512_loadu_ps(b + (size_t)kk * ldb);
     _mm512_store_ps(row, v0);
     s0 = _mm512_add_ps(s0, v0);
     if (nr == 32) {
-      const __m512 v1 = _mm512_i32gather_ps(at, b1 + kk, 4);
+      const __m512 v1 =
+          tb ? _mm512_i32gather_ps(at, b1 + kk, 4) : _mm512_loadu_ps(b1 + (size_t)kk * ldb);
       _mm512_store_ps(row + 16, v1);
       s1 = _mm512_add_ps(s1, v1);
     }
@@ -215,19 +191,18 @@ pack_full_panel_t(const float *b, int ldb, int kc, int nr, float *panel, float *
   }
 }
 
+/* B's rows k0 .. k0 + kc - 1, columns n0 .. n0 + nc - 1 as panels of nr
+ * columns: panel p holds [kk][nr] at dst + p * kc * nr. With sums set,
+ * each row is added to sums[n0 ..] on the way, in row order. */
 static void pack_b(const gemm_job *j, int k0, int kc, int n0, int nc, float *dst, float *sums) {
   const int nr = j->nr;
   for (int p = 0; p * nr < nc; p++) {
     const int c0 = n0 + p * nr, w = nc - p * nr < nr ? nc - p * nr : nr;
     float *panel = dst + (size_t)p * kc * nr;
-    if (!j->flip && !j->x.pool && !j->x.tb && w == nr) {
-      pack_full_panel(j->x.b + (size_t)k0 * j->x.ldb + c0, (size_t)j->x.ldb, kc, nr, panel,
+    if (!j->flip && !j->x.pool && w == nr && (!j->x.tb || (int64_t)j->x.ldb * 32 < INT32_MAX)) {
+      const size_t at = j->x.tb ? (size_t)c0 * j->x.ldb + k0 : (size_t)k0 * j->x.ldb + c0;
+      pack_full_panel(j->x.b + at, j->x.ldb, j->x.tb, kc, nr, panel,
                       sums ? sums + (c0 - n0) : NULL);
-      continue;
-    }
-    if (!j->flip && !j->x.pool && j->x.tb && w == nr && (int64_t)j->x.ldb * 16 < INT32_MAX) {
-      pack_full_panel_t(j->x.b + (size_t)c0 * j->x.ldb + k0, j->x.ldb, kc, nr, panel,
-                        sums ? sums + (c0 - n0) : NULL);
       continue;
     }
     if (j->x.pool) pack_pool_rows(j->x.pool, k0, kc, c0, w, nr, panel);
