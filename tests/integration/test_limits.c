@@ -399,6 +399,50 @@ static void delete_removes_the_job_folder_and_storage_is_counted(void **state) {
   json_decref(doc);
 }
 
+/* A planner that ends without a plan and without saying why (killed) runs
+ * once more before the create fails; one that fails twice gets a 500
+ * naming its runs, its exit status and the end of what it said. */
+static void a_planner_ending_without_a_plan_runs_again_then_says_why(void **state) {
+  (void)state;
+  char real[400], flaky[400], broken[400], runs[400], script[2000];
+  snprintf(real, sizeof real, "%s", KILND_PATH);
+  *strrchr(real, '/') = '\0'; /* .../server */
+  *strrchr(real, '/') = '\0'; /* the build folder */
+  strncat(real, "/worker/kiln-train", sizeof real - strlen(real) - 1);
+  snprintf(runs, sizeof runs, "%s/planner.runs", data_dir);
+  snprintf(flaky, sizeof flaky, "%s/flaky-planner.sh", data_dir);
+  snprintf(script, sizeof script,
+           "#!/bin/sh\necho run >> '%s'\n[ \"$(wc -l < '%s')\" -gt 1 ] && exec '%s' \"$@\"\n"
+           "kill -KILL $$\n",
+           runs, runs, real);
+  assert_int_equal(it_write_file(flaky, script, 0755), 0);
+  snprintf(broken, sizeof broken, "%s/broken-planner.sh", data_dir);
+  assert_int_equal(
+      it_write_file(broken, "#!/bin/sh\necho 'no memory for a plan' >&2\nexit 7\n", 0755), 0);
+  const char *with_flaky[] = {"--planner", flaky, NULL};
+  relaunch(with_flaky);
+  char id[64];
+  assert_int_equal(create(acme_token, "planned-twice", 50, id, NULL), 200);
+  FILE *f = fopen(runs, "r");
+  assert_non_null(f);
+  char line[64];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n++;
+  fclose(f);
+  assert_int_equal(n, 2);
+  json_decref(wait_state(acme_token, id, "SUCCEEDED", 20));
+  const char *with_broken[] = {"--planner", broken, NULL};
+  relaunch(with_broken);
+  char *body = spec_named("never-planned", 50);
+  json_t *doc;
+  assert_int_equal(call(acme_token, "POST", "/v1/jobs", body, &doc), 500);
+  free(body);
+  assert_error(doc, 500, "INTERNAL", "(none)", "2 runs, exit status 7");
+  assert_error(doc, 500, "INTERNAL", "(none)", "it said: no memory for a plan");
+  json_decref(doc);
+  relaunch(NULL);
+}
+
 static void hung_trainer_is_failed_by_the_heartbeat(void **state) {
   (void)state;
   const char *extra[] = {"--trainer-heartbeat", "2", NULL};
@@ -470,6 +514,7 @@ int main(void) {
       cmocka_unit_test(hung_trainer_is_failed_by_the_heartbeat),
       cmocka_unit_test(trainer_over_its_address_space_limit_ends_resource_exhausted),
       cmocka_unit_test(trainer_over_its_cgroup_memory_limit_is_oom_killed),
+      cmocka_unit_test(a_planner_ending_without_a_plan_runs_again_then_says_why),
   };
   return cmocka_run_group_tests(tests, start_kilnd, stop_kilnd);
 }
