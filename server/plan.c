@@ -19,11 +19,15 @@ extern char **environ;
 
 enum { PLAN_SPEC_STATUS = 3 }; /* kiln-train: the model does not build */
 
-/* Runs the planner on spec_path; its exit status and what it printed on
- * standard output (one line) in out. */
-static int run_planner(const http_config *cfg, const char *spec_path, char *out, size_t outlen) {
+/* Runs the planner on spec_path; its exit status (128 + the signal that
+ * ended it) and what it printed on standard output (one line) in out, the
+ * end of its standard error in said. */
+static int run_planner(const http_config *cfg, const char *spec_path, char *out, size_t outlen,
+                       char *said, size_t saidlen) {
   int fds[2];
-  out[0] = '\0';
+  out[0] = said[0] = '\0';
+  char err_path[4300];
+  snprintf(err_path, sizeof err_path, "%s.err", spec_path);
   if (pipe(fds) != 0) {
     snprintf(out, outlen, "cannot create a pipe: %s", strerror(errno));
     return -1;
@@ -32,7 +36,8 @@ static int run_planner(const http_config *cfg, const char *spec_path, char *out,
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path, O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
   posix_spawn_file_actions_addclose(&fa, fds[0]);
   char *argv[] = {(char *)cfg->planner_path, "--plan-only", (char *)spec_path, NULL};
   pid_t pid;
@@ -52,7 +57,18 @@ static int run_planner(const http_config *cfg, const char *spec_path, char *out,
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  FILE *e = fopen(err_path, "r");
+  if (e) {
+    if (fseek(e, -(long)(saidlen - 1), SEEK_END) != 0) rewind(e);
+    said[fread(said, 1, saidlen - 1, e)] = '\0';
+    fclose(e);
+    for (char *c = said; *c; c++)
+      if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
+  }
+  unlink(err_path);
+  return WIFEXITED(status)     ? WEXITSTATUS(status)
+         : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                               : 128;
 }
 
 int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *planned,
@@ -70,11 +86,23 @@ int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *pla
   size_t len = strlen(spec_json);
   int wrote = write(fd, spec_json, len) == (ssize_t)len;
   close(fd);
-  char out[2048];
-  int status = wrote ? run_planner(cfg, path, out, sizeof out) : -1;
+  char out[2048], said[400];
+  int status = -1, runs = 0;
+  json_t *line = NULL, *plan = NULL;
+  /* A planner that ends without a plan and without saying the model does
+   * not build failed for a reason of its own (killed, out of memory): it
+   * runs once more before the create fails. */
+  while (wrote && runs < 2) {
+    json_decref(line);
+    status = run_planner(cfg, path, out, sizeof out, said, sizeof said);
+    runs++;
+    line = status >= 0 ? json_loads(out, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    plan = json_object_get(line, "plan");
+    if ((status == 0 && json_is_integer(json_object_get(plan, "total_bytes"))) ||
+        status == PLAN_SPEC_STATUS || status < 0)
+      break;
+  }
   unlink(path);
-  json_t *line = status >= 0 ? json_loads(out, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
-  json_t *plan = json_object_get(line, "plan");
   if (status == 0 && json_is_integer(json_object_get(plan, "total_bytes"))) {
     *planned = json_integer_value(json_object_get(plan, "total_bytes"));
     json_decref(line);
@@ -95,8 +123,10 @@ int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *pla
     http_reply_status(res, 400, "INVALID_ARGUMENT", "model", "%s", why);
   } else {
     http_reply_status(res, 500, "INTERNAL", NULL,
-                      "planning the job's memory failed (kiln-train --plan-only): %.300s",
-                      why ? why : "no plan was printed");
+                      "planning the job's memory failed (kiln-train --plan-only, %d run%s, exit "
+                      "status %d): %.300s%s%.300s",
+                      runs, runs == 1 ? "" : "s", status, why ? why : "no plan was printed",
+                      said[0] ? "; it said: " : "", said);
   }
   json_decref(line);
   return -1;

@@ -546,6 +546,7 @@ static int train_main(int argc, char **argv) {
     if (worker_plan(&spec, line, sizeof line, err, sizeof err))
       return fail(&(reporter){.progress_fd = STDOUT_FILENO}, EXIT_SPEC, "BUILD_ERROR", err);
     printf("%s\n", line);
+    fflush(stdout); /* the plan reaches kilnd whatever happens at exit */
     return 0;
   }
   if (weights) { /* export only: nothing is trained */
