@@ -6,11 +6,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "routes.h"
@@ -19,9 +22,44 @@ extern char **environ;
 
 enum { PLAN_SPEC_STATUS = 3 }; /* kiln-train: the model does not build */
 
+/* How long a planner may take to print its line (it takes milliseconds),
+ * and then to exit, before it is killed. */
+#define PLAN_LINE_MS 30000
+#define PLAN_EXIT_MS 5000
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The planner's end, waited for until deadline (then it is killed): its
+ * exit status, 128 + the signal that ended it. */
+static int reap_planner(pid_t pid, int64_t deadline) {
+  int status = 0;
+  for (;;) {
+    pid_t got = waitpid(pid, &status, WNOHANG);
+    if (got == pid) break;
+    if (got < 0 && errno != EINTR) return 128;
+    if (now_ms() >= deadline) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      break;
+    }
+    struct timespec pause = {0, 10 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+  return WIFEXITED(status)     ? WEXITSTATUS(status)
+         : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                               : 128;
+}
+
 /* Runs the planner on spec_path; its exit status (128 + the signal that
  * ended it) and what it printed on standard output (one line) in out, the
- * end of its standard error in said. */
+ * end of its standard error in said. Reading stops at the end of the line:
+ * a planner that prints its plan and then hangs or fails at its exit (or
+ * leaves a process holding the pipe) is killed, and its line still counts. */
 static int run_planner(const http_config *cfg, const char *spec_path, char *out, size_t outlen,
                        char *said, size_t saidlen) {
   int fds[2];
@@ -45,18 +83,24 @@ static int run_planner(const http_config *cfg, const char *spec_path, char *out,
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   size_t used = 0;
-  ssize_t got;
-  while (rc == 0 && used + 1 < outlen && (got = read(fds[0], out + used, outlen - 1 - used)) > 0)
+  const int64_t line_by = now_ms() + PLAN_LINE_MS;
+  while (rc == 0 && used + 1 < outlen && !memchr(out, '\n', used)) {
+    const int64_t left = line_by - now_ms();
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    if (left <= 0 || poll(&p, 1, (int)left) == 0) break; /* no line in time */
+    ssize_t got = read(fds[0], out + used, outlen - 1 - used);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
     used += (size_t)got;
+  }
   out[used] = '\0';
   close(fds[0]);
   if (rc != 0) {
     snprintf(out, outlen, "cannot start %s: %s", cfg->planner_path, strerror(rc));
     return -1;
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int64_t now = now_ms();
+  const int status = reap_planner(pid, (now < line_by ? now : line_by) + PLAN_EXIT_MS);
   FILE *e = fopen(err_path, "r");
   if (e) {
     if (fseek(e, -(long)(saidlen - 1), SEEK_END) != 0) rewind(e);
@@ -66,9 +110,7 @@ static int run_planner(const http_config *cfg, const char *spec_path, char *out,
       if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
   }
   unlink(err_path);
-  return WIFEXITED(status)     ? WEXITSTATUS(status)
-         : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                               : 128;
+  return status;
 }
 
 int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *planned,
@@ -98,12 +140,13 @@ int http_plan_memory(const http_config *cfg, const char *spec_json, int64_t *pla
     runs++;
     line = status >= 0 ? json_loads(out, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
     plan = json_object_get(line, "plan");
-    if ((status == 0 && json_is_integer(json_object_get(plan, "total_bytes"))) ||
-        status == PLAN_SPEC_STATUS || status < 0)
+    if (json_is_integer(json_object_get(plan, "total_bytes")) || status == PLAN_SPEC_STATUS ||
+        status < 0)
       break;
   }
   unlink(path);
-  if (status == 0 && json_is_integer(json_object_get(plan, "total_bytes"))) {
+  /* A whole plan line counts however the planner ended after it. */
+  if (status >= 0 && json_is_integer(json_object_get(plan, "total_bytes"))) {
     *planned = json_integer_value(json_object_get(plan, "total_bytes"));
     json_decref(line);
     if (cfg->memory_budget_bytes <= 0 || *planned <= cfg->memory_budget_bytes) return 0;

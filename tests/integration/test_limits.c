@@ -400,7 +400,8 @@ static void delete_removes_the_job_folder_and_storage_is_counted(void **state) {
 }
 
 /* A planner that ends without a plan and without saying why (killed) runs
- * once more before the create fails; one that fails twice gets a 500
+ * once more before the create fails; one that prints its plan and then
+ * hangs is killed and its plan counts; one that fails twice gets a 500
  * naming its runs, its exit status and the end of what it said. */
 static void a_planner_ending_without_a_plan_runs_again_then_says_why(void **state) {
   (void)state;
@@ -430,6 +431,19 @@ static void a_planner_ending_without_a_plan_runs_again_then_says_why(void **stat
   while (fgets(line, sizeof line, f)) n++;
   fclose(f);
   assert_int_equal(n, 2);
+  json_decref(wait_state(acme_token, id, "SUCCEEDED", 20));
+  /* One that prints its plan and then hangs: the plan counts, and the
+   * planner is killed a few seconds later. */
+  char hanging[400];
+  snprintf(hanging, sizeof hanging, "%s/hanging-planner.sh", data_dir);
+  snprintf(script, sizeof script, "#!/bin/sh\n'%s' \"$@\"\nexec sleep 600\n", real);
+  assert_int_equal(it_write_file(hanging, script, 0755), 0);
+  const char *with_hanging[] = {"--planner", hanging, NULL};
+  relaunch(with_hanging);
+  const int64_t t0 = it_now_ms();
+  assert_int_equal(create(acme_token, "planned-then-hung", 50, id, NULL), 200);
+  const int64_t took = it_now_ms() - t0;
+  if (took > 15000) fail_msg("the create took %lld ms", (long long)took);
   json_decref(wait_state(acme_token, id, "SUCCEEDED", 20));
   const char *with_broken[] = {"--planner", broken, NULL};
   relaunch(with_broken);
