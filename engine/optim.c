@@ -154,9 +154,12 @@ typedef struct step_job {
   float step_size, inv_sqrt_bc2, l2, shrink; /* adam, adamw */
 } step_job;
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 /* The loops are element-wise without contraction (ISO C: no fused
- * multiply-add is formed), so each instruction set gives the same bits. */
+ * multiply-add is formed), so each instruction set gives the same bits.
+ * Not under the sanitizers: a clone's resolver runs before their runtime
+ * starts, and ThreadSanitizer's instrumentation of it crashes at load. */
 #define KN_OPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KN_OPT_CLONES
