@@ -25,15 +25,7 @@ standin="${3:-}"
 here=$(cd "$(dirname "$0")" && pwd)
 trainer="$here/stand_in_agent_trainer.sh"
 . "$here/netns.sh"
-d=$(mktemp -d)
-pids=""
-cleanup() {
-  for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-  kx_down
-  [ -n "${KEEP:-}" ] && echo "kept $d" || rm -rf "$d"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+kx_scratch
 fail() {
   echo "FAIL: $*"
   for f in "$d"/agent-*.log; do echo "--- $f"; tail -30 "$f"; done

@@ -31,15 +31,7 @@ if [ ! -d "$datasets/fashion-mnist" ]; then
   echo "SKIP: the built-in data sets are not at $datasets (KILN_DATASETS_DIR)"
   exit 77
 fi
-d=$(mktemp -d)
-pids=""
-cleanup() {
-  for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-  kx_down
-  [ -n "${KEEP:-}" ] && echo "kept $d" || rm -rf "$d"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+kx_scratch
 if ! kx_up 3; then
   echo "SKIP: network namespaces cannot be made here: $kx_why"
   exit 77

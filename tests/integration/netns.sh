@@ -11,7 +11,10 @@
 #   kx_addr I      the address of namespace I
 #   kx_link I down|up      the host's cable
 #   kx_pids I      the processes in namespace I
-#   kx_down        everything away (kx_up's trap calls it)
+#   kx_down        everything away (kx_scratch's trap calls it)
+#   kx_scratch     a scratch folder in $d and the EXIT trap that kills the
+#                  pids listed in $pids, takes the namespaces down and
+#                  removes $d (kept, and named, with KEEP=1)
 kx_prefix="kx$$"
 kx_n=0
 kx_why=""
@@ -83,4 +86,17 @@ kx_link() {
 
 kx_pids() {
   ip netns pids "$(kx_ns "$1")" 2>/dev/null
+}
+
+kx_cleanup() {
+  for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
+  kx_down
+  [ -n "${KEEP:-}" ] && echo "kept $d" || rm -rf "$d"
+}
+
+kx_scratch() {
+  d=$(mktemp -d)
+  pids=""
+  trap kx_cleanup EXIT
+  trap 'exit 1' INT TERM
 }
