@@ -316,11 +316,25 @@ cat > "$d/async.json" <<'SPEC'
  "strategy": {"type": "parameter_server", "ps": 1, "workers": 2, "mode": "async",
               "max_staleness": 2}}
 SPEC
-$mpi3 "$trainer" --json --checkpoint-dir "$d/async" "$d/async.json" > "$d/async.out"
-grep -q 'parameter server(s), async, at most 2 steps ahead' "$d/async.out"
-accuracy=$(grep '"epoch":3,' "$d/async.out" | grep -o '"val_accuracy":[0-9.e-]*' | cut -d: -f2)
-echo "parameter_server async P=1 W=2: test accuracy $accuracy after 3 epochs"
-awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.85) }'
+# Under the sanitizers (KILN_TEST_SANITIZED=1, scripts/test.sh) the same
+# async code runs on 6,400 examples for one epoch, which must end with its
+# epoch line and a finite loss: the accuracy is the normal build's to gate,
+# and three sanitized processes take minutes over the whole set.
+if [ "${KILN_TEST_SANITIZED:-0}" = 1 ]; then
+  sed -e 's/"normalize": true}/"normalize": true, "take": 6400}/' -e 's/"epochs": 3/"epochs": 1/' \
+    -e 's/"decay_steps": 1407/"decay_steps": 50/' "$d/async.json" > "$d/async-small.json"
+  $mpi3 "$trainer" --json --checkpoint-dir "$d/async" "$d/async-small.json" > "$d/async.out"
+  grep -q 'parameter server(s), async, at most 2 steps ahead' "$d/async.out"
+  loss=$(grep '"epoch":1,' "$d/async.out" | grep -o '"epoch_loss":[0-9.e+-]*' | cut -d: -f2)
+  echo "parameter_server async P=1 W=2 (sanitized, 6,400 examples): epoch loss $loss"
+  awk -v l="$loss" 'BEGIN { exit !(l != "" && l + 0 == l && l < 2.3) }'
+else
+  $mpi3 "$trainer" --json --checkpoint-dir "$d/async" "$d/async.json" > "$d/async.out"
+  grep -q 'parameter server(s), async, at most 2 steps ahead' "$d/async.out"
+  accuracy=$(grep '"epoch":3,' "$d/async.out" | grep -o '"val_accuracy":[0-9.e-]*' | cut -d: -f2)
+  echo "parameter_server async P=1 W=2: test accuracy $accuracy after 3 epochs"
+  awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.85) }'
+fi
 
 # A rank that hangs (SIGSTOP) must not hold the job: the others' waits give
 # up after --collective-timeout and mpirun ends every rank.
