@@ -6,10 +6,15 @@
  * arithmetic, so results are identical for every thread count.
  *
  * A step runs dozens of loops, some a few tens of microseconds long, and
- * waking a parked thread costs about as much. So, as OpenMP runtimes do,
- * a worker that finishes a loop watches for the next one for a short while
- * (SPIN_NS) before it parks, and the caller watches for the workers to
- * finish before it sleeps: back-to-back loops never wait for a wake-up.
+ * waking a parked thread costs about as much, and far more in a virtual
+ * machine, where a parked CPU is handed back to the host. So, as OpenMP
+ * runtimes do (Intel's waits 200 ms by default), a worker that finishes a
+ * loop watches for the next one (SPIN_NS, 2 ms: longer than the serial
+ * gaps inside a step) before it parks, and the caller watches for the
+ * workers to finish before it sleeps: loops inside a step never wait for a
+ * wake-up. Past the first SPIN_ALONE_NS of a watch the watcher yields its
+ * CPU between looks, so that a thread of another job or replica sharing
+ * that CPU runs instead of waiting behind it.
  *
  * Threads: the caller (the thread running the graph) owns the loop fields
  * while no loop is running and publishes them with the generation counter
@@ -19,12 +24,15 @@
  * and wakes sleepers under it, so no wake-up is lost; likewise the last
  * worker to finish signals done under it. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
-/* How long a thread watches for work or for the others before it sleeps. */
-#define SPIN_NS 100000
+/* How long a thread watches for work or for the others before it sleeps,
+ * and for how much of that it keeps its CPU. */
+#define SPIN_NS       2000000
+#define SPIN_ALONE_NS 50000
 
 #include "graph_internal.h"
 
@@ -69,14 +77,18 @@ static inline void cpu_relax(void) {
 /* Watches, up to SPIN_NS, for the generation to move past seen (when
  * want_busy is 0) or for busy to reach 0 (when it is 1). */
 static int spin_until(kn_pool *p, uint64_t seen, int want_busy) {
-  const int64_t until = now_ns() + SPIN_NS;
+  const int64_t start = now_ns(), alone = start + SPIN_ALONE_NS, until = start + SPIN_NS;
   for (int i = 0;; i++) {
     if (want_busy ? atomic_load_explicit(&p->busy, memory_order_acquire) == 0
                   : atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
                         atomic_load_explicit(&p->stop, memory_order_acquire))
       return 1;
     cpu_relax();
-    if ((i & 63) == 63 && now_ns() > until) return 0;
+    if ((i & 63) == 63) {
+      const int64_t t = now_ns();
+      if (t > until) return 0;
+      if (t > alone) sched_yield();
+    }
   }
 }
 
