@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "graph_internal.h"
+#include "philox.h"
 #include "vmath.h"
 
 static int rows_of(const kn_graph *g, const kn_node_rec *n) {
@@ -70,15 +71,13 @@ static int check_labels(const char *op, const int32_t *labels, int rows, int col
   return KN_OK;
 }
 
-/* A uniform [0, 1) draw for element i of a dropout mask: a stateless hash
- * (splitmix64) of (seed, step, i), so a mask is the same whatever the thread
- * count or precision, and no state needs saving for a resume. */
-static double dropout_uniform(uint64_t base, size_t i) {
-  uint64_t z = base + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+/* Whether element i of a dropout mask is kept: a 24-bit uniform draw from
+ * Philox4x32-10 under the layer's seed, on the stream of the training step
+ * (philox.h), at least threshold = ceil(rate x 2^24). Stateless: a mask is
+ * the same whatever the thread count or precision, no state needs saving
+ * for a resume, and the loop over a mask vectorizes. */
+static inline int dropout_kept(uint64_t seed, uint64_t step, uint64_t i, uint32_t threshold) {
+  return (kn_philox_word(seed, step, i) >> 8) >= threshold;
 }
 
 /* A cast: narrowing, widening, or an f32 (f64 in the reference mode)
