@@ -6,11 +6,14 @@
  * package or python3-onnx is missing (scripts/install-deps.sh installs
  * them). */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -298,6 +301,55 @@ static void an_uncompiled_model_is_refused(void **state) {
   kn_model_free(&m);
 }
 
+/* A model exported to a pipe (kiln-train --export-onnx /dev/stdout | ...)
+ * is written into it, byte for byte what a file gets: the pipe is not
+ * replaced by a file renamed over it (as root, over /dev/stdout itself). */
+static void an_export_to_a_pipe_streams_into_it(void **state) {
+  (void)state;
+  kn_model_config cfg = {.input_ndim = 2,
+                         .input_shape = {6, 5},
+                         .n_layers = (int)(sizeof sequence_layers / sizeof *sequence_layers),
+                         .layers = sequence_layers,
+                         .batch_size = 4,
+                         .seed = 3,
+                         .loss = KN_LOSS_BCE};
+  kn_model m;
+  char err[512] = "";
+  assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+  assert_int_equal(kn_model_compile(&m, &cfg, 1, NULL, err, sizeof err), KN_OK);
+  char file[256], fifo[256], got[256];
+  snprintf(file, sizeof file, "%s/model.onnx", onnx_dir);
+  snprintf(fifo, sizeof fifo, "%s/pipe.onnx", onnx_dir);
+  snprintf(got, sizeof got, "%s/from-pipe.onnx", onnx_dir);
+  assert_int_equal(kn_onnx_export(&m, &cfg, "piped", file, err, sizeof err), KN_OK);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  /* The reader: everything the pipe carries, into a file. */
+  pid_t reader = fork();
+  assert_true(reader >= 0);
+  if (reader == 0) {
+    FILE *in = fopen(fifo, "rb"), *out = fopen(got, "wb");
+    char buf[4096];
+    size_t n;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+    _exit(in && out && fclose(out) == 0 ? 0 : 1);
+  }
+  const int rc = kn_onnx_export(&m, &cfg, "piped", fifo, err, sizeof err);
+  struct stat st;
+  const int still_a_pipe = stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode);
+  if (rc != KN_OK || !still_a_pipe) {
+    kill(reader, SIGKILL); /* its open of the pipe waits for a writer that never came */
+    waitpid(reader, NULL, 0);
+    fail_msg("export to a pipe: rc %d (%s), still a pipe: %d", rc, err, still_a_pipe);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(reader, &status, 0), reader);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char cmp[600];
+  snprintf(cmp, sizeof cmp, "cmp -s %s %s", file, got);
+  assert_int_equal(system(cmp), 0);
+  kn_model_free(&m);
+}
+
 static int make_dir(void **state) {
   (void)state;
   return mkdtemp(onnx_dir) ? 0 : -1;
@@ -318,6 +370,7 @@ int main(void) {
       cmocka_unit_test(sequence_model_exports),
       cmocka_unit_test(strided_windows_export),
       cmocka_unit_test(an_uncompiled_model_is_refused),
+      cmocka_unit_test(an_export_to_a_pipe_streams_into_it),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
