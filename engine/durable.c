@@ -1,12 +1,17 @@
 /* durable.c — how the engine puts a file in place so that a crash never
  * leaves half of one: write a temp file (hashing what it writes), fsync it,
  * rename it over the target, fsync the directory. Checkpoints and
- * training-state files both go this way. */
+ * training-state files both go this way. A target that exists and is not a
+ * plain regular file (a pipe, a terminal, a device, or a link such as
+ * /dev/stdout, which names whatever the process's output is) is written
+ * straight instead: renaming over it would replace the link or device
+ * itself. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "graph_internal.h"
@@ -24,6 +29,11 @@ int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
     len -= (size_t)w;
   }
   return 0;
+}
+
+int kn_durable_is_stream(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
 }
 
 int kn_durable_finish(int fd, int write_failed, const char *tmp, const char *path, const char *what,

@@ -487,6 +487,10 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
 
 /* durable.c: write every byte (adding them to h when not NULL); 0 or -1. */
 int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h);
+/* Whether path exists and is not a plain regular file (a pipe, a
+ * terminal, a device, a link such as /dev/stdout): written straight (and
+ * truncated), never renamed over. */
+int kn_durable_is_stream(const char *path);
 /* After writing tmp on fd (write_failed: a write went wrong): fsync,
  * close, rename over path, fsync the directory; tmp is removed on any
  * failure, which err names with `what` ("checkpoint"). KN_OK or KN_EIO. */

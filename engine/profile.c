@@ -121,12 +121,27 @@ static void json_text(FILE *f, const char *s) {
   }
 }
 
+/* The file a profile goes to: a temp file beside path, renamed over it
+ * by finish_file, or path itself where it is a pipe, device or link (tmp
+ * is then ""). */
+static FILE *open_file(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
+  const int stream = kn_durable_is_stream(path);
+  if (stream)
+    tmp[0] = '\0';
+  else
+    snprintf(tmp, tmplen, "%s.tmp", path);
+  FILE *f = fopen(stream ? path : tmp, "w");
+  if (!f)
+    snprintf(err, errlen, "profile: cannot create %s: %s", stream ? path : tmp, strerror(errno));
+  return f;
+}
+
 static int finish_file(FILE *f, const char *tmp, const char *path, char *err, size_t errlen) {
   int bad = ferror(f);
   if (fclose(f) != 0) bad = 1;
-  if (bad || rename(tmp, path) != 0) {
+  if (bad || (tmp[0] && rename(tmp, path) != 0)) {
     snprintf(err, errlen, "profile: cannot write %s: %s", path, strerror(errno));
-    remove(tmp);
+    if (tmp[0]) remove(tmp);
     return KN_EIO;
   }
   return KN_OK;
@@ -135,12 +150,8 @@ static int finish_file(FILE *f, const char *tmp, const char *path, char *err, si
 int kn_profile_write_trace(const kn_profile *p, const kn_graph *g, const char *path, char *err,
                            size_t errlen) {
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    snprintf(err, errlen, "profile: cannot create %s: %s", tmp, strerror(errno));
-    return KN_EIO;
-  }
+  FILE *f = open_file(path, tmp, sizeof tmp, err, errlen);
+  if (!f) return KN_EIO;
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
   fputs(
       "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"kiln-train\"}},\n"
@@ -223,11 +234,9 @@ int kn_profile_write_table(const kn_profile *p, const kn_graph *g, const char *p
   const int n_rows = g->n_nodes + n_phases;
   qsort(rows, (size_t)n_rows, sizeof *rows, by_total);
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
+  FILE *f = open_file(path, tmp, sizeof tmp, err, errlen);
   if (!f) {
     free(rows);
-    snprintf(err, errlen, "profile: cannot create %s: %s", tmp, strerror(errno));
     return KN_EIO;
   }
   fprintf(f, "%d profiled steps, %.3f ms a step on average; activations arena %.2f MiB\n", steps,

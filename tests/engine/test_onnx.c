@@ -302,8 +302,9 @@ static void an_uncompiled_model_is_refused(void **state) {
 }
 
 /* A model exported to a pipe (kiln-train --export-onnx /dev/stdout | ...)
- * is written into it, byte for byte what a file gets: the pipe is not
- * replaced by a file renamed over it (as root, over /dev/stdout itself). */
+ * or through a link is written into it, byte for byte what a file gets:
+ * neither is replaced by a file renamed over it (as root, /dev/stdout
+ * itself would be). */
 static void an_export_to_a_pipe_streams_into_it(void **state) {
   (void)state;
   kn_model_config cfg = {.input_ndim = 2,
@@ -346,6 +347,21 @@ static void an_export_to_a_pipe_streams_into_it(void **state) {
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   char cmp[600];
   snprintf(cmp, sizeof cmp, "cmp -s %s %s", file, got);
+  assert_int_equal(system(cmp), 0);
+  /* A link (as /dev/stdout is, to a file the shell opened) stays a link,
+   * and what it points to gets the model, whatever it held before. */
+  char target[256], link[256];
+  snprintf(target, sizeof target, "%s/target.onnx", onnx_dir);
+  snprintf(link, sizeof link, "%s/link.onnx", onnx_dir);
+  FILE *t = fopen(target, "w");
+  assert_non_null(t);
+  for (int i = 0; i < 100000; i++) fputc('x', t); /* longer than the model */
+  fclose(t);
+  assert_int_equal(symlink(target, link), 0);
+  assert_int_equal(kn_onnx_export(&m, &cfg, "piped", link, err, sizeof err), KN_OK);
+  assert_int_equal(lstat(link, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  snprintf(cmp, sizeof cmp, "cmp -s %s %s", file, target);
   assert_int_equal(system(cmp), 0);
   kn_model_free(&m);
 }
