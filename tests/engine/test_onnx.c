@@ -281,15 +281,21 @@ static void strided_windows_export(void **state) {
   exports_and_matches(&c);
 }
 
+/* The sequence model at batch 4. */
+static kn_model_config sequence_config(uint64_t seed) {
+  return (kn_model_config){.input_ndim = 2,
+                           .input_shape = {6, 5},
+                           .n_layers = (int)(sizeof sequence_layers / sizeof *sequence_layers),
+                           .layers = sequence_layers,
+                           .batch_size = 4,
+                           .seed = seed,
+                           .loss = KN_LOSS_BCE};
+}
+
 /* A model must be compiled before export; an error says so. */
 static void an_uncompiled_model_is_refused(void **state) {
   (void)state;
-  kn_model_config cfg = {.input_ndim = 2,
-                         .input_shape = {6, 5},
-                         .n_layers = (int)(sizeof sequence_layers / sizeof *sequence_layers),
-                         .layers = sequence_layers,
-                         .batch_size = 4,
-                         .loss = KN_LOSS_BCE};
+  kn_model_config cfg = sequence_config(0);
   kn_model m;
   char err[256] = "";
   assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
@@ -307,13 +313,7 @@ static void an_uncompiled_model_is_refused(void **state) {
  * itself would be). */
 static void an_export_to_a_pipe_streams_into_it(void **state) {
   (void)state;
-  kn_model_config cfg = {.input_ndim = 2,
-                         .input_shape = {6, 5},
-                         .n_layers = (int)(sizeof sequence_layers / sizeof *sequence_layers),
-                         .layers = sequence_layers,
-                         .batch_size = 4,
-                         .seed = 3,
-                         .loss = KN_LOSS_BCE};
+  kn_model_config cfg = sequence_config(3);
   kn_model m;
   char err[512] = "";
   assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
