@@ -111,10 +111,8 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
 
   int rc = KN_OK;
   char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = kn_durable_open(path, tmp, sizeof tmp, "checkpoint", err, errlen);
   if (fd < 0) {
-    snprintf(err, errlen, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
     free(hdr.data);
     return KN_EIO;
   }

@@ -31,22 +31,34 @@ int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h) {
   return 0;
 }
 
-int kn_durable_is_stream(const char *path) {
+int kn_durable_open(const char *path, char *tmp, size_t tmplen, const char *what, char *err,
+                    size_t errlen) {
   struct stat st;
-  return lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
+  const int stream = lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
+  if (stream)
+    tmp[0] = '\0';
+  else
+    snprintf(tmp, tmplen, "%s.tmp", path);
+  const int fd = stream ? open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
+                        : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    snprintf(err, errlen, "%s: cannot create %s: %s", what, stream ? path : tmp, strerror(errno));
+  return fd;
 }
 
 int kn_durable_finish(int fd, int write_failed, const char *tmp, const char *path, const char *what,
                       char *err, size_t errlen) {
   int rc = KN_OK;
-  if (write_failed || fsync(fd) != 0) {
-    snprintf(err, errlen, "%s: cannot write %s: %s", what, tmp, strerror(errno));
+  const char *written = tmp[0] ? tmp : path;
+  if (write_failed || (tmp[0] && fsync(fd) != 0)) {
+    snprintf(err, errlen, "%s: cannot write %s: %s", what, written, strerror(errno));
     rc = KN_EIO;
   }
   if (close(fd) != 0 && !rc) {
-    snprintf(err, errlen, "%s: cannot close %s: %s", what, tmp, strerror(errno));
+    snprintf(err, errlen, "%s: cannot close %s: %s", what, written, strerror(errno));
     rc = KN_EIO;
   }
+  if (!tmp[0]) return rc; /* written straight: nothing to rename */
   if (!rc && rename(tmp, path) != 0) {
     snprintf(err, errlen, "%s: cannot rename %s to %s: %s", what, tmp, path, strerror(errno));
     rc = KN_EIO;

@@ -487,13 +487,18 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
 
 /* durable.c: write every byte (adding them to h when not NULL); 0 or -1. */
 int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h);
-/* Whether path exists and is not a plain regular file (a pipe, a
- * terminal, a device, a link such as /dev/stdout): written straight (and
- * truncated), never renamed over. */
-int kn_durable_is_stream(const char *path);
-/* After writing tmp on fd (write_failed: a write went wrong): fsync,
- * close, rename over path, fsync the directory; tmp is removed on any
- * failure, which err names with `what` ("checkpoint"). KN_OK or KN_EIO. */
+/* Opens where path's bytes go: tmp (path + ".tmp", written into tmp, at
+ * most tmplen) for kn_durable_finish to rename into place; or, where path
+ * exists and is not a plain regular file (a pipe, a terminal, a device, a
+ * link such as /dev/stdout), path itself, truncated, with tmp "" (renaming
+ * over it would replace the link or device). The fd, or -1 with err
+ * naming `what`. */
+int kn_durable_open(const char *path, char *tmp, size_t tmplen, const char *what, char *err,
+                    size_t errlen);
+/* After writing on fd from kn_durable_open (write_failed: a write went
+ * wrong): fsync, close, rename tmp over path, fsync the directory (only
+ * close where tmp is ""); tmp is removed on any failure, which err names
+ * with `what` ("checkpoint"). KN_OK or KN_EIO. */
 int kn_durable_finish(int fd, int write_failed, const char *tmp, const char *path, const char *what,
                       char *err, size_t errlen);
 

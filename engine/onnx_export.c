@@ -578,27 +578,9 @@ int kn_onnx_export(kn_model *m, const kn_model_config *cfg, const char *graph_na
   size_t len;
   int rc = kn_onnx_encode(m, cfg, graph_name, &bytes, &len, err, errlen);
   if (rc) return rc;
-  if (kn_durable_is_stream(path)) {
-    /* a pipe, device or link (kiln-train --export-onnx /dev/stdout) */
-    const int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-    const int werr = fd < 0 || kn_write_all(fd, bytes, len, NULL) != 0;
-    const int saved = errno;
-    free(bytes);
-    if (fd >= 0 && close(fd) != 0 && !werr) {
-      snprintf(err, errlen, "onnx export: cannot close %s: %s", path, strerror(errno));
-      return KN_EIO;
-    }
-    if (werr) {
-      snprintf(err, errlen, "onnx export: cannot write %s: %s", path, strerror(saved));
-      return KN_EIO;
-    }
-    return KN_OK;
-  }
   char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = kn_durable_open(path, tmp, sizeof tmp, "onnx export", err, errlen);
   if (fd < 0) {
-    snprintf(err, errlen, "onnx export: cannot create %s: %s", tmp, strerror(errno));
     free(bytes);
     return KN_EIO;
   }

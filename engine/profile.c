@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "graph_internal.h"
 
@@ -121,18 +122,17 @@ static void json_text(FILE *f, const char *s) {
   }
 }
 
-/* The file a profile goes to: a temp file beside path, renamed over it
- * by finish_file, or path itself where it is a pipe, device or link (tmp
- * is then ""). */
+/* The file a profile goes to (kn_durable_open: a temp file renamed into
+ * place by finish_file, or path itself where it is a pipe, device or link,
+ * tmp then ""). */
 static FILE *open_file(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
-  const int stream = kn_durable_is_stream(path);
-  if (stream)
-    tmp[0] = '\0';
-  else
-    snprintf(tmp, tmplen, "%s.tmp", path);
-  FILE *f = fopen(stream ? path : tmp, "w");
-  if (!f)
-    snprintf(err, errlen, "profile: cannot create %s: %s", stream ? path : tmp, strerror(errno));
+  const int fd = kn_durable_open(path, tmp, tmplen, "profile", err, errlen);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+  if (fd >= 0 && !f) {
+    snprintf(err, errlen, "profile: cannot open %s: %s", tmp[0] ? tmp : path, strerror(errno));
+    close(fd);
+    if (tmp[0]) remove(tmp);
+  }
   return f;
 }
 

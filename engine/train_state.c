@@ -86,12 +86,8 @@ int kn_train_state_write(const char *path, const kn_train_state *st, kn_optimize
   int64_t *iterations;
   kn_optimizer_moments(opt, &type, &n, &m, &v, &iterations);
   char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    snprintf(err, errlen, "training state: cannot create %s: %s", tmp, strerror(errno));
-    return KN_EIO;
-  }
+  int fd = kn_durable_open(path, tmp, sizeof tmp, "training state", err, errlen);
+  if (fd < 0) return KN_EIO;
   kc_sha256 h;
   kc_sha256_init(&h);
   int werr = kn_write_all(fd, STATE_MAGIC, 8, &h) || kn_write_all(fd, f, sizeof f, &h);
