@@ -626,53 +626,25 @@ __attribute__((target("avx512f"))) static void tr_rows(const kn_sgemm_args *x, i
   }
 }
 
-typedef struct tr_job {
-  kn_sgemm_args x;
-  int64_t tasks;
-  int slices;
-  float *partials; /* slice s > 0 into partials + (s - 1) * (m * n + n) */
-} tr_job;
-
-/* Task t's share: whole depth slices, or (one slice) whole row tiles. */
+/* Task t's share of a product computed transposed: whole depth slices
+ * (slice_part's, as gemm_range takes them), or, in one slice, whole tiles
+ * of C's rows. */
 static void tr_range(void *ctx, int64_t t0, int64_t t1) {
-  const tr_job *j = ctx;
+  const gemm_job *j = ctx;
   const kn_sgemm_args *x = &j->x;
   const int tiles = (x->m + TR_COLS - 1) / TR_COLS;
   for (int64_t t = t0; t < t1; t++) {
     if (j->slices > 1) {
       const int s0 = (int)(j->slices * t / j->tasks), s1 = (int)(j->slices * (t + 1) / j->tasks);
       for (int s = s0; s < s1; s++) {
-        const int lo = (int)((int64_t)x->k * s / j->slices),
-                  hi = (int)((int64_t)x->k * (s + 1) / j->slices);
-        float *dst = x->c, *sums = x->b_sums;
-        int ldd = x->ldc;
-        if (s > 0) {
-          dst = j->partials + (size_t)(s - 1) * ((size_t)x->m * x->n + (size_t)x->n);
-          ldd = x->n;
-          sums = x->b_sums ? dst + (size_t)x->m * x->n : NULL;
-        }
-        for (int i = 0; i < tiles; i++) tr_rows(x, i * TR_COLS, lo, hi, dst, ldd, sums);
+        const gemm_part pt = slice_part(j, s);
+        for (int i = 0; i < tiles; i++)
+          tr_rows(x, i * TR_COLS, pt.k_lo, pt.k_hi, pt.c, pt.ldc, pt.b_sums);
       }
       continue;
     }
     const int i0 = (int)(tiles * t / j->tasks), i1 = (int)(tiles * (t + 1) / j->tasks);
     for (int i = i0; i < i1; i++) tr_rows(x, i * TR_COLS, 0, x->k, x->c, x->ldc, x->b_sums);
-  }
-}
-
-static void gemm_transposed(const kn_graph *g, const kn_sgemm_args *x) {
-  int slices = gemm_slices(x->m, x->n, x->k);
-  if (slices > 1 && kn_gemm_partial_floats(x->m, x->n, x->k) > g->gemm_partial_floats)
-    slices = 1; /* a shape compile did not plan for */
-  const int tiles = (x->m + TR_COLS - 1) / TR_COLS;
-  int tasks = kn_pool_threads(g->pool);
-  const int units = slices > 1 ? slices : tiles;
-  if (tasks > units) tasks = units;
-  tr_job j = {.x = *x, .tasks = tasks, .slices = slices, .partials = g->gemm_partials};
-  kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, tr_range, &j);
-  if (slices > 1) {
-    gemm_job add = {.x = *x, .slices = slices, .partials = g->gemm_partials};
-    kn_pool_for(g->pool, x->m + 1, add_slices, &add);
   }
 }
 
@@ -689,20 +661,20 @@ static int narrow_rows(const kn_sgemm_args *x) {
 }
 
 static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_flip *flip) {
-  if (narrow_transposed(x, flip)) {
-    gemm_transposed(g, x);
-    return;
-  }
   const int m = x->m, n = x->n, k = x->k;
+  const int transposed = narrow_transposed(x, flip);
   const int narrow = n <= NR_NARROW;
   const int mr = narrow ? narrow_rows(x) : MR, nr = narrow ? NR_NARROW : NR;
   const int blocks = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
-  const int by_columns = m <= n && panels >= 2;
+  const int by_columns = !transposed && m <= n && panels >= 2;
   int slices = x->bias || x->relu || flip ? 1 : gemm_slices(m, n, k);
   if (slices > 1 && kn_gemm_partial_floats(m, n, k) > g->gemm_partial_floats)
     slices = 1; /* a shape compile did not plan for */
   int tasks = kn_pool_threads(g->pool);
-  const int units = slices > 1 ? slices : by_columns ? panels : blocks;
+  const int units = slices > 1   ? slices
+                    : transposed ? (m + TR_COLS - 1) / TR_COLS
+                    : by_columns ? panels
+                                 : blocks;
   if (tasks > units) tasks = units;
   gemm_job j = {.x = *x,
                 .workspace = g->gemm_workspace,
@@ -713,7 +685,7 @@ static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_fl
                 .partials = g->gemm_partials,
                 .mr = mr,
                 .nr = nr};
-  kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, gemm_range, &j);
+  kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, transposed ? tr_range : gemm_range, &j);
   if (slices > 1) kn_pool_for(g->pool, m + 1, add_slices, &j); /* C's rows, the column sums */
 }
 #define KN_HAVE_OWN_GEMM 1
