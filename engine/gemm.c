@@ -103,6 +103,35 @@ static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
   return kn_cols_row(v, p) + kn_cols_col(v, t);
 }
 
+/* Output pixel p of a convolution's columns, walked in order: its place is
+ * divided out once (pixel_at) and the next ones stepped to (pixel_next),
+ * since where the depth is small a block's divisions cost as much as its
+ * FMAs; pixel_row is kn_cols_row of the pixel. */
+typedef struct pixel_cursor {
+  int64_t b;
+  int y, x;
+} pixel_cursor;
+
+static inline pixel_cursor pixel_at(const kn_conv_cols *v, int64_t p) {
+  const int64_t per = (int64_t)v->oh * v->ow;
+  return (pixel_cursor){p / per, (int)(p % per / v->ow), (int)(p % per % v->ow)};
+}
+
+static inline void pixel_next(const kn_conv_cols *v, pixel_cursor *q) {
+  if (++q->x == v->ow) {
+    q->x = 0;
+    if (++q->y == v->oh) {
+      q->y = 0;
+      q->b++;
+    }
+  }
+}
+
+static inline ptrdiff_t pixel_row(const kn_conv_cols *v, const pixel_cursor *q) {
+  return (ptrdiff_t)(((q->b * v->hp + (int64_t)q->y * v->sh) * v->wp + (int64_t)q->x * v->sw) *
+                     v->c);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -388,22 +417,9 @@ static void cols_block(const gemm_job *j, const gemm_part *pt, int i0, int k0, i
   if (j->x.ta) {
     for (int i = 0; i < j->mr; i++) rows[i] = x + kn_cols_col(v, i0 + (i < mr ? i : 0));
   } else {
-    /* Pixels i0 .. i0 + mr - 1: the first one's place divided out, the
-     * next ones stepped to (a block's divisions cost as much as its FMAs
-     * where the depth is small). */
-    const int64_t per = (int64_t)v->oh * v->ow;
-    int64_t b = i0 / per;
-    int y = (int)(i0 % per / v->ow), xo = (int)(i0 % per % v->ow);
-    for (int i = 0; i < mr; i++) {
-      rows[i] = x + ((b * v->hp + (int64_t)y * v->sh) * v->wp + (int64_t)xo * v->sw) * v->c;
-      if (++xo == v->ow) {
-        xo = 0;
-        if (++y == v->oh) {
-          y = 0;
-          b++;
-        }
-      }
-    }
+    /* Pixels i0 .. i0 + mr - 1. */
+    pixel_cursor q = pixel_at(v, i0);
+    for (int i = 0; i < mr; i++, pixel_next(v, &q)) rows[i] = x + pixel_row(v, &q);
     for (int i = mr; i < j->mr; i++) rows[i] = rows[0];
   }
   int neighbours = mr == j->mr;
@@ -431,8 +447,13 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
       pack_b(j, k0, kc, n0, nc, bpack, b_sums);
       if (j->x.cols) {
         ptrdiff_t koff[KC_MAX];
-        for (int kk = 0; kk < kc; kk++)
-          koff[kk] = j->x.ta ? kn_cols_row(j->x.cols, k0 + kk) : kn_cols_col(j->x.cols, k0 + kk);
+        if (j->x.ta) { /* the depth is pixels */
+          pixel_cursor q = pixel_at(j->x.cols, k0);
+          for (int kk = 0; kk < kc; kk++, pixel_next(j->x.cols, &q))
+            koff[kk] = pixel_row(j->x.cols, &q);
+        } else {
+          for (int kk = 0; kk < kc; kk++) koff[kk] = kn_cols_col(j->x.cols, k0 + kk);
+        }
         for (int blk = b0; blk < b1; blk++)
           cols_block(j, pt, blk * j->mr, k0, kc, koff, n0, nc, bpack);
         continue;
@@ -562,26 +583,12 @@ tile_tr(const int vecs, const kn_sgemm_args *x, int i0, int c0, int cols, int k0
   __m512 bsum = _mm512_setzero_ps();
   const float *base = x->cols ? (const float *)x->cols->x : x->a;
   const kn_conv_cols *cv = x->cols;
-  /* Pixel k0's place divided out, the next ones stepped to. */
-  int64_t img = 0;
-  int py = 0, px = 0;
-  if (cv) {
-    const int64_t per = (int64_t)cv->oh * cv->ow;
-    img = k0 / per;
-    py = (int)(k0 % per / cv->ow);
-    px = (int)(k0 % per % cv->ow);
-  }
+  pixel_cursor q = cv ? pixel_at(cv, k0) : (pixel_cursor){0, 0, 0};
   for (int kk = k0; kk < k1; kk++) {
     const float *row;
     if (cv) {
-      row = base + ((img * cv->hp + (int64_t)py * cv->sh) * cv->wp + (int64_t)px * cv->sw) * cv->c;
-      if (++px == cv->ow) {
-        px = 0;
-        if (++py == cv->oh) {
-          py = 0;
-          img++;
-        }
-      }
+      row = base + pixel_row(cv, &q);
+      pixel_next(cv, &q);
     } else {
       row = base + (size_t)kk * x->lda;
     }
