@@ -516,6 +516,91 @@ static void pools_and_top_k_give_known_values(void **state) {
   kn_graph_free(g);
 }
 
+/* An average pool and its gradient against their definitions, bit for
+ * bit: y sums the window's cells (rows, then columns) from +0 and scales
+ * by 1 / (cells counted); dx adds dy * that factor from +0, window after
+ * window in output order. Windows with padding, strides, a last window
+ * that runs past the edge, and channel counts around the 16-wide
+ * vectors, on 1 and 2 threads. */
+static void average_pools_match_their_definition_exactly(void **state) {
+  (void)state;
+  const struct {
+    int h, w, c, kh, kw, sh, sw;
+    kn_padding pad;
+  } cases[] = {{7, 7, 32, 3, 3, 1, 1, KN_PAD_SAME},  {9, 6, 19, 3, 3, 2, 2, KN_PAD_SAME},
+               {8, 8, 16, 2, 2, 2, 2, KN_PAD_VALID}, {5, 7, 35, 3, 2, 2, 1, KN_PAD_SAME},
+               {6, 5, 3, 2, 3, 1, 2, KN_PAD_VALID},  {4, 4, 1, 3, 3, 3, 3, KN_PAD_SAME}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      const int B = 3, H = cases[k].h, W = cases[k].w, C = cases[k].c;
+      kn_graph *g = kn_graph_new();
+      int xd[4] = {B, H, W, C};
+      kn_node x = kn_param(g, "x", 4, xd, KN_INIT_ZEROS);
+      kn_window win = {cases[k].kh, cases[k].kw, cases[k].sh, cases[k].sw, 1, 1, cases[k].pad};
+      kn_node y = kn_avg_pool2d(g, x, &win);
+      int nd, yd[KN_MAX_DIMS];
+      kn_node_shape(g, y, &nd, yd);
+      kn_node r = kn_param(g, "r", 4, yd, KN_INIT_ZEROS);
+      kn_node loss = kn_sum(g, kn_mul(g, y, r), -1, 0);
+      kn_graph_keep(g, y);
+      char err[256];
+      if (kn_autodiff(g, loss, err, sizeof err)) fail_msg("autodiff: %s", err);
+      kn_graph_set_threads(g, threads);
+      if (kn_graph_compile(g, 1, NULL, err, sizeof err)) fail_msg("compile: %s", err);
+      const int OH = yd[1], OW = yd[2];
+      const size_t nx = (size_t)B * H * W * C, ny = (size_t)B * OH * OW * C;
+      float *xv = kn_node_data(g, x), *rv = kn_node_data(g, r);
+      kn_rng rng;
+      kn_rng_seed(&rng, 5 + (uint64_t)k);
+      for (size_t i = 0; i < nx; i++) xv[i] = (float)(2.0 * kn_rng_uniform(&rng) - 1.0);
+      for (size_t i = 0; i < ny; i++) rv[i] = (float)(2.0 * kn_rng_uniform(&rng) - 1.0);
+      if (kn_graph_run(g, KN_RUN_TRAIN, B, err, sizeof err)) fail_msg("run: %s", err);
+      /* the padding before the first row and column, as "same" places it */
+      const int pt = cases[k].pad == KN_PAD_SAME
+                         ? ((OH - 1) * cases[k].sh + cases[k].kh - H > 0
+                                ? ((OH - 1) * cases[k].sh + cases[k].kh - H) / 2
+                                : 0)
+                         : 0;
+      const int pl = cases[k].pad == KN_PAD_SAME
+                         ? ((OW - 1) * cases[k].sw + cases[k].kw - W > 0
+                                ? ((OW - 1) * cases[k].sw + cases[k].kw - W) / 2
+                                : 0)
+                         : 0;
+      float *want_dx = calloc(nx, sizeof *want_dx);
+      const float *got_y = kn_node_data(g, y);
+      for (int b = 0; b < B; b++)
+        for (int oh = 0; oh < OH; oh++)
+          for (int ow = 0; ow < OW; ow++) {
+            const int h0 = oh * cases[k].sh - pt, w0 = ow * cases[k].sw - pl;
+            const int hlo = h0 < 0 ? 0 : h0, hhi = h0 + cases[k].kh > H ? H : h0 + cases[k].kh;
+            const int wlo = w0 < 0 ? 0 : w0, whi = w0 + cases[k].kw > W ? W : w0 + cases[k].kw;
+            const float inv = 1.0f / (float)((hhi - hlo) * (whi - wlo));
+            for (int c = 0; c < C; c++) {
+              const size_t o = (((size_t)b * OH + oh) * OW + ow) * C + c;
+              float sum = 0.0f;
+              for (int ih = hlo; ih < hhi; ih++)
+                for (int iw = wlo; iw < whi; iw++) {
+                  const size_t at = (((size_t)b * H + ih) * W + iw) * C + c;
+                  sum += xv[at];
+                  want_dx[at] += rv[o] * inv;
+                }
+              if (memcmp(&got_y[o], &(float){sum * inv}, sizeof(float)) != 0)
+                fail_msg("case %zu, %d thread(s): y[%zu] = %.9g, want %.9g", k, threads, o,
+                         got_y[o], sum * inv);
+            }
+          }
+      assert_int_equal(kn_param_node(g, 0), x); /* x's gradient comes first */
+      const float *got_dx = kn_grads(g);
+      for (size_t i = 0; i < nx; i++)
+        if (memcmp(&got_dx[i], &want_dx[i], sizeof(float)) != 0)
+          fail_msg("case %zu, %d thread(s): dx[%zu] = %.9g, want %.9g", k, threads, i, got_dx[i],
+                   want_dx[i]);
+      free(want_dx);
+      kn_graph_free(g);
+    }
+  }
+}
+
 static void initializers_have_keras_scales(void **state) {
   (void)state;
   enum { N = 200000 };
@@ -631,6 +716,7 @@ int main(void) {
       cmocka_unit_test(dropout_drops_at_its_rate_only_in_training),
       cmocka_unit_test(conv2d_matches_a_direct_loop),
       cmocka_unit_test(pools_and_top_k_give_known_values),
+      cmocka_unit_test(average_pools_match_their_definition_exactly),
       cmocka_unit_test(initializers_have_keras_scales),
       cmocka_unit_test(dtypes_convert_with_rounding_and_devices_parse),
       cmocka_unit_test(bad_layer_graphs_are_refused_with_the_layer),
