@@ -206,7 +206,14 @@ int kn_lower_implicit_input_grads(kn_graph *g) {
                               .ow = W,
                               .h = DY->dims[1],
                               .w = DY->dims[2]};
-    become_conv_pad(g, mm, dy, DY->dtype, &pa);
+    /* mixed_bfloat16: a GEMM over a bf16 kernel rounds dy to bf16 as it
+     * packs it; padded in bf16, dy is rounded once, where it is copied
+     * anyway (the same values), and is packed as it lies */
+    const kn_dtype pad_type =
+        g->precision == KN_PRECISION_MIXED_BFLOAT16 && Wk->dtype == KN_BF16 && DY->dtype == KN_F32
+            ? KN_BF16
+            : DY->dtype;
+    become_conv_pad(g, mm, dy, pad_type, &pa);
     /* col2im: the transposed convolution */
     c->op = KN_OP_CONV_INPUT_GRAD;
     c->n_inputs = 2;
