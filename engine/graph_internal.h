@@ -246,9 +246,10 @@ size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n);
 static inline uint16_t kn_bf16_from_f32(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                          /* nearest even */
-  return (uint16_t)(u >> 16);
+  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  /* a select, not a branch: loops over it vectorize */
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest_even);
 }
 static inline float kn_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;

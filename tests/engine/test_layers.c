@@ -601,6 +601,62 @@ static void average_pools_match_their_definition_exactly(void **state) {
   }
 }
 
+/* The cast kernels mixed_bfloat16 runs (f32 -> bf16 -> f32, on the pool
+ * and vectorized) against kn_convert's element-by-element rounding, bit
+ * for bit: ties to even, subnormals kept, infinities, NaN quieted, values
+ * that round up to infinity, on 1 and 2 threads. */
+static void bf16_casts_round_as_the_definition(void **state) {
+  (void)state;
+  enum { N = 70001 }; /* past the size the pool takes, and not a vector multiple */
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
+                              0x00000001u, 0x807fffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                              0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x3effff80u};
+  float *x = malloc(N * sizeof *x), *want = malloc(N * sizeof *want);
+  uint16_t *narrow = malloc(N * sizeof *narrow);
+  kn_rng rng;
+  kn_rng_seed(&rng, 3);
+  for (int i = 0; i < N; i++) {
+    uint32_t u = i < (int)(sizeof special / sizeof special[0])
+                     ? special[i]
+                     : (uint32_t)(kn_rng_uniform(&rng) * 4294967296.0);
+    memcpy(&x[i], &u, sizeof u);
+  }
+  /* the specials' bf16, worked by hand */
+  const uint16_t special_bf16[] = {0x0000, 0x8000, 0x3f80, 0x3f82, 0x3f81, 0x0000, 0x8080, 0x7f80,
+                                   0xff80, 0x7f80, 0xff80, 0x7fc0, 0x7fc0, 0xffff, 0x3f00};
+  kn_convert(KN_F32, x, KN_BF16, narrow, N);
+  kn_convert(KN_BF16, narrow, KN_F32, want, N);
+  for (size_t i = 0; i < sizeof special_bf16 / sizeof special_bf16[0]; i++)
+    if (narrow[i] != special_bf16[i])
+      fail_msg("bf16 of 0x%08x is 0x%04x, want 0x%04x", special[i], narrow[i], special_bf16[i]);
+  for (int threads = 1; threads <= 2; threads++) {
+    kn_graph *g = kn_graph_new();
+    int d[2] = {N, 1};
+    kn_node in = kn_input(g, "x", KN_F32, 2, d);
+    kn_node h = kn_cast(g, in, KN_BF16), back = kn_cast(g, h, KN_F32);
+    kn_graph_keep(g, h);
+    kn_graph_keep(g, back);
+    kn_graph_set_threads(g, threads);
+    char err[256];
+    if (kn_graph_compile(g, 1, NULL, err, sizeof err)) fail_msg("compile: %s", err);
+    memcpy(kn_node_data(g, in), x, N * sizeof *x);
+    if (kn_graph_run(g, KN_RUN_FORWARD, N, err, sizeof err)) fail_msg("run: %s", err);
+    const uint16_t *got_h = kn_node_data(g, h);
+    const float *got = kn_node_data(g, back);
+    for (int i = 0; i < N; i++) {
+      if (got_h[i] != narrow[i])
+        fail_msg("%d thread(s): bf16 of 0x%08x is 0x%04x, want 0x%04x", threads,
+                 *(const uint32_t *)(const void *)&x[i], got_h[i], narrow[i]);
+      if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+        fail_msg("%d thread(s): element %d widened differently", threads, i);
+    }
+    kn_graph_free(g);
+  }
+  free(x);
+  free(want);
+  free(narrow);
+}
+
 static void initializers_have_keras_scales(void **state) {
   (void)state;
   enum { N = 200000 };
@@ -717,6 +773,7 @@ int main(void) {
       cmocka_unit_test(conv2d_matches_a_direct_loop),
       cmocka_unit_test(pools_and_top_k_give_known_values),
       cmocka_unit_test(average_pools_match_their_definition_exactly),
+      cmocka_unit_test(bf16_casts_round_as_the_definition),
       cmocka_unit_test(initializers_have_keras_scales),
       cmocka_unit_test(dtypes_convert_with_rounding_and_devices_parse),
       cmocka_unit_test(bad_layer_graphs_are_refused_with_the_layer),
