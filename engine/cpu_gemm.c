@@ -7,6 +7,12 @@
  * multiply-adds; CPUs without it run the same panels through a C
  * micro-kernel that sums the same products in the same order.
  *
+ * With AVX512-BF16, a C at most 16 wide gets 24 x 16 tiles (one vector of
+ * B a row) instead of 12 x 32, and a convolution's bf16 columns over an
+ * even number of channels are not packed: each row's depth pair is one
+ * 32-bit word of the padded input, broadcast from where it lies. Either
+ * way the products and their order are those of the packed 12 x 32 tile.
+ *
  * Threads: a call cuts C's rows (or columns, when wider than tall) into one
  * contiguous range per pool thread; each thread packs into its own slice of
  * the scratch buffer and writes only its own part of C. Every element of C
@@ -23,8 +29,16 @@
 #endif
 
 /* Micro-tile MR x NR, depth block KC (even: pairs), and the A and B blocks
- * one thread packs at a time: MC x KC of A (L2), KC x NC of B. */
-enum { MR = 12, NR = 32, KC = 256, MC = 96, NC = 512 };
+ * one thread packs at a time: MC x KC of A (L2), KC x NC of B. With
+ * AVX512-BF16, a C at most 16 wide (16 filters, or 16 input channels) gets
+ * tiles MR_NARROW x NR_NARROW instead, one vector of B a row, so no half
+ * of each tile is zeros. */
+enum { MR = 12, NR = 32, KC = 256, MC = 96, NC = 512, MR_NARROW = 24, NR_NARROW = 16 };
+
+/* A convolution's bf16 columns over an even number of channels are read
+ * in place, each depth pair one 32-bit word of the padded input, up to
+ * this depth (the pair offsets' table lives on the stack). */
+enum { GATHER_DEPTH = 4608 };
 
 /* Depth packed at once: KC, or all of k for a bf16 C (its sums must be
  * complete before they are rounded). */
@@ -336,26 +350,42 @@ micro_portable(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o,
 }
 
 #ifdef KN_HAVE_AVX512BF16
-/* The same tile with 24 zmm accumulators: per depth pair, two loads of B's
- * 32 columns and one broadcast of each of A's 12 row pairs. */
-__attribute__((target("avx512f,avx512bf16"))) static void
-micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
-  __m512 acc[MR][2];
-#pragma GCC unroll 12
-  for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+/* The tile rows_n x 16 * vecs (12 x 32, or 24 x 16) in 24 zmm
+ * accumulators: per depth pair, vecs loads of B and one broadcast of each
+ * row's pair, from the packed panel (a: rows_n words a pair) or, with
+ * gather, in place at rows[i] + poff[p] (a convolution's bf16 columns);
+ * rows past mr repeat row 0 and are not stored. The products and their
+ * order are the packed 12 x 32 tile's, so the bits are too. */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uint32_t *a,
+          const uint16_t *const *rows, const ptrdiff_t *poff, const uint32_t *b, const tile_out *o,
+          int mr, int nr) {
+  __m512 acc[MR_NARROW][2];
+  const uint16_t *row[MR_NARROW];
+#pragma GCC unroll 24
+  for (int i = 0; i < rows_n; i++) {
+    acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    row[i] = gather ? rows[i < mr ? i : 0] : NULL;
+  }
   for (int p = 0; p < kc2; p++) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * NR);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * NR + 16);
-    const uint32_t *ap = a + (size_t)p * MR;
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-      const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)ap[i]);
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * 16 * vecs);
+    const __m512bh b1 = vecs == 2 ? (__m512bh)_mm512_loadu_si512(b + (size_t)p * 32 + 16) : b0;
+    const uint32_t *ap = a + (size_t)p * rows_n;
+#pragma GCC unroll 24
+    for (int i = 0; i < rows_n; i++) {
+      uint32_t w;
+      if (gather)
+        memcpy(&w, row[i] + poff[p], sizeof w); /* the pair, low depth first */
+      else
+        w = ap[i];
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)w);
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+      if (vecs == 2) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
     }
   }
   const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32   ? (__mmask16)0xffff
+  const __mmask16 m1 = vecs == 1  ? (__mmask16)0
+                       : nr >= 32 ? (__mmask16)0xffff
                        : nr <= 16 ? (__mmask16)0
                                   : (__mmask16)((1u << (nr - 16)) - 1);
   const __m512 bias0 = o->bias ? _mm512_maskz_loadu_ps(m0, o->bias) : _mm512_setzero_ps();
@@ -372,7 +402,7 @@ micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *
       v[0] = _mm512_add_ps(v[0], bias0);
       v[1] = _mm512_add_ps(v[1], bias1);
     }
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < vecs; h++) {
       /* relu as KN_RELU, as the portable kernel: max(0, v) returns its
        * second operand, v, when either is NaN */
       if (o->relu) v[h] = _mm512_max_ps(_mm512_setzero_ps(), v[h]);
@@ -393,6 +423,27 @@ micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *
     }
   }
 }
+
+__attribute__((target("avx512f,avx512bf16"))) static void
+micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
+  bf16_tile(MR, 2, 0, kc2, a, NULL, NULL, b, o, mr, nr);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void
+micro_avx512bf16_narrow(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr,
+                        int nr) {
+  bf16_tile(MR_NARROW, 1, 0, kc2, a, NULL, NULL, b, o, mr, nr);
+}
+
+/* The in-place tiles: 12 x 32, or 24 x 16 for a narrow C. */
+__attribute__((target("avx512f,avx512bf16"))) static void
+gather_avx512bf16(int narrow, int kc2, const uint16_t *const *rows, const ptrdiff_t *poff,
+                  const uint32_t *b, const tile_out *o, int mr, int nr) {
+  if (narrow)
+    bf16_tile(MR_NARROW, 1, 1, kc2, NULL, rows, poff, b, o, mr, nr);
+  else
+    bf16_tile(MR, 2, 1, kc2, NULL, rows, poff, b, o, mr, nr);
+}
 #endif
 
 typedef void (*micro_fn)(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr,
@@ -400,6 +451,8 @@ typedef void (*micro_fn)(int kc2, const uint32_t *a, const uint32_t *b, const ti
 
 typedef struct gemm_job {
   int m, n, k, threads, split_rows, accumulate, depth, c_bf16, relu;
+  int mr, nr; /* the tile: MR x NR, or MR_NARROW x NR_NARROW */
+  int gather; /* A is a convolution's bf16 columns read in place (gather_avx512bf16) */
   const float *bias;
   operand_view a, b; /* a: lanes are rows of op(A); b: lanes are columns of op(B) */
   void *c;
@@ -411,22 +464,34 @@ typedef struct gemm_job {
 /* C[r0, r1) x [c0, c1) on one thread's packing buffers. */
 static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32_t *pa,
                        uint32_t *pb) {
+  const int MRJ = j->mr, NRJ = j->nr;
+  ptrdiff_t off[GATHER_DEPTH], poff[GATHER_DEPTH / 2];
   for (int jc = c0; jc < c1; jc += NC) {
     const int nc = c1 - jc < NC ? c1 - jc : NC;
     for (int pc = 0; pc < j->k; pc += j->depth) {
       const int kc = j->k - pc < j->depth ? j->k - pc : j->depth, kc2 = (kc + 1) / 2;
       const int acc = j->accumulate || pc > 0, last = pc + kc >= j->k;
-      for (int jr = 0; jr < nc; jr += NR)
-        pack(pb + (size_t)(jr / NR) * kc2 * NR, NR, &j->b, jc + jr, nc - jr < NR ? nc - jr : NR, pc,
-             kc);
+      for (int jr = 0; jr < nc; jr += NRJ)
+        pack(pb + (size_t)(jr / NRJ) * kc2 * NRJ, NRJ, &j->b, jc + jr,
+             nc - jr < NRJ ? nc - jr : NRJ, pc, kc);
+      if (j->gather) { /* each pair's place from its pixel's first element */
+        cols_depth_offsets(&j->a, pc, kc, off);
+        for (int p = 0; p < kc2; p++) poff[p] = off[2 * p];
+      }
       for (int ic = r0; ic < r1; ic += MC) {
         const int mc = r1 - ic < MC ? r1 - ic : MC;
-        for (int ir = 0; ir < mc; ir += MR)
-          pack(pa + (size_t)(ir / MR) * kc2 * MR, MR, &j->a, ic + ir, mc - ir < MR ? mc - ir : MR,
-               pc, kc);
-        for (int jr = 0; jr < nc; jr += NR) {
-          const int nr = nc - jr < NR ? nc - jr : NR;
-          for (int ir = 0; ir < mc; ir += MR) {
+        const uint16_t *rows[MC];
+        if (j->gather) {
+          const uint16_t *x16 = j->a.cols->x;
+          for (int i = 0; i < mc; i++) rows[i] = x16 + kn_cols_row(j->a.cols, ic + i);
+        } else {
+          for (int ir = 0; ir < mc; ir += MRJ)
+            pack(pa + (size_t)(ir / MRJ) * kc2 * MRJ, MRJ, &j->a, ic + ir,
+                 mc - ir < MRJ ? mc - ir : MRJ, pc, kc);
+        }
+        for (int jr = 0; jr < nc; jr += NRJ) {
+          const int nr = nc - jr < NRJ ? nc - jr : NRJ;
+          for (int ir = 0; ir < mc; ir += MRJ) {
             const size_t at = (size_t)(ic + ir) * j->ldc + jc + jr;
             const tile_out o = {.c = j->c_bf16 ? (void *)((uint16_t *)j->c + at)
                                                : (void *)((float *)j->c + at),
@@ -435,8 +500,15 @@ static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32
                                 .accumulate = acc,
                                 .relu = last && j->relu,
                                 .bias = last && j->bias ? j->bias + jc + jr : NULL};
-            j->micro(kc2, pa + (size_t)(ir / MR) * kc2 * MR, pb + (size_t)(jr / NR) * kc2 * NR, &o,
-                     mc - ir < MR ? mc - ir : MR, nr);
+            const uint32_t *bt = pb + (size_t)(jr / NRJ) * kc2 * NRJ;
+            const int mr = mc - ir < MRJ ? mc - ir : MRJ;
+#ifdef KN_HAVE_AVX512BF16
+            if (j->gather) {
+              gather_avx512bf16(NRJ == NR_NARROW, kc2, rows + ir, poff, bt, &o, mr, nr);
+              continue;
+            }
+#endif
+            j->micro(kc2, pa + (size_t)(ir / MRJ) * kc2 * MRJ, bt, &o, mr, nr);
           }
         }
       }
@@ -448,7 +520,7 @@ static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32
 static void gemm_range(void *ctx, int64_t begin, int64_t end) {
   const gemm_job *j = ctx;
   for (int64_t t = begin; t < end; t++) {
-    const int tile = j->split_rows ? MR : NR, extent = j->split_rows ? j->m : j->n;
+    const int tile = j->split_rows ? j->mr : j->nr, extent = j->split_rows ? j->m : j->n;
     const int64_t tiles = (extent + tile - 1) / tile;
     int lo = (int)(tiles * t / j->threads) * tile, hi = (int)(tiles * (t + 1) / j->threads) * tile;
     if (hi > extent) hi = extent;
@@ -483,9 +555,22 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
                 .c = c,
                 .ldc = (size_t)ldc,
                 .scratch = scratch,
-                .micro = micro_portable};
+                .micro = micro_portable,
+                .mr = MR,
+                .nr = NR};
 #ifdef KN_HAVE_AVX512BF16
-  if (kernel == KN_GEMM_BF16_AVX512) j.micro = micro_avx512bf16;
+  if (kernel == KN_GEMM_BF16_AVX512) {
+    j.micro = micro_avx512bf16;
+    if (n <= NR_NARROW) {
+      j.micro = micro_avx512bf16_narrow;
+      j.mr = MR_NARROW;
+      j.nr = NR_NARROW;
+    }
+    /* pairs of depths that lie side by side: an even channel count, so a
+     * pair never leaves its tap, and an even depth in every block */
+    j.gather = a.cols && !a.trans && a.dtype == KN_BF16 && a.cols->c % 2 == 0 && k % 2 == 0 &&
+               j.depth <= GATHER_DEPTH;
+  }
 #endif
   /* Below a few micro-tiles of work a second thread costs more than it
    * saves. */

@@ -111,10 +111,13 @@ static void check_all_shapes(int threads) {
   kn_gemm *ctx = kn_gemm_new(threads);
   assert_non_null(ctx);
   /* Tails of the 12-row and 32-column micro-tile, the 96-row block, the
-   * 256-deep block and the 512-column block, odd depths, and 1x1x1. */
-  static const int shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {12, 32, 2},   {13, 31, 3},
-                                  {11, 64, 256}, {25, 1, 257}, {97, 45, 9},   {1, 513, 40},
-                                  {130, 7, 600}, {40, 96, 1},  {3, 600, 255}, {200, 70, 513}};
+   * 256-deep block and the 512-column block, odd depths, and 1x1x1; C at
+   * most 16 wide (the 24 x 16 tiles): whole, with a row tail, past a
+   * 96-row block. */
+  static const int shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {12, 32, 2},    {13, 31, 3},
+                                  {11, 64, 256}, {25, 1, 257}, {97, 45, 9},    {1, 513, 40},
+                                  {130, 7, 600}, {40, 96, 1},  {3, 600, 255},  {200, 70, 513},
+                                  {24, 16, 64},  {49, 16, 30}, {200, 13, 144}, {97, 16, 258}};
   for (int small = 0; small < 2; small++) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       for (int t = 0; t < 4; t++) {
