@@ -158,7 +158,8 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
       g->pool, g->gemm_scratch, s->m, s->n, s->k,
       (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL, NULL},
       (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL}, n->data, n->dtype, s->n,
-      0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu);
+      0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu,
+      n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
   g->gemm_calls[used]++;
   return epilogue;
 }
@@ -210,9 +211,10 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a->kw, 1, 1, 1, 1, H, W};
   const kn_conv_flip flip = {K->data, a->kh, a->kw, C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {
-    kn_gemm_kernel used = kn_gemm_run(
-        g->pool, g->gemm_scratch, m, C, k, (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL},
-        (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip}, n->data, n->dtype, C, 0, NULL, 0);
+    kn_gemm_kernel used = kn_gemm_run(g->pool, g->gemm_scratch, m, C, k,
+                                      (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL},
+                                      (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip}, n->data,
+                                      n->dtype, C, 0, NULL, 0, NULL);
     g->gemm_calls[used]++;
   } else {
     kn_sgemm_cols_flip(g, m, C, k, &cols, &flip, n->data, C);

@@ -298,6 +298,7 @@ typedef struct tile_out {
   size_t ldc;
   int c_bf16, accumulate, relu;
   const float *bias; /* the tile's first column's, or NULL */
+  uint16_t *narrow;  /* an f32 C's bf16 copy (the tile's first element), or NULL */
 } tile_out;
 
 static void store_tile(float (*acc)[NR], const tile_out *o, int mr, int nr) {
@@ -316,6 +317,8 @@ static void store_tile(float (*acc)[NR], const tile_out *o, int mr, int nr) {
       for (int j = 0; j < nr; j++) ci[j] = kn_bf16_from_f32(v[j]);
     } else {
       memcpy((float *)o->c + (size_t)i * o->ldc, v, (size_t)nr * sizeof(float));
+      if (o->narrow)
+        for (int j = 0; j < nr; j++) o->narrow[(size_t)i * o->ldc + j] = kn_bf16_from_f32(v[j]);
     }
   }
 }
@@ -406,7 +409,7 @@ bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uin
       /* relu as KN_RELU, as the portable kernel: max(0, v) returns its
        * second operand, v, when either is NaN */
       if (o->relu) v[h] = _mm512_max_ps(_mm512_setzero_ps(), v[h]);
-      if (o->c_bf16) {
+      if (o->c_bf16 || o->narrow) {
         /* Round to nearest even in integers, as kn_bf16_from_f32 does:
          * no flushing of subnormals; NaN stays a quiet NaN. */
         const __m512i u = _mm512_castps_si512(v[h]);
@@ -415,11 +418,11 @@ bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uin
             _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
         const __mmask16 nan = _mm512_cmp_ps_mask(v[h], v[h], _CMP_UNORD_Q);
         r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-        _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)o->c + (size_t)i * o->ldc + 16 * h, mask[h],
-                                          r);
-      } else {
-        _mm512_mask_storeu_ps((float *)o->c + (size_t)i * o->ldc + 16 * h, mask[h], v[h]);
+        uint16_t *to = o->c_bf16 ? (uint16_t *)o->c : o->narrow;
+        _mm512_mask_cvtepi32_storeu_epi16(to + (size_t)i * o->ldc + 16 * h, mask[h], r);
       }
+      if (!o->c_bf16)
+        _mm512_mask_storeu_ps((float *)o->c + (size_t)i * o->ldc + 16 * h, mask[h], v[h]);
     }
   }
 }
@@ -456,6 +459,7 @@ typedef struct gemm_job {
   const float *bias;
   operand_view a, b; /* a: lanes are rows of op(A); b: lanes are columns of op(B) */
   void *c;
+  uint16_t *narrow; /* f32 C's bf16 copy, or NULL */
   size_t ldc;
   unsigned char *scratch;
   micro_fn micro;
@@ -499,7 +503,8 @@ static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32
                                 .c_bf16 = j->c_bf16,
                                 .accumulate = acc,
                                 .relu = last && j->relu,
-                                .bias = last && j->bias ? j->bias + jc + jr : NULL};
+                                .bias = last && j->bias ? j->bias + jc + jr : NULL,
+                                .narrow = last && j->narrow ? j->narrow + at : NULL};
             const uint32_t *bt = pb + (size_t)(jr / NRJ) * kc2 * NRJ;
             const int mr = mc - ir < MRJ ? mc - ir : MRJ;
 #ifdef KN_HAVE_AVX512BF16
@@ -536,7 +541,7 @@ static void gemm_range(void *ctx, int64_t begin, int64_t end) {
 
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
-                           const float *bias, int relu) {
+                           const float *bias, int relu, uint16_t *narrow) {
   const kn_gemm_kernel kernel = kn_gemm_bf16_kernel();
   gemm_job j = {.m = m,
                 .n = n,
@@ -553,6 +558,7 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
                 .b = {b.data, b.dtype == KN_F32, b.trans ? (size_t)b.ld : 1,
                       b.trans ? 1 : (size_t)b.ld, NULL, 0, b.flip},
                 .c = c,
+                .narrow = c_type == KN_F32 ? narrow : NULL,
                 .ldc = (size_t)ldc,
                 .scratch = scratch,
                 .micro = micro_portable,
@@ -626,6 +632,6 @@ int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_ty
   kn_gemm_run(ctx->pool, ctx->scratch, m, n, k,
               (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL, NULL},
               (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL, NULL}, c, KN_F32, ldc,
-              accumulate, NULL, 0);
+              accumulate, NULL, 0, NULL);
   return KN_OK;
 }

@@ -224,6 +224,7 @@ typedef struct kn_plan_stats {
   int n_pool_grads_in_gemm;   /* max pool gradients computed inside a weight gradient's GEMM */
   int n_bn_grads;             /* batch norm backwards that write their gamma and beta gradients */
   int n_bn_relu_grads;        /* relu gradients taken inside a batch norm's backward */
+  int n_narrow_copies;        /* bf16 copies written by their value's own kernel */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -275,7 +276,12 @@ enum {
    * the relu's output) instead of being written out. The same bits;
    * float32, batch norm not synchronized */
   KN_PASS_BN_GRADS = 1024,
-  KN_PASS_ALL = 2047
+  /* mixed_bfloat16: the bf16 copy a layer output is kept in for backward
+   * is written by the kernel that computes the output (relu, add, batch
+   * norm's apply, a matmul on the bf16 GEMM), as it stores each element,
+   * instead of by a cast that reads the whole output again. The same bits */
+  KN_PASS_NARROW_COPIES = 2048,
+  KN_PASS_ALL = 4095
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* The unoptimized plan, for debugging and comparison: the same compiled

@@ -144,6 +144,13 @@ typedef struct kn_node_rec {
    * bn_grad_x); this node's own kernel then runs nothing, and the planner
    * keeps its value live from that node on. 0: none. */
   kn_node written_by;
+  /* 1 + the bf16 copy of this node's value (a cast) that this node's
+   * kernel writes as it stores the value (the narrow_copies pass); that
+   * cast's written_by names this node. 0: none. */
+  kn_node narrow_copy;
+  /* 1: the node's kernel rounds each value through bf16 as it stores it,
+   * in place of a cast that rounded it after (the narrow_copies pass) */
+  int round_bf16;
   kn_init init;
   char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
@@ -482,9 +489,11 @@ typedef struct kn_gemm_operand {
   const kn_conv_flip *flip; /* B only: a kernel turned 180 degrees (data unused) */
 } kn_gemm_operand;
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
+/* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
+ * each tile's sums are complete; NULL: none. */
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
-                           const float *bias, int relu);
+                           const float *bias, int relu, uint16_t *narrow);
 
 /* durable.c: write every byte (adding them to h when not NULL); 0 or -1. */
 int kn_write_all(int fd, const void *buf, size_t len, kc_sha256 *h);
@@ -533,7 +542,7 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
-      pool_grads_in_gemm, bn_grads, bn_relu_grads;
+      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
  * passes begin): the passes append at most n_nodes nodes. */
@@ -547,6 +556,7 @@ int kn_lower_implicit_input_grads(kn_graph *g);
 int kn_lower_bias_grads_in_gemm(kn_graph *g);
 int kn_lower_pool_grads_in_gemm(kn_graph *g);
 int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
+int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* Pushes an f32 node of op with attrs (NULL: none) and inputs, shaped by
  * its op's rule. */

@@ -595,3 +595,108 @@ void kn_lower_narrow_gemm_operands(kn_graph *g) {
     }
   }
 }
+
+/* ---- mixed_bfloat16: narrow copies written by their producers ---- */
+
+/* Whether every live reader of x is `except`, a copy of x in bf16, or a
+ * reshape of x read that way. */
+static int read_by_narrow_copies_and(const kn_graph *g, kn_node x, kn_node except) {
+  for (int c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (n->dead || c == except) continue;
+    for (int k = 0; k < n->n_inputs; k++) {
+      if (n->inputs[k] != x || (n->op == KN_OP_CAST && n->dtype == KN_BF16)) continue;
+      if (n->op == KN_OP_RESHAPE && n->storage == KN_STORE_VIEW &&
+          read_by_narrow_copies_and(g, c, except))
+        continue;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Under mixed_bfloat16 a layer output backward reads is kept as a bf16
+ * copy: a cast right after it reads the whole f32 output again to round
+ * it. Where the output comes from a kernel that stores it element by
+ * element — relu, add, batch norm's apply (a fused relu included), a
+ * plain matmul on the bf16 GEMM — that kernel writes the copy too, each
+ * element rounded as it is stored (kn_bf16_from_f32, the cast's own
+ * rounding); the cast then runs nothing, and the planner keeps its value
+ * live from the producer on. And a value rounded through bf16 in f32 (a
+ * layer's output in the policy's compute type, or the gradient through
+ * such a rounding) whose f32 original nothing else reads but its bf16
+ * copies is rounded by the relu, add, batch norm apply or relu gradient
+ * that computes it; the cast goes and its readers read that node. Returns
+ * the casts taken in. */
+int kn_lower_narrow_copies(kn_graph *g) {
+  if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return 0;
+  int moved = 0;
+  for (kn_node c = 0; c < g->n_nodes; c++) {
+    kn_node_rec *C = &g->nodes[c];
+    if (C->dead || C->op != KN_OP_CAST || C->dtype != KN_F32 || C->keep ||
+        kn_cast_via(C) != KN_BF16 || C->n_inputs != 1)
+      continue;
+    /* The f32 value C rounds: its input, or, where C widens a bf16 copy
+     * of a value (mixed precision's narrow copy), that value. */
+    kn_node v = C->inputs[0];
+    const kn_node_rec *N = &g->nodes[v];
+    const int widens = N->op == KN_OP_CAST && N->dtype == KN_BF16 && N->n_inputs == 1;
+    if (widens)
+      v = N->inputs[0];
+    else if (N->dtype != KN_F32)
+      continue;
+    /* through reshapes: the same elements in the same order */
+    kn_node p = v;
+    while (g->nodes[p].op == KN_OP_RESHAPE && g->nodes[p].storage == KN_STORE_VIEW &&
+           !g->nodes[p].keep)
+      p = g->nodes[p].inputs[0];
+    kn_node_rec *P = &g->nodes[p];
+    if (P->dead || P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
+        P->device.kind != KN_DEVICE_CPU)
+      continue;
+    /* already rounded by its kernel: rounding again changes nothing */
+    const int rounded = P->round_bf16;
+    if (!rounded && (P->keep ||
+                     !(P->op == KN_OP_RELU || P->op == KN_OP_ADD || P->op == KN_OP_BN_APPLY ||
+                       P->op == KN_OP_RELU_GRAD) ||
+                     !read_by_narrow_copies_and(g, p, c)))
+      continue;
+    P->round_bf16 = 1;
+    replace_reads(g, c, v); /* P's values, in C's shape */
+    C->dead = 1;
+    moved++;
+  }
+  /* bf16 copies only those casts read are now read by nothing */
+  for (kn_node c = g->n_nodes - 1; c >= 0; c--) {
+    kn_node_rec *C = &g->nodes[c];
+    if (C->dead || C->op != KN_OP_CAST || C->keep || C->storage != KN_STORE_ARENA) continue;
+    int read = 0;
+    for (kn_node r = c + 1; r < g->n_nodes && !read; r++)
+      for (int k = 0; k < g->nodes[r].n_inputs; k++)
+        read |= !g->nodes[r].dead && g->nodes[r].inputs[k] == c;
+    C->dead = !read;
+  }
+  for (kn_node c = 0; c < g->n_nodes; c++) {
+    kn_node_rec *C = &g->nodes[c];
+    if (C->dead || C->op != KN_OP_CAST || C->dtype != KN_BF16 || C->written_by ||
+        C->storage != KN_STORE_ARENA || C->n_inputs != 1)
+      continue;
+    kn_node p = C->inputs[0];
+    /* through a reshape: the same elements in the same order */
+    while (g->nodes[p].op == KN_OP_RESHAPE && g->nodes[p].storage == KN_STORE_VIEW)
+      p = g->nodes[p].inputs[0];
+    kn_node_rec *P = &g->nodes[p];
+    const int elementwise = P->op == KN_OP_RELU || P->op == KN_OP_ADD || P->op == KN_OP_BN_APPLY;
+    /* a matmul without epilogue whose GEMM is the bf16 one (a bf16 operand) */
+    const int gemm =
+        P->op == KN_OP_MATMUL && !P->gemm_pair && !P->argmax &&
+        (g->nodes[P->inputs[0]].dtype == KN_BF16 || g->nodes[P->inputs[1]].dtype == KN_BF16);
+    if (P->dead || P->dtype != KN_F32 || P->storage != KN_STORE_ARENA || P->narrow_copy ||
+        P->device.kind != KN_DEVICE_CPU || !(elementwise || gemm))
+      continue;
+    P->narrow_copy = 1 + c;
+    C->written_by = 1 + p;
+    moved++;
+  }
+  return moved;
+}

@@ -55,7 +55,7 @@ static int same_node(const kn_node_rec *a, const kn_node_rec *b) {
     if (a->inputs[k] != b->inputs[k]) return 0;
   return memcmp(&a->attr, &b->attr, sizeof a->attr) == 0 && a->fused_relu == b->fused_relu &&
          a->gemm_pair == b->gemm_pair && a->argmax == b->argmax && a->argmax_at == b->argmax_at &&
-         a->written_by == b->written_by;
+         a->written_by == b->written_by && a->narrow_copy == b->narrow_copy;
 }
 
 /* A later node equal to an earlier one (same op, attrs and inputs) is
@@ -287,5 +287,6 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->implicit_input_grads = kn_lower_implicit_input_grads(g);
   if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = kn_lower_bias_grads_in_gemm(g);
   if (passes & KN_PASS_POOL_GRAD_IN_GEMM) st->pool_grads_in_gemm = kn_lower_pool_grads_in_gemm(g);
+  if (passes & KN_PASS_NARROW_COPIES) st->narrow_copies = kn_lower_narrow_copies(g);
   return 0;
 }

@@ -212,6 +212,7 @@ static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_st
   stats->n_pool_grads_in_gemm = pass_stats->pool_grads_in_gemm;
   stats->n_bn_grads = pass_stats->bn_grads;
   stats->n_bn_relu_grads = pass_stats->bn_relu_grads;
+  stats->n_narrow_copies = pass_stats->narrow_copies;
   stats->n_folded = pass_stats->folded;
   stats->n_dead = pass_stats->dead;
   stats->n_inplace = n_inplace;

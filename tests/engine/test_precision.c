@@ -565,6 +565,7 @@ static int pass_applied(const kn_plan_stats *st, unsigned pass) {
   case KN_PASS_IMPLICIT_COLUMNS: return st->n_implicit;
   case KN_PASS_BIAS_GRAD_IN_GEMM: return st->n_bias_grads_in_gemm;
   case KN_PASS_POOL_ARGMAX: return st->n_pool_argmax;
+  case KN_PASS_NARROW_COPIES: return st->n_narrow_copies;
   default: return st->n_pool_grads_in_gemm;
   }
 }
@@ -730,6 +731,67 @@ static void pool_argmax_changes_no_bits_and_shrinks_the_plan(void **state) {
 static void pool_grads_in_gemm_change_no_bits(void **state) {
   (void)state;
   check_gemm_pass(KN_PASS_POOL_GRAD_IN_GEMM, 1, 0.0f);
+}
+
+/* A residual block with batch norm: conv - bn - relu, conv - bn - relu,
+ * conv - bn, added to the first relu, relu, global average pool, dense. */
+static const kn_layer_config residual_layers[11] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "stem_bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "stem_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c1",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "c1_bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "c1_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c2",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "c2_bn"},
+    {.type = KN_LAYER_ADD, .name = "add", .n_inputs = 2, .inputs = {2, 7}},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
+
+/* mixed_bfloat16's bf16 copies written by the kernels that compute the
+ * values (and the roundings through bf16 done there), on and off: the
+ * pass applies in mixed_bfloat16 only, the training is the same bits, on
+ * 1 and 2 threads, on the test CNN and on a residual block with batch
+ * norm. */
+static void narrow_copies_change_no_bits(void **state) {
+  (void)state;
+  for (int model = 0; model < 2; model++) {
+    for (int p = 0; p < 2; p++) {
+      const kn_precision precision = p ? KN_PRECISION_MIXED_BFLOAT16 : KN_PRECISION_FLOAT32;
+      for (int threads = 1; threads <= 2; threads++) {
+        kn_model_config cfg = cnn_config(12, 16, precision, 0);
+        if (model) {
+          cfg.layers = residual_layers;
+          cfg.n_layers = 11;
+        }
+        kn_plan_stats on, off;
+        kn_model a = build_from(&cfg, threads, KN_PASS_ALL, &on);
+        kn_model b = build_from(&cfg, threads, KN_PASS_ALL & ~KN_PASS_NARROW_COPIES, &off);
+        assert_int_equal(off.n_narrow_copies, 0);
+        if (threads == 1)
+          print_message("%s, %s: %d casts taken in by their values' kernels\n",
+                        model ? "residual block" : "cnn", kn_precision_name(precision),
+                        on.n_narrow_copies);
+        if (p)
+          assert_true(on.n_narrow_copies >= (model ? 8 : 0));
+        else
+          assert_int_equal(on.n_narrow_copies, 0);
+        assert_same_training_and_free(&a, &b);
+      }
+    }
+  }
 }
 
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
@@ -917,6 +979,7 @@ int main(void) {
       cmocka_unit_test(recompute_and_mixed_precision_combine),
       cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
       cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
+      cmocka_unit_test(narrow_copies_change_no_bits),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
       cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),
