@@ -3,7 +3,7 @@ use every layer type and activation a job spec accepts.
 
   /usr/bin/python3 bench/zoo.py [--build build-rel] [--repeats 3] [--quick]
                                 [--models a,b] [--accuracy] [--seeds 2]
-                                [--json zoo.json]
+                                [--precision] [--json zoo.json]
 
 Models: bench/specs/zoo/*.json, trained by kiln-train as a user runs them;
 their PyTorch twins are built from the same specs by bench/torch_zoo.py.
@@ -25,7 +25,10 @@ plus its layer's input activations, plus, for a backward node, the layer's
 output gradient; layer sizes from a shape walk over the spec). --accuracy trains each recipe for its
 epochs with --seeds seeds in both frameworks (mean test accuracy, or test
 MSE for the regression; kiln at 2 threads, PyTorch at 1, which it runs
-faster on a busy machine). Prints markdown tables; --json writes them all."""
+faster on a busy machine). --precision compares kiln with itself instead:
+float32 against mixed_bfloat16, examples/s (runs interleaved) and, with
+--accuracy, test accuracy in both. Prints markdown tables; --json writes
+them all."""
 import argparse
 import atexit
 import json
@@ -121,8 +124,10 @@ def kiln_run(build, spec, threads, workdir, uploads, extra_args=()):
     return [(t, json.loads(l)) for t, l in lines if l.startswith("{")], rss
 
 
-def timed_spec(model, warm, steps):
+def timed_spec(model, warm, steps, precision=None):
     spec = spec_of(model)
+    if precision:
+        spec["precision"] = precision
     spec["pipeline"]["take"] = (warm + steps) * spec["pipeline"]["batch_size"]
     spec["epochs"] = 1
     spec["log_every_steps"] = log_every(warm + steps)
@@ -130,9 +135,10 @@ def timed_spec(model, warm, steps):
     return spec
 
 
-def kiln_speed(build, model, threads, warm, steps, uploads):
+def kiln_speed(build, model, threads, warm, steps, uploads, precision=None):
     with tempfile.TemporaryDirectory() as wd:
-        lines, rss = kiln_run(build, timed_spec(model, warm, steps), threads, wd, uploads)
+        lines, rss = kiln_run(build, timed_spec(model, warm, steps, precision), threads, wd,
+                              uploads)
     at = {}
     arena = None
     for t, l in lines:
@@ -269,9 +275,11 @@ def kiln_profile(build, model, threads, uploads, warm, steps, triad_gbs, top=5):
             "by_op": dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:6])}
 
 
-def kiln_accuracy(build, model, seed, uploads):
+def kiln_accuracy(build, model, seed, uploads, precision=None):
     spec = spec_of(model)
     spec["seed"] = seed
+    if precision:
+        spec["precision"] = precision
     spec["log_every_steps"] = 1000
     with tempfile.TemporaryDirectory() as wd:
         t0 = time.perf_counter()
@@ -315,6 +323,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--no-speed", action="store_true", help="with --accuracy: accuracy only")
     ap.add_argument("--profile-only", action="store_true", help="kiln's profiles, no timing")
+    ap.add_argument("--precision", action="store_true",
+                    help="kiln in float32 against kiln in mixed_bfloat16 instead of against "
+                    "PyTorch: examples/s, and with --accuracy test accuracy, in both")
     ap.add_argument("--json", default=None, help="where to write every figure")
     ap.add_argument("--tables-from", default=None, help="print the tables of a --json file")
     args = ap.parse_args()
@@ -341,7 +352,9 @@ def main():
     for m in models:
         result["models"][m] = MODELS[m][4]
 
-    if not args.no_speed and not args.profile_only:
+    if args.precision:
+        result["precision"] = precision_runs(args, models, threads, repeats, uploads)
+    if not args.no_speed and not args.profile_only and not args.precision:
         runs = {(m, t): {"kiln": [], "unset": [], "OPENBLAS_NUM_THREADS=1": []}
                 for m in models for t in threads}
         chosen = {}
@@ -382,7 +395,7 @@ def main():
                     "rss_ratio": rss["kiln"] / rss[best],
                     "kiln_arena_mib": rr["kiln"][0]["arena_mib"],
                     "runs": {k: [x["examples_per_s"] for x in v] for k, v in rr.items()}})
-    if not args.no_speed:
+    if not args.no_speed and not args.precision:
         for m in models:
             warm, steps, quick_steps = MODELS[m][:3]
             steps = quick_steps if args.quick else steps
@@ -390,7 +403,7 @@ def main():
                 result["profile"][f"{m},{t}"] = kiln_profile(
                     args.build, m, t, uploads, warm, steps, stream["triad_gbs"][t - 1])
 
-    if args.accuracy:
+    if args.accuracy and not args.precision:
         for m in models:
             for seed in range(42, 42 + args.seeds):
                 k, kw = kiln_accuracy(args.build, m, seed, uploads)
@@ -407,9 +420,77 @@ def main():
             json.dump(result, f, indent=1)
 
 
+PRECISIONS = ("float32", "mixed_bfloat16")
+
+
+def precision_runs(args, models, threads, repeats, uploads):
+    """kiln in both precisions: examples/s (runs interleaved, medians) and,
+    with --accuracy, test accuracy per seed."""
+    out = {"speed": [], "accuracy": []}
+    if not args.no_speed:
+        runs = {(m, t, p): [] for m in models for t in threads for p in PRECISIONS}
+        for r in range(repeats):
+            for m in models:
+                warm, steps, quick_steps = MODELS[m][:3]
+                steps = quick_steps if args.quick else steps
+                for t in threads:
+                    for p in PRECISIONS:
+                        runs[(m, t, p)].append(kiln_speed(args.build, m, t, warm, steps,
+                                                          uploads, p))
+                    print(f"  repeat {r + 1}/{repeats} {m} {t}: "
+                          + ", ".join(f"{p} {runs[(m, t, p)][-1]['examples_per_s']:.0f}"
+                                      for p in PRECISIONS), flush=True)
+        for m in models:
+            for t in threads:
+                med = {p: statistics.median(x["examples_per_s"] for x in runs[(m, t, p)])
+                       for p in PRECISIONS}
+                out["speed"].append({
+                    "model": m, "threads": t, "float32": med["float32"],
+                    "mixed_bfloat16": med["mixed_bfloat16"],
+                    "ratio": med["mixed_bfloat16"] / med["float32"],
+                    "arena_mib": {p: runs[(m, t, p)][0]["arena_mib"] for p in PRECISIONS},
+                    "runs": {p: [x["examples_per_s"] for x in runs[(m, t, p)]]
+                             for p in PRECISIONS}})
+    if args.accuracy:
+        for m in models:
+            for seed in range(42, 42 + args.seeds):
+                row = {"model": m, "seed": seed}
+                for p in PRECISIONS:
+                    row[p], row[p + "_wall_s"] = kiln_accuracy(args.build, m, seed, uploads, p)
+                out["accuracy"].append(row)
+                print(f"  accuracy {m} seed {seed}: float32 {row['float32']:.4f} "
+                      f"mixed_bfloat16 {row['mixed_bfloat16']:.4f}", flush=True)
+    return out
+
+
+def print_precision(pr):
+    if pr["speed"]:
+        print("| model | threads | float32 ex/s | mixed_bfloat16 ex/s | bf16 / float32 | target "
+              "| arena float32 / bf16 (MiB) |")
+        print("|---|---|---|---|---|---|---|")
+        for s in pr["speed"]:
+            ok = "" if s["ratio"] >= 1.3 else " (below)"
+            a = s["arena_mib"]
+            print(f"| {s['model']} | {s['threads']} | {fmt(s['float32'])} | "
+                  f"{fmt(s['mixed_bfloat16'])} | **{s['ratio']:.2f}**{ok} | 1.3 | "
+                  f"{a['float32']:.1f} / {a['mixed_bfloat16']:.1f} |")
+    if pr["accuracy"]:
+        print("\n| model | seeds | float32 (mean) | mixed_bfloat16 (mean) | gap (points) |")
+        print("|---|---|---|---|---|")
+        by = {}
+        for a in pr["accuracy"]:
+            by.setdefault(a["model"], []).append(a)
+        for m, rows in by.items():
+            f = statistics.mean(a["float32"] for a in rows)
+            b = statistics.mean(a["mixed_bfloat16"] for a in rows)
+            print(f"| {m} | {len(rows)} | {f:.4f} | {b:.4f} | {100 * (b - f):+.2f} |")
+
+
 def print_tables(result):
     la, lb = result["load_before"], result["load_after"]
     print(f"\nload average {la[0]:.1f} before, {lb[0]:.1f} after; {result['seconds']:.0f} s\n")
+    if result.get("precision"):
+        print_precision(result["precision"])
     if result["speed"]:
         print("| model | threads | kiln ex/s | PyTorch ex/s (BLAS setting) | kiln / PyTorch | target "
               "| peak RSS kiln / PyTorch (MiB) | RSS ratio (target <= 0.33) | kiln arena (MiB) |")
