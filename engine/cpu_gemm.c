@@ -40,6 +40,16 @@ enum { MR = 12, NR = 32, KC = 256, MC = 96, NC = 512, MR_NARROW = 24, NR_NARROW 
  * this depth (the pair offsets' table lives on the stack). */
 enum { GATHER_DEPTH = 4608 };
 
+/* Depth split: a product summed over many more rows than C has elements
+ * (a convolution's weight gradient sums over every pixel of the batch),
+ * at least SPLIT_MIN deep, with an f32 C and no epilogue, is cut into up
+ * to SLICES_MAX slices of the depth (even, at least SLICE_MIN deep),
+ * summed apiece and then added in slice order, so that the threads share
+ * it whatever C's shape, and each packs only its slices' B. The slices
+ * depend on the shape alone: the same bits on any thread count. Slices 1
+ * and up sum into PARTIAL_FLOATS floats at the scratch buffer's start. */
+enum { SPLIT_MIN = 4096, SLICE_MIN = 512, SLICES_MAX = 16, PARTIAL_FLOATS = 1 << 18 };
+
 /* Depth packed at once: KC, or all of k for a bf16 C (its sums must be
  * complete before they are rounded). */
 static int depth_block(int k, kn_dtype c_type) {
@@ -52,8 +62,9 @@ static size_t per_thread_bytes(int depth) {
 }
 
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth) {
-  return (size_t)(threads < 1 ? 1 : threads) *
-         per_thread_bytes(depth_block(bf16_out_depth, KN_BF16));
+  return PARTIAL_FLOATS * sizeof(float) +
+         (size_t)(threads < 1 ? 1 : threads) *
+             per_thread_bytes(depth_block(bf16_out_depth, KN_BF16));
 }
 
 const char *kn_gemm_kernel_name(kn_gemm_kernel kernel) {
@@ -461,20 +472,29 @@ typedef struct gemm_job {
   void *c;
   uint16_t *narrow; /* f32 C's bf16 copy, or NULL */
   size_t ldc;
-  unsigned char *scratch;
+  unsigned char *scratch; /* the partial sums, then each thread's packing buffers */
   micro_fn micro;
+  int slices; /* the depth split (1: none) */
 } gemm_job;
 
-/* C[r0, r1) x [c0, c1) on one thread's packing buffers. */
-static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32_t *pa,
-                       uint32_t *pb) {
+/* What one call of gemm_block sums: depths [k_lo, k_hi) into c (ldc
+ * apart), added to c's values with accumulate. */
+typedef struct gemm_part {
+  void *c;
+  size_t ldc;
+  int k_lo, k_hi, accumulate;
+} gemm_part;
+
+/* C[r0, r1) x [c0, c1) of the part on one thread's packing buffers. */
+static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, int c0, int c1,
+                       uint32_t *pa, uint32_t *pb) {
   const int MRJ = j->mr, NRJ = j->nr;
   ptrdiff_t off[GATHER_DEPTH], poff[GATHER_DEPTH / 2];
   for (int jc = c0; jc < c1; jc += NC) {
     const int nc = c1 - jc < NC ? c1 - jc : NC;
-    for (int pc = 0; pc < j->k; pc += j->depth) {
-      const int kc = j->k - pc < j->depth ? j->k - pc : j->depth, kc2 = (kc + 1) / 2;
-      const int acc = j->accumulate || pc > 0, last = pc + kc >= j->k;
+    for (int pc = pt->k_lo; pc < pt->k_hi; pc += j->depth) {
+      const int kc = pt->k_hi - pc < j->depth ? pt->k_hi - pc : j->depth, kc2 = (kc + 1) / 2;
+      const int acc = pt->accumulate || pc > pt->k_lo, last = pc + kc >= pt->k_hi;
       for (int jr = 0; jr < nc; jr += NRJ)
         pack(pb + (size_t)(jr / NRJ) * kc2 * NRJ, NRJ, &j->b, jc + jr,
              nc - jr < NRJ ? nc - jr : NRJ, pc, kc);
@@ -496,10 +516,10 @@ static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32
         for (int jr = 0; jr < nc; jr += NRJ) {
           const int nr = nc - jr < NRJ ? nc - jr : NRJ;
           for (int ir = 0; ir < mc; ir += MRJ) {
-            const size_t at = (size_t)(ic + ir) * j->ldc + jc + jr;
-            const tile_out o = {.c = j->c_bf16 ? (void *)((uint16_t *)j->c + at)
-                                               : (void *)((float *)j->c + at),
-                                .ldc = j->ldc,
+            const size_t at = (size_t)(ic + ir) * pt->ldc + jc + jr;
+            const tile_out o = {.c = j->c_bf16 ? (void *)((uint16_t *)pt->c + at)
+                                               : (void *)((float *)pt->c + at),
+                                .ldc = pt->ldc,
                                 .c_bf16 = j->c_bf16,
                                 .accumulate = acc,
                                 .relu = last && j->relu,
@@ -521,21 +541,66 @@ static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1, uint32
   }
 }
 
-/* Thread t's share: whole micro-tiles of the split dimension. */
+/* The slices a product of this shape is summed in (1: not split). */
+static int gemm_slices(int m, int n, int k, int f32_c, int epilogue) {
+  if (!f32_c || epilogue || k < SPLIT_MIN || (int64_t)k < (int64_t)m * n) return 1;
+  int64_t s = k / SLICE_MIN, room = PARTIAL_FLOATS / ((int64_t)m * n) + 1;
+  if (s > SLICES_MAX) s = SLICES_MAX;
+  if (s > room) s = room;
+  return s < 2 ? 1 : (int)s;
+}
+
+/* Depth slice s: slice 0 into C (added to it with accumulate), the
+ * others into their partial sums; bounds even, so no pair is cut. */
+static gemm_part slice_part(const gemm_job *j, int s) {
+  const int lo = (int)((int64_t)j->k * s / j->slices) & ~1;
+  const int hi = s + 1 == j->slices ? j->k : (int)((int64_t)j->k * (s + 1) / j->slices) & ~1;
+  if (s == 0) return (gemm_part){j->c, j->ldc, lo, hi, j->accumulate};
+  float *partial = (float *)(void *)j->scratch + (size_t)(s - 1) * j->m * j->n;
+  return (gemm_part){partial, (size_t)j->n, lo, hi, 0};
+}
+
+/* Thread t's packing buffers. */
+static uint32_t *thread_buffers(const gemm_job *j, int64_t t) {
+  return (uint32_t *)(j->scratch + PARTIAL_FLOATS * sizeof(float) +
+                      (size_t)t * per_thread_bytes(j->depth));
+}
+
+/* Thread t's share: whole micro-tiles of the split dimension, or whole
+ * depth slices of a split product. */
 static void gemm_range(void *ctx, int64_t begin, int64_t end) {
   const gemm_job *j = ctx;
   for (int64_t t = begin; t < end; t++) {
+    uint32_t *pa = thread_buffers(j, t), *pb = pa + (size_t)MC * j->depth / 2;
+    if (j->slices > 1) {
+      for (int s = (int)(j->slices * t / j->threads); s < j->slices * (t + 1) / j->threads; s++) {
+        const gemm_part pt = slice_part(j, s);
+        gemm_block(j, &pt, 0, j->m, 0, j->n, pa, pb);
+      }
+      continue;
+    }
+    const gemm_part whole = {j->c, j->ldc, 0, j->k, j->accumulate};
     const int tile = j->split_rows ? j->mr : j->nr, extent = j->split_rows ? j->m : j->n;
     const int64_t tiles = (extent + tile - 1) / tile;
     int lo = (int)(tiles * t / j->threads) * tile, hi = (int)(tiles * (t + 1) / j->threads) * tile;
     if (hi > extent) hi = extent;
     if (lo >= hi) continue;
-    uint32_t *pa = (uint32_t *)(j->scratch + (size_t)t * per_thread_bytes(j->depth));
-    uint32_t *pb = pa + (size_t)MC * j->depth / 2;
     if (j->split_rows)
-      gemm_block(j, lo, hi, 0, j->n, pa, pb);
+      gemm_block(j, &whole, lo, hi, 0, j->n, pa, pb);
     else
-      gemm_block(j, 0, j->m, lo, hi, pa, pb);
+      gemm_block(j, &whole, 0, j->m, lo, hi, pa, pb);
+  }
+}
+
+/* C's rows [r0, r1) plus each slice's partial sums, in slice order. */
+static void add_slices(void *ctx, int64_t r0, int64_t r1) {
+  const gemm_job *j = ctx;
+  for (int64_t r = r0; r < r1; r++) {
+    float *c = (float *)j->c + (size_t)r * j->ldc;
+    for (int s = 1; s < j->slices; s++) {
+      const float *p = (const float *)(void *)j->scratch + ((size_t)(s - 1) * j->m + r) * j->n;
+      for (int q = 0; q < j->n; q++) c[q] += p[q];
+    }
   }
 }
 
@@ -581,7 +646,9 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
   /* Below a few micro-tiles of work a second thread costs more than it
    * saves. */
   if ((int64_t)m * n * k < (int64_t)64 * 64 * 64) j.threads = 1;
+  j.slices = gemm_slices(m, n, k, c_type == KN_F32, bias || relu || j.narrow);
   kn_pool_for(j.threads > 1 ? pool : NULL, j.threads, gemm_range, &j);
+  if (j.slices > 1) kn_pool_for(j.threads > 1 ? pool : NULL, m, add_slices, &j);
   return kernel;
 }
 

@@ -114,10 +114,10 @@ static void check_all_shapes(int threads) {
    * 256-deep block and the 512-column block, odd depths, and 1x1x1; C at
    * most 16 wide (the 24 x 16 tiles): whole, with a row tail, past a
    * 96-row block. */
-  static const int shapes[][3] = {{1, 1, 1},     {17, 33, 65}, {12, 32, 2},    {13, 31, 3},
-                                  {11, 64, 256}, {25, 1, 257}, {97, 45, 9},    {1, 513, 40},
-                                  {130, 7, 600}, {40, 96, 1},  {3, 600, 255},  {200, 70, 513},
-                                  {24, 16, 64},  {49, 16, 30}, {200, 13, 144}, {97, 16, 258}};
+  static const int shapes[][3] = {
+      {1, 1, 1},    {17, 33, 65}, {12, 32, 2},    {13, 31, 3},   {11, 64, 256}, {25, 1, 257},
+      {97, 45, 9},  {1, 513, 40}, {130, 7, 600},  {40, 96, 1},   {3, 600, 255}, {200, 70, 513},
+      {24, 16, 64}, {49, 16, 30}, {200, 13, 144}, {97, 16, 258}, {9, 16, 5001}, {40, 70, 9000}};
   for (int small = 0; small < 2; small++) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       for (int t = 0; t < 4; t++) {
@@ -152,6 +152,35 @@ static void portable_kernel_matches_the_reference_too(void **state) {
 
 /* The two kernels sum the same exact products in the same order: equal
  * bits on normal values. */
+/* A product deep enough to be summed in depth slices (a weight gradient
+ * over a batch's pixels): the same bits on 1, 2 and 3 threads, an odd
+ * depth included, and added to C's values with accumulate. */
+static void deep_products_give_the_same_bits_on_any_thread_count(void **state) {
+  (void)state;
+  static const int shapes[][3] = {{9, 16, 5001}, {40, 70, 9000}, {144, 16, 20000}};
+  char err[128];
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+    matrix A = random_matrix(k, m, 0), B = random_matrix(k, n, 0); /* A^T B, as a dW */
+    float *c[3];
+    for (int t = 0; t < 3; t++) {
+      kn_gemm *ctx = kn_gemm_new(t + 1);
+      assert_non_null(ctx);
+      c[t] = malloc((size_t)m * n * sizeof(float));
+      for (int i = 0; i < m * n; i++) c[t][i] = (float)(i % 7) - 3.0f;
+      assert_int_equal(kn_gemm_bf16(ctx, m, n, k, A.bf16, KN_BF16, m, 1, B.bf16, KN_BF16, n, 0,
+                                    c[t], n, 1, err, sizeof err),
+                       KN_OK);
+      kn_gemm_free(ctx);
+    }
+    assert_memory_equal(c[0], c[1], (size_t)m * n * sizeof(float));
+    assert_memory_equal(c[0], c[2], (size_t)m * n * sizeof(float));
+    for (int t = 0; t < 3; t++) free(c[t]);
+    matrix_free(&A);
+    matrix_free(&B);
+  }
+}
+
 static void avx512bf16_and_portable_kernels_give_the_same_bits(void **state) {
   (void)state;
   char err[128];
@@ -206,6 +235,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_gemm_matches_the_reference_on_every_tail_and_transpose),
       cmocka_unit_test(portable_kernel_matches_the_reference_too),
+      cmocka_unit_test(deep_products_give_the_same_bits_on_any_thread_count),
       cmocka_unit_test(avx512bf16_and_portable_kernels_give_the_same_bits),
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
   };
