@@ -179,11 +179,11 @@ static void write_tfrecord(const char *path, int gz, int64_t first, int n, const
 
 /* A WebDataset tar shard of n samples: KEY.raw (16 bytes) and KEY.cls. */
 static void write_tar_shard(const char *dir, const char *path, int64_t first, int n) {
-  char sample_dir[400];
+  char sample_dir[480];
   snprintf(sample_dir, sizeof sample_dir, "%s/samples", dir);
   sh("rm -rf '%s' && mkdir -p '%s'", sample_dir, sample_dir);
   for (int r = 0; r < n; r++) {
-    char p[500], cls[16];
+    char p[560], cls[16];
     uint8_t px[16];
     image(first + r, px);
     snprintf(p, sizeof p, "%s/%06lld.raw", sample_dir, (long long)(first + r));
