@@ -651,7 +651,8 @@ int kn_lower_narrow_copies(kn_graph *g) {
            !g->nodes[p].keep)
       p = g->nodes[p].inputs[0];
     kn_node_rec *P = &g->nodes[p];
-    if (P->dead || P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
+    /* (a constant's kernel runs once, at compile) */
+    if (P->dead || P->folded || P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
         P->device.kind != KN_DEVICE_CPU)
       continue;
     /* already rounded by its kernel: rounding again changes nothing */
@@ -691,8 +692,8 @@ int kn_lower_narrow_copies(kn_graph *g) {
     const int gemm =
         P->op == KN_OP_MATMUL && !P->gemm_pair && !P->argmax &&
         (g->nodes[P->inputs[0]].dtype == KN_BF16 || g->nodes[P->inputs[1]].dtype == KN_BF16);
-    if (P->dead || P->dtype != KN_F32 || P->storage != KN_STORE_ARENA || P->narrow_copy ||
-        P->device.kind != KN_DEVICE_CPU || !(elementwise || gemm))
+    if (P->dead || P->folded || P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
+        P->narrow_copy || P->device.kind != KN_DEVICE_CPU || !(elementwise || gemm))
       continue;
     P->narrow_copy = 1 + c;
     C->written_by = 1 + p;
