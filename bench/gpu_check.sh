@@ -15,7 +15,7 @@
 #     its share of the device's dense peak, the share of the step in the
 #     GPU nodes, and how much of it the host copies alone explain (bytes
 #     each GPU kernel copies over and back / this machine's measured
-#     pageable copy bandwidth); and in mixed_bfloat16, which a GPU job
+#     pinned copy bandwidth); and in mixed_bfloat16, which a GPU job
 #     refuses today;
 # and prints the table.
 #
@@ -166,16 +166,19 @@ if rc == 0:
         mm += B * b + a * b + B * a          # dX = dy W^T
     acts = B * sum(dims[1:-1])
     copied = 4 * (mm + 2 * acts + 3 * acts)
+    # host <-> device copy bandwidth, both ways, from pinned memory (kiln
+    # pins the buffers its GPU kernels copy, where the CUDA module can)
     bw = None
     try:
         import torch
-        x = torch.empty(64 << 20 >> 2)
+        x = torch.empty(64 << 20 >> 2).pin_memory()
+        y = x.cuda()
         torch.cuda.synchronize()
         best = 1e9
         for _ in range(5):
             t0 = time.perf_counter()
-            y = x.cuda()
-            x.copy_(y)
+            y.copy_(x, non_blocking=False)
+            x.copy_(y, non_blocking=False)
             torch.cuda.synchronize()
             best = min(best, time.perf_counter() - t0)
         bw = 2 * x.numel() * 4 / best
@@ -186,7 +189,7 @@ if rc == 0:
                  f"{ms:.1f} ms/step, {tflops:.2f} TFLOP/s = {tflops / peak:.1%} of {peak:g} "
                  f"dense float32; GPU nodes (kernel + copies) {gpu_share:.0%} of the step; "
                  f"copies alone ({copied / 1e9:.2f} GB a step at "
-                 f"{(bw or 0) / 1e9:.1f} GB/s pageable) {copy_share}"))
+                 f"{(bw or 0) / 1e9:.1f} GB/s pinned) {copy_share}"))
 else:
     rows.append(("wide MLP, float32, device_type gpu", f"FAILED (exit {rc}): {err.strip()[-300:]}"))
     failed = True

@@ -219,6 +219,10 @@ struct kn_graph {
   double replica_weight;
   unsigned char *arena;
   size_t arena_bytes, naive_bytes;
+  /* A graph with nodes on a GPU pins the host buffers its GPU kernels copy
+   * from and to (kn_pin_for_gpu): bit 0 the arena, 1 the parameters, 2 the
+   * gradients, when pinned. */
+  unsigned pinned;
   int compiled;
   int batch;              /* rows of the current run */
   int planned_batch;      /* rows memory was planned for (0: no batched input) */
@@ -464,6 +468,11 @@ void kn_matmul_dims(const kn_graph *g, const kn_node_rec *n, int *m, int *cols, 
  * compile's check that every placement can run here (a failure recorded
  * in g). */
 int kn_graph_places_on_gpu(const kn_graph *g);
+/* placement.c: pin (at compile) and unpin (before they are freed) the host
+ * buffers of a graph with nodes on a GPU; pinning that fails leaves them
+ * pageable, as they were. */
+void kn_pin_for_gpu(kn_graph *g, size_t arena_bytes, size_t param_bytes);
+void kn_unpin_for_gpu(kn_graph *g);
 int kn_check_placement(kn_graph *g);
 
 /* The persistent thread pool (pool.c). */

@@ -323,6 +323,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   }
   memset(g->arena, 0, g->arena_bytes);
   memset(g->grad_buf, 0, pbytes);
+  kn_pin_for_gpu(g, g->arena_bytes, pbytes);
 
   kn_rng rng;
   kn_rng_seed(&rng, seed);

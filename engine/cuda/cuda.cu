@@ -343,6 +343,22 @@ extern "C" KN_CUDA_EXPORT void kiln_cuda_module_free(int device, void *p) {
   (void)cudaGetLastError();
 }
 
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_host_register(void *p, size_t bytes, char *err,
+                                                             size_t errlen) {
+  int rc = -1;
+  if (!p || bytes == 0) return 0;
+  KN_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT void kiln_cuda_module_host_unregister(void *p) {
+  if (!p) return;
+  (void)cudaHostUnregister(p);
+  (void)cudaGetLastError(); /* memory never pinned: nothing to undo */
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_copy_in(int device, void *dst, const void *host,
                                                        size_t bytes, char *err, size_t errlen) {
   int rc = -1;

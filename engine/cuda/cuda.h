@@ -56,6 +56,13 @@ int kn_cuda_copy_in(int device, void *dst, const void *host, size_t bytes, char 
 int kn_cuda_copy_out(int device, void *host, const void *src, size_t bytes, char *err,
                      size_t errlen);
 
+/* Pins `bytes` of host memory at p (cudaHostRegister), so copies between
+ * it and a device run at DMA speed instead of through CUDA's pageable
+ * staging; kn_cuda_host_unregister(p) undoes it before p is freed. A
+ * failure leaves the memory as it was: usable, unpinned. */
+int kn_cuda_host_register(void *p, size_t bytes, char *err, size_t errlen);
+void kn_cuda_host_unregister(void *p); /* NULL, or memory never pinned: a no-op */
+
 /* ------------------------------------------------------------- NCCL -- */
 
 /* Sums across GPUs with NCCL: ranks in one process (a thread per device)

@@ -31,6 +31,8 @@ static struct {
   void (*free)(int, void *);
   int (*copy_in)(int, void *, const void *, size_t, char *, size_t);
   int (*copy_out)(int, void *, const void *, size_t, char *, size_t);
+  int (*host_register)(void *, size_t, char *, size_t); /* NULL: the module has none */
+  void (*host_unregister)(void *);
   int (*nccl_unique_id)(unsigned char *, char *, size_t);
   int (*nccl_open)(const unsigned char *, int, int, int, size_t, double, kn_nccl **, char *,
                    size_t);
@@ -90,6 +92,11 @@ static void open_module(void) {
   FIND(nccl_start, "kiln_cuda_module_nccl_start");
   FIND(nccl_wait, "kiln_cuda_module_nccl_wait");
   FIND(nccl_close, "kiln_cuda_module_nccl_close");
+  /* optional: a module without them (an older one, a stand-in) copies
+   * from pageable memory */
+  *(void **)(&mod.host_register) = dlsym(h, "kiln_cuda_module_host_register");
+  *(void **)(&mod.host_unregister) = dlsym(h, "kiln_cuda_module_host_unregister");
+  if (!mod.host_register || !mod.host_unregister) mod.host_register = NULL;
   mod.ok = 1;
 }
 
@@ -148,6 +155,20 @@ int kn_cuda_copy_in(int device, void *dst, const void *host, size_t bytes, char 
 int kn_cuda_copy_out(int device, void *host, const void *src, size_t bytes, char *err,
                      size_t errlen) {
   return loaded(err, errlen) ? mod.copy_out(device, host, src, bytes, err, errlen) : -1;
+}
+
+int kn_cuda_host_register(void *p, size_t bytes, char *err, size_t errlen) {
+  if (!loaded(err, errlen)) return -1;
+  if (!mod.host_register) {
+    snprintf(err, errlen,
+             "the CUDA module cannot pin host memory (no kiln_cuda_module_host_register)");
+    return -1;
+  }
+  return mod.host_register(p, bytes, err, errlen);
+}
+
+void kn_cuda_host_unregister(void *p) {
+  if (p && loaded(NULL, 0) && mod.host_register) mod.host_unregister(p);
 }
 
 int kn_nccl_unique_id(unsigned char id[KN_NCCL_ID_BYTES], char *err, size_t errlen) {

@@ -34,6 +34,8 @@ KN_CUDA_EXPORT int kiln_cuda_module_copy_in(int device, void *dst, const void *h
                                             char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_copy_out(int device, void *host, const void *src, size_t bytes,
                                              char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_host_register(void *p, size_t bytes, char *err, size_t errlen);
+KN_CUDA_EXPORT void kiln_cuda_module_host_unregister(void *p);
 KN_CUDA_EXPORT int kiln_cuda_module_nccl_unique_id(unsigned char *id, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_nccl_open(const unsigned char *id, int nranks, int rank,
                                               int device, size_t capacity, double timeout_s,

@@ -108,6 +108,50 @@ int kiln_cuda_module_copy_out(int device, void *host, const void *src, size_t by
   return 0;
 }
 
+/* Host memory "pinned" for copies: nothing to do on the host, but what is
+ * pinned is counted, so a test can see a graph pin its buffers and unpin
+ * them before it frees them (kiln_host_gpus_pinned_bytes). */
+enum { MAX_PINNED = 64 };
+static struct {
+  void *p;
+  size_t bytes;
+} pinned[MAX_PINNED];
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int kiln_cuda_module_host_register(void *p, size_t bytes, char *err, size_t errlen) {
+  if (!p || bytes == 0) return 0;
+  pthread_mutex_lock(&pinned_lock);
+  int slot = -1;
+  for (int i = 0; i < MAX_PINNED; i++) {
+    if (pinned[i].p == p) { /* as cudaHostRegister: a range is pinned once */
+      pthread_mutex_unlock(&pinned_lock);
+      snprintf(err, errlen, "host stand-in: %p is pinned already", p);
+      return -1;
+    }
+    if (!pinned[i].p && slot < 0) slot = i;
+  }
+  if (slot >= 0) pinned[slot].p = p, pinned[slot].bytes = bytes;
+  pthread_mutex_unlock(&pinned_lock);
+  if (slot < 0) snprintf(err, errlen, "host stand-in: more than %d pinned ranges", MAX_PINNED);
+  return slot < 0 ? -1 : 0;
+}
+
+void kiln_cuda_module_host_unregister(void *p) {
+  pthread_mutex_lock(&pinned_lock);
+  for (int i = 0; i < MAX_PINNED; i++)
+    if (p && pinned[i].p == p) pinned[i].p = NULL, pinned[i].bytes = 0;
+  pthread_mutex_unlock(&pinned_lock);
+}
+
+/* What is pinned now, in bytes (the tests read it). */
+size_t kiln_host_gpus_pinned_bytes(void) {
+  size_t total = 0;
+  pthread_mutex_lock(&pinned_lock);
+  for (int i = 0; i < MAX_PINNED; i++) total += pinned[i].bytes;
+  pthread_mutex_unlock(&pinned_lock);
+  return total;
+}
+
 /* ------------------------------------------------------------- NCCL -- */
 
 /* The ranks that opened one id: they meet at barriers, and read each

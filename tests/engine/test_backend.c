@@ -5,10 +5,12 @@
  * memory and back unchanged. Run as test_engine_backend (no GPU: the CUDA
  * part skips) and test_engine_backend_host_gpus (the CUDA module's host
  * stand-in). */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -104,12 +106,54 @@ static void the_cuda_backend_copies_bytes_in_and_out_unchanged(void **state) {
   copies_bytes_in_and_out_unchanged((kn_device){KN_DEVICE_CUDA, 0});
 }
 
+/* A graph with a node on a GPU pins the host buffers its GPU kernels copy
+ * from and to (the arena, the parameters, the gradients) at compile, and
+ * unpins them before freeing them; a CPU graph pins nothing. What is
+ * pinned is counted by the host stand-in of the CUDA module; elsewhere
+ * (the real module, or none) the test is skipped, saying so. */
+static void a_gpu_graph_pins_its_host_buffers_while_it_lives(void **state) {
+  (void)state;
+  const char *path = getenv("KILN_CUDA_MODULE");
+  void *h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  int devices = 0;
+  char err[512] = "";
+  assert_int_equal(
+      kn_backend_of((kn_device){KN_DEVICE_CUDA, 0})->device_count(&devices, err, sizeof err), 0);
+  if (!h) h = path ? dlopen(path, RTLD_NOW) : NULL;
+  size_t (*pinned_bytes)(void) = NULL;
+  if (h) *(void **)(&pinned_bytes) = dlsym(h, "kiln_host_gpus_pinned_bytes");
+  if (devices == 0 || !pinned_bytes) {
+    print_message("SKIPPED: only the CUDA module's host stand-in counts what it pins "
+                  "(KILN_CUDA_MODULE names none here)\n");
+    skip();
+  }
+  for (int gpu = 0; gpu <= 1; gpu++) {
+    kn_graph *g = kn_graph_new();
+    int xd[2] = {4, 8}, wd[2] = {8, 16};
+    kn_node x = kn_input(g, "x", KN_F32, 2, xd);
+    kn_node w = kn_param(g, "w", 2, wd, KN_INIT_GLOROT_UNIFORM);
+    kn_node loss = kn_sum(g, kn_relu(g, kn_matmul(g, x, w, 0, 0)), -1, 0);
+    assert_int_equal(kn_autodiff(g, loss, err, sizeof err), KN_OK);
+    if (gpu) assert_true(kn_graph_place_soft(g, (kn_device){KN_DEVICE_CUDA, 0}) > 0);
+    kn_plan_stats st;
+    if (kn_graph_compile(g, 1, &st, err, sizeof err)) fail_msg("compile: %s", err);
+    const size_t want = gpu ? st.arena_bytes + 2 * st.param_bytes : 0;
+    if (pinned_bytes() != want)
+      fail_msg("%s graph: %zu bytes pinned, want %zu (arena %zu, parameters %zu)",
+               gpu ? "a GPU" : "a CPU", pinned_bytes(), want, st.arena_bytes, st.param_bytes);
+    assert_int_equal(kn_graph_run(g, KN_RUN_TRAIN, 4, err, sizeof err), KN_OK);
+    kn_graph_free(g);
+    assert_int_equal(pinned_bytes(), 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_op_has_a_name_an_arity_and_its_kernels),
       cmocka_unit_test(backends_support_the_ops_they_have_kernels_for),
       cmocka_unit_test(the_cpu_backend_copies_bytes_in_and_out_unchanged),
       cmocka_unit_test(the_cuda_backend_copies_bytes_in_and_out_unchanged),
+      cmocka_unit_test(a_gpu_graph_pins_its_host_buffers_while_it_lives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
