@@ -377,7 +377,9 @@ static void pending_batch_job_keeps_the_job_starting_until_cancelled(void **stat
 static void node_down_mid_job_requeues_it_and_it_resumes(void **state) {
   (void)state;
   need_cluster_and_data();
-  char *spec = spec_text("slurm-node-down", 30, ",\"max_restarts\":0");
+  /* long enough to be seen running with a checkpoint before it could end
+   * (kilnd polls Slurm every few seconds; 30 epochs once ended in under 3) */
+  char *spec = spec_text("slurm-node-down", 150, ",\"max_restarts\":0");
   char *job = create_job(spec);
   free(spec);
   json_decref(wait_state(job, "RUNNING", 60));
@@ -438,7 +440,7 @@ static void node_down_mid_job_requeues_it_and_it_resumes(void **state) {
 static void kilnd_killed_mid_job_cancels_the_batch_job_when_it_restarts(void **state) {
   (void)state;
   need_cluster_and_data();
-  char *spec = spec_text("slurm-kilnd-killed", 60, NULL);
+  char *spec = spec_text("slurm-kilnd-killed", 150, NULL); /* still running when kilnd dies */
   char *job = create_job(spec);
   free(spec);
   json_decref(wait_state(job, "RUNNING", 60));
