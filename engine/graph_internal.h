@@ -565,6 +565,7 @@ int kn_lower_implicit_input_grads(kn_graph *g);
 int kn_lower_bias_grads_in_gemm(kn_graph *g);
 int kn_lower_pool_grads_in_gemm(kn_graph *g);
 int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
+int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then DCE, then: */
 int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* Pushes an f32 node of op with attrs (NULL: none) and inputs, shaped by

@@ -626,9 +626,10 @@ static int read_by_narrow_copies_and(const kn_graph *g, kn_node x, kn_node excep
  * layer's output in the policy's compute type, or the gradient through
  * such a rounding) whose f32 original nothing else reads but its bf16
  * copies is rounded by the relu, add, batch norm apply or relu gradient
- * that computes it; the cast goes and its readers read that node. Returns
- * the casts taken in. */
-int kn_lower_narrow_copies(kn_graph *g) {
+ * that computes it; the cast goes and its readers read that node. This
+ * half takes in the roundings; kn_lower_narrow_copies, after dead-node
+ * elimination, the copies. Each returns the casts it took in. */
+int kn_lower_rounds_in_producers(kn_graph *g) {
   if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return 0;
   int moved = 0;
   for (kn_node c = 0; c < g->n_nodes; c++) {
@@ -667,16 +668,15 @@ int kn_lower_narrow_copies(kn_graph *g) {
     C->dead = 1;
     moved++;
   }
-  /* bf16 copies only those casts read are now read by nothing */
-  for (kn_node c = g->n_nodes - 1; c >= 0; c--) {
-    kn_node_rec *C = &g->nodes[c];
-    if (C->dead || C->op != KN_OP_CAST || C->keep || C->storage != KN_STORE_ARENA) continue;
-    int read = 0;
-    for (kn_node r = c + 1; r < g->n_nodes && !read; r++)
-      for (int k = 0; k < g->nodes[r].n_inputs; k++)
-        read |= !g->nodes[r].dead && g->nodes[r].inputs[k] == c;
-    C->dead = !read;
-  }
+  return moved;
+}
+
+/* The second half of the pass, after dead-node elimination has dropped the
+ * bf16 copies only the casts taken in above read: each remaining copy of a
+ * value computed element by element is written by that value's kernel. */
+int kn_lower_narrow_copies(kn_graph *g) {
+  if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return 0;
+  int moved = 0;
   for (kn_node c = 0; c < g->n_nodes; c++) {
     kn_node_rec *C = &g->nodes[c];
     if (C->dead || C->op != KN_OP_CAST || C->dtype != KN_BF16 || C->written_by ||

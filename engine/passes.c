@@ -287,6 +287,11 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->implicit_input_grads = kn_lower_implicit_input_grads(g);
   if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = kn_lower_bias_grads_in_gemm(g);
   if (passes & KN_PASS_POOL_GRAD_IN_GEMM) st->pool_grads_in_gemm = kn_lower_pool_grads_in_gemm(g);
-  if (passes & KN_PASS_NARROW_COPIES) st->narrow_copies = kn_lower_narrow_copies(g);
+  if (passes & KN_PASS_NARROW_COPIES) {
+    st->narrow_copies = kn_lower_rounds_in_producers(g);
+    /* the bf16 copies only the casts taken in read are read by nothing now */
+    if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
+    st->narrow_copies += kn_lower_narrow_copies(g);
+  }
   return 0;
 }
