@@ -225,6 +225,7 @@ typedef struct kn_plan_stats {
   int n_bn_grads;             /* batch norm backwards that write their gamma and beta gradients */
   int n_bn_relu_grads;        /* relu gradients taken inside a batch norm's backward */
   int n_narrow_copies;        /* bf16 copies written by their value's own kernel */
+  int n_concat_views;         /* concatenations and slices that are parts of another's storage */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -281,7 +282,14 @@ enum {
    * norm's apply, a matmul on the bf16 GEMM), as it stores each element,
    * instead of by a cast that reads the whole output again. The same bits */
   KN_PASS_NARROW_COPIES = 2048,
-  KN_PASS_ALL = 4095
+  /* concatenate and its gradient's slices without copies where only they
+   * read the values: a concatenation whose only reader is another one
+   * along the same axis is written into its place in that one's output,
+   * and a slice read only by slices and concatenations is read where it
+   * lies in its input (the CPU's concat and slice kernels read and write
+   * such parts). The same bits */
+  KN_PASS_CONCAT_VIEWS = 4096,
+  KN_PASS_ALL = 8191
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* The unoptimized plan, for debugging and comparison: the same compiled

@@ -17,6 +17,12 @@ typedef enum kn_storage {
   KN_STORE_GRAD,      /* a slot of the flat gradient buffer */
   KN_STORE_VIEW,      /* shares the storage of inputs[0] */
   KN_STORE_STATE,     /* a slot of the flat state buffer (not trained, checkpointed) */
+  /* a part of another node's storage (the concat_views pass): part_off
+   * elements into node part_of - 1's, its blocks along part_axis (the
+   * elements from that axis on, for each index before it) pitch elements
+   * apart: a concatenation's input written into its place in the output, or
+   * a slice read where it lies in its input */
+  KN_STORE_PART,
 } kn_storage;
 
 typedef enum kn_binop { KN_BIN_ADD = 0, KN_BIN_SUB, KN_BIN_MUL, KN_BIN_DIV } kn_binop;
@@ -151,6 +157,11 @@ typedef struct kn_node_rec {
   /* 1: the node's kernel rounds each value through bf16 as it stores it,
    * in place of a cast that rounded it after (the narrow_copies pass) */
   int round_bf16;
+  /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
+   * and how its blocks along part_axis lie (see kn_storage) */
+  kn_node part_of;
+  int part_axis;
+  size_t part_off, pitch;
   kn_init init;
   char name[128];    /* parameters: "<layer>.kernel"; gradients: "grad/<param>" */
   int requires_grad; /* depends on a parameter */
@@ -360,6 +371,16 @@ static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
   while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
   return n;
 }
+/* The elements from one block of x along axis to the next, where a block
+ * is `row` elements (the dims from axis on): row, unless x is a part of
+ * another node's storage (KN_STORE_PART, along that axis). */
+static inline size_t kn_block_pitch(const kn_node_rec *x, size_t row) {
+  return x->storage == KN_STORE_PART ? x->pitch : row;
+}
+/* Whether x is written in place as a part of node n's storage. */
+static inline int kn_part_of(const kn_node_rec *x, kn_node n) {
+  return x->storage == KN_STORE_PART && x->part_of == n + 1;
+}
 /* The argmax bytes a pool with its argmax mark writes. */
 static inline unsigned char *kn_pool_argmax(const kn_graph *g, const kn_node_rec *pool) {
   return g->nodes[pool->argmax_at - 1].data;
@@ -551,7 +572,7 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
-      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies;
+      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
  * passes begin): the passes append at most n_nodes nodes. */
@@ -568,6 +589,8 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
 int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then DCE, then: */
 int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
+/* lower_views.c: the concat_views pass. */
+int kn_lower_concat_views(kn_graph *g);
 /* Pushes an f32 node of op with attrs (NULL: none) and inputs, shaped by
  * its op's rule. */
 kn_node kn_push_op(kn_graph *g, kn_op op, const kn_node_attrs *attrs, int n_inputs, kn_node in0,

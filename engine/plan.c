@@ -36,6 +36,8 @@ static kn_node plan_root(const kn_graph *g, const plan_view *v, kn_node n) {
     const kn_node_rec *r = &g->nodes[n];
     if (r->storage == KN_STORE_VIEW)
       n = r->inputs[0];
+    else if (r->storage == KN_STORE_PART)
+      n = r->part_of - 1;
     else if (v->without_recompute && is_recompute(r))
       n = r->remat_of - 1;
     else
@@ -44,7 +46,7 @@ static kn_node plan_root(const kn_graph *g, const plan_view *v, kn_node n) {
 }
 
 static int plan_is_view(const kn_graph *g, const plan_view *v, kn_node n) {
-  return g->nodes[n].storage == KN_STORE_VIEW ||
+  return g->nodes[n].storage == KN_STORE_VIEW || g->nodes[n].storage == KN_STORE_PART ||
          (v->without_recompute && is_recompute(&g->nodes[n]));
 }
 
@@ -63,10 +65,13 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
       kn_node root = plan_root(g, v, n->inputs[k]);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
     }
-    /* A view is live as long as whatever reads it; extend its root too. */
+    /* A view is live as long as whatever reads it; extend its root too.
+     * A part of a later node's storage (a concatenation's input written in
+     * place) makes that storage live from where the part is written. */
     if (plan_is_view(g, v, i)) {
       kn_node root = plan_root(g, v, i);
       if (g->nodes[root].last_use < i) g->nodes[root].last_use = i;
+      if (g->nodes[root].first_use > i) g->nodes[root].first_use = i;
     }
   }
   for (int i = 0; i < g->n_nodes; i++) {
@@ -198,6 +203,20 @@ out:
   return rc;
 }
 
+/* The data of node i once every node with storage of its own has its: a
+ * view's is its input's, a part's lies part_off elements into the storage
+ * it is a part of (which may itself be a view or a part). */
+static void *resolve_data(kn_graph *g, kn_node i) {
+  kn_node_rec *n = &g->nodes[i];
+  if (n->storage == KN_STORE_VIEW) {
+    n->data = resolve_data(g, n->inputs[0]);
+  } else if (n->storage == KN_STORE_PART) {
+    unsigned char *whole = resolve_data(g, n->part_of - 1);
+    n->data = whole + n->part_off * kn_graph_elem_size(g, n->dtype);
+  }
+  return n->data;
+}
+
 /* What compile reports, from the plan (and the passes' counts). */
 static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_stats *pass_stats,
                        int n_inplace, int n_recomputed, size_t pbytes) {
@@ -213,6 +232,7 @@ static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_st
   stats->n_bn_grads = pass_stats->bn_grads;
   stats->n_bn_relu_grads = pass_stats->bn_relu_grads;
   stats->n_narrow_copies = pass_stats->narrow_copies;
+  stats->n_concat_views = pass_stats->concat_views;
   stats->n_folded = pass_stats->folded;
   stats->n_dead = pass_stats->dead;
   stats->n_inplace = n_inplace;
@@ -334,13 +354,11 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     case KN_STORE_PARAM: n->data = (unsigned char *)g->param_buf + n->flat_offset * esize; break;
     case KN_STORE_GRAD: n->data = (unsigned char *)g->grad_buf + n->flat_offset * esize; break;
     case KN_STORE_STATE: n->data = (unsigned char *)g->state_buf + n->flat_offset * esize; break;
-    case KN_STORE_VIEW: break;
+    case KN_STORE_VIEW:
+    case KN_STORE_PART: break;
     }
   }
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *n = &g->nodes[i];
-    if (n->storage == KN_STORE_VIEW) n->data = g->nodes[kn_storage_root(g, i)].data;
-  }
+  for (int i = 0; i < g->n_nodes; i++) resolve_data(g, i);
   /* Parameters in creation order so a seed means the same weights everywhere
    * (and the same in f64 mode: drawn as floats, then widened). */
   for (int p = 0; p < g->n_params + g->n_states; p++) {

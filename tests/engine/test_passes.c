@@ -97,6 +97,53 @@ static const kn_layer_config unpadded_layers[] = {
 
 enum { UNPADDED = 2, UNPADDED_LAYERS = sizeof unpadded_layers / sizeof unpadded_layers[0] };
 
+/* Branches concatenated (concat_views): three into one (two binary
+ * concats, the inner one placed in the outer's output), that again with
+ * the stem (a third level), and that with itself along the height (read
+ * twice by one concat: copied, as are its gradient's slices, which an add
+ * sums). */
+static const kn_layer_config branched_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "b1",
+     .filters = 4,
+     .kernel_size = {1, 1},
+     .use_bias = 1,
+     .activation = KN_ACT_RELU,
+     .n_inputs = 1,
+     .inputs = {0}},
+    {.type = KN_LAYER_CONV2D,
+     .name = "b3",
+     .filters = 6,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .n_inputs = 1,
+     .inputs = {0}},
+    {.type = KN_LAYER_AVG_POOL2D,
+     .name = "bpool",
+     .pool_size = {3, 3},
+     .strides = {1, 1},
+     .padding = KN_PAD_SAME,
+     .n_inputs = 1,
+     .inputs = {0}},
+    {.type = KN_LAYER_ACTIVATION, .name = "bpool_act", .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_CONCATENATE, .name = "cat", .n_inputs = 3, .inputs = {1, 2, 4}},
+    {.type = KN_LAYER_CONCATENATE, .name = "cat_stem", .n_inputs = 2, .inputs = {5, 0}},
+    {.type = KN_LAYER_CONCATENATE, .name = "cat_h", .n_inputs = 2, .inputs = {6, 6}, .axis = 1},
+    {.type = KN_LAYER_MAX_POOL2D, .name = "mp"},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+enum { BRANCHED = 3, BRANCHED_LAYERS = sizeof branched_layers / sizeof branched_layers[0] };
+
 static const kn_layer_config mlp_layers[] = {
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
     {.type = KN_LAYER_DENSE, .name = "d1", .units = 16, .use_bias = 1, .activation = KN_ACT_RELU},
@@ -127,12 +174,14 @@ static int count_op(const kn_graph *g, kn_op op) {
 static result train_threaded(int cnn, unsigned passes, int unoptimized, int threads) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
-                         .n_layers = cnn == UNPADDED ? UNPADDED_LAYERS
-                                     : cnn           ? CNN_LAYERS
-                                                     : 4,
-                         .layers = cnn == UNPADDED ? unpadded_layers
-                                   : cnn           ? cnn_layers
-                                                   : mlp_layers,
+                         .n_layers = cnn == BRANCHED   ? BRANCHED_LAYERS
+                                     : cnn == UNPADDED ? UNPADDED_LAYERS
+                                     : cnn             ? CNN_LAYERS
+                                                       : 4,
+                         .layers = cnn == BRANCHED   ? branched_layers
+                                   : cnn == UNPADDED ? unpadded_layers
+                                   : cnn             ? cnn_layers
+                                                     : mlp_layers,
                          .batch_size = BATCH,
                          .seed = 3};
   kn_model m;
@@ -241,10 +290,11 @@ static result train_hand_made(unsigned passes) {
   return r;
 }
 
-enum { MLP = 1, CNN = 2, HAND_MADE = 4 };
+enum { MLP = 1, CNN = 2, HAND_MADE = 4, BRANCHES = 8 };
 
 static result train_graph(int graph, unsigned passes) {
-  return graph == HAND_MADE ? train_hand_made(passes) : train_once(graph == CNN, passes, 0);
+  if (graph == HAND_MADE) return train_hand_made(passes);
+  return train_once(graph == BRANCHES ? BRANCHED : graph == CNN, passes, 0);
 }
 
 /* How many times pass applied, as the plan reports it. */
@@ -261,6 +311,7 @@ static int fired(const kn_plan_stats *st, unsigned pass) {
   case KN_PASS_POOL_ARGMAX: return st->n_pool_argmax;
   case KN_PASS_POOL_GRAD_IN_GEMM: return st->n_pool_grads_in_gemm;
   case KN_PASS_BN_GRADS: return st->n_bn_grads;
+  case KN_PASS_CONCAT_VIEWS: return st->n_concat_views;
   }
   fail_msg("unknown pass %u", pass);
   return 0;
@@ -287,7 +338,7 @@ static void assert_close_gradients(const result *a, const result *b, const char 
 typedef struct pass_case {
   unsigned pass;
   const char *name;
-  int graphs;      /* where it must fire (MLP, CNN, HAND_MADE) */
+  int graphs;      /* where it must fire (MLP, CNN, HAND_MADE, BRANCHES) */
   int needs_all;   /* it acts on what other passes leave, so fires only with them */
   int same_values; /* 0: the same values to rounding only */
 } pass_case;
@@ -309,8 +360,11 @@ static void compare(result *a, result *b, int same_values, const char *what) {
  * graph: the same results; and it fires on the graphs it is for (alone,
  * unless it needs the others; with all on), never with it off. */
 static void check_pass(const pass_case *c) {
-  for (int graph = MLP; graph <= HAND_MADE; graph <<= 1) {
-    const char *gname = graph == MLP ? "mlp" : graph == CNN ? "cnn" : "hand-made";
+  for (int graph = MLP; graph <= BRANCHES; graph <<= 1) {
+    const char *gname = graph == MLP         ? "mlp"
+                        : graph == CNN       ? "cnn"
+                        : graph == HAND_MADE ? "hand-made"
+                                             : "branched";
     result none = train_graph(graph, 0), alone = train_graph(graph, c->pass);
     result all = train_graph(graph, KN_PASS_ALL), but = train_graph(graph, KN_PASS_ALL & ~c->pass);
     char what[96];
@@ -345,6 +399,7 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
       {KN_PASS_INPLACE, "inplace", MLP | CNN, 0, 1},
       {KN_PASS_POOL_ARGMAX, "pool_argmax", CNN, 0, 1},
       {KN_PASS_BN_GRADS, "bn_grads", CNN, 0, 1},
+      {KN_PASS_CONCAT_VIEWS, "concat_views", BRANCHES, 0, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_pass(&cases[c]);
   for (int cnn = 0; cnn <= 1; cnn++) {
@@ -393,6 +448,30 @@ static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) 
   release(&views);
   release(&columns);
   release(&all);
+}
+
+/* concat_views on the branched graph: the two inner concatenations are
+ * written into their readers' outputs, and two of the gradient's slices
+ * (each read only by slices) are read where they lie; the concatenation
+ * read twice by one concat, the slices an add or a relu gradient reads and
+ * the concatenation along the height read by a pool are copied as before.
+ * The same bits on 1 and 2 threads (the copies split over blocks), and no
+ * more arena than with the copies. */
+static void concat_views_write_concatenations_in_place(void **state) {
+  (void)state;
+  result on = train_threaded(BRANCHED, KN_PASS_ALL, 0, 1);
+  result off = train_threaded(BRANCHED, KN_PASS_ALL & ~KN_PASS_CONCAT_VIEWS, 0, 1);
+  result two = train_threaded(BRANCHED, KN_PASS_ALL, 0, 2);
+  assert_int_equal(on.st.n_concat_views, 4);
+  assert_int_equal(off.st.n_concat_views, 0);
+  assert_same(&on, &off, "branched, concat_views on and off");
+  assert_same(&on, &two, "branched, concat_views on 1 and 2 threads");
+  assert_true(on.st.arena_bytes <= off.st.arena_bytes);
+  print_message("branched: arena %zu bytes with concat_views, %zu without\n", on.st.arena_bytes,
+                off.st.arena_bytes);
+  release(&on);
+  release(&off);
+  release(&two);
 }
 
 static void passes_do_their_work_and_inplace_shrinks_the_arena(void **state) {
@@ -532,6 +611,7 @@ int main(void) {
       cmocka_unit_test(each_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(each_kiln_gemm_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
+      cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(thread_counts_give_identical_results),
       cmocka_unit_test(isa_paths_give_identical_results),
       cmocka_unit_test(a_cnn_training_step_allocates_nothing),
