@@ -318,9 +318,14 @@ void kn_graph_set_scope(kn_graph *g, const char *scope);
  * are. Returns how many moved. A graph in another precision than float32
  * has none that a GPU runs. */
 int kn_graph_place_soft(kn_graph *g, kn_device d);
+/* Soft placement of what is placed: every node on a GPU whose backend has
+ * no kernel for it (or in a graph that runs in another precision than
+ * float32) moves to the host. Returns how many stay on GPUs. */
+int kn_graph_place_fallback(kn_graph *g);
 /* The CUDA device a graph's nodes are placed on, or -1 if all run on the
- * host (with several, the lowest). */
+ * host (with several, the lowest; kn_graph_gpu_last: the highest). */
 int kn_graph_gpu(const kn_graph *g);
+int kn_graph_gpu_last(const kn_graph *g);
 int kn_node_set_device(kn_graph *g, kn_node n, kn_device d);
 kn_device kn_node_device(const kn_graph *g, kn_node n);
 /* Threads for the engine's own kernels (im2col, pooling, elementwise, the

@@ -113,6 +113,13 @@ typedef struct kn_layer_config {
   kn_init bias_initializer;        /* zeros */
   int n_inputs;                    /* 0: the previous layer (or the model input) */
   int inputs[KN_LAYER_MAX_INPUTS]; /* layer indices; -1 = the model input */
+  /* Model parallelism, as under tf.device: with `placed` set, the layer's
+   * nodes are placed on `device` (and autodiff puts their gradients there
+   * too): on cuda:N, what the CUDA backend has kernels for runs on GPU N
+   * and the rest on the host; cpu keeps the whole layer on the host. 0:
+   * the model's device. */
+  int placed;
+  kn_device device;
 } kn_layer_config;
 
 /* What a model's loss compares its last layer with (Keras's losses). */
@@ -137,7 +144,8 @@ typedef struct kn_model_config {
   kn_precision precision;
   int recompute;
   /* cpu (zero), or cuda:N: the ops the CUDA backend has kernels for run on
-   * GPU N and the rest on the host (kn_graph_place_soft); float32 only */
+   * GPU N and the rest on the host (soft placement); float32 only. A
+   * layer may name a device of its own (kn_layer_config.placed). */
   kn_device device;
 } kn_model_config;
 

@@ -204,6 +204,21 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     snprintf(err, errlen, "model: needs at least one layer");
     return KN_EINVAL;
   }
+  /* kiln's CUDA kernels are float32: a model or layer on a GPU is too. */
+  for (int i = -1; i < cfg->n_layers && cfg->precision != KN_PRECISION_FLOAT32; i++) {
+    const kn_layer_config *L = i < 0 ? NULL : &cfg->layers[i];
+    const kn_device d = L ? L->device : cfg->device;
+    if ((L && !L->placed) || d.kind != KN_DEVICE_CUDA) continue;
+    char where[32];
+    kn_device_format(d, where, sizeof where);
+    if (L)
+      snprintf(err, errlen, "model: layer %d (%s) on %s trains in float32, not %s", i, L->name,
+               where, kn_precision_name(cfg->precision));
+    else
+      snprintf(err, errlen, "model: a model on %s trains in float32, not %s", where,
+               kn_precision_name(cfg->precision));
+    return KN_EINVAL;
+  }
   kn_graph *g = kn_graph_new();
   kn_node *outputs = calloc((size_t)cfg->n_layers, sizeof *outputs);
   if (!g || !outputs) {
@@ -259,6 +274,7 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     else
       snprintf(scope, sizeof scope, "%s_%d", kn_layer_kind(L->type), i);
     kn_graph_set_scope(g, scope);
+    kn_graph_set_device(g, L->placed ? L->device : cfg->device);
     h = build_layer(g, cfg, i, ins, n_ins);
     if (h < 0 && !g->error_code) {
       kn_graph_fail(g, KN_EINVAL, "layer %d (%s, %s) failed to build", i, L->name,
@@ -286,6 +302,7 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
   }
   kn_node loss = -1;
   kn_graph_set_scope(g, "loss");
+  kn_graph_set_device(g, cfg->device);
   if (!g->error_code) {
     kn_graph_keep(g, h);
     if (!sparse) {
@@ -301,19 +318,15 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     }
   }
   kn_graph_set_scope(g, NULL);
+  /* Soft placement: each layer's nodes went to its device (or the
+   * model's); those the device has no kernel for run on the host, and
+   * autodiff puts each gradient node where its forward node runs. */
+  kn_graph_place_fallback(g);
   int rc = kn_graph_error(g, err, errlen);
   if (!rc) rc = kn_autodiff(g, loss, err, errlen);
-  if (!rc && cfg->device.kind == KN_DEVICE_CUDA) {
-    char where[32];
-    kn_device_format(cfg->device, where, sizeof where);
-    if (cfg->precision != KN_PRECISION_FLOAT32) {
-      snprintf(err, errlen, "model: a model on %s trains in float32, not %s", where,
-               kn_precision_name(cfg->precision));
-      rc = KN_EINVAL;
-    } else {
-      kn_graph_place_soft(g, cfg->device); /* forward and gradient kernels alike */
-      rc = kn_graph_error(g, err, errlen);
-    }
+  if (!rc) {
+    kn_graph_place_fallback(g);
+    rc = kn_graph_error(g, err, errlen);
   }
   if (rc) {
     kn_graph_free(g);

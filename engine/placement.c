@@ -47,6 +47,32 @@ int kn_graph_place_soft(kn_graph *g, kn_device d) {
   return moved;
 }
 
+int kn_graph_place_fallback(kn_graph *g) {
+  const kn_device host = {KN_DEVICE_CPU, 0};
+  const int gpu_ok = !g->f64 && g->precision == KN_PRECISION_FLOAT32 && !g->unoptimized;
+  int stay = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    if (n->dead || n->device.kind == KN_DEVICE_CPU) continue;
+    if (gpu_ok && kn_backend_of(n->device)->kernel(g, n)) {
+      stay++;
+    } else if (kn_node_set_device(g, i, host) != KN_OK) {
+      return stay;
+    }
+  }
+  return stay;
+}
+
+int kn_graph_gpu_last(const kn_graph *g) {
+  int gpu = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (!n->dead && n->device.kind == KN_DEVICE_CUDA && n->device.index > gpu)
+      gpu = n->device.index;
+  }
+  return gpu;
+}
+
 int kn_graph_gpu(const kn_graph *g) {
   int gpu = -1;
   for (int i = 0; i < g->n_nodes; i++) {
