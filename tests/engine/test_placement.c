@@ -3,7 +3,10 @@
  * refuses, by node and rule, a placement that cannot run here (an op the
  * CUDA backend has no kernel for, a mixed-precision graph, a device this
  * machine lacks); on a machine with a GPU, a graph whose matmuls and relus
- * run there trains as the same graph on the CPU does. */
+ * run there trains as the same graph on the CPU does, and a model whose
+ * layers name two GPUs (model parallelism) as the model on one. The GPU
+ * cases run on the host stand-in's two devices in
+ * test_engine_placement_host_gpus. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -162,12 +165,112 @@ static void a_gpu_placed_graph_trains_as_on_the_cpu(void **state) {
   kn_graph_free(c.g);
 }
 
+/* A model split over two GPUs (model parallelism): d1 on cuda:0, d2 on
+ * cuda:1, the output layer on the host. */
+static const kn_layer_config split_layers[] = {
+    {.type = KN_LAYER_DENSE,
+     .name = "d1",
+     .units = 16,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU,
+     .placed = 1,
+     .device = {KN_DEVICE_CUDA, 0}},
+    {.type = KN_LAYER_DENSE,
+     .name = "d2",
+     .units = 12,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU,
+     .placed = 1,
+     .device = {KN_DEVICE_CUDA, 1}},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1, .placed = 1},
+};
+
+/* The model of split_layers with every layer on `all` instead (placed 0:
+ * the model's device), or as split (all.kind < 0); 8 steps of SGD on fixed
+ * data, the losses; 0, or -1 (err set) when compile refuses. */
+static int train_model(int split, kn_device all, float *losses, char *err, size_t errlen,
+                       kn_model *keep) {
+  kn_layer_config layers[3];
+  memcpy(layers, split_layers, sizeof layers);
+  for (int i = 0; i < 3 && !split; i++) layers[i].placed = 0;
+  kn_model_config cfg = {.input_ndim = 1,
+                         .input_shape = {6},
+                         .n_layers = 3,
+                         .layers = layers,
+                         .batch_size = 8,
+                         .seed = 3,
+                         .device = split ? (kn_device){KN_DEVICE_CPU, 0} : all};
+  kn_model m;
+  assert_int_equal(kn_model_build(&cfg, &m, err, errlen), KN_OK);
+  if (kn_graph_compile(m.graph, 1, NULL, err, errlen) != KN_OK) {
+    kn_model_free(&m);
+    return -1;
+  }
+  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
+  kn_optimizer *opt;
+  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(m.graph), &opt, err, errlen), KN_OK);
+  float *x = kn_node_data(m.graph, m.x);
+  int32_t *y = kn_node_data(m.graph, m.y);
+  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
+  for (int i = 0; i < 8; i++) y[i] = i % 3;
+  for (int s = 0; s < 8; s++) {
+    if (kn_graph_run(m.graph, KN_RUN_TRAIN, 8, err, errlen) != KN_OK) fail_msg("run: %s", err);
+    losses[s] = *(float *)kn_node_data(m.graph, m.loss);
+    kn_optimizer_step(opt, kn_params(m.graph), kn_grads(m.graph));
+  }
+  kn_optimizer_free(opt);
+  if (keep)
+    *keep = m;
+  else
+    kn_model_free(&m);
+  return 0;
+}
+
+static void a_model_split_over_two_gpus_trains_as_on_one(void **state) {
+  (void)state;
+  char err[512] = "";
+  float split[8], one[8], host[8];
+  kn_model m;
+  if (train_model(1, cpu, split, err, sizeof err, &m) != 0) {
+    /* Without two GPUs (or the stand-in's), refused with the reason. */
+    assert_non_null(strstr(err, "is placed on cuda:"));
+    print_message("SKIPPED: model parallelism needs two CUDA devices here: %s\n", err);
+    skip();
+  }
+  /* Each layer's kernels on its device, and their gradients with them;
+   * what no GPU runs (the bias adds, the loss) and the host layer on the
+   * host. */
+  const kn_device gpu1 = {KN_DEVICE_CUDA, 1};
+  const char *names[] = {"d1/matmul", "d2/matmul", "d2/relu", "grad/d2.kernel", "out/matmul",
+                         "grad/out.kernel", "d1/bias_add"};
+  const kn_device want[] = {gpu0, gpu1, gpu1, gpu1, cpu, cpu, cpu};
+  for (int k = 0; k < 7; k++) {
+    const kn_node n = kn_graph_find(m.graph, names[k]);
+    char where[32];
+    kn_device_format(kn_node_device(m.graph, n), where, sizeof where);
+    print_message("%s on %s\n", names[k], where);
+    assert_true(n >= 0 && on(m.graph, n, want[k]));
+  }
+  assert_int_equal(kn_graph_gpu(m.graph), 0);
+  assert_int_equal(kn_graph_gpu_last(m.graph), 1);
+  kn_model_free(&m);
+  assert_int_equal(train_model(0, gpu0, one, err, sizeof err, NULL), 0);
+  assert_int_equal(train_model(0, cpu, host, err, sizeof err, NULL), 0);
+  for (int s = 0; s < 8; s++) {
+    print_message("step %d: loss %.7f split, %.7f on cuda:0, %.7f on the host\n", s, split[s],
+                  one[s], host[s]);
+    assert_true(fabsf(split[s] - one[s]) <= 1e-5f * fabsf(one[s]) + 1e-6f);
+    assert_true(fabsf(split[s] - host[s]) <= 1e-5f * fabsf(host[s]) + 1e-6f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_cpu_graph_never_maps_the_cuda_libraries),
       cmocka_unit_test(nodes_take_the_graph_device_and_gradients_their_forward_node),
       cmocka_unit_test(compile_refuses_placements_that_cannot_run),
       cmocka_unit_test(a_gpu_placed_graph_trains_as_on_the_cpu),
+      cmocka_unit_test(a_model_split_over_two_gpus_trains_as_on_one),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
