@@ -137,6 +137,9 @@ typedef struct api_layer {
   api_initializer bias_initializer;   /* dense, conv2d */
   int n_inputs;                       /* 0: the previous layer */
   int inputs[API_MAX_LAYER_INPUTS];   /* layer indices; -1 = the model input ("input") */
+  /* "device" (model parallelism): 0, not given: the job's device; -1:
+   * "cpu", the host; k + 1: "cuda:k", the job's GPU k */
+  int device;
 } api_layer;
 
 typedef enum api_optimizer_type {

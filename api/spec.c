@@ -159,6 +159,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec, keras_paths
   if (strategy) spec_parse_strategy(c, strategy, spec);
   if (spec->strategy != API_STRATEGY_SINGLE) spec_check_strategy_resources(c, resources, spec);
   spec_check_gpu(c, spec);
+  spec_check_layer_devices(c, spec);
   spec_check_loss(c, spec, loss_index >= 0, metric_at);
   json_t *checkpoint = spec_get_object(&s, "checkpoint", OPTIONAL);
   if (checkpoint) spec_parse_checkpoint(c, checkpoint, spec);

@@ -93,6 +93,7 @@ void spec_parse_checkpoint(checker *c, json_t *obj, api_job_spec *spec);
 /* spec_strategy.c */
 void spec_parse_resources(checker *c, json_t *obj, api_job_spec *spec);
 void spec_check_gpu(checker *c, const api_job_spec *spec);
+void spec_check_layer_devices(checker *c, const api_job_spec *spec);
 void spec_parse_strategy(checker *c, json_t *obj, api_job_spec *spec);
 void spec_check_strategy_resources(checker *c, json_t *resources, api_job_spec *spec);
 

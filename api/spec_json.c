@@ -3,6 +3,7 @@
 #include "spec_internal.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- canonical JSON ---- */
@@ -191,6 +192,12 @@ static json_t *layer_to_json(builder *b, const api_job_spec *spec, const api_lay
   case API_LAYER_RELU:
   case API_LAYER_GLOBAL_AVG_POOL2D:
   case API_LAYER_ADD: break;
+  }
+  if (layer->device < 0) put(b, obj, "device", json_string("cpu"));
+  if (layer->device > 0) {
+    char dev[24];
+    snprintf(dev, sizeof dev, "cuda:%d", layer->device - 1);
+    put(b, obj, "device", json_string(dev));
   }
   return obj;
 }

@@ -79,6 +79,7 @@ static const char *const layer_fields[] = {"type",
                                            "axis",
                                            "alpha",
                                            "negative_slope",
+                                           "device",
                                            NULL};
 static const char *const fields_by_type[][14] = {
     [API_LAYER_DENSE] = {"type", "name", "inputs", "units", "activation", "use_bias",
@@ -149,6 +150,32 @@ static int valid_layer_name(const char *name) {
   return 1;
 }
 
+/* "device": "cpu" or "cuda:N" (a GPU of the job's, N from 0; "gpu:N" as
+ * well), as under tf.device. Whether the job has that GPU is checked with
+ * its resources (spec_check_gpu). */
+static void parse_device(const scope *s, const char *path, api_layer *layer) {
+  const char *dev = spec_get_string(s, "device", OPTIONAL);
+  if (!dev) return;
+  if (strcmp(dev, "cpu") == 0) {
+    layer->device = -1;
+    return;
+  }
+  const char *digits = strncmp(dev, "cuda:", 5) == 0  ? dev + 5
+                       : strncmp(dev, "gpu:", 4) == 0 ? dev + 4
+                                                      : NULL;
+  int n = 0, len = 0;
+  for (; digits && digits[len] >= '0' && digits[len] <= '9' && len < 4; len++)
+    n = n * 10 + (digits[len] - '0');
+  if (digits && len > 0 && digits[len] == '\0' && n < API_MAX_DEVICES) {
+    layer->device = n + 1;
+    return;
+  }
+  char field[PATH_LEN], quoted[64];
+  spec_join_path(field, path, "device");
+  spec_problem(s->c, field, "must be \"cpu\" or \"cuda:N\" (the job's GPU N, 0 to %d), got '%s'",
+               API_MAX_DEVICES - 1, spec_clip(dev, quoted, sizeof quoted));
+}
+
 /* Parses one layer object. Returns its type's index in type_names, or -1
  * when the type is missing or unknown. *shape_known says whether the shape walk can go on past it
  * (a known type and valid sizes); *named whether the user gave a name.
@@ -164,6 +191,7 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
   json_object_foreach(obj, key, value) {
     char field[PATH_LEN], expected[240];
     spec_join_path(field, path, key);
+    if (strcmp(key, "device") == 0) continue; /* any layer's */
     if (type >= 0 && spec_pick(key, layer_fields) >= 0 && spec_pick(key, fields_by_type[type]) < 0)
       spec_problem(c, field, "not a field of a '%s' layer", type_names[type]);
     else if (spec_pick(key, layer_fields) < 0)
@@ -186,6 +214,7 @@ static int parse_layer(checker *c, json_t *obj, const char *path, api_layer *lay
       spec_problem(c, field, "must be 1 to 63 characters from A-Z a-z 0-9 _ . -, got '%s'",
                    spec_clip(name, quoted, sizeof quoted));
   }
+  parse_device(&s, path, layer);
   if (type < 0) return -1;
 
   layer->type = type > API_LAYER_CONCATENATE ? API_LAYER_ACTIVATION : (api_layer_type)type;

@@ -62,6 +62,33 @@ void spec_check_gpu(checker *c, const api_job_spec *spec) {
         "multi_worker");
 }
 
+/* Model parallelism: a layer's "device" names one of the job's GPUs, of a
+ * job that trains one replica. */
+void spec_check_layer_devices(checker *c, const api_job_spec *spec) {
+  const int gpu = strcmp(spec->device_type, "gpu") == 0;
+  for (int i = 0; i < spec->n_layers; i++) {
+    const int k = spec->layers[i].device - 1;
+    if (k < 0) continue; /* the job's device, or the host */
+    char field[PATH_LEN];
+    snprintf(field, sizeof field, "model.layers[%d].device", i);
+    if (spec->strategy != API_STRATEGY_SINGLE)
+      spec_problem(c, field,
+                   "places a layer on one of the job's GPUs, and strategy '%s' runs a replica on "
+                   "each device: model parallelism trains with strategy single",
+                   spec_strategy_names[spec->strategy]);
+    else if (!gpu)
+      spec_problem(c, field,
+                   "names cuda:%d, a GPU, but the job runs on CPU cores (resources.device_type "
+                   "cpu); set resources.device_type gpu",
+                   k);
+    else if (k >= spec->devices)
+      spec_problem(c, field,
+                   "names cuda:%d, but the job holds %d GPU%s (resources.devices): cuda:0 to "
+                   "cuda:%d",
+                   k, spec->devices, spec->devices == 1 ? "" : "s", spec->devices - 1);
+  }
+}
+
 const char *const spec_strategy_names[] = {"single", "mirrored", "multi_worker", "parameter_server",
                                            NULL};
 const char *const spec_aggregation_names[] = {"mean", "sum", "weighted_mean", NULL};

@@ -611,6 +611,9 @@ static int train_main(int argc, char **argv) {
    * local rank x replicas + i, of those the scheduler made visible. */
   const int first_gpu = mpi_local_rank * spec.replicas;
   if (gpu) mc.device = (kn_device){KN_DEVICE_CUDA, first_gpu};
+  for (int i = 0; gpu && i < mc.n_layers; i++)
+    if (layers[i].placed && layers[i].device.kind == KN_DEVICE_CUDA)
+      layers[i].device.index += first_gpu;
   kn_model model;
   kn_plan_stats stats;
   int status = 0;
@@ -644,12 +647,19 @@ static int train_main(int argc, char **argv) {
   if (gpu) {
     size_t used = strlen(extra);
     char gpus[32];
-    if (spec.replicas > 1)
-      snprintf(gpus, sizeof gpus, "cuda:%d-%d", first_gpu, first_gpu + spec.replicas - 1);
+    /* the replicas' GPUs, or those a model split over (model parallelism) */
+    const int first = spec.replicas > 1 ? first_gpu : kn_graph_gpu(model.graph);
+    const int last = spec.replicas > 1 ? first_gpu + spec.replicas - 1
+                                       : kn_graph_gpu_last(model.graph);
+    if (last > first)
+      snprintf(gpus, sizeof gpus, "cuda:%d-%d", first, last);
     else
-      snprintf(gpus, sizeof gpus, "cuda:%d", first_gpu);
-    snprintf(extra + used, sizeof extra - used, "; matmul and relu on %s, the rest on the host",
-             gpus);
+      snprintf(gpus, sizeof gpus, "cuda:%d", first);
+    if (first < 0) /* every layer placed on the host */
+      snprintf(extra + used, sizeof extra - used, "; every layer placed on the host");
+    else
+      snprintf(extra + used, sizeof extra - used, "; matmul and relu on %s, the rest on the host",
+               gpus);
   }
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);

@@ -69,6 +69,10 @@ static void to_engine_layers(const api_job_spec *spec, kn_layer_config *layers) 
     k->bias_initializer = to_engine_init(a->bias_initializer);
     k->n_inputs = a->n_inputs;
     for (int j = 0; j < a->n_inputs && j < KN_LAYER_MAX_INPUTS; j++) k->inputs[j] = a->inputs[j];
+    /* model parallelism: the job's GPU k (kiln-train offsets it to the
+     * process's first), or the host */
+    k->placed = a->device != 0;
+    if (a->device > 0) k->device = (kn_device){KN_DEVICE_CUDA, a->device - 1};
   }
 }
 

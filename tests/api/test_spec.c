@@ -352,6 +352,27 @@ static const struct CMUnitTest rules[] = {
          "{\"device_type\":\"gpu\",\"devices\":1}", "strategy",
          "{\"type\":\"mirrored\",\"replicas\":2}", .field = "resources.devices",
          .description = "replicas x workers = 2 for this strategy (a GPU per replica), got 1"),
+    /* model parallelism: a layer's device */
+    RULE("layer_device_of_another_form_is_refused", "model.layers[1].device", "\"cuda1\"",
+         .field = "model.layers[1].device",
+         .description = "must be \"cpu\" or \"cuda:N\" (the job's GPU N, 0 to 255), got 'cuda1'"),
+    RULE("layer_device_with_a_sign_is_refused", "model.layers[1].device", "\"cuda:+1\"",
+         .field = "model.layers[1].device", .description = "got 'cuda:+1'"),
+    RULE("layer_device_as_number_is_refused", "model.layers[1].device", "1",
+         .field = "model.layers[1].device", .description = "must be a string, got integer"),
+    RULE("layer_on_a_gpu_of_a_cpu_job_is_refused", "model.layers[1].device", "\"cuda:0\"",
+         .field = "model.layers[1].device",
+         .description = "names cuda:0, a GPU, but the job runs on CPU cores"),
+    RULE("layer_on_a_gpu_the_job_lacks_is_refused", "resources",
+         "{\"device_type\":\"gpu\",\"devices\":2}", "model.layers[2].device", "\"gpu:2\"",
+         .field = "model.layers[2].device",
+         .description = "names cuda:2, but the job holds 2 GPUs (resources.devices): cuda:0 to "
+                        "cuda:1"),
+    RULE("layer_device_with_a_replicated_strategy_is_refused", "strategy",
+         "{\"type\":\"multi_worker\",\"workers\":1}", "model.layers[1].device", "\"cuda:1\"",
+         .field = "model.layers[1].device",
+         .description = "strategy 'multi_worker' runs a replica on each device: model parallelism "
+                        "trains with strategy single"),
     RULE("zero_devices_are_refused", "resources.devices", "0", .field = "resources.devices",
          .description = "between 1 and 256"),
     RULE("more_devices_than_a_pool_can_hold_are_refused", "resources.devices", "257",
@@ -874,6 +895,35 @@ static void gpu_job_takes_the_gpu_pool_and_a_gpu_per_replica(void **state) {
   free(text);
 }
 
+/* Model parallelism: layers name the job's GPUs or the host; "gpu:N"
+ * comes back as "cuda:N", and a layer without a device has none. */
+static void layer_devices_are_read_and_round_trip(void **state) {
+  (void)state;
+  json_t *root = json_loads(EXAMPLE, 0, NULL);
+  assert_non_null(root);
+  edit(root, "resources", "{\"device_type\":\"gpu\",\"devices\":2}");
+  edit(root, "model.layers[1].device", "\"gpu:1\"");
+  edit(root, "model.layers[2].device", "\"cpu\"");
+  char *text = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  api_job_spec spec;
+  api_error err;
+  if (parse(text, &spec, &err) != 0)
+    fail_msg("%s: %s", err.message, err.n_details ? err.details[0].description : "");
+  assert_int_equal(spec.layers[0].device, 0);
+  assert_int_equal(spec.layers[1].device, 2);
+  assert_int_equal(spec.layers[2].device, -1);
+  char *canonical = api_spec_to_json(&spec);
+  assert_non_null(strstr(canonical, "\"device\":\"cuda:1\""));
+  assert_non_null(strstr(canonical, "\"device\":\"cpu\""));
+  int devices = 0;
+  for (const char *at = canonical; (at = strstr(at, "\"device\":")) != NULL; at++) devices++;
+  assert_int_equal(devices, 2); /* layer 0 names none */
+  free(canonical);
+  assert_round_trip(text);
+  free(text);
+}
+
 static void mixed_precision_and_recompute_are_read_and_round_trip(void **state) {
   (void)state;
   static const char *const policies[] = {"\"mixed_bfloat16\"", "\"mixed_float16\"", "\"float32\""};
@@ -1128,6 +1178,7 @@ int main(void) {
       cmocka_unit_test(long_unknown_value_is_clipped_in_the_description),
       cmocka_unit_test(canonical_json_of_the_example_fills_every_default),
       cmocka_unit_test(canonical_json_parses_back_to_the_same_struct),
+      cmocka_unit_test(layer_devices_are_read_and_round_trip),
       cmocka_unit_test(mixed_precision_and_recompute_are_read_and_round_trip),
       cmocka_unit_test(gpu_job_takes_the_gpu_pool_and_a_gpu_per_replica),
       cmocka_unit_test(every_pipeline_option_is_read_and_round_trips),
