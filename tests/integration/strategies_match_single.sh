@@ -16,7 +16,8 @@
 # accuracy. A rank that hangs (SIGSTOP) ends the run after
 # --collective-timeout. On GPUs: one GPU trains as the CPU does, and
 # mirrored and multi_worker on two GPUs (gradients summed by NCCL) match
-# one GPU at batch 128; without two GPUs, the GPU jobs run on the host
+# one GPU at batch 128, as does a model split over two GPUs (its last
+# layer on cuda:1); without two GPUs, the GPU jobs run on the host
 # stand-in module STANDIN (multi_worker excepted).
 # Usage: strategies_match_single.sh KILN_TRAIN [MPIRUN [CUDA [STANDIN [PART]]]]
 # (CUDA 1: kiln has it). PART "real-gpus" runs only multi_worker on two of
@@ -152,6 +153,10 @@ for f in single mirrored; do
   sed -e 's/"seed": 7/"seed": 7, "resources": {"device_type": "gpu"}/' "$d/$f.json" \
     > "$d/gpu-$f.json"
 done
+# Model parallelism: the output layer on the job's second GPU.
+sed -e 's/"seed": 7/"seed": 7, "resources": {"device_type": "gpu", "devices": 2}/' \
+  -e 's/{"type": "dense", "units": 10}/{"type": "dense", "units": 10, "device": "cuda:1"}/' \
+  "$d/single.json" > "$d/gpu-split.json"
 if [ "$gpus" -ge 2 ]; then
   "$trainer" --json --checkpoint-dir "$d/gpu-single" "$d/gpu-single.json" > "$d/gpu-single.out"
   grep -q 'matmul and relu on cuda:0, the rest on the host' "$d/gpu-single.out"
@@ -164,6 +169,10 @@ if [ "$gpus" -ge 2 ]; then
   grep -q 'matmul and relu on cuda:0-1' "$d/gpu-mirrored.out"
   compare "$d/gpu-mirrored/ckpt-00000020.safetensors" "$d/gpu-single/ckpt-00000020.safetensors" 1e-5
   echo "mirrored R=2 on two GPUs (NCCL) at batch 64 matches one GPU at batch 128 ($where)"
+  "$trainer" --json --checkpoint-dir "$d/gpu-split" "$d/gpu-split.json" > "$d/gpu-split.out"
+  grep -q 'matmul and relu on cuda:0-1' "$d/gpu-split.out"
+  compare "$d/gpu-split/ckpt-00000020.safetensors" "$d/gpu-single/ckpt-00000020.safetensors" 1e-5
+  echo "a model split over two GPUs (its last layer on cuda:1) matches one GPU ($where)"
   unset KILN_CUDA_MODULE KILN_HOST_GPUS
 else
   echo "SKIPPED: GPU jobs (CUDA built: $cuda, $gpus GPU(s) here, no stand-in given)"
