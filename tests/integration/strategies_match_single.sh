@@ -174,6 +174,11 @@ if [ "$gpus" -ge 2 ]; then
   compare "$d/gpu-split/ckpt-00000020.safetensors" "$d/gpu-single/ckpt-00000020.safetensors" 1e-5
   echo "a model split over two GPUs (its last layer on cuda:1) matches one GPU ($where)"
   unset KILN_CUDA_MODULE KILN_HOST_GPUS
+  # its export runs on the host, whatever devices the layers named
+  "$trainer" --export-onnx "$d/split.onnx" --weights "$d/gpu-split/ckpt-00000020.safetensors" \
+    "$d/gpu-split.json" > /dev/null
+  test -s "$d/split.onnx"
+  echo "the split model exports to ONNX on the host"
 else
   echo "SKIPPED: GPU jobs (CUDA built: $cuda, $gpus GPU(s) here, no stand-in given)"
 fi
