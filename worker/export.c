@@ -21,6 +21,7 @@ int worker_export_checkpoint(const api_job_spec *spec, const char *checkpoint, c
   mc.batch_size = 1;
   mc.precision = KN_PRECISION_FLOAT32;
   mc.recompute = 0;
+  for (int i = 0; i < mc.n_layers; i++) layers[i].placed = 0; /* a split model's layers too */
   kn_model model;
   *refused = 0;
   int rc = kn_model_build(&mc, &model, err, errlen);
