@@ -8,6 +8,9 @@
 #   - test_nccl: soft placement, NCCL communicators on the device (one
 #     rank, and a timeout instead of a hang), mirrored replicas on two GPUs
 #     against one (skipped, saying so, with fewer GPUs);
+#   - test_engine_placement: a GPU-placed graph against the CPU, and a
+#     model split over two GPUs (model parallelism) against one (skipped,
+#     saying so, with one GPU);
 #   - the Fashion-MNIST CNN (examples/fmnist-cnn.json), one epoch with
 #     resources.device_type gpu: examples/s, test accuracy;
 #   - the step of a GEMM-bound model, a wide MLP (784 - 4 x 4096 - 10,
@@ -15,8 +18,9 @@
 #     its share of the device's dense peak, the share of the step in the
 #     GPU nodes, and how much of it the host copies alone explain (bytes
 #     each GPU kernel copies over and back / this machine's measured
-#     pinned copy bandwidth); and in mixed_bfloat16, which a GPU job
-#     refuses today;
+#     pinned copy bandwidth); in mixed_bfloat16, which a GPU job
+#     refuses today; and with two GPUs, split over them (its last three
+#     layers on cuda:1): ms a step against the one-GPU figure;
 # and prints the table.
 #
 #   bash bench/gpu_check.sh [BUILD_DIR] [DATA_DIR]
@@ -34,6 +38,7 @@ python=${PYTHON:-python3}
 if [ ! -x "$build/worker/kiln-train" ] || [ ! -f "$build/engine/libkiln_cuda.so" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON >/dev/null &&
     cmake --build "$build" -j "$(nproc)" --target kiln-train kiln_cuda test_cuda test_nccl \
+      test_engine_placement \
       >/dev/null || {
     echo "gpu_check: the CUDA build failed (cmake --build $build)" >&2
     exit 2
@@ -68,7 +73,8 @@ suite() {
 }
 suite test_cuda "$build/tests/cuda/test_cuda" >"$work/r_test_cuda"
 suite test_nccl "$build/tests/cuda/test_nccl" >"$work/r_test_nccl"
-cat "$work/r_test_cuda" "$work/r_test_nccl"
+suite test_engine_placement "$build/tests/engine/test_engine_placement" >"$work/r_test_placement"
+cat "$work/r_test_cuda" "$work/r_test_nccl" "$work/r_test_placement"
 
 # The training runs and the table.
 PEAK=$peak "$python" - "$build" "$data" "$work" <<'EOF'
@@ -199,11 +205,36 @@ rc, lines, wall, err, _ = run(mlp_bf16, "mlp_bf16", threads)
 rows.append(("wide MLP, mixed_bfloat16, device_type gpu",
              "ran" if rc == 0 else f"refused (exit {rc}): {err.strip().splitlines()[-1][:200]}"))
 
+# Model parallelism: the wide MLP's last three layers on the job's second GPU.
+try:
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    n_gpus = sum(1 for l in listed.splitlines() if l.startswith("GPU"))
+except OSError:
+    n_gpus = 0
+if n_gpus >= 2:
+    split = json.loads(json.dumps(mlp))
+    split.pop("profile")
+    split["resources"]["devices"] = 2
+    for layer in split["model"]["layers"][-3:]:
+        layer["device"] = "cuda:1"
+    rc, lines, wall, err, _ = run(split, "mlp_split", threads)
+    if rc == 0:
+        at = {l["step"]: t for t, l in lines if "metrics" in l and "loss" in l["metrics"]}
+        split_ms = (at[W + S] - at[W]) / S * 1e3
+        rows.append(("wide MLP, float32, split over cuda:0 and cuda:1",
+                     f"{split_ms:.1f} ms/step (one GPU: "
+                     + (f"{ms:.1f}" if "ms" in globals() else "n/a") + " ms/step)"))
+    else:
+        rows.append(("wide MLP, split over two GPUs", f"FAILED (exit {rc}): {err.strip()[-300:]}"))
+        failed = True
+else:
+    rows.append(("wide MLP, split over two GPUs", f"skipped: {n_gpus} GPU(s) here"))
+
 print()
 print("| check | result |")
 print("|---|---|")
-for r in open(os.path.join(work, "r_test_cuda")).read().splitlines() + \
-        open(os.path.join(work, "r_test_nccl")).read().splitlines():
+for r in [l for f in ("r_test_cuda", "r_test_nccl", "r_test_placement")
+          for l in open(os.path.join(work, f)).read().splitlines()]:
     name, _, res = r.partition(": ")
     print(f"| {name} | {res} |")
 for name, res in rows:
