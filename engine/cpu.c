@@ -164,20 +164,16 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
   return epilogue;
 }
 
-/* An f32 matmul through kn_sgemm_run: A read in place as a convolution's
- * columns when it is a padded input (KN_OP_CONV_PAD), B as a max pool's
- * gradient when the matmul reads one (its argmax mark: inputs (A, dy, the
- * pool)), a fused one's bias and relu applied on the way, and op(B)'s row
- * sums into b_sums when set. Returns whether the epilogue ran. */
-static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, float *b_sums) {
+/* The arguments of an f32 matmul's GEMM (f32_gemm); cols and pool hold
+ * what they point to. */
+static kn_sgemm_args f32_gemm_args(kn_graph *g, const kn_node_rec *n, const matmul_shape *s,
+                                   float *b_sums, kn_conv_cols *cols, kn_pool_grad_b *pool) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
-  kn_conv_cols cols;
-  if (A->op == KN_OP_CONV_PAD) conv_cols_of(g, A, &cols);
-  kn_pool_grad_b pool;
+  if (A->op == KN_OP_CONV_PAD) conv_cols_of(g, A, cols);
   if (n->argmax) {
     const kn_node_rec *P = &g->nodes[n->inputs[2]];
-    pool = (kn_pool_grad_b){
+    *pool = (kn_pool_grad_b){
         P->data,    B->data,   n->attr.matmul.pool_h, n->attr.matmul.pool_w, P->dims[1],
         P->dims[2], P->dims[3]};
   }
@@ -188,17 +184,73 @@ static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, fl
                            .k = s->k,
                            .a = A->data,
                            .lda = s->lda,
-                           .cols = A->op == KN_OP_CONV_PAD ? &cols : NULL,
+                           .cols = A->op == KN_OP_CONV_PAD ? cols : NULL,
                            .b = B->data,
                            .ldb = s->ldb,
-                           .pool = n->argmax ? &pool : NULL,
+                           .pool = n->argmax ? pool : NULL,
                            .c = n->data,
                            .ldc = s->n,
                            .bias = fused ? g->nodes[n->inputs[2]].data : NULL,
                            .relu = fused && n->attr.matmul.relu,
                            .b_sums = b_sums};
+  return x;
+}
+
+/* An f32 matmul through kn_sgemm_run: A read in place as a convolution's
+ * columns when it is a padded input (KN_OP_CONV_PAD), B as a max pool's
+ * gradient when the matmul reads one (its argmax mark: inputs (A, dy, the
+ * pool)), a fused one's bias and relu applied on the way, and op(B)'s row
+ * sums into b_sums when set. Returns whether the epilogue ran. */
+static int f32_gemm(kn_graph *g, const kn_node_rec *n, const matmul_shape *s, float *b_sums) {
+  kn_conv_cols cols;
+  kn_pool_grad_b pool;
+  const kn_sgemm_args x = f32_gemm_args(g, n, s, b_sums, &cols, &pool);
   return kn_sgemm_run(g, &x);
 }
+
+/* The matmul a batch norm was folded into (the bn_fold pass), in a
+ * forward-only run. With its moving statistics the norm is y = (x - mean)
+ * s + beta, s = gamma / sqrt(var + eps), so y = A (B s) + ((bias - mean) s
+ * + beta): B's columns scaled into the graph's fold buffer, that sum as
+ * the bias, and the norm's relu as the epilogue, written where the batch
+ * norm's output lives (whose kernel then runs nothing). The same values to
+ * rounding; training runs are untouched. */
+static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
+  const kn_node_rec *N = &g->nodes[n->bn_fold - 1], *S = &g->nodes[N->inputs[1]];
+  const float *mm = g->nodes[S->inputs[1]].data, *mv = g->nodes[S->inputs[2]].data;
+  const float *gamma = g->nodes[N->inputs[2]].data, *beta = g->nodes[N->inputs[3]].data;
+  const float *bias = n->op == KN_OP_MATMUL_BIAS_ACT ? g->nodes[n->inputs[2]].data : NULL;
+  const float *w = g->nodes[n->inputs[1]].data;
+  const matmul_shape s = matmul_shape_of(g, n);
+  float *wf = g->bn_fold_buf, *scale = wf + (size_t)s.k * s.n, *shift = scale + s.n;
+  const double eps = S->attr.bn.epsilon;
+  for (int c = 0; c < s.n; c++) {
+    /* as bn_stats and bn_apply take them from the moving statistics */
+    scale[c] = (float)(1.0 / sqrt((double)mv[c] + eps)) * gamma[c];
+    shift[c] = ((bias ? bias[c] : 0.0f) - mm[c]) * scale[c] + beta[c];
+  }
+  for (int k = 0; k < s.k; k++)
+    for (int c = 0; c < s.n; c++) wf[(size_t)k * s.n + c] = w[(size_t)k * s.ldb + c] * scale[c];
+  kn_conv_cols cols;
+  kn_pool_grad_b pool;
+  kn_sgemm_args x = f32_gemm_args(g, n, &s, NULL, &cols, &pool);
+  x.b = wf;
+  x.ldb = s.n;
+  x.c = N->data;
+  x.ldc = s.n;
+  x.bias = shift;
+  x.relu = N->fused_relu != 0;
+  g->gemm_calls[KN_GEMM_SGEMM]++;
+  if (kn_sgemm_run(g, &x)) return;
+  float *y = N->data; /* OpenBLAS's product: the epilogue after it */
+  for (int r = 0; r < s.m; r++) {
+    for (int c = 0; c < s.n; c++) {
+      const float v = y[(size_t)r * s.n + c] + shift[c];
+      y[(size_t)r * s.n + c] = x.relu ? KN_RELU(v) : v;
+    }
+  }
+}
+
 
 /* A stride-1 convolution's input gradient (KN_OP_CONV_INPUT_GRAD): dx's
  * pixels times the kernel turned 180 degrees, the columns read in place

@@ -226,6 +226,7 @@ typedef struct kn_plan_stats {
   int n_bn_relu_grads;        /* relu gradients taken inside a batch norm's backward */
   int n_narrow_copies;        /* bf16 copies written by their value's own kernel */
   int n_concat_views;         /* concatenations and slices that are parts of another's storage */
+  int n_bn_folds;             /* batch norms folded into their matmul for forward-only runs */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -289,7 +290,14 @@ enum {
    * lies in its input (the CPU's concat and slice kernels read and write
    * such parts). The same bits */
   KN_PASS_CONCAT_VIEWS = 4096,
-  KN_PASS_ALL = 8191
+  /* batch norm folded into the convolution or dense layer before it for
+   * forward-only runs (evaluation, prediction), as TensorFlow folds batch
+   * norms for inference: that matmul multiplies by its kernel scaled by
+   * gamma / sqrt(moving variance + epsilon) and adds the shifted bias (and
+   * the norm's relu), writing the norm's output; training runs are
+   * untouched. The same values to rounding; float32 */
+  KN_PASS_BN_FOLD = 8192,
+  KN_PASS_ALL = 16383
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* The unoptimized plan, for debugging and comparison: the same compiled

@@ -87,6 +87,7 @@ void kn_graph_free(kn_graph *g) {
   kn_pool_free(g->pool);
   free(g->gemm_workspace);
   free(g->gemm_scratch);
+  free(g->bn_fold_buf);
   free(g->states);
   free(g->arena);
   free(g);

@@ -157,6 +157,11 @@ typedef struct kn_node_rec {
   /* 1: the node's kernel rounds each value through bf16 as it stores it,
    * in place of a cast that rounded it after (the narrow_copies pass) */
   int round_bf16;
+  /* The bn_fold pass: on a matmul, 1 + the bn_apply whose value it
+   * computes in forward-only runs (its batch norm folded into it); on that
+   * bn_apply, 1 + the matmul (in those runs its own kernel runs nothing,
+   * and the planner keeps its value live from that matmul on). 0: none. */
+  kn_node bn_fold, eval_written_by;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
   kn_node part_of;
@@ -249,6 +254,7 @@ struct kn_graph {
   void (*node_done)(void *ctx, int node);
   void *node_done_ctx;
   void *gemm_scratch;                   /* the bf16 GEMM's packing buffers, one per thread */
+  float *bn_fold_buf; /* a folded matmul's scaled B, scale and shift (bn_fold pass) */
   uint64_t gemm_calls[KN_GEMM_KERNELS]; /* matmul kernel runs per GEMM */
   char error[256];
   int error_code;
@@ -572,7 +578,7 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
-      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views;
+      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views, bn_folds;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
  * passes begin): the passes append at most n_nodes nodes. */
@@ -591,6 +597,8 @@ int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* lower_views.c: the concat_views pass. */
 int kn_lower_concat_views(kn_graph *g);
+/* lower_bn_fold.c: the bn_fold pass. */
+int kn_lower_bn_fold(kn_graph *g);
 /* Pushes an f32 node of op with attrs (NULL: none) and inputs, shaped by
  * its op's rule. */
 kn_node kn_push_op(kn_graph *g, kn_op op, const kn_node_attrs *attrs, int n_inputs, kn_node in0,

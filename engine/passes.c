@@ -293,6 +293,8 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
     st->narrow_copies += kn_lower_narrow_copies(g);
   }
+  /* After fusion (a relu taken into the batch norm goes with it). */
+  if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);
   /* After every pass that may add a reader or drop one. */
   if (passes & KN_PASS_CONCAT_VIEWS) st->concat_views = kn_lower_concat_views(g);
   return 0;

@@ -88,6 +88,8 @@ static void compute_liveness(kn_graph *g, const plan_view *v) {
       n->first_use = n->gemm_pair - 1;
     /* a value an earlier node writes is live from there */
     if (n->written_by && n->written_by - 1 < n->first_use) n->first_use = n->written_by - 1;
+    if (n->eval_written_by && n->eval_written_by - 1 < n->first_use)
+      n->first_use = n->eval_written_by - 1;
   }
 }
 
@@ -233,6 +235,7 @@ static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_st
   stats->n_bn_relu_grads = pass_stats->bn_relu_grads;
   stats->n_narrow_copies = pass_stats->narrow_copies;
   stats->n_concat_views = pass_stats->concat_views;
+  stats->n_bn_folds = pass_stats->bn_folds;
   stats->n_folded = pass_stats->folded;
   stats->n_dead = pass_stats->dead;
   stats->n_inplace = n_inplace;
@@ -448,6 +451,20 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       goto out;
     }
     memset(g->gemm_scratch, 0, bytes);
+  }
+  /* The folded matmuls' scaled B, scale and shift (bn_fold pass). */
+  size_t fold_floats = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->dead || !n->bn_fold) continue;
+    int m, cols, k;
+    kn_matmul_dims(g, n, &m, &cols, &k);
+    const size_t need = (size_t)(k + 2) * (size_t)cols;
+    if (need > fold_floats) fold_floats = need;
+  }
+  if (fold_floats && !(g->bn_fold_buf = malloc(fold_floats * sizeof(float)))) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
+    goto out;
   }
   g->compiled = 1;
   g->batch = 0;
