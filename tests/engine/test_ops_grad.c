@@ -332,6 +332,14 @@ static kn_node c_depthwise_interior(ctx *c) {
   kn_window w = {3, 3, 1, 1, 1, 1, KN_PAD_SAME};
   return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* A 3x3 window dilated by 2 over 17 channels (the nine sums of a block
+ * of 16 held in registers in the weight gradient, and one channel past
+ * it), every tap at some border. */
+static kn_node c_depthwise_dilated_3x3(ctx *c) {
+  int xd[4] = {2, 6, 7, 17}, wd[4] = {3, 3, 17, 1};
+  kn_window w = {3, 3, 1, 1, 2, 2, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
   int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
@@ -448,6 +456,7 @@ CASE(c_depthwise_chunks)
 CASE(c_depthwise_channel_blocks)
 CASE(c_depthwise_chunks_of_blocks)
 CASE(c_depthwise_interior)
+CASE(c_depthwise_dilated_3x3)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -530,6 +539,7 @@ int main(void) {
       T(c_depthwise_channel_blocks),
       T(c_depthwise_chunks_of_blocks),
       T(c_depthwise_interior),
+      T(c_depthwise_dilated_3x3),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
