@@ -377,6 +377,17 @@ static inline kn_node kn_storage_root(const kn_graph *g, kn_node n) {
   while (g->nodes[n].storage == KN_STORE_VIEW) n = g->nodes[n].inputs[0];
   return n;
 }
+/* Whether node x's only live readers among nodes [x + 1, end) are `a` and
+ * `b` (either may be -1). */
+static inline int kn_read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b, int end) {
+  for (int c = x + 1; c < end; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead || c == a || c == b) continue;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] == x) return 0;
+  }
+  return 1;
+}
 /* The elements from one block of x along axis to the next, where a block
  * is `row` elements (the dims from axis on): row, unless x is a part of
  * another node's storage (KN_STORE_PART, along that axis). */

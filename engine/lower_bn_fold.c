@@ -18,13 +18,7 @@
 
 /* Whether node x is read, in forward, by nothing but a and b. */
 static int forward_read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
-  for (int c = x + 1; c < g->n_forward; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead || c == a || c == b) continue;
-    for (int k = 0; k < r->n_inputs; k++)
-      if (r->inputs[k] == x) return 0;
-  }
-  return 1;
+  return kn_read_only_by(g, x, a, b, g->n_forward);
 }
 
 /* The matmul batch norm n may be folded into, or -1. */

@@ -75,13 +75,7 @@ int kn_lower_pool_argmax(kn_graph *g, int max_nodes) {
 
 /* Whether node x's only live readers are `a` and `b` (either may be -1). */
 static int read_only_by(const kn_graph *g, kn_node x, kn_node a, kn_node b) {
-  for (int c = x + 1; c < g->n_nodes; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead || c == a || c == b) continue;
-    for (int k = 0; k < r->n_inputs; k++)
-      if (r->inputs[k] == x) return 0;
-  }
-  return 1;
+  return kn_read_only_by(g, x, a, b, g->n_nodes);
 }
 
 /* The one live node that reads x (however many of its inputs do), or -1
