@@ -251,7 +251,6 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   }
 }
 
-
 /* A stride-1 convolution's input gradient (KN_OP_CONV_INPUT_GRAD): dx's
  * pixels times the kernel turned 180 degrees, the columns read in place
  * from the padded dy; kiln's bf16 GEMM when either operand is bf16. */

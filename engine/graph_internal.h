@@ -253,7 +253,7 @@ struct kn_graph {
    * once its last writer is done (dist.c). */
   void (*node_done)(void *ctx, int node);
   void *node_done_ctx;
-  void *gemm_scratch;                   /* the bf16 GEMM's packing buffers, one per thread */
+  void *gemm_scratch; /* the bf16 GEMM's packing buffers, one per thread */
   float *bn_fold_buf; /* a folded matmul's scaled B, scale and shift (bn_fold pass) */
   uint64_t gemm_calls[KN_GEMM_KERNELS]; /* matmul kernel runs per GEMM */
   char error[256];

@@ -39,8 +39,8 @@ static kn_node foldable_matmul(const kn_graph *g, kn_node bn) {
   }
   const kn_node_rec *M = &g->nodes[m];
   const kn_node_rec *A = &g->nodes[M->inputs[0]], *B = &g->nodes[M->inputs[1]];
-  const int plain = M->op == KN_OP_MATMUL ||
-                    (M->op == KN_OP_MATMUL_BIAS_ACT && !M->attr.matmul.relu);
+  const int plain =
+      M->op == KN_OP_MATMUL || (M->op == KN_OP_MATMUL_BIAS_ACT && !M->attr.matmul.relu);
   if (!plain || M->dead || M->folded || M->keep || M->gemm_pair || M->argmax || M->bn_fold ||
       M->narrow_copy || M->round_bf16 || M->storage != KN_STORE_ARENA ||
       M->device.kind != KN_DEVICE_CPU || M->dtype != KN_F32 || A->dtype != KN_F32 ||

@@ -106,9 +106,9 @@ int kn_lower_concat_views(kn_graph *g) {
     const int axis = S->attr.slice.axis;
     const kn_node x = S->inputs[0];
     const kn_node_rec *X = &g->nodes[x];
-    const int dense = X->storage == KN_STORE_ARENA ||
-                      (X->storage == KN_STORE_VIEW &&
-                       g->nodes[kn_storage_root(g, x)].storage == KN_STORE_ARENA);
+    const int dense =
+        X->storage == KN_STORE_ARENA ||
+        (X->storage == KN_STORE_VIEW && g->nodes[kn_storage_root(g, x)].storage == KN_STORE_ARENA);
     if (X->dtype != S->dtype || X->device.kind != KN_DEVICE_CPU ||
         !(dense || (X->storage == KN_STORE_PART && X->part_axis == axis)) ||
         kn_op_has(g->nodes[kn_storage_root(g, x)].op, KN_OPF_FED) ||

@@ -649,8 +649,8 @@ static int train_main(int argc, char **argv) {
     char gpus[32];
     /* the replicas' GPUs, or those a model split over (model parallelism) */
     const int first = spec.replicas > 1 ? first_gpu : kn_graph_gpu(model.graph);
-    const int last = spec.replicas > 1 ? first_gpu + spec.replicas - 1
-                                       : kn_graph_gpu_last(model.graph);
+    const int last =
+        spec.replicas > 1 ? first_gpu + spec.replicas - 1 : kn_graph_gpu_last(model.graph);
     if (last > first)
       snprintf(gpus, sizeof gpus, "cuda:%d-%d", first, last);
     else
