@@ -1,7 +1,8 @@
 """The PyTorch twins of bench/zoo.py's models: reads the same kiln job spec
 (bench/specs/zoo/*.json) and builds the same layers in PyTorch, with Keras's
 defaults mirrored (glorot-uniform kernels and zero biases, batch norm
-momentum 0.99 -> torch momentum 0.01 and epsilon 1e-3, "same" padding,
+momentum 0.99 -> torch momentum 0.01 and epsilon 1e-3, "same" padding
+(one more cell at the bottom/right where its total is odd, as Keras pads),
 average pools that leave the padding out of the mean, leaky ReLU alpha 0.3,
 exact GELU, Adam with epsilon 1e-7). Images are NCHW here, NHWC in kiln.
 
@@ -49,8 +50,31 @@ def act_fn(name, alpha=None):
 
 def same_pad(k):
     """torch's padding giving Keras's "same" output size for odd kernels
-    (for stride 2 Keras pads one more at the bottom/right; the sizes agree)."""
+    (pools; for stride 2 Keras pads one more at the bottom/right)."""
     return (k[0] // 2, k[1] // 2)
+
+
+def keras_same(k, s, h, w):
+    """Keras's (TensorFlow's) "same" padding of an h x w input as (left,
+    right, top, bottom): the total that gives ceil(size / stride) outputs,
+    the odd cell at the bottom/right (a stride-2 convolution on an even
+    size pads only there)."""
+    def side(size, kk, ss):
+        total = max((-(-size // ss) - 1) * ss + kk - size, 0)
+        return total // 2, total - total // 2
+    (top, bottom), (left, right) = side(h, k[0], s[0]), side(w, k[1], s[1])
+    return left, right, top, bottom
+
+
+def conv_same(conv, k, s, h, w):
+    """conv (built without padding) with Keras's "same" padding in front:
+    torch's own padding argument where it is symmetric, an explicit zero
+    pad where it is not."""
+    left, right, top, bottom = keras_same(k, s, h, w)
+    if left == right and top == bottom:
+        conv.padding = (top, left)
+        return conv
+    return nn.Sequential(nn.ZeroPad2d((left, right, top, bottom)), conv)
 
 
 class Layer(nn.Module):
@@ -80,17 +104,20 @@ class Layer(nn.Module):
             k = pair(spec.get("kernel_size"), 3)
             s = pair(spec.get("strides"), 1)
             same = spec.get("padding", "valid") == "same"
-            pad = same_pad(k) if same else (0, 0)
             bias = spec.get("use_bias", True)
             mult = spec.get("depth_multiplier", 1)
+
+            def padded(conv):
+                return conv_same(conv, k, s, h, w) if same else conv
             if t == "conv2d":
-                self.mod = nn.Conv2d(c, spec["filters"], k, s, pad, bias=bias)
+                self.mod = padded(nn.Conv2d(c, spec["filters"], k, s, 0, bias=bias))
                 oc = spec["filters"]
             elif t == "depthwise_conv2d":
-                self.mod = nn.Conv2d(c, c * mult, k, s, pad, groups=c, bias=bias)
+                self.mod = padded(nn.Conv2d(c, c * mult, k, s, 0, groups=c, bias=bias))
                 oc = c * mult
             else:  # Keras's SeparableConv2D: depthwise without bias, then pointwise
-                self.mod = nn.Sequential(nn.Conv2d(c, c * mult, k, s, pad, groups=c, bias=False),
+                self.mod = nn.Sequential(padded(nn.Conv2d(c, c * mult, k, s, 0, groups=c,
+                                                          bias=False)),
                                          nn.Conv2d(c * mult, spec["filters"], 1, bias=bias))
                 oc = spec["filters"]
             if same:
