@@ -1,13 +1,16 @@
 /* kiln_parity.c — the kiln side of the PyTorch parity test: builds the
- * reference MLP or the every-layer CNN, writes its initial weights as
- * safetensors, generates seeded batches (written out so torch trains on the
- * same ones), trains STEPS steps with one optimizer and writes the losses
- * and the final weights.
+ * reference MLP, the every-layer CNN or the zoo's blocks, writes its
+ * initial weights as safetensors, generates seeded batches (written out so
+ * torch trains on the same ones), trains STEPS steps with one optimizer,
+ * writes the losses and the final weights, then evaluates one more batch
+ * (forward only: batch norm by its moving statistics, with the evaluation
+ * passes) and writes its logits.
  *
- *   kiln-parity mlp|cnn sgd|sgd_nesterov|adam|adamw|rmsprop|adagrad STEPS OUTDIR
+ *   kiln-parity mlp|cnn|branches sgd|sgd_nesterov|adam|adamw|rmsprop|adagrad STEPS OUTDIR
  *
- * OUTDIR gets init.safetensors, final.safetensors, x.bin (f32), y.bin (i32)
- * and losses.txt (one per line). */
+ * OUTDIR gets init.safetensors, final.safetensors, x.bin (f32, STEPS + 1
+ * batches), y.bin (i32), losses.txt (one per line) and eval.bin (the last
+ * batch's logits, f32). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +55,66 @@ static const kn_layer_config cnn_layers[] = {
     {.type = KN_LAYER_AVG_POOL2D, .name = "ap", .pool_size = {2, 2}, .strides = {1, 1}},
     {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
+};
+
+/* The zoo's blocks on (12, 12, 3) inputs, for the kernels and passes the
+ * CNN above does not reach: a stride-2 "same" convolution (Keras pads the
+ * odd cell at the bottom and right) into batch norm and relu (a norm the
+ * evaluation pass folds into the convolution); three branches, depthwise
+ * 3x3 over 16 channels (the kernels' register path), the same dilated by 2,
+ * and a 1x1 convolution with tanh, concatenated (two concatenations the
+ * concat_views pass writes in place); a stride-2 depthwise convolution over
+ * the 40 channels (two blocks of 16 and a tail of 8) into batch norm; global
+ * average pooling and dense layers with gelu and leaky relu. The layers
+ * before a batch norm have no bias, as in Keras models: the norm takes out
+ * its gradient exactly, so what is left is rounding, which Adam's and
+ * RMSProp's normalization would blow up to a learning-rate-sized step that
+ * compares rounding luck, not implementations. */
+static const kn_layer_config branches_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "stem_bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_ACTIVATION, .name = "stem_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D,
+     .name = "dw_a",
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D,
+     .name = "dw_b",
+     .kernel_size = {3, 3},
+     .dilation_rate = {2, 2},
+     .padding = KN_PAD_SAME,
+     .n_inputs = 1,
+     .inputs = {2}},
+    {.type = KN_LAYER_CONV2D,
+     .name = "pw",
+     .filters = 8,
+     .kernel_size = {1, 1},
+     .use_bias = 1,
+     .activation = KN_ACT_TANH,
+     .n_inputs = 1,
+     .inputs = {2}},
+    {.type = KN_LAYER_CONCATENATE, .name = "cat", .n_inputs = 3, .inputs = {3, 4, 5}},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D,
+     .name = "dw_c",
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "dw_c_bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_DENSE, .name = "d1", .units = 16, .use_bias = 1, .activation = KN_ACT_GELU},
+    {.type = KN_LAYER_DENSE,
+     .name = "d2",
+     .units = 12,
+     .use_bias = 1,
+     .activation = KN_ACT_LEAKY_RELU},
     {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
 };
 
@@ -107,12 +170,13 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: kiln-parity mlp|cnn OPTIMIZER STEPS OUTDIR\n");
+    fprintf(stderr, "usage: kiln-parity mlp|cnn|branches OPTIMIZER STEPS OUTDIR\n");
     return 2;
   }
   const char *which = argv[1], *dir = argv[4];
   int steps = atoi(argv[3]);
-  int cnn = strcmp(which, "cnn") == 0;
+  const int branches = strcmp(which, "branches") == 0;
+  const int cnn = strcmp(which, "cnn") == 0 || branches;
   kn_optimizer_config oc;
   if ((!cnn && strcmp(which, "mlp") != 0) || optimizer_by_name(argv[2], &oc) || steps < 1) {
     fprintf(stderr, "kiln-parity: bad model '%s', optimizer '%s' or steps '%s'\n", which, argv[2],
@@ -120,7 +184,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   kn_model_config mc = {.input_ndim = 3, .batch_size = cnn ? CNN_BATCH : MLP_BATCH};
-  if (cnn) {
+  if (branches) {
+    mc.input_shape[0] = 12;
+    mc.input_shape[1] = 12;
+    mc.input_shape[2] = 3;
+    mc.layers = branches_layers;
+    mc.n_layers = (int)(sizeof branches_layers / sizeof branches_layers[0]);
+  } else if (cnn) {
     mc.input_shape[0] = 10;
     mc.input_shape[1] = 10;
     mc.input_shape[2] = 3;
@@ -148,13 +218,20 @@ int main(int argc, char **argv) {
   }
   const int batch = mc.batch_size, classes = cnn ? 5 : 10;
   const size_t ex = m.example_size;
-  float *xs = malloc((size_t)steps * batch * ex * sizeof *xs);
-  int32_t *ys = malloc((size_t)steps * batch * sizeof *ys);
+  const size_t batches = (size_t)steps + 1; /* the last one evaluated */
+  float *xs = malloc(batches * batch * ex * sizeof *xs);
+  int32_t *ys = malloc(batches * batch * sizeof *ys);
   double *losses = malloc((size_t)steps * sizeof *losses);
+  float *logits = malloc((size_t)batch * classes * sizeof *logits);
   kn_rng rng;
   kn_rng_seed(&rng, 99);
+  /* the training batches' images, their labels, then the evaluated batch's */
   for (size_t i = 0; i < (size_t)steps * batch * ex; i++) xs[i] = kn_rng_uniform(&rng);
   for (size_t i = 0; i < (size_t)steps * batch; i++) ys[i] = (int32_t)kn_rng_below(&rng, classes);
+  for (size_t i = (size_t)steps * batch * ex; i < batches * batch * ex; i++)
+    xs[i] = kn_rng_uniform(&rng);
+  for (size_t i = (size_t)steps * batch; i < batches * batch; i++)
+    ys[i] = (int32_t)kn_rng_below(&rng, classes);
   for (int s = 0; s < steps && !rc; s++) {
     memcpy(kn_node_data(m.graph, m.x), xs + (size_t)s * batch * ex, batch * ex * sizeof *xs);
     memcpy(kn_node_data(m.graph, m.y), ys + (size_t)s * batch, batch * sizeof *ys);
@@ -165,8 +242,15 @@ int main(int argc, char **argv) {
   }
   snprintf(path, sizeof path, "%s/final.safetensors", dir);
   if (!rc) rc = kn_checkpoint_write(m.graph, path, 0, NULL, NULL, NULL, err, sizeof err);
-  if (!rc && (write_file(dir, "x.bin", xs, (size_t)steps * batch * ex * sizeof *xs) ||
-              write_file(dir, "y.bin", ys, (size_t)steps * batch * sizeof *ys))) {
+  if (!rc) {
+    memcpy(kn_node_data(m.graph, m.x), xs + (size_t)steps * batch * ex, batch * ex * sizeof *xs);
+    rc = kn_graph_run(m.graph, KN_RUN_FORWARD, batch, err, sizeof err);
+    if (!rc)
+      memcpy(logits, kn_node_data(m.graph, m.logits), (size_t)batch * classes * sizeof *logits);
+  }
+  if (!rc && (write_file(dir, "x.bin", xs, batches * batch * ex * sizeof *xs) ||
+              write_file(dir, "y.bin", ys, batches * batch * sizeof *ys) ||
+              write_file(dir, "eval.bin", logits, (size_t)batch * classes * sizeof *logits))) {
     snprintf(err, sizeof err, "cannot write the batches to %s", dir);
     rc = 1;
   }
@@ -183,6 +267,7 @@ int main(int argc, char **argv) {
   free(xs);
   free(ys);
   free(losses);
+  free(logits);
   kn_optimizer_free(opt);
   kn_model_free(&m);
   return rc ? 1 : 0;
