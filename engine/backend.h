@@ -3,8 +3,9 @@
  * the CUDA backend (backend_cuda.c, over the CUDA module cuda/cuda.h)
  * implement it; placement asks a node's backend whether it can run the
  * node, and the executor hands it the node. Values live in the graph's
- * host arena: a backend whose memory is elsewhere copies a kernel's
- * operands in and its result out (alloc, copy_in, copy_out). */
+ * host arena, and the values of nodes whose kernels run on a GPU in
+ * buffers there too (residency.c), copied across only where a reader
+ * elsewhere needs them. */
 #ifndef KILN_ENGINE_BACKEND_H
 #define KILN_ENGINE_BACKEND_H
 
@@ -36,6 +37,13 @@ typedef struct kn_backend {
 
 extern const kn_backend kn_backend_cpu;  /* cpu.c */
 extern const kn_backend kn_backend_cuda; /* backend_cuda.c */
+
+/* Whether node n runs a kernel of its device's backend: not a value fed,
+ * held in the flat buffers or viewed, nor a copy into a gradient's slot
+ * (which the host makes on any device). */
+static inline int kn_runs_device_kernel(const kn_node_rec *n) {
+  return !kn_op_has(n->op, KN_OPF_FED | KN_OPF_FLAT | KN_OPF_VIEW | KN_OPF_HOST_COPY);
+}
 
 /* The backend of a device kind. */
 static inline const kn_backend *kn_backend_of(kn_device d) {

@@ -1,31 +1,40 @@
 /* backend_cuda.c — the CUDA backend (backend.h) over the CUDA module
  * (cuda/cuda.h): its kernels, as the op table names them (op_table.c),
- * each running one node on the current device, copying its host operands
- * there and its result back. Values fed, held or viewed need no kernel,
- * and a copy between host buffers runs on the host. */
+ * each running one node on its device over the buffers the graph keeps
+ * there (residency.c: the executor has copied in any input that was
+ * elsewhere). Values fed, held or viewed need no kernel, and a copy
+ * between host buffers runs on the host. */
 #include <stdio.h>
 
 #include "backend.h"
 #include "cuda/cuda.h"
 
+/* Node v's buffer on the device n runs on. */
+static void *on(kn_graph *g, const kn_node_rec *n, int v) {
+  return kn_device_data(g, v, n->device.index);
+}
+
 int kn_cuda_kernel_matmul(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
   int m, cols, k;
   kn_matmul_dims(g, n, &m, &cols, &k);
-  return kn_cuda_matmul(g->nodes[n->inputs[0]].data, g->nodes[n->inputs[1]].data, n->data, m, cols,
-                        k, n->attr.matmul.trans_a, n->attr.matmul.trans_b, err, errlen)
+  return kn_cuda_dev_matmul(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                            on(g, n, (int)(n - g->nodes)), m, cols, k, n->attr.matmul.trans_a,
+                            n->attr.matmul.trans_b, err, errlen)
              ? KN_EIO
              : KN_OK;
 }
 
 int kn_cuda_kernel_relu(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  return kn_cuda_relu(g->nodes[n->inputs[0]].data, n->data, kn_node_elems(n, g->batch), err, errlen)
+  return kn_cuda_dev_relu(on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)),
+                          kn_node_elems(n, g->batch), err, errlen)
              ? KN_EIO
              : KN_OK;
 }
 
 int kn_cuda_kernel_relu_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  return kn_cuda_relu_grad(g->nodes[n->inputs[0]].data, g->nodes[n->inputs[1]].data, n->data,
-                           kn_node_elems(n, g->batch), err, errlen)
+  return kn_cuda_dev_relu_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                               on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch), err,
+                               errlen)
              ? KN_EIO
              : KN_OK;
 }

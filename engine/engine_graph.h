@@ -336,6 +336,13 @@ int kn_graph_gpu(const kn_graph *g);
 int kn_graph_gpu_last(const kn_graph *g);
 int kn_node_set_device(kn_graph *g, kn_node n, kn_device d);
 kn_device kn_node_device(const kn_graph *g, kn_node n);
+/* Bytes a compiled graph has copied to its GPUs and back over its life,
+ * and the bytes it holds there. A value stays on the GPU its kernel ran on
+ * and crosses only where a reader elsewhere needs it: the batch and the
+ * parameters in once a run, a value a CPU kernel reads (or a gradient,
+ * for the optimizer on the host) out once. */
+void kn_graph_device_copies(const kn_graph *g, uint64_t *to_devices, uint64_t *to_host,
+                            size_t *held);
 /* Threads for the engine's own kernels (im2col, pooling, elementwise, the
  * GEMMs), started at compile and kept for every run; results are the same
  * for every thread count. OpenBLAS, where it runs the f32 GEMM, has
@@ -400,7 +407,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
 void kn_graph_set_plan_only(kn_graph *g);
 
 /* The node's storage (valid after compile). Inputs are written here before
- * a run; kept nodes are read here after it. */
+ * a run; kept nodes are read here after it. A value the last run computed
+ * on a GPU is copied here first: NULL if that copy fails (the graph keeps
+ * the reason, kn_graph_error). */
 void *kn_node_data(kn_graph *g, kn_node n);
 /* Byte offset and size of a node in the arena (for plan checks); -1 when the
  * node is not arena-planned (parameters, gradients, views). */

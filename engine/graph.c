@@ -79,6 +79,7 @@ kn_graph *kn_graph_new(void) {
 void kn_graph_free(kn_graph *g) {
   if (!g) return;
   kn_unpin_for_gpu(g);
+  kn_residency_free(g);
   free(g->nodes);
   free(g->params);
   free(g->param_buf);

@@ -239,6 +239,16 @@ struct kn_graph {
    * from and to (kn_pin_for_gpu): bit 0 the arena, 1 the parameters, 2 the
    * gradients, when pinned. */
   unsigned pinned;
+  /* Values on GPUs (residency.c): with kernels placed on a GPU, node i's
+   * buffer on cuda:d is mirror[i * KN_MIRROR_DEVICES + d] (NULL: none),
+   * and where[i] says which copies hold its value in the current run (bit
+   * 0 the host's, bit 1 + d device d's). NULL where no kernel runs on a
+   * GPU. Bytes copied each way over the graph's life, and bytes held on
+   * the devices. */
+  void **mirror;
+  uint32_t *where;
+  uint64_t copied_in, copied_out;
+  size_t device_bytes;
   int compiled;
   int batch;              /* rows of the current run */
   int planned_batch;      /* rows memory was planned for (0: no batched input) */
@@ -512,6 +522,24 @@ int kn_graph_places_on_gpu(const kn_graph *g);
 void kn_pin_for_gpu(kn_graph *g, size_t arena_bytes, size_t param_bytes);
 void kn_unpin_for_gpu(kn_graph *g);
 int kn_check_placement(kn_graph *g);
+
+/* residency.c: the buffers on GPUs of the nodes their kernels write and
+ * read (compile: a failure recorded in g), freed with the graph; each
+ * run starts with every value on the host (start); before node i runs,
+ * its inputs are copied to where its kernel runs unless they are there
+ * (before), and after it, its value is where its kernel ran, and on the
+ * host too if it lies in the flat buffers (after).
+ * kn_device_data is node v's buffer on cuda:d; sync copies node i's value
+ * to the host where only a device holds it (kn_node_data does). Every
+ * call but alloc is a no-op for a graph without kernels on a GPU. */
+#define KN_MIRROR_DEVICES 16
+int kn_residency_alloc(kn_graph *g);
+void kn_residency_free(kn_graph *g);
+void kn_residency_start(kn_graph *g);
+int kn_residency_before(kn_graph *g, int i, char *err, size_t errlen);
+int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen);
+void *kn_device_data(kn_graph *g, int v, int d);
+int kn_residency_sync(kn_graph *g, int i, char *err, size_t errlen);
 
 /* The persistent thread pool (pool.c). */
 #define KN_POOL_MAX_THREADS 256

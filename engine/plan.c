@@ -362,6 +362,7 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     }
   }
   for (int i = 0; i < g->n_nodes; i++) resolve_data(g, i);
+  if (kn_residency_alloc(g)) goto out;
   /* Parameters in creation order so a seed means the same weights everywhere
    * (and the same in f64 mode: drawn as floats, then widened). */
   for (int p = 0; p < g->n_params + g->n_states; p++) {
@@ -491,6 +492,11 @@ out:
 
 void *kn_node_data(kn_graph *g, kn_node n) {
   if (!g->compiled || n < 0 || n >= g->n_nodes) return NULL;
+  char err[512];
+  if (kn_residency_sync(g, n, err, sizeof err)) { /* only a device held it, and the copy failed */
+    kn_graph_fail(g, KN_EIO, "%s", err);
+    return NULL;
+  }
   return g->nodes[n].data;
 }
 
@@ -525,11 +531,15 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
   /* Parameters that no gradient reaches keep the zero slot set at compile. */
   int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
   const int profiling = kn_profile_recording(g->profile);
+  kn_residency_start(g);
   for (int i = 0; i < end; i++) {
     if (g->nodes[i].dead || g->nodes[i].folded) continue;
     const double start = profiling ? kn_profile_now() : 0.0;
-    /* its device's backend; the f64 reference mode runs on the CPU only */
-    int rc = kn_backend_of(g->nodes[i].device)->run(g, i, err, errlen);
+    /* its inputs where its kernel runs, then its device's backend; the
+     * f64 reference mode runs on the CPU only */
+    int rc = kn_residency_before(g, i, err, errlen);
+    if (!rc) rc = kn_backend_of(g->nodes[i].device)->run(g, i, err, errlen);
+    if (!rc) rc = kn_residency_after(g, i, err, errlen);
     if (rc) return rc;
     if (profiling) kn_profile_node(g->profile, g, i, start, kn_profile_now());
     if (g->node_done && mode == KN_RUN_TRAIN) g->node_done(g->node_done_ctx, i);

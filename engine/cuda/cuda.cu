@@ -1,11 +1,12 @@
-/* cuda.cu — the CUDA backend: device discovery and selection, sgemm on
- * host row-major buffers through cuBLAS, and relu and its gradient with own
- * kernels; the graph runs nodes placed on cuda:N through them (placement.c).
- * Built only with KILN_CUDA=ON; C callers see the extern "C" face in cuda.h.
- * Each call copies in, computes and copies out: values stay in the graph's
- * host arena, so a node on a GPU and one on the CPU read each other's
- * outputs as they are. The device memory and cuBLAS handle they use are
- * the calling thread's, kept between calls. */
+/* cuda.cu — the CUDA backend: device discovery and selection, device
+ * memory and copies, sgemm through cuBLAS, and relu and its gradient with
+ * own kernels. Built only with KILN_CUDA=ON; C callers see the extern "C"
+ * face in cuda.h. The dev_ kernels work on device buffers and only queue
+ * work on the default stream: the graph keeps the values of nodes placed
+ * on cuda:N on that device between nodes (residency.c), and a copy out
+ * waits for them. The others take host buffers and copy in, compute and
+ * copy out (tests, probes). The cuBLAS handle and staging memory they use
+ * are the calling thread's, kept between calls. */
 #include "cuda_module.h"
 
 #include <cublas_v2.h>
@@ -194,6 +195,28 @@ cleanup:
   return rc;
 }
 
+/* c = op(a) op(b) on device buffers, row-major with tight leading
+ * dimensions, queued on the default stream.
+ *
+ * cuBLAS is column-major, and a row-major (r, s) buffer read column-major
+ * is its transpose. So the row-major C (m, n) is a column-major C^T (n, m)
+ * and we ask cuBLAS for C^T = op(B)^T op(A)^T: b goes first, each operand
+ * keeps its own transpose flag, m and n swap. Leading dimensions are the
+ * row lengths of the buffers as stored. */
+static int sgemm(cublasHandle_t handle, const float *d_a, const float *d_b, float *d_c, int m,
+                 int n, int k, int trans_a, int trans_b, char *err, size_t errlen) {
+  int rc = -1;
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  KN_CUBLAS_CHECK(
+      cublasSgemm(handle, op_b, op_a, n, m, k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, n));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const float *b, float *c,
                                                       int m, int n, int k, int trans_a, int trans_b,
                                                       char *err, size_t errlen) {
@@ -202,10 +225,7 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const floa
   float *d_a = nullptr; // (m, k) or (k, m), as on the host
   float *d_b = nullptr; // (k, n) or (n, k)
   float *d_c = nullptr; // (m, n)
-  const float alpha = 1.0f, beta = 0.0f;
   size_t a_bytes = 0, b_bytes = 0, c_bytes = 0;
-  int lda = 0, ldb = 0;
-  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
 
   if (m < 0 || n < 0 || k < 0) {
     set_err(err, errlen, "kn_cuda_matmul: sizes must be >= 0, got m=%d n=%d k=%d", m, n, k);
@@ -235,23 +255,37 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const floa
   d_c = d_b + b_bytes / sizeof(float);
   KN_CUDA_CHECK(cudaMemcpy(d_a, a, a_bytes, cudaMemcpyHostToDevice));
   KN_CUDA_CHECK(cudaMemcpy(d_b, b, b_bytes, cudaMemcpyHostToDevice));
-
-  /* cuBLAS is column-major, and a row-major (r, s) buffer read column-major
-   * is its transpose. So the row-major C (m, n) is a column-major C^T (n, m)
-   * and we ask cuBLAS for C^T = op(B)^T op(A)^T: b goes first, each operand
-   * keeps its own transpose flag, m and n swap. Leading dimensions are the
-   * row lengths of the buffers as stored on the host. */
-  op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  lda = trans_a ? m : k;
-  ldb = trans_b ? k : n;
-  KN_CUBLAS_CHECK(
-      cublasSgemm(w->handle, op_b, op_a, n, m, k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, n));
+  if (sgemm(w->handle, d_a, d_b, d_c, m, n, k, trans_a, trans_b, err, errlen) != 0) return -1;
   /* A blocking copy on the default stream, which cuBLAS also uses: it waits
    * for the sgemm and reports any error the kernel raised. */
   KN_CUDA_CHECK(cudaMemcpy(c, d_c, c_bytes, cudaMemcpyDeviceToHost));
   rc = 0;
 
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c,
+                                                          int m, int n, int k, int trans_a,
+                                                          int trans_b, char *err, size_t errlen) {
+  int rc = -1;
+  workspace *w = nullptr;
+  if (m < 0 || n < 0 || k < 0) {
+    set_err(err, errlen, "kn_cuda_dev_matmul: sizes must be >= 0, got m=%d n=%d k=%d", m, n, k);
+    return -1;
+  }
+  if (m == 0 || n == 0) return 0;
+  if (!a || !b || !c) {
+    set_err(err, errlen, "kn_cuda_dev_matmul: a, b and c must not be NULL (m=%d n=%d k=%d)", m,
+            n, k);
+    return -1;
+  }
+  if (k == 0) { /* a sum over nothing, as cblas_sgemm with beta = 0 */
+    KN_CUDA_CHECK(cudaMemsetAsync(c, 0, (size_t)m * (size_t)n * sizeof(float), 0));
+    return 0;
+  }
+  w = workspace_for(0, 1, err, errlen);
+  if (w) rc = sgemm(w->handle, a, b, c, m, n, k, trans_a, trans_b, err, errlen);
 cleanup:
   return rc;
 }
@@ -308,6 +342,41 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const 
   KN_CUDA_CHECK(cudaMemcpy(dx, d_dy, bytes, cudaMemcpyDeviceToHost));
   rc = 0;
 
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n,
+                                                        char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (!x || !y) {
+    set_err(err, errlen, "kn_cuda_dev_relu: x and y must not be NULL (n=%zu)", n);
+    return -1;
+  }
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  relu_kernel<<<blocks, RELU_THREADS>>>(x, y, n);
+  KN_CUDA_CHECK(cudaGetLastError()); /* launch errors; faults surface at the next copy out */
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_relu_grad(const float *dy, const float *y,
+                                                             float *dx, size_t n, char *err,
+                                                             size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (!dy || !y || !dx) {
+    set_err(err, errlen, "kn_cuda_dev_relu_grad: dy, y and dx must not be NULL (n=%zu)", n);
+    return -1;
+  }
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  relu_grad_kernel<<<blocks, RELU_THREADS>>>(dy, y, dx, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
 cleanup:
   return rc;
 }

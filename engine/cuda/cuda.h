@@ -41,6 +41,16 @@ int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen);
 int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                       size_t errlen);
 
+/* The same three on device buffers of the current device (kn_cuda_alloc),
+ * queued on its default stream without copies: the graph's kernels, over
+ * values kept on the device (residency.c). A fault in the queued work
+ * surfaces at the next kn_cuda_copy_out, which waits for it. */
+int kn_cuda_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k, int trans_a,
+                       int trans_b, char *err, size_t errlen);
+int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen);
+int kn_cuda_dev_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                          size_t errlen);
+
 /* Makes device the calling thread's current one (cudaSetDevice), after
  * checking it exists. */
 int kn_cuda_set_device(int device, char *err, size_t errlen);

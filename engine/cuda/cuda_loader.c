@@ -26,6 +26,9 @@ static struct {
   int (*matmul)(const float *, const float *, float *, int, int, int, int, int, char *, size_t);
   int (*relu)(const float *, float *, size_t, char *, size_t);
   int (*relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
+  int (*dev_matmul)(const float *, const float *, float *, int, int, int, int, int, char *, size_t);
+  int (*dev_relu)(const float *, float *, size_t, char *, size_t);
+  int (*dev_relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
   int (*set_device)(int, char *, size_t);
   int (*alloc)(int, size_t, void **, char *, size_t);
   void (*free)(int, void *);
@@ -82,6 +85,9 @@ static void open_module(void) {
   FIND(matmul, "kiln_cuda_module_matmul");
   FIND(relu, "kiln_cuda_module_relu");
   FIND(relu_grad, "kiln_cuda_module_relu_grad");
+  FIND(dev_matmul, "kiln_cuda_module_dev_matmul");
+  FIND(dev_relu, "kiln_cuda_module_dev_relu");
+  FIND(dev_relu_grad, "kiln_cuda_module_dev_relu_grad");
   FIND(set_device, "kiln_cuda_module_set_device");
   FIND(alloc, "kiln_cuda_module_alloc");
   FIND(free, "kiln_cuda_module_free");
@@ -132,6 +138,21 @@ int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
 int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                       size_t errlen) {
   return loaded(err, errlen) ? mod.relu_grad(dy, y, dx, n, err, errlen) : -1;
+}
+
+int kn_cuda_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k, int trans_a,
+                       int trans_b, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen)
+                             : -1;
+}
+
+int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_relu(x, y, n, err, errlen) : -1;
+}
+
+int kn_cuda_dev_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                          size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_relu_grad(dy, y, dx, n, err, errlen) : -1;
 }
 
 int kn_cuda_set_device(int device, char *err, size_t errlen) {

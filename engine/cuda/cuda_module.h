@@ -26,6 +26,13 @@ KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, size_t n, cha
                                          size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_t n,
                                               char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c, int m,
+                                               int n, int k, int trans_a, int trans_b, char *err,
+                                               size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,
+                                             size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_relu_grad(const float *dy, const float *y, float *dx,
+                                                  size_t n, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_alloc(int device, size_t bytes, void **out, char *err,
                                           size_t errlen);

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,34 @@ int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_
   return 0;
 }
 
-/* Device memory is host memory. */
+/* Device memory is host memory, so the kernels on device buffers are the
+ * ones above. */
+int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k,
+                                int trans_a, int trans_b, char *err, size_t errlen) {
+  return kiln_cuda_module_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen);
+}
+
+int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
+  return kiln_cuda_module_relu(x, y, n, err, errlen);
+}
+
+int kiln_cuda_module_dev_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
+                                   size_t errlen) {
+  return kiln_cuda_module_relu_grad(dy, y, dx, n, err, errlen);
+}
+
+/* Bytes copied in and out since the module was opened (the tests read
+ * them: values kept on a device are not copied between its kernels). */
+static _Atomic size_t copied_in, copied_out;
+
+size_t kiln_host_gpus_copied_in(void) {
+  return copied_in;
+}
+
+size_t kiln_host_gpus_copied_out(void) {
+  return copied_out;
+}
+
 int kiln_cuda_module_alloc(int device, size_t bytes, void **out, char *err, size_t errlen) {
   *out = NULL;
   if (check_device(device, err, errlen)) return -1;
@@ -98,6 +126,7 @@ int kiln_cuda_module_copy_in(int device, void *dst, const void *host, size_t byt
                              size_t errlen) {
   if (check_device(device, err, errlen)) return -1;
   if (bytes) memcpy(dst, host, bytes);
+  copied_in += bytes;
   return 0;
 }
 
@@ -105,6 +134,7 @@ int kiln_cuda_module_copy_out(int device, void *host, const void *src, size_t by
                               size_t errlen) {
   if (check_device(device, err, errlen)) return -1;
   if (bytes) memcpy(host, src, bytes);
+  copied_out += bytes;
   return 0;
 }
 

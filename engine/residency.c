@@ -1,0 +1,178 @@
+/* residency.c — values on GPUs. A node whose kernel runs on cuda:d writes
+ * its value into a buffer of its own on that device, and reads its inputs
+ * from buffers there; nothing is copied between two kernels on one
+ * device. A value crosses only where a reader needs it elsewhere: to the
+ * host for a CPU kernel, a view, a gradient's slot in the flat buffer (the
+ * optimizer runs on the host; a gradient a kernel writes straight into its
+ * slot is copied there as soon as it is computed) or a caller's
+ * kn_node_data; to a device from
+ * the host (the batch, the parameters: once per run each, whatever number
+ * of kernels read them) or, through the host, from another device (no peer
+ * copies yet).
+ *
+ * Per node, where[i] says which copies hold its current value: bit 0 the
+ * host's (its place in the arena or the flat buffers), bit 1 + d device
+ * d's (mirror[i * KN_MIRROR_DEVICES + d], allocated at compile for every
+ * node a kernel on d writes or reads). Each run starts with every value on
+ * the host: the caller fed the batch there, and the optimizer updated the
+ * parameters there. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend.h"
+#include "cuda/cuda.h"
+
+#define HOST         1u
+#define ON_DEVICE(d) (2u << (d))
+
+static void **mirror_at(kn_graph *g, int i, int d) {
+  return &g->mirror[(size_t)i * KN_MIRROR_DEVICES + d];
+}
+
+/* The device whose kernel runs node i, or -1 where it runs on the host. */
+static int kernel_device(const kn_graph *g, int i) {
+  const kn_node_rec *n = &g->nodes[i];
+  return n->device.kind == KN_DEVICE_CUDA && kn_runs_device_kernel(n) ? n->device.index : -1;
+}
+
+static size_t value_bytes(const kn_graph *g, const kn_node_rec *n, int batch) {
+  return kn_node_elems(n, batch) * kn_graph_elem_size(g, n->dtype);
+}
+
+int kn_residency_alloc(kn_graph *g) {
+  int any = 0;
+  for (int i = 0; i < g->n_nodes && !any; i++) any = !g->nodes[i].dead && kernel_device(g, i) >= 0;
+  if (!any) return KN_OK;
+  g->mirror = calloc((size_t)g->n_nodes * KN_MIRROR_DEVICES, sizeof *g->mirror);
+  g->where = malloc((size_t)g->n_nodes * sizeof *g->where);
+  if (!g->mirror || !g->where) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory for the GPU buffers' table");
+    return KN_ENOMEM;
+  }
+  for (int i = 0; i < g->n_nodes; i++) g->where[i] = HOST;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const int d = g->nodes[i].dead ? -1 : kernel_device(g, i);
+    if (d < 0) continue;
+    if (d >= KN_MIRROR_DEVICES) {
+      kn_graph_fail(g, KN_EINVAL,
+                    "compile: node '%s' is placed on cuda:%d; a graph keeps values on cuda:0 to "
+                    "cuda:%d",
+                    g->nodes[i].name, d, KN_MIRROR_DEVICES - 1);
+      return KN_EINVAL;
+    }
+    const kn_node_rec *n = &g->nodes[i];
+    for (int k = -1; k < n->n_inputs; k++) {
+      const int v = k < 0 ? i : n->inputs[k];
+      const kn_node_rec *x = &g->nodes[v];
+      if (*mirror_at(g, v, d)) continue;
+      if (x->storage == KN_STORE_PART) { /* laid out with a pitch: not one block */
+        kn_graph_fail(g, KN_EINVAL,
+                      "compile: node '%s' on cuda:%d reads '%s', which lies inside a "
+                      "concatenation's storage; place it on cpu",
+                      n->name, d, x->name);
+        return KN_EINVAL;
+      }
+      char err[256];
+      const size_t bytes = kn_node_planned_bytes(g, x);
+      if (kn_cuda_alloc(d, bytes, mirror_at(g, v, d), err, sizeof err) != 0) {
+        kn_graph_fail(g, KN_ENOMEM, "compile: %zu bytes on cuda:%d for '%s': %s", bytes, d, x->name,
+                      err);
+        return KN_ENOMEM;
+      }
+      g->device_bytes += bytes;
+    }
+  }
+  return KN_OK;
+}
+
+void kn_residency_free(kn_graph *g) {
+  if (g->mirror)
+    for (size_t j = 0; j < (size_t)g->n_nodes * KN_MIRROR_DEVICES; j++)
+      kn_cuda_free((int)(j % KN_MIRROR_DEVICES), g->mirror[j]);
+  free(g->mirror);
+  free(g->where);
+  g->mirror = NULL;
+  g->where = NULL;
+}
+
+void kn_residency_start(kn_graph *g) {
+  if (!g->where) return;
+  for (int i = 0; i < g->n_nodes; i++) g->where[i] = HOST;
+}
+
+/* Node v's value on the host, copied from a device that holds it. */
+static int to_host(kn_graph *g, int v, char *err, size_t errlen) {
+  if (g->where[v] & HOST) return KN_OK;
+  kn_node_rec *x = &g->nodes[v];
+  for (int d = 0; d < KN_MIRROR_DEVICES; d++) {
+    if (!(g->where[v] & ON_DEVICE(d))) continue;
+    const size_t bytes = value_bytes(g, x, g->batch);
+    char why[256];
+    if (kn_cuda_copy_out(d, x->data, *mirror_at(g, v, d), bytes, why, sizeof why) != 0) {
+      snprintf(err, errlen, "run: copying '%s' from cuda:%d: %s", x->name, d, why);
+      return KN_EIO;
+    }
+    g->copied_out += bytes;
+    g->where[v] |= HOST;
+    return KN_OK;
+  }
+  snprintf(err, errlen, "run: '%s' is read before it is computed", x->name);
+  return KN_ESTATE;
+}
+
+/* Node v's value on device d, from the host (copied there first if
+ * another device holds it). */
+static int to_device(kn_graph *g, int v, int d, char *err, size_t errlen) {
+  if (g->where[v] & ON_DEVICE(d)) return KN_OK;
+  int rc = to_host(g, v, err, errlen);
+  if (rc) return rc;
+  const kn_node_rec *x = &g->nodes[v];
+  const size_t bytes = value_bytes(g, x, g->batch);
+  char why[256];
+  if (kn_cuda_copy_in(d, *mirror_at(g, v, d), x->data, bytes, why, sizeof why) != 0) {
+    snprintf(err, errlen, "run: copying '%s' to cuda:%d: %s", x->name, d, why);
+    return KN_EIO;
+  }
+  g->copied_in += bytes;
+  g->where[v] |= ON_DEVICE(d);
+  return KN_OK;
+}
+
+int kn_residency_before(kn_graph *g, int i, char *err, size_t errlen) {
+  if (!g->where) return KN_OK;
+  const kn_node_rec *n = &g->nodes[i];
+  const int d = kernel_device(g, i);
+  for (int k = 0; k < n->n_inputs; k++) {
+    const int rc =
+        d >= 0 ? to_device(g, n->inputs[k], d, err, errlen) : to_host(g, n->inputs[k], err, errlen);
+    if (rc) return rc;
+  }
+  return KN_OK;
+}
+
+int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen) {
+  if (!g->where) return KN_OK;
+  const int d = kernel_device(g, i);
+  g->where[i] = d >= 0 ? ON_DEVICE(d) : HOST;
+  /* A value in the flat buffers (a gradient in its slot) is read there,
+   * by the optimizer and the gradient hooks: on the host at once. */
+  const kn_storage s = g->nodes[i].storage;
+  if (d >= 0 && (s == KN_STORE_PARAM || s == KN_STORE_GRAD || s == KN_STORE_STATE))
+    return to_host(g, i, err, errlen);
+  return KN_OK;
+}
+
+void *kn_device_data(kn_graph *g, int v, int d) {
+  return *mirror_at(g, v, d);
+}
+
+int kn_residency_sync(kn_graph *g, int i, char *err, size_t errlen) {
+  return g->where ? to_host(g, i, err, errlen) : KN_OK;
+}
+
+void kn_graph_device_copies(const kn_graph *g, uint64_t *to_devices, uint64_t *to_host,
+                            size_t *held) {
+  if (to_devices) *to_devices = g->copied_in;
+  if (to_host) *to_host = g->copied_out;
+  if (held) *held = g->device_bytes;
+}
