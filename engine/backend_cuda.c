@@ -39,6 +39,27 @@ int kn_cuda_kernel_relu_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errl
              : KN_OK;
 }
 
+/* y = x + b over rows of b's length (a dense layer's bias), then relu
+ * where a pass fused it. */
+int kn_cuda_kernel_bias_add(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const size_t cols = kn_node_elems(&g->nodes[n->inputs[1]], 0);
+  return kn_cuda_dev_bias_add(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                              on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch) / cols,
+                              cols, n->fused_relu != 0, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* out[c] = the sum of column c of x's rows (a bias's gradient). */
+int kn_cuda_kernel_reduce_rows(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const size_t cols = kn_node_elems(n, 0);
+  return kn_cuda_dev_reduce_rows(on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)),
+                                 kn_node_elems(&g->nodes[n->inputs[0]], g->batch) / cols, cols, err,
+                                 errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
 /* Ops whose value needs no kernel: data fed or held in the flat buffers,
  * and views. They live in host memory on any device. */
 static int storage_only(kn_op op) {
@@ -47,7 +68,9 @@ static int storage_only(kn_op op) {
 
 /* The op's CUDA kernel where n and its inputs are float32. */
 static kn_kernel_fn cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
-  if (n->dtype != KN_F32) return NULL;
+  /* f32, and as built: a pass's pairing of a bias gradient with its GEMM
+   * (which passes leave alone on GPU graphs) is the CPU's */
+  if (n->dtype != KN_F32 || n->gemm_pair) return NULL;
   for (int k = 0; k < n->n_inputs; k++)
     if (g->nodes[n->inputs[k]].dtype != KN_F32) return NULL;
   return kn_op_def_of(n->op)->cuda;

@@ -280,9 +280,12 @@ KN_CPU_KERNEL_DECL(bce_logits_grad)
 KN_CPU_KERNEL_DECL(top_k)
 KN_CPU_KERNEL_DECL(cast)
 
-/* CUDA kernels (backend_cuda.c): float32 matmul, relu and its gradient. */
+/* CUDA kernels (backend_cuda.c): float32 matmul, relu and its gradient, a
+ * bias added to rows and a bias's gradient. */
 int kn_cuda_kernel_matmul(KN_KERNEL_ARGS);
 int kn_cuda_kernel_relu(KN_KERNEL_ARGS);
 int kn_cuda_kernel_relu_grad(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bias_add(KN_KERNEL_ARGS);
+int kn_cuda_kernel_reduce_rows(KN_KERNEL_ARGS);
 
 #endif

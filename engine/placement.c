@@ -1,9 +1,9 @@
 /* placement.c — where each node's kernel runs. Every node carries a device
  * (cpu or cuda:N, kn_node_set_device); compile checks that each placement
  * can run here, asking the backend of its device (backend.h), and the
- * executor hands the node to that backend. Values stay in the graph's host arena: a CUDA
- * kernel copies its operands to its device and its result back, so nodes
- * on different devices read each other's outputs as they are. */
+ * executor hands the node to that backend. A CUDA kernel's value stays on
+ * its device (residency.c) and is copied across where a reader elsewhere
+ * needs it. */
 
 #include "backend.h"
 #include "cuda/cuda.h"
@@ -108,8 +108,8 @@ int kn_check_placement(kn_graph *g) {
     if (!be->supports(g, n)) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' (%s) is placed on %s, but kiln's CUDA backend has no "
-                    "kernel for it (it runs float32 matmul, relu and relu's gradient; copies run "
-                    "on the host); place it on cpu",
+                    "kernel for it (it runs float32 matmul, relu and relu's gradient, bias_add "
+                    "and reduce_rows; copies run on the host); place it on cpu",
                     n->name, kn_op_name(n->op), where);
       return KN_EINVAL;
     }

@@ -1,6 +1,7 @@
 /* cuda.cu — the CUDA backend: device discovery and selection, device
- * memory and copies, sgemm through cuBLAS, and relu and its gradient with
- * own kernels. Built only with KILN_CUDA=ON; C callers see the extern "C"
+ * memory and copies, sgemm through cuBLAS, and own kernels for relu and
+ * its gradient, a bias added to rows and the sum of rows (a bias's
+ * gradient). Built only with KILN_CUDA=ON; C callers see the extern "C"
  * face in cuda.h. The dev_ kernels work on device buffers and only queue
  * work on the default stream: the graph keeps the values of nodes placed
  * on cuda:N on that device between nodes (residency.c), and a copy out
@@ -136,6 +137,27 @@ static __global__ void relu_grad_kernel(const float *dy, const float *y, float *
   size_t stride = (size_t)blockDim.x * gridDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
     dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
+}
+
+/* y = x + b[column], relu after where asked; grid-stride. */
+static __global__ void bias_add_kernel(const float *x, const float *b, float *y, size_t rows,
+                                       size_t cols, int relu) {
+  const size_t n = rows * cols, stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = x[i] + b[i % cols];
+    y[i] = relu && v < 0.0f ? 0.0f : v;
+  }
+}
+
+/* out[c] = sum of x[r][c] over the rows, one thread a column (neighbouring
+ * threads read neighbouring floats of each row), rows in order. */
+static __global__ void reduce_rows_kernel(const float *x, float *out, size_t rows, size_t cols) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride) {
+    float sum = 0.0f;
+    for (size_t r = 0; r < rows; r++) sum += x[r * cols + c];
+    out[c] = sum;
+  }
 }
 
 /* Enough blocks of RELU_THREADS to fill every SM of the current device, no
@@ -276,8 +298,8 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const 
   }
   if (m == 0 || n == 0) return 0;
   if (!a || !b || !c) {
-    set_err(err, errlen, "kn_cuda_dev_matmul: a, b and c must not be NULL (m=%d n=%d k=%d)", m,
-            n, k);
+    set_err(err, errlen, "kn_cuda_dev_matmul: a, b and c must not be NULL (m=%d n=%d k=%d)", m, n,
+            k);
     return -1;
   }
   if (k == 0) { /* a sum over nothing, as cblas_sgemm with beta = 0 */
@@ -375,6 +397,42 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_relu_grad(const float *dy, co
   }
   if (grid_for(n, &blocks, err, errlen) != 0) return -1;
   relu_grad_kernel<<<blocks, RELU_THREADS>>>(dy, y, dx, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bias_add(const float *x, const float *b,
+                                                            float *y, size_t rows, size_t cols,
+                                                            int relu, char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (rows == 0 || cols == 0) return 0;
+  if (!x || !b || !y) {
+    set_err(err, errlen, "kn_cuda_dev_bias_add: x, b and y must not be NULL");
+    return -1;
+  }
+  if (grid_for(rows * cols, &blocks, err, errlen) != 0) return -1;
+  bias_add_kernel<<<blocks, RELU_THREADS>>>(x, b, y, rows, cols, relu);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_rows(const float *x, float *out,
+                                                               size_t rows, size_t cols, char *err,
+                                                               size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (cols == 0) return 0;
+  if (!x || !out) {
+    set_err(err, errlen, "kn_cuda_dev_reduce_rows: x and out must not be NULL");
+    return -1;
+  }
+  if (grid_for(cols, &blocks, err, errlen) != 0) return -1;
+  reduce_rows_kernel<<<blocks, RELU_THREADS>>>(x, out, rows, cols);
   KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:

@@ -51,6 +51,13 @@ int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errle
 int kn_cuda_dev_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                           size_t errlen);
 
+/* On device buffers too: y = x + b for rows x cols x and cols b (relu
+ * after, with relu), and out[c] = the sum over the rows of x[r][c]. */
+int kn_cuda_dev_bias_add(const float *x, const float *b, float *y, size_t rows, size_t cols,
+                         int relu, char *err, size_t errlen);
+int kn_cuda_dev_reduce_rows(const float *x, float *out, size_t rows, size_t cols, char *err,
+                            size_t errlen);
+
 /* Makes device the calling thread's current one (cudaSetDevice), after
  * checking it exists. */
 int kn_cuda_set_device(int device, char *err, size_t errlen);

@@ -29,6 +29,8 @@ static struct {
   int (*dev_matmul)(const float *, const float *, float *, int, int, int, int, int, char *, size_t);
   int (*dev_relu)(const float *, float *, size_t, char *, size_t);
   int (*dev_relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
+  int (*dev_bias_add)(const float *, const float *, float *, size_t, size_t, int, char *, size_t);
+  int (*dev_reduce_rows)(const float *, float *, size_t, size_t, char *, size_t);
   int (*set_device)(int, char *, size_t);
   int (*alloc)(int, size_t, void **, char *, size_t);
   void (*free)(int, void *);
@@ -88,6 +90,8 @@ static void open_module(void) {
   FIND(dev_matmul, "kiln_cuda_module_dev_matmul");
   FIND(dev_relu, "kiln_cuda_module_dev_relu");
   FIND(dev_relu_grad, "kiln_cuda_module_dev_relu_grad");
+  FIND(dev_bias_add, "kiln_cuda_module_dev_bias_add");
+  FIND(dev_reduce_rows, "kiln_cuda_module_dev_reduce_rows");
   FIND(set_device, "kiln_cuda_module_set_device");
   FIND(alloc, "kiln_cuda_module_alloc");
   FIND(free, "kiln_cuda_module_free");
@@ -142,8 +146,7 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
 
 int kn_cuda_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k, int trans_a,
                        int trans_b, char *err, size_t errlen) {
-  return loaded(err, errlen) ? mod.dev_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen)
-                             : -1;
+  return loaded(err, errlen) ? mod.dev_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen) : -1;
 }
 
 int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {
@@ -153,6 +156,16 @@ int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errle
 int kn_cuda_dev_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                           size_t errlen) {
   return loaded(err, errlen) ? mod.dev_relu_grad(dy, y, dx, n, err, errlen) : -1;
+}
+
+int kn_cuda_dev_bias_add(const float *x, const float *b, float *y, size_t rows, size_t cols,
+                         int relu, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_bias_add(x, b, y, rows, cols, relu, err, errlen) : -1;
+}
+
+int kn_cuda_dev_reduce_rows(const float *x, float *out, size_t rows, size_t cols, char *err,
+                            size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_reduce_rows(x, out, rows, cols, err, errlen) : -1;
 }
 
 int kn_cuda_set_device(int device, char *err, size_t errlen) {

@@ -33,6 +33,11 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu_grad(const float *dy, const float *y, float *dx,
                                                   size_t n, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_bias_add(const float *x, const float *b, float *y,
+                                                 size_t rows, size_t cols, int relu, char *err,
+                                                 size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_rows(const float *x, float *out, size_t rows,
+                                                    size_t cols, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_alloc(int device, size_t bytes, void **out, char *err,
                                           size_t errlen);

@@ -1,6 +1,7 @@
 /* test_cuda.c — the CUDA backend against plain CPU loops: sgemm in all four
- * transpose combinations on odd sizes, and relu and its gradient (NaN, -0,
- * inf included).
+ * transpose combinations on odd sizes, relu and its gradient (NaN, -0,
+ * inf included), and, on device buffers, a bias added to rows (with and
+ * without relu) and a bias's gradient (the sums of rows).
  * Without a CUDA device, or in a build without CUDA, the GPU tests are
  * skipped with a message; the tests that need no device still run. */
 #include <setjmp.h>
@@ -285,6 +286,75 @@ static void relu_grad_passes_dy_where_y_is_nan(void **state) {
   free(dx);
 }
 
+/* The kernels on device buffers (the graph's, over values kept on the
+ * device): x and b copied in, the kernel, y copied out. */
+static float *on_device(const float *host, size_t n) {
+  void *d = NULL;
+  char err[512] = "";
+  if (kn_cuda_alloc(0, (n ? n : 1) * sizeof(float), &d, err, sizeof err) != 0)
+    fail_msg("kn_cuda_alloc: %s", err);
+  if (host && kn_cuda_copy_in(0, d, host, n * sizeof(float), err, sizeof err) != 0)
+    fail_msg("kn_cuda_copy_in: %s", err);
+  return d;
+}
+
+static void back_to_host(float *host, const float *d, size_t n) {
+  char err[512] = "";
+  if (kn_cuda_copy_out(0, host, d, n * sizeof(float), err, sizeof err) != 0)
+    fail_msg("kn_cuda_copy_out (the queued kernel's faults show here): %s", err);
+}
+
+/* y = x + b over rows, with and without the relu after; then the sum of
+ * each column over the rows, against a double sum. */
+static void bias_add_and_reduce_rows_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { ROWS = 1031, COLS = 37 };
+  float *x = malloc(ROWS * COLS * sizeof *x), *b = malloc(COLS * sizeof *b);
+  float *y = malloc(ROWS * COLS * sizeof *y), *sum = malloc(COLS * sizeof *sum);
+  assert_true(x && b && y && sum);
+  fill_uniform(x, ROWS * COLS, 3u);
+  fill_uniform(b, COLS, 4u);
+  x[0] = NAN;
+  float *dx = on_device(x, ROWS * COLS), *db = on_device(b, COLS);
+  float *dy = on_device(NULL, ROWS * COLS), *ds = on_device(NULL, COLS);
+  char err[512] = "";
+  for (int relu = 0; relu < 2; relu++) {
+    assert_int_equal(kn_cuda_dev_bias_add(dx, db, dy, ROWS, COLS, relu, err, sizeof err), 0);
+    back_to_host(y, dy, ROWS * COLS);
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)ROWS * COLS; i++) {
+      float want = x[i] + b[i % COLS];
+      if (relu && want < 0.0f) want = 0.0f; /* NaN passes, as relu's */
+      if (!(isnan(want) ? isnan(y[i]) : y[i] == want) && bad++ < 5)
+        print_error("bias_add relu=%d: y[%zu] = %g, expected %g\n", relu, i, (double)y[i],
+                    (double)want);
+    }
+    assert_int_equal(bad, 0);
+  }
+  x[0] = 0.5f;
+  assert_int_equal(kn_cuda_copy_in(0, dx, x, sizeof(float), err, sizeof err), 0);
+  assert_int_equal(kn_cuda_dev_reduce_rows(dx, ds, ROWS, COLS, err, sizeof err), 0);
+  back_to_host(sum, ds, COLS);
+  for (int c = 0; c < COLS; c++) {
+    double want = 0.0, scale = 0.0;
+    for (int r = 0; r < ROWS; r++) {
+      want += x[(size_t)r * COLS + c];
+      scale += fabs(x[(size_t)r * COLS + c]);
+    }
+    if (fabs(sum[c] - want) > 1e-5 * scale)
+      fail_msg("reduce_rows: column %d sums to %g, expected %g", c, (double)sum[c], want);
+  }
+  kn_cuda_free(0, dx);
+  kn_cuda_free(0, db);
+  kn_cuda_free(0, dy);
+  kn_cuda_free(0, ds);
+  free(x);
+  free(b);
+  free(y);
+  free(sum);
+}
+
 int main(void) {
   char err[512] = "";
   if (kn_cuda_device_count(&device_count, err, sizeof err) != 0) {
@@ -308,6 +378,7 @@ int main(void) {
       cmocka_unit_test(relu_matches_cpu),
       cmocka_unit_test(relu_works_in_place),
       cmocka_unit_test(relu_grad_passes_dy_where_y_is_nan),
+      cmocka_unit_test(bias_add_and_reduce_rows_match_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

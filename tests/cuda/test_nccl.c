@@ -67,21 +67,27 @@ static void soft_placement_puts_the_gpu_kernels_on_the_gpu(void **state) {
   int on_gpu = 0, kinds = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
-    const int kernel = n->op == KN_OP_MATMUL || n->op == KN_OP_RELU || n->op == KN_OP_RELU_GRAD;
+    const int kernel = n->op == KN_OP_MATMUL || n->op == KN_OP_RELU || n->op == KN_OP_RELU_GRAD ||
+                       n->op == KN_OP_BIAS_ADD || n->op == KN_OP_REDUCE_ROWS;
     const kn_device d = kn_node_device(g, i);
     if (kernel) {
       if (d.kind != KN_DEVICE_CUDA || d.index != 1) fail_msg("%s stayed on the host", n->name);
       on_gpu++;
-      kinds |= n->op == KN_OP_MATMUL ? 1 : n->op == KN_OP_RELU ? 2 : 4;
+      kinds |= n->op == KN_OP_MATMUL      ? 1
+               : n->op == KN_OP_RELU      ? 2
+               : n->op == KN_OP_RELU_GRAD ? 4
+               : n->op == KN_OP_BIAS_ADD  ? 8
+                                          : 16;
     } else if (d.kind != KN_DEVICE_CPU) {
       fail_msg("%s (%s) has no CUDA kernel, and was placed on a GPU", n->name, kn_op_name(n->op));
     }
   }
   /* two forward matmuls, their input and weight gradients (the first
-   * layer's input gradient is not needed), the relu and its gradient */
+   * layer's input gradient is not needed), the relu and its gradient, the
+   * two bias adds and the biases' gradients */
   print_message("%d nodes on cuda:1\n", on_gpu);
-  assert_int_equal(kinds, 7);
-  assert_true(on_gpu >= 7);
+  assert_int_equal(kinds, 31);
+  assert_true(on_gpu >= 11);
   assert_int_equal(kn_graph_gpu(g), 1);
   /* Compile checks the device is here. */
   if (device_count < 2) {

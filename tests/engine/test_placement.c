@@ -257,12 +257,11 @@ static void a_model_split_over_two_gpus_trains_as_on_one(void **state) {
     skip();
   }
   /* Each layer's kernels on its device, and their gradients with them;
-   * what no GPU runs (the bias adds, the loss) and the host layer on the
-   * host. */
+   * what no GPU runs (the loss) and the host layer on the host. */
   const kn_device gpu1 = {KN_DEVICE_CUDA, 1};
   const char *names[] = {"d1/matmul",  "d2/matmul",       "d2/relu",    "grad/d2.kernel",
                          "out/matmul", "grad/out.kernel", "d1/bias_add"};
-  const kn_device want[] = {gpu0, gpu1, gpu1, gpu1, cpu, cpu, cpu};
+  const kn_device want[] = {gpu0, gpu1, gpu1, gpu1, cpu, cpu, gpu0};
   for (int k = 0; k < 7; k++) {
     const kn_node n = kn_graph_find(m.graph, names[k]);
     char where[32];
