@@ -4,7 +4,8 @@
 # build), then:
 #   - test_cuda: every op kiln's CUDA backend runs (matmul in its four
 #     transpose forms on odd sizes, relu, relu's gradient with NaN, -0 and
-#     inf) on the device against plain CPU loops, allclose;
+#     inf, a bias added to rows, a bias's gradient) on the device against
+#     plain CPU loops, allclose;
 #   - test_nccl: soft placement, NCCL communicators on the device (one
 #     rank, and a timeout instead of a hang), mirrored replicas on two GPUs
 #     against one (skipped, saying so, with fewer GPUs);
@@ -16,9 +17,9 @@
 #   - the step of a GEMM-bound model, a wide MLP (784 - 4 x 4096 - 10,
 #     batch 1024), in float32 on the GPU: ms a step, achieved TFLOP/s and
 #     its share of the device's dense peak, the share of the step in the
-#     GPU nodes, and how much of it the host copies alone explain (bytes
-#     each GPU kernel copies over and back / this machine's measured
-#     pinned copy bandwidth); in mixed_bfloat16, which a GPU job
+#     GPU nodes, and how much of it the host copies alone explain (the
+#     bytes the graph copied over and back a step, from its profile / this
+#     machine's measured pinned copy bandwidth); in mixed_bfloat16, which a GPU job
 #     refuses today; and with two GPUs, split over them (its last three
 #     layers on cuda:1): ms a step against the one-GPU figure;
 # and prints the table.
@@ -78,7 +79,7 @@ cat "$work/r_test_cuda" "$work/r_test_nccl" "$work/r_test_placement"
 
 # The training runs and the table.
 PEAK=$peak "$python" - "$build" "$data" "$work" <<'EOF'
-import json, os, subprocess, sys, time
+import json, os, re, subprocess, sys, time
 
 build, data, work = sys.argv[1:4]
 peak = float(os.environ["PEAK"])
@@ -158,20 +159,21 @@ if rc == 0:
     with open(os.path.join(out, "profile.json")) as f:
         trace = json.load(f)["traceEvents"]
     n_steps = S
+    gpu_ops = ("matmul", "relu", "relu_grad", "bias_add", "reduce_rows")
     gpu_us = sum(e["dur"] for e in trace if e.get("ph") == "X" and e.get("tid") == 2 and
-                 e.get("args", {}).get("op") in ("matmul", "relu", "relu_grad"))
+                 e.get("args", {}).get("op") in gpu_ops)
     gpu_share = gpu_us / n_steps / 1e3 / ms
-    # what the GPU nodes copy: each matmul its two operands over and its
-    # result back; relu its input over and output back; relu's gradient two
-    # inputs over, one back (4 bytes an element)
-    mm = 0
-    for a, b in zip(dims, dims[1:]):
-        mm += B * a + a * b + B * b          # forward
-        mm += B * a + B * b + a * b          # dW = x^T dy
-    for a, b in zip(dims[1:], dims[2:]):
-        mm += B * b + a * b + B * a          # dX = dy W^T
-    acts = B * sum(dims[1:-1])
-    copied = 4 * (mm + 2 * acts + 3 * acts)
+    # what crosses between host and device a step, as the graph counted it
+    # (profile.txt: values stay on the GPU between its kernels; the batch
+    # and the parameters go over, gradients and what CPU kernels read come
+    # back)
+    copied = 0.0
+    with open(os.path.join(out, "profile.txt")) as f:
+        for line in f:
+            m = re.search(r"copied ([0-9.]+) MB to them and ([0-9.]+) MB back a training step",
+                          line)
+            if m:
+                copied = (float(m.group(1)) + float(m.group(2))) * 1e6
     # host <-> device copy bandwidth, both ways, from pinned memory (kiln
     # pins the buffers its GPU kernels copy, where the CUDA module can)
     bw = None
@@ -193,7 +195,8 @@ if rc == 0:
     copy_share = f"{copied / bw / (ms / 1e3):.0%}" if bw else "n/a"
     rows.append(("wide MLP 784-4x4096-10, batch 1024, float32, device_type gpu",
                  f"{ms:.1f} ms/step, {tflops:.2f} TFLOP/s = {tflops / peak:.1%} of {peak:g} "
-                 f"dense float32; GPU nodes (kernel + copies) {gpu_share:.0%} of the step; "
+                 f"dense float32; GPU nodes {gpu_share:.0%} of the step (their kernels are "
+                 f"queued: the wait shows in the node whose input is copied back); "
                  f"copies alone ({copied / 1e9:.2f} GB a step at "
                  f"{(bw or 0) / 1e9:.1f} GB/s pinned) {copy_share}"))
 else:

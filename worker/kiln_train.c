@@ -658,8 +658,8 @@ static int train_main(int argc, char **argv) {
     if (first < 0) /* every layer placed on the host */
       snprintf(extra + used, sizeof extra - used, "; every layer placed on the host");
     else
-      snprintf(extra + used, sizeof extra - used, "; matmul and relu on %s, the rest on the host",
-               gpus);
+      snprintf(extra + used, sizeof extra - used,
+               "; matmul, relu, bias_add and their gradients on %s, the rest on the host", gpus);
   }
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);
