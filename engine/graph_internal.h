@@ -11,6 +11,11 @@
 
 typedef struct kn_pool kn_pool; /* pool.c */
 
+/* GPUs a graph keeps values on (cuda:0 up), and the buffers each holds:
+ * the arena, the parameters, the gradients, the state (residency.c). */
+#define KN_MIRROR_DEVICES 16
+#define KN_DEVICE_BUFFERS 4
+
 typedef enum kn_storage {
   KN_STORE_ARENA = 0, /* planned in the activation arena */
   KN_STORE_PARAM,     /* a slot of the flat parameter buffer */
@@ -239,13 +244,13 @@ struct kn_graph {
    * from and to (kn_pin_for_gpu): bit 0 the arena, 1 the parameters, 2 the
    * gradients, when pinned. */
   unsigned pinned;
-  /* Values on GPUs (residency.c): with kernels placed on a GPU, node i's
-   * buffer on cuda:d is mirror[i * KN_MIRROR_DEVICES + d] (NULL: none),
-   * and where[i] says which copies hold its value in the current run (bit
-   * 0 the host's, bit 1 + d device d's). NULL where no kernel runs on a
-   * GPU. Bytes copied each way over the graph's life, and bytes held on
-   * the devices. */
-  void **mirror;
+  /* Values on GPUs (residency.c): device_buf[d] holds cuda:d's copies of
+   * the arena and of the flat parameter, gradient and state buffers, in
+   * the host's layout (NULL: not needed there); where[i] says which copies
+   * hold node i's value in the current run (bit 0 the host's, bit 1 + d
+   * device d's), NULL where no kernel runs on a GPU. Bytes copied each
+   * way over the graph's life, and bytes held on the devices. */
+  void *device_buf[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS];
   uint32_t *where;
   uint64_t copied_in, copied_out;
   size_t device_bytes;
@@ -523,7 +528,7 @@ void kn_pin_for_gpu(kn_graph *g, size_t arena_bytes, size_t param_bytes);
 void kn_unpin_for_gpu(kn_graph *g);
 int kn_check_placement(kn_graph *g);
 
-/* residency.c: the buffers on GPUs of the nodes their kernels write and
+/* residency.c: the buffers on GPUs for the values their kernels write and
  * read (compile: a failure recorded in g), freed with the graph; each
  * run starts with every value on the host (start); before node i runs,
  * its inputs are copied to where its kernel runs unless they are there
@@ -532,7 +537,6 @@ int kn_check_placement(kn_graph *g);
  * kn_device_data is node v's buffer on cuda:d; sync copies node i's value
  * to the host where only a device holds it (kn_node_data does). Every
  * call but alloc is a no-op for a graph without kernels on a GPU. */
-#define KN_MIRROR_DEVICES 16
 int kn_residency_alloc(kn_graph *g);
 void kn_residency_free(kn_graph *g);
 void kn_residency_start(kn_graph *g);

@@ -10,12 +10,15 @@
  * of kernels read them) or, through the host, from another device (no peer
  * copies yet).
  *
- * Per node, where[i] says which copies hold its current value: bit 0 the
- * host's (its place in the arena or the flat buffers), bit 1 + d device
- * d's (mirror[i * KN_MIRROR_DEVICES + d], allocated at compile for every
- * node a kernel on d writes or reads). Each run starts with every value on
- * the host: the caller fed the batch there, and the optimizer updated the
- * parameters there. */
+ * Each device holds the host's layout: the planned activations arena
+ * (the same offsets, so the planner's reuse holds there too: values live
+ * at once never share memory) and the flat parameter, gradient and state
+ * buffers, each allocated at compile on a device whose kernels read or
+ * write a value in it. A node's copy on cuda:d lies at its host offset in
+ * that device's buffer. Per node, where[i] says which copies hold its
+ * current value: bit 0 the host's, bit 1 + d device d's. Each run starts
+ * with every value on the host: the caller fed the batch there, and the
+ * optimizer updated the parameters there. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,8 +28,32 @@
 #define HOST         1u
 #define ON_DEVICE(d) (2u << (d))
 
-static void **mirror_at(kn_graph *g, int i, int d) {
-  return &g->mirror[(size_t)i * KN_MIRROR_DEVICES + d];
+/* The host buffers a value lies in (views and parts lie in their
+ * storage's), and their sizes in bytes. */
+static void host_buffers(const kn_graph *g, unsigned char *base[KN_DEVICE_BUFFERS],
+                         size_t bytes[KN_DEVICE_BUFFERS]) {
+  const size_t esize = kn_graph_elem_size(g, KN_F32);
+  base[0] = g->arena;
+  base[1] = (unsigned char *)g->param_buf;
+  base[2] = (unsigned char *)g->grad_buf;
+  base[3] = (unsigned char *)g->state_buf;
+  bytes[0] = g->arena_bytes;
+  bytes[1] = bytes[2] = g->n_param_floats * esize;
+  bytes[3] = g->n_state_floats * esize;
+}
+
+/* Which host buffer holds node v's value, and where in it; -1 for none. */
+static int buffer_of(const kn_graph *g, int v, size_t *offset) {
+  unsigned char *base[KN_DEVICE_BUFFERS];
+  size_t bytes[KN_DEVICE_BUFFERS];
+  host_buffers(g, base, bytes);
+  const unsigned char *at = g->nodes[v].data;
+  for (int b = 0; b < KN_DEVICE_BUFFERS; b++)
+    if (base[b] && at >= base[b] && at < base[b] + bytes[b]) {
+      *offset = (size_t)(at - base[b]);
+      return b;
+    }
+  return -1;
 }
 
 /* The device whose kernel runs node i, or -1 where it runs on the host. */
@@ -39,60 +66,85 @@ static size_t value_bytes(const kn_graph *g, const kn_node_rec *n, int batch) {
   return kn_node_elems(n, batch) * kn_graph_elem_size(g, n->dtype);
 }
 
-int kn_residency_alloc(kn_graph *g) {
-  int any = 0;
-  for (int i = 0; i < g->n_nodes && !any; i++) any = !g->nodes[i].dead && kernel_device(g, i) >= 0;
-  if (!any) return KN_OK;
-  g->mirror = calloc((size_t)g->n_nodes * KN_MIRROR_DEVICES, sizeof *g->mirror);
-  g->where = malloc((size_t)g->n_nodes * sizeof *g->where);
-  if (!g->mirror || !g->where) {
-    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory for the GPU buffers' table");
-    return KN_ENOMEM;
+/* Whether device d needs a copy of node v, and of which buffer: refuses a
+ * value that does not lie in one block (a part of a concatenation). */
+static int need(kn_graph *g, int v, int d, const kn_node_rec *reader,
+                unsigned char want[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS]) {
+  const kn_node_rec *x = &g->nodes[v];
+  size_t offset;
+  const int b = buffer_of(g, v, &offset);
+  if (x->storage == KN_STORE_PART || b < 0) {
+    kn_graph_fail(g, KN_EINVAL,
+                  "compile: node '%s' on cuda:%d reads '%s', which lies inside a "
+                  "concatenation's storage; place it on cpu",
+                  reader->name, d, x->name);
+    return KN_EINVAL;
   }
-  for (int i = 0; i < g->n_nodes; i++) g->where[i] = HOST;
+  want[d][b] = 1;
+  return KN_OK;
+}
+
+int kn_residency_alloc(kn_graph *g) {
+  unsigned char want[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS] = {{0}};
+  int any = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const int d = g->nodes[i].dead ? -1 : kernel_device(g, i);
     if (d < 0) continue;
+    const kn_node_rec *n = &g->nodes[i];
     if (d >= KN_MIRROR_DEVICES) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' is placed on cuda:%d; a graph keeps values on cuda:0 to "
                     "cuda:%d",
-                    g->nodes[i].name, d, KN_MIRROR_DEVICES - 1);
+                    n->name, d, KN_MIRROR_DEVICES - 1);
       return KN_EINVAL;
     }
-    const kn_node_rec *n = &g->nodes[i];
-    for (int k = -1; k < n->n_inputs; k++) {
-      const int v = k < 0 ? i : n->inputs[k];
-      const kn_node_rec *x = &g->nodes[v];
-      if (*mirror_at(g, v, d)) continue;
-      if (x->storage == KN_STORE_PART) { /* laid out with a pitch: not one block */
-        kn_graph_fail(g, KN_EINVAL,
-                      "compile: node '%s' on cuda:%d reads '%s', which lies inside a "
-                      "concatenation's storage; place it on cpu",
-                      n->name, d, x->name);
-        return KN_EINVAL;
-      }
+    for (int k = -1; k < n->n_inputs; k++)
+      if (need(g, k < 0 ? i : n->inputs[k], d, n, want)) return KN_EINVAL;
+    any = 1;
+  }
+  if (!any) return KN_OK;
+  g->where = malloc((size_t)g->n_nodes * sizeof *g->where);
+  if (!g->where) {
+    kn_graph_fail(g, KN_ENOMEM, "compile: out of memory for the GPU values' table");
+    return KN_ENOMEM;
+  }
+  for (int i = 0; i < g->n_nodes; i++) g->where[i] = HOST;
+  /* Each device gets the host's layout: the same planned arena (offsets
+   * and reuse as planned for the host, so values live at once never share
+   * memory), and the flat buffers. */
+  static const char *const what[KN_DEVICE_BUFFERS] = {"activations arena", "parameters",
+                                                      "gradients", "state"};
+  unsigned char *base[KN_DEVICE_BUFFERS];
+  size_t bytes[KN_DEVICE_BUFFERS];
+  host_buffers(g, base, bytes);
+  for (int d = 0; d < KN_MIRROR_DEVICES; d++)
+    for (int b = 0; b < KN_DEVICE_BUFFERS; b++) {
+      if (!want[d][b]) continue;
       char err[256];
-      const size_t bytes = kn_node_planned_bytes(g, x);
-      if (kn_cuda_alloc(d, bytes, mirror_at(g, v, d), err, sizeof err) != 0) {
-        kn_graph_fail(g, KN_ENOMEM, "compile: %zu bytes on cuda:%d for '%s': %s", bytes, d, x->name,
-                      err);
+      if (kn_cuda_alloc(d, bytes[b], &g->device_buf[d][b], err, sizeof err) != 0) {
+        kn_graph_fail(g, KN_ENOMEM, "compile: %zu bytes on cuda:%d for the %s: %s", bytes[b], d,
+                      what[b], err);
         return KN_ENOMEM;
       }
-      g->device_bytes += bytes;
+      g->device_bytes += bytes[b];
     }
-  }
   return KN_OK;
 }
 
 void kn_residency_free(kn_graph *g) {
-  if (g->mirror)
-    for (size_t j = 0; j < (size_t)g->n_nodes * KN_MIRROR_DEVICES; j++)
-      kn_cuda_free((int)(j % KN_MIRROR_DEVICES), g->mirror[j]);
-  free(g->mirror);
+  for (int d = 0; d < KN_MIRROR_DEVICES; d++)
+    for (int b = 0; b < KN_DEVICE_BUFFERS; b++) {
+      kn_cuda_free(d, g->device_buf[d][b]);
+      g->device_buf[d][b] = NULL;
+    }
   free(g->where);
-  g->mirror = NULL;
   g->where = NULL;
+}
+
+void *kn_device_data(kn_graph *g, int v, int d) {
+  size_t offset = 0;
+  const int b = buffer_of(g, v, &offset);
+  return b < 0 || !g->device_buf[d][b] ? NULL : (unsigned char *)g->device_buf[d][b] + offset;
 }
 
 void kn_residency_start(kn_graph *g) {
@@ -108,7 +160,7 @@ static int to_host(kn_graph *g, int v, char *err, size_t errlen) {
     if (!(g->where[v] & ON_DEVICE(d))) continue;
     const size_t bytes = value_bytes(g, x, g->batch);
     char why[256];
-    if (kn_cuda_copy_out(d, x->data, *mirror_at(g, v, d), bytes, why, sizeof why) != 0) {
+    if (kn_cuda_copy_out(d, x->data, kn_device_data(g, v, d), bytes, why, sizeof why) != 0) {
       snprintf(err, errlen, "run: copying '%s' from cuda:%d: %s", x->name, d, why);
       return KN_EIO;
     }
@@ -129,7 +181,7 @@ static int to_device(kn_graph *g, int v, int d, char *err, size_t errlen) {
   const kn_node_rec *x = &g->nodes[v];
   const size_t bytes = value_bytes(g, x, g->batch);
   char why[256];
-  if (kn_cuda_copy_in(d, *mirror_at(g, v, d), x->data, bytes, why, sizeof why) != 0) {
+  if (kn_cuda_copy_in(d, kn_device_data(g, v, d), x->data, bytes, why, sizeof why) != 0) {
     snprintf(err, errlen, "run: copying '%s' to cuda:%d: %s", x->name, d, why);
     return KN_EIO;
   }
@@ -160,10 +212,6 @@ int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen) {
   if (d >= 0 && (s == KN_STORE_PARAM || s == KN_STORE_GRAD || s == KN_STORE_STATE))
     return to_host(g, i, err, errlen);
   return KN_OK;
-}
-
-void *kn_device_data(kn_graph *g, int v, int d) {
-  return *mirror_at(g, v, d);
 }
 
 int kn_residency_sync(kn_graph *g, int i, char *err, size_t errlen) {
