@@ -10,6 +10,7 @@
 
 #include "engine.h"
 #include "graph_internal.h"
+#include "optim_rules.h"
 
 struct kn_optimizer {
   kn_optimizer_config cfg;
@@ -142,16 +143,15 @@ void kn_optimizer_moments(kn_optimizer *opt, kn_optimizer_type *type, size_t *n,
   *iterations = &opt->iterations;
 }
 
-/* One step's constants, and the range functions that apply it to
- * elements [lo, hi). Each element's update reads only its own p, g and
- * state, so any split over threads gives the same bits. */
+/* One step's constants (optim_rules.h), and the range functions that
+ * apply it to elements [lo, hi). Each element's update reads only its own
+ * p, g and state, so any split over threads gives the same bits. */
 typedef struct step_job {
-  const kn_optimizer *opt;
+  kn_step_consts c;
   float *restrict p;
   const float *restrict g;
+  float *m, *v;
   size_t n;
-  float lr, damp;                            /* sgd: damp is 0 on the first step */
-  float step_size, inv_sqrt_bc2, l2, shrink; /* adam, adamw */
 } step_job;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
@@ -165,71 +165,43 @@ typedef struct step_job {
 #define KN_OPT_CLONES
 #endif
 
+/* One loop a rule, so each vectorizes with its rule inlined. */
 KN_OPT_CLONES static void sgd_range(const step_job *j, size_t lo, size_t hi) {
-  const float lr = j->lr, mu = j->opt->cfg.momentum, wd = j->opt->cfg.weight_decay;
-  float *restrict p = j->p;
+  const kn_step_consts c = j->c;
+  float *restrict p = j->p, *restrict buf = j->m;
   const float *restrict g = j->g;
-  if (!j->opt->m) {
-    for (size_t i = lo; i < hi; i++) p[i] -= lr * (g[i] + wd * p[i]);
-    return;
-  }
-  float *restrict buf = j->opt->m;
-  const float damp = j->damp;
-  if (j->opt->cfg.nesterov) {
-    for (size_t i = lo; i < hi; i++) {
-      float gi = g[i] + wd * p[i];
-      buf[i] = damp * buf[i] + gi;
-      p[i] -= lr * (gi + mu * buf[i]);
-    }
+  if (c.rule == KN_RULE_SGD) {
+    for (size_t i = lo; i < hi; i++) kn_rule_sgd(&c, &p[i], g[i]);
+  } else if (c.rule == KN_RULE_SGD_NESTEROV) {
+    for (size_t i = lo; i < hi; i++) kn_rule_sgd_nesterov(&c, &p[i], g[i], &buf[i]);
   } else {
-    for (size_t i = lo; i < hi; i++) {
-      buf[i] = damp * buf[i] + g[i] + wd * p[i];
-      p[i] -= lr * buf[i];
-    }
+    for (size_t i = lo; i < hi; i++) kn_rule_sgd_momentum(&c, &p[i], g[i], &buf[i]);
   }
 }
 
 KN_OPT_CLONES static void adam_range(const step_job *j, size_t lo, size_t hi) {
-  const float b1 = j->opt->cfg.beta1, b2 = j->opt->cfg.beta2, eps = j->opt->cfg.epsilon;
-  const float step_size = j->step_size, inv_sqrt_bc2 = j->inv_sqrt_bc2, l2 = j->l2,
-              shrink = j->shrink;
-  float *restrict p = j->p, *restrict m = j->opt->m, *restrict v = j->opt->v;
+  const kn_step_consts c = j->c;
+  float *restrict p = j->p, *restrict m = j->m, *restrict v = j->v;
   const float *restrict g = j->g;
-  for (size_t i = lo; i < hi; i++) {
-    float gi = g[i] + l2 * p[i];
-    p[i] *= shrink;
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    p[i] -= step_size * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
-  }
+  for (size_t i = lo; i < hi; i++) kn_rule_adam(&c, &p[i], g[i], &m[i], &v[i]);
 }
 
 KN_OPT_CLONES static void rmsprop_range(const step_job *j, size_t lo, size_t hi) {
-  const float lr = j->lr, rho = j->opt->cfg.rho, eps = j->opt->cfg.epsilon;
-  const float wd = j->opt->cfg.weight_decay, mu = j->opt->cfg.momentum;
-  float *restrict p = j->p, *restrict v = j->opt->v, *restrict buf = j->opt->m;
+  const kn_step_consts c = j->c;
+  float *restrict p = j->p, *restrict v = j->v, *restrict buf = j->m;
   const float *restrict g = j->g;
-  for (size_t i = lo; i < hi; i++) {
-    float gi = g[i] + wd * p[i];
-    v[i] = rho * v[i] + (1.0f - rho) * gi * gi;
-    float step = gi / (sqrtf(v[i]) + eps);
-    if (buf) {
-      buf[i] = mu * buf[i] + step;
-      step = buf[i];
-    }
-    p[i] -= lr * step;
+  if (buf) {
+    for (size_t i = lo; i < hi; i++) kn_rule_rmsprop(&c, &p[i], g[i], &v[i], &buf[i]);
+  } else {
+    for (size_t i = lo; i < hi; i++) kn_rule_rmsprop(&c, &p[i], g[i], &v[i], NULL);
   }
 }
 
 KN_OPT_CLONES static void adagrad_range(const step_job *j, size_t lo, size_t hi) {
-  const float lr = j->lr, eps = j->opt->cfg.epsilon, wd = j->opt->cfg.weight_decay;
-  float *restrict p = j->p, *restrict sum = j->opt->v;
+  const kn_step_consts c = j->c;
+  float *restrict p = j->p, *restrict sum = j->v;
   const float *restrict g = j->g;
-  for (size_t i = lo; i < hi; i++) {
-    float gi = g[i] + wd * p[i];
-    sum[i] += gi * gi;
-    p[i] -= lr * gi / (sqrtf(sum[i]) + eps);
-  }
+  for (size_t i = lo; i < hi; i++) kn_rule_adagrad(&c, &p[i], g[i], &sum[i]);
 }
 
 /* Elements a task of the pool takes at a time. */
@@ -239,28 +211,53 @@ static void step_blocks(void *ctx, int64_t b0, int64_t b1) {
   const step_job *j = ctx;
   const size_t lo = (size_t)b0 * STEP_BLOCK,
                hi = (size_t)b1 * STEP_BLOCK < j->n ? (size_t)b1 * STEP_BLOCK : j->n;
-  switch (j->opt->cfg.type) {
-  case KN_OPT_ADAM:
-  case KN_OPT_ADAMW: adam_range(j, lo, hi); break;
-  case KN_OPT_RMSPROP: rmsprop_range(j, lo, hi); break;
-  case KN_OPT_ADAGRAD: adagrad_range(j, lo, hi); break;
-  case KN_OPT_SGD: sgd_range(j, lo, hi); break;
+  switch (j->c.rule) {
+  case KN_RULE_ADAM: adam_range(j, lo, hi); break;
+  case KN_RULE_RMSPROP:
+  case KN_RULE_RMSPROP_MOMENTUM: rmsprop_range(j, lo, hi); break;
+  case KN_RULE_ADAGRAD: adagrad_range(j, lo, hi); break;
+  case KN_RULE_SGD:
+  case KN_RULE_SGD_MOMENTUM:
+  case KN_RULE_SGD_NESTEROV: sgd_range(j, lo, hi); break;
   }
 }
 
-void kn_optimizer_step_on(kn_optimizer *opt, kn_graph *g, float *params, const float *grads) {
-  const kn_optimizer_config *c = &opt->cfg;
-  step_job j = {.opt = opt, .p = params, .g = grads, .n = opt->n, .lr = c->learning_rate};
+/* This step's rule and constants. */
+static kn_step_consts step_consts(const kn_optimizer *opt) {
+  const kn_optimizer_config *cfg = &opt->cfg;
+  kn_step_consts c = {.lr = cfg->learning_rate,
+                      .momentum = cfg->momentum,
+                      .weight_decay = cfg->weight_decay,
+                      .beta1 = cfg->beta1,
+                      .beta2 = cfg->beta2,
+                      .epsilon = cfg->epsilon,
+                      .rho = cfg->rho};
   /* The first step seeds SGD's buffer with the gradient, as torch does. */
-  j.damp = opt->iterations == 0 ? 0.0f : c->momentum;
-  if (c->type == KN_OPT_ADAM || c->type == KN_OPT_ADAMW) {
+  c.damp = opt->iterations == 0 ? 0.0f : cfg->momentum;
+  switch (cfg->type) {
+  case KN_OPT_SGD:
+    c.rule = !opt->m ? KN_RULE_SGD : cfg->nesterov ? KN_RULE_SGD_NESTEROV : KN_RULE_SGD_MOMENTUM;
+    break;
+  case KN_OPT_ADAM:
+  case KN_OPT_ADAMW: {
     const double t = (double)(opt->iterations + 1);
-    const int decoupled = c->type == KN_OPT_ADAMW;
-    j.step_size = (float)(c->learning_rate / (1.0 - pow(c->beta1, t)));
-    j.inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(c->beta2, t)));
-    j.l2 = decoupled ? 0.0f : c->weight_decay;
-    j.shrink = decoupled ? 1.0f - c->learning_rate * c->weight_decay : 1.0f;
+    const int decoupled = cfg->type == KN_OPT_ADAMW;
+    c.rule = KN_RULE_ADAM;
+    c.step_size = (float)(cfg->learning_rate / (1.0 - pow(cfg->beta1, t)));
+    c.inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(cfg->beta2, t)));
+    c.l2 = decoupled ? 0.0f : cfg->weight_decay;
+    c.shrink = decoupled ? 1.0f - cfg->learning_rate * cfg->weight_decay : 1.0f;
+    break;
   }
+  case KN_OPT_RMSPROP: c.rule = opt->m ? KN_RULE_RMSPROP_MOMENTUM : KN_RULE_RMSPROP; break;
+  case KN_OPT_ADAGRAD: c.rule = KN_RULE_ADAGRAD; break;
+  }
+  return c;
+}
+
+void kn_optimizer_step_on(kn_optimizer *opt, kn_graph *g, float *params, const float *grads) {
+  step_job j = {
+      .c = step_consts(opt), .p = params, .g = grads, .m = opt->m, .v = opt->v, .n = opt->n};
   const int64_t blocks = (int64_t)((opt->n + STEP_BLOCK - 1) / STEP_BLOCK);
   kn_pool_for(g ? g->pool : NULL, blocks, step_blocks, &j);
   opt->iterations++;
