@@ -124,7 +124,7 @@ int kn_checkpoint_write(kn_graph *g, const char *path, int n_meta, const char *c
   /* Parameters are contiguous in creation order: one write. x86 and Arm
    * are little-endian, as safetensors requires. */
   size_t param_bytes = g->n_param_floats * sizeof(float);
-  if (!werr) werr = kn_write_all(fd, g->param_buf, param_bytes, &h);
+  if (!werr) werr = kn_write_all(fd, kn_params(g), param_bytes, &h); /* a GPU's copied back */
   if (!werr) werr = kn_write_all(fd, g->state_buf, offset - param_bytes, &h);
   rc = kn_durable_finish(fd, werr, tmp, path, "checkpoint", err, errlen);
   if (!rc) {
@@ -494,7 +494,7 @@ int kn_checkpoint_read(kn_graph *g, const char *path, kn_checkpoint_meta *meta, 
     at += elems;
   }
   if (!rc) {
-    memcpy(g->param_buf, staged, g->n_param_floats * sizeof(float));
+    memcpy(kn_params(g), staged, g->n_param_floats * sizeof(float)); /* the host's current */
     memcpy(g->state_buf, staged + g->n_param_floats, g->n_state_floats * sizeof(float));
   }
 out:

@@ -428,7 +428,12 @@ typedef enum kn_run_mode {
 /* Runs the compiled graph for a batch of `batch` rows (1..planned batch). */
 int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t errlen);
 
-/* Flat buffers: every parameter (and its gradient) at the same offset. */
+/* Flat buffers: every parameter (and its gradient) at the same offset. A
+ * graph whose kernels run on a GPU copies back what only the device holds
+ * (the parameters after an optimizer step there, gradients computed
+ * there) before it returns them, and takes the host's copy as the current
+ * one from then on (the caller may write it). A failed copy is recorded
+ * in the graph (kn_graph_error). */
 size_t kn_param_count(const kn_graph *g); /* in floats */
 float *kn_params(kn_graph *g);
 float *kn_grads(kn_graph *g);

@@ -41,6 +41,12 @@ size_t kn_optimizer_state_floats(const kn_optimizer_config *cfg, size_t n_params
  * (the same bits on any count). */
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads);
 void kn_optimizer_step_on(kn_optimizer *opt, kn_graph *g, float *params, const float *grads);
+/* One step of g's parameters with its gradients, where they are: on the
+ * GPU that computed every gradient (the parameters and the optimizer's
+ * state then stay there: kn_params and kn_optimizer_moments bring them
+ * back when asked), else on the host. KN_OK, or an error code with a
+ * sentence in err. */
+int kn_optimizer_step_graph(kn_optimizer *opt, kn_graph *g, char *err, size_t errlen);
 int64_t kn_optimizer_iterations(const kn_optimizer *opt);
 /* The learning rate the next steps use (schedules and callbacks set it). */
 void kn_optimizer_set_learning_rate(kn_optimizer *opt, float lr);

@@ -526,10 +526,12 @@ size_t kn_param_count(const kn_graph *g) {
 }
 
 float *kn_params(kn_graph *g) {
+  kn_residency_flat_to_host(g, KN_STORE_PARAM);
   return g->param_buf;
 }
 
 float *kn_grads(kn_graph *g) {
+  kn_residency_flat_to_host(g, KN_STORE_GRAD);
   return g->grad_buf;
 }
 

@@ -252,6 +252,11 @@ struct kn_graph {
    * way over the graph's life, and bytes held on the devices. */
   void *device_buf[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS];
   uint32_t *where;
+  /* 1 + the device every gradient is computed on (0: none, or more than
+   * one, or some on the host): the optimizer may step there. 1 while the
+   * parameters' current values are that device's (the last step ran
+   * there); kn_params brings them back. */
+  int step_device, params_on_device;
   uint64_t copied_in, copied_out;
   size_t device_bytes;
   int compiled;
@@ -544,6 +549,17 @@ int kn_residency_before(kn_graph *g, int i, char *err, size_t errlen);
 int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen);
 void *kn_device_data(kn_graph *g, int v, int d);
 int kn_residency_sync(kn_graph *g, int i, char *err, size_t errlen);
+/* The flat buffers on the host (kn_params, kn_grads; a failure recorded
+ * in g): values only a device held copied back, and the host's copy then
+ * the current one, as the caller may write it. */
+int kn_residency_flat_to_host(kn_graph *g, kn_storage which);
+/* An optimizer step on the device every gradient was computed on: begin
+ * gives that device and its parameter and gradient buffers, each holding
+ * the current values (1), or 0 where the step runs on the host; end
+ * records that the device now holds the parameters. */
+int kn_residency_step_begin(kn_graph *g, int *device, float **params, float **grads, char *err,
+                            size_t errlen);
+void kn_residency_step_end(kn_graph *g);
 
 /* The persistent thread pool (pool.c). */
 #define KN_POOL_MAX_THREADS 256

@@ -10,6 +10,7 @@
 
 #include "engine.h"
 #include "graph_internal.h"
+#include "cuda/cuda.h"
 #include "optim_rules.h"
 
 struct kn_optimizer {
@@ -18,6 +19,10 @@ struct kn_optimizer {
   int64_t iterations;
   float *m; /* (n) momentum buffer (sgd, rmsprop) or first moment (adam, adamw) */
   float *v; /* (n) second moment (adam, adamw), square average (rmsprop), sum (adagrad) */
+  /* Steps on a GPU (kn_optimizer_step_graph): m and v there, on device
+   * `device`; state_on_device while they, not the host's, are current. */
+  float *dev_m, *dev_v;
+  int device, state_on_device;
 };
 
 static const char *type_name(kn_optimizer_type t) {
@@ -117,9 +122,22 @@ nomem:
 
 void kn_optimizer_free(kn_optimizer *opt) {
   if (!opt) return;
+  kn_cuda_free(opt->device, opt->dev_m);
+  kn_cuda_free(opt->device, opt->dev_v);
   free(opt->m);
   free(opt->v);
   free(opt);
+}
+
+/* The state back on the host where a GPU's is current: 0, or -1 with err. */
+static int state_to_host(kn_optimizer *opt, char *err, size_t errlen) {
+  if (!opt->state_on_device) return 0;
+  const size_t bytes = opt->n * sizeof(float);
+  if ((opt->m && kn_cuda_copy_out(opt->device, opt->m, opt->dev_m, bytes, err, errlen) != 0) ||
+      (opt->v && kn_cuda_copy_out(opt->device, opt->v, opt->dev_v, bytes, err, errlen) != 0))
+    return -1;
+  opt->state_on_device = 0;
+  return 0;
 }
 
 void kn_optimizer_set_learning_rate(kn_optimizer *opt, float lr) {
@@ -136,6 +154,9 @@ int64_t kn_optimizer_iterations(const kn_optimizer *opt) {
 
 void kn_optimizer_moments(kn_optimizer *opt, kn_optimizer_type *type, size_t *n, float **m,
                           float **v, int64_t **iterations) {
+  char err[256];
+  if (state_to_host(opt, err, sizeof err) != 0) /* a GPU that fails a copy fails its next step */
+    fprintf(stderr, "optimizer: the state on cuda:%d could not be read: %s\n", opt->device, err);
   *type = opt->cfg.type;
   *n = opt->n;
   *m = opt->m;
@@ -261,6 +282,52 @@ void kn_optimizer_step_on(kn_optimizer *opt, kn_graph *g, float *params, const f
   const int64_t blocks = (int64_t)((opt->n + STEP_BLOCK - 1) / STEP_BLOCK);
   kn_pool_for(g ? g->pool : NULL, blocks, step_blocks, &j);
   opt->iterations++;
+}
+
+/* The state on device d, current (allocated and copied over where the
+ * host's is): 0, or -1 with err. */
+static int state_to_device(kn_optimizer *opt, int d, char *err, size_t errlen) {
+  if (opt->state_on_device && opt->device == d) return 0;
+  if (state_to_host(opt, err, errlen) != 0) return -1;
+  const size_t bytes = (opt->n ? opt->n : 1) * sizeof(float);
+  if (opt->device != d) { /* another device's buffers: not this one's */
+    kn_cuda_free(opt->device, opt->dev_m);
+    kn_cuda_free(opt->device, opt->dev_v);
+    opt->dev_m = opt->dev_v = NULL;
+    opt->device = d;
+  }
+  if ((opt->m && !opt->dev_m && kn_cuda_alloc(d, bytes, (void **)&opt->dev_m, err, errlen) != 0) ||
+      (opt->v && !opt->dev_v && kn_cuda_alloc(d, bytes, (void **)&opt->dev_v, err, errlen) != 0))
+    return -1;
+  if ((opt->m && kn_cuda_copy_in(d, opt->dev_m, opt->m, opt->n * sizeof(float), err, errlen)) ||
+      (opt->v && kn_cuda_copy_in(d, opt->dev_v, opt->v, opt->n * sizeof(float), err, errlen)))
+    return -1;
+  opt->state_on_device = 1;
+  return 0;
+}
+
+int kn_optimizer_step_graph(kn_optimizer *opt, kn_graph *g, char *err, size_t errlen) {
+  int d = -1;
+  float *p = NULL, *grads = NULL;
+  char why[512] = "";
+  const int on = kn_residency_step_begin(g, &d, &p, &grads, why, sizeof why);
+  if (on == 0) {
+    kn_optimizer_step_on(opt, g, kn_params(g), kn_grads(g));
+    return kn_graph_error(g, err, errlen);
+  }
+  if (on < 0 || state_to_device(opt, d, why, sizeof why) != 0) {
+    snprintf(err, errlen, "optimizer step on cuda:%d: %s", d, why);
+    return KN_EIO;
+  }
+  const kn_step_consts c = step_consts(opt);
+  if (kn_cuda_set_device(d, why, sizeof why) != 0 ||
+      kn_cuda_dev_optimizer_step(&c, p, grads, opt->dev_m, opt->dev_v, opt->n, why, sizeof why)) {
+    snprintf(err, errlen, "optimizer step on cuda:%d: %s", d, why);
+    return KN_EIO;
+  }
+  kn_residency_step_end(g);
+  opt->iterations++;
+  return KN_OK;
 }
 
 void kn_optimizer_step(kn_optimizer *opt, float *params, const float *grads) {

@@ -103,6 +103,18 @@ int kn_residency_alloc(kn_graph *g) {
     any = 1;
   }
   if (!any) return KN_OK;
+  /* Every gradient computed on one device: the optimizer can step there,
+   * over that device's parameter and gradient buffers. */
+  int step = -2;
+  for (int i = 0; i < g->n_nodes && step != -1; i++) {
+    if (g->nodes[i].dead || g->nodes[i].storage != KN_STORE_GRAD) continue;
+    const int d = kernel_device(g, i);
+    step = d < 0 || (step >= 0 && step != d) ? -1 : d;
+  }
+  if (step >= 0 && g->n_param_floats > 0) {
+    g->step_device = step + 1;
+    want[step][1] = want[step][2] = 1;
+  }
   g->where = malloc((size_t)g->n_nodes * sizeof *g->where);
   if (!g->where) {
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory for the GPU values' table");
@@ -128,6 +140,15 @@ int kn_residency_alloc(kn_graph *g) {
       }
       g->device_bytes += bytes[b];
     }
+  /* The gradients no node computes stay zero, as on the host. */
+  if (g->step_device) {
+    const int d = g->step_device - 1;
+    char err[256];
+    if (kn_cuda_copy_in(d, g->device_buf[d][2], g->grad_buf, bytes[2], err, sizeof err) != 0) {
+      kn_graph_fail(g, KN_EIO, "compile: zeroing the gradients on cuda:%d: %s", d, err);
+      return KN_EIO;
+    }
+  }
   return KN_OK;
 }
 
@@ -149,7 +170,9 @@ void *kn_device_data(kn_graph *g, int v, int d) {
 
 void kn_residency_start(kn_graph *g) {
   if (!g->where) return;
-  for (int i = 0; i < g->n_nodes; i++) g->where[i] = HOST;
+  const uint32_t params = g->params_on_device ? ON_DEVICE(g->step_device - 1) : HOST;
+  for (int i = 0; i < g->n_nodes; i++)
+    g->where[i] = g->nodes[i].storage == KN_STORE_PARAM ? params : HOST;
 }
 
 /* Node v's value on the host, copied from a device that holds it. */
@@ -203,15 +226,74 @@ int kn_residency_before(kn_graph *g, int i, char *err, size_t errlen) {
 }
 
 int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen) {
-  if (!g->where) return KN_OK;
+  /* a value fed or held: where it was (the parameters maybe on a device) */
+  if (!g->where || kn_op_has(g->nodes[i].op, KN_OPF_FED | KN_OPF_FLAT)) return KN_OK;
   const int d = kernel_device(g, i);
   g->where[i] = d >= 0 ? ON_DEVICE(d) : HOST;
-  /* A value in the flat buffers (a gradient in its slot) is read there,
-   * by the optimizer and the gradient hooks: on the host at once. */
+  /* A value in the flat buffers is read there on the host: at once where
+   * gradient hooks read each bucket as backward finishes it, or no device
+   * optimizer step can take the gradients; else when asked (kn_grads). */
   const kn_storage s = g->nodes[i].storage;
-  if (d >= 0 && (s == KN_STORE_PARAM || s == KN_STORE_GRAD || s == KN_STORE_STATE))
+  const int keep = s == KN_STORE_GRAD && g->step_device && !g->node_done;
+  if (d >= 0 && !keep && (s == KN_STORE_PARAM || s == KN_STORE_GRAD || s == KN_STORE_STATE))
     return to_host(g, i, err, errlen);
   return KN_OK;
+}
+
+int kn_residency_flat_to_host(kn_graph *g, kn_storage which) {
+  if (!g->where) return KN_OK;
+  char err[512];
+  if (which == KN_STORE_PARAM && g->params_on_device) {
+    const int d = g->step_device - 1;
+    const size_t bytes = g->n_param_floats * sizeof(float);
+    if (kn_cuda_copy_out(d, g->param_buf, g->device_buf[d][1], bytes, err, sizeof err) != 0) {
+      kn_graph_fail(g, KN_EIO, "copying the parameters from cuda:%d: %s", d, err);
+      return KN_EIO;
+    }
+    g->copied_out += bytes;
+    g->params_on_device = 0;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].dead || g->nodes[i].storage != which) continue;
+    if (which != KN_STORE_PARAM && to_host(g, i, err, sizeof err) == KN_EIO) {
+      kn_graph_fail(g, KN_EIO, "%s", err);
+      return KN_EIO;
+    }
+    g->where[i] = HOST; /* the caller may write the host's copy */
+  }
+  return KN_OK;
+}
+
+int kn_residency_step_begin(kn_graph *g, int *device, float **params, float **grads, char *err,
+                            size_t errlen) {
+  if (!g->where || !g->step_device || g->node_done) return 0;
+  const int d = g->step_device - 1;
+  if (!g->params_on_device) { /* the host's are current: over once */
+    const size_t bytes = g->n_param_floats * sizeof(float);
+    char why[256];
+    if (kn_cuda_copy_in(d, g->device_buf[d][1], g->param_buf, bytes, why, sizeof why) != 0) {
+      snprintf(err, errlen, "copying the parameters to cuda:%d: %s", d, why);
+      return -1;
+    }
+    g->copied_in += bytes;
+  }
+  for (int i = 0; i < g->n_nodes; i++) { /* a gradient the host was handed goes back */
+    if (g->nodes[i].dead || g->nodes[i].storage != KN_STORE_GRAD) continue;
+    const int rc = to_device(g, i, d, err, errlen);
+    if (rc == KN_ESTATE) continue; /* not computed this run: its slot is as it was */
+    if (rc) return -1;
+  }
+  *device = d;
+  *params = g->device_buf[d][1];
+  *grads = g->device_buf[d][2];
+  return 1;
+}
+
+void kn_residency_step_end(kn_graph *g) {
+  g->params_on_device = 1;
+  const uint32_t on = ON_DEVICE(g->step_device - 1);
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].storage == KN_STORE_PARAM) g->where[i] = on;
 }
 
 int kn_residency_sync(kn_graph *g, int i, char *err, size_t errlen) {

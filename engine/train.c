@@ -166,25 +166,27 @@ static void accumulate(kn_run *r, int rows) {
  * parameter servers. */
 static int update(kn_run *r) {
   kn_graph *g = r->m->graph;
-  float *grads = kn_grads(g);
   const size_t n = kn_param_count(g);
   if (r->acc) { /* the row-weighted mean over the window, as one big batch's */
+    float *grads = kn_grads(g);
     const float inv = 1.0f / (float)r->window_rows;
     for (size_t i = 0; i < n; i++) grads[i] = r->acc[i] * inv;
   }
   const int apply = kn_run_scale_window(r);
-  if (apply && r->cfg->clip_global_norm > 0) clip_global_norm(grads, n, r->cfg->clip_global_norm);
+  if (apply && r->cfg->clip_global_norm > 0)
+    clip_global_norm(kn_grads(g), n, r->cfg->clip_global_norm);
   kn_optimizer_set_learning_rate(r->opt, current_lr(r));
   int rc = KN_OK;
   if (apply && r->ps) {
     int stop = 0;
     const int flags = (r->window_rows > 0 ? KN_PS_EXAMPLES : 0) |
                       (r->cfg->stop_request && *r->cfg->stop_request ? KN_PS_STOP_REQUEST : 0);
-    rc = kn_ps_step(r->ps, kn_params(g), grads, kn_optimizer_learning_rate(r->opt), r->step + 1,
-                    flags, &stop, r->err, r->errlen);
+    rc = kn_ps_step(r->ps, kn_params(g), kn_grads(g), kn_optimizer_learning_rate(r->opt),
+                    r->step + 1, flags, &stop, r->err, r->errlen);
     if (r->cfg->dist.ps_async) r->stop_anywhere = stop; /* agreed through the servers */
   } else if (apply) {
-    kn_optimizer_step_on(r->opt, g, kn_params(g), grads);
+    /* where the gradients are: on their GPU, the parameters stay there */
+    rc = kn_optimizer_step_graph(r->opt, g, r->err, r->errlen);
   }
   r->step++;
   r->window_rows = 0;

@@ -1,8 +1,8 @@
 /* cuda.cu — the CUDA backend: device discovery and selection, device
  * memory and copies, sgemm through cuBLAS, and own kernels for relu and
- * its gradient, a bias added to rows and the sum of rows (a bias's
- * gradient). Built only with KILN_CUDA=ON; C callers see the extern "C"
- * face in cuda.h. The dev_ kernels work on device buffers and only queue
+ * its gradient, a bias added to rows, the sum of rows (a bias's gradient)
+ * and the optimizers' steps (optim_rules.h, shared with the CPU). Built only with KILN_CUDA=ON; C
+ * callers see the extern "C" face in cuda.h. The dev_ kernels work on device buffers and only queue
  * work on the default stream: the graph keeps the values of nodes placed
  * on cuda:N on that device between nodes (residency.c), and a copy out
  * waits for them. The others take host buffers and copy in, compute and
@@ -158,6 +158,15 @@ static __global__ void reduce_rows_kernel(const float *x, float *out, size_t row
     for (size_t r = 0; r < rows; r++) sum += x[r * cols + c];
     out[c] = sum;
   }
+}
+
+/* One optimizer step, element i under c's rule (optim_rules.h, the CPU's
+ * rule); grid-stride. */
+static __global__ void optimizer_step_kernel(kn_step_consts c, float *p, const float *g, float *m,
+                                             float *v, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    kn_rule_apply(&c, p, g, m, v, i);
 }
 
 /* Enough blocks of RELU_THREADS to fill every SM of the current device, no
@@ -433,6 +442,25 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_rows(const float *x, f
   }
   if (grid_for(cols, &blocks, err, errlen) != 0) return -1;
   reduce_rows_kernel<<<blocks, RELU_THREADS>>>(x, out, rows, cols);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_optimizer_step(const kn_step_consts *c, float *p,
+                                                                  const float *g, float *m,
+                                                                  float *v, size_t n, char *err,
+                                                                  size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (!c || !p || !g) {
+    set_err(err, errlen, "kn_cuda_dev_optimizer_step: c, p and g must not be NULL");
+    return -1;
+  }
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  optimizer_step_kernel<<<blocks, RELU_THREADS>>>(*c, p, g, m, v, n);
   KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "../optim_rules.h" /* kn_step_consts */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,6 +59,12 @@ int kn_cuda_dev_bias_add(const float *x, const float *b, float *y, size_t rows, 
                          int relu, char *err, size_t errlen);
 int kn_cuda_dev_reduce_rows(const float *x, float *out, size_t rows, size_t cols, char *err,
                             size_t errlen);
+
+/* One optimizer step over n parameters on device buffers: p updated from
+ * g under c's rule, with its state in m and v (NULL where the rule keeps
+ * none), each element as optim_rules.h says. */
+int kn_cuda_dev_optimizer_step(const kn_step_consts *c, float *p, const float *g, float *m,
+                               float *v, size_t n, char *err, size_t errlen);
 
 /* Makes device the calling thread's current one (cudaSetDevice), after
  * checking it exists. */

@@ -282,6 +282,137 @@ static void a_model_split_over_two_gpus_trains_as_on_one(void **state) {
   }
 }
 
+/* The model of split_layers with every layer on `all`, compiled; 0, or
+ * -1 (err set) when compile refuses. */
+static int build_on(kn_device all, kn_model *m, char *err, size_t errlen) {
+  kn_layer_config layers[3];
+  memcpy(layers, split_layers, sizeof layers);
+  for (int i = 0; i < 3; i++) layers[i].placed = 0;
+  kn_model_config cfg = {.input_ndim = 1,
+                         .input_shape = {6},
+                         .n_layers = 3,
+                         .layers = layers,
+                         .batch_size = 8,
+                         .seed = 3,
+                         .device = all};
+  assert_int_equal(kn_model_build(&cfg, m, err, errlen), KN_OK);
+  if (kn_graph_compile(m->graph, 1, NULL, err, errlen) == KN_OK) return 0;
+  kn_model_free(m);
+  return -1;
+}
+
+/* 8 steps of m on fixed data, each optimizer step where the gradients are
+ * (kn_optimizer_step_graph); the losses, and the optimizer kept. */
+static kn_optimizer *train_where_they_are(kn_model *m, const kn_optimizer_config *oc,
+                                          float *losses) {
+  char err[512] = "";
+  kn_optimizer *opt;
+  assert_int_equal(kn_optimizer_new(oc, kn_param_count(m->graph), &opt, err, sizeof err), KN_OK);
+  float *x = kn_node_data(m->graph, m->x);
+  int32_t *y = kn_node_data(m->graph, m->y);
+  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
+  for (int i = 0; i < 8; i++) y[i] = i % 3;
+  for (int s = 0; s < 8; s++) {
+    if (kn_graph_run(m->graph, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
+    losses[s] = *(float *)kn_node_data(m->graph, m->loss);
+    if (kn_optimizer_step_graph(opt, m->graph, err, sizeof err) != KN_OK) fail_msg("step: %s", err);
+  }
+  return opt;
+}
+
+static int close_to(const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(fabsf(a[i] - b[i]) <= 1e-5f * fabsf(b[i]) + 1e-6f)) return 0;
+  return 1;
+}
+
+/* Every gradient computed on the GPU: each optimizer steps there, the
+ * parameters and its state stay there between steps, and the losses, the
+ * weights and the state are the host's. */
+static void the_optimizer_steps_on_the_gpu(void **state) {
+  (void)state;
+  const kn_optimizer_config configs[] = {
+      {.type = KN_OPT_SGD, .learning_rate = 0.1f},
+      {.type = KN_OPT_SGD,
+       .learning_rate = 0.05f,
+       .momentum = 0.9f,
+       .nesterov = 1,
+       .weight_decay = 1e-3f},
+      {.type = KN_OPT_ADAM,
+       .learning_rate = 1e-2f,
+       .beta1 = 0.9f,
+       .beta2 = 0.999f,
+       .epsilon = 1e-7f},
+      {.type = KN_OPT_ADAMW,
+       .learning_rate = 1e-2f,
+       .beta1 = 0.9f,
+       .beta2 = 0.999f,
+       .epsilon = 1e-7f,
+       .weight_decay = 0.01f},
+      {.type = KN_OPT_RMSPROP,
+       .learning_rate = 1e-3f,
+       .rho = 0.9f,
+       .momentum = 0.5f,
+       .epsilon = 1e-5f},
+      {.type = KN_OPT_ADAGRAD,
+       .learning_rate = 0.05f,
+       .epsilon = 1e-7f,
+       .initial_accumulator_value = 0.1f},
+  };
+  char err[512] = "";
+  for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+    kn_model gm, cm;
+    if (build_on(gpu0, &gm, err, sizeof err) != 0) {
+      assert_non_null(strstr(err, "is placed on cuda:0"));
+      print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
+      skip();
+    }
+    assert_int_equal(build_on(cpu, &cm, err, sizeof err), 0);
+    float lg[8], lc[8];
+    kn_optimizer *og = train_where_they_are(&gm, &configs[k], lg);
+    kn_optimizer *oc = train_where_they_are(&cm, &configs[k], lc);
+    /* Over the 8 steps: the batch and the logits' gradient over, the
+     * logits back (the loss runs on the host), and the parameters over
+     * twice, for the first run's kernels and the first step; nothing else
+     * crosses, the gradients and the updated weights included. */
+    uint64_t in = 0, out = 0;
+    kn_graph_device_copies(gm.graph, &in, &out, NULL);
+    const size_t params = kn_param_count(gm.graph) * sizeof(float);
+    print_message("optimizer %d: loss %.7f on cuda:0, %.7f on the host; copied %llu bytes in, "
+                  "%llu out\n",
+                  (int)configs[k].type, lg[7], lc[7], (unsigned long long)in,
+                  (unsigned long long)out);
+    assert_true(close_to(lg, lc, 8));
+    assert_int_equal(in, 8 * (8 * 6 + 8 * 3) * sizeof(float) + 2 * params);
+    assert_int_equal(out, 8 * 8 * 3 * sizeof(float));
+    /* Asked for, the weights and the state come back: the host's. */
+    assert_true(close_to(kn_params(gm.graph), kn_params(cm.graph), kn_param_count(cm.graph)));
+    kn_graph_device_copies(gm.graph, NULL, &out, NULL);
+    assert_int_equal(out, 8 * 8 * 3 * sizeof(float) + params);
+    kn_optimizer_type type;
+    size_t n, nc;
+    float *mg, *vg, *mc, *vc;
+    int64_t *ig, *ic;
+    kn_optimizer_moments(og, &type, &n, &mg, &vg, &ig);
+    kn_optimizer_moments(oc, &type, &nc, &mc, &vc, &ic);
+    assert_int_equal(*ig, 8);
+    assert_int_equal(*ic, 8);
+    assert_true(!mg == !mc && !vg == !vc);
+    if (mg) assert_true(close_to(mg, mc, n));
+    if (vg) assert_true(close_to(vg, vc, n));
+    /* The host's copy is the current one again: the next step takes it
+     * over, and goes on as the host does. */
+    float more_g[8], more_c[8];
+    kn_optimizer_free(train_where_they_are(&gm, &configs[k], more_g));
+    kn_optimizer_free(train_where_they_are(&cm, &configs[k], more_c));
+    assert_true(close_to(more_g, more_c, 8));
+    kn_optimizer_free(og);
+    kn_optimizer_free(oc);
+    kn_model_free(&gm);
+    kn_model_free(&cm);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_cpu_graph_never_maps_the_cuda_libraries),
@@ -289,6 +420,7 @@ int main(void) {
       cmocka_unit_test(compile_refuses_placements_that_cannot_run),
       cmocka_unit_test(a_gpu_placed_graph_trains_as_on_the_cpu),
       cmocka_unit_test(a_model_split_over_two_gpus_trains_as_on_one),
+      cmocka_unit_test(the_optimizer_steps_on_the_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
