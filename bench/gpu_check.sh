@@ -170,7 +170,7 @@ if rc == 0:
     copied = 0.0
     with open(os.path.join(out, "profile.txt")) as f:
         for line in f:
-            m = re.search(r"copied ([0-9.]+) MB to them and ([0-9.]+) MB back a training step",
+            m = re.search(r"copied ([0-9.]+) MB to them and ([0-9.]+) MB back a profiled step",
                           line)
             if m:
                 copied = (float(m.group(1)) + float(m.group(2))) * 1e6

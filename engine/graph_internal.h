@@ -258,6 +258,7 @@ struct kn_graph {
    * there); kn_params brings them back. */
   int step_device, params_on_device;
   uint64_t copied_in, copied_out;
+  uint64_t profiled_in, profiled_out; /* the same, in the profiled runs */
   size_t device_bytes;
   int compiled;
   int batch;              /* rows of the current run */

@@ -531,6 +531,7 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
   /* Parameters that no gradient reaches keep the zero slot set at compile. */
   int end = mode == KN_RUN_TRAIN ? g->n_nodes : g->n_forward;
   const int profiling = kn_profile_recording(g->profile);
+  const uint64_t in0 = g->copied_in, out0 = g->copied_out;
   kn_residency_start(g);
   for (int i = 0; i < end; i++) {
     if (g->nodes[i].dead || g->nodes[i].folded) continue;
@@ -543,6 +544,10 @@ int kn_graph_run(kn_graph *g, kn_run_mode mode, int batch, char *err, size_t err
     if (rc) return rc;
     if (profiling) kn_profile_node(g->profile, g, i, start, kn_profile_now());
     if (g->node_done && mode == KN_RUN_TRAIN) g->node_done(g->node_done_ctx, i);
+  }
+  if (profiling) {
+    g->profiled_in += g->copied_in - in0;
+    g->profiled_out += g->copied_out - out0;
   }
   return KN_OK;
 }

@@ -242,12 +242,12 @@ int kn_profile_write_table(const kn_profile *p, const kn_graph *g, const char *p
   fprintf(f, "%d profiled steps, %.3f ms a step on average; activations arena %.2f MiB\n", steps,
           steps ? step_total / steps * 1e3 : 0.0, g->arena_bytes / 1048576.0);
   if (g->where) { /* kernels on GPUs: what their values cost in copies */
-    const double runs = g->train_runs > 0 ? (double)g->train_runs : 1.0;
+    const double per = steps > 0 ? 1e6 * steps : 1e6;
     fprintf(f,
             "GPU values: %.2f MiB held on the devices; copied %.3f MB to them and %.3f MB back a "
-            "training step (%llu steps; evaluation runs add to the totals, %.1f MB and %.1f MB)\n",
-            g->device_bytes / 1048576.0, g->copied_in / runs / 1e6, g->copied_out / runs / 1e6,
-            (unsigned long long)g->train_runs, g->copied_in / 1e6, g->copied_out / 1e6);
+            "profiled step (over the graph's life, %.1f MB and %.1f MB)\n",
+            g->device_bytes / 1048576.0, g->profiled_in / per, g->profiled_out / per,
+            g->copied_in / 1e6, g->copied_out / 1e6);
   }
   fprintf(f, "%-4s %-48s %-9s %6s %10s %9s %7s %12s\n", "rank", "node", "pass", "calls", "total ms",
           "mean ms", "% step", "output bytes");
