@@ -39,10 +39,10 @@ extern const kn_backend kn_backend_cpu;  /* cpu.c */
 extern const kn_backend kn_backend_cuda; /* backend_cuda.c */
 
 /* Whether node n runs a kernel of its device's backend: not a value fed,
- * held in the flat buffers or viewed, nor a copy into a gradient's slot
- * (which the host makes on any device). */
+ * held in the flat buffers or viewed. (A copy into a gradient's slot runs
+ * where it is placed: on a GPU, from its buffer there.) */
 static inline int kn_runs_device_kernel(const kn_node_rec *n) {
-  return !kn_op_has(n->op, KN_OPF_FED | KN_OPF_FLAT | KN_OPF_VIEW | KN_OPF_HOST_COPY);
+  return !kn_op_has(n->op, KN_OPF_FED | KN_OPF_FLAT | KN_OPF_VIEW);
 }
 
 /* The backend of a device kind. */

@@ -60,6 +60,14 @@ int kn_cuda_kernel_reduce_rows(kn_graph *g, kn_node_rec *n, char *err, size_t er
              : KN_OK;
 }
 
+/* The value of its input, within the device. */
+int kn_cuda_kernel_copy(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_copy(on(g, n, (int)(n - g->nodes)), on(g, n, n->inputs[0]),
+                          kn_node_elems(n, g->batch) * sizeof(float), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
 /* Ops whose value needs no kernel: data fed or held in the flat buffers,
  * and views. They live in host memory on any device. */
 static int storage_only(kn_op op) {
@@ -91,8 +99,9 @@ static void *cuda_alloc(int device, size_t bytes, char *err, size_t errlen) {
 static int cuda_run(kn_graph *g, int i, char *err, size_t errlen) {
   kn_node_rec *n = &g->nodes[i];
   if (storage_only(n->op)) return KN_OK;
-  if (kn_op_has(n->op, KN_OPF_HOST_COPY)) return kn_cpu_run_node(g, i, err, errlen);
-  const kn_kernel_fn kernel = kn_op_def_of(n->op)->cuda;
+  /* a copy into a gradient's slot: within the device, where both are */
+  const kn_kernel_fn kernel =
+      kn_op_has(n->op, KN_OPF_HOST_COPY) ? kn_cuda_kernel_copy : kn_op_def_of(n->op)->cuda;
   if (!kernel) {
     snprintf(err, errlen, "run: node '%s' (%s) has no CUDA kernel", n->name, kn_op_name(n->op));
     return KN_EINVAL;

@@ -287,5 +287,6 @@ int kn_cuda_kernel_relu(KN_KERNEL_ARGS);
 int kn_cuda_kernel_relu_grad(KN_KERNEL_ARGS);
 int kn_cuda_kernel_bias_add(KN_KERNEL_ARGS);
 int kn_cuda_kernel_reduce_rows(KN_KERNEL_ARGS);
+int kn_cuda_kernel_copy(KN_KERNEL_ARGS); /* KN_OPF_HOST_COPY ops placed on a GPU */
 
 #endif

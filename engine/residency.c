@@ -1,14 +1,13 @@
 /* residency.c — values on GPUs. A node whose kernel runs on cuda:d writes
- * its value into a buffer of its own on that device, and reads its inputs
- * from buffers there; nothing is copied between two kernels on one
- * device. A value crosses only where a reader needs it elsewhere: to the
- * host for a CPU kernel, a view, a gradient's slot in the flat buffer (the
- * optimizer runs on the host; a gradient a kernel writes straight into its
- * slot is copied there as soon as it is computed) or a caller's
- * kn_node_data; to a device from
- * the host (the batch, the parameters: once per run each, whatever number
- * of kernels read them) or, through the host, from another device (no peer
- * copies yet).
+ * its value on that device and reads its inputs there; nothing is copied
+ * between two kernels on one device, and a view is where its input is. A
+ * value crosses only where a reader needs it elsewhere: to the host for a
+ * CPU kernel, for the flat gradient buffer where the optimizer or
+ * gradient hooks read it on the host (at once where hooks read it, else
+ * when kn_grads asks), or for a caller's kn_node_data; to a device from
+ * the host (the batch; the parameters once a run, unless the optimizer
+ * stepped on that device and they stayed there) or, through the host,
+ * from another device (no peer copies yet).
  *
  * Each device holds the host's layout: the planned activations arena
  * (the same offsets, so the planner's reuse holds there too: values live
@@ -216,6 +215,7 @@ static int to_device(kn_graph *g, int v, int d, char *err, size_t errlen) {
 int kn_residency_before(kn_graph *g, int i, char *err, size_t errlen) {
   if (!g->where) return KN_OK;
   const kn_node_rec *n = &g->nodes[i];
+  if (kn_op_has(n->op, KN_OPF_VIEW)) return KN_OK; /* its input's value, wherever that is */
   const int d = kernel_device(g, i);
   for (int k = 0; k < n->n_inputs; k++) {
     const int rc =
@@ -228,6 +228,12 @@ int kn_residency_before(kn_graph *g, int i, char *err, size_t errlen) {
 int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen) {
   /* a value fed or held: where it was (the parameters maybe on a device) */
   if (!g->where || kn_op_has(g->nodes[i].op, KN_OPF_FED | KN_OPF_FLAT)) return KN_OK;
+  /* a view: where its input is (each copy of it lies where the input's
+   * does, at the same offset) */
+  if (kn_op_has(g->nodes[i].op, KN_OPF_VIEW)) {
+    g->where[i] = g->where[g->nodes[i].inputs[0]];
+    return KN_OK;
+  }
   const int d = kernel_device(g, i);
   g->where[i] = d >= 0 ? ON_DEVICE(d) : HOST;
   /* A value in the flat buffers is read there on the host: at once where

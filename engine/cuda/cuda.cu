@@ -467,6 +467,16 @@ cleanup:
   return rc;
 }
 
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_copy(void *dst, const void *src, size_t bytes,
+                                                        char *err, size_t errlen) {
+  int rc = -1;
+  if (bytes == 0 || dst == src) return 0;
+  KN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen) {
   int rc = -1, count = 0;
   if (kiln_cuda_module_device_count(&count, err, errlen) != 0) return -1;

@@ -66,6 +66,9 @@ int kn_cuda_dev_reduce_rows(const float *x, float *out, size_t rows, size_t cols
 int kn_cuda_dev_optimizer_step(const kn_step_consts *c, float *p, const float *g, float *m,
                                float *v, size_t n, char *err, size_t errlen);
 
+/* bytes from src to dst, both on the current device, queued. */
+int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
+
 /* Makes device the calling thread's current one (cudaSetDevice), after
  * checking it exists. */
 int kn_cuda_set_device(int device, char *err, size_t errlen);

@@ -31,6 +31,7 @@ static struct {
   int (*dev_relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
   int (*dev_bias_add)(const float *, const float *, float *, size_t, size_t, int, char *, size_t);
   int (*dev_reduce_rows)(const float *, float *, size_t, size_t, char *, size_t);
+  int (*dev_copy)(void *, const void *, size_t, char *, size_t);
   int (*dev_optimizer_step)(const kn_step_consts *, float *, const float *, float *, float *,
                             size_t, char *, size_t);
   int (*set_device)(int, char *, size_t);
@@ -95,6 +96,7 @@ static void open_module(void) {
   FIND(dev_bias_add, "kiln_cuda_module_dev_bias_add");
   FIND(dev_reduce_rows, "kiln_cuda_module_dev_reduce_rows");
   FIND(dev_optimizer_step, "kiln_cuda_module_dev_optimizer_step");
+  FIND(dev_copy, "kiln_cuda_module_dev_copy");
   FIND(set_device, "kiln_cuda_module_set_device");
   FIND(alloc, "kiln_cuda_module_alloc");
   FIND(free, "kiln_cuda_module_free");
@@ -174,6 +176,10 @@ int kn_cuda_dev_reduce_rows(const float *x, float *out, size_t rows, size_t cols
 int kn_cuda_dev_optimizer_step(const kn_step_consts *c, float *p, const float *g, float *m,
                                float *v, size_t n, char *err, size_t errlen) {
   return loaded(err, errlen) ? mod.dev_optimizer_step(c, p, g, m, v, n, err, errlen) : -1;
+}
+
+int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_copy(dst, src, bytes, err, errlen) : -1;
 }
 
 int kn_cuda_set_device(int device, char *err, size_t errlen) {

@@ -41,6 +41,8 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_rows(const float *x, float *out, 
 KN_CUDA_EXPORT int kiln_cuda_module_dev_optimizer_step(const kn_step_consts *c, float *p,
                                                        const float *g, float *m, float *v, size_t n,
                                                        char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_copy(void *dst, const void *src, size_t bytes, char *err,
+                                             size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_alloc(int device, size_t bytes, void **out, char *err,
                                           size_t errlen);
