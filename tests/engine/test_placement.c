@@ -58,22 +58,35 @@ static net build(kn_device hidden, kn_precision precision) {
   return build_viewed(hidden, precision, 0);
 }
 
+/* Eight training steps of g on fixed data (x (8, 6), y labels of 3
+ * classes), each optimizer step on the host's buffers (kn_optimizer_step)
+ * or, with where_they_are, where the gradients are
+ * (kn_optimizer_step_graph); the losses, and the optimizer. */
+static kn_optimizer *eight_steps(kn_graph *g, kn_node x, kn_node y, kn_node loss,
+                                 const kn_optimizer_config *oc, int where_they_are, float *losses) {
+  char err[512] = "";
+  kn_optimizer *opt;
+  assert_int_equal(kn_optimizer_new(oc, kn_param_count(g), &opt, err, sizeof err), KN_OK);
+  float *xs = kn_node_data(g, x);
+  int32_t *ys = kn_node_data(g, y);
+  for (int i = 0; i < 48; i++) xs[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
+  for (int i = 0; i < 8; i++) ys[i] = i % 3;
+  for (int s = 0; s < 8; s++) {
+    if (kn_graph_run(g, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
+    losses[s] = *(float *)kn_node_data(g, loss);
+    if (!where_they_are)
+      kn_optimizer_step(opt, kn_params(g), kn_grads(g));
+    else if (kn_optimizer_step_graph(opt, g, err, sizeof err) != KN_OK)
+      fail_msg("step: %s", err);
+  }
+  return opt;
+}
+
+static const kn_optimizer_config sgd = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
+
 /* Eight steps of SGD on fixed data; the losses. */
 static void train(net *t, float *losses) {
-  char err[256] = "";
-  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
-  kn_optimizer *opt;
-  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(t->g), &opt, err, sizeof err), KN_OK);
-  float *x = kn_node_data(t->g, t->x);
-  int32_t *y = kn_node_data(t->g, t->y);
-  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
-  for (int i = 0; i < 8; i++) y[i] = i % 3;
-  for (int s = 0; s < 8; s++) {
-    if (kn_graph_run(t->g, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
-    losses[s] = *(float *)kn_node_data(t->g, t->loss);
-    kn_optimizer_step(opt, kn_params(t->g), kn_grads(t->g));
-  }
-  kn_optimizer_free(opt);
+  kn_optimizer_free(eight_steps(t->g, t->x, t->y, t->loss, &sgd, 0, losses));
 }
 
 /* A process that never asks for a GPU never maps the CUDA libraries (the
@@ -245,19 +258,7 @@ static int train_model(int split, kn_device all, float *losses, char *err, size_
     kn_model_free(&m);
     return -1;
   }
-  kn_optimizer_config oc = {.type = KN_OPT_SGD, .learning_rate = 0.1f};
-  kn_optimizer *opt;
-  assert_int_equal(kn_optimizer_new(&oc, kn_param_count(m.graph), &opt, err, errlen), KN_OK);
-  float *x = kn_node_data(m.graph, m.x);
-  int32_t *y = kn_node_data(m.graph, m.y);
-  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
-  for (int i = 0; i < 8; i++) y[i] = i % 3;
-  for (int s = 0; s < 8; s++) {
-    if (kn_graph_run(m.graph, KN_RUN_TRAIN, 8, err, errlen) != KN_OK) fail_msg("run: %s", err);
-    losses[s] = *(float *)kn_node_data(m.graph, m.loss);
-    kn_optimizer_step(opt, kn_params(m.graph), kn_grads(m.graph));
-  }
-  kn_optimizer_free(opt);
+  kn_optimizer_free(eight_steps(m.graph, m.x, m.y, m.loss, &sgd, 0, losses));
   if (keep)
     *keep = m;
   else
@@ -321,23 +322,11 @@ static int build_on(kn_device all, kn_model *m, char *err, size_t errlen) {
   return -1;
 }
 
-/* 8 steps of m on fixed data, each optimizer step where the gradients are
- * (kn_optimizer_step_graph); the losses, and the optimizer kept. */
+/* 8 steps of m, each optimizer step where the gradients are; the losses,
+ * and the optimizer kept. */
 static kn_optimizer *train_where_they_are(kn_model *m, const kn_optimizer_config *oc,
                                           float *losses) {
-  char err[512] = "";
-  kn_optimizer *opt;
-  assert_int_equal(kn_optimizer_new(oc, kn_param_count(m->graph), &opt, err, sizeof err), KN_OK);
-  float *x = kn_node_data(m->graph, m->x);
-  int32_t *y = kn_node_data(m->graph, m->y);
-  for (int i = 0; i < 48; i++) x[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
-  for (int i = 0; i < 8; i++) y[i] = i % 3;
-  for (int s = 0; s < 8; s++) {
-    if (kn_graph_run(m->graph, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
-    losses[s] = *(float *)kn_node_data(m->graph, m->loss);
-    if (kn_optimizer_step_graph(opt, m->graph, err, sizeof err) != KN_OK) fail_msg("step: %s", err);
-  }
-  return opt;
+  return eight_steps(m->graph, m->x, m->y, m->loss, oc, 1, losses);
 }
 
 static int close_to(const float *a, const float *b, size_t n) {
