@@ -237,11 +237,10 @@ static const kn_layer_config split_layers[] = {
     {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1, .placed = 1},
 };
 
-/* The model of split_layers with every layer on `all` instead (placed 0:
- * the model's device), or as split (all.kind < 0); 8 steps of SGD on fixed
- * data, the losses; 0, or -1 (err set) when compile refuses. */
-static int train_model(int split, kn_device all, float *losses, char *err, size_t errlen,
-                       kn_model *keep) {
+/* The model of split_layers, compiled: as split, or with every layer on
+ * `all` instead (placed 0: the model's device); 0, or -1 (err set) when
+ * compile refuses. */
+static int build_model(int split, kn_device all, kn_model *m, char *err, size_t errlen) {
   kn_layer_config layers[3];
   memcpy(layers, split_layers, sizeof layers);
   for (int i = 0; i < 3 && !split; i++) layers[i].placed = 0;
@@ -252,12 +251,18 @@ static int train_model(int split, kn_device all, float *losses, char *err, size_
                          .batch_size = 8,
                          .seed = 3,
                          .device = split ? (kn_device){KN_DEVICE_CPU, 0} : all};
+  assert_int_equal(kn_model_build(&cfg, m, err, errlen), KN_OK);
+  if (kn_graph_compile(m->graph, 1, NULL, err, errlen) == KN_OK) return 0;
+  kn_model_free(m);
+  return -1;
+}
+
+/* That model trained 8 steps of SGD on fixed data: the losses, and the
+ * model kept where keep is set; 0, or -1 (err set) when compile refuses. */
+static int train_model(int split, kn_device all, float *losses, char *err, size_t errlen,
+                       kn_model *keep) {
   kn_model m;
-  assert_int_equal(kn_model_build(&cfg, &m, err, errlen), KN_OK);
-  if (kn_graph_compile(m.graph, 1, NULL, err, errlen) != KN_OK) {
-    kn_model_free(&m);
-    return -1;
-  }
+  if (build_model(split, all, &m, err, errlen) != 0) return -1;
   kn_optimizer_free(eight_steps(m.graph, m.x, m.y, m.loss, &sgd, 0, losses));
   if (keep)
     *keep = m;
@@ -301,25 +306,6 @@ static void a_model_split_over_two_gpus_trains_as_on_one(void **state) {
     assert_true(fabsf(split[s] - one[s]) <= 1e-5f * fabsf(one[s]) + 1e-6f);
     assert_true(fabsf(split[s] - host[s]) <= 1e-5f * fabsf(host[s]) + 1e-6f);
   }
-}
-
-/* The model of split_layers with every layer on `all`, compiled; 0, or
- * -1 (err set) when compile refuses. */
-static int build_on(kn_device all, kn_model *m, char *err, size_t errlen) {
-  kn_layer_config layers[3];
-  memcpy(layers, split_layers, sizeof layers);
-  for (int i = 0; i < 3; i++) layers[i].placed = 0;
-  kn_model_config cfg = {.input_ndim = 1,
-                         .input_shape = {6},
-                         .n_layers = 3,
-                         .layers = layers,
-                         .batch_size = 8,
-                         .seed = 3,
-                         .device = all};
-  assert_int_equal(kn_model_build(&cfg, m, err, errlen), KN_OK);
-  if (kn_graph_compile(m->graph, 1, NULL, err, errlen) == KN_OK) return 0;
-  kn_model_free(m);
-  return -1;
 }
 
 /* 8 steps of m, each optimizer step where the gradients are; the losses,
@@ -371,12 +357,12 @@ static void the_optimizer_steps_on_the_gpu(void **state) {
   char err[512] = "";
   for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
     kn_model gm, cm;
-    if (build_on(gpu0, &gm, err, sizeof err) != 0) {
+    if (build_model(0, gpu0, &gm, err, sizeof err) != 0) {
       assert_non_null(strstr(err, "is placed on cuda:0"));
       print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
       skip();
     }
-    assert_int_equal(build_on(cpu, &cm, err, sizeof err), 0);
+    assert_int_equal(build_model(0, cpu, &cm, err, sizeof err), 0);
     float lg[8], lc[8];
     kn_optimizer *og = train_where_they_are(&gm, &configs[k], lg);
     kn_optimizer *oc = train_where_they_are(&cm, &configs[k], lc);
