@@ -55,8 +55,10 @@ int kiln_cuda_module_set_device(int device, char *err, size_t errlen) {
 
 int kiln_cuda_module_matmul(const float *a, const float *b, float *c, int m, int n, int k,
                             int trans_a, int trans_b, char *err, size_t errlen) {
-  (void)err;
-  (void)errlen;
+  if (m < 0 || n < 0 || k < 0) { /* as the module's check */
+    snprintf(err, errlen, "kn_cuda_matmul: sizes must be >= 0, got m=%d n=%d k=%d", m, n, k);
+    return -1;
+  }
   if (m == 0 || n == 0) return 0;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, trans_a ? m : k, b,
