@@ -13,8 +13,8 @@ typedef struct kn_pool kn_pool; /* pool.c */
 
 /* GPUs a graph keeps values on (cuda:0 up), and the buffers each holds:
  * the arena, the parameters, the gradients, the state (residency.c). */
-#define KN_MIRROR_DEVICES 16
-#define KN_DEVICE_BUFFERS 4
+#define KN_RESIDENT_DEVICES 16
+#define KN_DEVICE_BUFFERS   4
 
 typedef enum kn_storage {
   KN_STORE_ARENA = 0, /* planned in the activation arena */
@@ -250,7 +250,7 @@ struct kn_graph {
    * hold node i's value in the current run (bit 0 the host's, bit 1 + d
    * device d's), NULL where no kernel runs on a GPU. Bytes copied each
    * way over the graph's life, and bytes held on the devices. */
-  void *device_buf[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS];
+  void *device_buf[KN_RESIDENT_DEVICES][KN_DEVICE_BUFFERS];
   uint32_t *where;
   /* 1 + the device every gradient is computed on (0: none, or more than
    * one, or some on the host): the optimizer may step there. 1 while the

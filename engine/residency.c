@@ -68,7 +68,7 @@ static size_t value_bytes(const kn_graph *g, const kn_node_rec *n, int batch) {
 /* Whether device d needs a copy of node v, and of which buffer: refuses a
  * value that does not lie in one block (a part of a concatenation). */
 static int need(kn_graph *g, int v, int d, const kn_node_rec *reader,
-                unsigned char want[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS]) {
+                unsigned char want[KN_RESIDENT_DEVICES][KN_DEVICE_BUFFERS]) {
   const kn_node_rec *x = &g->nodes[v];
   size_t offset;
   const int b = buffer_of(g, v, &offset);
@@ -84,17 +84,17 @@ static int need(kn_graph *g, int v, int d, const kn_node_rec *reader,
 }
 
 int kn_residency_alloc(kn_graph *g) {
-  unsigned char want[KN_MIRROR_DEVICES][KN_DEVICE_BUFFERS] = {{0}};
+  unsigned char want[KN_RESIDENT_DEVICES][KN_DEVICE_BUFFERS] = {{0}};
   int any = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const int d = g->nodes[i].dead ? -1 : kernel_device(g, i);
     if (d < 0) continue;
     const kn_node_rec *n = &g->nodes[i];
-    if (d >= KN_MIRROR_DEVICES) {
+    if (d >= KN_RESIDENT_DEVICES) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' is placed on cuda:%d; a graph keeps values on cuda:0 to "
                     "cuda:%d",
-                    n->name, d, KN_MIRROR_DEVICES - 1);
+                    n->name, d, KN_RESIDENT_DEVICES - 1);
       return KN_EINVAL;
     }
     for (int k = -1; k < n->n_inputs; k++)
@@ -128,7 +128,7 @@ int kn_residency_alloc(kn_graph *g) {
   unsigned char *base[KN_DEVICE_BUFFERS];
   size_t bytes[KN_DEVICE_BUFFERS];
   host_buffers(g, base, bytes);
-  for (int d = 0; d < KN_MIRROR_DEVICES; d++)
+  for (int d = 0; d < KN_RESIDENT_DEVICES; d++)
     for (int b = 0; b < KN_DEVICE_BUFFERS; b++) {
       if (!want[d][b]) continue;
       char err[256];
@@ -152,7 +152,7 @@ int kn_residency_alloc(kn_graph *g) {
 }
 
 void kn_residency_free(kn_graph *g) {
-  for (int d = 0; d < KN_MIRROR_DEVICES; d++)
+  for (int d = 0; d < KN_RESIDENT_DEVICES; d++)
     for (int b = 0; b < KN_DEVICE_BUFFERS; b++) {
       kn_cuda_free(d, g->device_buf[d][b]);
       g->device_buf[d][b] = NULL;
@@ -178,7 +178,7 @@ void kn_residency_start(kn_graph *g) {
 static int to_host(kn_graph *g, int v, char *err, size_t errlen) {
   if (g->where[v] & HOST) return KN_OK;
   kn_node_rec *x = &g->nodes[v];
-  for (int d = 0; d < KN_MIRROR_DEVICES; d++) {
+  for (int d = 0; d < KN_RESIDENT_DEVICES; d++) {
     if (!(g->where[v] & ON_DEVICE(d))) continue;
     const size_t bytes = value_bytes(g, x, g->batch);
     char why[256];
@@ -274,20 +274,13 @@ int kn_residency_step_begin(kn_graph *g, int *device, float **params, float **gr
                             size_t errlen) {
   if (!g->where || !g->step_device || g->node_done) return 0;
   const int d = g->step_device - 1;
-  if (!g->params_on_device) { /* the host's are current: over once */
-    const size_t bytes = g->n_param_floats * sizeof(float);
-    char why[256];
-    if (kn_cuda_copy_in(d, g->device_buf[d][1], g->param_buf, bytes, why, sizeof why) != 0) {
-      snprintf(err, errlen, "copying the parameters to cuda:%d: %s", d, why);
-      return -1;
-    }
-    g->copied_in += bytes;
-  }
-  for (int i = 0; i < g->n_nodes; i++) { /* a gradient the host was handed goes back */
-    if (g->nodes[i].dead || g->nodes[i].storage != KN_STORE_GRAD) continue;
-    const int rc = to_device(g, i, d, err, errlen);
-    if (rc == KN_ESTATE) continue; /* not computed this run: its slot is as it was */
-    if (rc) return -1;
+  /* Each parameter and gradient the device lacks goes over: the
+   * parameters the run's kernels read are there already, as are the
+   * gradients they computed (unless the host was handed them). */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_storage s = g->nodes[i].storage;
+    if (s != KN_STORE_PARAM && (s != KN_STORE_GRAD || g->nodes[i].dead)) continue;
+    if (to_device(g, i, d, err, errlen)) return -1;
   }
   *device = d;
   *params = g->device_buf[d][1];
