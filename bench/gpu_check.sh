@@ -47,8 +47,17 @@ if [ ! -x "$build/worker/kiln-train" ] || [ ! -f "$build/engine/libkiln_cuda.so"
 fi
 export KILN_CUDA_MODULE=${KILN_CUDA_MODULE:-$PWD/$build/engine/libkiln_cuda.so}
 work=$(mktemp -d)
-# GPU_CHECK_LOGS=DIR keeps the suites' and runs' output there
-trap '[ -n "${GPU_CHECK_LOGS:-}" ] && cp -r "$work"/*.log "$GPU_CHECK_LOGS"/ 2>/dev/null; rm -rf "$work"' EXIT
+# GPU_CHECK_LOGS=DIR keeps the suites' and runs' output there, and each
+# profiled run's table as RUN.profile.txt
+keep_logs() {
+  [ -n "${GPU_CHECK_LOGS:-}" ] || return 0
+  cp "$work"/*.log "$GPU_CHECK_LOGS"/ 2>/dev/null
+  for p in "$work"/*/profile.txt; do
+    [ -f "$p" ] && cp "$p" "$GPU_CHECK_LOGS/$(basename "$(dirname "$p")").profile.txt"
+  done
+  return 0
+}
+trap 'keep_logs; rm -rf "$work"' EXIT
 status=0
 
 gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null |
