@@ -312,6 +312,9 @@ typedef struct api_job_spec {
   /* precision: "float32" (default), "mixed_bfloat16" or "mixed_float16" */
   char precision[16];
   int recompute; /* re-run im2col and pooling in backward, keep the rest; default false */
+  /* float32 GEMMs on a GPU may use TF32 tensor cores (operands rounded to
+   * a 10-bit mantissa); default false, as PyTorch's allow_tf32 */
+  int allow_tf32;
   /* resources */
   char device_type[8]; /* "cpu" or "gpu" */
   int devices;         /* default 1; all at once (gang) */

@@ -48,6 +48,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec, keras_paths
                                        "resources",
                                        "precision",
                                        "recompute",
+                                       "allow_tf32",
                                        "strategy",
                                        "max_restarts",
                                        "max_runtime",
@@ -155,6 +156,7 @@ static void parse_spec(checker *c, json_t *root, api_job_spec *spec, keras_paths
   else if (precision)
     spec_copy_text(spec->precision, sizeof spec->precision, precision);
   spec_get_bool(&s, "recompute", &spec->recompute);
+  spec_get_bool(&s, "allow_tf32", &spec->allow_tf32);
   json_t *strategy = spec_get_object(&s, "strategy", OPTIONAL);
   if (strategy) spec_parse_strategy(c, strategy, spec);
   if (spec->strategy != API_STRATEGY_SINGLE) spec_check_strategy_resources(c, resources, spec);

@@ -392,6 +392,7 @@ char *api_spec_to_json(const api_job_spec *spec) {
   put(&b, root, "resources", resources);
   put(&b, root, "precision", bounded_string(spec->precision, sizeof spec->precision));
   put(&b, root, "recompute", json_boolean(spec->recompute));
+  put(&b, root, "allow_tf32", json_boolean(spec->allow_tf32));
   put(&b, root, "strategy", strategy_json(&b, spec));
 
   char *text = NULL;

@@ -157,7 +157,7 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
   seed.attr.fill.loss_seed = 1; /* never merged with other fills */
   snprintf(seed.name, sizeof seed.name, "grad/%.100s", g->nodes[loss].name);
   /* Each node's gradient nodes go where it runs (the seed where the loss
-   * does, a gradient's copy into its slot where the parameter is). */
+   * does, a gradient's copy into its slot where the gradient is). */
   g->device = g->nodes[loss].device;
   grads[loss] = kn_graph_push(g, &seed);
   g->loss_seed = grads[loss];
@@ -192,7 +192,9 @@ int kn_autodiff(kn_graph *g, kn_node loss, char *err, size_t errlen) {
       copy.n_inputs = 1;
       copy.inputs[0] = d;
       copy.init = KN_INIT_ZEROS;
-      g->device = g->nodes[param].device;
+      /* where the gradient's value is (a view's: its root's), so a
+       * gradient a GPU computed is copied within that GPU */
+      g->device = g->nodes[kn_storage_root(g, d)].device;
       d = kn_graph_push(g, &copy);
       if (d < 0) goto out;
     }

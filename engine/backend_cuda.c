@@ -4,6 +4,7 @@
  * there (residency.c: the executor has copied in any input that was
  * elsewhere). Values fed, held or viewed need no kernel, and a copy
  * between host buffers runs on the host. */
+#include <math.h>
 #include <stdio.h>
 
 #include "backend.h"
@@ -14,12 +15,120 @@ static void *on(kn_graph *g, const kn_node_rec *n, int v) {
   return kn_device_data(g, v, n->device.index);
 }
 
+/* mixed_bfloat16's GEMMs on bf16 tensor cores (the operands rounded to
+ * bf16 as the CPU's bf16 GEMM reads them, products summed in f32); a
+ * float32 graph's on TF32 ones where its spec allows, else in f32. */
+static kn_cuda_math gemm_math(const kn_graph *g) {
+  if (g->precision == KN_PRECISION_MIXED_BFLOAT16) return KN_CUDA_MATH_BF16;
+  return g->allow_tf32 ? KN_CUDA_MATH_TF32 : KN_CUDA_MATH_F32;
+}
+
 int kn_cuda_kernel_matmul(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
   int m, cols, k;
   kn_matmul_dims(g, n, &m, &cols, &k);
   return kn_cuda_dev_matmul(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
                             on(g, n, (int)(n - g->nodes)), m, cols, k, n->attr.matmul.trans_a,
-                            n->attr.matmul.trans_b, err, errlen)
+                            n->attr.matmul.trans_b, gemm_math(g), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* The windows of a convolution or pooling node n over the images of node
+ * `images` (its input, or for a gradient its output). */
+static kn_cuda_windows windows_of(const kn_graph *g, const kn_node_rec *n,
+                                  const kn_node_rec *images) {
+  const kn_conv_attrs *a = &n->attr.conv;
+  return (kn_cuda_windows){.batch = kn_node_rows(g, images),
+                           .h = images->dims[1],
+                           .w = images->dims[2],
+                           .c = images->dims[3],
+                           .oh = a->oh,
+                           .ow = a->ow,
+                           .kh = a->kh,
+                           .kw = a->kw,
+                           .sh = a->sh,
+                           .sw = a->sw,
+                           .dh = a->dh > 0 ? a->dh : 1,
+                           .dw = a->dw > 0 ? a->dw : 1,
+                           .pad_top = a->pad_top,
+                           .pad_left = a->pad_left,
+                           .max = a->pool_kind == 0};
+}
+
+int kn_cuda_kernel_im2col(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_cuda_windows w = windows_of(g, n, &g->nodes[n->inputs[0]]);
+  return kn_cuda_dev_im2col(&w, on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_col2im(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_cuda_windows w = windows_of(g, n, n);
+  return kn_cuda_dev_col2im(&w, on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_pool(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_cuda_windows w = windows_of(g, n, &g->nodes[n->inputs[0]]);
+  return kn_cuda_dev_pool(&w, on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* dx (n) from dy, x and y (inputs 0 to 2). */
+int kn_cuda_kernel_pool_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_cuda_windows w = windows_of(g, n, &g->nodes[n->inputs[1]]);
+  return kn_cuda_dev_pool_grad(&w, on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                               on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* y = a op b, where both have y's shape (a broadcast runs on the host). */
+int kn_cuda_kernel_binary(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_binary(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                            on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch),
+                            (int)n->attr.binary.op, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* The CPU's mask (cpu_kernels.inc's dropout_range): each element draws by
+ * its place in the step's global batch; ones outside training. */
+int kn_cuda_kernel_dropout_mask(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const double rate = n->attr.dropout.rate;
+  const uint64_t first = n->batched ? (uint64_t)g->row_offset * kn_node_elems(n, 1) : 0;
+  const uint32_t threshold = g->training ? (uint32_t)ceil(rate * 16777216.0) : 0;
+  const float keep = g->training ? (float)(1.0 / (1.0 - rate)) : 1.0f;
+  return kn_cuda_dev_dropout_mask(on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch),
+                                  n->attr.dropout.seed, g->train_runs, first, threshold, keep, err,
+                                  errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* Whether a and b have one shape, batched alike. */
+static int same_shape(const kn_node_rec *a, const kn_node_rec *b) {
+  if (a->ndim != b->ndim || a->batched != b->batched) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+/* Which of mixed_bfloat16's casts n is, or -1: f32 to bf16, back, or f32
+ * rounded through bf16. */
+static int cast_mode(const kn_graph *g, const kn_node_rec *n) {
+  const kn_dtype from = g->nodes[n->inputs[0]].dtype, to = n->dtype;
+  if (from == KN_F32 && to == KN_BF16) return KN_CUDA_CAST_TO_BF16;
+  if (from == KN_BF16 && to == KN_F32) return KN_CUDA_CAST_FROM_BF16;
+  if (from == KN_F32 && to == KN_F32 && kn_cast_via(n) == KN_BF16) return KN_CUDA_CAST_ROUND_BF16;
+  return -1;
+}
+
+int kn_cuda_kernel_cast(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_cast(on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)),
+                          kn_node_elems(n, g->batch), (kn_cuda_cast)cast_mode(g, n), err, errlen)
              ? KN_EIO
              : KN_OK;
 }
@@ -74,21 +183,27 @@ static int storage_only(kn_op op) {
   return kn_op_has(op, KN_OPF_FED | KN_OPF_FLAT | KN_OPF_VIEW);
 }
 
-/* The op's CUDA kernel where n and its inputs are float32. */
+/* The op's CUDA kernel where n and its inputs are float32 (a cast: one
+ * of mixed_bfloat16's). */
 static kn_kernel_fn cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
+  if (n->op == KN_OP_CAST) return cast_mode(g, n) >= 0 ? kn_op_def_of(n->op)->cuda : NULL;
   /* f32, and as built: a pass's pairing of a bias gradient with its GEMM
-   * (which passes leave alone on GPU graphs) is the CPU's */
-  if (n->dtype != KN_F32 || n->gemm_pair) return NULL;
+   * or a pool's argmax mark (which passes leave alone on GPU graphs) is
+   * the CPU's */
+  if (n->dtype != KN_F32 || n->gemm_pair || n->argmax || n->argmax_at) return NULL;
+  if (n->fused_relu && n->op != KN_OP_BIAS_ADD) return NULL;
+  if (n->op == KN_OP_POOL_GRAD && n->n_inputs != 3) return NULL; /* (dy, x, y) */
+  if (n->op == KN_OP_BINARY &&
+      !(same_shape(n, &g->nodes[n->inputs[0]]) && same_shape(n, &g->nodes[n->inputs[1]])))
+    return NULL; /* broadcasts: the host's */
   for (int k = 0; k < n->n_inputs; k++)
     if (g->nodes[n->inputs[k]].dtype != KN_F32) return NULL;
   return kn_op_def_of(n->op)->cuda;
 }
 
-/* A kernel there, or no kernel needed (storage), or a copy the host makes
- * (a gradient into its parameter's slot: no value lives on a device). */
+/* A kernel there, or no kernel needed (storage). */
 static int cuda_supports(const kn_graph *g, const kn_node_rec *n) {
-  return storage_only(n->op) || (n->dtype == KN_F32 && kn_op_has(n->op, KN_OPF_HOST_COPY)) ||
-         cuda_kernel(g, n);
+  return storage_only(n->op) || cuda_kernel(g, n);
 }
 
 static void *cuda_alloc(int device, size_t bytes, char *err, size_t errlen) {
@@ -99,9 +214,7 @@ static void *cuda_alloc(int device, size_t bytes, char *err, size_t errlen) {
 static int cuda_run(kn_graph *g, int i, char *err, size_t errlen) {
   kn_node_rec *n = &g->nodes[i];
   if (storage_only(n->op)) return KN_OK;
-  /* a copy into a gradient's slot: within the device, where both are */
-  const kn_kernel_fn kernel =
-      kn_op_has(n->op, KN_OPF_HOST_COPY) ? kn_cuda_kernel_copy : kn_op_def_of(n->op)->cuda;
+  const kn_kernel_fn kernel = kn_op_def_of(n->op)->cuda;
   if (!kernel) {
     snprintf(err, errlen, "run: node '%s' (%s) has no CUDA kernel", n->name, kn_op_name(n->op));
     return KN_EINVAL;

@@ -19,7 +19,7 @@
 #include "vmath.h"
 
 static int rows_of(const kn_graph *g, const kn_node_rec *n) {
-  return (n->batched && g->batch > 0) ? g->batch * n->batched : n->dims[0];
+  return kn_node_rows(g, n);
 }
 
 /* A node's dims at the current batch. */

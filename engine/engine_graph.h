@@ -174,6 +174,11 @@ const char *kn_mixed_matmul_path(kn_precision precision);
  * recompute. kn_plan_stats reports the arena with and without. Set before
  * autodiff. */
 void kn_graph_set_recompute(kn_graph *g, int on);
+/* Whether float32 GEMMs on a GPU may run on TF32 tensor cores, their
+ * operands rounded to a 10-bit mantissa and the products summed in
+ * float32 (PyTorch's torch.backends.cuda.matmul.allow_tf32); off by
+ * default. The CPU has no TF32: its GEMMs stay float32. */
+void kn_graph_set_allow_tf32(kn_graph *g, int on);
 /* x (f32) to bf16 / f16, or x (bf16 / f16) to f32; round to nearest even,
  * f16 saturating to inf past 65504 and rounding below its subnormals to 0.
  * The gradient of a widening cast is dy rounded through the narrow type. */
@@ -324,7 +329,7 @@ void kn_graph_set_scope(kn_graph *g, const char *scope);
 /* Soft placement (TensorFlow's allow_soft_placement): every node built so
  * far that d has a kernel for moves to d, and the rest stay where they
  * are. Returns how many moved. A graph in another precision than float32
- * has none that a GPU runs. */
+ * or mixed_bfloat16 has none that a GPU runs. */
 int kn_graph_place_soft(kn_graph *g, kn_device d);
 /* Soft placement of what is placed: every node on a GPU whose backend has
  * no kernel for it (or in a graph that runs in another precision than
@@ -334,6 +339,11 @@ int kn_graph_place_fallback(kn_graph *g);
  * host (with several, the lowest; kn_graph_gpu_last: the highest). */
 int kn_graph_gpu(const kn_graph *g);
 int kn_graph_gpu_last(const kn_graph *g);
+/* Of the nodes that run a kernel, how many run on a GPU (*on_gpu) out of
+ * *with_kernel, and the distinct ops of those on the host, comma
+ * separated in graph order, into host_ops (cut to len). */
+void kn_graph_placement_summary(const kn_graph *g, int *on_gpu, int *with_kernel, char *host_ops,
+                                size_t len);
 int kn_node_set_device(kn_graph *g, kn_node n, kn_device d);
 kn_device kn_node_device(const kn_graph *g, kn_node n);
 /* Bytes a compiled graph has copied to its GPUs and back over its life,

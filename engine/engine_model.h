@@ -149,6 +149,7 @@ typedef struct kn_model_config {
   kn_loss loss;   /* zero: sparse categorical cross-entropy */
   kn_precision precision;
   int recompute;
+  int allow_tf32; /* float32 GEMMs on a GPU on TF32 tensor cores (kn_graph_set_allow_tf32) */
   /* cpu (zero), or cuda:N: the ops the CUDA backend has kernels for run on
    * GPU N and the rest on the host (soft placement); float32 only. A
    * layer may name a device of its own (kn_layer_config.placed). */

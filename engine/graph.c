@@ -48,6 +48,10 @@ size_t kn_node_elems(const kn_node_rec *n, int batch) {
   return count;
 }
 
+int kn_node_rows(const kn_graph *g, const kn_node_rec *n) {
+  return (n->batched && g->batch > 0) ? g->batch * n->batched : n->dims[0];
+}
+
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n) {
   return kn_node_elems(n, 0) * kn_graph_elem_size(g, n->dtype);
 }
@@ -351,6 +355,10 @@ const char *kn_mixed_matmul_path(kn_precision precision) {
 
 void kn_graph_set_recompute(kn_graph *g, int on) {
   g->recompute = on != 0;
+}
+
+void kn_graph_set_allow_tf32(kn_graph *g, int on) {
+  g->allow_tf32 = on != 0;
 }
 
 void kn_graph_set_loss_scale(kn_graph *g, float scale) {

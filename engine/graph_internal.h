@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "bf16.h"
 #include "engine.h"
 #include "op_table.h"
 
@@ -266,6 +267,7 @@ struct kn_graph {
   kn_profile *profile;    /* while recording, each node run is timed (profile.c) */
   kn_precision precision; /* mixed modes: narrow activation copies and weight copies */
   int recompute;          /* backward re-runs cheap ops instead of keeping their values */
+  int allow_tf32;         /* float32 GEMMs on a GPU on TF32 tensor cores */
   int remat_depth;        /* recomputes being emitted inside one another (bounded) */
   kn_node loss_seed;      /* the fill seeding d(loss)/d(loss); the loss scale lives there */
   size_t saved_bytes, arena_bytes_without_recompute;
@@ -290,22 +292,9 @@ static inline int kn_node_planned_rows_per_batch(const struct kn_node_rec *n) {
 }
 /* Elements of a node at its planned size, or for `batch` rows when batched. */
 size_t kn_node_elems(const kn_node_rec *n, int batch);
+/* Its first dimension at the graph's current batch (images, rows). */
+int kn_node_rows(const kn_graph *g, const kn_node_rec *n);
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n);
-/* f32 to bf16 bits, round to nearest even (NaN stays a quiet NaN). */
-static inline uint16_t kn_bf16_from_f32(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x40u;
-  /* a select, not a branch: loops over it vectorize */
-  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest_even);
-}
-static inline float kn_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 /* NaN's rules for every backend, so a diverging run shows NaN instead of
  * training on zeros (as PyTorch): relu(v) is v < 0 ? 0 : v, and NaN passes
  * (the CUDA kernel's rule, and a SIMD max(0, v) with v second, which

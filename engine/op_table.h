@@ -103,8 +103,7 @@ enum kn_op_flag {
   /* Runs no kernel: its value is fed, held, viewed or written by another
    * node's kernel (a pool's argmax bytes). */
   KN_OPF_NO_KERNEL = 1u << 4,
-  /* A copy between host buffers: runs on the host wherever it is placed. */
-  KN_OPF_HOST_COPY = 1u << 5,
+  /* 1u << 5: free */
   /* Moves data with no arithmetic to speak of: backward may re-run it
    * instead of keeping its value (recompute). */
   KN_OPF_RECOMPUTE = 1u << 6,
@@ -287,6 +286,13 @@ int kn_cuda_kernel_relu(KN_KERNEL_ARGS);
 int kn_cuda_kernel_relu_grad(KN_KERNEL_ARGS);
 int kn_cuda_kernel_bias_add(KN_KERNEL_ARGS);
 int kn_cuda_kernel_reduce_rows(KN_KERNEL_ARGS);
-int kn_cuda_kernel_copy(KN_KERNEL_ARGS); /* KN_OPF_HOST_COPY ops placed on a GPU */
+int kn_cuda_kernel_im2col(KN_KERNEL_ARGS);
+int kn_cuda_kernel_col2im(KN_KERNEL_ARGS);
+int kn_cuda_kernel_pool(KN_KERNEL_ARGS);
+int kn_cuda_kernel_pool_grad(KN_KERNEL_ARGS);
+int kn_cuda_kernel_cast(KN_KERNEL_ARGS);   /* mixed_bfloat16's casts */
+int kn_cuda_kernel_binary(KN_KERNEL_ARGS); /* operands of the output's shape */
+int kn_cuda_kernel_dropout_mask(KN_KERNEL_ARGS);
+int kn_cuda_kernel_copy(KN_KERNEL_ARGS); /* a gradient's copy into its slot, within a GPU */
 
 #endif

@@ -272,7 +272,9 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->fused = fuse(g, scratch);
     st->fused += fuse_chains(g, scratch);
   }
-  kn_lower_narrow_gemm_operands(g);
+  /* (not on GPU graphs: the CUDA GEMMs read f32 operands, and round them
+   * to bf16 themselves under mixed_bfloat16) */
+  if (!kn_graph_places_on_gpu(g)) kn_lower_narrow_gemm_operands(g);
   if (passes & KN_PASS_FUSION) {
     st->fused += fuse_pool_relu_grads(g, scratch);
   }

@@ -9,13 +9,21 @@
 
 #include <stdint.h>
 
+/* Under nvcc the scalar generator is a host and device function: the CUDA
+ * dropout kernel draws the CPU's words. */
+#ifdef __CUDACC__
+#define KN_PHILOX_FN static inline __host__ __device__
+#else
+#define KN_PHILOX_FN static inline
+#endif
+
 #define KN_PHILOX_M0 0xD2511F53u
 #define KN_PHILOX_M1 0xCD9E8D57u
 #define KN_PHILOX_W0 0x9E3779B9u /* the golden ratio's 32 bits */
 #define KN_PHILOX_W1 0xBB67AE85u /* sqrt(3) - 1's */
 
 /* The block of four words for counter c under key (k0, k1), in place. */
-static inline void kn_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
+KN_PHILOX_FN void kn_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
   for (int r = 0; r < 10; r++) {
     const uint64_t p0 = (uint64_t)KN_PHILOX_M0 * c[0], p1 = (uint64_t)KN_PHILOX_M1 * c[2];
     const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
@@ -33,7 +41,7 @@ static inline void kn_philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
  * word 64q + 16j + l is word j of block 16q + l, so that a vector of
  * sixteen lanes holds one word of sixteen blocks and a group is four
  * vector stores (kn_philox_group). */
-static inline uint32_t kn_philox_word(uint64_t key, uint64_t stream, uint64_t n) {
+KN_PHILOX_FN uint32_t kn_philox_word(uint64_t key, uint64_t stream, uint64_t n) {
   const uint64_t block = ((n >> 6) << 4) | (n & 15);
   uint32_t c[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
                    (uint32_t)(stream >> 32)};
@@ -41,7 +49,7 @@ static inline uint32_t kn_philox_word(uint64_t key, uint64_t stream, uint64_t n)
   return c[(n >> 4) & 3];
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #define KN_PHILOX_GROUP 1
 

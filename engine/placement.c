@@ -5,6 +5,9 @@
  * its device (residency.c) and is copied across where a reader elsewhere
  * needs it. */
 
+#include <stdio.h>
+#include <string.h>
+
 #include "backend.h"
 #include "cuda/cuda.h"
 
@@ -35,9 +38,16 @@ void kn_unpin_for_gpu(kn_graph *g) {
   g->pinned = 0;
 }
 
+/* Whether g's numerics run on a GPU: float32 or mixed_bfloat16 (bf16
+ * GEMMs and casts), with the optimized plan, not the float64 reference. */
+static int gpu_numerics(const kn_graph *g) {
+  return !g->f64 && !g->unoptimized &&
+         (g->precision == KN_PRECISION_FLOAT32 || g->precision == KN_PRECISION_MIXED_BFLOAT16);
+}
+
 int kn_graph_place_soft(kn_graph *g, kn_device d) {
   int moved = 0;
-  if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->unoptimized) return 0;
+  if (!gpu_numerics(g)) return 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     if (n->dead || !kn_backend_of(d)->kernel(g, n)) continue;
@@ -49,7 +59,7 @@ int kn_graph_place_soft(kn_graph *g, kn_device d) {
 
 int kn_graph_place_fallback(kn_graph *g) {
   const kn_device host = {KN_DEVICE_CPU, 0};
-  const int gpu_ok = !g->f64 && g->precision == KN_PRECISION_FLOAT32 && !g->unoptimized;
+  const int gpu_ok = gpu_numerics(g);
   int stay = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
@@ -83,6 +93,35 @@ int kn_graph_gpu(const kn_graph *g) {
   return gpu;
 }
 
+/* A node with a kernel that runs on the host. */
+static int on_host(const kn_node_rec *n) {
+  return !n->dead && !kn_op_has(n->op, KN_OPF_NO_KERNEL) && n->device.kind == KN_DEVICE_CPU;
+}
+
+void kn_graph_placement_summary(const kn_graph *g, int *on_gpu, int *with_kernel, char *host_ops,
+                                size_t len) {
+  *on_gpu = *with_kernel = 0;
+  if (len) host_ops[0] = '\0';
+  size_t used = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->dead || kn_op_has(n->op, KN_OPF_NO_KERNEL)) continue;
+    ++*with_kernel;
+    if (!on_host(n)) {
+      ++*on_gpu;
+      continue;
+    }
+    int listed = 0;
+    for (int j = 0; j < i && !listed; j++)
+      listed = on_host(&g->nodes[j]) && g->nodes[j].op == n->op;
+    if (!listed && used < len) {
+      const int w =
+          snprintf(host_ops + used, len - used, "%s%s", used ? ", " : "", kn_op_name(n->op));
+      used += w > 0 ? (size_t)w : 0;
+    }
+  }
+}
+
 int kn_check_placement(kn_graph *g) {
   if (!kn_graph_places_on_gpu(g)) return KN_OK;
   char where[32];
@@ -95,10 +134,10 @@ int kn_check_placement(kn_graph *g) {
     if (n->dead || n->device.kind == KN_DEVICE_CPU) continue;
     const kn_backend *be = kn_backend_of(n->device);
     kn_device_format(n->device, where, sizeof where);
-    if (g->f64 || g->precision != KN_PRECISION_FLOAT32 || g->unoptimized) {
+    if (!gpu_numerics(g)) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' is placed on %s; a graph with nodes on a GPU runs in "
-                    "float32, with the optimized plan (not %s)",
+                    "float32 or mixed_bfloat16, with the optimized plan (not %s)",
                     n->name, where,
                     g->f64           ? "the float64 reference mode"
                     : g->unoptimized ? "the unoptimized plan"
@@ -108,8 +147,9 @@ int kn_check_placement(kn_graph *g) {
     if (!be->supports(g, n)) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' (%s) is placed on %s, but kiln's CUDA backend has no "
-                    "kernel for it (it runs float32 matmul, relu and relu's gradient, bias_add "
-                    "and reduce_rows; copies run on the host); place it on cpu",
+                    "kernel for it (it runs float32 matmul, relu and relu's gradient, bias_add, "
+                    "reduce_rows, im2col, col2im, pooling and its gradient, and "
+                    "mixed_bfloat16's casts); place it on cpu",
                     n->name, kn_op_name(n->op), where);
       return KN_EINVAL;
     }

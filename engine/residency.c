@@ -175,8 +175,21 @@ void kn_residency_start(kn_graph *g) {
 }
 
 /* Node v's value on the host, copied from a device that holds it. */
+static int to_host(kn_graph *g, int v, char *err, size_t errlen);
+static int to_device(kn_graph *g, int v, int d, char *err, size_t errlen);
+
+/* A view moves with the value it views: its storage root is copied (once,
+ * for every view of it), and the view is then where the root is. */
+static int view_to(kn_graph *g, int v, int d, char *err, size_t errlen) {
+  const int root = kn_storage_root(g, v);
+  const int rc = d >= 0 ? to_device(g, root, d, err, errlen) : to_host(g, root, err, errlen);
+  if (!rc) g->where[v] = g->where[root];
+  return rc;
+}
+
 static int to_host(kn_graph *g, int v, char *err, size_t errlen) {
   if (g->where[v] & HOST) return KN_OK;
+  if (kn_op_has(g->nodes[v].op, KN_OPF_VIEW)) return view_to(g, v, -1, err, errlen);
   kn_node_rec *x = &g->nodes[v];
   for (int d = 0; d < KN_RESIDENT_DEVICES; d++) {
     if (!(g->where[v] & ON_DEVICE(d))) continue;
@@ -198,6 +211,7 @@ static int to_host(kn_graph *g, int v, char *err, size_t errlen) {
  * another device holds it). */
 static int to_device(kn_graph *g, int v, int d, char *err, size_t errlen) {
   if (g->where[v] & ON_DEVICE(d)) return KN_OK;
+  if (kn_op_has(g->nodes[v].op, KN_OPF_VIEW)) return view_to(g, v, d, err, errlen);
   int rc = to_host(g, v, err, errlen);
   if (rc) return rc;
   const kn_node_rec *x = &g->nodes[v];

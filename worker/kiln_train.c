@@ -655,16 +655,27 @@ static int train_main(int argc, char **argv) {
       snprintf(gpus, sizeof gpus, "cuda:%d-%d", first, last);
     else
       snprintf(gpus, sizeof gpus, "cuda:%d", first);
+    int on_gpu = 0, with_kernel = 0;
+    char host_ops[256];
+    kn_graph_placement_summary(model.graph, &on_gpu, &with_kernel, host_ops, sizeof host_ops);
     if (first < 0) /* every layer placed on the host */
       snprintf(extra + used, sizeof extra - used, "; every layer placed on the host");
     else
-      snprintf(extra + used, sizeof extra - used,
-               "; matmul, relu, bias_add and their gradients on %s, the rest on the host", gpus);
+      snprintf(extra + used, sizeof extra - used, "; %d of %d kernels on %s%s%.160s", on_gpu,
+               with_kernel, gpus, host_ops[0] ? ", on the host: " : "", host_ops);
   }
+  /* the GEMMs a GPU runs: cuBLAS, on tensor cores where the precision or
+   * allow_tf32 lets them round their operands */
+  const char *gpu_gemm = mc.precision == KN_PRECISION_MIXED_BFLOAT16
+                             ? "cuBLAS on bf16 tensor cores, f32 sums"
+                         : mc.allow_tf32 ? "cuBLAS on TF32 tensor cores (allow_tf32)"
+                                         : "cuBLAS float32";
+  const int gemms_on_gpu = gpu && kn_graph_gpu(model.graph) >= 0;
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);
     snprintf(extra + used, sizeof extra - used, "; precision %s (matmuls: %s)",
-             kn_precision_name(mc.precision), kn_mixed_matmul_path(mc.precision));
+             kn_precision_name(mc.precision),
+             gemms_on_gpu ? gpu_gemm : kn_mixed_matmul_path(mc.precision));
   }
   if (stats.recompute_declined_bytes) {
     size_t used = strlen(extra);
@@ -684,7 +695,10 @@ static int train_main(int argc, char **argv) {
   }
   {
     size_t used = strlen(extra);
-    snprintf(extra + used, sizeof extra - used, "; f32 GEMM %s", kn_gemm_name(kn_cpu_gemm()));
+    if (gemms_on_gpu && mc.precision == KN_PRECISION_FLOAT32)
+      snprintf(extra + used, sizeof extra - used, "; f32 GEMM %s", gpu_gemm);
+    else if (!gemms_on_gpu)
+      snprintf(extra + used, sizeof extra - used, "; f32 GEMM %s", kn_gemm_name(kn_cpu_gemm()));
   }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "

@@ -93,6 +93,7 @@ void worker_model_config(const api_job_spec *spec, kn_layer_config *layers, kn_m
       .precision = strcmp(spec->precision, "mixed_bfloat16") == 0  ? KN_PRECISION_MIXED_BFLOAT16
                    : strcmp(spec->precision, "mixed_float16") == 0 ? KN_PRECISION_MIXED_FLOAT16
                                                                    : KN_PRECISION_FLOAT32,
-      .recompute = spec->recompute};
+      .recompute = spec->recompute,
+      .allow_tf32 = spec->allow_tf32};
   memcpy(mc->input_shape, spec->input_shape, sizeof mc->input_shape);
 }

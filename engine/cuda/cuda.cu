@@ -1,14 +1,21 @@
 /* cuda.cu — the CUDA backend: device discovery and selection, device
- * memory and copies, sgemm through cuBLAS, and own kernels for relu and
- * its gradient, a bias added to rows, the sum of rows (a bias's gradient)
- * and the optimizers' steps (optim_rules.h, shared with the CPU). Built only with KILN_CUDA=ON; C
- * callers see the extern "C" face in cuda.h. The dev_ kernels work on device buffers and only queue
- * work on the default stream: the graph keeps the values of nodes placed
- * on cuda:N on that device between nodes (residency.c), and a copy out
- * waits for them. The others take host buffers and copy in, compute and
- * copy out (tests, probes). The cuBLAS handle and staging memory they use
- * are the calling thread's, kept between calls. */
+ * memory and copies, GEMMs through cuBLAS (float32, or on tensor cores
+ * with the operands rounded to TF32 or bfloat16), and own kernels for relu
+ * and its gradient, a bias added to rows, the sum of rows (a bias's
+ * gradient), im2col and col2im, max and average pooling and their
+ * gradients, mixed_bfloat16's casts and the optimizers' steps
+ * (optim_rules.h, shared with the CPU). Built only with KILN_CUDA=ON; C
+ * callers see the extern "C" face in cuda.h. The dev_ kernels work on
+ * device buffers and only queue work on the default stream: the graph
+ * keeps the values of nodes placed on cuda:N on that device between nodes
+ * (residency.c), and a copy out waits for them. The others take host
+ * buffers and copy in, compute and copy out (tests, probes). The cuBLAS
+ * handle and staging memory they use are the calling thread's, kept
+ * between calls. */
 #include "cuda_module.h"
+
+#include "../bf16.h"
+#include "../philox.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -169,6 +176,164 @@ static __global__ void optimizer_step_kernel(kn_step_consts c, float *p, const f
     kn_rule_apply(&c, p, g, m, v, i);
 }
 
+/* ---- convolution and pooling windows (NHWC), as cpu_kernels_conv.inc ---- */
+
+/* im2col: element i of cols, row (b, oh, ow), column (ki, kj, ch). */
+static __global__ void im2col_kernel(kn_cuda_windows w, const float *x, float *cols, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x, width = (size_t)w.kh * w.kw * w.c;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const size_t row = i / width, col = i % width;
+    const int ch = (int)(col % w.c), cell = (int)(col / w.c), ki = cell / w.kw, kj = cell % w.kw;
+    const int ow = (int)(row % w.ow), oh = (int)(row / w.ow % w.oh), b = (int)(row / w.ow / w.oh);
+    const int ih = oh * w.sh - w.pad_top + ki * w.dh, iw = ow * w.sw - w.pad_left + kj * w.dw;
+    cols[i] = ih >= 0 && ih < w.h && iw >= 0 && iw < w.w
+                  ? x[(((size_t)b * w.h + ih) * w.w + iw) * w.c + ch]
+                  : 0.0f;
+  }
+}
+
+/* The windows along one axis that read cell `at` (o in [lo, hi]) and the
+ * kernel tap each reads it with: o * s - pad + k * d == at. */
+static __device__ void covering(int at, int pad, int s, int d, int taps, int outs, int *lo,
+                                int *hi) {
+  const int far = at + pad - (taps - 1) * d; /* o * s >= far */
+  *lo = far <= 0 ? 0 : (far + s - 1) / s;
+  *hi = (at + pad) / s;
+  if (*hi > outs - 1) *hi = outs - 1;
+}
+
+/* col2im: element i of dx, (b, ih, iw, ch), gathered from the windows
+ * that read it, in the order the CPU's scatter adds them (oh, then ow). */
+static __global__ void col2im_kernel(kn_cuda_windows w, const float *cols, float *dx, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int ch = (int)(i % w.c), iw = (int)(i / w.c % w.w), ih = (int)(i / w.c / w.w % w.h);
+    const size_t b = i / w.c / w.w / w.h;
+    int oh0, oh1, ow0, ow1;
+    covering(ih, w.pad_top, w.sh, w.dh, w.kh, w.oh, &oh0, &oh1);
+    covering(iw, w.pad_left, w.sw, w.dw, w.kw, w.ow, &ow0, &ow1);
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++) {
+      const int th = ih + w.pad_top - oh * w.sh;
+      if (th < 0 || th % w.dh) continue;
+      const int ki = th / w.dh;
+      if (ki >= w.kh) continue;
+      for (int ow = ow0; ow <= ow1; ow++) {
+        const int tw = iw + w.pad_left - ow * w.sw;
+        if (tw < 0 || tw % w.dw) continue;
+        const int kj = tw / w.dw;
+        if (kj >= w.kw) continue;
+        const size_t row = ((b * w.oh + oh) * w.ow + ow) * (size_t)(w.kh * w.kw * w.c);
+        sum += cols[row + ((size_t)ki * w.kw + kj) * w.c + ch];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+/* One pooling window's cells inside the image: rows [*h0, *h1), columns
+ * [*w0, *w1). */
+static __device__ void window_cells(const kn_cuda_windows &w, int oh, int ow, int *h0, int *h1,
+                                    int *w0, int *w1) {
+  const int hs = oh * w.sh - w.pad_top, ws = ow * w.sw - w.pad_left;
+  *h0 = hs < 0 ? 0 : hs;
+  *h1 = hs + w.kh > w.h ? w.h : hs + w.kh;
+  *w0 = ws < 0 ? 0 : ws;
+  *w1 = ws + w.kw > w.w ? w.w : ws + w.kw;
+}
+
+/* NaN's rules of the CPU (graph_internal.h's KN_MAX_NAN, KN_IS_MAX_CELL). */
+static __device__ float max_nan(float m, float v) {
+  return (v > m || v != v) ? v : m;
+}
+static __device__ bool is_max_cell(float x, float m) {
+  return x == m || x != x;
+}
+
+/* pool: element i of y, (b, oh, ow, ch). */
+static __global__ void pool_kernel(kn_cuda_windows w, const float *x, float *y, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int ch = (int)(i % w.c), ow = (int)(i / w.c % w.ow), oh = (int)(i / w.c / w.ow % w.oh);
+    const size_t b = i / w.c / w.ow / w.oh;
+    int h0, h1, w0, w1;
+    window_cells(w, oh, ow, &h0, &h1, &w0, &w1);
+    const float *img = x + b * w.h * w.w * w.c + ch;
+    float acc = w.max ? img[((size_t)h0 * w.w + w0) * w.c] : 0.0f;
+    for (int ih = h0; ih < h1; ih++)
+      for (int iw = w0; iw < w1; iw++) {
+        const float v = img[((size_t)ih * w.w + iw) * w.c];
+        acc = w.max ? max_nan(acc, v) : acc + v;
+      }
+    y[i] = w.max ? acc : acc * (1.0f / (float)((h1 - h0) * (w1 - w0)));
+  }
+}
+
+/* pool_grad: element i of dx, (b, ih, iw, ch), gathered from the windows
+ * that hold it in the CPU's order (oh, then ow): a max window's dy if this
+ * is its first cell equal to its max, a mean window's dy over its size. */
+static __global__ void pool_grad_kernel(kn_cuda_windows w, const float *dy, const float *x,
+                                        const float *y, float *dx, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int ch = (int)(i % w.c), iw = (int)(i / w.c % w.w), ih = (int)(i / w.c / w.w % w.h);
+    const size_t b = i / w.c / w.w / w.h;
+    int oh0, oh1, ow0, ow1;
+    covering(ih, w.pad_top, w.sh, 1, w.kh, w.oh, &oh0, &oh1);
+    covering(iw, w.pad_left, w.sw, 1, w.kw, w.ow, &ow0, &ow1);
+    const float *img = x + b * w.h * w.w * w.c + ch;
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) {
+        const size_t o = ((b * w.oh + oh) * w.ow + ow) * w.c + ch;
+        int h0, h1, w0, w1;
+        window_cells(w, oh, ow, &h0, &h1, &w0, &w1);
+        if (w.max) {
+          const float m = y[o];
+          bool first = is_max_cell(img[((size_t)ih * w.w + iw) * w.c], m);
+          /* no earlier cell of the window (row-major) is a max */
+          for (int rh = h0; first && rh <= ih; rh++)
+            for (int rw = w0; first && rw < (rh == ih ? iw : w1); rw++)
+              first = !is_max_cell(img[((size_t)rh * w.w + rw) * w.c], m);
+          sum += first ? dy[o] : 0.0f;
+        } else {
+          sum += dy[o] * (1.0f / (float)((h1 - h0) * (w1 - w0)));
+        }
+      }
+    dx[i] = sum;
+  }
+}
+
+/* ---- mixed_bfloat16's casts, bit for bit as the CPU's (bf16.h) ---- */
+static __global__ void cast_kernel(const void *x, void *y, size_t n, int mode) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if (mode == KN_CUDA_CAST_TO_BF16)
+      ((uint16_t *)y)[i] = kn_bf16_from_f32(((const float *)x)[i]);
+    else if (mode == KN_CUDA_CAST_FROM_BF16)
+      ((float *)y)[i] = kn_bf16_to_f32(((const uint16_t *)x)[i]);
+    else
+      ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(((const float *)x)[i]));
+  }
+}
+
+/* y = a op b, one element each, IEEE as the CPU's loops. */
+static __global__ void binary_kernel(const float *a, const float *b, float *y, size_t n, int op) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float x = a[i], z = b[i];
+    y[i] = op == 0 ? x + z : op == 1 ? x - z : op == 2 ? x * z : x / z;
+  }
+}
+
+/* The dropout mask: the CPU's Philox draw for each element (philox.h). */
+static __global__ void dropout_mask_kernel(float *m, size_t n, uint64_t seed, uint64_t step,
+                                           uint64_t first, uint32_t threshold, float keep) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    m[i] = (kn_philox_word(seed, step, first + i) >> 8) >= threshold ? keep : 0.0f;
+}
+
 /* Enough blocks of RELU_THREADS to fill every SM of the current device, no
  * more (the kernels' grid-stride loops do the rest). */
 static int grid_for(size_t n, unsigned *blocks, char *err, size_t errlen) {
@@ -235,14 +400,25 @@ cleanup:
  * keeps its own transpose flag, m and n swap. Leading dimensions are the
  * row lengths of the buffers as stored. */
 static int sgemm(cublasHandle_t handle, const float *d_a, const float *d_b, float *d_c, int m,
-                 int n, int k, int trans_a, int trans_b, char *err, size_t errlen) {
+                 int n, int k, int trans_a, int trans_b, int math, char *err, size_t errlen) {
   int rc = -1;
   const float alpha = 1.0f, beta = 0.0f;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  KN_CUBLAS_CHECK(
-      cublasSgemm(handle, op_b, op_a, n, m, k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, n));
+  /* float32 in and out; the compute type says whether tensor cores may
+   * round the operands (to TF32 or bfloat16) on the way in */
+  const cublasComputeType_t compute = math == KN_CUDA_MATH_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                      : math == KN_CUDA_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                  : CUBLAS_COMPUTE_32F;
+  if (math == KN_CUDA_MATH_F32) {
+    KN_CUBLAS_CHECK(
+        cublasSgemm(handle, op_b, op_a, n, m, k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, n));
+  } else {
+    KN_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, n, m, k, &alpha, d_b, CUDA_R_32F, ldb, d_a,
+                                 CUDA_R_32F, lda, &beta, d_c, CUDA_R_32F, n, compute,
+                                 CUBLAS_GEMM_DEFAULT));
+  }
   rc = 0;
 cleanup:
   return rc;
@@ -286,7 +462,9 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_matmul(const float *a, const floa
   d_c = d_b + b_bytes / sizeof(float);
   KN_CUDA_CHECK(cudaMemcpy(d_a, a, a_bytes, cudaMemcpyHostToDevice));
   KN_CUDA_CHECK(cudaMemcpy(d_b, b, b_bytes, cudaMemcpyHostToDevice));
-  if (sgemm(w->handle, d_a, d_b, d_c, m, n, k, trans_a, trans_b, err, errlen) != 0) return -1;
+  if (sgemm(w->handle, d_a, d_b, d_c, m, n, k, trans_a, trans_b, KN_CUDA_MATH_F32, err, errlen) !=
+      0)
+    return -1;
   /* A blocking copy on the default stream, which cuBLAS also uses: it waits
    * for the sgemm and reports any error the kernel raised. */
   KN_CUDA_CHECK(cudaMemcpy(c, d_c, c_bytes, cudaMemcpyDeviceToHost));
@@ -298,9 +476,15 @@ cleanup:
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c,
                                                           int m, int n, int k, int trans_a,
-                                                          int trans_b, char *err, size_t errlen) {
+                                                          int trans_b, int math, char *err,
+                                                          size_t errlen) {
   int rc = -1;
   workspace *w = nullptr;
+  if (math < KN_CUDA_MATH_F32 || math > KN_CUDA_MATH_BF16) {
+    set_err(err, errlen, "kn_cuda_dev_matmul: math must be f32, tf32 or bf16 (0 to 2), got %d",
+            math);
+    return -1;
+  }
   if (m < 0 || n < 0 || k < 0) {
     set_err(err, errlen, "kn_cuda_dev_matmul: sizes must be >= 0, got m=%d n=%d k=%d", m, n, k);
     return -1;
@@ -316,7 +500,7 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const 
     return 0;
   }
   w = workspace_for(0, 1, err, errlen);
-  if (w) rc = sgemm(w->handle, a, b, c, m, n, k, trans_a, trans_b, err, errlen);
+  if (w) rc = sgemm(w->handle, a, b, c, m, n, k, trans_a, trans_b, math, err, errlen);
 cleanup:
   return rc;
 }
@@ -461,6 +645,134 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_optimizer_step(const kn_step_
   }
   if (grid_for(n, &blocks, err, errlen) != 0) return -1;
   optimizer_step_kernel<<<blocks, RELU_THREADS>>>(*c, p, g, m, v, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+/* The windows' sizes, checked: positive, and a window count that fits. */
+static int windows_ok(const kn_cuda_windows *w, const char *what, char *err, size_t errlen) {
+  if (!w || w->batch < 0 || w->h <= 0 || w->w <= 0 || w->c <= 0 || w->oh <= 0 || w->ow <= 0 ||
+      w->kh <= 0 || w->kw <= 0 || w->sh <= 0 || w->sw <= 0 || w->dh <= 0 || w->dw <= 0) {
+    set_err(err, errlen,
+            "%s: windows need positive sizes, strides and dilations (batch >= 0), got batch=%d "
+            "h=%d w=%d c=%d oh=%d ow=%d kernel %dx%d stride %dx%d dilation %dx%d",
+            what, w ? w->batch : -1, w ? w->h : 0, w ? w->w : 0, w ? w->c : 0, w ? w->oh : 0,
+            w ? w->ow : 0, w ? w->kh : 0, w ? w->kw : 0, w ? w->sh : 0, w ? w->sw : 0,
+            w ? w->dh : 0, w ? w->dw : 0);
+    return 0;
+  }
+  return 1;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_im2col(const kn_cuda_windows *w, const float *x,
+                                                          float *cols, char *err, size_t errlen) {
+  int rc = -1;
+  if (!windows_ok(w, "kn_cuda_dev_im2col", err, errlen)) return -1;
+  const size_t n = (size_t)w->batch * w->oh * w->ow * w->kh * w->kw * w->c;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  im2col_kernel<<<blocks, RELU_THREADS>>>(*w, x, cols, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_col2im(const kn_cuda_windows *w,
+                                                          const float *cols, float *dx, char *err,
+                                                          size_t errlen) {
+  int rc = -1;
+  if (!windows_ok(w, "kn_cuda_dev_col2im", err, errlen)) return -1;
+  const size_t n = (size_t)w->batch * w->h * w->w * w->c;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  col2im_kernel<<<blocks, RELU_THREADS>>>(*w, cols, dx, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_pool(const kn_cuda_windows *w, const float *x,
+                                                        float *y, char *err, size_t errlen) {
+  int rc = -1;
+  if (!windows_ok(w, "kn_cuda_dev_pool", err, errlen)) return -1;
+  const size_t n = (size_t)w->batch * w->oh * w->ow * w->c;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  pool_kernel<<<blocks, RELU_THREADS>>>(*w, x, y, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_pool_grad(const kn_cuda_windows *w,
+                                                             const float *dy, const float *x,
+                                                             const float *y, float *dx, char *err,
+                                                             size_t errlen) {
+  int rc = -1;
+  if (!windows_ok(w, "kn_cuda_dev_pool_grad", err, errlen)) return -1;
+  const size_t n = (size_t)w->batch * w->h * w->w * w->c;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  pool_grad_kernel<<<blocks, RELU_THREADS>>>(*w, dy, x, y, dx, n);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_binary(const float *a, const float *b, float *y,
+                                                          size_t n, int op, char *err,
+                                                          size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (op < 0 || op > 3) {
+    set_err(err, errlen, "kn_cuda_dev_binary: op must be 0 to 3 (add, sub, mul, div), got %d", op);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  binary_kernel<<<blocks, RELU_THREADS>>>(a, b, y, n, op);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_dropout_mask(float *m, size_t n, uint64_t seed,
+                                                                uint64_t step, uint64_t first,
+                                                                uint32_t threshold, float keep,
+                                                                char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  dropout_mask_kernel<<<blocks, RELU_THREADS>>>(m, n, seed, step, first, threshold, keep);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode,
+                                                        char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {
+    set_err(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 2, got %d", mode);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  cast_kernel<<<blocks, RELU_THREADS>>>(x, y, n, mode);
   KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:

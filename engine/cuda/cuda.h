@@ -11,6 +11,7 @@
 #define KILN_ENGINE_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../optim_rules.h" /* kn_step_consts */
 
@@ -43,12 +44,23 @@ int kn_cuda_relu(const float *x, float *y, size_t n, char *err, size_t errlen);
 int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                       size_t errlen);
 
+/* How a GEMM on the device multiplies its float32 operands: in float32
+ * (CUDA cores), or on tensor cores with the operands rounded to TF32
+ * (10-bit mantissa: a spec's allow_tf32) or to bfloat16 (mixed_bfloat16),
+ * the products summed in float32 either way. */
+typedef enum kn_cuda_math {
+  KN_CUDA_MATH_F32 = 0,
+  KN_CUDA_MATH_TF32 = 1,
+  KN_CUDA_MATH_BF16 = 2,
+} kn_cuda_math;
+
 /* The same three on device buffers of the current device (kn_cuda_alloc),
  * queued on its default stream without copies: the graph's kernels, over
  * values kept on the device (residency.c). A fault in the queued work
- * surfaces at the next kn_cuda_copy_out, which waits for it. */
+ * surfaces at the next kn_cuda_copy_out, which waits for it. The matmul
+ * multiplies as math says. */
 int kn_cuda_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k, int trans_a,
-                       int trans_b, char *err, size_t errlen);
+                       int trans_b, kn_cuda_math math, char *err, size_t errlen);
 int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen);
 int kn_cuda_dev_relu_grad(const float *dy, const float *y, float *dx, size_t n, char *err,
                           size_t errlen);
@@ -65,6 +77,61 @@ int kn_cuda_dev_reduce_rows(const float *x, float *out, size_t rows, size_t cols
  * none), each element as optim_rules.h says. */
 int kn_cuda_dev_optimizer_step(const kn_step_consts *c, float *p, const float *g, float *m,
                                float *v, size_t n, char *err, size_t errlen);
+
+/* The windows of a convolution or a pooling over NHWC images: batch
+ * images of h x w x c in, oh x ow windows of kh x kw cells out, strides
+ * sh, sw, dilations dh, dw (1 for pooling), pad_top and pad_left zero
+ * cells before the image (TF's same padding); max pooling or average
+ * (over the cells inside the image) where it is a pooling. */
+typedef struct kn_cuda_windows {
+  int batch, h, w, c;
+  int oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left;
+  int max;
+} kn_cuda_windows;
+
+/* On device buffers, as the CPU kernels (cpu_kernels_conv.inc), float32:
+ * - im2col: cols (batch*oh*ow, kh*kw*c), a row per window, its cells'
+ *   channels in (ki, kj, c) order, zeros outside the image;
+ * - col2im: dx (batch, h, w, c), the sum of every column entry that
+ *   im2col read from that cell, added in the CPU's order (windows in
+ *   row-major order), so the result is bit-identical;
+ * - pool: y (batch, oh, ow, c), each window's max (NaN wins, as on the
+ *   CPU) or mean;
+ * - pool_grad: dx (batch, h, w, c) from dy (batch, oh, ow, c), the
+ *   forward's x and y: a max window's dy goes to its first cell equal to
+ *   its max (torch's choice), a mean's spreads evenly; sums in the CPU's
+ *   order, bit-identical. */
+int kn_cuda_dev_im2col(const kn_cuda_windows *w, const float *x, float *cols, char *err,
+                       size_t errlen);
+int kn_cuda_dev_col2im(const kn_cuda_windows *w, const float *cols, float *dx, char *err,
+                       size_t errlen);
+int kn_cuda_dev_pool(const kn_cuda_windows *w, const float *x, float *y, char *err, size_t errlen);
+int kn_cuda_dev_pool_grad(const kn_cuda_windows *w, const float *dy, const float *x, const float *y,
+                          float *dx, char *err, size_t errlen);
+
+/* mixed_bfloat16's casts over n elements on device buffers: float32 to
+ * bfloat16 (round to nearest even, NaN kept quiet), bfloat16 to float32,
+ * and float32 rounded through bfloat16 in place of its own value, each as
+ * the CPU's kn_bf16_from_f32 / kn_bf16_to_f32. */
+typedef enum kn_cuda_cast {
+  KN_CUDA_CAST_TO_BF16 = 0,
+  KN_CUDA_CAST_FROM_BF16 = 1,
+  KN_CUDA_CAST_ROUND_BF16 = 2,
+} kn_cuda_cast;
+int kn_cuda_dev_cast(const void *x, void *y, size_t n, kn_cuda_cast mode, char *err, size_t errlen);
+
+/* y = a op b over n elements of device buffers (operands of y's shape),
+ * op as graph_internal.h's kn_binop: 0 add, 1 subtract, 2 multiply, 3
+ * divide (IEEE, as the CPU's). */
+int kn_cuda_dev_binary(const float *a, const float *b, float *y, size_t n, int op, char *err,
+                       size_t errlen);
+
+/* A dropout mask over n elements of a device buffer: m[i] = keep where
+ * Philox word first + i of stream `step` under `seed`, shifted right by 8,
+ * is at least threshold, else 0 (the CPU's draw, philox.h: the same mask
+ * on every device); threshold 0 and keep 1 give the evaluation's ones. */
+int kn_cuda_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step, uint64_t first,
+                             uint32_t threshold, float keep, char *err, size_t errlen);
 
 /* bytes from src to dst, both on the current device, queued. */
 int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);

@@ -26,7 +26,17 @@ static struct {
   int (*matmul)(const float *, const float *, float *, int, int, int, int, int, char *, size_t);
   int (*relu)(const float *, float *, size_t, char *, size_t);
   int (*relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
-  int (*dev_matmul)(const float *, const float *, float *, int, int, int, int, int, char *, size_t);
+  int (*dev_matmul)(const float *, const float *, float *, int, int, int, int, int, int, char *,
+                    size_t);
+  int (*dev_im2col)(const kn_cuda_windows *, const float *, float *, char *, size_t);
+  int (*dev_col2im)(const kn_cuda_windows *, const float *, float *, char *, size_t);
+  int (*dev_pool)(const kn_cuda_windows *, const float *, float *, char *, size_t);
+  int (*dev_pool_grad)(const kn_cuda_windows *, const float *, const float *, const float *,
+                       float *, char *, size_t);
+  int (*dev_cast)(const void *, void *, size_t, int, char *, size_t);
+  int (*dev_binary)(const float *, const float *, float *, size_t, int, char *, size_t);
+  int (*dev_dropout_mask)(float *, size_t, uint64_t, uint64_t, uint64_t, uint32_t, float, char *,
+                          size_t);
   int (*dev_relu)(const float *, float *, size_t, char *, size_t);
   int (*dev_relu_grad)(const float *, const float *, float *, size_t, char *, size_t);
   int (*dev_bias_add)(const float *, const float *, float *, size_t, size_t, int, char *, size_t);
@@ -91,6 +101,13 @@ static void open_module(void) {
   FIND(relu, "kiln_cuda_module_relu");
   FIND(relu_grad, "kiln_cuda_module_relu_grad");
   FIND(dev_matmul, "kiln_cuda_module_dev_matmul");
+  FIND(dev_im2col, "kiln_cuda_module_dev_im2col");
+  FIND(dev_col2im, "kiln_cuda_module_dev_col2im");
+  FIND(dev_pool, "kiln_cuda_module_dev_pool");
+  FIND(dev_pool_grad, "kiln_cuda_module_dev_pool_grad");
+  FIND(dev_cast, "kiln_cuda_module_dev_cast");
+  FIND(dev_binary, "kiln_cuda_module_dev_binary");
+  FIND(dev_dropout_mask, "kiln_cuda_module_dev_dropout_mask");
   FIND(dev_relu, "kiln_cuda_module_dev_relu");
   FIND(dev_relu_grad, "kiln_cuda_module_dev_relu_grad");
   FIND(dev_bias_add, "kiln_cuda_module_dev_bias_add");
@@ -150,8 +167,39 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
 }
 
 int kn_cuda_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k, int trans_a,
-                       int trans_b, char *err, size_t errlen) {
-  return loaded(err, errlen) ? mod.dev_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen) : -1;
+                       int trans_b, kn_cuda_math math, char *err, size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_matmul(a, b, c, m, n, k, trans_a, trans_b, (int)math, err, errlen)
+             : -1;
+}
+int kn_cuda_dev_im2col(const kn_cuda_windows *w, const float *x, float *cols, char *err,
+                       size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_im2col(w, x, cols, err, errlen) : -1;
+}
+int kn_cuda_dev_col2im(const kn_cuda_windows *w, const float *cols, float *dx, char *err,
+                       size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_col2im(w, cols, dx, err, errlen) : -1;
+}
+int kn_cuda_dev_pool(const kn_cuda_windows *w, const float *x, float *y, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_pool(w, x, y, err, errlen) : -1;
+}
+int kn_cuda_dev_pool_grad(const kn_cuda_windows *w, const float *dy, const float *x, const float *y,
+                          float *dx, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_pool_grad(w, dy, x, y, dx, err, errlen) : -1;
+}
+int kn_cuda_dev_binary(const float *a, const float *b, float *y, size_t n, int op, char *err,
+                       size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_binary(a, b, y, n, op, err, errlen) : -1;
+}
+int kn_cuda_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step, uint64_t first,
+                             uint32_t threshold, float keep, char *err, size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_dropout_mask(m, n, seed, step, first, threshold, keep, err, errlen)
+             : -1;
+}
+int kn_cuda_dev_cast(const void *x, void *y, size_t n, kn_cuda_cast mode, char *err,
+                     size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_cast(x, y, n, (int)mode, err, errlen) : -1;
 }
 
 int kn_cuda_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "cuda.h" /* kn_nccl, KN_NCCL_ID_BYTES */
+#include "cuda.h" /* kn_nccl, KN_NCCL_ID_BYTES, kn_cuda_windows */
 
 #define KN_CUDA_EXPORT __attribute__((visibility("default")))
 
@@ -27,8 +27,25 @@ KN_CUDA_EXPORT int kiln_cuda_module_relu(const float *x, float *y, size_t n, cha
 KN_CUDA_EXPORT int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_t n,
                                               char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c, int m,
-                                               int n, int k, int trans_a, int trans_b, char *err,
-                                               size_t errlen);
+                                               int n, int k, int trans_a, int trans_b, int math,
+                                               char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_im2col(const kn_cuda_windows *w, const float *x,
+                                               float *cols, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_col2im(const kn_cuda_windows *w, const float *cols,
+                                               float *dx, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_pool(const kn_cuda_windows *w, const float *x, float *y,
+                                             char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_pool_grad(const kn_cuda_windows *w, const float *dy,
+                                                  const float *x, const float *y, float *dx,
+                                                  char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_binary(const float *a, const float *b, float *y, size_t n,
+                                               int op, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_dropout_mask(float *m, size_t n, uint64_t seed,
+                                                     uint64_t step, uint64_t first,
+                                                     uint32_t threshold, float keep, char *err,
+                                                     size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
+                                             size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu_grad(const float *dy, const float *y, float *dx,

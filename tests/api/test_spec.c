@@ -340,10 +340,10 @@ static const struct CMUnitTest rules[] = {
     /* resources, precision, strategy */
     RULE("unknown_device_type_is_refused", "resources.device_type", "\"cuda\"",
          .field = "resources.device_type", .description = "must be cpu or gpu, got 'cuda'"),
-    RULE("gpu_job_in_mixed_precision_is_refused", "resources.device_type", "\"gpu\"", "precision",
-         "\"mixed_bfloat16\"", .field = "precision",
-         .description = "gpu trains in float32 (kiln's CUDA kernels are float32), got "
-                        "'mixed_bfloat16'"),
+    RULE("gpu_job_in_mixed_float16_is_refused", "resources.device_type", "\"gpu\"", "precision",
+         "\"mixed_float16\"", .field = "precision",
+         .description = "gpu trains in float32 or mixed_bfloat16 (kiln's CUDA kernels cast to "
+                        "bfloat16 only), got 'mixed_float16'"),
     RULE("parameter_server_on_gpus_is_refused", "resources",
          "{\"device_type\":\"gpu\",\"devices\":3}", "strategy",
          "{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2}", .field = "resources.device_type",
@@ -843,7 +843,8 @@ static void canonical_json_of_the_example_fills_every_default(void **state) {
             "\"priority\":50,"
             "\"max_restarts\":0,\"max_runtime\":0,"
             "\"resources\":{\"device_type\":\"cpu\",\"devices\":1,\"pool\":\"default\"},"
-            "\"precision\":\"float32\",\"recompute\":false,\"strategy\":{\"type\":\"single\"}}");
+            "\"precision\":\"float32\",\"recompute\":false,\"allow_tf32\":false,\"strategy\":{"
+            "\"type\":\"single\"}}");
   free(text);
 }
 

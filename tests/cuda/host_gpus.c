@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "cuda/cuda_module.h"
+#include "philox.h"
+#include "windows_ref.h"
 
 #define MAX_RANKS 64
 
@@ -81,11 +83,115 @@ int kiln_cuda_module_relu_grad(const float *dy, const float *y, float *dx, size_
   return 0;
 }
 
+/* v with its mantissa rounded to TF32's 10 bits, to nearest even (NaN and
+ * infinities kept), as tensor cores read a float32 operand. */
+static float round_tf32(float v) {
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+/* A copy of n floats rounded as `math` says (NULL: out of memory). */
+static float *rounded(const float *x, size_t n, int math) {
+  float *r = malloc((n ? n : 1) * sizeof *r);
+  if (!r) return NULL;
+  for (size_t i = 0; i < n; i++)
+    r[i] = math == KN_CUDA_MATH_TF32 ? round_tf32(x[i]) : kn_bf16_to_f32(kn_bf16_from_f32(x[i]));
+  return r;
+}
+
 /* Device memory is host memory, so the kernels on device buffers are the
- * ones above. */
+ * ones above; a GEMM on "tensor cores" rounds its operands first, as the
+ * device does, then sums in float32. */
 int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k,
-                                int trans_a, int trans_b, char *err, size_t errlen) {
-  return kiln_cuda_module_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen);
+                                int trans_a, int trans_b, int math, char *err, size_t errlen) {
+  if (math < KN_CUDA_MATH_F32 || math > KN_CUDA_MATH_BF16) {
+    snprintf(err, errlen, "kn_cuda_dev_matmul: math must be f32, tf32 or bf16 (0 to 2), got %d",
+             math);
+    return -1;
+  }
+  if (math == KN_CUDA_MATH_F32 || m <= 0 || n <= 0 || k <= 0)
+    return kiln_cuda_module_matmul(a, b, c, m, n, k, trans_a, trans_b, err, errlen);
+  float *ra = rounded(a, (size_t)m * k, math), *rb = rounded(b, (size_t)k * n, math);
+  int rc = -1;
+  if (ra && rb)
+    rc = kiln_cuda_module_matmul(ra, rb, c, m, n, k, trans_a, trans_b, err, errlen);
+  else
+    snprintf(err, errlen, "host stand-in: out of memory for a rounded GEMM operand");
+  free(ra);
+  free(rb);
+  return rc;
+}
+
+/* The windows' kernels and the casts: windows_ref.h's loops, the CPU's. */
+static int windows_ok(const kn_cuda_windows *w, const char *what, char *err, size_t errlen) {
+  if (w && w->batch >= 0 && w->h > 0 && w->w > 0 && w->c > 0 && w->oh > 0 && w->ow > 0 &&
+      w->kh > 0 && w->kw > 0 && w->sh > 0 && w->sw > 0 && w->dh > 0 && w->dw > 0)
+    return 1;
+  snprintf(err, errlen, "%s: windows need positive sizes, strides and dilations (batch >= 0)",
+           what);
+  return 0;
+}
+
+int kiln_cuda_module_dev_im2col(const kn_cuda_windows *w, const float *x, float *cols, char *err,
+                                size_t errlen) {
+  if (!windows_ok(w, "kn_cuda_dev_im2col", err, errlen)) return -1;
+  ref_im2col(w, x, cols);
+  return 0;
+}
+
+int kiln_cuda_module_dev_col2im(const kn_cuda_windows *w, const float *cols, float *dx, char *err,
+                                size_t errlen) {
+  if (!windows_ok(w, "kn_cuda_dev_col2im", err, errlen)) return -1;
+  ref_col2im(w, cols, dx);
+  return 0;
+}
+
+int kiln_cuda_module_dev_pool(const kn_cuda_windows *w, const float *x, float *y, char *err,
+                              size_t errlen) {
+  if (!windows_ok(w, "kn_cuda_dev_pool", err, errlen)) return -1;
+  ref_pool(w, x, y, NULL, NULL, NULL);
+  return 0;
+}
+
+int kiln_cuda_module_dev_pool_grad(const kn_cuda_windows *w, const float *dy, const float *x,
+                                   const float *y, float *dx, char *err, size_t errlen) {
+  if (!windows_ok(w, "kn_cuda_dev_pool_grad", err, errlen)) return -1;
+  ref_pool(w, x, NULL, y, dy, dx);
+  return 0;
+}
+
+int kiln_cuda_module_dev_binary(const float *a, const float *b, float *y, size_t n, int op,
+                                char *err, size_t errlen) {
+  if (op < 0 || op > 3) {
+    snprintf(err, errlen, "kn_cuda_dev_binary: op must be 0 to 3 (add, sub, mul, div), got %d", op);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++)
+    y[i] = op == 0 ? a[i] + b[i] : op == 1 ? a[i] - b[i] : op == 2 ? a[i] * b[i] : a[i] / b[i];
+  return 0;
+}
+
+int kiln_cuda_module_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step,
+                                      uint64_t first, uint32_t threshold, float keep, char *err,
+                                      size_t errlen) {
+  (void)err;
+  (void)errlen;
+  for (size_t i = 0; i < n; i++)
+    m[i] = (kn_philox_word(seed, step, first + i) >> 8) >= threshold ? keep : 0.0f;
+  return 0;
+}
+
+int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
+                              size_t errlen) {
+  if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {
+    snprintf(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 2, got %d", mode);
+    return -1;
+  }
+  ref_cast(x, y, n, mode);
+  return 0;
 }
 
 int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err, size_t errlen) {

@@ -1,7 +1,10 @@
 /* test_cuda.c — the CUDA backend against plain CPU loops: sgemm in all four
  * transpose combinations on odd sizes, relu and its gradient (NaN, -0,
  * inf included), and, on device buffers, a bias added to rows (with and
- * without relu) and a bias's gradient (the sums of rows).
+ * without relu) and a bias's gradient (the sums of rows), GEMMs on TF32
+ * and bf16 tensor cores, im2col and col2im, max and average pooling and
+ * their gradients (windows_ref.h's loops, the CPU's, bit for bit), and
+ * mixed_bfloat16's casts.
  * Without a CUDA device, or in a build without CUDA, the GPU tests are
  * skipped with a message; the tests that need no device still run. */
 #include <setjmp.h>
@@ -16,6 +19,8 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
+#include "philox.h"
+#include "windows_ref.h"
 
 #define MATMUL_RTOL 1e-4
 
@@ -355,6 +360,278 @@ static void bias_add_and_reduce_rows_match_cpu(void **state) {
   free(sum);
 }
 
+/* Gives back n device buffers. */
+static void free_all(void **d, int n) {
+  for (int i = 0; i < n; i++) kn_cuda_free(0, d[i]);
+}
+
+/* Bitwise equality of n floats (NaN equal to NaN), with the first few
+ * differences printed. */
+static void assert_same_bits(const char *what, const float *got, const float *want, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int same = (isnan(got[i]) && isnan(want[i])) || memcmp(&got[i], &want[i], 4) == 0;
+    if (!same && bad++ < 5)
+      print_error("%s: [%zu] = %a, expected %a\n", what, i, (double)got[i], (double)want[i]);
+  }
+  if (bad) fail_msg("%s: %zu of %zu elements differ", what, bad, n);
+}
+
+/* im2col then col2im on device buffers against the CPU's loops, bit for
+ * bit: stride 2 with TF's same padding, a dilated 3x3, and a 1x1. */
+static void im2col_and_col2im_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  const kn_cuda_windows shapes[] = {
+      {.batch = 3,
+       .h = 9,
+       .w = 7,
+       .c = 5,
+       .oh = 5,
+       .ow = 4,
+       .kh = 3,
+       .kw = 3,
+       .sh = 2,
+       .sw = 2,
+       .dh = 1,
+       .dw = 1,
+       .pad_top = 1,
+       .pad_left = 1},
+      {.batch = 2,
+       .h = 8,
+       .w = 8,
+       .c = 3,
+       .oh = 8,
+       .ow = 8,
+       .kh = 3,
+       .kw = 3,
+       .sh = 1,
+       .sw = 1,
+       .dh = 2,
+       .dw = 2,
+       .pad_top = 2,
+       .pad_left = 2},
+      {.batch = 2,
+       .h = 5,
+       .w = 6,
+       .c = 17,
+       .oh = 5,
+       .ow = 6,
+       .kh = 1,
+       .kw = 1,
+       .sh = 1,
+       .sw = 1,
+       .dh = 1,
+       .dw = 1},
+  };
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const kn_cuda_windows *w = &shapes[s];
+    const size_t nx = (size_t)w->batch * w->h * w->w * w->c;
+    const size_t ncol = (size_t)w->batch * w->oh * w->ow * w->kh * w->kw * w->c;
+    float *x = malloc(nx * 4), *cols = malloc(ncol * 4), *want_cols = malloc(ncol * 4);
+    float *dcols = malloc(ncol * 4), *dx = malloc(nx * 4), *want_dx = malloc(nx * 4);
+    assert_true(x && cols && want_cols && dcols && dx && want_dx);
+    fill_uniform(x, nx, 11u + (uint32_t)s);
+    fill_uniform(dcols, ncol, 21u + (uint32_t)s);
+    void *d[4] = {on_device(x, nx), on_device(NULL, ncol), on_device(dcols, ncol),
+                  on_device(NULL, nx)};
+    char err[512] = "";
+    assert_int_equal(kn_cuda_dev_im2col(w, d[0], d[1], err, sizeof err), 0);
+    back_to_host(cols, d[1], ncol);
+    ref_im2col(w, x, want_cols);
+    assert_same_bits("im2col", cols, want_cols, ncol);
+    assert_int_equal(kn_cuda_dev_col2im(w, d[2], d[3], err, sizeof err), 0);
+    back_to_host(dx, d[3], nx);
+    ref_col2im(w, dcols, want_dx);
+    assert_same_bits("col2im", dx, want_dx, nx);
+    free_all(d, 4);
+    free(x), free(cols), free(want_cols), free(dcols), free(dx), free(want_dx);
+  }
+}
+
+/* Max and average pooling and their gradients against the CPU's loops,
+ * bit for bit: a tiling 2x2, and an overlapping 3x3 stride 2 with padding
+ * whose max windows hold ties (the first cell takes dy) and NaN. */
+static void pooling_and_its_gradient_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  const kn_cuda_windows shapes[] = {
+      {.batch = 3,
+       .h = 8,
+       .w = 6,
+       .c = 7,
+       .oh = 4,
+       .ow = 3,
+       .kh = 2,
+       .kw = 2,
+       .sh = 2,
+       .sw = 2,
+       .dh = 1,
+       .dw = 1},
+      {.batch = 2,
+       .h = 9,
+       .w = 7,
+       .c = 5,
+       .oh = 5,
+       .ow = 4,
+       .kh = 3,
+       .kw = 3,
+       .sh = 2,
+       .sw = 2,
+       .dh = 1,
+       .dw = 1,
+       .pad_top = 1,
+       .pad_left = 1},
+  };
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    for (int max = 0; max < 2; max++) {
+      kn_cuda_windows w = shapes[s];
+      w.max = max;
+      const size_t nx = (size_t)w.batch * w.h * w.w * w.c, ny = (size_t)w.batch * w.oh * w.ow * w.c;
+      float *x = malloc(nx * 4), *y = malloc(ny * 4), *want_y = malloc(ny * 4);
+      float *dy = malloc(ny * 4), *dx = malloc(nx * 4), *want_dx = malloc(nx * 4);
+      assert_true(x && y && want_y && dy && dx && want_dx);
+      fill_uniform(x, nx, 31u + (uint32_t)s);
+      for (size_t i = 0; i < nx; i++) x[i] = roundf(x[i] * 4.0f) / 4.0f; /* ties */
+      x[5] = NAN;
+      fill_uniform(dy, ny, 41u + (uint32_t)s);
+      void *d[4] = {on_device(x, nx), on_device(NULL, ny), on_device(dy, ny), on_device(NULL, nx)};
+      char err[512] = "";
+      assert_int_equal(kn_cuda_dev_pool(&w, d[0], d[1], err, sizeof err), 0);
+      back_to_host(y, d[1], ny);
+      ref_pool(&w, x, want_y, NULL, NULL, NULL);
+      assert_same_bits(max ? "max pool" : "average pool", y, want_y, ny);
+      assert_int_equal(kn_cuda_dev_pool_grad(&w, d[2], d[0], d[1], d[3], err, sizeof err), 0);
+      back_to_host(dx, d[3], nx);
+      ref_pool(&w, x, NULL, want_y, dy, want_dx);
+      assert_same_bits(max ? "max pool's gradient" : "average pool's gradient", dx, want_dx, nx);
+      free_all(d, 4);
+      free(x), free(y), free(want_y), free(dy), free(dx), free(want_dx);
+    }
+  }
+}
+
+/* The three casts of mixed_bfloat16, bit for bit as the CPU's: ties to
+ * even, NaN kept (quiet), infinities and -0. */
+static void casts_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { N = 4099 };
+  float *x = malloc(N * 4), *y = malloc(N * 4), *want = malloc(N * 4);
+  uint16_t *h = malloc(N * 2), *want_h = malloc(N * 2);
+  assert_true(x && y && want && h && want_h);
+  fill_uniform(x, N, 51u);
+  const float special[] = {
+      NAN, -NAN, INFINITY, -INFINITY, -0.0f, 1.00390625f /* a tie */, 1.01171875f, 3.4e38f, 1e-40f};
+  memcpy(x, special, sizeof special);
+  void *d[3] = {on_device(x, N), on_device(NULL, N), on_device(NULL, N)};
+  char err[512] = "";
+  assert_int_equal(kn_cuda_dev_cast(d[0], d[1], N, KN_CUDA_CAST_TO_BF16, err, sizeof err), 0);
+  assert_int_equal(kn_cuda_copy_out(0, h, d[1], N * 2, err, sizeof err), 0);
+  ref_cast(x, want_h, N, KN_CUDA_CAST_TO_BF16);
+  assert_memory_equal(h, want_h, N * 2);
+  assert_int_equal(kn_cuda_dev_cast(d[1], d[2], N, KN_CUDA_CAST_FROM_BF16, err, sizeof err), 0);
+  back_to_host(y, d[2], N);
+  ref_cast(want_h, want, N, KN_CUDA_CAST_FROM_BF16);
+  assert_same_bits("bf16 to f32", y, want, N);
+  assert_int_equal(kn_cuda_dev_cast(d[0], d[2], N, KN_CUDA_CAST_ROUND_BF16, err, sizeof err), 0);
+  back_to_host(y, d[2], N);
+  assert_same_bits("f32 through bf16", y, want, N);
+  assert_int_equal(kn_cuda_dev_cast(d[0], d[2], N, 7, err, sizeof err), -1);
+  assert_non_null(strstr(err, "mode must be 0 to 2"));
+  free_all(d, 3);
+  free(x), free(y), free(want), free(h), free(want_h);
+}
+
+/* GEMMs on tensor cores: with the operands rounded as the math says (to
+ * bf16; to TF32's 10-bit mantissa), within the products' own rounding of
+ * the double result of the rounded operands, and farther from the
+ * unrounded one than float32 is (so the rounding did happen). */
+static void tensor_core_gemms_round_their_operands(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { M = 67, N = 129, K = 515 };
+  float *a = malloc(M * K * 4), *b = malloc(K * N * 4), *c = malloc(M * N * 4);
+  float *ra = malloc(M * K * 4), *rb = malloc(K * N * 4);
+  double *want = malloc(M * N * 8), *scale = malloc(M * N * 8);
+  assert_true(a && b && c && ra && rb && want && scale);
+  fill_uniform(a, M * K, 61u);
+  fill_uniform(b, K * N, 62u);
+  void *d[3] = {on_device(a, M * K), on_device(b, K * N), on_device(NULL, M * N)};
+  char err[512] = "";
+  ref_cast(a, ra, M * K, KN_CUDA_CAST_ROUND_BF16);
+  ref_cast(b, rb, K * N, KN_CUDA_CAST_ROUND_BF16);
+  matmul_reference(ra, rb, want, scale, M, N, K, 0, 0);
+  assert_int_equal(
+      kn_cuda_dev_matmul(d[0], d[1], d[2], M, N, K, 0, 0, KN_CUDA_MATH_BF16, err, sizeof err), 0);
+  back_to_host(c, d[2], M * N);
+  for (int i = 0; i < M * N; i++)
+    if (fabs(c[i] - want[i]) > 1e-5 * scale[i] + 1e-6)
+      fail_msg("bf16 GEMM: c[%d] = %g, the rounded operands' product %g", i, (double)c[i], want[i]);
+  /* TF32: within 2^-10 of each product of the exact operands */
+  matmul_reference(a, b, want, scale, M, N, K, 0, 0);
+  assert_int_equal(
+      kn_cuda_dev_matmul(d[0], d[1], d[2], M, N, K, 0, 0, KN_CUDA_MATH_TF32, err, sizeof err), 0);
+  back_to_host(c, d[2], M * N);
+  double worst = 0.0;
+  for (int i = 0; i < M * N; i++) {
+    const double rel = fabs(c[i] - want[i]) / scale[i];
+    if (rel > 2.0 / 1024) fail_msg("TF32 GEMM: c[%d] = %g, expected %g", i, (double)c[i], want[i]);
+    worst = rel > worst ? rel : worst;
+  }
+  assert_true(worst > 1e-6); /* rounded, not float32 */
+  assert_int_equal(kn_cuda_dev_matmul(d[0], d[1], d[2], M, N, K, 0, 0, 5, err, sizeof err), -1);
+  assert_non_null(strstr(err, "math must be f32, tf32 or bf16"));
+  free_all(d, 3);
+  free(a), free(b), free(c), free(ra), free(rb), free(want), free(scale);
+}
+
+/* Elementwise add, subtract, multiply and divide (by zero and NaN too), bit
+ * for bit as the CPU's; a dropout mask draws the CPU's Philox words (the
+ * same mask on every device), ones outside training. */
+static void binary_ops_and_dropout_masks_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { N = 5003 };
+  float *a = malloc(N * 4), *b = malloc(N * 4), *y = malloc(N * 4), *want = malloc(N * 4);
+  assert_true(a && b && y && want);
+  fill_uniform(a, N, 71u);
+  fill_uniform(b, N, 72u);
+  b[0] = 0.0f;
+  a[1] = NAN;
+  void *d[3] = {on_device(a, N), on_device(b, N), on_device(NULL, N)};
+  char err[512] = "";
+  for (int op = 0; op < 4; op++) {
+    assert_int_equal(kn_cuda_dev_binary(d[0], d[1], d[2], N, op, err, sizeof err), 0);
+    back_to_host(y, d[2], N);
+    for (int i = 0; i < N; i++)
+      want[i] = op == 0 ? a[i] + b[i] : op == 1 ? a[i] - b[i] : op == 2 ? a[i] * b[i] : a[i] / b[i];
+    assert_same_bits("binary", y, want, N);
+  }
+  assert_int_equal(kn_cuda_dev_binary(d[0], d[1], d[2], N, 4, err, sizeof err), -1);
+  assert_non_null(strstr(err, "op must be 0 to 3"));
+  const double rate = 0.3;
+  const uint32_t threshold = (uint32_t)ceil(rate * 16777216.0);
+  const float keep = (float)(1.0 / (1.0 - rate));
+  const uint64_t seed = 0x5eedu, step = 17, first = 12345;
+  assert_int_equal(
+      kn_cuda_dev_dropout_mask(d[2], N, seed, step, first, threshold, keep, err, sizeof err), 0);
+  back_to_host(y, d[2], N);
+  int dropped = 0;
+  for (int i = 0; i < N; i++) {
+    want[i] = (kn_philox_word(seed, step, first + (uint64_t)i) >> 8) >= threshold ? keep : 0.0f;
+    dropped += want[i] == 0.0f;
+  }
+  assert_same_bits("dropout mask", y, want, N);
+  assert_true(dropped > N / 5 && dropped < N * 2 / 5); /* about rate of them */
+  assert_int_equal(kn_cuda_dev_dropout_mask(d[2], N, seed, step, first, 0, 1.0f, err, sizeof err),
+                   0);
+  back_to_host(y, d[2], N);
+  for (int i = 0; i < N; i++) assert_true(y[i] == 1.0f);
+  free_all(d, 3);
+  free(a), free(b), free(y), free(want);
+}
+
 int main(void) {
   char err[512] = "";
   if (kn_cuda_device_count(&device_count, err, sizeof err) != 0) {
@@ -379,6 +656,11 @@ int main(void) {
       cmocka_unit_test(relu_works_in_place),
       cmocka_unit_test(relu_grad_passes_dy_where_y_is_nan),
       cmocka_unit_test(bias_add_and_reduce_rows_match_cpu),
+      cmocka_unit_test(im2col_and_col2im_match_cpu),
+      cmocka_unit_test(pooling_and_its_gradient_match_cpu),
+      cmocka_unit_test(casts_match_cpu),
+      cmocka_unit_test(tensor_core_gemms_round_their_operands),
+      cmocka_unit_test(binary_ops_and_dropout_masks_match_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

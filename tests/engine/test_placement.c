@@ -150,9 +150,9 @@ static void compile_refuses_placements_that_cannot_run(void **state) {
   snprintf(name, sizeof name, "node '%s' (softmax_xent) is placed on cuda:0",
            kn_node_name(t.g, t.loss));
   expect_refusal(&t, name, "no kernel");
-  /* A mixed-precision graph keeps to the CPU. */
-  t = build(gpu0, KN_PRECISION_MIXED_BFLOAT16);
-  expect_refusal(&t, "is placed on cuda:0", "runs in float32");
+  /* A mixed_float16 graph keeps to the CPU (a GPU casts to bf16 only). */
+  t = build(gpu0, KN_PRECISION_MIXED_FLOAT16);
+  expect_refusal(&t, "is placed on cuda:0", "runs in float32 or mixed_bfloat16");
   /* A device this machine lacks. */
   t = build((kn_device){KN_DEVICE_CUDA, 7}, KN_PRECISION_FLOAT32);
   expect_refusal(&t, "is placed on cuda:7", NULL);
@@ -409,6 +409,106 @@ static void the_optimizer_steps_on_the_gpu(void **state) {
   }
 }
 
+/* A small CNN: a strided same-padded convolution, an overlapping padded
+ * max pool, a dilated convolution, an average pool and a dense layer,
+ * batch 8 of 8x8x2 images. */
+static int build_cnn(kn_device d, kn_precision precision, kn_model *m, char *err, size_t errlen) {
+  const kn_layer_config layers[] = {
+      {.type = KN_LAYER_CONV2D,
+       .filters = 4,
+       .kernel_size = {3, 3},
+       .strides = {1, 2},
+       .padding = KN_PAD_SAME,
+       .activation = KN_ACT_RELU,
+       .use_bias = 1},
+      {.type = KN_LAYER_MAX_POOL2D, .pool_size = {3, 3}, .strides = {2, 1}, .padding = KN_PAD_SAME},
+      {.type = KN_LAYER_CONV2D,
+       .filters = 5,
+       .kernel_size = {2, 2},
+       .dilation_rate = {2, 1},
+       .padding = KN_PAD_SAME,
+       .activation = KN_ACT_RELU,
+       .use_bias = 1},
+      {.type = KN_LAYER_AVG_POOL2D, .pool_size = {2, 2}, .padding = KN_PAD_SAME},
+      {.type = KN_LAYER_FLATTEN},
+      {.type = KN_LAYER_DENSE, .units = 3, .use_bias = 1},
+  };
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {8, 8, 2},
+                         .n_layers = sizeof layers / sizeof layers[0],
+                         .layers = layers,
+                         .batch_size = 8,
+                         .seed = 5,
+                         .precision = precision,
+                         .device = d};
+  assert_int_equal(kn_model_build(&cfg, m, err, errlen), KN_OK);
+  if (kn_graph_compile(m->graph, 1, NULL, err, errlen) == KN_OK) return 0;
+  kn_model_free(m);
+  return -1;
+}
+
+/* Eight Adam steps of the CNN on batches of 8 images. */
+static void train_cnn(kn_model *m, float *losses) {
+  char err[512] = "";
+  const kn_optimizer_config adam = {.type = KN_OPT_ADAM,
+                                    .learning_rate = 1e-2f,
+                                    .beta1 = 0.9f,
+                                    .beta2 = 0.999f,
+                                    .epsilon = 1e-7f};
+  kn_optimizer *opt;
+  assert_int_equal(kn_optimizer_new(&adam, kn_param_count(m->graph), &opt, err, sizeof err), KN_OK);
+  float *xs = kn_node_data(m->graph, m->x);
+  int32_t *ys = kn_node_data(m->graph, m->y);
+  for (int s = 0; s < 8; s++) {
+    for (int i = 0; i < 8 * 8 * 8 * 2; i++) xs[i] = (float)((i * 37 + s * 11) % 23) / 23.0f - 0.45f;
+    for (int i = 0; i < 8; i++) ys[i] = (i + s) % 3;
+    if (kn_graph_run(m->graph, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK) fail_msg("run: %s", err);
+    losses[s] = *(float *)kn_node_data(m->graph, m->loss);
+    if (kn_optimizer_step_graph(opt, m->graph, err, sizeof err) != KN_OK) fail_msg("step: %s", err);
+  }
+  kn_optimizer_free(opt);
+}
+
+/* Convolutions, pooling and their gradients run on the GPU too: the CNN
+ * trains there as on the host (float32: to rounding; mixed_bfloat16,
+ * whose GEMMs round their operands on the GPU where the CPU's read bf16
+ * copies: within 1e-3), and only the batch, the logits and their gradient
+ * cross a step (the loss runs on the host). */
+static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
+  (void)state;
+  char err[512] = "";
+  const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
+  for (int p = 0; p < 2; p++) {
+    kn_model gm, cm;
+    if (build_cnn(gpu0, precisions[p], &gm, err, sizeof err) != 0) {
+      assert_non_null(strstr(err, "is placed on cuda:0"));
+      print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
+      skip();
+    }
+    assert_int_equal(build_cnn(cpu, precisions[p], &cm, err, sizeof err), 0);
+    int on_gpu = 0, with_kernel = 0;
+    char host_ops[256];
+    kn_graph_placement_summary(gm.graph, &on_gpu, &with_kernel, host_ops, sizeof host_ops);
+    print_message("%s: %d of %d kernels on cuda:0; on the host: %s\n",
+                  kn_precision_name(precisions[p]), on_gpu, with_kernel, host_ops);
+    assert_string_equal(host_ops, "softmax_xent, fill, softmax_xent_grad");
+    float lg[8], lc[8];
+    train_cnn(&gm, lg);
+    train_cnn(&cm, lc);
+    for (int s = 0; s < 8; s++) {
+      print_message("step %d: loss %.7f on cuda:0, %.7f on the host\n", s, lg[s], lc[s]);
+      assert_true(fabsf(lg[s] - lc[s]) <= (p ? 1e-3f : 1e-5f) * fmaxf(1.0f, fabsf(lc[s])));
+    }
+    uint64_t in = 0, out = 0;
+    kn_graph_device_copies(gm.graph, &in, &out, NULL);
+    const size_t params = kn_param_count(gm.graph) * sizeof(float);
+    assert_int_equal(in, 8 * (8 * 8 * 8 * 2 + 8 * 3) * sizeof(float) + params);
+    assert_int_equal(out, 8 * 8 * 3 * sizeof(float));
+    kn_model_free(&gm);
+    kn_model_free(&cm);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_cpu_graph_never_maps_the_cuda_libraries),
@@ -417,6 +517,7 @@ int main(void) {
       cmocka_unit_test(a_gpu_placed_graph_trains_as_on_the_cpu),
       cmocka_unit_test(a_model_split_over_two_gpus_trains_as_on_one),
       cmocka_unit_test(the_optimizer_steps_on_the_gpu),
+      cmocka_unit_test(a_cnn_trains_on_the_gpu_as_on_the_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
