@@ -2,39 +2,50 @@
 # The GPU check: one command on a machine with an NVIDIA GPU, a few minutes,
 # one table. It builds kiln with CUDA (unless BUILD_DIR already holds such a
 # build), then:
-#   - test_cuda: every op kiln's CUDA backend runs (matmul in its four
-#     transpose forms on odd sizes, relu, relu's gradient with NaN, -0 and
-#     inf, a bias added to rows, a bias's gradient) on the device against
-#     plain CPU loops, allclose;
+#   - test_cuda: every kernel kiln's CUDA backend runs (matmul in its four
+#     transpose forms on odd sizes and on TF32 and bf16 tensor cores, relu
+#     and its gradient with NaN, -0 and inf, a bias added to rows and its
+#     gradient, im2col, col2im, max and average pooling and their
+#     gradients, mixed_bfloat16's casts) on the device against plain CPU
+#     loops; and again under compute-sanitizer's memcheck where the machine
+#     has it;
 #   - test_nccl: soft placement, NCCL communicators on the device (one
 #     rank, and a timeout instead of a hang), mirrored replicas on two GPUs
 #     against one (skipped, saying so, with fewer GPUs);
-#   - test_engine_placement: a GPU-placed graph against the CPU, and a
-#     model split over two GPUs (model parallelism) against one (skipped,
-#     saying so, with one GPU);
+#   - test_engine_placement: GPU-placed graphs (dense, and a CNN in float32
+#     and mixed_bfloat16) against the CPU, and a model split over two GPUs
+#     (model parallelism) against one (skipped, saying so, with one GPU);
 #   - the Fashion-MNIST CNN (examples/fmnist-cnn.json), one epoch with
-#     resources.device_type gpu: examples/s, test accuracy;
+#     resources.device_type gpu: examples/s against the 2-core machine's
+#     (CPU_CNN_EPS, the zoo's cnn row), test accuracy;
 #   - the step of a GEMM-bound model, a wide MLP (784 - 4 x 4096 - 10,
-#     batch 1024), in float32 on the GPU: ms a step, achieved TFLOP/s and
-#     its share of the device's dense peak, the share of the step in the
-#     GPU nodes, and how much of it the host copies alone explain (the
-#     bytes the graph copied over and back a step, from its profile / this
-#     machine's measured pinned copy bandwidth); in mixed_bfloat16, which a GPU job
-#     refuses today; and with two GPUs, split over them (its last three
-#     layers on cuda:1): ms a step against the one-GPU figure;
+#     batch 1024 and 4096) in float32, TF32 (allow_tf32) and
+#     mixed_bfloat16: ms a step, achieved TFLOP/s and its share of that
+#     math's dense peak, the share of the step the host copies alone
+#     explain (the bytes the graph copied a step, from its profile, over
+#     this machine's pinned copy bandwidth), and PyTorch's step of the same
+#     model on the same GPU (float32, TF32, bf16 autocast) as a ratio;
+#   - with two GPUs, the wide MLP split over them (its last three layers on
+#     cuda:1): ms a step against the one-GPU figure;
 # and prints the table.
 #
 #   bash bench/gpu_check.sh [BUILD_DIR] [DATA_DIR]
 #
 # BUILD_DIR defaults to build-gpu (Release, KILN_CUDA=ON); DATA_DIR holds
-# fashion-mnist/*.gz (default /usr/share/datasets). The device peak is
-# taken from PEAK_TFLOPS (dense float32, non-tensor; default 67, an
-# H100/H200 SXM's). Exit status: 0 when every check ran and passed.
+# fashion-mnist/*.gz (default /usr/share/datasets). The dense peaks (an
+# H100/H200 SXM's datasheet figures by default) are PEAK_TFLOPS (float32,
+# 67), PEAK_TF32_TFLOPS (494.7) and PEAK_BF16_TFLOPS (989.4). Exit status:
+# 0 when every check ran and passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 data=${2:-/usr/share/datasets}
 peak=${PEAK_TFLOPS:-67}
+peak_tf32=${PEAK_TF32_TFLOPS:-494.7}
+peak_bf16=${PEAK_BF16_TFLOPS:-989.4}
+# the Fashion-MNIST CNN's examples/s on the 2-core machine kiln's other
+# benches run on (bench/README, zoo's cnn row): the GPU's target is 10x
+cpu_cnn=${CPU_CNN_EPS:-5989}
 python=${PYTHON:-python3}
 if [ ! -x "$build/worker/kiln-train" ] || [ ! -f "$build/engine/libkiln_cuda.so" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON >/dev/null &&
@@ -84,14 +95,33 @@ suite() {
 suite test_cuda "$build/tests/cuda/test_cuda" >"$work/r_test_cuda"
 suite test_nccl "$build/tests/cuda/test_nccl" >"$work/r_test_nccl"
 suite test_engine_placement "$build/tests/engine/test_engine_placement" >"$work/r_test_placement"
-cat "$work/r_test_cuda" "$work/r_test_nccl" "$work/r_test_placement"
+# test_cuda again under compute-sanitizer (out-of-bounds and misaligned
+# accesses, leaks), where the machine has it
+if command -v compute-sanitizer > /dev/null; then
+  if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$build/tests/cuda/test_cuda" > "$work/sanitizer.log" 2>&1; then
+    echo "test_cuda under compute-sanitizer memcheck: no errors" > "$work/r_sanitizer"
+  else
+    status=1
+    echo "test_cuda under compute-sanitizer memcheck: FAILED: $(grep -m2 'ERROR\|Invalid' \
+      "$work/sanitizer.log" | tr '\n' ' ')" > "$work/r_sanitizer"
+  fi
+else
+  echo "test_cuda under compute-sanitizer memcheck: skipped (no compute-sanitizer here)" \
+    > "$work/r_sanitizer"
+fi
+cat "$work/r_test_cuda" "$work/r_sanitizer" "$work/r_test_nccl" "$work/r_test_placement"
 
 # The training runs and the table.
-PEAK=$peak "$python" - "$build" "$data" "$work" <<'EOF'
+PEAK=$peak PEAK_TF32=$peak_tf32 PEAK_BF16=$peak_bf16 CPU_CNN=$cpu_cnn \
+  "$python" - "$build" "$data" "$work" <<'EOF'
 import json, os, re, subprocess, sys, time
 
 build, data, work = sys.argv[1:4]
 peak = float(os.environ["PEAK"])
+peak_tf32 = float(os.environ["PEAK_TF32"])
+peak_bf16 = float(os.environ["PEAK_BF16"])
+cpu_cnn = float(os.environ["CPU_CNN"])
 train = os.path.join(build, "worker", "kiln-train")
 
 
@@ -139,83 +169,129 @@ if rc == 0:
               if "status" in l and l["status"].get("phase") == "compiled"]
     where = [p for m in placed for p in m.split("; ") if " on cuda" in p]
     rows.append(("CNN, 1 epoch, device_type gpu",
-                 f"{eps:,.0f} examples/s, test accuracy {acc[-1]:.4f}, {wall:.0f} s in all"
+                 f"{eps:,.0f} examples/s = {eps / cpu_cnn:.1f}x the 2-core machine's "
+                 f"{cpu_cnn:,.0f}, test accuracy {acc[-1]:.4f}, {wall:.0f} s in all"
                  + (f" ({where[0]})" if where else "")))
 else:
     rows.append(("CNN, 1 epoch, device_type gpu", f"FAILED (exit {rc}): {err.strip()[-300:]}"))
     failed = True
 
 W, S, B = 3, 12, 1024
-mlp = {"display_name": "wide-mlp-gpu",
-       "model": {"input_shape": [28, 28, 1], "layers": [{"type": "flatten"}] +
-                 [{"type": "dense", "units": 4096, "activation": "relu"}] * 4 +
-                 [{"type": "dense", "units": 10, "activation": "softmax"}]},
-       "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"],
-       "dataset": {"name": "fashion-mnist", "validation": "none"},
-       "pipeline": {"batch_size": B, "shuffle": True, "normalize": True, "take": (W + S) * B},
-       "optimizer": {"type": "sgd", "learning_rate": 0.01}, "epochs": 1, "seed": 1,
-       "log_every_steps": 1, "profile": {"steps": [W + 1, W + S]},
-       "resources": {"device_type": "gpu", "devices": 1}}
-# multiply-adds a step: forward, weight gradients, input gradients (none for the input)
 dims = [784, 4096, 4096, 4096, 4096, 10]
-fwd = sum(a * b for a, b in zip(dims, dims[1:]))
-macs = B * (2 * fwd + fwd - dims[0] * dims[1])
-rc, lines, wall, err, out = run(mlp, "mlp", threads)
-if rc == 0:
-    at = {l["step"]: t for t, l in lines if "metrics" in l and "loss" in l["metrics"]}
-    ms = (at[W + S] - at[W]) / S * 1e3
-    tflops = 2 * macs / (ms / 1e3) / 1e12
-    with open(os.path.join(out, "profile.json")) as f:
-        trace = json.load(f)["traceEvents"]
-    n_steps = S
-    gpu_ops = ("matmul", "relu", "relu_grad", "bias_add", "reduce_rows")
-    gpu_us = sum(e["dur"] for e in trace if e.get("ph") == "X" and e.get("tid") == 2 and
-                 e.get("args", {}).get("op") in gpu_ops)
-    gpu_share = gpu_us / n_steps / 1e3 / ms
-    # what crosses between host and device a step, as the graph counted it
-    # (profile.txt: values stay on the GPU between its kernels; the batch
-    # and the parameters go over, gradients and what CPU kernels read come
-    # back)
-    copied = 0.0
-    with open(os.path.join(out, "profile.txt")) as f:
-        for line in f:
-            m = re.search(r"copied ([0-9.]+) MB to them and ([0-9.]+) MB back a profiled step",
-                          line)
-            if m:
-                copied = (float(m.group(1)) + float(m.group(2))) * 1e6
-    # host <-> device copy bandwidth, both ways, from pinned memory (kiln
-    # pins the buffers its GPU kernels copy, where the CUDA module can)
-    bw = None
+
+
+def wide_mlp(batch, precision="float32", tf32=False, profile=True):
+    spec = {"display_name": "wide-mlp-gpu",
+            "model": {"input_shape": [28, 28, 1], "layers": [{"type": "flatten"}] +
+                      [{"type": "dense", "units": 4096, "activation": "relu"} for _ in range(4)] +
+                      [{"type": "dense", "units": 10, "activation": "softmax"}]},
+            "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"],
+            "dataset": {"name": "fashion-mnist", "validation": "none"},
+            "pipeline": {"batch_size": batch, "shuffle": True, "normalize": True,
+                         "take": (W + S) * batch},
+            "optimizer": {"type": "sgd", "learning_rate": 0.01}, "epochs": 1, "seed": 1,
+            "log_every_steps": 1, "precision": precision, "allow_tf32": tf32,
+            "resources": {"device_type": "gpu", "devices": 1}}
+    if profile:
+        spec["profile"] = {"steps": [W + 1, W + S]}
+    return spec
+
+
+def step_flop(batch):
+    # multiply-adds a step: forward, weight gradients, input gradients (none for the input)
+    fwd = sum(a * b for a, b in zip(dims, dims[1:]))
+    return 2 * batch * (3 * fwd - dims[0] * dims[1])
+
+
+# host <-> device copy bandwidth, both ways, from pinned memory (kiln pins
+# the buffers its GPU kernels copy, where the CUDA module can)
+bw = None
+try:
+    import torch
+    x = torch.empty(64 << 20 >> 2).pin_memory()
+    y = x.cuda()
+    torch.cuda.synchronize()
+    best = 1e9
+    for _ in range(5):
+        t0 = time.perf_counter()
+        y.copy_(x, non_blocking=False)
+        x.copy_(y, non_blocking=False)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    bw = 2 * x.numel() * 4 / best
+except Exception as e:  # no torch: no estimate
+    print(f"(no copy bandwidth probe: {e})")
+
+
+def torch_step_ms(batch, mode):
+    """PyTorch's step of the same model on the same GPU, ms (None without torch)."""
     try:
         import torch
-        x = torch.empty(64 << 20 >> 2).pin_memory()
-        y = x.cuda()
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        layers = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        m = torch.nn.Sequential(*layers[:-1]).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        x = torch.randn(batch, 784, device="cuda")
+        y = torch.randint(0, 10, (batch,), device="cuda")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16"):
+                loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        for _ in range(W):
+            step()
         torch.cuda.synchronize()
-        best = 1e9
-        for _ in range(5):
-            t0 = time.perf_counter()
-            y.copy_(x, non_blocking=False)
-            x.copy_(y, non_blocking=False)
-            torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        bw = 2 * x.numel() * 4 / best
-    except Exception as e:  # no torch: no estimate
-        print(f"(no copy bandwidth probe: {e})")
-    copy_share = f"{copied / bw / (ms / 1e3):.0%}" if bw else "n/a"
-    rows.append(("wide MLP 784-4x4096-10, batch 1024, float32, device_type gpu",
-                 f"{ms:.1f} ms/step, {tflops:.2f} TFLOP/s = {tflops / peak:.1%} of {peak:g} "
-                 f"dense float32; GPU nodes {gpu_share:.0%} of the step (their kernels are "
-                 f"queued: the wait shows in the node whose input is copied back); "
-                 f"copies alone ({copied / 1e9:.2f} GB a step at "
-                 f"{(bw or 0) / 1e9:.1f} GB/s pinned) {copy_share}"))
-else:
-    rows.append(("wide MLP, float32, device_type gpu", f"FAILED (exit {rc}): {err.strip()[-300:]}"))
-    failed = True
-mlp_bf16 = dict(mlp, precision="mixed_bfloat16")
-mlp_bf16.pop("profile")
-rc, lines, wall, err, _ = run(mlp_bf16, "mlp_bf16", threads)
-rows.append(("wide MLP, mixed_bfloat16, device_type gpu",
-             "ran" if rc == 0 else f"refused (exit {rc}): {err.strip().splitlines()[-1][:200]}"))
+        t0 = time.perf_counter()
+        for _ in range(S):
+            loss = step()
+        loss.item()  # kiln reads its loss every step too
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / S * 1e3
+    except Exception as e:
+        print(f"(no PyTorch step for {mode}: {e})")
+        return None
+
+
+# The GEMM-bound step: float32, TF32 (allow_tf32) and mixed_bfloat16, at
+# batch 1024 and 4096, against each math's dense peak and PyTorch's step.
+peaks = {"float32": peak, "tf32": peak_tf32, "bf16": peak_bf16}
+mlp_ms = {}
+# GPU_CHECK_BATCHES="64": smaller runs, to try the script
+for batch in [int(b) for b in os.environ.get("GPU_CHECK_BATCHES", "1024 4096").split()]:
+    for mode in ("float32", "tf32", "bf16"):
+        spec = wide_mlp(batch, "mixed_bfloat16" if mode == "bf16" else "float32", mode == "tf32")
+        name = f"mlp_{mode}_{batch}"
+        rc, lines, wall, err, out = run(spec, name, threads)
+        label = f"wide MLP 784-4x4096-10, batch {batch}, {mode}"
+        if rc != 0:
+            rows.append((label, f"FAILED (exit {rc}): {err.strip()[-300:]}"))
+            failed = True
+            continue
+        at = {l["step"]: t for t, l in lines if "metrics" in l and "loss" in l["metrics"]}
+        ms = (at[W + S] - at[W]) / S * 1e3
+        mlp_ms[(batch, mode)] = ms
+        tflops = step_flop(batch) / (ms / 1e3) / 1e12
+        copied = 0.0  # what crosses a step, as the graph counted it (profile.txt)
+        with open(os.path.join(out, "profile.txt")) as f:
+            for line in f:
+                m = re.search(r"copied ([0-9.]+) MB to them and ([0-9.]+) MB back a profiled step",
+                              line)
+                if m:
+                    copied = (float(m.group(1)) + float(m.group(2))) * 1e6
+        copy_share = f"{copied / bw / (ms / 1e3):.1%}" if bw else "n/a"
+        theirs = torch_step_ms(batch, mode)
+        vs = f"; PyTorch {theirs:.2f} ms/step ({theirs / ms:.2f}x)" if theirs else ""
+        rows.append((label,
+                     f"{ms:.2f} ms/step, {tflops:.1f} TFLOP/s = {tflops / peaks[mode]:.1%} of "
+                     f"{peaks[mode]:g} dense {mode}; copies {copied / 1e6:.2f} MB a step = "
+                     f"{copy_share} of it at {(bw or 0) / 1e9:.1f} GB/s pinned{vs}"))
+ms = mlp_ms.get((1024, "float32"))
 
 # Model parallelism: the wide MLP's last three layers on the job's second GPU.
 try:
@@ -224,8 +300,7 @@ try:
 except OSError:
     n_gpus = 0
 if n_gpus >= 2:
-    split = json.loads(json.dumps(mlp))
-    split.pop("profile")
+    split = wide_mlp(B, profile=False)
     split["resources"]["devices"] = 2
     for layer in split["model"]["layers"][-3:]:
         layer["device"] = "cuda:1"
@@ -235,7 +310,7 @@ if n_gpus >= 2:
         split_ms = (at[W + S] - at[W]) / S * 1e3
         rows.append(("wide MLP, float32, split over cuda:0 and cuda:1",
                      f"{split_ms:.1f} ms/step (one GPU: "
-                     + (f"{ms:.1f}" if "ms" in globals() else "n/a") + " ms/step)"))
+                     + (f"{ms:.1f}" if ms else "n/a") + " ms/step)"))
     else:
         rows.append(("wide MLP, split over two GPUs", f"FAILED (exit {rc}): {err.strip()[-300:]}"))
         failed = True
@@ -245,7 +320,7 @@ else:
 print()
 print("| check | result |")
 print("|---|---|")
-for r in [l for f in ("r_test_cuda", "r_test_nccl", "r_test_placement")
+for r in [l for f in ("r_test_cuda", "r_sanitizer", "r_test_nccl", "r_test_placement")
           for l in open(os.path.join(work, f)).read().splitlines()]:
     name, _, res = r.partition(": ")
     print(f"| {name} | {res} |")
