@@ -94,6 +94,15 @@ int kn_cuda_kernel_binary(kn_graph *g, kn_node_rec *n, char *err, size_t errlen)
              : KN_OK;
 }
 
+/* A residual add: y = x0 + x1, of one shape. */
+int kn_cuda_kernel_add(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_binary(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                            on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch), KN_BIN_ADD,
+                            err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
 /* The CPU's mask (cpu_kernels.inc's dropout_range): each element draws by
  * its place in the step's global batch; ones outside training. */
 int kn_cuda_kernel_dropout_mask(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
@@ -104,6 +113,104 @@ int kn_cuda_kernel_dropout_mask(kn_graph *g, kn_node_rec *n, char *err, size_t e
   return kn_cuda_dev_dropout_mask(on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch),
                                   n->attr.dropout.seed, g->train_runs, first, threshold, keep, err,
                                   errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* An activation (kn_unop) and its gradient from (dy, x, y). */
+int kn_cuda_kernel_unary(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_unary(on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)),
+                           kn_node_elems(n, g->batch), (int)n->attr.unary.op, n->attr.unary.alpha,
+                           err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_unary_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_unary_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)),
+                                kn_node_elems(n, g->batch), (int)n->attr.unary.op,
+                                n->attr.unary.alpha, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* A reduction over an axis (sum, mean or max) and its gradient (dy, x, y). */
+int kn_cuda_kernel_reduce(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t outer, len, inner;
+  kn_reduce_split(g, &g->nodes[n->inputs[0]], n->attr.reduce.axis, &outer, &len, &inner);
+  return kn_cuda_dev_reduce(on(g, n, n->inputs[0]), on(g, n, (int)(n - g->nodes)), outer, len,
+                            inner, (int)n->attr.reduce.kind, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_reduce_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t outer, len, inner;
+  kn_reduce_split(g, &g->nodes[n->inputs[1]], n->attr.reduce.axis, &outer, &len, &inner);
+  return kn_cuda_dev_reduce_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                 on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)), outer, len,
+                                 inner, (int)n->attr.reduce.kind, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* Batch norm's (rows, C) view of node x: C its last dimension. */
+static void bn_matrix(const kn_graph *g, const kn_node_rec *x, size_t *rows, size_t *C) {
+  *C = (size_t)x->dims[x->ndim - 1];
+  *rows = kn_node_elems(x, g->batch) / *C;
+}
+
+/* The statistics (inputs x, moving mean, moving variance), the moving ones
+ * updated in place in training. */
+int kn_cuda_kernel_bn_stats(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t rows, C;
+  bn_matrix(g, &g->nodes[n->inputs[0]], &rows, &C);
+  return kn_cuda_dev_bn_stats(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                              on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)), rows, C,
+                              n->attr.bn.momentum, n->attr.bn.epsilon, g->training, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* y from (x, stats, gamma, beta). */
+int kn_cuda_kernel_bn_apply(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t rows, C;
+  bn_matrix(g, n, &rows, &C);
+  return kn_cuda_dev_bn_apply(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                              on(g, n, n->inputs[2]), on(g, n, n->inputs[3]),
+                              on(g, n, (int)(n - g->nodes)), rows, C, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* dx from (dy, x, stats, gamma). */
+int kn_cuda_kernel_bn_grad_x(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t rows, C;
+  bn_matrix(g, n, &rows, &C);
+  return kn_cuda_dev_bn_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]), on(g, n, n->inputs[2]),
+                             on(g, n, n->inputs[3]), on(g, n, (int)(n - g->nodes)), NULL, NULL,
+                             rows, C, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* gamma's gradient from (dy, x, stats); beta's from dy. */
+int kn_cuda_kernel_bn_grad_gamma(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t rows, C;
+  bn_matrix(g, &g->nodes[n->inputs[1]], &rows, &C);
+  return kn_cuda_dev_bn_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]), on(g, n, n->inputs[2]),
+                             NULL, NULL, on(g, n, (int)(n - g->nodes)), NULL, rows, C, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_bn_grad_beta(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  size_t rows, C;
+  bn_matrix(g, &g->nodes[n->inputs[0]], &rows, &C);
+  /* x and stats are not read for beta's sum alone: dy stands in for x */
+  return kn_cuda_dev_bn_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[0]), NULL, NULL, NULL, NULL,
+                             on(g, n, (int)(n - g->nodes)), rows, C, err, errlen)
              ? KN_EIO
              : KN_OK;
 }
@@ -193,9 +300,16 @@ static kn_kernel_fn cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
   if (n->dtype != KN_F32 || n->gemm_pair || n->argmax || n->argmax_at) return NULL;
   if (n->fused_relu && n->op != KN_OP_BIAS_ADD) return NULL;
   if (n->op == KN_OP_POOL_GRAD && n->n_inputs != 3) return NULL; /* (dy, x, y) */
-  if (n->op == KN_OP_BINARY &&
+  if ((n->op == KN_OP_BINARY || n->op == KN_OP_ADD) &&
       !(same_shape(n, &g->nodes[n->inputs[0]]) && same_shape(n, &g->nodes[n->inputs[1]])))
     return NULL; /* broadcasts: the host's */
+  /* batch norm as built: synchronized (its sums over the replicas), and
+   * what the CPU's passes pair or fold, are the host's */
+  if (n->round_bf16 || n->eval_written_by || n->written_by) return NULL;
+  if ((n->op == KN_OP_BN_STATS || n->op == KN_OP_BN_GRAD_X) && n->attr.bn.synchronized) return NULL;
+  if (n->op == KN_OP_BN_GRAD_X &&
+      (n->n_inputs != 4 || n->attr.bn.writes_gamma || n->attr.bn.writes_beta))
+    return NULL;
   for (int k = 0; k < n->n_inputs; k++)
     if (g->nodes[n->inputs[k]].dtype != KN_F32) return NULL;
   return kn_op_def_of(n->op)->cuda;

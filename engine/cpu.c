@@ -34,19 +34,10 @@ static void as_matrix(const kn_graph *g, const kn_node_rec *n, int *rows, int *c
   *rows = (int)(kn_node_elems(n, g->batch) / (size_t)*cols);
 }
 
-/* x as (outer, len, inner) around the reduced axis (-1: all of it). */
+/* x as (outer, len, inner) around the reduced axis (graph.c). */
 static void reduce_split(kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
                          size_t *inner) {
-  int dims[KN_MAX_DIMS];
-  run_dims(g, x, dims);
-  *outer = *inner = 1;
-  if (axis < 0) {
-    *len = kn_node_elems(x, g->batch);
-    return;
-  }
-  *len = (size_t)dims[axis];
-  for (int d = 0; d < axis; d++) *outer *= (size_t)dims[d];
-  for (int d = axis + 1; d < x->ndim; d++) *inner *= (size_t)dims[d];
+  kn_reduce_split(g, x, axis, outer, len, inner);
 }
 
 /* Rows before `axis` and elements per row from `axis` on. */

@@ -52,6 +52,18 @@ int kn_node_rows(const kn_graph *g, const kn_node_rec *n) {
   return (n->batched && g->batch > 0) ? g->batch * n->batched : n->dims[0];
 }
 
+void kn_reduce_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
+                     size_t *inner) {
+  *outer = *inner = 1;
+  if (axis < 0) {
+    *len = kn_node_elems(x, g->batch);
+    return;
+  }
+  *len = (size_t)(axis == 0 ? kn_node_rows(g, x) : x->dims[axis]);
+  for (int d = 0; d < axis; d++) *outer *= (size_t)(d == 0 ? kn_node_rows(g, x) : x->dims[d]);
+  for (int d = axis + 1; d < x->ndim; d++) *inner *= (size_t)x->dims[d];
+}
+
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n) {
   return kn_node_elems(n, 0) * kn_graph_elem_size(g, n->dtype);
 }

@@ -294,6 +294,10 @@ static inline int kn_node_planned_rows_per_batch(const struct kn_node_rec *n) {
 size_t kn_node_elems(const kn_node_rec *n, int batch);
 /* Its first dimension at the graph's current batch (images, rows). */
 int kn_node_rows(const kn_graph *g, const kn_node_rec *n);
+/* x as (outer, len, inner) around a reduced axis at the current batch
+ * (-1: all of it, as one row). */
+void kn_reduce_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
+                     size_t *inner);
 size_t kn_node_planned_bytes(const kn_graph *g, const kn_node_rec *n);
 /* NaN's rules for every backend, so a diverging run shows NaN instead of
  * training on zeros (as PyTorch): relu(v) is v < 0 ? 0 : v, and NaN passes

@@ -293,6 +293,16 @@ int kn_cuda_kernel_pool_grad(KN_KERNEL_ARGS);
 int kn_cuda_kernel_cast(KN_KERNEL_ARGS);   /* mixed_bfloat16's casts */
 int kn_cuda_kernel_binary(KN_KERNEL_ARGS); /* operands of the output's shape */
 int kn_cuda_kernel_dropout_mask(KN_KERNEL_ARGS);
+int kn_cuda_kernel_add(KN_KERNEL_ARGS);
+int kn_cuda_kernel_unary(KN_KERNEL_ARGS);
+int kn_cuda_kernel_unary_grad(KN_KERNEL_ARGS);
+int kn_cuda_kernel_reduce(KN_KERNEL_ARGS);
+int kn_cuda_kernel_reduce_grad(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bn_stats(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bn_apply(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bn_grad_x(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bn_grad_gamma(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bn_grad_beta(KN_KERNEL_ARGS);
 int kn_cuda_kernel_copy(KN_KERNEL_ARGS); /* a gradient's copy into its slot, within a GPU */
 
 #endif

@@ -250,6 +250,16 @@ int kn_residency_after(kn_graph *g, int i, char *err, size_t errlen) {
   }
   const int d = kernel_device(g, i);
   g->where[i] = d >= 0 ? ON_DEVICE(d) : HOST;
+  /* Batch norm's statistics move the moving ones (state, inputs 1 and 2)
+   * in place: the device's copies are the current ones, and the host's
+   * (checkpoints and replicas read it there) is brought up to date. */
+  if (d >= 0 && g->nodes[i].op == KN_OP_BN_STATS) {
+    for (int k = 1; k <= 2; k++) {
+      g->where[g->nodes[i].inputs[k]] = ON_DEVICE(d);
+      const int rc = to_host(g, g->nodes[i].inputs[k], err, errlen);
+      if (rc) return rc;
+    }
+  }
   /* A value in the flat buffers is read there on the host: at once where
    * gradient hooks read each bucket as backward finishes it, or no device
    * optimizer step can take the gradients; else when asked (kn_grads). */

@@ -334,6 +334,202 @@ static __global__ void dropout_mask_kernel(float *m, size_t n, uint64_t seed, ui
     m[i] = (kn_philox_word(seed, step, first + i) >> 8) >= threshold ? keep : 0.0f;
 }
 
+/* ---- activations, as cpu_kernels.inc's unop and unop_grad ---- */
+static __device__ float unop(int op, float x, float alpha) {
+  switch (op) {
+  case 0: return x > 0 ? x : alpha * x;
+  case 1: return x > 0 ? x : alpha * (expf(x) - 1);
+  case 2: return x * normcdff(x);
+  case 3: { /* e^-|x| either way: never overflows */
+    const float e = expf(-fabsf(x));
+    return x >= 0 ? 1 / (1 + e) : e / (1 + e);
+  }
+  case 4: return tanhf(x);
+  case 5: return alpha * x;
+  case 6: return fabsf(x);
+  default: return x * x;
+  }
+}
+
+static __device__ float unop_grad(int op, float dy, float x, float y, float alpha) {
+  switch (op) {
+  case 0: return x > 0 ? dy : alpha * dy;
+  case 1: return x > 0 ? dy : dy * (y + alpha);
+  case 2: return dy * (normcdff(x) + x * (expf(-0.5f * x * x) * 0.39894228040143267794f));
+  case 3: return dy * y * (1 - y);
+  case 4: return dy * (1 - y * y);
+  case 5: return dy * alpha;
+  case 6: return x > 0 ? dy : (x < 0 ? -dy : 0);
+  default: return dy * 2 * x;
+  }
+}
+
+static __global__ void unary_kernel(const float *x, float *y, size_t n, int op, float alpha) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = unop(op, x[i], alpha);
+}
+
+static __global__ void unary_grad_kernel(const float *dy, const float *x, const float *y, float *dx,
+                                         size_t n, int op, float alpha) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    dx[i] = unop_grad(op, dy[i], x[i], y[i], alpha);
+}
+
+/* ---- reductions over an axis, x as (outer, len, inner) ---- */
+
+/* y[o, i]: the CPU's loop, in order, in float (a max: NaN wins). */
+static __global__ void reduce_kernel(const float *x, float *y, size_t outer, size_t len,
+                                     size_t inner, int kind) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x, n = outer * inner;
+  for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride) {
+    const size_t o = j / inner, i = j % inner;
+    const float *p = x + o * len * inner + i;
+    float acc = p[0];
+    for (size_t k = 1; k < len; k++)
+      acc = kind == 2 ? max_nan(acc, p[k * inner]) : acc + p[k * inner];
+    y[j] = kind == 1 ? acc / (float)len : acc;
+  }
+}
+
+/* dx[o, :, i] from dy[o, i]: spread (a mean's over len), or a max's to
+ * its first maximum. */
+static __global__ void reduce_grad_kernel(const float *dy, const float *x, const float *y,
+                                          float *dx, size_t outer, size_t len, size_t inner,
+                                          int kind) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x, n = outer * inner;
+  for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride) {
+    const size_t o = j / inner, i = j % inner, at = o * len * inner + i;
+    const float d = dy[j], v = kind == 1 ? d / (float)len : d;
+    bool taken = false;
+    for (size_t k = 0; k < len; k++) {
+      if (kind != 2) {
+        dx[at + k * inner] = v;
+        continue;
+      }
+      const bool hit = !taken && is_max_cell(x[at + k * inner], y[j]);
+      dx[at + k * inner] = hit ? d : 0.0f;
+      taken |= hit;
+    }
+  }
+}
+
+/* ---- batch norm over the last axis, x as (rows, C) ---- */
+
+/* Each channel's two sums over rows, in double, in two stages with a fixed
+ * order for the shape (the same bits on every run): blocks of BN_LANES
+ * channels x BN_ROW_LANES row lanes, grid.y blocks of rows; each block
+ * writes its part (the row lanes added in lane order) to part[y][2][C],
+ * and bn_finish adds the parts in order. The terms: what 0, x - shift and
+ * its square (shift: the channel's first value); what 1, dy and dy * xhat
+ * (xhat = (x - mean) * inv in float, as the CPU forms it). */
+enum { BN_LANES = 32, BN_ROW_LANES = 8, BN_MAX_PARTS = 64, BN_PART_ROWS = 2048 };
+
+static __global__ void bn_partial_sums(int what, const float *x, const float *dy,
+                                       const float *stats, size_t rows, size_t C,
+                                       size_t rows_per_part, double *part) {
+  __shared__ double s0[BN_ROW_LANES][BN_LANES], s1[BN_ROW_LANES][BN_LANES];
+  const int lane = threadIdx.x % BN_LANES, row_lane = threadIdx.x / BN_LANES;
+  const size_t c = (size_t)blockIdx.x * BN_LANES + lane;
+  const size_t r0 = (size_t)blockIdx.y * rows_per_part;
+  const size_t r1 = r0 + rows_per_part < rows ? r0 + rows_per_part : rows;
+  double a0 = 0.0, a1 = 0.0;
+  if (c < C) {
+    const double shift = what == 0 ? (double)x[c] : 0.0;
+    /* (beta's gradient alone reads no statistics: xhat 0) */
+    const float mean = what == 1 && stats ? stats[c] : 0.0f;
+    const float inv = what == 1 && stats ? stats[C + c] : 0.0f;
+    for (size_t r = r0 + row_lane; r < r1; r += BN_ROW_LANES) {
+      if (what == 0) {
+        const double d = (double)x[r * C + c] - shift;
+        a0 += d;
+        a1 += d * d;
+      } else {
+        const float xh = stats ? (x[r * C + c] - mean) * inv : 0.0f;
+        const double d = (double)dy[r * C + c];
+        a0 += d;
+        a1 += d * (double)xh;
+      }
+    }
+  }
+  s0[row_lane][lane] = a0;
+  s1[row_lane][lane] = a1;
+  __syncthreads();
+  if (row_lane == 0 && c < C) {
+    double t0 = 0.0, t1 = 0.0;
+    for (int k = 0; k < BN_ROW_LANES; k++) {
+      t0 += s0[k][lane];
+      t1 += s1[k][lane];
+    }
+    part[((size_t)blockIdx.y * 2) * C + c] = t0;
+    part[((size_t)blockIdx.y * 2 + 1) * C + c] = t1;
+  }
+}
+
+/* Channel c's sums from the parts, then: (what 0) its batch statistics and
+ * the moving ones moved towards them (momentum, unbiased variance), as
+ * the CPU's bn_batch_stats; (what 1) beta's and gamma's gradients, and the
+ * sums kept in sums[2][C] for bn_grad_x_kernel. */
+static __global__ void bn_finish(int what, const float *x, size_t rows, size_t C, int parts,
+                                 const double *part, float *stats, float *mm, float *mv,
+                                 double momentum, double eps, float *dgamma, float *dbeta,
+                                 double *sums) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += stride) {
+    double s = 0.0, s2 = 0.0;
+    for (int p = 0; p < parts; p++) {
+      s += part[((size_t)p * 2) * C + c];
+      s2 += part[((size_t)p * 2 + 1) * C + c];
+    }
+    if (what == 1) {
+      if (dbeta) dbeta[c] = (float)s;
+      if (dgamma) dgamma[c] = (float)s2;
+      if (sums) sums[c] = s, sums[C + c] = s2;
+      continue;
+    }
+    const double R = (double)rows, shift = rows ? (double)x[c] : 0.0;
+    const double sq0 = s2 - s * s / R, sq = sq0 > 0.0 ? sq0 : 0.0;
+    const double mean = shift + s / R, var = sq / R, unbiased = R > 1 ? sq / (R - 1) : var;
+    stats[c] = (float)mean;
+    stats[C + c] = (float)(1.0 / sqrt(var + eps));
+    mm[c] = (float)(momentum * (double)mm[c] + (1.0 - momentum) * mean);
+    mv[c] = (float)(momentum * (double)mv[c] + (1.0 - momentum) * unbiased);
+  }
+}
+
+/* Evaluation's statistics: the moving ones. */
+static __global__ void bn_eval_stats(const float *mm, const float *mv, float *stats, size_t C,
+                                     double eps) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += stride) {
+    stats[c] = mm[c];
+    stats[C + c] = (float)(1.0 / sqrt((double)mv[c] + eps));
+  }
+}
+
+static __global__ void bn_apply_kernel(const float *x, const float *stats, const float *gamma,
+                                       const float *beta, float *y, size_t rows, size_t C) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x, n = rows * C;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const size_t c = i % C;
+    y[i] = (x[i] - stats[c]) * stats[C + c] * gamma[c] + beta[c];
+  }
+}
+
+static __global__ void bn_grad_x_kernel(const float *dy, const float *x, const float *stats,
+                                        const float *gamma, const double *sums, float *dx,
+                                        size_t rows, size_t C) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x, n = rows * C;
+  const double R = (double)rows;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const size_t c = i % C;
+    const float xh = (x[i] - stats[c]) * stats[C + c];
+    const double k = (double)stats[C + c] / R * gamma[c];
+    dx[i] = (float)(k * (R * (double)dy[i] - sums[c] - (double)xh * sums[C + c]));
+  }
+}
+
 /* Enough blocks of RELU_THREADS to fill every SM of the current device, no
  * more (the kernels' grid-stride loops do the rest). */
 static int grid_for(size_t n, unsigned *blocks, char *err, size_t errlen) {
@@ -741,6 +937,167 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_binary(const float *a, const 
   if (n == 0) return 0;
   if (grid_for(n, &blocks, err, errlen) != 0) return -1;
   binary_kernel<<<blocks, RELU_THREADS>>>(a, b, y, n, op);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_unary(const float *x, float *y, size_t n, int op,
+                                                         float alpha, char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (op < 0 || op > 7) {
+    set_err(err, errlen, "kn_cuda_dev_unary: op must be 0 to 7, got %d", op);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  unary_kernel<<<blocks, RELU_THREADS>>>(x, y, n, op, alpha);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_unary_grad(const float *dy, const float *x,
+                                                              const float *y, float *dx, size_t n,
+                                                              int op, float alpha, char *err,
+                                                              size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (op < 0 || op > 7) {
+    set_err(err, errlen, "kn_cuda_dev_unary_grad: op must be 0 to 7, got %d", op);
+    return -1;
+  }
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  unary_grad_kernel<<<blocks, RELU_THREADS>>>(dy, x, y, dx, n, op, alpha);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce(const float *x, float *y, size_t outer,
+                                                          size_t len, size_t inner, int kind,
+                                                          char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (kind < 0 || kind > 2 || len == 0) {
+    set_err(err, errlen, "kn_cuda_dev_reduce: kind must be 0 to 2 and len > 0, got %d, %zu", kind,
+            len);
+    return -1;
+  }
+  if (outer * inner == 0) return 0;
+  if (grid_for(outer * inner, &blocks, err, errlen) != 0) return -1;
+  reduce_kernel<<<blocks, RELU_THREADS>>>(x, y, outer, len, inner, kind);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_grad(const float *dy, const float *x,
+                                                               const float *y, float *dx,
+                                                               size_t outer, size_t len,
+                                                               size_t inner, int kind, char *err,
+                                                               size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (kind < 0 || kind > 2 || len == 0) {
+    set_err(err, errlen, "kn_cuda_dev_reduce_grad: kind must be 0 to 2 and len > 0, got %d, %zu",
+            kind, len);
+    return -1;
+  }
+  if (outer * inner == 0) return 0;
+  if (grid_for(outer * inner, &blocks, err, errlen) != 0) return -1;
+  reduce_grad_kernel<<<blocks, RELU_THREADS>>>(dy, x, y, dx, outer, len, inner, kind);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+/* Each channel's two sums (bn_partial_sums, then bn_finish) in the
+ * calling thread's workspace: the parts, then (what 1) the sums. */
+static int bn_sums(int what, const float *x, const float *dy, const float *stats, size_t rows,
+                   size_t C, float *mm, float *mv, float *out_stats, double momentum, double eps,
+                   float *dgamma, float *dbeta, double **sums_out, char *err, size_t errlen) {
+  int rc = -1;
+  size_t parts = (rows + BN_PART_ROWS - 1) / BN_PART_ROWS;
+  if (parts < 1) parts = 1;
+  if (parts > BN_MAX_PARTS) parts = BN_MAX_PARTS;
+  const size_t per_part = (rows + parts - 1) / parts;
+  /* doubles: parts x 2 x C, then 2 x C sums; the workspace counts floats */
+  workspace *w = workspace_for((parts * 2 * C + 2 * C) * 2, 0, err, errlen);
+  unsigned blocks = 0;
+  if (!w) return -1;
+  double *part = (double *)(void *)w->buf, *sums = part + parts * 2 * C;
+  const dim3 grid((unsigned)((C + BN_LANES - 1) / BN_LANES), (unsigned)parts);
+  bn_partial_sums<<<grid, BN_LANES * BN_ROW_LANES>>>(what, x, dy, stats, rows, C,
+                                                     per_part ? per_part : 1, part);
+  KN_CUDA_CHECK(cudaGetLastError());
+  if (grid_for(C, &blocks, err, errlen) != 0) return -1;
+  bn_finish<<<blocks, RELU_THREADS>>>(what, x, rows, C, (int)parts, part, out_stats, mm, mv,
+                                      momentum, eps, dgamma, dbeta, sums);
+  KN_CUDA_CHECK(cudaGetLastError());
+  if (sums_out) *sums_out = sums;
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_stats(const float *x, float *moving_mean,
+                                                            float *moving_var, float *stats,
+                                                            size_t rows, size_t C, float momentum,
+                                                            float epsilon, int training, char *err,
+                                                            size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (C == 0) return 0;
+  if (!training || rows == 0) {
+    if (grid_for(C, &blocks, err, errlen) != 0) return -1;
+    bn_eval_stats<<<blocks, RELU_THREADS>>>(moving_mean, moving_var, stats, C, (double)epsilon);
+    KN_CUDA_CHECK(cudaGetLastError());
+    return 0;
+  }
+  return bn_sums(0, x, nullptr, nullptr, rows, C, moving_mean, moving_var, stats, (double)momentum,
+                 (double)epsilon, nullptr, nullptr, nullptr, err, errlen);
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_apply(const float *x, const float *stats,
+                                                            const float *gamma, const float *beta,
+                                                            float *y, size_t rows, size_t C,
+                                                            char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (rows * C == 0) return 0;
+  if (grid_for(rows * C, &blocks, err, errlen) != 0) return -1;
+  bn_apply_kernel<<<blocks, RELU_THREADS>>>(x, stats, gamma, beta, y, rows, C);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_grad(const float *dy, const float *x,
+                                                           const float *stats, const float *gamma,
+                                                           float *dx, float *dgamma, float *dbeta,
+                                                           size_t rows, size_t C, char *err,
+                                                           size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  double *sums = nullptr;
+  if (C == 0) return 0;
+  if (bn_sums(1, x, dy, stats, rows, C, nullptr, nullptr, nullptr, 0.0, 0.0, dgamma, dbeta, &sums,
+              err, errlen) != 0)
+    return -1;
+  if (!dx || rows == 0) return 0;
+  if (grid_for(rows * C, &blocks, err, errlen) != 0) return -1;
+  bn_grad_x_kernel<<<blocks, RELU_THREADS>>>(dy, x, stats, gamma, sums, dx, rows, C);
   KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:

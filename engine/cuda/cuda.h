@@ -133,6 +133,50 @@ int kn_cuda_dev_binary(const float *a, const float *b, float *y, size_t n, int o
 int kn_cuda_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step, uint64_t first,
                              uint32_t threshold, float keep, char *err, size_t errlen);
 
+/* The activations of graph_internal.h's kn_unop (op 0 to 7: leaky relu,
+ * elu, gelu (exact, with the normal CDF), sigmoid, tanh, alpha * x, abs,
+ * square) over n elements of device buffers, y = f(x), and their
+ * gradients dx from (dy, x, y), each as the CPU's formula (within the
+ * rounding of CUDA's expf, tanhf and normcdff against kiln's). */
+int kn_cuda_dev_unary(const float *x, float *y, size_t n, int op, float alpha, char *err,
+                      size_t errlen);
+int kn_cuda_dev_unary_grad(const float *dy, const float *x, const float *y, float *dx, size_t n,
+                           int op, float alpha, char *err, size_t errlen);
+
+/* A reduction over the middle axis of x as (outer, len, inner): y (outer,
+ * inner) its sum, mean or max (kind 0, 1, 2: graph_internal.h's
+ * kn_reduce_kind), summed in order in float as the CPU's (a max: NaN
+ * wins); and the gradient dx (outer, len, inner) from dy (outer, inner),
+ * x and y: spread evenly (a mean's divided by len), a max's to its first
+ * maximum. */
+int kn_cuda_dev_reduce(const float *x, float *y, size_t outer, size_t len, size_t inner, int kind,
+                       char *err, size_t errlen);
+int kn_cuda_dev_reduce_grad(const float *dy, const float *x, const float *y, float *dx,
+                            size_t outer, size_t len, size_t inner, int kind, char *err,
+                            size_t errlen);
+
+/* Batch norm over the last axis of (rows, C) values, as the CPU's
+ * (cpu_kernels_bn.inc), each channel's sums in double:
+ * - bn_stats: in training, stats (2, C) = each channel's batch mean and
+ *   1 / sqrt(var + epsilon) (var from the squared deviations over rows,
+ *   summed shifted by the channel's first value), and the moving mean and
+ *   variance (unbiased) moved towards them by momentum, in place; else
+ *   the stats from the moving ones;
+ * - bn_apply: y = (x - mean) * inv * gamma + beta;
+ * - bn_grad: from dy, x, stats and gamma, the sums over rows of dy (beta's
+ *   gradient, into dbeta) and of dy * xhat (gamma's, into dgamma), and
+ *   dx = inv gamma / rows * (rows dy - sum(dy) - xhat sum(dy xhat)); any of
+ *   dx, dgamma and dbeta may be NULL, and stats and gamma too where only
+ *   dbeta is asked for (x is then not read). */
+int kn_cuda_dev_bn_stats(const float *x, float *moving_mean, float *moving_var, float *stats,
+                         size_t rows, size_t C, float momentum, float epsilon, int training,
+                         char *err, size_t errlen);
+int kn_cuda_dev_bn_apply(const float *x, const float *stats, const float *gamma, const float *beta,
+                         float *y, size_t rows, size_t C, char *err, size_t errlen);
+int kn_cuda_dev_bn_grad(const float *dy, const float *x, const float *stats, const float *gamma,
+                        float *dx, float *dgamma, float *dbeta, size_t rows, size_t C, char *err,
+                        size_t errlen);
+
 /* bytes from src to dst, both on the current device, queued. */
 int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 

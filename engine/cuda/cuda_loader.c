@@ -35,6 +35,18 @@ static struct {
                        float *, char *, size_t);
   int (*dev_cast)(const void *, void *, size_t, int, char *, size_t);
   int (*dev_binary)(const float *, const float *, float *, size_t, int, char *, size_t);
+  int (*dev_unary)(const float *, float *, size_t, int, float, char *, size_t);
+  int (*dev_unary_grad)(const float *, const float *, const float *, float *, size_t, int, float,
+                        char *, size_t);
+  int (*dev_reduce)(const float *, float *, size_t, size_t, size_t, int, char *, size_t);
+  int (*dev_reduce_grad)(const float *, const float *, const float *, float *, size_t, size_t,
+                         size_t, int, char *, size_t);
+  int (*dev_bn_stats)(const float *, float *, float *, float *, size_t, size_t, float, float, int,
+                      char *, size_t);
+  int (*dev_bn_apply)(const float *, const float *, const float *, const float *, float *, size_t,
+                      size_t, char *, size_t);
+  int (*dev_bn_grad)(const float *, const float *, const float *, const float *, float *, float *,
+                     float *, size_t, size_t, char *, size_t);
   int (*dev_dropout_mask)(float *, size_t, uint64_t, uint64_t, uint64_t, uint32_t, float, char *,
                           size_t);
   int (*dev_relu)(const float *, float *, size_t, char *, size_t);
@@ -107,6 +119,13 @@ static void open_module(void) {
   FIND(dev_pool_grad, "kiln_cuda_module_dev_pool_grad");
   FIND(dev_cast, "kiln_cuda_module_dev_cast");
   FIND(dev_binary, "kiln_cuda_module_dev_binary");
+  FIND(dev_unary, "kiln_cuda_module_dev_unary");
+  FIND(dev_unary_grad, "kiln_cuda_module_dev_unary_grad");
+  FIND(dev_reduce, "kiln_cuda_module_dev_reduce");
+  FIND(dev_reduce_grad, "kiln_cuda_module_dev_reduce_grad");
+  FIND(dev_bn_stats, "kiln_cuda_module_dev_bn_stats");
+  FIND(dev_bn_apply, "kiln_cuda_module_dev_bn_apply");
+  FIND(dev_bn_grad, "kiln_cuda_module_dev_bn_grad");
   FIND(dev_dropout_mask, "kiln_cuda_module_dev_dropout_mask");
   FIND(dev_relu, "kiln_cuda_module_dev_relu");
   FIND(dev_relu_grad, "kiln_cuda_module_dev_relu_grad");
@@ -190,6 +209,44 @@ int kn_cuda_dev_pool_grad(const kn_cuda_windows *w, const float *dy, const float
 int kn_cuda_dev_binary(const float *a, const float *b, float *y, size_t n, int op, char *err,
                        size_t errlen) {
   return loaded(err, errlen) ? mod.dev_binary(a, b, y, n, op, err, errlen) : -1;
+}
+int kn_cuda_dev_unary(const float *x, float *y, size_t n, int op, float alpha, char *err,
+                      size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_unary(x, y, n, op, alpha, err, errlen) : -1;
+}
+int kn_cuda_dev_unary_grad(const float *dy, const float *x, const float *y, float *dx, size_t n,
+                           int op, float alpha, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_unary_grad(dy, x, y, dx, n, op, alpha, err, errlen) : -1;
+}
+int kn_cuda_dev_reduce(const float *x, float *y, size_t outer, size_t len, size_t inner, int kind,
+                       char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_reduce(x, y, outer, len, inner, kind, err, errlen) : -1;
+}
+int kn_cuda_dev_reduce_grad(const float *dy, const float *x, const float *y, float *dx,
+                            size_t outer, size_t len, size_t inner, int kind, char *err,
+                            size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_reduce_grad(dy, x, y, dx, outer, len, inner, kind, err, errlen)
+             : -1;
+}
+int kn_cuda_dev_bn_stats(const float *x, float *moving_mean, float *moving_var, float *stats,
+                         size_t rows, size_t C, float momentum, float epsilon, int training,
+                         char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_bn_stats(x, moving_mean, moving_var, stats, rows, C,
+                                                momentum, epsilon, training, err, errlen)
+                             : -1;
+}
+int kn_cuda_dev_bn_apply(const float *x, const float *stats, const float *gamma, const float *beta,
+                         float *y, size_t rows, size_t C, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_bn_apply(x, stats, gamma, beta, y, rows, C, err, errlen)
+                             : -1;
+}
+int kn_cuda_dev_bn_grad(const float *dy, const float *x, const float *stats, const float *gamma,
+                        float *dx, float *dgamma, float *dbeta, size_t rows, size_t C, char *err,
+                        size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_bn_grad(dy, x, stats, gamma, dx, dgamma, dbeta, rows, C, err, errlen)
+             : -1;
 }
 int kn_cuda_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step, uint64_t first,
                              uint32_t threshold, float keep, char *err, size_t errlen) {

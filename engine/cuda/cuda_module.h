@@ -44,6 +44,28 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_dropout_mask(float *m, size_t n, uint64_
                                                      uint64_t step, uint64_t first,
                                                      uint32_t threshold, float keep, char *err,
                                                      size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_unary(const float *x, float *y, size_t n, int op,
+                                              float alpha, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_unary_grad(const float *dy, const float *x, const float *y,
+                                                   float *dx, size_t n, int op, float alpha,
+                                                   char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce(const float *x, float *y, size_t outer, size_t len,
+                                               size_t inner, int kind, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_grad(const float *dy, const float *x, const float *y,
+                                                    float *dx, size_t outer, size_t len,
+                                                    size_t inner, int kind, char *err,
+                                                    size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_stats(const float *x, float *moving_mean,
+                                                 float *moving_var, float *stats, size_t rows,
+                                                 size_t C, float momentum, float epsilon,
+                                                 int training, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_apply(const float *x, const float *stats,
+                                                 const float *gamma, const float *beta, float *y,
+                                                 size_t rows, size_t C, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_grad(const float *dy, const float *x, const float *stats,
+                                                const float *gamma, float *dx, float *dgamma,
+                                                float *dbeta, size_t rows, size_t C, char *err,
+                                                size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,

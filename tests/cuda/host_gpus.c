@@ -10,6 +10,7 @@
  * rank r of every communicator fail to join, as a rank that died would. */
 #include <cblas.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@
 
 #include "cuda/cuda_module.h"
 #include "philox.h"
-#include "windows_ref.h"
+#include "kernels_ref.h"
 
 #define MAX_RANKS 64
 
@@ -125,7 +126,8 @@ int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c, int m,
   return rc;
 }
 
-/* The windows' kernels and the casts: windows_ref.h's loops, the CPU's. */
+/* The windows' kernels, the casts, reductions and batch norm: kernels_ref.h's
+ * loops, the CPU's. */
 static int windows_ok(const kn_cuda_windows *w, const char *what, char *err, size_t errlen) {
   if (w && w->batch >= 0 && w->h > 0 && w->w > 0 && w->c > 0 && w->oh > 0 && w->ow > 0 &&
       w->kh > 0 && w->kw > 0 && w->sh > 0 && w->sw > 0 && w->dh > 0 && w->dw > 0)
@@ -171,6 +173,76 @@ int kiln_cuda_module_dev_binary(const float *a, const float *b, float *y, size_t
   }
   for (size_t i = 0; i < n; i++)
     y[i] = op == 0 ? a[i] + b[i] : op == 1 ? a[i] - b[i] : op == 2 ? a[i] * b[i] : a[i] / b[i];
+  return 0;
+}
+
+int kiln_cuda_module_dev_unary(const float *x, float *y, size_t n, int op, float alpha, char *err,
+                               size_t errlen) {
+  if (op < 0 || op > 7) {
+    snprintf(err, errlen, "kn_cuda_dev_unary: op must be 0 to 7, got %d", op);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) y[i] = ref_unary(op, x[i], alpha);
+  return 0;
+}
+
+int kiln_cuda_module_dev_unary_grad(const float *dy, const float *x, const float *y, float *dx,
+                                    size_t n, int op, float alpha, char *err, size_t errlen) {
+  if (op < 0 || op > 7) {
+    snprintf(err, errlen, "kn_cuda_dev_unary_grad: op must be 0 to 7, got %d", op);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) dx[i] = ref_unary_grad(op, dy[i], x[i], y[i], alpha);
+  return 0;
+}
+
+int kiln_cuda_module_dev_reduce(const float *x, float *y, size_t outer, size_t len, size_t inner,
+                                int kind, char *err, size_t errlen) {
+  if (kind < 0 || kind > 2 || len == 0) {
+    snprintf(err, errlen, "kn_cuda_dev_reduce: kind must be 0 to 2 and len > 0, got %d, %zu", kind,
+             len);
+    return -1;
+  }
+  ref_reduce(x, y, outer, len, inner, kind);
+  return 0;
+}
+
+int kiln_cuda_module_dev_reduce_grad(const float *dy, const float *x, const float *y, float *dx,
+                                     size_t outer, size_t len, size_t inner, int kind, char *err,
+                                     size_t errlen) {
+  if (kind < 0 || kind > 2 || len == 0) {
+    snprintf(err, errlen, "kn_cuda_dev_reduce_grad: kind must be 0 to 2 and len > 0, got %d, %zu",
+             kind, len);
+    return -1;
+  }
+  ref_reduce_grad(dy, x, y, dx, outer, len, inner, kind);
+  return 0;
+}
+
+int kiln_cuda_module_dev_bn_stats(const float *x, float *moving_mean, float *moving_var,
+                                  float *stats, size_t rows, size_t C, float momentum,
+                                  float epsilon, int training, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  ref_bn_stats(x, moving_mean, moving_var, stats, rows, C, momentum, epsilon, training);
+  return 0;
+}
+
+int kiln_cuda_module_dev_bn_apply(const float *x, const float *stats, const float *gamma,
+                                  const float *beta, float *y, size_t rows, size_t C, char *err,
+                                  size_t errlen) {
+  (void)err;
+  (void)errlen;
+  ref_bn_apply(x, stats, gamma, beta, y, rows, C);
+  return 0;
+}
+
+int kiln_cuda_module_dev_bn_grad(const float *dy, const float *x, const float *stats,
+                                 const float *gamma, float *dx, float *dgamma, float *dbeta,
+                                 size_t rows, size_t C, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  ref_bn_grad(dy, x, stats, gamma, dx, dgamma, dbeta, rows, C);
   return 0;
 }
 

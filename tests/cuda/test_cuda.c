@@ -3,7 +3,7 @@
  * inf included), and, on device buffers, a bias added to rows (with and
  * without relu) and a bias's gradient (the sums of rows), GEMMs on TF32
  * and bf16 tensor cores, im2col and col2im, max and average pooling and
- * their gradients (windows_ref.h's loops, the CPU's, bit for bit), and
+ * their gradients (kernels_ref.h's loops, the CPU's, bit for bit), and
  * mixed_bfloat16's casts.
  * Without a CUDA device, or in a build without CUDA, the GPU tests are
  * skipped with a message; the tests that need no device still run. */
@@ -20,7 +20,7 @@
 
 #include "cuda/cuda.h"
 #include "philox.h"
-#include "windows_ref.h"
+#include "kernels_ref.h"
 
 #define MATMUL_RTOL 1e-4
 
@@ -632,6 +632,166 @@ static void binary_ops_and_dropout_masks_match_cpu(void **state) {
   free(a), free(b), free(y), free(want);
 }
 
+/* Sums, means and maxes over an axis and their gradients, bit for bit as
+ * the CPU's (summed in order in float; a max's NaN and ties: the first
+ * maximum takes dy). */
+static void reductions_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  const size_t shapes[][3] = {{7, 49, 33}, {1, 1000, 1}, {300, 5, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const size_t outer = shapes[s][0], len = shapes[s][1], inner = shapes[s][2];
+    const size_t nx = outer * len * inner, ny = outer * inner;
+    float *x = malloc(nx * 4), *y = malloc(ny * 4), *want_y = malloc(ny * 4);
+    float *dy = malloc(ny * 4), *dx = malloc(nx * 4), *want_dx = malloc(nx * 4);
+    assert_true(x && y && want_y && dy && dx && want_dx);
+    fill_uniform(x, nx, 81u + (uint32_t)s);
+    for (size_t i = 0; i < nx; i++) x[i] = roundf(x[i] * 8.0f) / 8.0f; /* ties */
+    x[2] = NAN;
+    fill_uniform(dy, ny, 91u + (uint32_t)s);
+    void *d[4] = {on_device(x, nx), on_device(NULL, ny), on_device(dy, ny), on_device(NULL, nx)};
+    char err[512] = "";
+    for (int kind = 0; kind < 3; kind++) {
+      assert_int_equal(kn_cuda_dev_reduce(d[0], d[1], outer, len, inner, kind, err, sizeof err), 0);
+      back_to_host(y, d[1], ny);
+      ref_reduce(x, want_y, outer, len, inner, kind);
+      assert_same_bits("reduce", y, want_y, ny);
+      assert_int_equal(
+          kn_cuda_dev_reduce_grad(d[2], d[0], d[1], d[3], outer, len, inner, kind, err, sizeof err),
+          0);
+      back_to_host(dx, d[3], nx);
+      ref_reduce_grad(dy, x, want_y, want_dx, outer, len, inner, kind);
+      assert_same_bits("reduce's gradient", dx, want_dx, nx);
+    }
+    assert_int_equal(kn_cuda_dev_reduce(d[0], d[1], outer, len, inner, 3, err, sizeof err), -1);
+    assert_non_null(strstr(err, "kind must be 0 to 2"));
+    free_all(d, 4);
+    free(x), free(y), free(want_y), free(dy), free(dx), free(want_dx);
+  }
+}
+
+/* The eight activations and their gradients against double-precision
+ * formulas: within float rounding (1e-5 relative, 1e-6 absolute near
+ * zero), NaN passing; an op beyond them is refused. */
+static void activations_match_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { N = 2053 };
+  float *x = malloc(N * 4), *y = malloc(N * 4), *dy = malloc(N * 4), *dx = malloc(N * 4);
+  assert_true(x && y && dy && dx);
+  fill_uniform(x, N, 111u);
+  for (int i = 0; i < N; i++) x[i] *= 12.0f; /* tails of the exponentials too */
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = NAN;
+  fill_uniform(dy, N, 112u);
+  void *d[4] = {on_device(x, N), on_device(NULL, N), on_device(dy, N), on_device(NULL, N)};
+  char err[512] = "";
+  for (int op = 0; op < 8; op++) {
+    const float alpha = op == 0 ? 0.3f : op == 5 ? -1.5f : 1.0f;
+    assert_int_equal(kn_cuda_dev_unary(d[0], d[1], N, op, alpha, err, sizeof err), 0);
+    back_to_host(y, d[1], N);
+    assert_int_equal(kn_cuda_dev_unary_grad(d[2], d[0], d[1], d[3], N, op, alpha, err, sizeof err),
+                     0);
+    back_to_host(dx, d[3], N);
+    for (int i = 0; i < N; i++) {
+      const float want = ref_unary(op, x[i], alpha);
+      const float want_dx = ref_unary_grad(op, dy[i], x[i], y[i], alpha);
+      if (isnan(want) != isnan(y[i]) || fabsf(y[i] - want) > 1e-5f * fabsf(want) + 1e-6f)
+        fail_msg("activation %d: f(%g) = %.9g, expected %.9g", op, (double)x[i], (double)y[i],
+                 (double)want);
+      if (isnan(want_dx) != isnan(dx[i]) || fabsf(dx[i] - want_dx) > 1e-5f * fabsf(want_dx) + 1e-6f)
+        fail_msg("activation %d's gradient at %g: %.9g, expected %.9g", op, (double)x[i],
+                 (double)dx[i], (double)want_dx);
+    }
+  }
+  assert_int_equal(kn_cuda_dev_unary(d[0], d[1], N, 8, 1.0f, err, sizeof err), -1);
+  assert_non_null(strstr(err, "op must be 0 to 7"));
+  free_all(d, 4);
+  free(x), free(y), free(dy), free(dx);
+}
+
+/* Within a relative tolerance of the larger magnitude (or 1e-6 absolute). */
+static void assert_close(const char *what, const float *got, const float *want, size_t n,
+                         double rtol) {
+  for (size_t i = 0; i < n; i++) {
+    const double tol = rtol * fmax(1e-6, fmax(fabs(got[i]), fabs(want[i])));
+    if (!(fabs((double)got[i] - want[i]) <= tol))
+      fail_msg("%s: [%zu] = %.9g, expected %.9g", what, i, (double)got[i], (double)want[i]);
+  }
+}
+
+/* Batch norm's statistics (training: the moving ones moved; evaluation:
+ * from them), its apply and its gradients against the CPU's double sums:
+ * channels beyond one block of lanes and rows over several parts, with a
+ * mean far from zero (the shifted sums keep its precision). */
+static void batch_norm_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  const size_t shapes[][2] = {{5000, 37}, {3, 70}, {1, 8}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const size_t R = shapes[s][0], C = shapes[s][1], n = R * C;
+    float *x = malloc(n * 4), *dy = malloc(n * 4), *y = malloc(n * 4), *want = malloc(n * 4);
+    float *gamma = malloc(C * 4), *beta = malloc(C * 4), *mm = malloc(C * 4), *mv = malloc(C * 4);
+    float *mm2 = malloc(C * 4), *mv2 = malloc(C * 4), *st = malloc(2 * C * 4);
+    float *want_st = malloc(2 * C * 4), *dg = malloc(C * 4), *db = malloc(C * 4);
+    float *want_dg = malloc(C * 4), *want_db = malloc(C * 4);
+    assert_true(x && dy && y && want && gamma && beta && mm && mv && mm2 && mv2 && st && want_st &&
+                dg && db && want_dg && want_db);
+    fill_uniform(x, n, 101u + (uint32_t)s);
+    for (size_t i = 0; i < n; i++) x[i] = 1000.0f + 3.0f * x[i];
+    fill_uniform(dy, n, 102u);
+    fill_uniform(gamma, C, 103u);
+    fill_uniform(beta, C, 104u);
+    fill_uniform(mm, C, 105u);
+    for (size_t c = 0; c < C; c++) mv[c] = 1.0f + 0.5f * mm[c];
+    void *d[10] = {on_device(x, n),        on_device(dy, n),   on_device(gamma, C),
+                   on_device(beta, C),     on_device(mm, C),   on_device(mv, C),
+                   on_device(NULL, 2 * C), on_device(NULL, n), on_device(NULL, C),
+                   on_device(NULL, C)};
+    char err[512] = "";
+    for (int training = 1; training >= 0; training--) {
+      assert_int_equal(kn_cuda_dev_bn_stats(d[0], d[4], d[5], d[6], R, C, 0.99f, 1e-3f, training,
+                                            err, sizeof err),
+                       0);
+      back_to_host(st, d[6], 2 * C);
+      back_to_host(mm2, d[4], C);
+      back_to_host(mv2, d[5], C);
+      ref_bn_stats(x, mm, mv, want_st, R, C, 0.99f, 1e-3f, training);
+      assert_close("batch norm's statistics", st, want_st, 2 * C, 1e-6);
+      assert_close("the moving mean", mm2, mm, C, 1e-6);
+      assert_close("the moving variance", mv2, mv, C, 1e-6);
+    }
+    assert_int_equal(kn_cuda_copy_in(0, d[6], want_st, 2 * C * 4, err, sizeof err), 0);
+    assert_int_equal(kn_cuda_dev_bn_apply(d[0], d[6], d[2], d[3], d[7], R, C, err, sizeof err), 0);
+    back_to_host(y, d[7], n);
+    ref_bn_apply(x, want_st, gamma, beta, want, R, C);
+    assert_same_bits("batch norm's apply", y, want, n);
+    assert_int_equal(
+        kn_cuda_dev_bn_grad(d[1], d[0], d[6], d[2], d[7], d[8], d[9], R, C, err, sizeof err), 0);
+    back_to_host(y, d[7], n);
+    back_to_host(dg, d[8], C);
+    back_to_host(db, d[9], C);
+    ref_bn_grad(dy, x, want_st, gamma, want, want_dg, want_db, R, C);
+    assert_close("gamma's gradient", dg, want_dg, C, 1e-9);
+    assert_close("beta's gradient", db, want_db, C, 1e-9);
+    /* dx cancels its terms: against the larger of them */
+    for (size_t i = 0; i < n; i++)
+      if (fabs((double)y[i] - want[i]) > 1e-5 * (fabs(want[i]) + 1e-3))
+        fail_msg("batch norm's input gradient: [%zu] = %.9g, expected %.9g", i, (double)y[i],
+                 (double)want[i]);
+    /* beta's gradient alone: no statistics read */
+    assert_int_equal(
+        kn_cuda_dev_bn_grad(d[1], d[1], NULL, NULL, NULL, NULL, d[9], R, C, err, sizeof err), 0);
+    back_to_host(db, d[9], C);
+    assert_close("beta's gradient alone", db, want_db, C, 1e-9);
+    free_all(d, 10);
+    free(x), free(dy), free(y), free(want), free(gamma), free(beta), free(mm), free(mv);
+    free(mm2), free(mv2), free(st), free(want_st), free(dg), free(db), free(want_dg);
+    free(want_db);
+  }
+}
+
 int main(void) {
   char err[512] = "";
   if (kn_cuda_device_count(&device_count, err, sizeof err) != 0) {
@@ -661,6 +821,9 @@ int main(void) {
       cmocka_unit_test(casts_match_cpu),
       cmocka_unit_test(tensor_core_gemms_round_their_operands),
       cmocka_unit_test(binary_ops_and_dropout_masks_match_cpu),
+      cmocka_unit_test(reductions_match_cpu),
+      cmocka_unit_test(activations_match_cpu),
+      cmocka_unit_test(batch_norm_matches_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

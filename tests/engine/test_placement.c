@@ -412,30 +412,46 @@ static void the_optimizer_steps_on_the_gpu(void **state) {
 /* A small CNN: a strided same-padded convolution, an overlapping padded
  * max pool, a dilated convolution, an average pool and a dense layer,
  * batch 8 of 8x8x2 images. */
-static int build_cnn(kn_device d, kn_precision precision, kn_model *m, char *err, size_t errlen) {
-  const kn_layer_config layers[] = {
-      {.type = KN_LAYER_CONV2D,
-       .filters = 4,
-       .kernel_size = {3, 3},
-       .strides = {1, 2},
-       .padding = KN_PAD_SAME,
-       .activation = KN_ACT_RELU,
-       .use_bias = 1},
-      {.type = KN_LAYER_MAX_POOL2D, .pool_size = {3, 3}, .strides = {2, 1}, .padding = KN_PAD_SAME},
-      {.type = KN_LAYER_CONV2D,
-       .filters = 5,
-       .kernel_size = {2, 2},
-       .dilation_rate = {2, 1},
-       .padding = KN_PAD_SAME,
-       .activation = KN_ACT_RELU,
-       .use_bias = 1},
-      {.type = KN_LAYER_AVG_POOL2D, .pool_size = {2, 2}, .padding = KN_PAD_SAME},
-      {.type = KN_LAYER_FLATTEN},
-      {.type = KN_LAYER_DENSE, .units = 3, .use_bias = 1},
-  };
+static const kn_layer_config cnn_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .filters = 4,
+     .kernel_size = {3, 3},
+     .strides = {1, 2},
+     .padding = KN_PAD_SAME,
+     .activation = KN_ACT_RELU,
+     .use_bias = 1},
+    {.type = KN_LAYER_MAX_POOL2D, .pool_size = {3, 3}, .strides = {2, 1}, .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_CONV2D,
+     .filters = 5,
+     .kernel_size = {2, 2},
+     .dilation_rate = {2, 1},
+     .padding = KN_PAD_SAME,
+     .activation = KN_ACT_RELU,
+     .use_bias = 1},
+    {.type = KN_LAYER_AVG_POOL2D, .pool_size = {2, 2}, .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_FLATTEN},
+    {.type = KN_LAYER_DENSE, .units = 3, .use_bias = 1},
+};
+
+/* A residual block: convolution, batch norm, relu, a second convolution
+ * and batch norm added to the first's output, global average pooling and
+ * a dense layer. */
+static const kn_layer_config resnet_layers[] = {
+    {.type = KN_LAYER_CONV2D, .filters = 6, .kernel_size = {3, 3}, .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM},
+    {.type = KN_LAYER_ACTIVATION, .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D, .filters = 6, .kernel_size = {3, 3}, .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM},
+    {.type = KN_LAYER_ADD, .n_inputs = 2, .inputs = {2, 4}},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D},
+    {.type = KN_LAYER_DENSE, .units = 3, .use_bias = 1},
+};
+
+static int build_layers(const kn_layer_config *layers, int n_layers, kn_device d,
+                        kn_precision precision, kn_model *m, char *err, size_t errlen) {
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {8, 8, 2},
-                         .n_layers = sizeof layers / sizeof layers[0],
+                         .n_layers = n_layers,
                          .layers = layers,
                          .batch_size = 8,
                          .seed = 5,
@@ -469,23 +485,36 @@ static void train_cnn(kn_model *m, float *losses) {
   kn_optimizer_free(opt);
 }
 
-/* Convolutions, pooling and their gradients run on the GPU too: the CNN
- * trains there as on the host (float32: to rounding; mixed_bfloat16,
- * whose GEMMs round their operands on the GPU where the CPU's read bf16
- * copies: within 1e-3), and only the batch, the logits and their gradient
- * cross a step (the loss runs on the host). */
+static int build_cnn(int resnet, kn_device d, kn_precision precision, kn_model *m, char *err,
+                     size_t errlen) {
+  return resnet ? build_layers(resnet_layers, sizeof resnet_layers / sizeof resnet_layers[0], d,
+                               precision, m, err, errlen)
+                : build_layers(cnn_layers, sizeof cnn_layers / sizeof cnn_layers[0], d, precision,
+                               m, err, errlen);
+}
+
+/* Convolutions, pooling, batch norm, residual adds and their gradients run
+ * on the GPU too: the CNN and the residual block train there as on the
+ * host (float32: to rounding, batch norm's sums in another order;
+ * mixed_bfloat16, whose GEMMs round their operands on the GPU where the
+ * CPU's read bf16 copies: within 1e-3), and only the batch, the logits
+ * and their gradient cross a step (the loss runs on the host), and batch
+ * norm's moving statistics, which go over for its kernel and come back as
+ * they move. */
 static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
   (void)state;
   char err[512] = "";
-  const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16};
-  for (int p = 0; p < 2; p++) {
+  const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16,
+                                     KN_PRECISION_FLOAT32};
+  for (int p = 0; p < 3; p++) {
+    const int resnet = p == 2;
     kn_model gm, cm;
-    if (build_cnn(gpu0, precisions[p], &gm, err, sizeof err) != 0) {
+    if (build_cnn(resnet, gpu0, precisions[p], &gm, err, sizeof err) != 0) {
       assert_non_null(strstr(err, "is placed on cuda:0"));
       print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
       skip();
     }
-    assert_int_equal(build_cnn(cpu, precisions[p], &cm, err, sizeof err), 0);
+    assert_int_equal(build_cnn(resnet, cpu, precisions[p], &cm, err, sizeof err), 0);
     int on_gpu = 0, with_kernel = 0;
     char host_ops[256];
     kn_graph_placement_summary(gm.graph, &on_gpu, &with_kernel, host_ops, sizeof host_ops);
@@ -497,13 +526,21 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
     train_cnn(&cm, lc);
     for (int s = 0; s < 8; s++) {
       print_message("step %d: loss %.7f on cuda:0, %.7f on the host\n", s, lg[s], lc[s]);
-      assert_true(fabsf(lg[s] - lc[s]) <= (p ? 1e-3f : 1e-5f) * fmaxf(1.0f, fabsf(lc[s])));
+      assert_true(fabsf(lg[s] - lc[s]) <= (p == 1 ? 1e-3f : 1e-5f) * fmaxf(1.0f, fabsf(lc[s])));
     }
     uint64_t in = 0, out = 0;
     kn_graph_device_copies(gm.graph, &in, &out, NULL);
     const size_t params = kn_param_count(gm.graph) * sizeof(float);
-    assert_int_equal(in, 8 * (8 * 8 * 8 * 2 + 8 * 3) * sizeof(float) + params);
-    assert_int_equal(out, 8 * 8 * 3 * sizeof(float));
+    /* the residual block's two batch norms: 6 channels' moving mean and
+     * variance each, over and back every step (the host's copy is the
+     * current one between runs: checkpoints and replicas write it) */
+    const size_t moving = resnet ? 2 * 2 * 6 * sizeof(float) : 0;
+    assert_int_equal(in, 8 * ((8 * 8 * 8 * 2 + 8 * 3) * sizeof(float) + moving) + params);
+    assert_int_equal(out, 8 * (8 * 3 * sizeof(float) + moving));
+    if (resnet) { /* the host's moving statistics are the GPU's */
+      const float *sg = kn_state_data(gm.graph), *sc = kn_state_data(cm.graph);
+      assert_true(close_to(sg, sc, 2 * 2 * 6));
+    }
     kn_model_free(&gm);
     kn_model_free(&cm);
   }
