@@ -223,6 +223,31 @@ static int same_shape(const kn_node_rec *a, const kn_node_rec *b) {
   return 1;
 }
 
+/* Depthwise convolution: y from (x, weights), dx from (dy, weights), the
+ * weights' gradient from (dy, x). */
+static int dwconv(kn_graph *g, kn_node_rec *n, int mode, char *err, size_t errlen) {
+  const kn_node_rec *in0 = &g->nodes[n->inputs[0]], *in1 = &g->nodes[n->inputs[1]];
+  const kn_node_rec *images = mode == 0 ? in0 : mode == 1 ? n : in1;
+  const kn_node_rec *weights = mode == 2 ? n : in1;
+  const kn_cuda_windows w = windows_of(g, n, images);
+  return kn_cuda_dev_dwconv(&w, weights->dims[3], mode, on(g, n, n->inputs[0]),
+                            on(g, n, n->inputs[1]), on(g, n, (int)(n - g->nodes)), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_dwconv(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return dwconv(g, n, 0, err, errlen);
+}
+
+int kn_cuda_kernel_dwconv_dx(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return dwconv(g, n, 1, err, errlen);
+}
+
+int kn_cuda_kernel_dwconv_dw(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return dwconv(g, n, 2, err, errlen);
+}
+
 /* Which of mixed_bfloat16's casts n is, or -1: f32 to bf16, back, or f32
  * rounded through bf16. */
 static int cast_mode(const kn_graph *g, const kn_node_rec *n) {

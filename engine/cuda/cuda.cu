@@ -334,6 +334,94 @@ static __global__ void dropout_mask_kernel(float *m, size_t n, uint64_t seed, ui
     m[i] = (kn_philox_word(seed, step, first + i) >> 8) >= threshold ? keep : 0.0f;
 }
 
+/* ---- depthwise convolution (NHWC; weights (kh, kw, c, M)) ---- */
+
+/* y (b, oh, ow, o): the taps inside the image, in (ki, kj) order. */
+static __global__ void dw_forward_kernel(kn_cuda_windows w, int M, const float *x, const float *k,
+                                         float *y, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  const int CM = w.c * M;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int o = (int)(i % CM), ow = (int)(i / CM % w.ow), oh = (int)(i / CM / w.ow % w.oh);
+    const size_t b = i / CM / w.ow / w.oh;
+    const int c = o / M, m = o % M;
+    float sum = 0.0f;
+    for (int ki = 0; ki < w.kh; ki++) {
+      const int ih = oh * w.sh - w.pad_top + ki * w.dh;
+      if (ih < 0 || ih >= w.h) continue;
+      for (int kj = 0; kj < w.kw; kj++) {
+        const int iw = ow * w.sw - w.pad_left + kj * w.dw;
+        if (iw < 0 || iw >= w.w) continue;
+        sum += x[((b * w.h + ih) * w.w + iw) * w.c + c] * k[((size_t)ki * w.kw + kj) * CM + o];
+      }
+    }
+    y[i] = sum;
+  }
+}
+
+/* dx (b, ih, iw, c): each window and tap that read it, each multiplier. */
+static __global__ void dw_dx_kernel(kn_cuda_windows w, int M, const float *dy, const float *k,
+                                    float *dx, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  const int CM = w.c * M;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int c = (int)(i % w.c), iw = (int)(i / w.c % w.w), ih = (int)(i / w.c / w.w % w.h);
+    const size_t b = i / w.c / w.w / w.h;
+    int oh0, oh1, ow0, ow1;
+    covering(ih, w.pad_top, w.sh, w.dh, w.kh, w.oh, &oh0, &oh1);
+    covering(iw, w.pad_left, w.sw, w.dw, w.kw, w.ow, &ow0, &ow1);
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++) {
+      const int th = ih + w.pad_top - oh * w.sh;
+      if (th < 0 || th % w.dh || th / w.dh >= w.kh) continue;
+      for (int ow = ow0; ow <= ow1; ow++) {
+        const int tw = iw + w.pad_left - ow * w.sw;
+        if (tw < 0 || tw % w.dw || tw / w.dw >= w.kw) continue;
+        const float *d = dy + ((b * w.oh + oh) * w.ow + ow) * CM + (size_t)c * M;
+        const float *kk = k + ((size_t)(th / w.dh) * w.kw + tw / w.dw) * CM + (size_t)c * M;
+        for (int m = 0; m < M; m++) sum += d[m] * kk[m];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+/* The weights' gradient, part p of the batch's images: each weight (ki,
+ * kj, o) summed in double over the part's windows into part[p][...]. */
+static __global__ void dw_dw_parts(kn_cuda_windows w, int M, const float *dy, const float *x,
+                                   int images_per_part, double *part, size_t weights) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  const int CM = w.c * M;
+  const int b0 = (int)blockIdx.y * images_per_part;
+  const int b1 = b0 + images_per_part < w.batch ? b0 + images_per_part : w.batch;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < weights; i += stride) {
+    const int o = (int)(i % CM), kj = (int)(i / CM % w.kw), ki = (int)(i / CM / w.kw);
+    const int c = o / M;
+    double sum = 0.0;
+    for (int b = b0; b < b1; b++)
+      for (int oh = 0; oh < w.oh; oh++) {
+        const int ih = oh * w.sh - w.pad_top + ki * w.dh;
+        if (ih < 0 || ih >= w.h) continue;
+        for (int ow = 0; ow < w.ow; ow++) {
+          const int iw = ow * w.sw - w.pad_left + kj * w.dw;
+          if (iw < 0 || iw >= w.w) continue;
+          sum += (double)dy[(((size_t)b * w.oh + oh) * w.ow + ow) * CM + o] *
+                 (double)x[(((size_t)b * w.h + ih) * w.w + iw) * w.c + c];
+        }
+      }
+    part[(size_t)blockIdx.y * weights + i] = sum;
+  }
+}
+
+static __global__ void dw_dw_finish(const double *part, int parts, float *dw, size_t weights) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < weights; i += stride) {
+    double sum = 0.0;
+    for (int p = 0; p < parts; p++) sum += part[(size_t)p * weights + i];
+    dw[i] = (float)sum;
+  }
+}
+
 /* ---- activations, as cpu_kernels.inc's unop and unop_grad ---- */
 static __device__ float unop(int op, float x, float alpha) {
   switch (op) {
@@ -1113,6 +1201,49 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_dropout_mask(float *m, size_t
   if (n == 0) return 0;
   if (grid_for(n, &blocks, err, errlen) != 0) return -1;
   dropout_mask_kernel<<<blocks, RELU_THREADS>>>(m, n, seed, step, first, threshold, keep);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+enum { DW_MAX_PARTS = 64 };
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_dwconv(const kn_cuda_windows *w, int M, int mode,
+                                                          const float *a, const float *b,
+                                                          float *out, char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (!windows_ok(w, "kn_cuda_dev_dwconv", err, errlen)) return -1;
+  if (M <= 0 || mode < 0 || mode > 2) {
+    set_err(err, errlen, "kn_cuda_dev_dwconv: multiplier > 0 and mode 0 to 2, got %d and %d", M,
+            mode);
+    return -1;
+  }
+  const size_t CM = (size_t)w->c * M;
+  if (mode == 0) {
+    const size_t n = (size_t)w->batch * w->oh * w->ow * CM;
+    if (n == 0) return 0;
+    if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+    dw_forward_kernel<<<blocks, RELU_THREADS>>>(*w, M, a, b, out, n);
+  } else if (mode == 1) {
+    const size_t n = (size_t)w->batch * w->h * w->w * w->c;
+    if (n == 0) return 0;
+    if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+    dw_dx_kernel<<<blocks, RELU_THREADS>>>(*w, M, a, b, out, n);
+  } else {
+    const size_t weights = (size_t)w->kh * w->kw * CM;
+    const int parts = w->batch < 1 ? 1 : w->batch < DW_MAX_PARTS ? w->batch : DW_MAX_PARTS;
+    const int per_part = w->batch < 1 ? 1 : (w->batch + parts - 1) / parts;
+    workspace *ws = workspace_for((size_t)parts * weights * 2, 0, err, errlen);
+    if (!ws) return -1;
+    double *part = (double *)(void *)ws->buf;
+    if (grid_for(weights, &blocks, err, errlen) != 0) return -1;
+    dw_dw_parts<<<dim3(blocks, (unsigned)parts), RELU_THREADS>>>(*w, M, a, b, per_part, part,
+                                                                 weights);
+    KN_CUDA_CHECK(cudaGetLastError());
+    dw_dw_finish<<<blocks, RELU_THREADS>>>(part, parts, out, weights);
+  }
   KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:

@@ -109,6 +109,15 @@ int kn_cuda_dev_pool(const kn_cuda_windows *w, const float *x, float *y, char *e
 int kn_cuda_dev_pool_grad(const kn_cuda_windows *w, const float *dy, const float *x, const float *y,
                           float *dx, char *err, size_t errlen);
 
+/* Depthwise convolution over the windows w (input x (batch, h, w, c),
+ * weights (kh, kw, c, M), output (batch, oh, ow, c * M), output channel o
+ * reading input channel o / M): mode 0, out = y from (a = x, b =
+ * weights); mode 1, out = dx from (a = dy, b = weights); mode 2, out = the
+ * weights' gradient from (a = dy, b = x), summed in double over the batch
+ * in parts added in order. */
+int kn_cuda_dev_dwconv(const kn_cuda_windows *w, int M, int mode, const float *a, const float *b,
+                       float *out, char *err, size_t errlen);
+
 /* mixed_bfloat16's casts over n elements on device buffers: float32 to
  * bfloat16 (round to nearest even, NaN kept quiet), bfloat16 to float32,
  * and float32 rounded through bfloat16 in place of its own value, each as

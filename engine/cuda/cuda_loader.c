@@ -34,6 +34,8 @@ static struct {
   int (*dev_pool_grad)(const kn_cuda_windows *, const float *, const float *, const float *,
                        float *, char *, size_t);
   int (*dev_cast)(const void *, void *, size_t, int, char *, size_t);
+  int (*dev_dwconv)(const kn_cuda_windows *, int, int, const float *, const float *, float *,
+                    char *, size_t);
   int (*dev_binary)(const float *, const float *, float *, size_t, int, char *, size_t);
   int (*dev_unary)(const float *, float *, size_t, int, float, char *, size_t);
   int (*dev_unary_grad)(const float *, const float *, const float *, float *, size_t, int, float,
@@ -118,6 +120,7 @@ static void open_module(void) {
   FIND(dev_pool, "kiln_cuda_module_dev_pool");
   FIND(dev_pool_grad, "kiln_cuda_module_dev_pool_grad");
   FIND(dev_cast, "kiln_cuda_module_dev_cast");
+  FIND(dev_dwconv, "kiln_cuda_module_dev_dwconv");
   FIND(dev_binary, "kiln_cuda_module_dev_binary");
   FIND(dev_unary, "kiln_cuda_module_dev_unary");
   FIND(dev_unary_grad, "kiln_cuda_module_dev_unary_grad");
@@ -253,6 +256,10 @@ int kn_cuda_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step, u
   return loaded(err, errlen)
              ? mod.dev_dropout_mask(m, n, seed, step, first, threshold, keep, err, errlen)
              : -1;
+}
+int kn_cuda_dev_dwconv(const kn_cuda_windows *w, int M, int mode, const float *a, const float *b,
+                       float *out, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_dwconv(w, M, mode, a, b, out, err, errlen) : -1;
 }
 int kn_cuda_dev_cast(const void *x, void *y, size_t n, kn_cuda_cast mode, char *err,
                      size_t errlen) {

@@ -66,6 +66,9 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_grad(const float *dy, const float *x,
                                                 const float *gamma, float *dx, float *dgamma,
                                                 float *dbeta, size_t rows, size_t C, char *err,
                                                 size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_dwconv(const kn_cuda_windows *w, int M, int mode,
+                                               const float *a, const float *b, float *out,
+                                               char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,

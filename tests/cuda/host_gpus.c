@@ -256,6 +256,18 @@ int kiln_cuda_module_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_
   return 0;
 }
 
+int kiln_cuda_module_dev_dwconv(const kn_cuda_windows *w, int M, int mode, const float *a,
+                                const float *b, float *out, char *err, size_t errlen) {
+  if (!windows_ok(w, "kn_cuda_dev_dwconv", err, errlen)) return -1;
+  if (M <= 0 || mode < 0 || mode > 2) {
+    snprintf(err, errlen, "kn_cuda_dev_dwconv: multiplier > 0 and mode 0 to 2, got %d and %d", M,
+             mode);
+    return -1;
+  }
+  ref_dwconv(w, M, mode, a, b, out);
+  return 0;
+}
+
 int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                               size_t errlen) {
   if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h"
@@ -110,6 +111,39 @@ static inline void ref_cast(const void *x, void *y, size_t n, int mode) {
     else
       ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(((const float *)x)[i]));
   }
+}
+
+/* Depthwise convolution, mode 0 (y from x, k), 1 (dx from dy, k), 2 (dk
+ * from dy, x), scattered over the windows in order, sums in double. */
+static inline void ref_dwconv(const kn_cuda_windows *w, int M, int mode, const float *a,
+                              const float *b, float *out) {
+  const size_t CM = (size_t)w->c * M, ny = (size_t)w->batch * w->oh * w->ow * CM;
+  const size_t nx = (size_t)w->batch * w->h * w->w * w->c, nk = (size_t)w->kh * w->kw * CM;
+  const size_t nout = mode == 0 ? ny : mode == 1 ? nx : nk;
+  double *acc = calloc(nout ? nout : 1, sizeof *acc);
+  if (!acc) return;
+  for (int bi = 0; bi < w->batch; bi++)
+    for (int oh = 0; oh < w->oh; oh++)
+      for (int ow = 0; ow < w->ow; ow++)
+        for (int ki = 0; ki < w->kh; ki++)
+          for (int kj = 0; kj < w->kw; kj++) {
+            const int ih = oh * w->sh - w->pad_top + ki * w->dh;
+            const int iw = ow * w->sw - w->pad_left + kj * w->dw;
+            if (ih < 0 || ih >= w->h || iw < 0 || iw >= w->w) continue;
+            for (size_t o = 0; o < CM; o++) {
+              const size_t yi = (((size_t)bi * w->oh + oh) * w->ow + ow) * CM + o;
+              const size_t xi = ref_pixel(w, bi, ih, iw) + o / (size_t)M;
+              const size_t ki_at = ((size_t)ki * w->kw + kj) * CM + o;
+              if (mode == 0)
+                acc[yi] += (double)a[xi] * b[ki_at];
+              else if (mode == 1)
+                acc[xi] += (double)a[yi] * b[ki_at];
+              else
+                acc[ki_at] += (double)a[yi] * b[xi];
+            }
+          }
+  for (size_t i = 0; i < nout; i++) out[i] = (float)acc[i];
+  free(acc);
 }
 
 /* The activations (kn_unop 0 to 7) and their gradients, in double then

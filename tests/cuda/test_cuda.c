@@ -721,6 +721,76 @@ static void assert_close(const char *what, const float *got, const float *want, 
   }
 }
 
+/* Depthwise convolution (strided, dilated, padded, two filters per
+ * channel) forward and both gradients against the CPU's sums. */
+static void depthwise_convolution_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  const kn_cuda_windows shapes[] = {
+      {.batch = 3,
+       .h = 9,
+       .w = 7,
+       .c = 5,
+       .oh = 5,
+       .ow = 4,
+       .kh = 3,
+       .kw = 3,
+       .sh = 2,
+       .sw = 2,
+       .dh = 1,
+       .dw = 1,
+       .pad_top = 1,
+       .pad_left = 1},
+      {.batch = 70,
+       .h = 6,
+       .w = 6,
+       .c = 3,
+       .oh = 6,
+       .ow = 6,
+       .kh = 3,
+       .kw = 3,
+       .sh = 1,
+       .sw = 1,
+       .dh = 2,
+       .dw = 2,
+       .pad_top = 2,
+       .pad_left = 2},
+  };
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const kn_cuda_windows *w = &shapes[s];
+    const int M = 2;
+    const size_t nx = (size_t)w->batch * w->h * w->w * w->c;
+    const size_t ny = (size_t)w->batch * w->oh * w->ow * w->c * M;
+    const size_t nk = (size_t)w->kh * w->kw * w->c * M;
+    float *x = malloc(nx * 4), *k = malloc(nk * 4), *dy = malloc(ny * 4);
+    float *got = malloc((nx > ny ? nx : ny) * 4 + nk * 4),
+          *want = malloc((nx > ny ? nx : ny) * 4 + nk * 4);
+    assert_true(x && k && dy && got && want);
+    fill_uniform(x, nx, 121u);
+    fill_uniform(k, nk, 122u);
+    fill_uniform(dy, ny, 123u);
+    void *d[5] = {on_device(x, nx), on_device(k, nk), on_device(dy, ny), on_device(NULL, ny),
+                  on_device(NULL, nx > nk ? nx : nk)};
+    char err[512] = "";
+    assert_int_equal(kn_cuda_dev_dwconv(w, M, 0, d[0], d[1], d[3], err, sizeof err), 0);
+    back_to_host(got, d[3], ny);
+    ref_dwconv(w, M, 0, x, k, want);
+    assert_close("depthwise convolution", got, want, ny, 1e-5);
+    assert_int_equal(kn_cuda_dev_dwconv(w, M, 1, d[2], d[1], d[4], err, sizeof err), 0);
+    back_to_host(got, d[4], nx);
+    ref_dwconv(w, M, 1, dy, k, want);
+    assert_close("its input gradient", got, want, nx, 1e-5);
+    assert_int_equal(kn_cuda_dev_dwconv(w, M, 2, d[2], d[0], d[4], err, sizeof err), 0);
+    back_to_host(got, d[4], nk);
+    ref_dwconv(w, M, 2, dy, x, want);
+    assert_close("its weights' gradient", got, want, nk, 1e-5);
+    assert_int_equal(kn_cuda_dev_dwconv(w, 0, 0, d[0], d[1], d[3], err, sizeof err), -1);
+    assert_non_null(strstr(err, "multiplier > 0"));
+    free_all(d, 5);
+    free(x), free(k), free(dy), free(got), free(want);
+  }
+}
+
 /* Batch norm's statistics (training: the moving ones moved; evaluation:
  * from them), its apply and its gradients against the CPU's double sums:
  * channels beyond one block of lanes and rows over several parts, with a
@@ -824,6 +894,7 @@ int main(void) {
       cmocka_unit_test(reductions_match_cpu),
       cmocka_unit_test(activations_match_cpu),
       cmocka_unit_test(batch_norm_matches_cpu),
+      cmocka_unit_test(depthwise_convolution_matches_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

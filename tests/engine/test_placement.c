@@ -434,8 +434,9 @@ static const kn_layer_config cnn_layers[] = {
 };
 
 /* A residual block: convolution, batch norm, relu, a second convolution
- * and batch norm added to the first's output, global average pooling and
- * a dense layer. */
+ * and batch norm added to the first's output, a strided depthwise
+ * convolution (two filters per channel), global average pooling and a
+ * dense layer. */
 static const kn_layer_config resnet_layers[] = {
     {.type = KN_LAYER_CONV2D, .filters = 6, .kernel_size = {3, 3}, .padding = KN_PAD_SAME},
     {.type = KN_LAYER_BATCH_NORM},
@@ -443,6 +444,11 @@ static const kn_layer_config resnet_layers[] = {
     {.type = KN_LAYER_CONV2D, .filters = 6, .kernel_size = {3, 3}, .padding = KN_PAD_SAME},
     {.type = KN_LAYER_BATCH_NORM},
     {.type = KN_LAYER_ADD, .n_inputs = 2, .inputs = {2, 4}},
+    {.type = KN_LAYER_DEPTHWISE_CONV2D,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .depth_multiplier = 2},
     {.type = KN_LAYER_GLOBAL_AVG_POOL2D},
     {.type = KN_LAYER_DENSE, .units = 3, .use_bias = 1},
 };
