@@ -248,6 +248,46 @@ int kn_cuda_kernel_dwconv_dw(kn_graph *g, kn_node_rec *n, char *err, size_t errl
   return dwconv(g, n, 2, err, errlen);
 }
 
+/* Node x as (outer, row) around `axis`: the blocks before it, and the
+ * floats of each from it on. */
+static void blocks_of(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer,
+                      size_t *row) {
+  size_t len, inner;
+  kn_reduce_split(g, x, axis, outer, &len, &inner);
+  *row = len * inner;
+}
+
+/* Two inputs side by side along the axis: each a block of each row. */
+int kn_cuda_kernel_concat(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const int axis = n->attr.slice.axis;
+  size_t outer, ry, off = 0;
+  blocks_of(g, n, axis, &outer, &ry);
+  float *y = on(g, n, (int)(n - g->nodes));
+  for (int k = 0; k < 2; k++) {
+    size_t rx;
+    blocks_of(g, &g->nodes[n->inputs[k]], axis, &outer, &rx);
+    if (kn_cuda_dev_copy_rows(y + off, ry, on(g, n, n->inputs[k]), rx, outer, rx, err, errlen))
+      return KN_EIO;
+    off += rx;
+  }
+  return KN_OK;
+}
+
+/* [start, start + len) along the axis of each of its input's rows. */
+int kn_cuda_kernel_slice(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_node_rec *X = &g->nodes[n->inputs[0]];
+  const int axis = n->attr.slice.axis;
+  size_t outer, rx, ry;
+  blocks_of(g, X, axis, &outer, &rx);
+  blocks_of(g, n, axis, &outer, &ry);
+  const size_t start = rx / (size_t)X->dims[axis] * (size_t)n->attr.slice.start;
+  const float *x = on(g, n, n->inputs[0]);
+  return kn_cuda_dev_copy_rows(on(g, n, (int)(n - g->nodes)), ry, x + start, rx, outer, ry, err,
+                               errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
 /* Which of mixed_bfloat16's casts n is, or -1: f32 to bf16, back, or f32
  * rounded through bf16. */
 static int cast_mode(const kn_graph *g, const kn_node_rec *n) {
@@ -331,6 +371,10 @@ static kn_kernel_fn cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
   /* batch norm as built: synchronized (its sums over the replicas), and
    * what the CPU's passes pair or fold, are the host's */
   if (n->round_bf16 || n->eval_written_by || n->written_by) return NULL;
+  /* parts of another node's storage (the CPU's concat views) */
+  if (n->storage == KN_STORE_PART) return NULL;
+  for (int k = 0; k < n->n_inputs; k++)
+    if (g->nodes[n->inputs[k]].storage == KN_STORE_PART) return NULL;
   if ((n->op == KN_OP_BN_STATS || n->op == KN_OP_BN_GRAD_X) && n->attr.bn.synchronized) return NULL;
   if (n->op == KN_OP_BN_GRAD_X &&
       (n->n_inputs != 4 || n->attr.bn.writes_gamma || n->attr.bn.writes_beta))

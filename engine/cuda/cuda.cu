@@ -1250,6 +1250,24 @@ cleanup:
   return rc;
 }
 
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_copy_rows(float *dst, size_t dst_pitch,
+                                                             const float *src, size_t src_pitch,
+                                                             size_t rows, size_t len, char *err,
+                                                             size_t errlen) {
+  int rc = -1;
+  if (len > dst_pitch || len > src_pitch) {
+    set_err(err, errlen, "kn_cuda_dev_copy_rows: rows of %zu floats in pitches of %zu and %zu", len,
+            dst_pitch, src_pitch);
+    return -1;
+  }
+  if (rows == 0 || len == 0) return 0;
+  KN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch * sizeof(float), src, src_pitch * sizeof(float),
+                                  len * sizeof(float), rows, cudaMemcpyDeviceToDevice, 0));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode,
                                                         char *err, size_t errlen) {
   int rc = -1;

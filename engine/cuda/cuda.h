@@ -186,6 +186,12 @@ int kn_cuda_dev_bn_grad(const float *dy, const float *x, const float *stats, con
                         float *dx, float *dgamma, float *dbeta, size_t rows, size_t C, char *err,
                         size_t errlen);
 
+/* rows x len floats from src to dst on the current device, rows
+ * src_pitch and dst_pitch floats apart (concatenation and slicing along an
+ * axis), queued. */
+int kn_cuda_dev_copy_rows(float *dst, size_t dst_pitch, const float *src, size_t src_pitch,
+                          size_t rows, size_t len, char *err, size_t errlen);
+
 /* bytes from src to dst, both on the current device, queued. */
 int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 

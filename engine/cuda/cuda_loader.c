@@ -34,6 +34,7 @@ static struct {
   int (*dev_pool_grad)(const kn_cuda_windows *, const float *, const float *, const float *,
                        float *, char *, size_t);
   int (*dev_cast)(const void *, void *, size_t, int, char *, size_t);
+  int (*dev_copy_rows)(float *, size_t, const float *, size_t, size_t, size_t, char *, size_t);
   int (*dev_dwconv)(const kn_cuda_windows *, int, int, const float *, const float *, float *,
                     char *, size_t);
   int (*dev_binary)(const float *, const float *, float *, size_t, int, char *, size_t);
@@ -120,6 +121,7 @@ static void open_module(void) {
   FIND(dev_pool, "kiln_cuda_module_dev_pool");
   FIND(dev_pool_grad, "kiln_cuda_module_dev_pool_grad");
   FIND(dev_cast, "kiln_cuda_module_dev_cast");
+  FIND(dev_copy_rows, "kiln_cuda_module_dev_copy_rows");
   FIND(dev_dwconv, "kiln_cuda_module_dev_dwconv");
   FIND(dev_binary, "kiln_cuda_module_dev_binary");
   FIND(dev_unary, "kiln_cuda_module_dev_unary");
@@ -260,6 +262,12 @@ int kn_cuda_dev_dropout_mask(float *m, size_t n, uint64_t seed, uint64_t step, u
 int kn_cuda_dev_dwconv(const kn_cuda_windows *w, int M, int mode, const float *a, const float *b,
                        float *out, char *err, size_t errlen) {
   return loaded(err, errlen) ? mod.dev_dwconv(w, M, mode, a, b, out, err, errlen) : -1;
+}
+int kn_cuda_dev_copy_rows(float *dst, size_t dst_pitch, const float *src, size_t src_pitch,
+                          size_t rows, size_t len, char *err, size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_copy_rows(dst, dst_pitch, src, src_pitch, rows, len, err, errlen)
+             : -1;
 }
 int kn_cuda_dev_cast(const void *x, void *y, size_t n, kn_cuda_cast mode, char *err,
                      size_t errlen) {

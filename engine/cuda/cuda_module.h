@@ -69,6 +69,9 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_grad(const float *dy, const float *x,
 KN_CUDA_EXPORT int kiln_cuda_module_dev_dwconv(const kn_cuda_windows *w, int M, int mode,
                                                const float *a, const float *b, float *out,
                                                char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_copy_rows(float *dst, size_t dst_pitch, const float *src,
+                                                  size_t src_pitch, size_t rows, size_t len,
+                                                  char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,

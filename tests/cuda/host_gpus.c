@@ -268,6 +268,17 @@ int kiln_cuda_module_dev_dwconv(const kn_cuda_windows *w, int M, int mode, const
   return 0;
 }
 
+int kiln_cuda_module_dev_copy_rows(float *dst, size_t dst_pitch, const float *src, size_t src_pitch,
+                                   size_t rows, size_t len, char *err, size_t errlen) {
+  if (len > dst_pitch || len > src_pitch) {
+    snprintf(err, errlen, "kn_cuda_dev_copy_rows: rows of %zu floats in pitches of %zu and %zu",
+             len, dst_pitch, src_pitch);
+    return -1;
+  }
+  for (size_t r = 0; r < rows; r++) memmove(dst + r * dst_pitch, src + r * src_pitch, len * 4);
+  return 0;
+}
+
 int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                               size_t errlen) {
   if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {

@@ -862,6 +862,32 @@ static void batch_norm_matches_cpu(void **state) {
   }
 }
 
+/* Rows copied between pitches (concatenation and slicing), and a row
+ * longer than its pitch refused. */
+static void rows_copy_between_pitches(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { ROWS = 37, SRC = 19, DST = 29, LEN = 11, AT = 5 };
+  float src[ROWS * SRC], dst[ROWS * DST];
+  fill_uniform(src, ROWS * SRC, 131u);
+  for (int i = 0; i < ROWS * DST; i++) dst[i] = -7.0f;
+  float *ds = on_device(src, ROWS * SRC), *dd = on_device(dst, ROWS * DST);
+  char err[512] = "";
+  assert_int_equal(kn_cuda_dev_copy_rows(dd + AT, DST, ds + 3, SRC, ROWS, LEN, err, sizeof err), 0);
+  back_to_host(dst, dd, ROWS * DST);
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < DST; c++) {
+      const float want = c >= AT && c < AT + LEN ? src[r * SRC + 3 + c - AT] : -7.0f;
+      if (dst[r * DST + c] != want)
+        fail_msg("copy_rows: [%d][%d] = %g, expected %g", r, c, (double)dst[r * DST + c],
+                 (double)want);
+    }
+  assert_int_equal(kn_cuda_dev_copy_rows(dd, 4, ds, SRC, ROWS, 5, err, sizeof err), -1);
+  assert_non_null(strstr(err, "in pitches of"));
+  kn_cuda_free(0, ds);
+  kn_cuda_free(0, dd);
+}
+
 int main(void) {
   char err[512] = "";
   if (kn_cuda_device_count(&device_count, err, sizeof err) != 0) {
@@ -895,6 +921,7 @@ int main(void) {
       cmocka_unit_test(activations_match_cpu),
       cmocka_unit_test(batch_norm_matches_cpu),
       cmocka_unit_test(depthwise_convolution_matches_cpu),
+      cmocka_unit_test(rows_copy_between_pitches),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
