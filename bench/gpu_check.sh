@@ -25,6 +25,9 @@
 #     explain (the bytes the graph copied a step, from its profile, over
 #     this machine's pinned copy bandwidth), and PyTorch's step of the same
 #     model on the same GPU (float32, TF32, bf16 autocast) as a ratio;
+#   - the zoo's ResNet, MobileNet, Inception and wide MLP (bench/specs/zoo)
+#     for 60 steps each on the GPU: examples/s, and how many kernels ran
+#     there;
 #   - with two GPUs, the wide MLP split over them (its last three layers on
 #     cuda:1): ms a step against the one-GPU figure;
 # and prints the table.
@@ -292,6 +295,37 @@ for batch in [int(b) for b in os.environ.get("GPU_CHECK_BATCHES", "1024 4096").s
                      f"{peaks[mode]:g} dense {mode}; copies {copied / 1e6:.2f} MB a step = "
                      f"{copy_share} of it at {(bw or 0) / 1e9:.1f} GB/s pinned{vs}"))
 ms = mlp_ms.get((1024, "float32"))
+
+# The zoo's models (bench/specs/zoo) on the GPU: 60 steps each
+# (GPU_CHECK_ZOO_STEPS), examples/s from the second logged step on, and
+# what ran where.
+for name in os.environ.get("GPU_CHECK_ZOO", "resnet mobilenet inception wide_mlp").split():
+    with open(os.path.join("bench", "specs", "zoo", name + ".json")) as f:
+        spec = json.load(f)
+    batch = spec["pipeline"]["batch_size"]
+    spec["epochs"] = 1
+    spec["log_every_steps"] = 5
+    spec["pipeline"]["take"] = int(os.environ.get("GPU_CHECK_ZOO_STEPS", "60")) * batch
+    if spec["dataset"].get("name") == "fashion-mnist":
+        spec["dataset"]["validation"] = "none"
+    spec.pop("profile", None)
+    spec["resources"] = {"device_type": "gpu", "devices": 1}
+    rc, lines, wall, err, _ = run(spec, "zoo_" + name, threads)
+    label = f"zoo {name} (batch {batch}), device_type gpu"
+    if rc != 0:
+        rows.append((label, f"FAILED (exit {rc}): {err.strip()[-300:]}"))
+        failed = True
+        continue
+    steps = [(t, l["step"]) for t, l in lines if "metrics" in l and "loss" in l["metrics"]]
+    placed = [l["status"]["message"] for _, l in lines
+              if "status" in l and l["status"].get("phase") == "compiled"]
+    where = [p for m in placed for p in m.split("; ") if " on cuda" in p]
+    if len(steps) >= 4:
+        (t0, s0), (t1, s1) = steps[1], steps[-1]
+        rows.append((label, f"{(s1 - s0) * batch / (t1 - t0):,.0f} examples/s"
+                     + (f" ({where[0]})" if where else "")))
+    else:
+        rows.append((label, f"too few steps logged to time ({len(steps)})"))
 
 # Model parallelism: the wide MLP's last three layers on the job's second GPU.
 try:
