@@ -288,6 +288,43 @@ int kn_cuda_kernel_slice(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) 
              : KN_OK;
 }
 
+/* The loss's seed (its value may change: loss scaling). */
+int kn_cuda_kernel_fill(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_fill(on(g, n, (int)(n - g->nodes)), kn_node_elems(n, g->batch),
+                          n->attr.fill.value, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+/* The labels, checked where they were fed (the host's copy is current:
+ * the batch is fed there), then the loss from (logits, labels) or its
+ * gradient from (logits, labels, dloss) on the device. */
+static int xent(kn_graph *g, kn_node_rec *n, int grad, char *err, size_t errlen) {
+  const kn_node_rec *L = &g->nodes[n->inputs[0]];
+  const size_t cols = (size_t)L->dims[L->ndim - 1], rows = kn_node_elems(L, g->batch) / cols;
+  const int rc = kn_check_labels(grad ? "softmax_xent_grad" : "softmax_xent",
+                                 g->nodes[n->inputs[1]].data, (int)rows, (int)cols, err, errlen);
+  if (rc) return rc;
+  if (grad)
+    return kn_cuda_dev_softmax_xent_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                         on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)),
+                                         rows, cols, err, errlen)
+               ? KN_EIO
+               : KN_OK;
+  return kn_cuda_dev_softmax_xent(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                  on(g, n, (int)(n - g->nodes)), rows, cols, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_softmax_xent(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return xent(g, n, 0, err, errlen);
+}
+
+int kn_cuda_kernel_softmax_xent_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return xent(g, n, 1, err, errlen);
+}
+
 /* Which of mixed_bfloat16's casts n is, or -1: f32 to bf16, back, or f32
  * rounded through bf16. */
 static int cast_mode(const kn_graph *g, const kn_node_rec *n) {
@@ -379,8 +416,11 @@ static kn_kernel_fn cuda_kernel(const kn_graph *g, const kn_node_rec *n) {
   if (n->op == KN_OP_BN_GRAD_X &&
       (n->n_inputs != 4 || n->attr.bn.writes_gamma || n->attr.bn.writes_beta))
     return NULL;
-  for (int k = 0; k < n->n_inputs; k++)
-    if (g->nodes[n->inputs[k]].dtype != KN_F32) return NULL;
+  for (int k = 0; k < n->n_inputs; k++) {
+    /* the loss's labels (int32, input 1) */
+    const int labels = k == 1 && (n->op == KN_OP_SOFTMAX_XENT || n->op == KN_OP_SOFTMAX_XENT_GRAD);
+    if (g->nodes[n->inputs[k]].dtype != (labels ? KN_I32 : KN_F32)) return NULL;
+  }
   return kn_op_def_of(n->op)->cuda;
 }
 

@@ -50,16 +50,11 @@ static void axis_split(kn_graph *g, const kn_node_rec *x, int axis, size_t *oute
   for (int d = axis; d < x->ndim; d++) *row *= (size_t)dims[d];
 }
 
-/* Labels outside [0, C) are a data error, reported rather than read past. */
+/* Labels outside [0, C) are a data error, reported rather than read past
+ * (graph.c's, shared with the CUDA backend). */
 static int check_labels(const char *op, const int32_t *labels, int rows, int cols, char *err,
                         size_t errlen) {
-  for (int r = 0; r < rows; r++) {
-    if (labels[r] < 0 || labels[r] >= cols) {
-      snprintf(err, errlen, "%s: label %d of row %d is outside [0, %d)", op, labels[r], r, cols);
-      return KN_EINVAL;
-    }
-  }
-  return KN_OK;
+  return kn_check_labels(op, labels, rows, cols, err, errlen);
 }
 
 /* Whether element i of a dropout mask is kept: a 24-bit uniform draw from

@@ -52,6 +52,17 @@ int kn_node_rows(const kn_graph *g, const kn_node_rec *n) {
   return (n->batched && g->batch > 0) ? g->batch * n->batched : n->dims[0];
 }
 
+int kn_check_labels(const char *op, const int32_t *labels, int rows, int cols, char *err,
+                    size_t errlen) {
+  for (int r = 0; r < rows; r++) {
+    if (labels[r] < 0 || labels[r] >= cols) {
+      snprintf(err, errlen, "%s: label %d of row %d is outside [0, %d)", op, labels[r], r, cols);
+      return KN_EINVAL;
+    }
+  }
+  return KN_OK;
+}
+
 void kn_reduce_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
                      size_t *inner) {
   *outer = *inner = 1;

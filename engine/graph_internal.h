@@ -294,6 +294,10 @@ static inline int kn_node_planned_rows_per_batch(const struct kn_node_rec *n) {
 size_t kn_node_elems(const kn_node_rec *n, int batch);
 /* Its first dimension at the graph's current batch (images, rows). */
 int kn_node_rows(const kn_graph *g, const kn_node_rec *n);
+/* KN_EINVAL, naming the first label outside [0, cols) and its row in err,
+ * or KN_OK: a data error, reported rather than read past. */
+int kn_check_labels(const char *op, const int32_t *labels, int rows, int cols, char *err,
+                    size_t errlen);
 /* x as (outer, len, inner) around a reduced axis at the current batch
  * (-1: all of it, as one row). */
 void kn_reduce_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,

@@ -294,6 +294,9 @@ int kn_cuda_kernel_cast(KN_KERNEL_ARGS);   /* mixed_bfloat16's casts */
 int kn_cuda_kernel_binary(KN_KERNEL_ARGS); /* operands of the output's shape */
 int kn_cuda_kernel_dropout_mask(KN_KERNEL_ARGS);
 int kn_cuda_kernel_add(KN_KERNEL_ARGS);
+int kn_cuda_kernel_fill(KN_KERNEL_ARGS);
+int kn_cuda_kernel_softmax_xent(KN_KERNEL_ARGS); /* labels checked on the host */
+int kn_cuda_kernel_softmax_xent_grad(KN_KERNEL_ARGS);
 int kn_cuda_kernel_concat(KN_KERNEL_ARGS);
 int kn_cuda_kernel_slice(KN_KERNEL_ARGS);
 int kn_cuda_kernel_dwconv(KN_KERNEL_ARGS);

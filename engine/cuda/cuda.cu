@@ -422,6 +422,56 @@ static __global__ void dw_dw_finish(const double *part, int parts, float *dw, si
   }
 }
 
+/* ---- the loss: sparse softmax cross-entropy, as cpu_kernels.inc's ---- */
+
+static __global__ void fill_kernel(float *y, size_t n, float value) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = value;
+}
+
+/* term[r] = logsumexp(row r) - row[label], in double. */
+static __global__ void xent_rows(const float *x, const int32_t *labels, double *term, size_t rows,
+                                 size_t cols) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+    const float *row = x + r * cols;
+    float max = row[0];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    double sum = 0.0;
+    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
+    term[r] = log(sum) + (double)max - (double)row[labels[r]];
+  }
+}
+
+/* loss = the mean of the terms, added in row order (one thread). */
+static __global__ void xent_mean(const double *term, float *loss, size_t rows) {
+  double total = 0.0;
+  for (size_t r = 0; r < rows; r++) total += term[r];
+  loss[0] = (float)(total / (double)rows);
+}
+
+/* dx's row r: its softmax, less 1 at its label, times dloss / rows. */
+static __global__ void xent_grad_rows(const float *x, const int32_t *labels, const float *dloss,
+                                      float *dx, size_t rows, size_t cols) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  const float scale = dloss[0] / (float)rows;
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+    const float *row = x + r * cols;
+    float *d = dx + r * cols;
+    float max = row[0];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    float sum = 0.0f;
+    for (size_t c = 0; c < cols; c++) {
+      d[c] = expf(row[c] - max);
+      sum += d[c];
+    }
+    const float inv = 1.0f / sum;
+    for (size_t c = 0; c < cols; c++) d[c] *= inv;
+    d[labels[r]] -= 1.0f;
+    for (size_t c = 0; c < cols; c++) d[c] *= scale;
+  }
+}
+
 /* ---- activations, as cpu_kernels.inc's unop and unop_grad ---- */
 static __device__ float unop(int op, float x, float alpha) {
   switch (op) {
@@ -1263,6 +1313,62 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_copy_rows(float *dst, size_t 
   if (rows == 0 || len == 0) return 0;
   KN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch * sizeof(float), src, src_pitch * sizeof(float),
                                   len * sizeof(float), rows, cudaMemcpyDeviceToDevice, 0));
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_fill(float *y, size_t n, float value, char *err,
+                                                        size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  fill_kernel<<<blocks, RELU_THREADS>>>(y, n, value);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *logits,
+                                                                const int32_t *labels, float *loss,
+                                                                size_t rows, size_t cols, char *err,
+                                                                size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  workspace *w = nullptr;
+  if (rows == 0 || cols == 0) {
+    set_err(err, errlen, "kn_cuda_dev_softmax_xent: needs rows and classes, got %zu x %zu", rows,
+            cols);
+    return -1;
+  }
+  if (!(w = workspace_for(rows * 2, 0, err, errlen))) return -1;
+  if (grid_for(rows, &blocks, err, errlen) != 0) return -1;
+  xent_rows<<<blocks, RELU_THREADS>>>(logits, labels, (double *)(void *)w->buf, rows, cols);
+  KN_CUDA_CHECK(cudaGetLastError());
+  xent_mean<<<1, 1>>>((const double *)(void *)w->buf, loss, rows);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float *logits,
+                                                                     const int32_t *labels,
+                                                                     const float *dloss, float *dx,
+                                                                     size_t rows, size_t cols,
+                                                                     char *err, size_t errlen) {
+  int rc = -1;
+  unsigned blocks = 0;
+  if (rows == 0 || cols == 0) {
+    set_err(err, errlen, "kn_cuda_dev_softmax_xent_grad: needs rows and classes, got %zu x %zu",
+            rows, cols);
+    return -1;
+  }
+  if (grid_for(rows, &blocks, err, errlen) != 0) return -1;
+  xent_grad_rows<<<blocks, RELU_THREADS>>>(logits, labels, dloss, dx, rows, cols);
+  KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:
   return rc;

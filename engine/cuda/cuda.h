@@ -192,6 +192,19 @@ int kn_cuda_dev_bn_grad(const float *dy, const float *x, const float *stats, con
 int kn_cuda_dev_copy_rows(float *dst, size_t dst_pitch, const float *src, size_t src_pitch,
                           size_t rows, size_t len, char *err, size_t errlen);
 
+/* y[i] = value for n floats (the loss's seed). */
+int kn_cuda_dev_fill(float *y, size_t n, float value, char *err, size_t errlen);
+
+/* Sparse softmax cross-entropy of (rows, cols) logits against labels in
+ * [0, cols) (the caller checks them: a kernel cannot say which is wrong):
+ * loss[0] = the mean over rows of logsumexp(row) - row[label], each row's
+ * term in double as the CPU's; and its gradient dx = (softmax(row) -
+ * onehot(label)) * dloss[0] / rows. */
+int kn_cuda_dev_softmax_xent(const float *logits, const int32_t *labels, float *loss, size_t rows,
+                             size_t cols, char *err, size_t errlen);
+int kn_cuda_dev_softmax_xent_grad(const float *logits, const int32_t *labels, const float *dloss,
+                                  float *dx, size_t rows, size_t cols, char *err, size_t errlen);
+
 /* bytes from src to dst, both on the current device, queued. */
 int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 

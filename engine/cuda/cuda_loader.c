@@ -34,6 +34,10 @@ static struct {
   int (*dev_pool_grad)(const kn_cuda_windows *, const float *, const float *, const float *,
                        float *, char *, size_t);
   int (*dev_cast)(const void *, void *, size_t, int, char *, size_t);
+  int (*dev_fill)(float *, size_t, float, char *, size_t);
+  int (*dev_softmax_xent)(const float *, const int32_t *, float *, size_t, size_t, char *, size_t);
+  int (*dev_softmax_xent_grad)(const float *, const int32_t *, const float *, float *, size_t,
+                               size_t, char *, size_t);
   int (*dev_copy_rows)(float *, size_t, const float *, size_t, size_t, size_t, char *, size_t);
   int (*dev_dwconv)(const kn_cuda_windows *, int, int, const float *, const float *, float *,
                     char *, size_t);
@@ -121,6 +125,9 @@ static void open_module(void) {
   FIND(dev_pool, "kiln_cuda_module_dev_pool");
   FIND(dev_pool_grad, "kiln_cuda_module_dev_pool_grad");
   FIND(dev_cast, "kiln_cuda_module_dev_cast");
+  FIND(dev_fill, "kiln_cuda_module_dev_fill");
+  FIND(dev_softmax_xent, "kiln_cuda_module_dev_softmax_xent");
+  FIND(dev_softmax_xent_grad, "kiln_cuda_module_dev_softmax_xent_grad");
   FIND(dev_copy_rows, "kiln_cuda_module_dev_copy_rows");
   FIND(dev_dwconv, "kiln_cuda_module_dev_dwconv");
   FIND(dev_binary, "kiln_cuda_module_dev_binary");
@@ -267,6 +274,20 @@ int kn_cuda_dev_copy_rows(float *dst, size_t dst_pitch, const float *src, size_t
                           size_t rows, size_t len, char *err, size_t errlen) {
   return loaded(err, errlen)
              ? mod.dev_copy_rows(dst, dst_pitch, src, src_pitch, rows, len, err, errlen)
+             : -1;
+}
+int kn_cuda_dev_fill(float *y, size_t n, float value, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_fill(y, n, value, err, errlen) : -1;
+}
+int kn_cuda_dev_softmax_xent(const float *logits, const int32_t *labels, float *loss, size_t rows,
+                             size_t cols, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_softmax_xent(logits, labels, loss, rows, cols, err, errlen)
+                             : -1;
+}
+int kn_cuda_dev_softmax_xent_grad(const float *logits, const int32_t *labels, const float *dloss,
+                                  float *dx, size_t rows, size_t cols, char *err, size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_softmax_xent_grad(logits, labels, dloss, dx, rows, cols, err, errlen)
              : -1;
 }
 int kn_cuda_dev_cast(const void *x, void *y, size_t n, kn_cuda_cast mode, char *err,

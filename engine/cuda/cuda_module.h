@@ -7,6 +7,7 @@
 #define KILN_ENGINE_CUDA_MODULE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cuda.h" /* kn_nccl, KN_NCCL_ID_BYTES, kn_cuda_windows */
 
@@ -72,6 +73,15 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_dwconv(const kn_cuda_windows *w, int M, 
 KN_CUDA_EXPORT int kiln_cuda_module_dev_copy_rows(float *dst, size_t dst_pitch, const float *src,
                                                   size_t src_pitch, size_t rows, size_t len,
                                                   char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_fill(float *y, size_t n, float value, char *err,
+                                             size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *logits, const int32_t *labels,
+                                                     float *loss, size_t rows, size_t cols,
+                                                     char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float *logits,
+                                                          const int32_t *labels, const float *dloss,
+                                                          float *dx, size_t rows, size_t cols,
+                                                          char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,

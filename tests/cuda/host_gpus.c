@@ -279,6 +279,36 @@ int kiln_cuda_module_dev_copy_rows(float *dst, size_t dst_pitch, const float *sr
   return 0;
 }
 
+int kiln_cuda_module_dev_fill(float *y, size_t n, float value, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  for (size_t i = 0; i < n; i++) y[i] = value;
+  return 0;
+}
+
+int kiln_cuda_module_dev_softmax_xent(const float *logits, const int32_t *labels, float *loss,
+                                      size_t rows, size_t cols, char *err, size_t errlen) {
+  if (rows == 0 || cols == 0) {
+    snprintf(err, errlen, "kn_cuda_dev_softmax_xent: needs rows and classes, got %zu x %zu", rows,
+             cols);
+    return -1;
+  }
+  loss[0] = ref_softmax_xent(logits, labels, rows, cols);
+  return 0;
+}
+
+int kiln_cuda_module_dev_softmax_xent_grad(const float *logits, const int32_t *labels,
+                                           const float *dloss, float *dx, size_t rows, size_t cols,
+                                           char *err, size_t errlen) {
+  if (rows == 0 || cols == 0) {
+    snprintf(err, errlen, "kn_cuda_dev_softmax_xent_grad: needs rows and classes, got %zu x %zu",
+             rows, cols);
+    return -1;
+  }
+  ref_softmax_xent_grad(logits, labels, dloss[0], dx, rows, cols);
+  return 0;
+}
+
 int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                               size_t errlen) {
   if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {

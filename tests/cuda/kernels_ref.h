@@ -146,6 +146,40 @@ static inline void ref_dwconv(const kn_cuda_windows *w, int M, int mode, const f
   free(acc);
 }
 
+/* The sparse softmax cross-entropy's mean loss (each row's term in
+ * double) and its gradient, as the CPU's. */
+static inline float ref_softmax_xent(const float *x, const int32_t *labels, size_t rows,
+                                     size_t cols) {
+  double total = 0.0;
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = x + r * cols;
+    float max = row[0];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    double sum = 0.0;
+    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
+    total += log(sum) + (double)max - (double)row[labels[r]];
+  }
+  return (float)(total / (double)rows);
+}
+
+static inline void ref_softmax_xent_grad(const float *x, const int32_t *labels, float dloss,
+                                         float *dx, size_t rows, size_t cols) {
+  const float scale = dloss / (float)rows;
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = x + r * cols;
+    float *d = dx + r * cols, max = row[0], sum = 0.0f;
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    for (size_t c = 0; c < cols; c++) {
+      d[c] = expf(row[c] - max);
+      sum += d[c];
+    }
+    const float inv = 1.0f / sum;
+    for (size_t c = 0; c < cols; c++) d[c] *= inv;
+    d[labels[r]] -= 1.0f;
+    for (size_t c = 0; c < cols; c++) d[c] *= scale;
+  }
+}
+
 /* The activations (kn_unop 0 to 7) and their gradients, in double then
  * rounded: a reference within float rounding of any device's. */
 static inline float ref_unary(int op, float xf, float alpha) {

@@ -862,6 +862,47 @@ static void batch_norm_matches_cpu(void **state) {
   }
 }
 
+/* The loss on the device: sparse softmax cross-entropy's mean and its
+ * gradient (scaled by a seed the fill kernel writes) against the CPU's
+ * formulas, with logits far from zero (its max-shift keeps exp finite). */
+static void the_loss_matches_cpu(void **state) {
+  (void)state;
+  REQUIRE_DEVICE();
+  enum { ROWS = 301, COLS = 13 };
+  float x[ROWS * COLS], dx[ROWS * COLS], want[ROWS * COLS], loss = 0.0f, seed = 0.0f;
+  int32_t labels[ROWS];
+  fill_uniform(x, ROWS * COLS, 141u);
+  for (int i = 0; i < ROWS * COLS; i++) x[i] = 40.0f * x[i] + (i % COLS == 3 ? 90.0f : 0.0f);
+  for (int r = 0; r < ROWS; r++) labels[r] = (r * 7) % COLS;
+  float *dxv = on_device(x, ROWS * COLS), *ddx = on_device(NULL, ROWS * COLS);
+  float *dloss = on_device(NULL, 1), *dseed = on_device(NULL, 1);
+  int32_t *dl = (int32_t *)on_device(NULL, ROWS);
+  char err[512] = "";
+  assert_int_equal(kn_cuda_copy_in(0, dl, labels, sizeof labels, err, sizeof err), 0);
+  assert_int_equal(kn_cuda_dev_fill(dseed, 1, 0.5f, err, sizeof err), 0);
+  back_to_host(&seed, dseed, 1);
+  assert_true(seed == 0.5f);
+  assert_int_equal(kn_cuda_dev_softmax_xent(dxv, dl, dloss, ROWS, COLS, err, sizeof err), 0);
+  back_to_host(&loss, dloss, 1);
+  const float want_loss = ref_softmax_xent(x, labels, ROWS, COLS);
+  if (fabsf(loss - want_loss) > 1e-6f * fabsf(want_loss))
+    fail_msg("softmax_xent: %.9g, expected %.9g", (double)loss, (double)want_loss);
+  assert_int_equal(kn_cuda_dev_softmax_xent_grad(dxv, dl, dseed, ddx, ROWS, COLS, err, sizeof err),
+                   0);
+  back_to_host(dx, ddx, ROWS * COLS);
+  ref_softmax_xent_grad(x, labels, 0.5f, want, ROWS, COLS);
+  for (int i = 0; i < ROWS * COLS; i++)
+    if (fabsf(dx[i] - want[i]) > 1e-5f * fabsf(want[i]) + 1e-9f)
+      fail_msg("softmax_xent_grad: [%d] = %.9g, expected %.9g", i, (double)dx[i], (double)want[i]);
+  assert_int_equal(kn_cuda_dev_softmax_xent(dxv, dl, dloss, 0, COLS, err, sizeof err), -1);
+  assert_non_null(strstr(err, "needs rows and classes"));
+  kn_cuda_free(0, dxv);
+  kn_cuda_free(0, ddx);
+  kn_cuda_free(0, dloss);
+  kn_cuda_free(0, dseed);
+  kn_cuda_free(0, dl);
+}
+
 /* Rows copied between pitches (concatenation and slicing), and a row
  * longer than its pitch refused. */
 static void rows_copy_between_pitches(void **state) {
@@ -922,6 +963,7 @@ int main(void) {
       cmocka_unit_test(batch_norm_matches_cpu),
       cmocka_unit_test(depthwise_convolution_matches_cpu),
       cmocka_unit_test(rows_copy_between_pitches),
+      cmocka_unit_test(the_loss_matches_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,12 +143,15 @@ static void expect_refusal(net *t, const char *a, const char *b) {
 
 static void compile_refuses_placements_that_cannot_run(void **state) {
   (void)state;
-  /* An op the CUDA backend has no kernel for, named with its node. */
-  net t = build(cpu, KN_PRECISION_FLOAT32);
-  assert_int_equal(kn_node_set_device(t.g, t.loss, gpu0), KN_OK);
+  /* An op the CUDA backend has no kernel for (a softmax apart from its
+   * loss), named with its node. */
+  net t = {.g = kn_graph_new()};
+  const kn_node x = kn_input(t.g, "x", KN_F32, 2, (int[]){8, 6});
+  const kn_node s = kn_softmax(t.g, x);
+  kn_graph_keep(t.g, s);
+  assert_int_equal(kn_node_set_device(t.g, s, gpu0), KN_OK);
   char name[160];
-  snprintf(name, sizeof name, "node '%s' (softmax_xent) is placed on cuda:0",
-           kn_node_name(t.g, t.loss));
+  snprintf(name, sizeof name, "node '%s' (softmax) is placed on cuda:0", kn_node_name(t.g, s));
   expect_refusal(&t, name, "no kernel");
   /* A mixed_float16 graph keeps to the CPU (a GPU casts to bf16 only). */
   t = build(gpu0, KN_PRECISION_MIXED_FLOAT16);
@@ -366,11 +369,11 @@ static void the_optimizer_steps_on_the_gpu(void **state) {
     float lg[8], lc[8];
     kn_optimizer *og = train_where_they_are(&gm, &configs[k], lg);
     kn_optimizer *oc = train_where_they_are(&cm, &configs[k], lc);
-    /* Over the 8 steps: the batch and the logits' gradient over, the
-     * logits back (the loss runs on the host), and the parameters over
-     * once, for the first run's kernels (the first step finds them there);
-     * nothing else crosses, the gradients and the updated weights
-     * included. */
+    /* Over the 8 steps: the batch and its labels over, with the loss's
+     * seed (a constant the compile folds on the host), the loss back, and
+     * the parameters over once, for the first run's kernels (the first
+     * step finds them there); nothing else crosses, the gradients and the
+     * updated weights included. */
     uint64_t in = 0, out = 0;
     kn_graph_device_copies(gm.graph, &in, &out, NULL);
     const size_t params = kn_param_count(gm.graph) * sizeof(float);
@@ -379,12 +382,12 @@ static void the_optimizer_steps_on_the_gpu(void **state) {
                   (int)configs[k].type, lg[7], lc[7], (unsigned long long)in,
                   (unsigned long long)out);
     assert_true(close_to(lg, lc, 8));
-    assert_int_equal(in, 8 * (8 * 6 + 8 * 3) * sizeof(float) + params);
-    assert_int_equal(out, 8 * 8 * 3 * sizeof(float));
+    assert_int_equal(in, 8 * (8 * 6 + 8 + 1) * sizeof(float) + params);
+    assert_int_equal(out, 8 * sizeof(float));
     /* Asked for, the weights and the state come back: the host's. */
     assert_true(close_to(kn_params(gm.graph), kn_params(cm.graph), kn_param_count(cm.graph)));
     kn_graph_device_copies(gm.graph, NULL, &out, NULL);
-    assert_int_equal(out, 8 * 8 * 3 * sizeof(float) + params);
+    assert_int_equal(out, 8 * sizeof(float) + params);
     kn_optimizer_type type;
     size_t n, nc;
     float *mg, *vg, *mc, *vc;
@@ -503,10 +506,10 @@ static int build_cnn(int resnet, kn_device d, kn_precision precision, kn_model *
  * on the GPU too: the CNN and the residual block train there as on the
  * host (float32: to rounding, batch norm's sums in another order;
  * mixed_bfloat16, whose GEMMs round their operands on the GPU where the
- * CPU's read bf16 copies: within 1e-3), and only the batch, the logits
- * and their gradient cross a step (the loss runs on the host), and batch
- * norm's moving statistics, which go over for its kernel and come back as
- * they move. */
+ * CPU's read bf16 copies: within 1e-3), every kernel on the device, the
+ * loss's too, and only the batch and its labels (and the loss's seed)
+ * cross a step, the loss comes back, and so do batch norm's moving statistics, which go over for
+ * its kernel and come back as they move. */
 static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
   (void)state;
   char err[512] = "";
@@ -526,7 +529,8 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
     kn_graph_placement_summary(gm.graph, &on_gpu, &with_kernel, host_ops, sizeof host_ops);
     print_message("%s: %d of %d kernels on cuda:0; on the host: %s\n",
                   kn_precision_name(precisions[p]), on_gpu, with_kernel, host_ops);
-    assert_string_equal(host_ops, "softmax_xent, fill, softmax_xent_grad");
+    assert_int_equal(on_gpu, with_kernel); /* every kernel, the loss's too */
+    assert_string_equal(host_ops, "");
     float lg[8], lc[8];
     train_cnn(&gm, lg);
     train_cnn(&cm, lc);
@@ -541,8 +545,8 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
      * variance each, over and back every step (the host's copy is the
      * current one between runs: checkpoints and replicas write it) */
     const size_t moving = resnet ? 2 * 2 * 6 * sizeof(float) : 0;
-    assert_int_equal(in, 8 * ((8 * 8 * 8 * 2 + 8 * 3) * sizeof(float) + moving) + params);
-    assert_int_equal(out, 8 * (8 * 3 * sizeof(float) + moving));
+    assert_int_equal(in, 8 * ((8 * 8 * 8 * 2 + 8 + 1) * sizeof(float) + moving) + params);
+    assert_int_equal(out, 8 * (sizeof(float) + moving));
     if (resnet) { /* the host's moving statistics are the GPU's */
       const float *sg = kn_state_data(gm.graph), *sc = kn_state_data(cm.graph);
       assert_true(close_to(sg, sc, 2 * 2 * 6));
@@ -550,6 +554,30 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
     kn_model_free(&gm);
     kn_model_free(&cm);
   }
+}
+
+/* The loss runs on the GPU, but a label outside the classes still fails
+ * the step with the CPU's words, naming it and its row: the labels are
+ * checked on the host, where they were fed. */
+static void a_bad_label_fails_the_gpu_step_by_name(void **state) {
+  (void)state;
+  char err[512] = "";
+  kn_model m;
+  if (build_model(0, gpu0, &m, err, sizeof err) != 0) {
+    print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
+    skip();
+  }
+  float *xs = kn_node_data(m.graph, m.x);
+  int32_t *ys = kn_node_data(m.graph, m.y);
+  for (int i = 0; i < 48; i++) xs[i] = 0.1f * (float)(i % 7);
+  for (int i = 0; i < 8; i++) ys[i] = i % 3;
+  ys[5] = 7;
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, 8, err, sizeof err), KN_EINVAL);
+  print_message("refused: %s\n", err);
+  assert_non_null(strstr(err, "label 7 of row 5 is outside [0, 3)"));
+  ys[5] = 2; /* and the next step runs */
+  assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, 8, err, sizeof err), KN_OK);
+  kn_model_free(&m);
 }
 
 int main(void) {
@@ -561,6 +589,7 @@ int main(void) {
       cmocka_unit_test(a_model_split_over_two_gpus_trains_as_on_one),
       cmocka_unit_test(the_optimizer_steps_on_the_gpu),
       cmocka_unit_test(a_cnn_trains_on_the_gpu_as_on_the_host),
+      cmocka_unit_test(a_bad_label_fails_the_gpu_step_by_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
