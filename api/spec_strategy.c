@@ -46,14 +46,9 @@ void spec_parse_resources(checker *c, json_t *obj, api_job_spec *spec) {
 
 /* A GPU job: its replicas run on their GPUs (the ops the CUDA backend has
  * kernels for; the others on the host), one GPU each, gradients summed by
- * NCCL; in float32 or mixed_bfloat16 (GEMMs on bf16 tensor cores). */
+ * NCCL; in any precision (mixed precision's GEMMs on tensor cores). */
 void spec_check_gpu(checker *c, const api_job_spec *spec) {
   if (strcmp(spec->device_type, "gpu") != 0) return;
-  if (strcmp(spec->precision, "mixed_float16") == 0)
-    spec_problem(c, "precision",
-                 "resources.device_type gpu trains in float32 or mixed_bfloat16 (kiln's CUDA "
-                 "kernels cast to bfloat16 only), got '%s'",
-                 spec->precision);
   if (spec->strategy == API_STRATEGY_PARAMETER_SERVER)
     spec_problem(
         c, "resources.device_type",

@@ -19,12 +19,13 @@
 #     resources.device_type gpu: examples/s against the 2-core machine's
 #     (CPU_CNN_EPS, the zoo's cnn row), test accuracy;
 #   - the step of a GEMM-bound model, a wide MLP (784 - 4 x 4096 - 10,
-#     batch 1024 and 4096) in float32, TF32 (allow_tf32) and
-#     mixed_bfloat16: ms a step, achieved TFLOP/s and its share of that
+#     batch 1024 and 4096) in float32, TF32 (allow_tf32), mixed_bfloat16
+#     and mixed_float16 (f16's dense peak is bf16's): ms a step, achieved TFLOP/s and its share of that
 #     math's dense peak, the share of the step the host copies alone
 #     explain (the bytes the graph copied a step, from its profile, over
 #     this machine's pinned copy bandwidth), and PyTorch's step of the same
-#     model on the same GPU (float32, TF32, bf16 autocast) as a ratio;
+#     model on the same GPU (float32, TF32, bf16 and f16 autocast) as a
+#     ratio;
 #   - the zoo's ResNet, MobileNet, Inception and wide MLP (bench/specs/zoo)
 #     for 60 steps each on the GPU: examples/s, and how many kernels ran
 #     there;
@@ -241,7 +242,8 @@ def torch_step_ms(batch, mode):
 
         def step():
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16"):
+            dtype = torch.float16 if mode == "f16" else torch.bfloat16
+            with torch.autocast("cuda", dtype=dtype, enabled=mode in ("bf16", "f16")):
                 loss = torch.nn.functional.cross_entropy(m(x), y)
             loss.backward()
             opt.step()
@@ -263,12 +265,13 @@ def torch_step_ms(batch, mode):
 
 # The GEMM-bound step: float32, TF32 (allow_tf32) and mixed_bfloat16, at
 # batch 1024 and 4096, against each math's dense peak and PyTorch's step.
-peaks = {"float32": peak, "tf32": peak_tf32, "bf16": peak_bf16}
+peaks = {"float32": peak, "tf32": peak_tf32, "bf16": peak_bf16, "f16": peak_bf16}
 mlp_ms = {}
 # GPU_CHECK_BATCHES="64": smaller runs, to try the script
 for batch in [int(b) for b in os.environ.get("GPU_CHECK_BATCHES", "1024 4096").split()]:
-    for mode in ("float32", "tf32", "bf16"):
-        spec = wide_mlp(batch, "mixed_bfloat16" if mode == "bf16" else "float32", mode == "tf32")
+    for mode in ("float32", "tf32", "bf16", "f16"):
+        precision = {"bf16": "mixed_bfloat16", "f16": "mixed_float16"}.get(mode, "float32")
+        spec = wide_mlp(batch, precision, mode == "tf32")
         name = f"mlp_{mode}_{batch}"
         rc, lines, wall, err, out = run(spec, name, threads)
         label = f"wide MLP 784-4x4096-10, batch {batch}, {mode}"

@@ -16,10 +16,12 @@ static void *on(kn_graph *g, const kn_node_rec *n, int v) {
 }
 
 /* mixed_bfloat16's GEMMs on bf16 tensor cores (the operands rounded to
- * bf16 as the CPU's bf16 GEMM reads them, products summed in f32); a
- * float32 graph's on TF32 ones where its spec allows, else in f32. */
+ * bf16 as the CPU's bf16 GEMM reads them, products summed in f32),
+ * mixed_float16's on f16 ones; a float32 graph's on TF32 ones where its
+ * spec allows, else in f32. */
 static kn_cuda_math gemm_math(const kn_graph *g) {
   if (g->precision == KN_PRECISION_MIXED_BFLOAT16) return KN_CUDA_MATH_BF16;
+  if (g->precision == KN_PRECISION_MIXED_FLOAT16) return KN_CUDA_MATH_F16;
   return g->allow_tf32 ? KN_CUDA_MATH_TF32 : KN_CUDA_MATH_F32;
 }
 
@@ -325,13 +327,16 @@ int kn_cuda_kernel_softmax_xent_grad(kn_graph *g, kn_node_rec *n, char *err, siz
   return xent(g, n, 1, err, errlen);
 }
 
-/* Which of mixed_bfloat16's casts n is, or -1: f32 to bf16, back, or f32
- * rounded through bf16. */
+/* Which of mixed precision's casts n is, or -1: f32 to bf16 or f16, back,
+ * or f32 rounded through either. */
 static int cast_mode(const kn_graph *g, const kn_node_rec *n) {
   const kn_dtype from = g->nodes[n->inputs[0]].dtype, to = n->dtype;
   if (from == KN_F32 && to == KN_BF16) return KN_CUDA_CAST_TO_BF16;
   if (from == KN_BF16 && to == KN_F32) return KN_CUDA_CAST_FROM_BF16;
   if (from == KN_F32 && to == KN_F32 && kn_cast_via(n) == KN_BF16) return KN_CUDA_CAST_ROUND_BF16;
+  if (from == KN_F32 && to == KN_F16) return KN_CUDA_CAST_TO_F16;
+  if (from == KN_F16 && to == KN_F32) return KN_CUDA_CAST_FROM_F16;
+  if (from == KN_F32 && to == KN_F32 && kn_cast_via(n) == KN_F16) return KN_CUDA_CAST_ROUND_F16;
   return -1;
 }
 

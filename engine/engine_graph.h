@@ -328,12 +328,12 @@ void kn_graph_set_device(kn_graph *g, kn_device d);
 void kn_graph_set_scope(kn_graph *g, const char *scope);
 /* Soft placement (TensorFlow's allow_soft_placement): every node built so
  * far that d has a kernel for moves to d, and the rest stay where they
- * are. Returns how many moved. A graph in another precision than float32
- * or mixed_bfloat16 has none that a GPU runs. */
+ * are. Returns how many moved. A graph in the float64 reference mode or
+ * with the unoptimized plan has none that a GPU runs. */
 int kn_graph_place_soft(kn_graph *g, kn_device d);
 /* Soft placement of what is placed: every node on a GPU whose backend has
- * no kernel for it (or in a graph that runs in another precision than
- * float32) moves to the host. Returns how many stay on GPUs. */
+ * no kernel for it (or in a graph in the float64 reference mode or with
+ * the unoptimized plan) moves to the host. Returns how many stay on GPUs. */
 int kn_graph_place_fallback(kn_graph *g);
 /* The CUDA device a graph's nodes are placed on, or -1 if all run on the
  * host (with several, the lowest; kn_graph_gpu_last: the highest). */

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "bf16.h"
+#include "narrow.h"
 #include "engine.h"
 #include "op_table.h"
 

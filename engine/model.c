@@ -204,23 +204,6 @@ int kn_model_build(const kn_model_config *cfg, kn_model *out, char *err, size_t 
     snprintf(err, errlen, "model: needs at least one layer");
     return KN_EINVAL;
   }
-  /* kiln's CUDA kernels are float32, with bf16 GEMMs and casts for
-   * mixed_bfloat16: a model or layer on a GPU trains in one of those two. */
-  for (int i = -1; i < cfg->n_layers && cfg->precision == KN_PRECISION_MIXED_FLOAT16; i++) {
-    const kn_layer_config *L = i < 0 ? NULL : &cfg->layers[i];
-    const kn_device d = L ? L->device : cfg->device;
-    if ((L && !L->placed) || d.kind != KN_DEVICE_CUDA) continue;
-    char where[32];
-    kn_device_format(d, where, sizeof where);
-    if (L)
-      snprintf(err, errlen,
-               "model: layer %d (%s) on %s trains in float32 or mixed_bfloat16, not %s", i, L->name,
-               where, kn_precision_name(cfg->precision));
-    else
-      snprintf(err, errlen, "model: a model on %s trains in float32 or mixed_bfloat16, not %s",
-               where, kn_precision_name(cfg->precision));
-    return KN_EINVAL;
-  }
   kn_graph *g = kn_graph_new();
   kn_node *outputs = calloc((size_t)cfg->n_layers, sizeof *outputs);
   if (!g || !outputs) {

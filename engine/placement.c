@@ -38,11 +38,11 @@ void kn_unpin_for_gpu(kn_graph *g) {
   g->pinned = 0;
 }
 
-/* Whether g's numerics run on a GPU: float32 or mixed_bfloat16 (bf16
- * GEMMs and casts), with the optimized plan, not the float64 reference. */
+/* Whether g's numerics run on a GPU: float32 or mixed precision (bf16 or
+ * f16 GEMMs and casts), with the optimized plan, not the float64
+ * reference. */
 static int gpu_numerics(const kn_graph *g) {
-  return !g->f64 && !g->unoptimized &&
-         (g->precision == KN_PRECISION_FLOAT32 || g->precision == KN_PRECISION_MIXED_BFLOAT16);
+  return !g->f64 && !g->unoptimized;
 }
 
 int kn_graph_place_soft(kn_graph *g, kn_device d) {
@@ -136,20 +136,16 @@ int kn_check_placement(kn_graph *g) {
     kn_device_format(n->device, where, sizeof where);
     if (!gpu_numerics(g)) {
       kn_graph_fail(g, KN_EINVAL,
-                    "compile: node '%s' is placed on %s; a graph with nodes on a GPU runs in "
-                    "float32 or mixed_bfloat16, with the optimized plan (not %s)",
-                    n->name, where,
-                    g->f64           ? "the float64 reference mode"
-                    : g->unoptimized ? "the unoptimized plan"
-                                     : kn_precision_name(g->precision));
+                    "compile: node '%s' is placed on %s; a graph with nodes on a GPU runs "
+                    "with the optimized plan (not %s)",
+                    n->name, where, g->f64 ? "the float64 reference mode" : "the unoptimized plan");
       return KN_EINVAL;
     }
     if (!be->supports(g, n)) {
       kn_graph_fail(g, KN_EINVAL,
                     "compile: node '%s' (%s) is placed on %s, but kiln's CUDA backend has no "
-                    "kernel for it (it runs float32 matmul, relu and relu's gradient, bias_add, "
-                    "reduce_rows, im2col, col2im, pooling and its gradient, and "
-                    "mixed_bfloat16's casts); place it on cpu",
+                    "kernel for it (as placed: its types, its inputs' shapes, a pass's "
+                    "rewrite); place it on cpu",
                     n->name, kn_op_name(n->op), where);
       return KN_EINVAL;
     }

@@ -21,12 +21,6 @@ const char *kn_dtype_name(kn_dtype dtype) {
   return "?";
 }
 
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 static float bits_f32(uint32_t u) {
   float f;
   memcpy(&f, &u, sizeof f);
@@ -42,33 +36,11 @@ static float bf16_to_f32(uint16_t h) {
 }
 
 static uint16_t f32_to_f16(float f) {
-  uint32_t u = f32_bits(f);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
-  if (abs >= 0x477ff000u) return sign | 0x7c00u; /* rounds to inf */
-  if (abs < 0x38800000u) {                       /* subnormal or zero in f16 */
-    /* Scale into the subnormal range, letting the FPU round to nearest even. */
-    float scaled = bits_f32(abs) * 16777216.0f; /* 2^24 */
-    return sign | (uint16_t)lrintf(scaled);
-  }
-  uint32_t mant = abs & 0x7fffffu;
-  int32_t exp = (int32_t)(abs >> 23) - 127 + 15;
-  uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
-  uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++; /* carries into the exponent fine */
-  return sign | (uint16_t)h;
+  return kn_f16_from_f32(f);
 }
 
 static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {
-    float v = (float)mant / 16777216.0f; /* mant * 2^-24 */
-    return sign ? -v : v;
-  }
-  if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-  return bits_f32(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  return kn_f16_to_f32(h);
 }
 
 static double load(kn_dtype t, const void *src, size_t i) {

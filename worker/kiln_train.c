@@ -666,10 +666,11 @@ static int train_main(int argc, char **argv) {
   }
   /* the GEMMs a GPU runs: cuBLAS, on tensor cores where the precision or
    * allow_tf32 lets them round their operands */
-  const char *gpu_gemm = mc.precision == KN_PRECISION_MIXED_BFLOAT16
-                             ? "cuBLAS on bf16 tensor cores, f32 sums"
-                         : mc.allow_tf32 ? "cuBLAS on TF32 tensor cores (allow_tf32)"
-                                         : "cuBLAS float32";
+  const char *gpu_gemm =
+      mc.precision == KN_PRECISION_MIXED_BFLOAT16  ? "cuBLAS on bf16 tensor cores, f32 sums"
+      : mc.precision == KN_PRECISION_MIXED_FLOAT16 ? "cuBLAS on f16 tensor cores, f32 sums"
+      : mc.allow_tf32                              ? "cuBLAS on TF32 tensor cores (allow_tf32)"
+                                                   : "cuBLAS float32";
   const int gemms_on_gpu = gpu && kn_graph_gpu(model.graph) >= 0;
   if (mc.precision != KN_PRECISION_FLOAT32) {
     size_t used = strlen(extra);

@@ -14,7 +14,7 @@
  * between calls. */
 #include "cuda_module.h"
 
-#include "../bf16.h"
+#include "../narrow.h"
 #include "../philox.h"
 
 #include <cublas_v2.h>
@@ -304,7 +304,7 @@ static __global__ void pool_grad_kernel(kn_cuda_windows w, const float *dy, cons
   }
 }
 
-/* ---- mixed_bfloat16's casts, bit for bit as the CPU's (bf16.h) ---- */
+/* ---- mixed precision's casts, bit for bit as the CPU's (narrow.h) ---- */
 static __global__ void cast_kernel(const void *x, void *y, size_t n, int mode) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -312,8 +312,14 @@ static __global__ void cast_kernel(const void *x, void *y, size_t n, int mode) {
       ((uint16_t *)y)[i] = kn_bf16_from_f32(((const float *)x)[i]);
     else if (mode == KN_CUDA_CAST_FROM_BF16)
       ((float *)y)[i] = kn_bf16_to_f32(((const uint16_t *)x)[i]);
-    else
+    else if (mode == KN_CUDA_CAST_ROUND_BF16)
       ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(((const float *)x)[i]));
+    else if (mode == KN_CUDA_CAST_TO_F16)
+      ((uint16_t *)y)[i] = kn_f16_from_f32(((const float *)x)[i]);
+    else if (mode == KN_CUDA_CAST_FROM_F16)
+      ((float *)y)[i] = kn_f16_to_f32(((const uint16_t *)x)[i]);
+    else
+      ((float *)y)[i] = kn_f16_to_f32(kn_f16_from_f32(((const float *)x)[i]));
   }
 }
 
@@ -743,6 +749,7 @@ static int sgemm(cublasHandle_t handle, const float *d_a, const float *d_b, floa
   /* float32 in and out; the compute type says whether tensor cores may
    * round the operands (to TF32 or bfloat16) on the way in */
   const cublasComputeType_t compute = math == KN_CUDA_MATH_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                      : math == KN_CUDA_MATH_F16  ? CUBLAS_COMPUTE_32F_FAST_16F
                                       : math == KN_CUDA_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                   : CUBLAS_COMPUTE_32F;
   if (math == KN_CUDA_MATH_F32) {
@@ -814,8 +821,8 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_matmul(const float *a, const 
                                                           size_t errlen) {
   int rc = -1;
   workspace *w = nullptr;
-  if (math < KN_CUDA_MATH_F32 || math > KN_CUDA_MATH_BF16) {
-    set_err(err, errlen, "kn_cuda_dev_matmul: math must be f32, tf32 or bf16 (0 to 2), got %d",
+  if (math < KN_CUDA_MATH_F32 || math > KN_CUDA_MATH_F16) {
+    set_err(err, errlen, "kn_cuda_dev_matmul: math must be f32, tf32, bf16 or f16 (0 to 3), got %d",
             math);
     return -1;
   }
@@ -1378,8 +1385,8 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, 
                                                         char *err, size_t errlen) {
   int rc = -1;
   unsigned blocks = 0;
-  if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {
-    set_err(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 2, got %d", mode);
+  if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_F16) {
+    set_err(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 5, got %d", mode);
     return -1;
   }
   if (n == 0) return 0;

@@ -46,12 +46,14 @@ int kn_cuda_relu_grad(const float *dy, const float *y, float *dx, size_t n, char
 
 /* How a GEMM on the device multiplies its float32 operands: in float32
  * (CUDA cores), or on tensor cores with the operands rounded to TF32
- * (10-bit mantissa: a spec's allow_tf32) or to bfloat16 (mixed_bfloat16),
- * the products summed in float32 either way. */
+ * (10-bit mantissa: a spec's allow_tf32), to bfloat16 (mixed_bfloat16)
+ * or to IEEE half (mixed_float16), the products summed in float32 either
+ * way. */
 typedef enum kn_cuda_math {
   KN_CUDA_MATH_F32 = 0,
   KN_CUDA_MATH_TF32 = 1,
   KN_CUDA_MATH_BF16 = 2,
+  KN_CUDA_MATH_F16 = 3,
 } kn_cuda_math;
 
 /* The same three on device buffers of the current device (kn_cuda_alloc),
@@ -118,14 +120,17 @@ int kn_cuda_dev_pool_grad(const kn_cuda_windows *w, const float *dy, const float
 int kn_cuda_dev_dwconv(const kn_cuda_windows *w, int M, int mode, const float *a, const float *b,
                        float *out, char *err, size_t errlen);
 
-/* mixed_bfloat16's casts over n elements on device buffers: float32 to
- * bfloat16 (round to nearest even, NaN kept quiet), bfloat16 to float32,
- * and float32 rounded through bfloat16 in place of its own value, each as
- * the CPU's kn_bf16_from_f32 / kn_bf16_to_f32. */
+/* Mixed precision's casts over n elements on device buffers: float32 to
+ * bfloat16 or f16 (round to nearest even, NaN kept quiet, f16 saturating
+ * to infinity), back to float32, and float32 rounded through the narrow
+ * type in place of its own value, each as the CPU's (narrow.h). */
 typedef enum kn_cuda_cast {
   KN_CUDA_CAST_TO_BF16 = 0,
   KN_CUDA_CAST_FROM_BF16 = 1,
   KN_CUDA_CAST_ROUND_BF16 = 2,
+  KN_CUDA_CAST_TO_F16 = 3,
+  KN_CUDA_CAST_FROM_F16 = 4,
+  KN_CUDA_CAST_ROUND_F16 = 5,
 } kn_cuda_cast;
 int kn_cuda_dev_cast(const void *x, void *y, size_t n, kn_cuda_cast mode, char *err, size_t errlen);
 

@@ -340,10 +340,6 @@ static const struct CMUnitTest rules[] = {
     /* resources, precision, strategy */
     RULE("unknown_device_type_is_refused", "resources.device_type", "\"cuda\"",
          .field = "resources.device_type", .description = "must be cpu or gpu, got 'cuda'"),
-    RULE("gpu_job_in_mixed_float16_is_refused", "resources.device_type", "\"gpu\"", "precision",
-         "\"mixed_float16\"", .field = "precision",
-         .description = "gpu trains in float32 or mixed_bfloat16 (kiln's CUDA kernels cast to "
-                        "bfloat16 only), got 'mixed_float16'"),
     RULE("parameter_server_on_gpus_is_refused", "resources",
          "{\"device_type\":\"gpu\",\"devices\":3}", "strategy",
          "{\"type\":\"parameter_server\",\"ps\":1,\"workers\":2}", .field = "resources.device_type",

@@ -99,7 +99,9 @@ static float *rounded(const float *x, size_t n, int math) {
   float *r = malloc((n ? n : 1) * sizeof *r);
   if (!r) return NULL;
   for (size_t i = 0; i < n; i++)
-    r[i] = math == KN_CUDA_MATH_TF32 ? round_tf32(x[i]) : kn_bf16_to_f32(kn_bf16_from_f32(x[i]));
+    r[i] = math == KN_CUDA_MATH_TF32  ? round_tf32(x[i])
+           : math == KN_CUDA_MATH_F16 ? kn_f16_to_f32(kn_f16_from_f32(x[i]))
+                                      : kn_bf16_to_f32(kn_bf16_from_f32(x[i]));
   return r;
 }
 
@@ -108,9 +110,9 @@ static float *rounded(const float *x, size_t n, int math) {
  * device does, then sums in float32. */
 int kiln_cuda_module_dev_matmul(const float *a, const float *b, float *c, int m, int n, int k,
                                 int trans_a, int trans_b, int math, char *err, size_t errlen) {
-  if (math < KN_CUDA_MATH_F32 || math > KN_CUDA_MATH_BF16) {
-    snprintf(err, errlen, "kn_cuda_dev_matmul: math must be f32, tf32 or bf16 (0 to 2), got %d",
-             math);
+  if (math < KN_CUDA_MATH_F32 || math > KN_CUDA_MATH_F16) {
+    snprintf(err, errlen,
+             "kn_cuda_dev_matmul: math must be f32, tf32, bf16 or f16 (0 to 3), got %d", math);
     return -1;
   }
   if (math == KN_CUDA_MATH_F32 || m <= 0 || n <= 0 || k <= 0)
@@ -311,8 +313,8 @@ int kiln_cuda_module_dev_softmax_xent_grad(const float *logits, const int32_t *l
 
 int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                               size_t errlen) {
-  if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_BF16) {
-    snprintf(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 2, got %d", mode);
+  if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_F16) {
+    snprintf(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 5, got %d", mode);
     return -1;
   }
   ref_cast(x, y, n, mode);

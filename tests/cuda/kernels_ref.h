@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
+#include "narrow.h"
 #include "cuda/cuda.h"
 
 static inline size_t ref_pixel(const kn_cuda_windows *w, int b, int ih, int iw) {
@@ -108,8 +108,14 @@ static inline void ref_cast(const void *x, void *y, size_t n, int mode) {
       ((uint16_t *)y)[i] = kn_bf16_from_f32(((const float *)x)[i]);
     else if (mode == KN_CUDA_CAST_FROM_BF16)
       ((float *)y)[i] = kn_bf16_to_f32(((const uint16_t *)x)[i]);
-    else
+    else if (mode == KN_CUDA_CAST_ROUND_BF16)
       ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(((const float *)x)[i]));
+    else if (mode == KN_CUDA_CAST_TO_F16)
+      ((uint16_t *)y)[i] = kn_f16_from_f32(((const float *)x)[i]);
+    else if (mode == KN_CUDA_CAST_FROM_F16)
+      ((float *)y)[i] = kn_f16_to_f32(((const uint16_t *)x)[i]);
+    else
+      ((float *)y)[i] = kn_f16_to_f32(kn_f16_from_f32(((const float *)x)[i]));
   }
 }
 

@@ -511,8 +511,8 @@ static void pooling_and_its_gradient_match_cpu(void **state) {
   }
 }
 
-/* The three casts of mixed_bfloat16, bit for bit as the CPU's: ties to
- * even, NaN kept (quiet), infinities and -0. */
+/* The casts of mixed precision, bit for bit as the CPU's: ties to even,
+ * NaN kept (quiet), infinities and -0; f16's overflow and subnormals. */
 static void casts_match_cpu(void **state) {
   (void)state;
   REQUIRE_DEVICE();
@@ -537,8 +537,25 @@ static void casts_match_cpu(void **state) {
   assert_int_equal(kn_cuda_dev_cast(d[0], d[2], N, KN_CUDA_CAST_ROUND_BF16, err, sizeof err), 0);
   back_to_host(y, d[2], N);
   assert_same_bits("f32 through bf16", y, want, N);
+  /* and through f16: ties, overflow to infinity, subnormals */
+  x[9] = 65520.0f;
+  x[10] = 3e-6f;
+  x[11] = 1.00048828125f; /* a tie */
+  assert_int_equal(kn_cuda_copy_in(0, d[0], x, N * 4, err, sizeof err), 0);
+  assert_int_equal(kn_cuda_dev_cast(d[0], d[1], N, KN_CUDA_CAST_TO_F16, err, sizeof err), 0);
+  assert_int_equal(kn_cuda_copy_out(0, h, d[1], N * 2, err, sizeof err), 0);
+  ref_cast(x, want_h, N, KN_CUDA_CAST_TO_F16);
+  assert_memory_equal(h, want_h, N * 2);
+  assert_int_equal(kn_cuda_dev_cast(d[1], d[2], N, KN_CUDA_CAST_FROM_F16, err, sizeof err), 0);
+  back_to_host(y, d[2], N);
+  ref_cast(want_h, want, N, KN_CUDA_CAST_FROM_F16);
+  assert_same_bits("f16 to f32", y, want, N);
+  assert_true(isinf(want[9]));
+  assert_int_equal(kn_cuda_dev_cast(d[0], d[2], N, KN_CUDA_CAST_ROUND_F16, err, sizeof err), 0);
+  back_to_host(y, d[2], N);
+  assert_same_bits("f32 through f16", y, want, N);
   assert_int_equal(kn_cuda_dev_cast(d[0], d[2], N, 7, err, sizeof err), -1);
-  assert_non_null(strstr(err, "mode must be 0 to 2"));
+  assert_non_null(strstr(err, "mode must be 0 to 5"));
   free_all(d, 3);
   free(x), free(y), free(want), free(h), free(want_h);
 }
@@ -581,7 +598,7 @@ static void tensor_core_gemms_round_their_operands(void **state) {
   }
   assert_true(worst > 1e-6); /* rounded, not float32 */
   assert_int_equal(kn_cuda_dev_matmul(d[0], d[1], d[2], M, N, K, 0, 0, 5, err, sizeof err), -1);
-  assert_non_null(strstr(err, "math must be f32, tf32 or bf16"));
+  assert_non_null(strstr(err, "math must be f32, tf32, bf16 or f16"));
   free_all(d, 3);
   free(a), free(b), free(c), free(ra), free(rb), free(want), free(scale);
 }

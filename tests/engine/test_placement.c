@@ -153,9 +153,6 @@ static void compile_refuses_placements_that_cannot_run(void **state) {
   char name[160];
   snprintf(name, sizeof name, "node '%s' (softmax) is placed on cuda:0", kn_node_name(t.g, s));
   expect_refusal(&t, name, "no kernel");
-  /* A mixed_float16 graph keeps to the CPU (a GPU casts to bf16 only). */
-  t = build(gpu0, KN_PRECISION_MIXED_FLOAT16);
-  expect_refusal(&t, "is placed on cuda:0", "runs in float32 or mixed_bfloat16");
   /* A device this machine lacks. */
   t = build((kn_device){KN_DEVICE_CUDA, 7}, KN_PRECISION_FLOAT32);
   expect_refusal(&t, "is placed on cuda:7", NULL);
@@ -505,18 +502,18 @@ static int build_cnn(int resnet, kn_device d, kn_precision precision, kn_model *
 /* Convolutions, pooling, batch norm, residual adds and their gradients run
  * on the GPU too: the CNN and the residual block train there as on the
  * host (float32: to rounding, batch norm's sums in another order;
- * mixed_bfloat16, whose GEMMs round their operands on the GPU where the
- * CPU's read bf16 copies: within 1e-3), every kernel on the device, the
- * loss's too, and only the batch and its labels (and the loss's seed)
- * cross a step, the loss comes back, and so do batch norm's moving statistics, which go over for
- * its kernel and come back as they move. */
+ * mixed_bfloat16 and mixed_float16, whose GEMMs round their operands on
+ * the GPU where the CPU's read narrow copies: within 1e-3 and 5e-3), every kernel on the device,
+ * the loss's too, and only the batch and its labels (and the loss's seed) cross a step, the loss
+ * comes back, and so do batch norm's moving statistics, which go over for its kernel and come back
+ * as they move. */
 static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
   (void)state;
   char err[512] = "";
   const kn_precision precisions[] = {KN_PRECISION_FLOAT32, KN_PRECISION_MIXED_BFLOAT16,
-                                     KN_PRECISION_FLOAT32};
-  for (int p = 0; p < 3; p++) {
-    const int resnet = p == 2;
+                                     KN_PRECISION_MIXED_FLOAT16, KN_PRECISION_FLOAT32};
+  for (int p = 0; p < 4; p++) {
+    const int resnet = p == 3;
     kn_model gm, cm;
     if (build_cnn(resnet, gpu0, precisions[p], &gm, err, sizeof err) != 0) {
       assert_non_null(strstr(err, "is placed on cuda:0"));
@@ -536,7 +533,11 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
     train_cnn(&cm, lc);
     for (int s = 0; s < 8; s++) {
       print_message("step %d: loss %.7f on cuda:0, %.7f on the host\n", s, lg[s], lc[s]);
-      assert_true(fabsf(lg[s] - lc[s]) <= (p == 1 ? 1e-3f : 1e-5f) * fmaxf(1.0f, fabsf(lc[s])));
+      /* the mixed ones: mixed_float16's gradients, unscaled here, lose
+       * their smallest terms to f16 where the CPU's lowering and the GPU's
+       * GEMMs round different values */
+      const float tol = p == 1 ? 1e-3f : p == 2 ? 5e-3f : 1e-5f;
+      assert_true(fabsf(lg[s] - lc[s]) <= tol * fmaxf(1.0f, fabsf(lc[s])));
     }
     uint64_t in = 0, out = 0;
     kn_graph_device_copies(gm.graph, &in, &out, NULL);
