@@ -350,7 +350,7 @@ static __global__ void dw_forward_kernel(kn_cuda_windows w, int M, const float *
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int o = (int)(i % CM), ow = (int)(i / CM % w.ow), oh = (int)(i / CM / w.ow % w.oh);
     const size_t b = i / CM / w.ow / w.oh;
-    const int c = o / M, m = o % M;
+    const int c = o / M;
     float sum = 0.0f;
     for (int ki = 0; ki < w.kh; ki++) {
       const int ih = oh * w.sh - w.pad_top + ki * w.dh;
@@ -688,6 +688,22 @@ cleanup:
   return rc;
 }
 
+/* Queues kernel on enough blocks of RELU_THREADS for n elements (nothing
+ * for none: its grid-stride loop does the rest) and reports a launch
+ * error; faults in the queued work surface at the next copy out. */
+template <typename... Params, typename... Args>
+static int launch(void (*kernel)(Params...), size_t n, char *err, size_t errlen, Args... args) {
+  unsigned blocks = 0;
+  if (n == 0) return 0;
+  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
+  kernel<<<blocks, RELU_THREADS>>>(args...);
+  const cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) return 0;
+  set_err(err, errlen, "%s: a kernel's launch failed: %s (%s)", base_name(__FILE__),
+          cudaGetErrorString(status), cudaGetErrorName(status));
+  return -1;
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_device_count(int *count, char *err, size_t errlen) {
   if (!count) {
     set_err(err, errlen, "kn_cuda_device_count: count must not be NULL");
@@ -904,92 +920,57 @@ cleanup:
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n,
                                                         char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (n == 0) return 0;
   if (!x || !y) {
     set_err(err, errlen, "kn_cuda_dev_relu: x and y must not be NULL (n=%zu)", n);
     return -1;
   }
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  relu_kernel<<<blocks, RELU_THREADS>>>(x, y, n);
-  KN_CUDA_CHECK(cudaGetLastError()); /* launch errors; faults surface at the next copy out */
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(relu_kernel, n, err, errlen, x, y, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_relu_grad(const float *dy, const float *y,
                                                              float *dx, size_t n, char *err,
                                                              size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (n == 0) return 0;
   if (!dy || !y || !dx) {
     set_err(err, errlen, "kn_cuda_dev_relu_grad: dy, y and dx must not be NULL (n=%zu)", n);
     return -1;
   }
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  relu_grad_kernel<<<blocks, RELU_THREADS>>>(dy, y, dx, n);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(relu_grad_kernel, n, err, errlen, dy, y, dx, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bias_add(const float *x, const float *b,
                                                             float *y, size_t rows, size_t cols,
                                                             int relu, char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (rows == 0 || cols == 0) return 0;
   if (!x || !b || !y) {
     set_err(err, errlen, "kn_cuda_dev_bias_add: x, b and y must not be NULL");
     return -1;
   }
-  if (grid_for(rows * cols, &blocks, err, errlen) != 0) return -1;
-  bias_add_kernel<<<blocks, RELU_THREADS>>>(x, b, y, rows, cols, relu);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(bias_add_kernel, rows * cols, err, errlen, x, b, y, rows, cols, relu);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_rows(const float *x, float *out,
                                                                size_t rows, size_t cols, char *err,
                                                                size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (cols == 0) return 0;
   if (!x || !out) {
     set_err(err, errlen, "kn_cuda_dev_reduce_rows: x and out must not be NULL");
     return -1;
   }
-  if (grid_for(cols, &blocks, err, errlen) != 0) return -1;
-  reduce_rows_kernel<<<blocks, RELU_THREADS>>>(x, out, rows, cols);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(reduce_rows_kernel, cols, err, errlen, x, out, rows, cols);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_optimizer_step(const kn_step_consts *c, float *p,
                                                                   const float *g, float *m,
                                                                   float *v, size_t n, char *err,
                                                                   size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (n == 0) return 0;
   if (!c || !p || !g) {
     set_err(err, errlen, "kn_cuda_dev_optimizer_step: c, p and g must not be NULL");
     return -1;
   }
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  optimizer_step_kernel<<<blocks, RELU_THREADS>>>(*c, p, g, m, v, n);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(optimizer_step_kernel, n, err, errlen, *c, p, g, m, v, n);
 }
 
 /* The windows' sizes, checked: positive, and a window count that fits. */
@@ -1009,138 +990,78 @@ static int windows_ok(const kn_cuda_windows *w, const char *what, char *err, siz
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_im2col(const kn_cuda_windows *w, const float *x,
                                                           float *cols, char *err, size_t errlen) {
-  int rc = -1;
   if (!windows_ok(w, "kn_cuda_dev_im2col", err, errlen)) return -1;
   const size_t n = (size_t)w->batch * w->oh * w->ow * w->kh * w->kw * w->c;
-  unsigned blocks = 0;
-  if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  im2col_kernel<<<blocks, RELU_THREADS>>>(*w, x, cols, n);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(im2col_kernel, n, err, errlen, *w, x, cols, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_col2im(const kn_cuda_windows *w,
                                                           const float *cols, float *dx, char *err,
                                                           size_t errlen) {
-  int rc = -1;
   if (!windows_ok(w, "kn_cuda_dev_col2im", err, errlen)) return -1;
   const size_t n = (size_t)w->batch * w->h * w->w * w->c;
-  unsigned blocks = 0;
-  if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  col2im_kernel<<<blocks, RELU_THREADS>>>(*w, cols, dx, n);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(col2im_kernel, n, err, errlen, *w, cols, dx, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_pool(const kn_cuda_windows *w, const float *x,
                                                         float *y, char *err, size_t errlen) {
-  int rc = -1;
   if (!windows_ok(w, "kn_cuda_dev_pool", err, errlen)) return -1;
   const size_t n = (size_t)w->batch * w->oh * w->ow * w->c;
-  unsigned blocks = 0;
-  if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  pool_kernel<<<blocks, RELU_THREADS>>>(*w, x, y, n);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(pool_kernel, n, err, errlen, *w, x, y, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_pool_grad(const kn_cuda_windows *w,
                                                              const float *dy, const float *x,
                                                              const float *y, float *dx, char *err,
                                                              size_t errlen) {
-  int rc = -1;
   if (!windows_ok(w, "kn_cuda_dev_pool_grad", err, errlen)) return -1;
   const size_t n = (size_t)w->batch * w->h * w->w * w->c;
-  unsigned blocks = 0;
-  if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  pool_grad_kernel<<<blocks, RELU_THREADS>>>(*w, dy, x, y, dx, n);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(pool_grad_kernel, n, err, errlen, *w, dy, x, y, dx, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_binary(const float *a, const float *b, float *y,
                                                           size_t n, int op, char *err,
                                                           size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (op < 0 || op > 3) {
     set_err(err, errlen, "kn_cuda_dev_binary: op must be 0 to 3 (add, sub, mul, div), got %d", op);
     return -1;
   }
   if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  binary_kernel<<<blocks, RELU_THREADS>>>(a, b, y, n, op);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(binary_kernel, n, err, errlen, a, b, y, n, op);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_unary(const float *x, float *y, size_t n, int op,
                                                          float alpha, char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (op < 0 || op > 7) {
     set_err(err, errlen, "kn_cuda_dev_unary: op must be 0 to 7, got %d", op);
     return -1;
   }
   if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  unary_kernel<<<blocks, RELU_THREADS>>>(x, y, n, op, alpha);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(unary_kernel, n, err, errlen, x, y, n, op, alpha);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_unary_grad(const float *dy, const float *x,
                                                               const float *y, float *dx, size_t n,
                                                               int op, float alpha, char *err,
                                                               size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (op < 0 || op > 7) {
     set_err(err, errlen, "kn_cuda_dev_unary_grad: op must be 0 to 7, got %d", op);
     return -1;
   }
   if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  unary_grad_kernel<<<blocks, RELU_THREADS>>>(dy, x, y, dx, n, op, alpha);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(unary_grad_kernel, n, err, errlen, dy, x, y, dx, n, op, alpha);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce(const float *x, float *y, size_t outer,
                                                           size_t len, size_t inner, int kind,
                                                           char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (kind < 0 || kind > 2 || len == 0) {
     set_err(err, errlen, "kn_cuda_dev_reduce: kind must be 0 to 2 and len > 0, got %d, %zu", kind,
             len);
     return -1;
   }
   if (outer * inner == 0) return 0;
-  if (grid_for(outer * inner, &blocks, err, errlen) != 0) return -1;
-  reduce_kernel<<<blocks, RELU_THREADS>>>(x, y, outer, len, inner, kind);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(reduce_kernel, outer * inner, err, errlen, x, y, outer, len, inner, kind);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_grad(const float *dy, const float *x,
@@ -1148,20 +1069,14 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_reduce_grad(const float *dy, 
                                                                size_t outer, size_t len,
                                                                size_t inner, int kind, char *err,
                                                                size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (kind < 0 || kind > 2 || len == 0) {
     set_err(err, errlen, "kn_cuda_dev_reduce_grad: kind must be 0 to 2 and len > 0, got %d, %zu",
             kind, len);
     return -1;
   }
   if (outer * inner == 0) return 0;
-  if (grid_for(outer * inner, &blocks, err, errlen) != 0) return -1;
-  reduce_grad_kernel<<<blocks, RELU_THREADS>>>(dy, x, y, dx, outer, len, inner, kind);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(reduce_grad_kernel, outer * inner, err, errlen, dy, x, y, dx, outer, len, inner,
+                kind);
 }
 
 /* Each channel's two sums (bn_partial_sums, then bn_finish) in the
@@ -1176,19 +1091,15 @@ static int bn_sums(int what, const float *x, const float *dy, const float *stats
   const size_t per_part = (rows + parts - 1) / parts;
   /* doubles: parts x 2 x C, then 2 x C sums; the workspace counts floats */
   workspace *w = workspace_for((parts * 2 * C + 2 * C) * 2, 0, err, errlen);
-  unsigned blocks = 0;
   if (!w) return -1;
   double *part = (double *)(void *)w->buf, *sums = part + parts * 2 * C;
   const dim3 grid((unsigned)((C + BN_LANES - 1) / BN_LANES), (unsigned)parts);
   bn_partial_sums<<<grid, BN_LANES * BN_ROW_LANES>>>(what, x, dy, stats, rows, C,
                                                      per_part ? per_part : 1, part);
   KN_CUDA_CHECK(cudaGetLastError());
-  if (grid_for(C, &blocks, err, errlen) != 0) return -1;
-  bn_finish<<<blocks, RELU_THREADS>>>(what, x, rows, C, (int)parts, part, out_stats, mm, mv,
-                                      momentum, eps, dgamma, dbeta, sums);
-  KN_CUDA_CHECK(cudaGetLastError());
   if (sums_out) *sums_out = sums;
-  rc = 0;
+  rc = launch(bn_finish, C, err, errlen, what, x, rows, C, (int)parts, (const double *)part,
+              out_stats, mm, mv, momentum, eps, dgamma, dbeta, sums);
 cleanup:
   return rc;
 }
@@ -1198,34 +1109,20 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_stats(const float *x, floa
                                                             size_t rows, size_t C, float momentum,
                                                             float epsilon, int training, char *err,
                                                             size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (C == 0) return 0;
-  if (!training || rows == 0) {
-    if (grid_for(C, &blocks, err, errlen) != 0) return -1;
-    bn_eval_stats<<<blocks, RELU_THREADS>>>(moving_mean, moving_var, stats, C, (double)epsilon);
-    KN_CUDA_CHECK(cudaGetLastError());
-    return 0;
-  }
+  if (!training || rows == 0)
+    return launch(bn_eval_stats, C, err, errlen, (const float *)moving_mean,
+                  (const float *)moving_var, stats, C, (double)epsilon);
   return bn_sums(0, x, nullptr, nullptr, rows, C, moving_mean, moving_var, stats, (double)momentum,
                  (double)epsilon, nullptr, nullptr, nullptr, err, errlen);
-cleanup:
-  return rc;
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_apply(const float *x, const float *stats,
                                                             const float *gamma, const float *beta,
                                                             float *y, size_t rows, size_t C,
                                                             char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (rows * C == 0) return 0;
-  if (grid_for(rows * C, &blocks, err, errlen) != 0) return -1;
-  bn_apply_kernel<<<blocks, RELU_THREADS>>>(x, stats, gamma, beta, y, rows, C);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(bn_apply_kernel, rows * C, err, errlen, x, stats, gamma, beta, y, rows, C);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_grad(const float *dy, const float *x,
@@ -1233,35 +1130,21 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bn_grad(const float *dy, cons
                                                            float *dx, float *dgamma, float *dbeta,
                                                            size_t rows, size_t C, char *err,
                                                            size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   double *sums = nullptr;
   if (C == 0) return 0;
   if (bn_sums(1, x, dy, stats, rows, C, nullptr, nullptr, nullptr, 0.0, 0.0, dgamma, dbeta, &sums,
               err, errlen) != 0)
     return -1;
   if (!dx || rows == 0) return 0;
-  if (grid_for(rows * C, &blocks, err, errlen) != 0) return -1;
-  bn_grad_x_kernel<<<blocks, RELU_THREADS>>>(dy, x, stats, gamma, sums, dx, rows, C);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(bn_grad_x_kernel, rows * C, err, errlen, dy, x, stats, gamma, sums, dx, rows, C);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_dropout_mask(float *m, size_t n, uint64_t seed,
                                                                 uint64_t step, uint64_t first,
                                                                 uint32_t threshold, float keep,
                                                                 char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  dropout_mask_kernel<<<blocks, RELU_THREADS>>>(m, n, seed, step, first, threshold, keep);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(dropout_mask_kernel, n, err, errlen, m, n, seed, step, first, threshold, keep);
 }
 
 enum { DW_MAX_PARTS = 64 };
@@ -1278,31 +1161,23 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_dwconv(const kn_cuda_windows 
     return -1;
   }
   const size_t CM = (size_t)w->c * M;
-  if (mode == 0) {
-    const size_t n = (size_t)w->batch * w->oh * w->ow * CM;
-    if (n == 0) return 0;
-    if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-    dw_forward_kernel<<<blocks, RELU_THREADS>>>(*w, M, a, b, out, n);
-  } else if (mode == 1) {
-    const size_t n = (size_t)w->batch * w->h * w->w * w->c;
-    if (n == 0) return 0;
-    if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-    dw_dx_kernel<<<blocks, RELU_THREADS>>>(*w, M, a, b, out, n);
-  } else {
-    const size_t weights = (size_t)w->kh * w->kw * CM;
-    const int parts = w->batch < 1 ? 1 : w->batch < DW_MAX_PARTS ? w->batch : DW_MAX_PARTS;
-    const int per_part = w->batch < 1 ? 1 : (w->batch + parts - 1) / parts;
-    workspace *ws = workspace_for((size_t)parts * weights * 2, 0, err, errlen);
-    if (!ws) return -1;
-    double *part = (double *)(void *)ws->buf;
-    if (grid_for(weights, &blocks, err, errlen) != 0) return -1;
-    dw_dw_parts<<<dim3(blocks, (unsigned)parts), RELU_THREADS>>>(*w, M, a, b, per_part, part,
-                                                                 weights);
-    KN_CUDA_CHECK(cudaGetLastError());
-    dw_dw_finish<<<blocks, RELU_THREADS>>>(part, parts, out, weights);
-  }
+  if (mode == 0)
+    return launch(dw_forward_kernel, (size_t)w->batch * w->oh * w->ow * CM, err, errlen, *w, M, a,
+                  b, out, (size_t)w->batch * w->oh * w->ow * CM);
+  if (mode == 1)
+    return launch(dw_dx_kernel, (size_t)w->batch * w->h * w->w * w->c, err, errlen, *w, M, a, b,
+                  out, (size_t)w->batch * w->h * w->w * w->c);
+  const size_t weights = (size_t)w->kh * w->kw * CM;
+  const int parts = w->batch < 1 ? 1 : w->batch < DW_MAX_PARTS ? w->batch : DW_MAX_PARTS;
+  const int per_part = w->batch < 1 ? 1 : (w->batch + parts - 1) / parts;
+  workspace *ws = workspace_for((size_t)parts * weights * 2, 0, err, errlen);
+  if (!ws) return -1;
+  double *part = (double *)(void *)ws->buf;
+  if (grid_for(weights, &blocks, err, errlen) != 0) return -1;
+  dw_dw_parts<<<dim3(blocks, (unsigned)parts), RELU_THREADS>>>(*w, M, a, b, per_part, part,
+                                                               weights);
   KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
+  rc = launch(dw_dw_finish, weights, err, errlen, (const double *)part, parts, out, weights);
 cleanup:
   return rc;
 }
@@ -1327,15 +1202,8 @@ cleanup:
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_fill(float *y, size_t n, float value, char *err,
                                                         size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  fill_kernel<<<blocks, RELU_THREADS>>>(y, n, value);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(fill_kernel, n, err, errlen, y, n, value);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *logits,
@@ -1343,7 +1211,6 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *log
                                                                 size_t rows, size_t cols, char *err,
                                                                 size_t errlen) {
   int rc = -1;
-  unsigned blocks = 0;
   workspace *w = nullptr;
   if (rows == 0 || cols == 0) {
     set_err(err, errlen, "kn_cuda_dev_softmax_xent: needs rows and classes, got %zu x %zu", rows,
@@ -1351,10 +1218,9 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *log
     return -1;
   }
   if (!(w = workspace_for(rows * 2, 0, err, errlen))) return -1;
-  if (grid_for(rows, &blocks, err, errlen) != 0) return -1;
-  xent_rows<<<blocks, RELU_THREADS>>>(logits, labels, (double *)(void *)w->buf, rows, cols);
-  KN_CUDA_CHECK(cudaGetLastError());
-  xent_mean<<<1, 1>>>((const double *)(void *)w->buf, loss, rows);
+  double *term = (double *)(void *)w->buf;
+  if (launch(xent_rows, rows, err, errlen, logits, labels, term, rows, cols)) return -1;
+  xent_mean<<<1, 1>>>((const double *)term, loss, rows);
   KN_CUDA_CHECK(cudaGetLastError());
   rc = 0;
 cleanup:
@@ -1366,36 +1232,22 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float
                                                                      const float *dloss, float *dx,
                                                                      size_t rows, size_t cols,
                                                                      char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (rows == 0 || cols == 0) {
     set_err(err, errlen, "kn_cuda_dev_softmax_xent_grad: needs rows and classes, got %zu x %zu",
             rows, cols);
     return -1;
   }
-  if (grid_for(rows, &blocks, err, errlen) != 0) return -1;
-  xent_grad_rows<<<blocks, RELU_THREADS>>>(logits, labels, dloss, dx, rows, cols);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(xent_grad_rows, rows, err, errlen, logits, labels, dloss, dx, rows, cols);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode,
                                                         char *err, size_t errlen) {
-  int rc = -1;
-  unsigned blocks = 0;
   if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_F16) {
     set_err(err, errlen, "kn_cuda_dev_cast: mode must be 0 to 5, got %d", mode);
     return -1;
   }
   if (n == 0) return 0;
-  if (grid_for(n, &blocks, err, errlen) != 0) return -1;
-  cast_kernel<<<blocks, RELU_THREADS>>>(x, y, n, mode);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return launch(cast_kernel, n, err, errlen, x, y, n, mode);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_copy(void *dst, const void *src, size_t bytes,
