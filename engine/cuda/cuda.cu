@@ -202,6 +202,25 @@ static __device__ void covering(int at, int pad, int s, int d, int taps, int out
   if (*hi > outs - 1) *hi = outs - 1;
 }
 
+/* Calls f(oh, ow, ki, kj) for each window (oh, ow) and tap (ki, kj) that
+ * reads input cell (ih, iw), windows in row-major order: the order in which
+ * the CPU's scatters add into that cell. */
+template <typename F>
+static __device__ void each_reader(const kn_cuda_windows &w, int ih, int iw, F f) {
+  int oh0, oh1, ow0, ow1;
+  covering(ih, w.pad_top, w.sh, w.dh, w.kh, w.oh, &oh0, &oh1);
+  covering(iw, w.pad_left, w.sw, w.dw, w.kw, w.ow, &ow0, &ow1);
+  for (int oh = oh0; oh <= oh1; oh++) {
+    const int th = ih + w.pad_top - oh * w.sh;
+    if (th < 0 || th % w.dh || th / w.dh >= w.kh) continue;
+    for (int ow = ow0; ow <= ow1; ow++) {
+      const int tw = iw + w.pad_left - ow * w.sw;
+      if (tw < 0 || tw % w.dw || tw / w.dw >= w.kw) continue;
+      f(oh, ow, th / w.dh, tw / w.dw);
+    }
+  }
+}
+
 /* col2im: element i of dx, (b, ih, iw, ch), gathered from the windows
  * that read it, in the order the CPU's scatter adds them (oh, then ow). */
 static __global__ void col2im_kernel(kn_cuda_windows w, const float *cols, float *dx, size_t n) {
@@ -209,24 +228,11 @@ static __global__ void col2im_kernel(kn_cuda_windows w, const float *cols, float
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int ch = (int)(i % w.c), iw = (int)(i / w.c % w.w), ih = (int)(i / w.c / w.w % w.h);
     const size_t b = i / w.c / w.w / w.h;
-    int oh0, oh1, ow0, ow1;
-    covering(ih, w.pad_top, w.sh, w.dh, w.kh, w.oh, &oh0, &oh1);
-    covering(iw, w.pad_left, w.sw, w.dw, w.kw, w.ow, &ow0, &ow1);
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; oh++) {
-      const int th = ih + w.pad_top - oh * w.sh;
-      if (th < 0 || th % w.dh) continue;
-      const int ki = th / w.dh;
-      if (ki >= w.kh) continue;
-      for (int ow = ow0; ow <= ow1; ow++) {
-        const int tw = iw + w.pad_left - ow * w.sw;
-        if (tw < 0 || tw % w.dw) continue;
-        const int kj = tw / w.dw;
-        if (kj >= w.kw) continue;
-        const size_t row = ((b * w.oh + oh) * w.ow + ow) * (size_t)(w.kh * w.kw * w.c);
-        sum += cols[row + ((size_t)ki * w.kw + kj) * w.c + ch];
-      }
-    }
+    each_reader(w, ih, iw, [&](int oh, int ow, int ki, int kj) {
+      const size_t row = ((b * w.oh + oh) * w.ow + ow) * (size_t)(w.kh * w.kw * w.c);
+      sum += cols[row + ((size_t)ki * w.kw + kj) * w.c + ch];
+    });
     dx[i] = sum;
   }
 }
@@ -373,21 +379,12 @@ static __global__ void dw_dx_kernel(kn_cuda_windows w, int M, const float *dy, c
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int c = (int)(i % w.c), iw = (int)(i / w.c % w.w), ih = (int)(i / w.c / w.w % w.h);
     const size_t b = i / w.c / w.w / w.h;
-    int oh0, oh1, ow0, ow1;
-    covering(ih, w.pad_top, w.sh, w.dh, w.kh, w.oh, &oh0, &oh1);
-    covering(iw, w.pad_left, w.sw, w.dw, w.kw, w.ow, &ow0, &ow1);
     float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; oh++) {
-      const int th = ih + w.pad_top - oh * w.sh;
-      if (th < 0 || th % w.dh || th / w.dh >= w.kh) continue;
-      for (int ow = ow0; ow <= ow1; ow++) {
-        const int tw = iw + w.pad_left - ow * w.sw;
-        if (tw < 0 || tw % w.dw || tw / w.dw >= w.kw) continue;
-        const float *d = dy + ((b * w.oh + oh) * w.ow + ow) * CM + (size_t)c * M;
-        const float *kk = k + ((size_t)(th / w.dh) * w.kw + tw / w.dw) * CM + (size_t)c * M;
-        for (int m = 0; m < M; m++) sum += d[m] * kk[m];
-      }
-    }
+    each_reader(w, ih, iw, [&](int oh, int ow, int ki, int kj) {
+      const float *d = dy + ((b * w.oh + oh) * w.ow + ow) * CM + (size_t)c * M;
+      const float *kk = k + ((size_t)ki * w.kw + kj) * CM + (size_t)c * M;
+      for (int m = 0; m < M; m++) sum += d[m] * kk[m];
+    });
     dx[i] = sum;
   }
 }

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "cuda/cuda.h"
 #include "engine.h"
 
 static const kn_device cpu = {KN_DEVICE_CPU, 0}, gpu0 = {KN_DEVICE_CUDA, 0};
@@ -491,6 +492,14 @@ static void train_cnn(kn_model *m, float *losses) {
   kn_optimizer_free(opt);
 }
 
+/* cuBLAS and the device's batch norm sum in other orders than the CPU:
+ * float32 losses within 1e-4 there, 1e-5 on the host stand-in. */
+static int real_gpu(void) {
+  char name[128] = "", err[256] = "";
+  return kn_cuda_device_name(0, name, sizeof name, err, sizeof err) == 0 &&
+         strncmp(name, "host stand-in", 13) != 0;
+}
+
 static int build_cnn(int resnet, kn_device d, kn_precision precision, kn_model *m, char *err,
                      size_t errlen) {
   return resnet ? build_layers(resnet_layers, sizeof resnet_layers / sizeof resnet_layers[0], d,
@@ -536,7 +545,7 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
       /* the mixed ones: mixed_float16's gradients, unscaled here, lose
        * their smallest terms to f16 where the CPU's lowering and the GPU's
        * GEMMs round different values */
-      const float tol = p == 1 ? 1e-3f : p == 2 ? 5e-3f : 1e-5f;
+      const float tol = p == 1 ? 1e-3f : p == 2 ? 5e-3f : real_gpu() ? 1e-4f : 1e-5f;
       assert_true(fabsf(lg[s] - lc[s]) <= tol * fmaxf(1.0f, fabsf(lc[s])));
     }
     uint64_t in = 0, out = 0;
