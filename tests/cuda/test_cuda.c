@@ -377,26 +377,21 @@ static void assert_same_bits(const char *what, const float *got, const float *wa
   if (bad) fail_msg("%s: %zu of %zu elements differ", what, bad, n);
 }
 
+/* A 3x3 window, stride 2, TF's same padding over 9x7 images of 5
+ * channels: partial windows at every edge. */
+#define STRIDED_3X3                                                                                \
+  {                                                                                                \
+    .batch = 3, .h = 9, .w = 7, .c = 5, .oh = 5, .ow = 4, .kh = 3, .kw = 3, .sh = 2, .sw = 2,      \
+    .dh = 1, .dw = 1, .pad_top = 1, .pad_left = 1                                                  \
+  }
+
 /* im2col then col2im on device buffers against the CPU's loops, bit for
  * bit: stride 2 with TF's same padding, a dilated 3x3, and a 1x1. */
 static void im2col_and_col2im_match_cpu(void **state) {
   (void)state;
   REQUIRE_DEVICE();
   const kn_cuda_windows shapes[] = {
-      {.batch = 3,
-       .h = 9,
-       .w = 7,
-       .c = 5,
-       .oh = 5,
-       .ow = 4,
-       .kh = 3,
-       .kw = 3,
-       .sh = 2,
-       .sw = 2,
-       .dh = 1,
-       .dw = 1,
-       .pad_top = 1,
-       .pad_left = 1},
+      STRIDED_3X3,
       {.batch = 2,
        .h = 8,
        .w = 8,
@@ -468,20 +463,7 @@ static void pooling_and_its_gradient_match_cpu(void **state) {
        .sw = 2,
        .dh = 1,
        .dw = 1},
-      {.batch = 2,
-       .h = 9,
-       .w = 7,
-       .c = 5,
-       .oh = 5,
-       .ow = 4,
-       .kh = 3,
-       .kw = 3,
-       .sh = 2,
-       .sw = 2,
-       .dh = 1,
-       .dw = 1,
-       .pad_top = 1,
-       .pad_left = 1},
+      STRIDED_3X3,
   };
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     for (int max = 0; max < 2; max++) {
@@ -747,20 +729,7 @@ static void depthwise_convolution_matches_cpu(void **state) {
   (void)state;
   REQUIRE_DEVICE();
   const kn_cuda_windows shapes[] = {
-      {.batch = 3,
-       .h = 9,
-       .w = 7,
-       .c = 5,
-       .oh = 5,
-       .ow = 4,
-       .kh = 3,
-       .kw = 3,
-       .sh = 2,
-       .sw = 2,
-       .dh = 1,
-       .dw = 1,
-       .pad_top = 1,
-       .pad_left = 1},
+      STRIDED_3X3,
       {.batch = 70,
        .h = 6,
        .w = 6,
