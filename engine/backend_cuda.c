@@ -319,6 +319,43 @@ static int xent(kn_graph *g, kn_node_rec *n, int grad, char *err, size_t errlen)
              : KN_OK;
 }
 
+/* Categorical cross-entropy against dense targets (logits, probs[,
+ * dloss]) and binary cross-entropy on logits (x, targets[, dloss]). */
+int kn_cuda_kernel_xent_dense(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_node_rec *L = &g->nodes[n->inputs[0]];
+  const size_t cols = (size_t)L->dims[L->ndim - 1], rows = kn_node_elems(L, g->batch) / cols;
+  return kn_cuda_dev_xent_dense(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                on(g, n, (int)(n - g->nodes)), rows, cols, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_xent_dense_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  const kn_node_rec *L = &g->nodes[n->inputs[0]];
+  const size_t cols = (size_t)L->dims[L->ndim - 1], rows = kn_node_elems(L, g->batch) / cols;
+  return kn_cuda_dev_xent_dense_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                     on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)), rows,
+                                     cols, err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_bce_logits(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_bce_logits(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                on(g, n, (int)(n - g->nodes)),
+                                kn_node_elems(&g->nodes[n->inputs[0]], g->batch), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
+int kn_cuda_kernel_bce_logits_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
+  return kn_cuda_dev_bce_logits_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
+                                     on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)),
+                                     kn_node_elems(n, g->batch), err, errlen)
+             ? KN_EIO
+             : KN_OK;
+}
+
 int kn_cuda_kernel_softmax_xent(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
   return xent(g, n, 0, err, errlen);
 }

@@ -297,6 +297,10 @@ int kn_cuda_kernel_add(KN_KERNEL_ARGS);
 int kn_cuda_kernel_fill(KN_KERNEL_ARGS);
 int kn_cuda_kernel_softmax_xent(KN_KERNEL_ARGS); /* labels checked on the host */
 int kn_cuda_kernel_softmax_xent_grad(KN_KERNEL_ARGS);
+int kn_cuda_kernel_xent_dense(KN_KERNEL_ARGS);
+int kn_cuda_kernel_xent_dense_grad(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bce_logits(KN_KERNEL_ARGS);
+int kn_cuda_kernel_bce_logits_grad(KN_KERNEL_ARGS);
 int kn_cuda_kernel_concat(KN_KERNEL_ARGS);
 int kn_cuda_kernel_slice(KN_KERNEL_ARGS);
 int kn_cuda_kernel_dwconv(KN_KERNEL_ARGS);

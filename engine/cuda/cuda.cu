@@ -433,8 +433,8 @@ static __global__ void fill_kernel(float *y, size_t n, float value) {
 }
 
 /* term[r] = logsumexp(row r) - row[label], in double. */
-static __global__ void xent_rows(const float *x, const int32_t *labels, double *term, size_t rows,
-                                 size_t cols) {
+static __global__ void xent_rows(const float *x, const int32_t *labels, size_t cols, double *term,
+                                 size_t rows) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
   for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
     const float *row = x + r * cols;
@@ -472,6 +472,63 @@ static __global__ void xent_grad_rows(const float *x, const int32_t *labels, con
     for (size_t c = 0; c < cols; c++) d[c] *= inv;
     d[labels[r]] -= 1.0f;
     for (size_t c = 0; c < cols; c++) d[c] *= scale;
+  }
+}
+
+/* term[r] = p_r . (logsumexp(row r) - row r), in double. */
+static __global__ void xent_dense_rows(const float *x, const float *p, size_t cols, double *term,
+                                       size_t rows) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+    const float *row = x + r * cols, *pr = p + r * cols;
+    float max = row[0];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    double sum = 0.0, total = 0.0;
+    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
+    const double lse = log(sum) + (double)max;
+    for (size_t c = 0; c < cols; c++) total += (double)pr[c] * (lse - (double)row[c]);
+    term[r] = total;
+  }
+}
+
+/* dx's row r: (softmax(row) * sum(p_r) - p_r) * dloss / rows. */
+static __global__ void xent_dense_grad_rows(const float *x, const float *p, const float *dloss,
+                                            float *dx, size_t rows, size_t cols) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  const float scale = dloss[0] / (float)rows;
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+    const float *row = x + r * cols, *pr = p + r * cols;
+    float *d = dx + r * cols;
+    float max = row[0], sum = 0.0f, psum = 0.0f;
+    for (size_t c = 0; c < cols; c++) psum += pr[c];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    for (size_t c = 0; c < cols; c++) {
+      d[c] = expf(row[c] - max);
+      sum += d[c];
+    }
+    const float inv = 1.0f / sum;
+    for (size_t c = 0; c < cols; c++) d[c] = (d[c] * inv * psum - pr[c]) * scale;
+  }
+}
+
+/* term[i] = max(x, 0) - x t + log1p(exp(-|x|)), in double. */
+static __global__ void bce_terms(const float *x, const float *t, double *term, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double v = (double)x[i];
+    term[i] = (v > 0 ? v : 0) - v * (double)t[i] + log1p(exp(-fabs(v)));
+  }
+}
+
+/* dx = (sigmoid(x) - t) * dloss / n (sigmoid as the activation's). */
+static __global__ void bce_grad_kernel(const float *x, const float *t, const float *dloss,
+                                       float *dx, size_t n) {
+  const size_t stride = (size_t)blockDim.x * gridDim.x;
+  const float scale = dloss[0] / (float)n;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float e = expf(-fabsf(x[i]));
+    const float s = x[i] >= 0 ? 1 / (1 + e) : e / (1 + e);
+    dx[i] = (s - t[i]) * scale;
   }
 }
 
@@ -1203,25 +1260,33 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_fill(float *y, size_t n, floa
   return launch(fill_kernel, n, err, errlen, y, n, value);
 }
 
+/* loss[0] = the mean of `count` double terms the kernel writes into the
+ * workspace (its arguments after the terms' count and buffer). */
+template <typename... Params, typename... Args>
+static int mean_of_terms(void (*terms)(Params...), size_t count, float *loss, char *err,
+                         size_t errlen, Args... args) {
+  int rc = -1;
+  workspace *w = workspace_for(count * 2, 0, err, errlen);
+  if (!w) return -1;
+  double *term = (double *)(void *)w->buf;
+  if (launch(terms, count, err, errlen, args..., term, count)) return -1;
+  xent_mean<<<1, 1>>>((const double *)term, loss, count);
+  KN_CUDA_CHECK(cudaGetLastError());
+  rc = 0;
+cleanup:
+  return rc;
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *logits,
                                                                 const int32_t *labels, float *loss,
                                                                 size_t rows, size_t cols, char *err,
                                                                 size_t errlen) {
-  int rc = -1;
-  workspace *w = nullptr;
   if (rows == 0 || cols == 0) {
     set_err(err, errlen, "kn_cuda_dev_softmax_xent: needs rows and classes, got %zu x %zu", rows,
             cols);
     return -1;
   }
-  if (!(w = workspace_for(rows * 2, 0, err, errlen))) return -1;
-  double *term = (double *)(void *)w->buf;
-  if (launch(xent_rows, rows, err, errlen, logits, labels, term, rows, cols)) return -1;
-  xent_mean<<<1, 1>>>((const double *)term, loss, rows);
-  KN_CUDA_CHECK(cudaGetLastError());
-  rc = 0;
-cleanup:
-  return rc;
+  return mean_of_terms(xent_rows, rows, loss, err, errlen, logits, labels, cols);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float *logits,
@@ -1235,6 +1300,52 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float
     return -1;
   }
   return launch(xent_grad_rows, rows, err, errlen, logits, labels, dloss, dx, rows, cols);
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_xent_dense(const float *logits,
+                                                              const float *probs, float *loss,
+                                                              size_t rows, size_t cols, char *err,
+                                                              size_t errlen) {
+  if (rows == 0 || cols == 0) {
+    set_err(err, errlen, "kn_cuda_dev_xent_dense: needs rows and classes, got %zu x %zu", rows,
+            cols);
+    return -1;
+  }
+  return mean_of_terms(xent_dense_rows, rows, loss, err, errlen, logits, probs, cols);
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_xent_dense_grad(const float *logits,
+                                                                   const float *probs,
+                                                                   const float *dloss, float *dx,
+                                                                   size_t rows, size_t cols,
+                                                                   char *err, size_t errlen) {
+  if (rows == 0 || cols == 0) {
+    set_err(err, errlen, "kn_cuda_dev_xent_dense_grad: needs rows and classes, got %zu x %zu", rows,
+            cols);
+    return -1;
+  }
+  return launch(xent_dense_grad_rows, rows, err, errlen, logits, probs, dloss, dx, rows, cols);
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bce_logits(const float *x, const float *t,
+                                                              float *loss, size_t n, char *err,
+                                                              size_t errlen) {
+  if (n == 0) {
+    set_err(err, errlen, "kn_cuda_dev_bce_logits: needs values, got none");
+    return -1;
+  }
+  return mean_of_terms(bce_terms, n, loss, err, errlen, x, t);
+}
+
+extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_bce_logits_grad(const float *x, const float *t,
+                                                                   const float *dloss, float *dx,
+                                                                   size_t n, char *err,
+                                                                   size_t errlen) {
+  if (n == 0) {
+    set_err(err, errlen, "kn_cuda_dev_bce_logits_grad: needs values, got none");
+    return -1;
+  }
+  return launch(bce_grad_kernel, n, err, errlen, x, t, dloss, dx, n);
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode,

@@ -210,6 +210,20 @@ int kn_cuda_dev_softmax_xent(const float *logits, const int32_t *labels, float *
 int kn_cuda_dev_softmax_xent_grad(const float *logits, const int32_t *labels, const float *dloss,
                                   float *dx, size_t rows, size_t cols, char *err, size_t errlen);
 
+/* The other losses, as the CPU's: categorical cross-entropy of (rows,
+ * cols) logits against (rows, cols) target probabilities (each row's term
+ * p . (logsumexp - x) in double), and binary cross-entropy of n logits
+ * against n targets (max(x, 0) - x t + log1p(exp(-|x|)) in double), each
+ * a mean into loss[0]; and their gradients from dloss[0]. */
+int kn_cuda_dev_xent_dense(const float *logits, const float *probs, float *loss, size_t rows,
+                           size_t cols, char *err, size_t errlen);
+int kn_cuda_dev_xent_dense_grad(const float *logits, const float *probs, const float *dloss,
+                                float *dx, size_t rows, size_t cols, char *err, size_t errlen);
+int kn_cuda_dev_bce_logits(const float *x, const float *t, float *loss, size_t n, char *err,
+                           size_t errlen);
+int kn_cuda_dev_bce_logits_grad(const float *x, const float *t, const float *dloss, float *dx,
+                                size_t n, char *err, size_t errlen);
+
 /* bytes from src to dst, both on the current device, queued. */
 int kn_cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 

@@ -35,6 +35,12 @@ static struct {
                        float *, char *, size_t);
   int (*dev_cast)(const void *, void *, size_t, int, char *, size_t);
   int (*dev_fill)(float *, size_t, float, char *, size_t);
+  int (*dev_xent_dense)(const float *, const float *, float *, size_t, size_t, char *, size_t);
+  int (*dev_xent_dense_grad)(const float *, const float *, const float *, float *, size_t, size_t,
+                             char *, size_t);
+  int (*dev_bce_logits)(const float *, const float *, float *, size_t, char *, size_t);
+  int (*dev_bce_logits_grad)(const float *, const float *, const float *, float *, size_t, char *,
+                             size_t);
   int (*dev_softmax_xent)(const float *, const int32_t *, float *, size_t, size_t, char *, size_t);
   int (*dev_softmax_xent_grad)(const float *, const int32_t *, const float *, float *, size_t,
                                size_t, char *, size_t);
@@ -126,6 +132,10 @@ static void open_module(void) {
   FIND(dev_pool_grad, "kiln_cuda_module_dev_pool_grad");
   FIND(dev_cast, "kiln_cuda_module_dev_cast");
   FIND(dev_fill, "kiln_cuda_module_dev_fill");
+  FIND(dev_xent_dense, "kiln_cuda_module_dev_xent_dense");
+  FIND(dev_xent_dense_grad, "kiln_cuda_module_dev_xent_dense_grad");
+  FIND(dev_bce_logits, "kiln_cuda_module_dev_bce_logits");
+  FIND(dev_bce_logits_grad, "kiln_cuda_module_dev_bce_logits_grad");
   FIND(dev_softmax_xent, "kiln_cuda_module_dev_softmax_xent");
   FIND(dev_softmax_xent_grad, "kiln_cuda_module_dev_softmax_xent_grad");
   FIND(dev_copy_rows, "kiln_cuda_module_dev_copy_rows");
@@ -275,6 +285,25 @@ int kn_cuda_dev_copy_rows(float *dst, size_t dst_pitch, const float *src, size_t
   return loaded(err, errlen)
              ? mod.dev_copy_rows(dst, dst_pitch, src, src_pitch, rows, len, err, errlen)
              : -1;
+}
+int kn_cuda_dev_xent_dense(const float *logits, const float *probs, float *loss, size_t rows,
+                           size_t cols, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_xent_dense(logits, probs, loss, rows, cols, err, errlen)
+                             : -1;
+}
+int kn_cuda_dev_xent_dense_grad(const float *logits, const float *probs, const float *dloss,
+                                float *dx, size_t rows, size_t cols, char *err, size_t errlen) {
+  return loaded(err, errlen)
+             ? mod.dev_xent_dense_grad(logits, probs, dloss, dx, rows, cols, err, errlen)
+             : -1;
+}
+int kn_cuda_dev_bce_logits(const float *x, const float *t, float *loss, size_t n, char *err,
+                           size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_bce_logits(x, t, loss, n, err, errlen) : -1;
+}
+int kn_cuda_dev_bce_logits_grad(const float *x, const float *t, const float *dloss, float *dx,
+                                size_t n, char *err, size_t errlen) {
+  return loaded(err, errlen) ? mod.dev_bce_logits_grad(x, t, dloss, dx, n, err, errlen) : -1;
 }
 int kn_cuda_dev_fill(float *y, size_t n, float value, char *err, size_t errlen) {
   return loaded(err, errlen) ? mod.dev_fill(y, n, value, err, errlen) : -1;

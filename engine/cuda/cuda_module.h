@@ -82,6 +82,17 @@ KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float *logits,
                                                           const int32_t *labels, const float *dloss,
                                                           float *dx, size_t rows, size_t cols,
                                                           char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_xent_dense(const float *logits, const float *probs,
+                                                   float *loss, size_t rows, size_t cols, char *err,
+                                                   size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_xent_dense_grad(const float *logits, const float *probs,
+                                                        const float *dloss, float *dx, size_t rows,
+                                                        size_t cols, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_bce_logits(const float *x, const float *t, float *loss,
+                                                   size_t n, char *err, size_t errlen);
+KN_CUDA_EXPORT int kiln_cuda_module_dev_bce_logits_grad(const float *x, const float *t,
+                                                        const float *dloss, float *dx, size_t n,
+                                                        char *err, size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                                              size_t errlen);
 KN_CUDA_EXPORT int kiln_cuda_module_dev_relu(const float *x, float *y, size_t n, char *err,

@@ -311,6 +311,48 @@ int kiln_cuda_module_dev_softmax_xent_grad(const float *logits, const int32_t *l
   return 0;
 }
 
+/* The losses' checks, as the module's. */
+static int loss_shape_ok(const char *what, size_t rows, size_t cols, char *err, size_t errlen) {
+  if (rows && cols) return 1;
+  snprintf(err, errlen, "%s: needs rows and classes, got %zu x %zu", what, rows, cols);
+  return 0;
+}
+
+int kiln_cuda_module_dev_xent_dense(const float *logits, const float *probs, float *loss,
+                                    size_t rows, size_t cols, char *err, size_t errlen) {
+  if (!loss_shape_ok("kn_cuda_dev_xent_dense", rows, cols, err, errlen)) return -1;
+  loss[0] = ref_xent_dense(logits, probs, rows, cols);
+  return 0;
+}
+
+int kiln_cuda_module_dev_xent_dense_grad(const float *logits, const float *probs,
+                                         const float *dloss, float *dx, size_t rows, size_t cols,
+                                         char *err, size_t errlen) {
+  if (!loss_shape_ok("kn_cuda_dev_xent_dense_grad", rows, cols, err, errlen)) return -1;
+  ref_xent_dense_grad(logits, probs, dloss[0], dx, rows, cols);
+  return 0;
+}
+
+int kiln_cuda_module_dev_bce_logits(const float *x, const float *t, float *loss, size_t n,
+                                    char *err, size_t errlen) {
+  if (n == 0) {
+    snprintf(err, errlen, "kn_cuda_dev_bce_logits: needs values, got none");
+    return -1;
+  }
+  loss[0] = ref_bce_logits(x, t, n);
+  return 0;
+}
+
+int kiln_cuda_module_dev_bce_logits_grad(const float *x, const float *t, const float *dloss,
+                                         float *dx, size_t n, char *err, size_t errlen) {
+  if (n == 0) {
+    snprintf(err, errlen, "kn_cuda_dev_bce_logits_grad: needs values, got none");
+    return -1;
+  }
+  ref_bce_logits_grad(x, t, dloss[0], dx, n);
+  return 0;
+}
+
 int kiln_cuda_module_dev_cast(const void *x, void *y, size_t n, int mode, char *err,
                               size_t errlen) {
   if (mode < KN_CUDA_CAST_TO_BF16 || mode > KN_CUDA_CAST_ROUND_F16) {

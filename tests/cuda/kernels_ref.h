@@ -186,6 +186,57 @@ static inline void ref_softmax_xent_grad(const float *x, const int32_t *labels, 
   }
 }
 
+/* The categorical (dense targets) and binary cross-entropies' means and
+ * gradients, as the CPU's. */
+static inline float ref_xent_dense(const float *x, const float *p, size_t rows, size_t cols) {
+  double total = 0.0;
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = x + r * cols;
+    float max = row[0];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    double sum = 0.0;
+    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
+    const double lse = log(sum) + (double)max;
+    for (size_t c = 0; c < cols; c++) total += (double)p[r * cols + c] * (lse - (double)row[c]);
+  }
+  return (float)(total / (double)rows);
+}
+
+static inline void ref_xent_dense_grad(const float *x, const float *p, float dloss, float *dx,
+                                       size_t rows, size_t cols) {
+  const float scale = dloss / (float)rows;
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = x + r * cols, *pr = p + r * cols;
+    float *d = dx + r * cols, max = row[0], sum = 0.0f, psum = 0.0f;
+    for (size_t c = 0; c < cols; c++) psum += pr[c];
+    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
+    for (size_t c = 0; c < cols; c++) {
+      d[c] = expf(row[c] - max);
+      sum += d[c];
+    }
+    const float inv = 1.0f / sum;
+    for (size_t c = 0; c < cols; c++) d[c] = (d[c] * inv * psum - pr[c]) * scale;
+  }
+}
+
+static inline float ref_bce_logits(const float *x, const float *t, size_t n) {
+  double total = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double v = (double)x[i];
+    total += (v > 0 ? v : 0) - v * (double)t[i] + log1p(exp(-fabs(v)));
+  }
+  return (float)(total / (double)n);
+}
+
+static inline void ref_bce_logits_grad(const float *x, const float *t, float dloss, float *dx,
+                                       size_t n) {
+  const float scale = dloss / (float)n;
+  for (size_t i = 0; i < n; i++) {
+    const float e = expf(-fabsf(x[i]));
+    dx[i] = ((x[i] >= 0 ? 1 / (1 + e) : e / (1 + e)) - t[i]) * scale;
+  }
+}
+
 /* The activations (kn_unop 0 to 7) and their gradients, in double then
  * rounded: a reference within float rounding of any device's. */
 static inline float ref_unary(int op, float xf, float alpha) {

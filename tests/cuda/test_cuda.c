@@ -851,9 +851,11 @@ static void batch_norm_matches_cpu(void **state) {
   }
 }
 
-/* The loss on the device: sparse softmax cross-entropy's mean and its
- * gradient (scaled by a seed the fill kernel writes) against the CPU's
- * formulas, with logits far from zero (its max-shift keeps exp finite). */
+/* The losses on the device: sparse softmax cross-entropy's mean and its
+ * gradient (scaled by a seed the fill kernel writes), then the categorical
+ * one against target probabilities and the binary one on logits, against
+ * the CPU's formulas, with logits far from zero (the max-shift keeps exp
+ * finite). */
 static void the_loss_matches_cpu(void **state) {
   (void)state;
   REQUIRE_DEVICE();
@@ -885,6 +887,38 @@ static void the_loss_matches_cpu(void **state) {
       fail_msg("softmax_xent_grad: [%d] = %.9g, expected %.9g", i, (double)dx[i], (double)want[i]);
   assert_int_equal(kn_cuda_dev_softmax_xent(dxv, dl, dloss, 0, COLS, err, sizeof err), -1);
   assert_non_null(strstr(err, "needs rows and classes"));
+  /* against dense target probabilities, and binary on the logits (the
+   * targets: each row's label one-hot, halved) */
+  float p[ROWS * COLS];
+  for (int i = 0; i < ROWS * COLS; i++) p[i] = i % COLS == labels[i / COLS] ? 0.5f : 0.0f;
+  float *dp = on_device(p, ROWS * COLS);
+  assert_int_equal(kn_cuda_dev_xent_dense(dxv, dp, dloss, ROWS, COLS, err, sizeof err), 0);
+  back_to_host(&loss, dloss, 1);
+  const float want_dense = ref_xent_dense(x, p, ROWS, COLS);
+  if (fabsf(loss - want_dense) > 1e-6f * fabsf(want_dense))
+    fail_msg("xent_dense: %.9g, expected %.9g", (double)loss, (double)want_dense);
+  assert_int_equal(kn_cuda_dev_xent_dense_grad(dxv, dp, dseed, ddx, ROWS, COLS, err, sizeof err),
+                   0);
+  back_to_host(dx, ddx, ROWS * COLS);
+  ref_xent_dense_grad(x, p, 0.5f, want, ROWS, COLS);
+  for (int i = 0; i < ROWS * COLS; i++)
+    if (fabsf(dx[i] - want[i]) > 1e-5f * fabsf(want[i]) + 1e-9f)
+      fail_msg("xent_dense_grad: [%d] = %.9g, expected %.9g", i, (double)dx[i], (double)want[i]);
+  assert_int_equal(kn_cuda_dev_bce_logits(dxv, dp, dloss, ROWS * COLS, err, sizeof err), 0);
+  back_to_host(&loss, dloss, 1);
+  const float want_bce = ref_bce_logits(x, p, ROWS * COLS);
+  if (fabsf(loss - want_bce) > 1e-6f * fabsf(want_bce))
+    fail_msg("bce_logits: %.9g, expected %.9g", (double)loss, (double)want_bce);
+  assert_int_equal(kn_cuda_dev_bce_logits_grad(dxv, dp, dseed, ddx, ROWS * COLS, err, sizeof err),
+                   0);
+  back_to_host(dx, ddx, ROWS * COLS);
+  ref_bce_logits_grad(x, p, 0.5f, want, ROWS * COLS);
+  for (int i = 0; i < ROWS * COLS; i++)
+    if (fabsf(dx[i] - want[i]) > 1e-5f * fabsf(want[i]) + 1e-9f)
+      fail_msg("bce_logits_grad: [%d] = %.9g, expected %.9g", i, (double)dx[i], (double)want[i]);
+  assert_int_equal(kn_cuda_dev_bce_logits(dxv, dp, dloss, 0, err, sizeof err), -1);
+  assert_non_null(strstr(err, "needs values"));
+  kn_cuda_free(0, dp);
   kn_cuda_free(0, dxv);
   kn_cuda_free(0, ddx);
   kn_cuda_free(0, dloss);

@@ -566,6 +566,69 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
   }
 }
 
+/* Every loss runs on the GPU and trains as on the host: categorical
+ * cross-entropy against target probabilities, binary cross-entropy on
+ * logits, mean squared and mean absolute error; the whole graph there. */
+static void every_loss_trains_on_the_gpu_as_on_the_host(void **state) {
+  (void)state;
+  const kn_loss losses[] = {KN_LOSS_XENT, KN_LOSS_BCE, KN_LOSS_MSE, KN_LOSS_MAE};
+  const kn_layer_config layers[] = {
+      {.type = KN_LAYER_DENSE, .units = 5, .use_bias = 1, .activation = KN_ACT_RELU},
+      {.type = KN_LAYER_DENSE, .units = 3, .use_bias = 1}};
+  char err[512] = "";
+  for (size_t k = 0; k < sizeof losses / sizeof losses[0]; k++) {
+    float lg[8], lc[8];
+    for (int gpu = 1; gpu >= 0; gpu--) {
+      kn_model_config cfg = {.input_ndim = 1,
+                             .input_shape = {6},
+                             .n_layers = 2,
+                             .layers = layers,
+                             .batch_size = 8,
+                             .seed = 9,
+                             .loss = losses[k],
+                             .device = gpu ? gpu0 : cpu};
+      kn_model m;
+      assert_int_equal(kn_model_build(&cfg, &m, err, sizeof err), KN_OK);
+      if (kn_graph_compile(m.graph, 1, NULL, err, sizeof err) != KN_OK) {
+        assert_true(gpu);
+        kn_model_free(&m);
+        print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
+        skip();
+      }
+      if (gpu) {
+        int on_gpu = 0, with_kernel = 0;
+        char host_ops[256];
+        kn_graph_placement_summary(m.graph, &on_gpu, &with_kernel, host_ops, sizeof host_ops);
+        print_message("loss %d: %d of %d kernels on cuda:0 (host: %s)\n", (int)losses[k], on_gpu,
+                      with_kernel, host_ops);
+        assert_int_equal(on_gpu, with_kernel);
+      }
+      kn_optimizer *opt;
+      assert_int_equal(kn_optimizer_new(&sgd, kn_param_count(m.graph), &opt, err, sizeof err),
+                       KN_OK);
+      float *xs = kn_node_data(m.graph, m.x), *ys = kn_node_data(m.graph, m.y);
+      for (int i = 0; i < 48; i++) xs[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
+      for (int i = 0; i < 24; i++) /* one-hot rows, 0/1 targets, or values */
+        ys[i] = losses[k] == KN_LOSS_XENT  ? (float)(i % 3 == (i / 3) % 3)
+                : losses[k] == KN_LOSS_BCE ? (float)((i * 5) % 2)
+                                           : (float)((i * 7) % 5) / 5.0f - 0.3f;
+      for (int s = 0; s < 8; s++) {
+        if (kn_graph_run(m.graph, KN_RUN_TRAIN, 8, err, sizeof err) != KN_OK)
+          fail_msg("run: %s", err);
+        (gpu ? lg : lc)[s] = *(float *)kn_node_data(m.graph, m.loss);
+        if (kn_optimizer_step_graph(opt, m.graph, err, sizeof err) != KN_OK)
+          fail_msg("step: %s", err);
+      }
+      kn_optimizer_free(opt);
+      kn_model_free(&m);
+    }
+    for (int s = 0; s < 8; s++)
+      if (!(fabsf(lg[s] - lc[s]) <= (real_gpu() ? 1e-4f : 1e-5f) * fmaxf(1.0f, fabsf(lc[s]))))
+        fail_msg("loss %d, step %d: %.7f on cuda:0, %.7f on the host", (int)losses[k], s,
+                 (double)lg[s], (double)lc[s]);
+  }
+}
+
 /* The loss runs on the GPU, but a label outside the classes still fails
  * the step with the CPU's words, naming it and its row: the labels are
  * checked on the host, where they were fed. */
@@ -600,6 +663,7 @@ int main(void) {
       cmocka_unit_test(the_optimizer_steps_on_the_gpu),
       cmocka_unit_test(a_cnn_trains_on_the_gpu_as_on_the_host),
       cmocka_unit_test(a_bad_label_fails_the_gpu_step_by_name),
+      cmocka_unit_test(every_loss_trains_on_the_gpu_as_on_the_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
