@@ -14,6 +14,7 @@
  * between calls. */
 #include "cuda_module.h"
 
+#include "../loss_rules.h"
 #include "../narrow.h"
 #include "../philox.h"
 
@@ -436,14 +437,8 @@ static __global__ void fill_kernel(float *y, size_t n, float value) {
 static __global__ void xent_rows(const float *x, const int32_t *labels, size_t cols, double *term,
                                  size_t rows) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
-  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
-    const float *row = x + r * cols;
-    float max = row[0];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    double sum = 0.0;
-    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
-    term[r] = log(sum) + (double)max - (double)row[labels[r]];
-  }
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride)
+    term[r] = kn_loss_xent_term(x + r * cols, labels[r], cols);
 }
 
 /* loss = the mean of the terms, added in row order (one thread). */
@@ -458,37 +453,16 @@ static __global__ void xent_grad_rows(const float *x, const int32_t *labels, con
                                       float *dx, size_t rows, size_t cols) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
   const float scale = dloss[0] / (float)rows;
-  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
-    const float *row = x + r * cols;
-    float *d = dx + r * cols;
-    float max = row[0];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    float sum = 0.0f;
-    for (size_t c = 0; c < cols; c++) {
-      d[c] = expf(row[c] - max);
-      sum += d[c];
-    }
-    const float inv = 1.0f / sum;
-    for (size_t c = 0; c < cols; c++) d[c] *= inv;
-    d[labels[r]] -= 1.0f;
-    for (size_t c = 0; c < cols; c++) d[c] *= scale;
-  }
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride)
+    kn_loss_xent_grad(x + r * cols, labels[r], scale, dx + r * cols, cols);
 }
 
 /* term[r] = p_r . (logsumexp(row r) - row r), in double. */
 static __global__ void xent_dense_rows(const float *x, const float *p, size_t cols, double *term,
                                        size_t rows) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
-  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
-    const float *row = x + r * cols, *pr = p + r * cols;
-    float max = row[0];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    double sum = 0.0, total = 0.0;
-    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
-    const double lse = log(sum) + (double)max;
-    for (size_t c = 0; c < cols; c++) total += (double)pr[c] * (lse - (double)row[c]);
-    term[r] = total;
-  }
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride)
+    term[r] = kn_loss_xent_dense_term(x + r * cols, p + r * cols, cols);
 }
 
 /* dx's row r: (softmax(row) * sum(p_r) - p_r) * dloss / rows. */
@@ -496,28 +470,15 @@ static __global__ void xent_dense_grad_rows(const float *x, const float *p, cons
                                             float *dx, size_t rows, size_t cols) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
   const float scale = dloss[0] / (float)rows;
-  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
-    const float *row = x + r * cols, *pr = p + r * cols;
-    float *d = dx + r * cols;
-    float max = row[0], sum = 0.0f, psum = 0.0f;
-    for (size_t c = 0; c < cols; c++) psum += pr[c];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    for (size_t c = 0; c < cols; c++) {
-      d[c] = expf(row[c] - max);
-      sum += d[c];
-    }
-    const float inv = 1.0f / sum;
-    for (size_t c = 0; c < cols; c++) d[c] = (d[c] * inv * psum - pr[c]) * scale;
-  }
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride)
+    kn_loss_xent_dense_grad(x + r * cols, p + r * cols, scale, dx + r * cols, cols);
 }
 
 /* term[i] = max(x, 0) - x t + log1p(exp(-|x|)), in double. */
 static __global__ void bce_terms(const float *x, const float *t, double *term, size_t n) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = (double)x[i];
-    term[i] = (v > 0 ? v : 0) - v * (double)t[i] + log1p(exp(-fabs(v)));
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    term[i] = kn_loss_bce_term(x[i], t[i]);
 }
 
 /* dx = (sigmoid(x) - t) * dloss / n (sigmoid as the activation's). */
@@ -525,11 +486,8 @@ static __global__ void bce_grad_kernel(const float *x, const float *t, const flo
                                        float *dx, size_t n) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
   const float scale = dloss[0] / (float)n;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float e = expf(-fabsf(x[i]));
-    const float s = x[i] >= 0 ? 1 / (1 + e) : e / (1 + e);
-    dx[i] = (s - t[i]) * scale;
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    dx[i] = kn_loss_bce_grad(x[i], t[i], scale);
 }
 
 /* ---- activations, as cpu_kernels.inc's unop and unop_grad ---- */
@@ -1277,15 +1235,18 @@ cleanup:
   return rc;
 }
 
+/* A loss over rows of classes needs both. */
+static int loss_shape_ok(const char *what, size_t rows, size_t cols, char *err, size_t errlen) {
+  if (rows && cols) return 1;
+  set_err(err, errlen, "%s: needs rows and classes, got %zu x %zu", what, rows, cols);
+  return 0;
+}
+
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent(const float *logits,
                                                                 const int32_t *labels, float *loss,
                                                                 size_t rows, size_t cols, char *err,
                                                                 size_t errlen) {
-  if (rows == 0 || cols == 0) {
-    set_err(err, errlen, "kn_cuda_dev_softmax_xent: needs rows and classes, got %zu x %zu", rows,
-            cols);
-    return -1;
-  }
+  if (!loss_shape_ok("kn_cuda_dev_softmax_xent", rows, cols, err, errlen)) return -1;
   return mean_of_terms(xent_rows, rows, loss, err, errlen, logits, labels, cols);
 }
 
@@ -1294,11 +1255,7 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_softmax_xent_grad(const float
                                                                      const float *dloss, float *dx,
                                                                      size_t rows, size_t cols,
                                                                      char *err, size_t errlen) {
-  if (rows == 0 || cols == 0) {
-    set_err(err, errlen, "kn_cuda_dev_softmax_xent_grad: needs rows and classes, got %zu x %zu",
-            rows, cols);
-    return -1;
-  }
+  if (!loss_shape_ok("kn_cuda_dev_softmax_xent_grad", rows, cols, err, errlen)) return -1;
   return launch(xent_grad_rows, rows, err, errlen, logits, labels, dloss, dx, rows, cols);
 }
 
@@ -1306,11 +1263,7 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_xent_dense(const float *logit
                                                               const float *probs, float *loss,
                                                               size_t rows, size_t cols, char *err,
                                                               size_t errlen) {
-  if (rows == 0 || cols == 0) {
-    set_err(err, errlen, "kn_cuda_dev_xent_dense: needs rows and classes, got %zu x %zu", rows,
-            cols);
-    return -1;
-  }
+  if (!loss_shape_ok("kn_cuda_dev_xent_dense", rows, cols, err, errlen)) return -1;
   return mean_of_terms(xent_dense_rows, rows, loss, err, errlen, logits, probs, cols);
 }
 
@@ -1319,11 +1272,7 @@ extern "C" KN_CUDA_EXPORT int kiln_cuda_module_dev_xent_dense_grad(const float *
                                                                    const float *dloss, float *dx,
                                                                    size_t rows, size_t cols,
                                                                    char *err, size_t errlen) {
-  if (rows == 0 || cols == 0) {
-    set_err(err, errlen, "kn_cuda_dev_xent_dense_grad: needs rows and classes, got %zu x %zu", rows,
-            cols);
-    return -1;
-  }
+  if (!loss_shape_ok("kn_cuda_dev_xent_dense_grad", rows, cols, err, errlen)) return -1;
   return launch(xent_dense_grad_rows, rows, err, errlen, logits, probs, dloss, dx, rows, cols);
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loss_rules.h"
 #include "narrow.h"
 #include "cuda/cuda.h"
 
@@ -152,89 +153,43 @@ static inline void ref_dwconv(const kn_cuda_windows *w, int M, int mode, const f
   free(acc);
 }
 
-/* The sparse softmax cross-entropy's mean loss (each row's term in
- * double) and its gradient, as the CPU's. */
+/* The losses' means (each row's or element's term in double, added in
+ * order) and gradients: loss_rules.h's arithmetic, the CPU's. */
 static inline float ref_softmax_xent(const float *x, const int32_t *labels, size_t rows,
                                      size_t cols) {
   double total = 0.0;
-  for (size_t r = 0; r < rows; r++) {
-    const float *row = x + r * cols;
-    float max = row[0];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    double sum = 0.0;
-    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
-    total += log(sum) + (double)max - (double)row[labels[r]];
-  }
+  for (size_t r = 0; r < rows; r++) total += kn_loss_xent_term(x + r * cols, labels[r], cols);
   return (float)(total / (double)rows);
 }
 
 static inline void ref_softmax_xent_grad(const float *x, const int32_t *labels, float dloss,
                                          float *dx, size_t rows, size_t cols) {
-  const float scale = dloss / (float)rows;
-  for (size_t r = 0; r < rows; r++) {
-    const float *row = x + r * cols;
-    float *d = dx + r * cols, max = row[0], sum = 0.0f;
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    for (size_t c = 0; c < cols; c++) {
-      d[c] = expf(row[c] - max);
-      sum += d[c];
-    }
-    const float inv = 1.0f / sum;
-    for (size_t c = 0; c < cols; c++) d[c] *= inv;
-    d[labels[r]] -= 1.0f;
-    for (size_t c = 0; c < cols; c++) d[c] *= scale;
-  }
+  for (size_t r = 0; r < rows; r++)
+    kn_loss_xent_grad(x + r * cols, labels[r], dloss / (float)rows, dx + r * cols, cols);
 }
 
-/* The categorical (dense targets) and binary cross-entropies' means and
- * gradients, as the CPU's. */
 static inline float ref_xent_dense(const float *x, const float *p, size_t rows, size_t cols) {
   double total = 0.0;
-  for (size_t r = 0; r < rows; r++) {
-    const float *row = x + r * cols;
-    float max = row[0];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    double sum = 0.0;
-    for (size_t c = 0; c < cols; c++) sum += exp((double)(row[c] - max));
-    const double lse = log(sum) + (double)max;
-    for (size_t c = 0; c < cols; c++) total += (double)p[r * cols + c] * (lse - (double)row[c]);
-  }
+  for (size_t r = 0; r < rows; r++)
+    total += kn_loss_xent_dense_term(x + r * cols, p + r * cols, cols);
   return (float)(total / (double)rows);
 }
 
 static inline void ref_xent_dense_grad(const float *x, const float *p, float dloss, float *dx,
                                        size_t rows, size_t cols) {
-  const float scale = dloss / (float)rows;
-  for (size_t r = 0; r < rows; r++) {
-    const float *row = x + r * cols, *pr = p + r * cols;
-    float *d = dx + r * cols, max = row[0], sum = 0.0f, psum = 0.0f;
-    for (size_t c = 0; c < cols; c++) psum += pr[c];
-    for (size_t c = 1; c < cols; c++) max = row[c] > max ? row[c] : max;
-    for (size_t c = 0; c < cols; c++) {
-      d[c] = expf(row[c] - max);
-      sum += d[c];
-    }
-    const float inv = 1.0f / sum;
-    for (size_t c = 0; c < cols; c++) d[c] = (d[c] * inv * psum - pr[c]) * scale;
-  }
+  for (size_t r = 0; r < rows; r++)
+    kn_loss_xent_dense_grad(x + r * cols, p + r * cols, dloss / (float)rows, dx + r * cols, cols);
 }
 
 static inline float ref_bce_logits(const float *x, const float *t, size_t n) {
   double total = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    const double v = (double)x[i];
-    total += (v > 0 ? v : 0) - v * (double)t[i] + log1p(exp(-fabs(v)));
-  }
+  for (size_t i = 0; i < n; i++) total += kn_loss_bce_term(x[i], t[i]);
   return (float)(total / (double)n);
 }
 
 static inline void ref_bce_logits_grad(const float *x, const float *t, float dloss, float *dx,
                                        size_t n) {
-  const float scale = dloss / (float)n;
-  for (size_t i = 0; i < n; i++) {
-    const float e = expf(-fabsf(x[i]));
-    dx[i] = ((x[i] >= 0 ? 1 / (1 + e) : e / (1 + e)) - t[i]) * scale;
-  }
+  for (size_t i = 0; i < n; i++) dx[i] = kn_loss_bce_grad(x[i], t[i], dloss / (float)n);
 }
 
 /* The activations (kn_unop 0 to 7) and their gradients, in double then
