@@ -157,17 +157,11 @@ int kn_cuda_kernel_reduce_grad(kn_graph *g, kn_node_rec *n, char *err, size_t er
              : KN_OK;
 }
 
-/* Batch norm's (rows, C) view of node x: C its last dimension. */
-static void bn_matrix(const kn_graph *g, const kn_node_rec *x, size_t *rows, size_t *C) {
-  *C = (size_t)x->dims[x->ndim - 1];
-  *rows = kn_node_elems(x, g->batch) / *C;
-}
-
 /* The statistics (inputs x, moving mean, moving variance), the moving ones
  * updated in place in training. */
 int kn_cuda_kernel_bn_stats(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  size_t rows, C;
-  bn_matrix(g, &g->nodes[n->inputs[0]], &rows, &C);
+  int rows, C;
+  kn_node_matrix(g, &g->nodes[n->inputs[0]], &rows, &C);
   return kn_cuda_dev_bn_stats(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
                               on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)), rows, C,
                               n->attr.bn.momentum, n->attr.bn.epsilon, g->training, err, errlen)
@@ -177,8 +171,8 @@ int kn_cuda_kernel_bn_stats(kn_graph *g, kn_node_rec *n, char *err, size_t errle
 
 /* y from (x, stats, gamma, beta). */
 int kn_cuda_kernel_bn_apply(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  size_t rows, C;
-  bn_matrix(g, n, &rows, &C);
+  int rows, C;
+  kn_node_matrix(g, n, &rows, &C);
   return kn_cuda_dev_bn_apply(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
                               on(g, n, n->inputs[2]), on(g, n, n->inputs[3]),
                               on(g, n, (int)(n - g->nodes)), rows, C, err, errlen)
@@ -188,8 +182,8 @@ int kn_cuda_kernel_bn_apply(kn_graph *g, kn_node_rec *n, char *err, size_t errle
 
 /* dx from (dy, x, stats, gamma). */
 int kn_cuda_kernel_bn_grad_x(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  size_t rows, C;
-  bn_matrix(g, n, &rows, &C);
+  int rows, C;
+  kn_node_matrix(g, n, &rows, &C);
   return kn_cuda_dev_bn_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]), on(g, n, n->inputs[2]),
                              on(g, n, n->inputs[3]), on(g, n, (int)(n - g->nodes)), NULL, NULL,
                              rows, C, err, errlen)
@@ -199,8 +193,8 @@ int kn_cuda_kernel_bn_grad_x(kn_graph *g, kn_node_rec *n, char *err, size_t errl
 
 /* gamma's gradient from (dy, x, stats); beta's from dy. */
 int kn_cuda_kernel_bn_grad_gamma(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  size_t rows, C;
-  bn_matrix(g, &g->nodes[n->inputs[1]], &rows, &C);
+  int rows, C;
+  kn_node_matrix(g, &g->nodes[n->inputs[1]], &rows, &C);
   return kn_cuda_dev_bn_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]), on(g, n, n->inputs[2]),
                              NULL, NULL, on(g, n, (int)(n - g->nodes)), NULL, rows, C, err, errlen)
              ? KN_EIO
@@ -208,8 +202,8 @@ int kn_cuda_kernel_bn_grad_gamma(kn_graph *g, kn_node_rec *n, char *err, size_t 
 }
 
 int kn_cuda_kernel_bn_grad_beta(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  size_t rows, C;
-  bn_matrix(g, &g->nodes[n->inputs[0]], &rows, &C);
+  int rows, C;
+  kn_node_matrix(g, &g->nodes[n->inputs[0]], &rows, &C);
   /* x and stats are not read for beta's sum alone: dy stands in for x */
   return kn_cuda_dev_bn_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[0]), NULL, NULL, NULL, NULL,
                              on(g, n, (int)(n - g->nodes)), rows, C, err, errlen)
@@ -250,24 +244,15 @@ int kn_cuda_kernel_dwconv_dw(kn_graph *g, kn_node_rec *n, char *err, size_t errl
   return dwconv(g, n, 2, err, errlen);
 }
 
-/* Node x as (outer, row) around `axis`: the blocks before it, and the
- * floats of each from it on. */
-static void blocks_of(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer,
-                      size_t *row) {
-  size_t len, inner;
-  kn_reduce_split(g, x, axis, outer, &len, &inner);
-  *row = len * inner;
-}
-
 /* Two inputs side by side along the axis: each a block of each row. */
 int kn_cuda_kernel_concat(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
   const int axis = n->attr.slice.axis;
   size_t outer, ry, off = 0;
-  blocks_of(g, n, axis, &outer, &ry);
+  kn_axis_split(g, n, axis, &outer, &ry);
   float *y = on(g, n, (int)(n - g->nodes));
   for (int k = 0; k < 2; k++) {
     size_t rx;
-    blocks_of(g, &g->nodes[n->inputs[k]], axis, &outer, &rx);
+    kn_axis_split(g, &g->nodes[n->inputs[k]], axis, &outer, &rx);
     if (kn_cuda_dev_copy_rows(y + off, ry, on(g, n, n->inputs[k]), rx, outer, rx, err, errlen))
       return KN_EIO;
     off += rx;
@@ -280,8 +265,8 @@ int kn_cuda_kernel_slice(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) 
   const kn_node_rec *X = &g->nodes[n->inputs[0]];
   const int axis = n->attr.slice.axis;
   size_t outer, rx, ry;
-  blocks_of(g, X, axis, &outer, &rx);
-  blocks_of(g, n, axis, &outer, &ry);
+  kn_axis_split(g, X, axis, &outer, &rx);
+  kn_axis_split(g, n, axis, &outer, &ry);
   const size_t start = rx / (size_t)X->dims[axis] * (size_t)n->attr.slice.start;
   const float *x = on(g, n, n->inputs[0]);
   return kn_cuda_dev_copy_rows(on(g, n, (int)(n - g->nodes)), ry, x + start, rx, outer, ry, err,
@@ -302,10 +287,10 @@ int kn_cuda_kernel_fill(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
  * the batch is fed there), then the loss from (logits, labels) or its
  * gradient from (logits, labels, dloss) on the device. */
 static int xent(kn_graph *g, kn_node_rec *n, int grad, char *err, size_t errlen) {
-  const kn_node_rec *L = &g->nodes[n->inputs[0]];
-  const size_t cols = (size_t)L->dims[L->ndim - 1], rows = kn_node_elems(L, g->batch) / cols;
+  int rows, cols;
+  kn_node_matrix(g, &g->nodes[n->inputs[0]], &rows, &cols);
   const int rc = kn_check_labels(grad ? "softmax_xent_grad" : "softmax_xent",
-                                 g->nodes[n->inputs[1]].data, (int)rows, (int)cols, err, errlen);
+                                 g->nodes[n->inputs[1]].data, rows, cols, err, errlen);
   if (rc) return rc;
   if (grad)
     return kn_cuda_dev_softmax_xent_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
@@ -322,8 +307,8 @@ static int xent(kn_graph *g, kn_node_rec *n, int grad, char *err, size_t errlen)
 /* Categorical cross-entropy against dense targets (logits, probs[,
  * dloss]) and binary cross-entropy on logits (x, targets[, dloss]). */
 int kn_cuda_kernel_xent_dense(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  const kn_node_rec *L = &g->nodes[n->inputs[0]];
-  const size_t cols = (size_t)L->dims[L->ndim - 1], rows = kn_node_elems(L, g->batch) / cols;
+  int rows, cols;
+  kn_node_matrix(g, &g->nodes[n->inputs[0]], &rows, &cols);
   return kn_cuda_dev_xent_dense(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
                                 on(g, n, (int)(n - g->nodes)), rows, cols, err, errlen)
              ? KN_EIO
@@ -331,8 +316,8 @@ int kn_cuda_kernel_xent_dense(kn_graph *g, kn_node_rec *n, char *err, size_t err
 }
 
 int kn_cuda_kernel_xent_dense_grad(kn_graph *g, kn_node_rec *n, char *err, size_t errlen) {
-  const kn_node_rec *L = &g->nodes[n->inputs[0]];
-  const size_t cols = (size_t)L->dims[L->ndim - 1], rows = kn_node_elems(L, g->batch) / cols;
+  int rows, cols;
+  kn_node_matrix(g, &g->nodes[n->inputs[0]], &rows, &cols);
   return kn_cuda_dev_xent_dense_grad(on(g, n, n->inputs[0]), on(g, n, n->inputs[1]),
                                      on(g, n, n->inputs[2]), on(g, n, (int)(n - g->nodes)), rows,
                                      cols, err, errlen)

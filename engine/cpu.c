@@ -18,43 +18,10 @@
 #include "philox.h"
 #include "vmath.h"
 
-static int rows_of(const kn_graph *g, const kn_node_rec *n) {
-  return kn_node_rows(g, n);
-}
-
 /* A node's dims at the current batch. */
 static void run_dims(const kn_graph *g, const kn_node_rec *n, int *dims) {
   for (int d = 0; d < n->ndim; d++) dims[d] = n->dims[d];
-  dims[0] = rows_of(g, n);
-}
-
-/* Rows x last-dim view of a node at the current batch. */
-static void as_matrix(const kn_graph *g, const kn_node_rec *n, int *rows, int *cols) {
-  *cols = n->dims[n->ndim - 1];
-  *rows = (int)(kn_node_elems(n, g->batch) / (size_t)*cols);
-}
-
-/* x as (outer, len, inner) around the reduced axis (graph.c). */
-static void reduce_split(kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
-                         size_t *inner) {
-  kn_reduce_split(g, x, axis, outer, len, inner);
-}
-
-/* Rows before `axis` and elements per row from `axis` on. */
-static void axis_split(kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *row) {
-  int dims[KN_MAX_DIMS];
-  run_dims(g, x, dims);
-  *outer = 1;
-  *row = 1;
-  for (int d = 0; d < axis; d++) *outer *= (size_t)dims[d];
-  for (int d = axis; d < x->ndim; d++) *row *= (size_t)dims[d];
-}
-
-/* Labels outside [0, C) are a data error, reported rather than read past
- * (graph.c's, shared with the CUDA backend). */
-static int check_labels(const char *op, const int32_t *labels, int rows, int cols, char *err,
-                        size_t errlen) {
-  return kn_check_labels(op, labels, rows, cols, err, errlen);
+  dims[0] = kn_node_rows(g, n);
 }
 
 /* Whether element i of a dropout mask is kept: a 24-bit uniform draw from
@@ -95,7 +62,7 @@ typedef struct matmul_shape {
 static matmul_shape matmul_shape_of(const kn_graph *g, const kn_node_rec *n) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   matmul_shape s = {.trans_a = n->attr.matmul.trans_a, .trans_b = n->attr.matmul.trans_b};
-  int a_rows = rows_of(g, A), b_rows = rows_of(g, B);
+  int a_rows = kn_node_rows(g, A), b_rows = kn_node_rows(g, B);
   s.lda = A->dims[1];
   if (A->op == KN_OP_CONV_PAD) { /* the im2col columns it stands for */
     a_rows *= kn_pad_rows_per_image(A);
@@ -244,7 +211,7 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_node_rec *P = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
   const kn_conv_attrs *a = &n->attr.conv;
   const int H = n->dims[1], W = n->dims[2], C = n->dims[3], F = P->dims[3];
-  const int m = rows_of(g, P) * H * W, k = kn_pad_cols_width(P);
+  const int m = kn_node_rows(g, P) * H * W, k = kn_pad_cols_width(P);
   const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a->kw, 1, 1, 1, 1, H, W};
   const kn_conv_flip flip = {K->data, a->kh, a->kw, C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {

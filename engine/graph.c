@@ -63,6 +63,17 @@ int kn_check_labels(const char *op, const int32_t *labels, int rows, int cols, c
   return KN_OK;
 }
 
+void kn_node_matrix(const kn_graph *g, const kn_node_rec *n, int *rows, int *cols) {
+  *cols = n->dims[n->ndim - 1];
+  *rows = (int)(kn_node_elems(n, g->batch) / (size_t)*cols);
+}
+
+void kn_axis_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *row) {
+  size_t len, inner;
+  kn_reduce_split(g, x, axis, outer, &len, &inner);
+  *row = len * inner;
+}
+
 void kn_reduce_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
                      size_t *inner) {
   *outer = *inner = 1;

@@ -298,6 +298,11 @@ int kn_node_rows(const kn_graph *g, const kn_node_rec *n);
  * or KN_OK: a data error, reported rather than read past. */
 int kn_check_labels(const char *op, const int32_t *labels, int rows, int cols, char *err,
                     size_t errlen);
+/* A node as (rows, its last dimension) at the current batch. */
+void kn_node_matrix(const kn_graph *g, const kn_node_rec *n, int *rows, int *cols);
+/* x as (outer, row) around `axis` (>= 0): the blocks before it, and the
+ * elements of each from it on. */
+void kn_axis_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *row);
 /* x as (outer, len, inner) around a reduced axis at the current batch
  * (-1: all of it, as one row). */
 void kn_reduce_split(const kn_graph *g, const kn_node_rec *x, int axis, size_t *outer, size_t *len,
