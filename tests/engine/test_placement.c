@@ -133,6 +133,13 @@ static void nodes_take_the_graph_device_and_gradients_their_forward_node(void **
   kn_graph_free(t.g);
 }
 
+/* No GPU here (compile refused the placement, err says why): the test is
+ * skipped, saying so. */
+static void skip_without_gpu(const char *err) {
+  print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
+  skip();
+}
+
 static void expect_refusal(net *t, const char *a, const char *b) {
   char err[512] = "";
   assert_int_not_equal(kn_graph_compile(t->g, 1, NULL, err, sizeof err), KN_OK);
@@ -167,9 +174,8 @@ static void a_gpu_placed_graph_trains_as_on_the_cpu(void **state) {
   if (kn_graph_compile(t.g, 1, &st, err, sizeof err) != KN_OK) {
     /* No GPU here: refused with the reason, and nothing to compare. */
     assert_non_null(strstr(err, "is placed on cuda:0"));
-    print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
     kn_graph_free(t.g);
-    skip();
+    skip_without_gpu(err);
   }
   assert_int_equal(st.n_fused, 0); /* the placed matmul and relu stay as they are */
   net c = build(cpu, KN_PRECISION_FLOAT32);
@@ -360,8 +366,7 @@ static void the_optimizer_steps_on_the_gpu(void **state) {
     kn_model gm, cm;
     if (build_model(0, gpu0, &gm, err, sizeof err) != 0) {
       assert_non_null(strstr(err, "is placed on cuda:0"));
-      print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
-      skip();
+      skip_without_gpu(err);
     }
     assert_int_equal(build_model(0, cpu, &cm, err, sizeof err), 0);
     float lg[8], lc[8];
@@ -526,8 +531,7 @@ static void a_cnn_trains_on_the_gpu_as_on_the_host(void **state) {
     kn_model gm, cm;
     if (build_cnn(resnet, gpu0, precisions[p], &gm, err, sizeof err) != 0) {
       assert_non_null(strstr(err, "is placed on cuda:0"));
-      print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
-      skip();
+      skip_without_gpu(err);
     }
     assert_int_equal(build_cnn(resnet, cpu, precisions[p], &cm, err, sizeof err), 0);
     int on_gpu = 0, with_kernel = 0;
@@ -592,8 +596,7 @@ static void every_loss_trains_on_the_gpu_as_on_the_host(void **state) {
       if (kn_graph_compile(m.graph, 1, NULL, err, sizeof err) != KN_OK) {
         assert_true(gpu);
         kn_model_free(&m);
-        print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
-        skip();
+        skip_without_gpu(err);
       }
       if (gpu) {
         int on_gpu = 0, with_kernel = 0;
@@ -637,8 +640,7 @@ static void a_bad_label_fails_the_gpu_step_by_name(void **state) {
   char err[512] = "";
   kn_model m;
   if (build_model(0, gpu0, &m, err, sizeof err) != 0) {
-    print_message("SKIPPED: no CUDA device on this machine to train on: %s\n", err);
-    skip();
+    skip_without_gpu(err);
   }
   float *xs = kn_node_data(m.graph, m.x);
   int32_t *ys = kn_node_data(m.graph, m.y);
