@@ -21,6 +21,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -689,10 +690,20 @@ static __global__ void bn_grad_x_kernel(const float *dy, const float *x, const f
 /* Enough blocks of RELU_THREADS to fill every SM of the current device, no
  * more (the kernels' grid-stride loops do the rest). */
 static int grid_for(size_t n, unsigned *blocks, char *err, size_t errlen) {
+  /* each device's SM count, asked once: a launch is on every node's path */
+  static std::atomic<int> sm_counts[MAX_DEVICES];
   int rc = -1, device = 0, sm_count = 0;
   size_t b = (n + RELU_THREADS - 1) / RELU_THREADS;
   KN_CUDA_CHECK(cudaGetDevice(&device));
-  KN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  if (device < 0 || device >= MAX_DEVICES) {
+    set_err(err, errlen, "CUDA device %d: kiln launches on devices 0 to %d", device,
+            MAX_DEVICES - 1);
+    return -1;
+  }
+  if ((sm_count = sm_counts[device].load(std::memory_order_relaxed)) == 0) {
+    KN_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    sm_counts[device].store(sm_count, std::memory_order_relaxed);
+  }
   if (b > (size_t)sm_count * RELU_BLOCKS_PER_SM) b = (size_t)sm_count * RELU_BLOCKS_PER_SM;
   *blocks = b > 0 ? (unsigned)b : 1u;
   rc = 0;
@@ -1318,17 +1329,20 @@ cleanup:
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_set_device(int device, char *err, size_t errlen) {
-  int rc = -1, count = 0;
+  int count = 0;
+  /* every node's kernel sets its device: the device count only on failure */
+  const cudaError_t status = device >= 0 ? cudaSetDevice(device) : cudaErrorInvalidDevice;
+  if (status == cudaSuccess) return 0;
+  (void)cudaGetLastError();
   if (kiln_cuda_module_device_count(&count, err, errlen) != 0) return -1;
   if (device < 0 || device >= count) {
     set_err(err, errlen, "CUDA device %d does not exist: this machine has %d CUDA device%s", device,
             count, count == 1 ? "" : "s");
     return -1;
   }
-  KN_CUDA_CHECK(cudaSetDevice(device));
-  rc = 0;
-cleanup:
-  return rc;
+  set_err(err, errlen, "%s: cudaSetDevice(%d) failed: %s (%s)", base_name(__FILE__), device,
+          cudaGetErrorString(status), cudaGetErrorName(status));
+  return -1;
 }
 
 extern "C" KN_CUDA_EXPORT int kiln_cuda_module_alloc(int device, size_t bytes, void **out,
