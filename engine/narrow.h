@@ -7,6 +7,7 @@
 #define KILN_ENGINE_NARROW_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -69,6 +70,22 @@ KN_NARROW_FN float kn_f16_to_f32(uint16_t h) {
                 : sign | ((exp - 15 + 127) << 23) | (mant << 13);
   memcpy(&f, &u, sizeof f);
   return f;
+}
+
+/* Element i of a cast by mode: 0 f32 to bf16, 1 bf16 to f32, 2 f32
+ * rounded through bf16, 3 to 5 the same with f16 (the CUDA module's
+ * kn_cuda_cast), x and y as their types say. */
+KN_NARROW_FN void kn_narrow_cast_at(const void *x, void *y, size_t i, int mode) {
+  const float *xf = (const float *)x;
+  const uint16_t *xh = (const uint16_t *)x;
+  switch (mode) {
+  case 0: ((uint16_t *)y)[i] = kn_bf16_from_f32(xf[i]); break;
+  case 1: ((float *)y)[i] = kn_bf16_to_f32(xh[i]); break;
+  case 2: ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(xf[i])); break;
+  case 3: ((uint16_t *)y)[i] = kn_f16_from_f32(xf[i]); break;
+  case 4: ((float *)y)[i] = kn_f16_to_f32(xh[i]); break;
+  default: ((float *)y)[i] = kn_f16_to_f32(kn_f16_from_f32(xf[i]));
+  }
 }
 
 #endif

@@ -315,20 +315,8 @@ static __global__ void pool_grad_kernel(kn_cuda_windows w, const float *dy, cons
 /* ---- mixed precision's casts, bit for bit as the CPU's (narrow.h) ---- */
 static __global__ void cast_kernel(const void *x, void *y, size_t n, int mode) {
   const size_t stride = (size_t)blockDim.x * gridDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    if (mode == KN_CUDA_CAST_TO_BF16)
-      ((uint16_t *)y)[i] = kn_bf16_from_f32(((const float *)x)[i]);
-    else if (mode == KN_CUDA_CAST_FROM_BF16)
-      ((float *)y)[i] = kn_bf16_to_f32(((const uint16_t *)x)[i]);
-    else if (mode == KN_CUDA_CAST_ROUND_BF16)
-      ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(((const float *)x)[i]));
-    else if (mode == KN_CUDA_CAST_TO_F16)
-      ((uint16_t *)y)[i] = kn_f16_from_f32(((const float *)x)[i]);
-    else if (mode == KN_CUDA_CAST_FROM_F16)
-      ((float *)y)[i] = kn_f16_to_f32(((const uint16_t *)x)[i]);
-    else
-      ((float *)y)[i] = kn_f16_to_f32(kn_f16_from_f32(((const float *)x)[i]));
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    kn_narrow_cast_at(x, y, i, mode);
 }
 
 /* y = a op b, one element each, IEEE as the CPU's loops. */

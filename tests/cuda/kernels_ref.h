@@ -104,20 +104,7 @@ static inline void ref_pool(const kn_cuda_windows *w, const float *x, float *y, 
 }
 
 static inline void ref_cast(const void *x, void *y, size_t n, int mode) {
-  for (size_t i = 0; i < n; i++) {
-    if (mode == KN_CUDA_CAST_TO_BF16)
-      ((uint16_t *)y)[i] = kn_bf16_from_f32(((const float *)x)[i]);
-    else if (mode == KN_CUDA_CAST_FROM_BF16)
-      ((float *)y)[i] = kn_bf16_to_f32(((const uint16_t *)x)[i]);
-    else if (mode == KN_CUDA_CAST_ROUND_BF16)
-      ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(((const float *)x)[i]));
-    else if (mode == KN_CUDA_CAST_TO_F16)
-      ((uint16_t *)y)[i] = kn_f16_from_f32(((const float *)x)[i]);
-    else if (mode == KN_CUDA_CAST_FROM_F16)
-      ((float *)y)[i] = kn_f16_to_f32(((const uint16_t *)x)[i]);
-    else
-      ((float *)y)[i] = kn_f16_to_f32(kn_f16_from_f32(((const float *)x)[i]));
-  }
+  for (size_t i = 0; i < n; i++) kn_narrow_cast_at(x, y, i, mode);
 }
 
 /* Depthwise convolution, mode 0 (y from x, k), 1 (dx from dy, k), 2 (dk
