@@ -184,6 +184,15 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   }
   for (int k = 0; k < s.k; k++)
     for (int c = 0; c < s.n; c++) wf[(size_t)k * s.n + c] = w[(size_t)k * s.ldb + c] * scale[c];
+#ifdef KN_HAVE_ISA_PATHS
+  if (n->winograd) { /* the scaled kernel by Winograd (its input may be unpadded) */
+    kn_wino_args a;
+    kn_wino_args_of(g, n, &a);
+    kn_winograd_conv(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, wf, 0, a.oh, a.ow, a.cout,
+                     shift, N->fused_relu != 0, N->data);
+    return;
+  }
+#endif
   kn_conv_cols cols;
   kn_pool_grad_b pool;
   kn_sgemm_args x = f32_gemm_args(g, n, &s, NULL, &cols, &pool);
@@ -204,11 +213,41 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   }
 }
 
+#ifdef KN_HAVE_ISA_PATHS
+/* A matmul the winograd pass marked: a convolution's forward product
+ * (bias and relu on the way; returns 1) or its weight gradient (and the
+ * paired bias gradient into b_sums; returns 0). */
+static int winograd_matmul(kn_graph *g, const kn_node_rec *n, float *b_sums) {
+  kn_wino_args a;
+  kn_wino_args_of(g, n, &a);
+  const float *b = g->nodes[n->inputs[1]].data;
+  if (a.weight_grad) {
+    kn_winograd_wgrad(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, b, a.oh, a.ow, a.cout,
+                      n->data, b_sums);
+    return 0;
+  }
+  const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
+  kn_winograd_conv(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, b, 0, a.oh, a.ow, a.cout,
+                   fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr.matmul.relu,
+                   n->data);
+  return 1;
+}
+#endif
+
 /* A stride-1 convolution's input gradient (KN_OP_CONV_INPUT_GRAD): dx's
  * pixels times the kernel turned 180 degrees, the columns read in place
  * from the padded dy; kiln's bf16 GEMM when either operand is bf16. */
 static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_node_rec *P = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
+#ifdef KN_HAVE_ISA_PATHS
+  if (n->winograd) { /* the padded dy correlated with the kernel turned around */
+    kn_wino_args a;
+    kn_wino_args_of(g, n, &a);
+    kn_winograd_conv(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, K->data, 1, a.oh, a.ow, a.cout,
+                     NULL, 0, n->data);
+    return;
+  }
+#endif
   const kn_conv_attrs *a = &n->attr.conv;
   const int H = n->dims[1], W = n->dims[2], C = n->dims[3], F = P->dims[3];
   const int m = kn_node_rows(g, P) * H * W, k = kn_pad_cols_width(P);

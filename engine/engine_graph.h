@@ -232,6 +232,7 @@ typedef struct kn_plan_stats {
   int n_narrow_copies;        /* bf16 copies written by their value's own kernel */
   int n_concat_views;         /* concatenations and slices that are parts of another's storage */
   int n_bn_folds;             /* batch norms folded into their matmul for forward-only runs */
+  int n_winograd;             /* convolution products computed by Winograd's F(4x4, 3x3) */
   /* Arena values computed in forward and still live when backward starts:
    * the activations kept for backward (and the kept inputs and outputs). */
   size_t saved_bytes;
@@ -302,7 +303,15 @@ enum {
    * the norm's relu), writing the norm's output; training runs are
    * untouched. The same values to rounding; float32 */
   KN_PASS_BN_FOLD = 8192,
-  KN_PASS_ALL = 16383
+  /* 3x3, stride-1, undilated float32 convolutions of 8 or more input and
+   * output channels (and outputs large enough that their 4x4 tiles save at
+   * least half the multiplies) compute their forward product, input
+   * gradient and weight gradient by Winograd's F(4x4, 3x3): 36 products
+   * per 16 outputs instead of 144, with adds around them. The values
+   * change to rounding (the transforms' constants reach 8 and 1/24). On
+   * CPUs with AVX-512F, where kiln's own GEMM runs */
+  KN_PASS_WINOGRAD = 16384,
+  KN_PASS_ALL = 32767
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* The unoptimized plan, for debugging and comparison: the same compiled

@@ -168,6 +168,10 @@ typedef struct kn_node_rec {
    * bn_apply, 1 + the matmul (in those runs its own kernel runs nothing,
    * and the planner keeps its value live from that matmul on). 0: none. */
   kn_node bn_fold, eval_written_by;
+  /* The winograd pass: 1 on a 3x3, stride-1 convolution's forward matmul,
+   * weight-gradient matmul or input gradient whose kernel computes it by
+   * Winograd's F(4x4, 3x3) (winograd.c) instead of a GEMM. */
+  int winograd;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
   kn_node part_of;
@@ -278,6 +282,9 @@ struct kn_graph {
   void *node_done_ctx;
   void *gemm_scratch; /* the bf16 GEMM's packing buffers, one per thread */
   float *bn_fold_buf; /* a folded matmul's scaled B, scale and shift (bn_fold pass) */
+  /* the winograd pass's nodes: a transformed kernel, each thread's block
+   * and a weight gradient's slice sums (kn_winograd_floats, the largest) */
+  float *wino_buf;
   uint64_t gemm_calls[KN_GEMM_KERNELS]; /* matmul kernel runs per GEMM */
   char error[256];
   int error_code;
@@ -640,7 +647,7 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
-      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views, bn_folds;
+      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views, bn_folds, winograd;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
  * passes begin): the passes append at most n_nodes nodes. */
@@ -657,6 +664,40 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
 int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then DCE, then: */
 int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
+/* winograd.c: 3x3, stride-1 convolutions by Winograd's F(4x4, 3x3), on
+ * CPUs with AVX-512F (kn_winograd_available). x is the input (batch, hp,
+ * wp, cin) as stored, read as if padded with zeros: pt rows above, pl
+ * columns left, and as many below and right as the output (batch, oh,
+ * ow, cout) reads. kn_winograd_conv: y = x correlated with the kernel
+ * w (3, 3, cin, cout), or with flip set, with w (3, 3, cout, cin) turned
+ * 180 degrees (an input gradient); bias (or NULL) and relu applied as it
+ * stores. kn_winograd_wgrad: dw (3, 3, cin, cout) from x and dy (batch,
+ * oh, ow, cout), and dy's column sums into b_sums (or NULL). The same bits
+ * for any thread count. */
+int kn_winograd_available(void);
+/* Whether a product of that output size and channels saves at least half
+ * of the direct product's multiplies. */
+int kn_winograd_pays(int oh, int ow, int cin, int cout);
+/* Floats of the graph's Winograd buffer one such product needs. */
+size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
+                          int weight_grad);
+void kn_winograd_conv(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
+                      int pl, const float *w, int flip, int oh, int ow, int cout, const float *bias,
+                      int relu, float *y);
+void kn_winograd_wgrad(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
+                       int pl, const float *dy, int oh, int ow, int cout, float *dw, float *b_sums);
+/* lower_cpu.c: the winograd pass; the nodes it marks. */
+int kn_lower_winograd(kn_graph *g);
+/* What a marked node's product reads, the input as stored (its CONV_PAD,
+ * or where that is a view, the value it views, with the padding the
+ * product adds as it reads), and that product's shape at the graph's
+ * current batch. */
+typedef struct kn_wino_args {
+  const void *x;
+  int batch, hp, wp, cin, pt, pl, oh, ow, cout, weight_grad, flip;
+} kn_wino_args;
+void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a);
+
 /* lower_views.c: the concat_views pass. */
 int kn_lower_concat_views(kn_graph *g);
 /* lower_bn_fold.c: the bn_fold pass. */

@@ -695,3 +695,86 @@ int kn_lower_narrow_copies(kn_graph *g) {
   }
   return moved;
 }
+
+/* A marked node's padded input and product shape (graph_internal.h). */
+void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
+  const kn_node_rec *P = &g->nodes[n->inputs[0]];
+  /* a padding that needed no copy is a view: its rows are its input's */
+  const kn_node_rec *S = P->storage == KN_STORE_VIEW ? &g->nodes[P->inputs[0]] : P;
+  const int input_grad = n->op == KN_OP_CONV_INPUT_GRAD;
+  *a = (kn_wino_args){.x = P->data,
+                      .batch = kn_node_rows(g, P),
+                      .hp = S->dims[1],
+                      .wp = S->dims[2],
+                      .cin = P->dims[3],
+                      .pt = S != P ? P->attr.conv.pad_top : 0,
+                      .pl = S != P ? P->attr.conv.pad_left : 0,
+                      .oh = P->attr.conv.oh,
+                      .ow = P->attr.conv.ow,
+                      .cout = n->dims[n->ndim - 1],
+                      .weight_grad = !input_grad && n->attr.matmul.trans_a,
+                      .flip = input_grad};
+}
+
+/* The winograd pass (KN_PASS_WINOGRAD): marks the forward matmul (with
+ * its bias and relu), the weight-gradient matmul (with the bias gradient
+ * paired to it) and the input gradient of each 3x3, stride-1, undilated
+ * float32 convolution whose products read a padded input in place and
+ * where kn_winograd_pays; their kernels then run winograd.c. A matmul
+ * reading a max pool's gradient as B, or a value that is a part of
+ * another's storage, keeps its GEMM. */
+int kn_lower_winograd(kn_graph *g) {
+  /* float32 graphs: a mixed precision policy runs its products on the
+   * bf16 GEMM */
+  if (!kiln_gemm_runs(g) || !kn_winograd_available() || g->precision != KN_PRECISION_FLOAT32)
+    return 0;
+  int marked = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *n = &g->nodes[i];
+    const int mm = n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT;
+    if (n->dead || n->folded || n->dtype != KN_F32 || n->device.kind != KN_DEVICE_CPU ||
+        !(mm || n->op == KN_OP_CONV_INPUT_GRAD) || n->storage == KN_STORE_PART ||
+        n->storage == KN_STORE_VIEW || n->narrow_copy || n->round_bf16)
+      continue;
+    if (mm && (n->argmax || n->attr.matmul.trans_b)) continue;
+    const kn_node_rec *P = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+    const kn_conv_attrs *c = &P->attr.conv;
+    if (P->op != KN_OP_CONV_PAD || P->dtype != KN_F32 || B->dtype != KN_F32 ||
+        B->storage == KN_STORE_PART || c->kh != 3 || c->kw != 3 || c->sh != 1 || c->sw != 1 ||
+        c->dh != 1 || c->dw != 1)
+      continue;
+    kn_wino_args a;
+    kn_wino_args_of(g, n, &a);
+    if ((a.pt == 0 && a.pl == 0 && (a.hp < a.oh + 2 || a.wp < a.ow + 2)) ||
+        !kn_winograd_pays(a.oh, a.ow, a.cin, a.cout))
+      continue;
+    /* B as the product reads it: the kernel (9 C_in, C_out) or, for the
+     * weight gradient, dy (batch x oh x ow, C_out) */
+    if (mm && (B->ndim != 2 || B->dims[1] != a.cout)) continue;
+    if (mm && !a.weight_grad && B->dims[0] != 9 * a.cin) continue;
+    if (mm && a.weight_grad && n->dims[0] != 9 * a.cin) continue;
+    if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
+    n->winograd = 1;
+    marked++;
+  }
+  /* A padded input read only by marked nodes is never written: they read
+   * the value it pads where it lies, adding the zeros as they read. */
+  for (int i = 0; marked && i < g->n_nodes; i++) {
+    kn_node_rec *P = &g->nodes[i];
+    if (P->dead || P->op != KN_OP_CONV_PAD || P->storage != KN_STORE_ARENA || P->keep) continue;
+    const kn_node_rec *X = &g->nodes[P->inputs[0]],
+                      *root = &g->nodes[kn_storage_root(g, P->inputs[0])];
+    if (X->dtype != P->dtype || X->ndim != 4 || root->storage != KN_STORE_ARENA ||
+        kn_op_has(root->op, KN_OPF_FED))
+      continue;
+    int only_marked = 1;
+    for (int c = i + 1; c < g->n_nodes && only_marked; c++) {
+      const kn_node_rec *r = &g->nodes[c];
+      if (r->dead) continue;
+      for (int k = 0; k < r->n_inputs; k++)
+        if (r->inputs[k] == i && !(r->winograd && k == 0)) only_marked = 0;
+    }
+    if (only_marked) P->storage = KN_STORE_VIEW;
+  }
+  return marked;
+}

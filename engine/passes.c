@@ -299,5 +299,8 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);
   /* After every pass that may add a reader or drop one. */
   if (passes & KN_PASS_CONCAT_VIEWS) st->concat_views = kn_lower_concat_views(g);
+  /* Last: it takes over GEMMs as the passes above left them (their padded
+   * inputs, pairs, pool gradients and storage). */
+  if (passes & KN_PASS_WINOGRAD) st->winograd = kn_lower_winograd(g);
   return 0;
 }

@@ -236,6 +236,7 @@ static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_st
   stats->n_narrow_copies = pass_stats->narrow_copies;
   stats->n_concat_views = pass_stats->concat_views;
   stats->n_bn_folds = pass_stats->bn_folds;
+  stats->n_winograd = pass_stats->winograd;
   stats->n_folded = pass_stats->folded;
   stats->n_dead = pass_stats->dead;
   stats->n_inplace = n_inplace;
@@ -466,6 +467,24 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
   if (fold_floats && !(g->bn_fold_buf = malloc(fold_floats * sizeof(float)))) {
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
     goto out;
+  }
+  /* The Winograd buffer: the largest any marked node needs. */
+  size_t wino_floats = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const kn_node_rec *n = &g->nodes[i];
+    if (n->dead || !n->winograd) continue;
+    kn_wino_args a;
+    kn_wino_args_of(g, n, &a);
+    const size_t need = kn_winograd_floats(kn_pool_threads(g->pool), a.batch, a.hp, a.wp, a.cin,
+                                           a.oh, a.ow, a.cout, a.weight_grad);
+    if (need > wino_floats) wino_floats = need;
+  }
+  if (wino_floats) {
+    const size_t bytes = align_up(wino_floats * sizeof(float));
+    if (!(g->wino_buf = aligned_alloc(KN_ALIGN, bytes))) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu Winograd buffer bytes", bytes);
+      goto out;
+    }
   }
   g->compiled = 1;
   g->batch = 0;

@@ -700,6 +700,10 @@ static int train_main(int argc, char **argv) {
       snprintf(extra + used, sizeof extra - used, "; f32 GEMM %s", gpu_gemm);
     else if (!gemms_on_gpu)
       snprintf(extra + used, sizeof extra - used, "; f32 GEMM %s", kn_gemm_name(kn_cpu_gemm()));
+    used = strlen(extra);
+    if (stats.n_winograd)
+      snprintf(extra + used, sizeof extra - used, "; %d convolution products by Winograd",
+               stats.n_winograd);
   }
   snprintf(msg, sizeof msg,
            "model: %zu parameters, %d graph nodes; activations planned in %.2f MiB "

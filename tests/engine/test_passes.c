@@ -351,6 +351,7 @@ static int fired(const kn_plan_stats *st, unsigned pass) {
   case KN_PASS_POOL_GRAD_IN_GEMM: return st->n_pool_grads_in_gemm;
   case KN_PASS_BN_GRADS: return st->n_bn_grads;
   case KN_PASS_CONCAT_VIEWS: return st->n_concat_views;
+  case KN_PASS_WINOGRAD: return st->n_winograd;
   }
   fail_msg("unknown pass %u", pass);
   return 0;
@@ -377,14 +378,44 @@ static void assert_close_gradients(const result *a, const result *b, const char 
 typedef struct pass_case {
   unsigned pass;
   const char *name;
-  int graphs;      /* where it must fire (MLP, CNN, HAND_MADE, BRANCHES) */
-  int needs_all;   /* it acts on what other passes leave, so fires only with them */
-  int same_values; /* 0: the same values to rounding only */
+  int graphs;    /* where it must fire (MLP, CNN, HAND_MADE, BRANCHES) */
+  int needs_all; /* it acts on what other passes leave, so fires only with them */
+  /* 1: the same values; 0: gradients to rounding only; FORWARD_TOO: the
+   * forward values as well */
+  int same_values;
 } pass_case;
 
+enum { FORWARD_TOO = -1 };
+
+/* |a - b| within rel of the largest |b| over n values. */
+static void assert_close_values(const float *a, const float *b, size_t n, double rel,
+                                const char *what, const char *which) {
+  double top = 0.0, diff = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    top = fmax(top, fabs((double)b[i]));
+    diff = fmax(diff, fabs((double)a[i] - b[i]));
+  }
+  print_message("%s: %s differ by %.3g of their largest\n", what, which,
+                top > 0 ? diff / top : diff);
+  if (diff > rel * top) fail_msg("%s: %s differ by %g (largest %g)", what, which, diff, top);
+}
+
 /* a against b: the same bits, or (values to rounding only) gradients
- * close and everything else the same bits. */
+ * close and everything else the same bits, or (FORWARD_TOO) the losses,
+ * logits and moving statistics within float rounding of each other as
+ * well: a pass that computes a forward product another way (winograd). */
 static void compare(result *a, result *b, int same_values, const char *what) {
+  if (same_values == FORWARD_TOO) {
+    assert_close_gradients(a, b, what);
+    /* a 3x3 product's sums run in another order, through transforms whose
+     * constants reach 8 and 1/24: 2^-16 of the largest value */
+    const float la[2] = {a->loss, a->eval_loss}, lb[2] = {b->loss, b->eval_loss};
+    assert_close_values(la, lb, 2, 0x1p-16, what, "losses");
+    assert_close_values(a->logits, b->logits, BATCH * 3, 0x1p-16, what, "logits");
+    assert_int_equal(a->n_states, b->n_states);
+    assert_close_values(a->states, b->states, a->n_states, 0x1p-16, what, "moving statistics");
+    return;
+  }
   if (!same_values) {
     assert_close_gradients(a, b, what);
     free(a->grads);
@@ -395,6 +426,8 @@ static void compare(result *a, result *b, int same_values, const char *what) {
   assert_same(a, b, what);
 }
 
+#define ALL_EXACT (KN_PASS_ALL & ~KN_PASS_WINOGRAD)
+
 /* The pass alone against none, and all passes against all but it, on each
  * graph: the same results; and it fires on the graphs it is for (alone,
  * unless it needs the others; with all on), never with it off. */
@@ -404,8 +437,11 @@ static void check_pass(const pass_case *c) {
                         : graph == CNN       ? "cnn"
                         : graph == HAND_MADE ? "hand-made"
                                              : "branched";
+    /* winograd changes values to rounding and takes over the products the
+     * others prepare: off where another pass's bits are compared */
+    const unsigned every = c->pass == KN_PASS_WINOGRAD ? KN_PASS_ALL : ALL_EXACT;
     result none = train_graph(graph, 0), alone = train_graph(graph, c->pass);
-    result all = train_graph(graph, KN_PASS_ALL), but = train_graph(graph, KN_PASS_ALL & ~c->pass);
+    result all = train_graph(graph, every), but = train_graph(graph, every & ~c->pass);
     char what[96];
     snprintf(what, sizeof what, "%s, %s alone vs none", gname, c->name);
     compare(&none, &alone, c->same_values, what);
@@ -466,6 +502,10 @@ static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) 
       /* the first pool's gradient in conv's weight gradient: it reads the
        * argmax pool_argmax records, through the relu gradient fusion joins */
       {KN_PASS_POOL_GRAD_IN_GEMM, "pool_grad_in_gemm", CNN, 1, 1},
+      /* conv2's forward (its bias and relu), weight and bias gradients
+       * and input gradient by F(4x4, 3x3), reading the padded inputs
+       * implicit_columns and implicit_input_grad make */
+      {KN_PASS_WINOGRAD, "winograd", CNN, 1, FORWARD_TOO},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_pass(&cases[c]);
   /* implicit_input_grad turns conv2's input gradient (a GEMM into columns

@@ -183,6 +183,12 @@ static kn_model_config cnn_config(int side, int batch, kn_precision precision, i
                            .recompute = recompute};
 }
 
+/* Every pass but winograd: the passes these tests compare (and the float32
+ * baselines of mixed precision) as they prepare the GEMMs' products;
+ * winograd, which changes values to rounding and takes over those
+ * products, is tested in test_passes.c and test_winograd.c. */
+#define ALL_EXACT (KN_PASS_ALL & ~KN_PASS_WINOGRAD)
+
 /* The test CNN without its gates: no relu, no max pool; every layer is
  * linear, so nothing but rounding tells mixed_bfloat16 from float32. */
 static const kn_layer_config linear_layers[5] = {
@@ -232,7 +238,7 @@ static void require_kiln_gemm(void) {
 
 static kn_model build_cnn_threaded(int side, int batch, kn_precision precision, int recompute,
                                    int threads, kn_plan_stats *stats) {
-  return build_cnn_passes(side, batch, precision, recompute, threads, KN_PASS_ALL, stats);
+  return build_cnn_passes(side, batch, precision, recompute, threads, ALL_EXACT, stats);
 }
 
 static kn_model build_cnn(int side, int batch, kn_precision precision, int recompute,
@@ -246,7 +252,7 @@ static void mixed_bfloat16_cnn_plans_activations_and_peak_in_at_most_55_percent(
    * the activations the pools read from what backward keeps in both, and
    * what is left is mostly the pools' float32 outputs, which hold their
    * argmax (printed below). */
-  const unsigned passes = KN_PASS_ALL & ~KN_PASS_POOL_ARGMAX;
+  const unsigned passes = ALL_EXACT & ~KN_PASS_POOL_ARGMAX;
   kn_plan_stats f32, bf16, f16, f32_argmax, bf16_argmax;
   kn_model a = build_cnn_passes(28, 128, KN_PRECISION_FLOAT32, 0, 1, passes, &f32);
   kn_model b = build_cnn_passes(28, 128, KN_PRECISION_MIXED_BFLOAT16, 0, 1, passes, &bf16);
@@ -379,8 +385,9 @@ static void model_compile_keeps_the_smaller_plan(void **state) {
   for (int k = 0; k < 2; k++) {
     const int side = sizes[k][0], batch = sizes[k][1];
     kn_plan_stats plain, with, kept;
-    kn_model a = build_cnn(side, batch, KN_PRECISION_FLOAT32, 0, &plain);
-    kn_model b = build_cnn(side, batch, KN_PRECISION_FLOAT32, 1, &with);
+    /* every pass, as kn_model_compile compiles */
+    kn_model a = build_cnn_passes(side, batch, KN_PRECISION_FLOAT32, 0, 1, KN_PASS_ALL, &plain);
+    kn_model b = build_cnn_passes(side, batch, KN_PRECISION_FLOAT32, 1, 1, KN_PASS_ALL, &with);
     kn_model_config cfg = cnn_config(side, batch, KN_PRECISION_FLOAT32, 1);
     kn_model m;
     char err[512] = "";
@@ -550,12 +557,13 @@ static void mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm(void **state) {
   kn_model_free(&bf16);
 }
 
-/* The test CNN (12x12, batch 16) twice: a with every pass (stats on), b
- * with every pass but `pass` (off); the plan with the pass is no larger. */
+/* The test CNN (12x12, batch 16) twice: a with every exact pass (stats
+ * on), b with every one but `pass` (off); the plan with the pass is no
+ * larger. */
 static void build_with_and_without(kn_precision precision, int threads, unsigned pass, kn_model *a,
                                    kn_model *b, kn_plan_stats *on, kn_plan_stats *off) {
-  *a = build_cnn_passes(12, 16, precision, 0, threads, KN_PASS_ALL, on);
-  *b = build_cnn_passes(12, 16, precision, 0, threads, KN_PASS_ALL & ~pass, off);
+  *a = build_cnn_passes(12, 16, precision, 0, threads, ALL_EXACT, on);
+  *b = build_cnn_passes(12, 16, precision, 0, threads, ALL_EXACT & ~pass, off);
   assert_true(on->arena_bytes <= off->arena_bytes);
 }
 
@@ -695,8 +703,8 @@ static void check_gemm_pass(unsigned pass, int expect, float tolerance) {
     assert_int_equal(pass_applied(&on, pass), expect);
     assert_int_equal(pass_applied(&off, pass), 0);
     assert_same_training_and_free(&a, &b);
-    a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL, &on);
-    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, KN_PASS_ALL & ~pass, &off);
+    a = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, ALL_EXACT, &on);
+    b = build_cnn_passes(28, 16, KN_PRECISION_FLOAT32, 0, threads, ALL_EXACT & ~pass, &off);
     assert_int_equal(pass_applied(&on, pass), expect);
     if (tolerance > 0)
       assert_trains_within_and_free(&a, &b, tolerance, tolerance, "float32, 28x28", threads == 1);

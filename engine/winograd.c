@@ -1,0 +1,572 @@
+/* winograd.c — 3x3, stride-1 convolutions by Winograd's minimal filtering
+ * algorithm F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for
+ * Convolutional Neural Networks", 2016), on CPUs with AVX-512F.
+ *
+ * A convolution's output is cut into 4x4 tiles; each reads a 6x6 patch of
+ * the zero-padded input. With the input patch d, the kernel g (3x3) and
+ * the constant matrices B (6x6), G (6x3) and A (6x4),
+ *
+ *     y = A^T [ (G g G^T) . (B^T d B) ] A          (. : elementwise)
+ *
+ * so the 16 outputs of a tile take 36 products per input channel and
+ * filter instead of 144: summed over the input channels, each of the 36
+ * positions is a GEMM of (tiles x C_in) by (C_in x C_out). The transforms
+ * are adds and a few small multiplies, linear in the channels, so for a
+ * layer of 16 or more channels the step does about a third of the
+ * multiplies of the direct product.
+ *
+ * The three products of a training step take the same form:
+ *   - forward: y from the padded input and the kernel (bias and relu
+ *     applied as each output is stored);
+ *   - input gradient: the padded dy correlated with the kernel turned 180
+ *     degrees, its input and output channels swapped (the same routine);
+ *   - weight gradient: for each position, dU = sum over tiles of
+ *     (B^T d B) (A dy A^T)^T, then dg = G^T dU G; the bias gradient (dy's
+ *     column sums) comes on the way when a pass paired one with it.
+ *
+ * Work is cut into blocks of tiles sized so that a block's transformed
+ * input and products stay in the L2 cache: transform a block, run its 36
+ * GEMMs, transform back, next block. Forward products give each block to
+ * one thread, so every output is summed by one thread in one order. The
+ * weight gradient sums its tiles in slices fixed by the shape, each
+ * summed by one thread, then added in slice order. Results are the same
+ * bits for any thread count. Nothing is allocated here: the transformed
+ * kernel, each thread's block and the slices' sums lie in the graph's
+ * Winograd buffer, sized at compile (kn_winograd_floats). */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+#define T_OUT  4  /* outputs per tile side */
+#define T_IN   6  /* inputs per tile side: T_OUT + 3 - 1 */
+#define NPOS   36 /* T_IN x T_IN */
+#define VL     16 /* floats per vector */
+#define ROWS_Q 24 /* a block's rows are a multiple of every row group below */
+/* a block's transformed input and products: about half of a 1 MiB L2 */
+#define BLOCK_BYTES (512 * 1024)
+/* the weight gradient's slices of tiles: at most SLICES_MAX, at least
+ * SLICE_TILES tiles each, their sums at most PARTIAL_MAX floats */
+#define SLICES_MAX  16
+#define SLICE_TILES 96
+#define PARTIAL_MAX (2 << 20)
+
+typedef float v16 __attribute__((vector_size(64)));
+
+static int round_up(int v, int q) {
+  return (v + q - 1) / q * q;
+}
+
+/* The shape of one Winograd product. */
+typedef struct wino_shape {
+  int batch, hp, wp, cin; /* the input as stored, (batch, hp, wp, cin) */
+  int pt, pl;             /* zero rows above it and columns left of it */
+  int oh, ow, cout;       /* the output, (batch, oh, ow, cout) */
+  int th, tw;             /* tiles down and across an image */
+  int64_t tiles;          /* batch x th x tw */
+  int cp, fp;             /* cin and cout rounded up to whole vectors */
+  int tb;                 /* tiles in a block (a multiple of ROWS_Q) */
+  int slices;             /* weight gradient: slices of tiles */
+} wino_shape;
+
+static wino_shape shape_of(int batch, int hp, int wp, int cin, int oh, int ow, int cout,
+                           int weight_grad) {
+  wino_shape s = {.batch = batch, .hp = hp, .wp = wp, .cin = cin, .oh = oh, .ow = ow, .cout = cout};
+  s.pt = s.pl = 0;
+  s.th = (oh + T_OUT - 1) / T_OUT;
+  s.tw = (ow + T_OUT - 1) / T_OUT;
+  s.tiles = (int64_t)batch * s.th * s.tw;
+  s.cp = round_up(cin, VL);
+  s.fp = round_up(cout, VL);
+  /* A forward product's block stays near the L1 cache (its GEMMs are as
+   * shallow as the input channels); a weight gradient's GEMMs are as deep
+   * as the block's tiles, so it takes blocks up to the L2 budget. */
+  int tb = BLOCK_BYTES / (NPOS * (int)sizeof(float) * (s.cp + s.fp)) / ROWS_Q * ROWS_Q;
+  s.tb = !weight_grad || tb < ROWS_Q ? ROWS_Q : tb > 4 * ROWS_Q ? 4 * ROWS_Q : tb;
+  const size_t per = (size_t)NPOS * s.cp * s.fp + (size_t)s.fp;
+  int64_t sl = s.tiles / SLICE_TILES;
+  if (sl > SLICES_MAX) sl = SLICES_MAX;
+  if (sl > (int64_t)(PARTIAL_MAX / per)) sl = (int64_t)(PARTIAL_MAX / per);
+  s.slices = sl < 1 ? 1 : (int)sl;
+  return s;
+}
+
+static size_t kernel_floats(const wino_shape *s) {
+  return (size_t)NPOS * s->cp * s->fp;
+}
+static size_t thread_floats(const wino_shape *s) {
+  return (size_t)NPOS * s->tb * (s->cp + s->fp);
+}
+static size_t partial_floats(const wino_shape *s) {
+  return (size_t)s->slices * ((size_t)NPOS * s->cp * s->fp + (size_t)s->fp);
+}
+
+int kn_winograd_pays(int h, int w, int cin, int cout) {
+  /* 36 products a tile against 9 an output; at least half of them saved */
+  const int64_t tiles = (int64_t)((h + T_OUT - 1) / T_OUT) * ((w + T_OUT - 1) / T_OUT);
+  return cin >= 8 && cout >= 8 && 2 * NPOS * tiles <= 9 * (int64_t)h * w;
+}
+
+size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
+                          int weight_grad) {
+  const wino_shape s = shape_of(batch, hp, wp, cin, oh, ow, cout, weight_grad);
+  if (threads < 1) threads = 1;
+  return kernel_floats(&s) + (size_t)threads * thread_floats(&s) +
+         (weight_grad ? partial_floats(&s) : 0);
+}
+
+#ifdef KN_HAVE_ISA_PATHS
+#define AVX512 __attribute__((target("avx512f")))
+
+static inline __mmask16 lanes_mask(int n) {
+  return n >= VL ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+}
+
+/* ---- the transforms (one vector of channels at a time) ---- */
+
+/* a x + b, and b - a x, with one rounding (explicit: this file is built
+ * without contraction, so every multiply-add is one written here) */
+#define FMA(a, x, b)  ((v16)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)(x), (__m512)(b)))
+#define FNMA(a, x, b) ((v16)_mm512_fnmadd_ps(_mm512_set1_ps(a), (__m512)(x), (__m512)(b)))
+
+/* B^T d over 6 values a stride apart, in place. */
+AVX512 static inline void bt6(v16 *d, int s) {
+  const v16 d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
+  const v16 s12 = d1 + d2, s34 = d3 + d4, m12 = d1 - d2, m43 = d4 - d3, m31 = d3 - d1,
+            m42 = d4 - d2;
+  d[0] = FMA(4.0f, d0, FNMA(5.0f, d2, d4));     /* 4 d0 - 5 d2 + d4 */
+  d[s] = FNMA(4.0f, s12, s34);                  /* -4 d1 - 4 d2 + d3 + d4 */
+  d[2 * s] = FMA(4.0f, m12, m43);               /* 4 d1 - 4 d2 - d3 + d4 */
+  d[3 * s] = FMA(2.0f, m31, m42);               /* -2 d1 - d2 + 2 d3 + d4 */
+  d[4 * s] = FNMA(2.0f, m31, m42);              /* 2 d1 - d2 - 2 d3 + d4 */
+  d[5 * s] = FMA(4.0f, d1, FNMA(5.0f, d3, d5)); /* 4 d1 - 5 d3 + d5 */
+}
+
+/* A^T m: 6 values a stride apart to 4. */
+AVX512 static inline void at6(const v16 *m, int s, v16 *o, int os) {
+  const v16 m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], m5 = m[5 * s];
+  const v16 p12 = m1 + m2, d12 = m1 - m2, p34 = m3 + m4, d34 = m3 - m4;
+  o[0] = m0 + p12 + p34;
+  o[os] = FMA(2.0f, d34, d12);
+  o[2 * os] = FMA(4.0f, p34, p12);
+  o[3 * os] = FMA(8.0f, d34, d12 + m5);
+}
+
+/* A y: 4 values a stride apart to 6 (dy into the transformed domain). */
+AVX512 static inline void a4(const v16 *y, int s, v16 *z, int zs) {
+  const v16 y0 = y[0], y1 = y[s], y2 = y[2 * s], y3 = y[3 * s];
+  const v16 p02 = y0 + y2, p13 = y1 + y3;
+  z[0] = y0;
+  z[zs] = p02 + p13;
+  z[2 * zs] = p02 - p13;
+  z[3 * zs] = FMA(4.0f, FMA(2.0f, y3, y2), FMA(2.0f, y1, y0));   /* y0 + 2 y1 + 4 y2 + 8 y3 */
+  z[4 * zs] = FMA(4.0f, FNMA(2.0f, y3, y2), FNMA(2.0f, y1, y0)); /* y0 - 2 y1 + 4 y2 - 8 y3 */
+  z[5 * zs] = y3;
+}
+
+/* G g: 3 values a stride apart to 6 (the kernel into the transformed
+ * domain). */
+AVX512 static inline void g3(const v16 *g, int s, v16 *u, int us) {
+  const v16 g0 = g[0], g1 = g[s], g2 = g[2 * s];
+  const v16 p = g0 + g2;
+  u[0] = 0.25f * g0;
+  u[us] = (p + g1) * (-1.0f / 6);
+  u[2 * us] = (p - g1) * (-1.0f / 6);
+  u[3 * us] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
+  u[4 * us] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
+  u[5 * us] = g2;
+}
+
+/* G^T u: 6 values a stride apart to 3 (a kernel gradient back). */
+AVX512 static inline void gt6(const v16 *u, int s, v16 *g, int gs) {
+  const v16 u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s], u4 = u[4 * s], u5 = u[5 * s];
+  const v16 p12 = u1 + u2, p34 = u3 + u4;
+  g[0] = 0.25f * u0 - p12 * (1.0f / 6) + p34 * (1.0f / 24);
+  g[gs] = (u2 - u1) * (1.0f / 6) + (u3 - u4) * (1.0f / 12);
+  g[2 * gs] = (p34 - p12) * (1.0f / 6) + u5;
+}
+
+/* ---- the 36 GEMMs of a block ---- */
+
+/* c (R x NV vectors, row stride ldc) = (accumulate ? c : 0) + sum over k
+ * of a(r, k) b(k, :), a(r, k) = a[r * ars + k * aks], b's rows ldb apart. */
+#define MICRO(NV, R)                                                                               \
+  AVX512 static void micro_##NV##_##R(int K, const float *a, ptrdiff_t ars, ptrdiff_t aks,         \
+                                      const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,      \
+                                      int accumulate) {                                            \
+    __m512 acc[R][NV];                                                                             \
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
+            accumulate ? _mm512_loadu_ps(c + r * ldc + VL * j) : _mm512_setzero_ps();              \
+    for (int k = 0; k < K; k++) {                                                                  \
+      __m512 bv[NV];                                                                               \
+      _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] =                                 \
+          _mm512_loadu_ps(b + k * ldb + VL * j);                                                   \
+      _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                       \
+        const __m512 av = _mm512_set1_ps(a[r * ars + k * aks]);                                    \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
+            _mm512_fmadd_ps(av, bv[j], acc[r][j]);                                                 \
+      }                                                                                            \
+    }                                                                                              \
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)                                       \
+            _mm512_storeu_ps(c + r * ldc + VL * j, acc[r][j]);                                     \
+  }
+MICRO(1, 12)
+MICRO(2, 8)
+MICRO(3, 6)
+MICRO(4, 6)
+MICRO(3, 4)
+MICRO(4, 4)
+MICRO(1, 8)
+MICRO(2, 4)
+
+typedef void (*micro_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t,
+                         float *, ptrdiff_t, int);
+
+/* c (rows x cols, cols a multiple of VL) = (accumulate ? c : 0) + a b, a
+ * as in MICRO; rows a multiple of 24 (wide: the forward products' tiles)
+ * or of 16 (the weight gradient's channels). */
+AVX512 static void block_gemm(int rows, int cols, int K, const float *a, ptrdiff_t ars,
+                              ptrdiff_t aks, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
+                              int accumulate, int wide) {
+  for (int j0 = 0; j0 < cols; j0 += 4 * VL) {
+    const int nv = (cols - j0) / VL >= 4 ? 4 : (cols - j0) / VL;
+    micro_fn f;
+    int R;
+    if (wide) {
+      static const micro_fn fs[5] = {NULL, micro_1_12, micro_2_8, micro_3_6, micro_4_6};
+      static const int rs[5] = {0, 12, 8, 6, 6};
+      f = fs[nv];
+      R = rs[nv];
+    } else {
+      static const micro_fn fs[5] = {NULL, micro_1_8, micro_2_4, micro_3_4, micro_4_4};
+      static const int rs[5] = {0, 8, 4, 4, 4};
+      f = fs[nv];
+      R = rs[nv];
+    }
+    for (int r = 0; r < rows; r += R)
+      f(K, a + r * ars, ars, aks, b + j0, ldb, c + (ptrdiff_t)r * ldc + j0, ldc, accumulate);
+  }
+}
+
+/* ---- forward products (and input gradients) ---- */
+
+typedef struct conv_job {
+  wino_shape s;
+  const float *x;    /* the padded input */
+  const float *w;    /* the kernel (3, 3, C, F) */
+  int flip;          /* w turned 180 degrees, C and F swapped: an input gradient */
+  const float *bias; /* or NULL */
+  int relu;
+  float *y;
+  float *u;       /* the transformed kernel, NPOS x cp x fp */
+  float *scratch; /* thread_floats a thread */
+  int tasks;
+  int64_t blocks;
+} conv_job;
+
+/* The kernel into the transformed domain: U[p][ci][co] for input channels
+ * [c0, c1), co padded with zeros to fp. Forward: g = w[kh][kw][ci][co];
+ * flipped: w[2-kh][2-kw][co][ci]. */
+AVX512 static void transform_kernel(const conv_job *j, int c0, int c1) {
+  const wino_shape *s = &j->s;
+  for (int ci = c0; ci < c1; ci++) {
+    for (int f0 = 0; f0 < s->fp; f0 += VL) {
+      const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
+      v16 g[9], t[18], u[NPOS];
+      for (int k = 0; k < 9; k++) {
+        if (!j->flip) {
+          g[k] = (v16)_mm512_maskz_loadu_ps(lanes_mask(n),
+                                            j->w + ((size_t)k * s->cin + ci) * s->cout + f0);
+        } else { /* w (3, 3, cout, cin): lane l is w[8-k][f0 + l][ci] */
+          float tmp[VL] = {0};
+          for (int l = 0; l < n; l++)
+            tmp[l] = j->w[((size_t)(8 - k) * s->cout + f0 + l) * s->cin + ci];
+          memcpy(&g[k], tmp, sizeof tmp);
+        }
+      }
+      for (int c = 0; c < 3; c++) g3(g + c, 3, t + c, 3);               /* columns: t is 6 x 3 */
+      for (int r = 0; r < T_IN; r++) g3(t + 3 * r, 1, u + T_IN * r, 1); /* rows */
+      for (int p = 0; p < NPOS; p++)
+        _mm512_storeu_ps(j->u + ((size_t)p * s->cp + ci) * s->fp + f0, (__m512)u[p]);
+    }
+  }
+}
+
+static void kernel_range(void *ctx, int64_t t0, int64_t t1) {
+  const conv_job *j = ctx;
+  const int n = j->s.cin;
+  transform_kernel(j, (int)(n * t0 / j->tasks), (int)(n * t1 / j->tasks));
+}
+
+/* Tile t's image and top-left output. */
+static inline void tile_at(const wino_shape *s, int64_t t, int *b, int *oy, int *ox) {
+  const int64_t per = (int64_t)s->th * s->tw;
+  *b = (int)(t / per);
+  const int r = (int)(t % per);
+  *oy = r / s->tw * T_OUT;
+  *ox = r % s->tw * T_OUT;
+}
+
+/* Input patches of tiles [t0, t0 + nt) into the transformed domain: tile
+ * r's position p at v[(r * NPOS + p) * cp], so each tile's values are
+ * written in one run. */
+AVX512 static void transform_input(const wino_shape *s, const float *x, int64_t t0, int nt,
+                                   float *v) {
+  for (int r = 0; r < nt; r++) {
+    int b, oy, ox;
+    tile_at(s, t0 + r, &b, &oy, &ox);
+    /* the patch's first row and column in the stored input */
+    const int iy = oy - s->pt, ix = ox - s->pl;
+    const int inside = iy >= 0 && ix >= 0 && iy + T_IN <= s->hp && ix + T_IN <= s->wp;
+    const size_t row = (size_t)s->wp * s->cin;
+    for (int c0 = 0; c0 < s->cp; c0 += VL) {
+      const __mmask16 m = lanes_mask(s->cin - c0);
+      const float *image = x + (size_t)b * s->hp * row + c0;
+      v16 d[NPOS];
+      if (inside) {
+        const float *at = image + (size_t)iy * row + (size_t)ix * s->cin;
+        for (int i = 0; i < T_IN; i++)
+          for (int k = 0; k < T_IN; k++)
+            d[i * T_IN + k] = (v16)_mm512_maskz_loadu_ps(m, at + i * row + (size_t)k * s->cin);
+      } else { /* zeros outside the stored input: the padding */
+        for (int i = 0; i < T_IN; i++)
+          for (int k = 0; k < T_IN; k++) {
+            const int y = iy + i, xx = ix + k;
+            d[i * T_IN + k] =
+                y >= 0 && y < s->hp && xx >= 0 && xx < s->wp
+                    ? (v16)_mm512_maskz_loadu_ps(m, image + (size_t)y * row + (size_t)xx * s->cin)
+                    : (v16){0};
+          }
+      }
+      for (int k = 0; k < T_IN; k++) bt6(d + k, T_IN);     /* columns */
+      for (int i = 0; i < T_IN; i++) bt6(d + i * T_IN, 1); /* rows */
+      float *out = v + (size_t)r * NPOS * s->cp + c0;
+      for (int p = 0; p < NPOS; p++) _mm512_storeu_ps(out + (size_t)p * s->cp, (__m512)d[p]);
+    }
+  }
+}
+
+/* Products of tiles [t0, t0 + nt) back to outputs, bias and relu on the
+ * way: tile r's position p at mo[(r * NPOS + p) * fp]. */
+AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const float *mo) {
+  const wino_shape *s = &j->s;
+  for (int r = 0; r < nt; r++) {
+    int b, oy, ox;
+    tile_at(s, t0 + r, &b, &oy, &ox);
+    const int rows = s->oh - oy < T_OUT ? s->oh - oy : T_OUT;
+    const int cols = s->ow - ox < T_OUT ? s->ow - ox : T_OUT;
+    for (int f0 = 0; f0 < s->fp; f0 += VL) {
+      const __mmask16 m = lanes_mask(s->cout - f0);
+      v16 mv[NPOS], t[T_OUT * T_IN], o[T_OUT * T_OUT];
+      const float *in = mo + (size_t)r * NPOS * s->fp + f0;
+      for (int p = 0; p < NPOS; p++) mv[p] = (v16)_mm512_loadu_ps(in + (size_t)p * s->fp);
+      for (int k = 0; k < T_IN; k++) at6(mv + k, T_IN, t + k, T_IN); /* columns: 4 x 6 */
+      for (int i = 0; i < T_OUT; i++) at6(t + i * T_IN, 1, o + i * T_OUT, 1);
+      const v16 bias = j->bias ? (v16)_mm512_maskz_loadu_ps(m, j->bias + f0) : (v16){0};
+      for (int i = 0; i < rows; i++) {
+        float *out = j->y + (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0;
+        for (int k = 0; k < cols; k++) {
+          __m512 val = (__m512)(o[i * T_OUT + k] + bias);
+          if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
+          _mm512_mask_storeu_ps(out + (size_t)k * s->cout, m, val);
+        }
+      }
+    }
+  }
+}
+
+static void conv_range(void *ctx, int64_t t0, int64_t t1) {
+  const conv_job *j = ctx;
+  const wino_shape *s = &j->s;
+  for (int64_t t = t0; t < t1; t++) {
+    float *v = j->scratch + (size_t)t * thread_floats(s);
+    float *mo = v + (size_t)NPOS * s->tb * s->cp;
+    const int64_t b0 = j->blocks * t / j->tasks, b1 = j->blocks * (t + 1) / j->tasks;
+    for (int64_t blk = b0; blk < b1; blk++) {
+      const int64_t first = blk * s->tb;
+      const int nt = s->tiles - first < s->tb ? (int)(s->tiles - first) : s->tb;
+      const int rows = round_up(nt, ROWS_Q);
+      transform_input(s, j->x, first, nt, v);
+      if (rows > nt) /* the last block's spare rows: products of zeros, unread */
+        memset(v + (size_t)nt * NPOS * s->cp, 0, (size_t)(rows - nt) * NPOS * s->cp * 4);
+      for (int p = 0; p < NPOS; p++)
+        block_gemm(rows, s->fp, s->cin, v + (size_t)p * s->cp, (ptrdiff_t)NPOS * s->cp, 1,
+                   j->u + (size_t)p * s->cp * s->fp, s->fp, mo + (size_t)p * s->fp,
+                   (ptrdiff_t)NPOS * s->fp, 0, 1);
+      transform_output(j, first, nt, mo);
+    }
+  }
+}
+
+static int tasks_for(const kn_graph *g, int64_t units) {
+  const int threads = kn_pool_threads(g->pool);
+  return units < threads ? (int)(units < 1 ? 1 : units) : threads;
+}
+
+void kn_winograd_conv(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
+                      int pl, const float *w, int flip, int oh, int ow, int cout, const float *bias,
+                      int relu, float *y) {
+  conv_job j = {.s = shape_of(batch, hp, wp, cin, oh, ow, cout, 0),
+                .x = x,
+                .w = w,
+                .flip = flip,
+                .bias = bias,
+                .relu = relu,
+                .y = y,
+                .u = g->wino_buf};
+  j.s.pt = pt;
+  j.s.pl = pl;
+  j.scratch = j.u + kernel_floats(&j.s);
+  j.tasks = tasks_for(g, cin);
+  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, kernel_range, &j);
+  j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
+  j.tasks = tasks_for(g, j.blocks);
+  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
+}
+
+/* ---- weight gradients ---- */
+
+typedef struct wgrad_job {
+  wino_shape s;
+  const float *x;  /* the padded input */
+  const float *dy; /* (batch, oh, ow, cout) */
+  float *dw;       /* (3, 3, cin, cout) */
+  float *b_sums;   /* or NULL: dy's column sums */
+  float *partials; /* slices x (NPOS x cp x fp + fp) */
+  float *scratch;
+  int tasks;
+} wgrad_job;
+
+/* dy of tiles [t0, t0 + nt) into the transformed domain (tile r's
+ * position p at md[(r * NPOS + p) * fp]), zero past the output's edge;
+ * their column sums added to bsum. */
+AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
+  const wino_shape *s = &j->s;
+  for (int r = 0; r < nt; r++) {
+    int b, oy, ox;
+    tile_at(s, t0 + r, &b, &oy, &ox);
+    const int rows = s->oh - oy < T_OUT ? s->oh - oy : T_OUT;
+    const int cols = s->ow - ox < T_OUT ? s->ow - ox : T_OUT;
+    for (int f0 = 0; f0 < s->fp; f0 += VL) {
+      const __mmask16 m = lanes_mask(s->cout - f0);
+      v16 y[T_OUT * T_OUT], t[T_IN * T_OUT], z[NPOS];
+      v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
+      for (int i = 0; i < T_OUT; i++) {
+        const float *row =
+            i < rows ? j->dy + (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0 : NULL;
+        for (int k = 0; k < T_OUT; k++) {
+          y[i * T_OUT + k] =
+              row && k < cols ? (v16)_mm512_maskz_loadu_ps(m, row + (size_t)k * s->cout) : (v16){0};
+          sum += y[i * T_OUT + k];
+        }
+      }
+      _mm512_storeu_ps(bsum + f0, (__m512)sum);
+      for (int k = 0; k < T_OUT; k++) a4(y + k, T_OUT, t + k, T_OUT);       /* columns: 6 x 4 */
+      for (int i = 0; i < T_IN; i++) a4(t + i * T_OUT, 1, z + i * T_IN, 1); /* rows */
+      float *out = md + (size_t)r * NPOS * s->fp + f0;
+      for (int p = 0; p < NPOS; p++) _mm512_storeu_ps(out + (size_t)p * s->fp, (__m512)z[p]);
+    }
+  }
+}
+
+static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
+  const wgrad_job *j = ctx;
+  const wino_shape *s = &j->s;
+  const size_t per = (size_t)NPOS * s->cp * s->fp + (size_t)s->fp;
+  for (int64_t t = t0; t < t1; t++) {
+    float *v = j->scratch + (size_t)t * thread_floats(s);
+    float *md = v + (size_t)NPOS * s->tb * s->cp;
+    const int s0 = (int)(s->slices * t / j->tasks), s1 = (int)(s->slices * (t + 1) / j->tasks);
+    for (int sl = s0; sl < s1; sl++) {
+      float *du = j->partials + (size_t)sl * per, *bsum = du + (size_t)NPOS * s->cp * s->fp;
+      memset(du, 0, per * sizeof(float));
+      const int64_t lo = s->tiles * sl / s->slices, hi = s->tiles * (sl + 1) / s->slices;
+      for (int64_t first = lo; first < hi; first += s->tb) {
+        const int nt = hi - first < s->tb ? (int)(hi - first) : s->tb;
+        transform_input(s, j->x, first, nt, v);
+        transform_dy(j, first, nt, md, bsum);
+        for (int p = 0; p < NPOS; p++)
+          block_gemm(s->cp, s->fp, nt, v + (size_t)p * s->cp, 1, (ptrdiff_t)NPOS * s->cp,
+                     md + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp,
+                     du + (size_t)p * s->cp * s->fp, s->fp, 1, 0);
+      }
+    }
+  }
+}
+
+/* The slices added in order, then each channel's 6x6 sums back to its
+ * 3x3 gradient: input channels [c0, c1) (and, with c0 == 0, the bias
+ * sums). */
+AVX512 static void wgrad_finish(const wgrad_job *j, int c0, int c1) {
+  const wino_shape *s = &j->s;
+  const size_t per = (size_t)NPOS * s->cp * s->fp + (size_t)s->fp;
+  for (int ci = c0; ci < c1; ci++) {
+    for (int f0 = 0; f0 < s->fp; f0 += VL) {
+      const __mmask16 m = lanes_mask(s->cout - f0);
+      v16 u[NPOS], t[3 * T_IN], g[9];
+      for (int p = 0; p < NPOS; p++) {
+        const size_t at = ((size_t)p * s->cp + ci) * s->fp + f0;
+        v16 sum = (v16)_mm512_loadu_ps(j->partials + at);
+        for (int sl = 1; sl < s->slices; sl++)
+          sum += (v16)_mm512_loadu_ps(j->partials + sl * per + at);
+        u[p] = sum;
+      }
+      for (int k = 0; k < T_IN; k++) gt6(u + k, T_IN, t + k, T_IN); /* columns: 3 x 6 */
+      for (int i = 0; i < 3; i++) gt6(t + i * T_IN, 1, g + i * 3, 1);
+      for (int k = 0; k < 9; k++)
+        _mm512_mask_storeu_ps(j->dw + ((size_t)k * s->cin + ci) * s->cout + f0, m, (__m512)g[k]);
+    }
+  }
+  if (c0 == 0 && j->b_sums) {
+    for (int f0 = 0; f0 < s->fp; f0 += VL) {
+      const size_t at = (size_t)NPOS * s->cp * s->fp + f0;
+      v16 sum = (v16)_mm512_loadu_ps(j->partials + at);
+      for (int sl = 1; sl < s->slices; sl++)
+        sum += (v16)_mm512_loadu_ps(j->partials + sl * per + at);
+      _mm512_mask_storeu_ps(j->b_sums + f0, lanes_mask(s->cout - f0), (__m512)sum);
+    }
+  }
+}
+
+static void finish_range(void *ctx, int64_t t0, int64_t t1) {
+  const wgrad_job *j = ctx;
+  const int n = j->s.cin;
+  wgrad_finish(j, (int)(n * t0 / j->tasks), (int)(n * t1 / j->tasks));
+}
+
+void kn_winograd_wgrad(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
+                       int pl, const float *dy, int oh, int ow, int cout, float *dw,
+                       float *b_sums) {
+  wgrad_job j = {.s = shape_of(batch, hp, wp, cin, oh, ow, cout, 1),
+                 .x = x,
+                 .dy = dy,
+                 .dw = dw,
+                 .b_sums = b_sums};
+  /* the buffer: (kernel), each thread's block, the slices' sums */
+  const int threads = kn_pool_threads(g->pool);
+  j.s.pt = pt;
+  j.s.pl = pl;
+  j.scratch = g->wino_buf + kernel_floats(&j.s);
+  j.partials = j.scratch + (size_t)(threads < 1 ? 1 : threads) * thread_floats(&j.s);
+  j.tasks = tasks_for(g, j.s.slices);
+  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
+  j.tasks = tasks_for(g, cin);
+  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, finish_range, &j);
+}
+
+/* KILN_WINOGRAD=off keeps every convolution on the GEMM (to compare). */
+int kn_winograd_available(void) {
+  const char *env = getenv("KILN_WINOGRAD");
+  return kn_cpu_features_get()->avx512f && !(env && strcmp(env, "off") == 0);
+}
+
+#else /* no AVX-512 paths in this build: the pass marks no node */
+
+int kn_winograd_available(void) {
+  return 0;
+}
+#endif
