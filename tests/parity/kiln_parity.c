@@ -6,7 +6,7 @@
  * (forward only: batch norm by its moving statistics, with the evaluation
  * passes) and writes its logits.
  *
- *   kiln-parity mlp|cnn|branches sgd|sgd_nesterov|adam|adamw|rmsprop|adagrad STEPS OUTDIR
+ *   kiln-parity mlp|cnn|branches|resblock sgd|sgd_nesterov|adam|adamw|rmsprop|adagrad STEPS OUTDIR
  *
  * OUTDIR gets init.safetensors, final.safetensors, x.bin (f32, STEPS + 1
  * batches), y.bin (i32), losses.txt (one per line) and eval.bin (the last
@@ -118,6 +118,41 @@ static const kn_layer_config branches_layers[] = {
     {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
 };
 
+/* A ResNet basic block on (10, 10, 3) inputs, for the winograd pass:
+ * a stem convolution over 3 channels (too few: it stays on the GEMM) into
+ * batch norm and relu; a 3x3 "same" convolution over 16 channels without
+ * bias into batch norm, added to the stem, relu (its forward, input and
+ * weight gradients by F(4x4, 3x3), reading the unpadded input); a "valid"
+ * 3x3 convolution over 16 channels with bias and relu (the bias and relu
+ * applied by the Winograd product, the bias gradient summed beside its
+ * weight gradient); global average pooling and a dense layer. */
+static const kn_layer_config resblock_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c1",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "c1_bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {0, 2}},
+    {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c2",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_VALID,
+     .use_bias = 1,
+     .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
+};
+
 /* Hyperparameters the torch side mirrors by name. */
 static int optimizer_by_name(const char *name, kn_optimizer_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -170,13 +205,13 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: kiln-parity mlp|cnn|branches OPTIMIZER STEPS OUTDIR\n");
+    fprintf(stderr, "usage: kiln-parity mlp|cnn|branches|resblock OPTIMIZER STEPS OUTDIR\n");
     return 2;
   }
   const char *which = argv[1], *dir = argv[4];
   int steps = atoi(argv[3]);
-  const int branches = strcmp(which, "branches") == 0;
-  const int cnn = strcmp(which, "cnn") == 0 || branches;
+  const int branches = strcmp(which, "branches") == 0, resblock = strcmp(which, "resblock") == 0;
+  const int cnn = strcmp(which, "cnn") == 0 || branches || resblock;
   kn_optimizer_config oc;
   if ((!cnn && strcmp(which, "mlp") != 0) || optimizer_by_name(argv[2], &oc) || steps < 1) {
     fprintf(stderr, "kiln-parity: bad model '%s', optimizer '%s' or steps '%s'\n", which, argv[2],
@@ -190,6 +225,12 @@ int main(int argc, char **argv) {
     mc.input_shape[2] = 3;
     mc.layers = branches_layers;
     mc.n_layers = (int)(sizeof branches_layers / sizeof branches_layers[0]);
+  } else if (resblock) {
+    mc.input_shape[0] = 10;
+    mc.input_shape[1] = 10;
+    mc.input_shape[2] = 3;
+    mc.layers = resblock_layers;
+    mc.n_layers = (int)(sizeof resblock_layers / sizeof resblock_layers[0]);
   } else if (cnn) {
     mc.input_shape[0] = 10;
     mc.input_shape[1] = 10;
@@ -206,7 +247,9 @@ int main(int argc, char **argv) {
   char err[1024];
   kn_model m;
   int rc = kn_model_build(&mc, &m, err, sizeof err);
-  if (!rc) rc = kn_graph_compile(m.graph, 1234, NULL, err, sizeof err);
+  kn_plan_stats st;
+  if (!rc) rc = kn_graph_compile(m.graph, 1234, &st, err, sizeof err);
+  if (!rc && st.n_winograd) fprintf(stderr, "%s: %d products by Winograd\n", which, st.n_winograd);
   kn_optimizer *opt = NULL;
   if (!rc) rc = kn_optimizer_new(&oc, kn_param_count(m.graph), &opt, err, sizeof err);
   char path[4096];

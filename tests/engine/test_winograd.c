@@ -1,0 +1,286 @@
+/* test_winograd.c — winograd.c's F(4x4, 3x3) products against the direct
+ * convolution summed in double: the forward product (bias and relu), the
+ * input gradient (the kernel turned around) and the weight gradient (and
+ * the bias gradient beside it), over shapes that leave partial tiles at
+ * the bottom and right, channel counts that are not whole vectors, inputs
+ * stored padded and read as if padded, and batches that end in a partial
+ * block; each the same bits on 1, 2 and 3 threads. Skips where the CPU has
+ * no AVX-512F (the pass then never marks a node). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "graph_internal.h"
+
+typedef struct shape {
+  int batch, h, w, cin, cout;
+  int pt, pl; /* padding above and left ("same": 1; "valid": 0) */
+  int oh, ow;
+} shape;
+
+static float uniform(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((*s >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
+}
+
+static float *randoms(size_t n, uint64_t seed) {
+  float *v = malloc(n * sizeof *v);
+  assert_non_null(v);
+  for (size_t i = 0; i < n; i++) v[i] = uniform(&seed);
+  return v;
+}
+
+/* x[b][y][x][c] with the padding read as zeros. */
+static double at(const shape *s, const float *x, int b, int y, int xx, int c) {
+  if (y < 0 || y >= s->h || xx < 0 || xx >= s->w) return 0.0;
+  return x[(((size_t)b * s->h + y) * s->w + xx) * s->cin + c];
+}
+
+/* A graph of `threads` threads with a Winograd buffer for s. */
+static kn_graph *graph_for(const shape *s, int threads) {
+  kn_graph *g = calloc(1, sizeof *g);
+  assert_non_null(g);
+  g->threads = threads;
+  g->pool = kn_pool_new(threads);
+  const size_t f =
+      kn_winograd_floats(threads, s->batch, s->h, s->w, s->cin, s->oh, s->ow, s->cout, 1);
+  g->wino_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
+  assert_non_null(g->wino_buf);
+  return g;
+}
+
+static void graph_free(kn_graph *g) {
+  kn_pool_free(g->pool);
+  free(g->wino_buf);
+  free(g);
+}
+
+/* The largest |a - ref| over the largest |ref|, printed. */
+static double rel_error(const float *a, const double *ref, size_t n, const char *what) {
+  double top = 0.0, diff = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    top = fmax(top, fabs(ref[i]));
+    diff = fmax(diff, fabs((double)a[i] - ref[i]));
+    if (isnan(a[i])) return INFINITY;
+  }
+  print_message("  %s: %.3g of the largest value (%.3g)\n", what, diff / top, top);
+  return diff / top;
+}
+
+/* Float32 sums of 9 x C products through the transforms: within 2^-16 of
+ * the largest output (2^-19 is seen); a lost tap or a misplaced tile is
+ * off by far more. */
+#define TOLERANCE 0x1p-16
+
+static void check_forward(const shape *s, int relu, int flip) {
+  /* flip: the input gradient's form, w (3, 3, cout, cin) turned around */
+  const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = 9u * s->cin * s->cout;
+  const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
+  float *x = randoms(nx, 1), *w = randoms(nw, 2), *bias = randoms(s->cout, 3);
+  double *ref = malloc(ny * sizeof *ref);
+  for (int b = 0; b < s->batch; b++)
+    for (int y = 0; y < s->oh; y++)
+      for (int xx = 0; xx < s->ow; xx++)
+        for (int f = 0; f < s->cout; f++) {
+          double sum = bias[f];
+          for (int ki = 0; ki < 3; ki++)
+            for (int kj = 0; kj < 3; kj++)
+              for (int c = 0; c < s->cin; c++) {
+                const double k =
+                    flip ? w[(((size_t)(2 - ki) * 3 + (2 - kj)) * s->cout + f) * s->cin + c]
+                         : w[(((size_t)ki * 3 + kj) * s->cin + c) * s->cout + f];
+                sum += k * at(s, x, b, y + ki - s->pt, xx + kj - s->pl, c);
+              }
+          ref[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f] = relu && sum < 0 ? 0 : sum;
+        }
+  float *first = NULL;
+  for (int threads = 1; threads <= 3; threads++) {
+    kn_graph *g = graph_for(s, threads);
+    float *y = malloc(ny * sizeof *y);
+    memset(y, 0xff, ny * sizeof *y); /* NaN: every output must be written */
+    kn_winograd_conv(g, x, s->batch, s->h, s->w, s->cin, s->pt, s->pl, w, flip, s->oh, s->ow,
+                     s->cout, bias, relu, y);
+    if (!first) {
+      char what[128];
+      snprintf(what, sizeof what, "%s %dx%dx%d -> %dx%dx%d, batch %d%s",
+               flip ? "input gradient" : "forward", s->h, s->w, s->cin, s->oh, s->ow, s->cout,
+               s->batch, relu ? ", relu" : "");
+      assert_true(rel_error(y, ref, ny, what) <= TOLERANCE);
+      first = y;
+    } else {
+      assert_memory_equal(first, y, ny * sizeof *y); /* the same bits on every thread count */
+      free(y);
+    }
+    graph_free(g);
+  }
+  free(first);
+  free(ref);
+  free(x);
+  free(w);
+  free(bias);
+}
+
+static void check_weight_grad(const shape *s) {
+  const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = 9u * s->cin * s->cout;
+  const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
+  float *x = randoms(nx, 4), *dy = randoms(ny, 5);
+  double *ref = calloc(nw + s->cout, sizeof *ref), *bref = ref + nw;
+  for (int b = 0; b < s->batch; b++)
+    for (int y = 0; y < s->oh; y++)
+      for (int xx = 0; xx < s->ow; xx++)
+        for (int f = 0; f < s->cout; f++) {
+          const double d = dy[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f];
+          bref[f] += d;
+          for (int ki = 0; ki < 3; ki++)
+            for (int kj = 0; kj < 3; kj++)
+              for (int c = 0; c < s->cin; c++)
+                ref[(((size_t)ki * 3 + kj) * s->cin + c) * s->cout + f] +=
+                    d * at(s, x, b, y + ki - s->pt, xx + kj - s->pl, c);
+        }
+  float *first = NULL;
+  for (int threads = 1; threads <= 3; threads++) {
+    kn_graph *g = graph_for(s, threads);
+    float *dw = malloc((nw + s->cout) * sizeof *dw), *bsum = dw + nw;
+    memset(dw, 0xff, (nw + s->cout) * sizeof *dw);
+    kn_winograd_wgrad(g, x, s->batch, s->h, s->w, s->cin, s->pt, s->pl, dy, s->oh, s->ow, s->cout,
+                      dw, bsum);
+    if (!first) {
+      char what[128];
+      snprintf(what, sizeof what, "weight gradient %dx%dx%d -> %dx%dx%d, batch %d", s->h, s->w,
+               s->cin, s->oh, s->ow, s->cout, s->batch);
+      /* sums over every pixel of the batch: 2^-14 of the largest */
+      assert_true(rel_error(dw, ref, nw, what) <= 0x1p-14);
+      assert_true(rel_error(bsum, bref, s->cout, "  its bias gradient") <= 0x1p-16);
+      first = dw;
+    } else {
+      assert_memory_equal(first, dw, (nw + s->cout) * sizeof *dw);
+      free(dw);
+    }
+    graph_free(g);
+  }
+  free(first);
+  free(ref);
+  free(x);
+  free(dy);
+}
+
+static int have_avx512(void) {
+  if (kn_winograd_available()) return 1;
+  print_message("SKIPPED: no AVX-512F on this CPU (or KILN_WINOGRAD=off): convolutions stay on "
+                "the GEMM and winograd.c never runs\n");
+  return 0;
+}
+
+/* "same" 3x3 convolutions (padding 1 all round, the input read as if
+ * padded) and "valid" ones (none; the output 2 smaller), with the sizes
+ * and channels of real layers and with awkward ones. */
+static const shape shapes[] = {
+    {.batch = 3, .h = 28, .w = 28, .cin = 16, .cout = 16, .pt = 1, .pl = 1, .oh = 28, .ow = 28},
+    {.batch = 2, .h = 14, .w = 14, .cin = 32, .cout = 48, .pt = 1, .pl = 1, .oh = 14, .ow = 14},
+    {.batch = 5, .h = 7, .w = 7, .cin = 64, .cout = 64, .pt = 1, .pl = 1, .oh = 7, .ow = 7},
+    {.batch = 2, .h = 13, .w = 9, .cin = 9, .cout = 21, .pt = 1, .pl = 1, .oh = 13, .ow = 9},
+    {.batch = 1, .h = 11, .w = 6, .cin = 33, .cout = 8, .pt = 0, .pl = 0, .oh = 9, .ow = 4},
+    {.batch = 4, .h = 5, .w = 17, .cin = 8, .cout = 70, .pt = 1, .pl = 1, .oh = 5, .ow = 17},
+    /* many tiles: several blocks and slices, the last ones partial */
+    {.batch = 37, .h = 10, .w = 10, .cin = 12, .cout = 16, .pt = 1, .pl = 1, .oh = 10, .ow = 10},
+};
+
+static void forward_products_match_the_direct_convolution(void **state) {
+  (void)state;
+  if (!have_avx512()) skip();
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    check_forward(&shapes[i], 0, 0);
+    check_forward(&shapes[i], 1, 0);
+  }
+}
+
+static void input_gradients_match_the_turned_kernel(void **state) {
+  (void)state;
+  if (!have_avx512()) skip();
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    /* dx of a "same" convolution: dy padded by 1, the kernel turned; of a
+     * "valid" one: dy padded by 2 */
+    shape s = shapes[i];
+    if (s.pt == 0) {
+      s = (shape){.batch = s.batch,
+                  .h = s.oh,
+                  .w = s.ow,
+                  .cin = s.cout,
+                  .cout = s.cin,
+                  .pt = 2,
+                  .pl = 2,
+                  .oh = s.h,
+                  .ow = s.w};
+    } else {
+      const int c = s.cin;
+      s.cin = s.cout;
+      s.cout = c;
+    }
+    check_forward(&s, 0, 1);
+  }
+}
+
+static void weight_gradients_match_the_direct_sums(void **state) {
+  (void)state;
+  if (!have_avx512()) skip();
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_weight_grad(&shapes[i]);
+}
+
+/* The input stored already padded (a materialized padded input, read with
+ * no padding) gives the bits of the unpadded one read as if padded. */
+static void a_padded_input_and_an_unpadded_one_give_the_same_bits(void **state) {
+  (void)state;
+  if (!have_avx512()) skip();
+  const shape s = {
+      .batch = 3, .h = 9, .w = 10, .cin = 17, .cout = 20, .pt = 1, .pl = 1, .oh = 9, .ow = 10};
+  const shape p = {.batch = 3, .h = 11, .w = 12, .cin = 17, .cout = 20, .oh = 9, .ow = 10};
+  float *x = randoms((size_t)s.batch * s.h * s.w * s.cin, 7), *w = randoms(9u * 17 * 20, 8);
+  float *xp = calloc((size_t)p.batch * p.h * p.w * p.cin, sizeof *xp);
+  for (int b = 0; b < s.batch; b++)
+    for (int y = 0; y < s.h; y++)
+      memcpy(xp + (((size_t)b * p.h + y + 1) * p.w + 1) * p.cin,
+             x + (((size_t)b * s.h + y) * s.w) * s.cin, (size_t)s.w * s.cin * sizeof *x);
+  const size_t ny = (size_t)s.batch * s.oh * s.ow * s.cout;
+  float *y1 = malloc(ny * sizeof *y1), *y2 = malloc(ny * sizeof *y2);
+  float *d1 = malloc(9u * 17 * 20 * sizeof *d1), *d2 = malloc(9u * 17 * 20 * sizeof *d2);
+  kn_graph *g = graph_for(&p, 2);
+  kn_winograd_conv(g, x, s.batch, s.h, s.w, s.cin, 1, 1, w, 0, s.oh, s.ow, s.cout, NULL, 0, y1);
+  kn_winograd_conv(g, xp, p.batch, p.h, p.w, p.cin, 0, 0, w, 0, p.oh, p.ow, p.cout, NULL, 0, y2);
+  assert_memory_equal(y1, y2, ny * sizeof *y1);
+  kn_winograd_wgrad(g, x, s.batch, s.h, s.w, s.cin, 1, 1, y1, s.oh, s.ow, s.cout, d1, NULL);
+  kn_winograd_wgrad(g, xp, p.batch, p.h, p.w, p.cin, 0, 0, y1, p.oh, p.ow, p.cout, d2, NULL);
+  assert_memory_equal(d1, d2, 9u * 17 * 20 * sizeof *d1);
+  graph_free(g);
+  free(x), free(w), free(xp), free(y1), free(y2), free(d1), free(d2);
+}
+
+/* Which products are worth it: 8 or more channels each way, and outputs
+ * whose 4x4 tiles save at least half the multiplies. */
+static void it_pays_where_it_saves_half_the_multiplies(void **state) {
+  (void)state;
+  assert_true(kn_winograd_pays(28, 28, 16, 16));
+  assert_true(kn_winograd_pays(7, 7, 64, 64)); /* 4 tiles for 49 outputs: 144 vs 441 */
+  assert_true(kn_winograd_pays(4, 4, 8, 8));
+  assert_false(kn_winograd_pays(28, 28, 1, 16)); /* a first layer over one channel */
+  assert_false(kn_winograd_pays(28, 28, 16, 4));
+  assert_false(kn_winograd_pays(2, 2, 64, 64)); /* 36 products for 4 outputs: 36 direct */
+  assert_false(kn_winograd_pays(5, 5, 64, 64)); /* 144 for 25 outputs: 225 direct */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(forward_products_match_the_direct_convolution),
+      cmocka_unit_test(input_gradients_match_the_turned_kernel),
+      cmocka_unit_test(weight_gradients_match_the_direct_sums),
+      cmocka_unit_test(a_padded_input_and_an_unpadded_one_give_the_same_bits),
+      cmocka_unit_test(it_pays_where_it_saves_half_the_multiplies),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
