@@ -188,8 +188,7 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   if (n->winograd) { /* the scaled kernel by Winograd (its input may be unpadded) */
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    kn_winograd_conv(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, wf, 0, a.oh, a.ow, a.cout,
-                     shift, N->fused_relu != 0, N->data);
+    kn_winograd_conv(g, &a.io, wf, 0, 0, shift, N->fused_relu != 0, N->data, NULL);
     return;
   }
 #endif
@@ -220,16 +219,15 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
 static int winograd_matmul(kn_graph *g, const kn_node_rec *n, float *b_sums) {
   kn_wino_args a;
   kn_wino_args_of(g, n, &a);
-  const float *b = g->nodes[n->inputs[1]].data;
+  const kn_node_rec *B = &g->nodes[n->inputs[1]];
   if (a.weight_grad) {
-    kn_winograd_wgrad(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, b, a.oh, a.ow, a.cout,
-                      n->data, b_sums);
+    kn_winograd_wgrad(g, &a.io, B->data, B->dtype == KN_BF16, n->data, b_sums);
     return 0;
   }
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
-  kn_winograd_conv(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, b, 0, a.oh, a.ow, a.cout,
+  kn_winograd_conv(g, &a.io, B->data, B->dtype == KN_BF16, 0,
                    fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr.matmul.relu,
-                   n->data);
+                   n->data, n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
   return 1;
 }
 #endif
@@ -243,8 +241,8 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   if (n->winograd) { /* the padded dy correlated with the kernel turned around */
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    kn_winograd_conv(g, a.x, a.batch, a.hp, a.wp, a.cin, a.pt, a.pl, K->data, 1, a.oh, a.ow, a.cout,
-                     NULL, 0, n->data);
+    kn_winograd_conv(g, &a.io, K->data, K->dtype == KN_BF16, 1, NULL, 0, n->data,
+                     n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
     return;
   }
 #endif

@@ -665,15 +665,15 @@ int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then D
 int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* winograd.c: 3x3, stride-1 convolutions by Winograd's F(4x4, 3x3), on
- * CPUs with AVX-512F (kn_winograd_available). x is the input (batch, hp,
- * wp, cin) as stored, read as if padded with zeros: pt rows above, pl
- * columns left, and as many below and right as the output (batch, oh,
- * ow, cout) reads. kn_winograd_conv: y = x correlated with the kernel
- * w (3, 3, cin, cout), or with flip set, with w (3, 3, cout, cin) turned
- * 180 degrees (an input gradient); bias (or NULL) and relu applied as it
- * stores. kn_winograd_wgrad: dw (3, 3, cin, cout) from x and dy (batch,
- * oh, ow, cout), and dy's column sums into b_sums (or NULL). The same bits
- * for any thread count. */
+ * CPUs with AVX-512F (kn_winograd_available). A product reads its input x
+ * (batch, hp, wp, cin) as stored, f32 or bf16, as if padded with zeros: pt
+ * rows above, pl columns left, and as many below and right as its output
+ * (batch, oh, ow, cout) reads. */
+typedef struct kn_wino_io {
+  const void *x;
+  int x_bf16;
+  int batch, hp, wp, cin, pt, pl, oh, ow, cout;
+} kn_wino_io;
 int kn_winograd_available(void);
 /* Whether a product of that output size and channels saves at least half
  * of the direct product's multiplies. */
@@ -681,20 +681,25 @@ int kn_winograd_pays(int oh, int ow, int cin, int cout);
 /* Floats of the graph's Winograd buffer one such product needs. */
 size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
                           int weight_grad);
-void kn_winograd_conv(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
-                      int pl, const float *w, int flip, int oh, int ow, int cout, const float *bias,
-                      int relu, float *y);
-void kn_winograd_wgrad(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
-                       int pl, const float *dy, int oh, int ow, int cout, float *dw, float *b_sums);
-/* lower_cpu.c: the winograd pass; the nodes it marks. */
+/* y = x correlated with the kernel w (3, 3, cin, cout), or with flip set,
+ * with w (3, 3, cout, cin) turned 180 degrees (an input gradient); w f32
+ * or bf16; bias (or NULL) and relu applied as it stores, and y's bf16
+ * copy into y_copy (or NULL) as a cast would round it. */
+void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
+                      const float *bias, int relu, float *y, uint16_t *y_copy);
+/* dw (3, 3, cin, cout) from x and dy (batch, oh, ow, cout), f32 or bf16,
+ * and dy's column sums into b_sums (or NULL). The same bits for any
+ * thread count, as every product here. */
+void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,
+                       float *b_sums);
+/* lower_cpu.c: the winograd pass; a marked node's product: its input as
+ * stored (its CONV_PAD, or where that is a view, the value it views, with
+ * the padding the product adds as it reads), at the graph's current batch,
+ * and what the node does with it. */
 int kn_lower_winograd(kn_graph *g);
-/* What a marked node's product reads, the input as stored (its CONV_PAD,
- * or where that is a view, the value it views, with the padding the
- * product adds as it reads), and that product's shape at the graph's
- * current batch. */
 typedef struct kn_wino_args {
-  const void *x;
-  int batch, hp, wp, cin, pt, pl, oh, ow, cout, weight_grad, flip;
+  kn_wino_io io;
+  int weight_grad, flip;
 } kn_wino_args;
 void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a);
 

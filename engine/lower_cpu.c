@@ -702,16 +702,17 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
   /* a padding that needed no copy is a view: its rows are its input's */
   const kn_node_rec *S = P->storage == KN_STORE_VIEW ? &g->nodes[P->inputs[0]] : P;
   const int input_grad = n->op == KN_OP_CONV_INPUT_GRAD;
-  *a = (kn_wino_args){.x = P->data,
-                      .batch = kn_node_rows(g, P),
-                      .hp = S->dims[1],
-                      .wp = S->dims[2],
-                      .cin = P->dims[3],
-                      .pt = S != P ? P->attr.conv.pad_top : 0,
-                      .pl = S != P ? P->attr.conv.pad_left : 0,
-                      .oh = P->attr.conv.oh,
-                      .ow = P->attr.conv.ow,
-                      .cout = n->dims[n->ndim - 1],
+  *a = (kn_wino_args){.io = {.x = P->data,
+                             .x_bf16 = P->dtype == KN_BF16,
+                             .batch = kn_node_rows(g, P),
+                             .hp = S->dims[1],
+                             .wp = S->dims[2],
+                             .cin = P->dims[3],
+                             .pt = S != P ? P->attr.conv.pad_top : 0,
+                             .pl = S != P ? P->attr.conv.pad_left : 0,
+                             .oh = P->attr.conv.oh,
+                             .ow = P->attr.conv.ow,
+                             .cout = n->dims[n->ndim - 1]},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
 }
@@ -719,14 +720,16 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
 /* The winograd pass (KN_PASS_WINOGRAD): marks the forward matmul (with
  * its bias and relu), the weight-gradient matmul (with the bias gradient
  * paired to it) and the input gradient of each 3x3, stride-1, undilated
- * float32 convolution whose products read a padded input in place and
+ * convolution (float32, or bf16 operands under mixed_bfloat16, the
+ * output float32) whose products read a padded input in place and
  * where kn_winograd_pays; their kernels then run winograd.c. A matmul
  * reading a max pool's gradient as B, or a value that is a part of
  * another's storage, keeps its GEMM. */
 int kn_lower_winograd(kn_graph *g) {
-  /* float32 graphs: a mixed precision policy runs its products on the
-   * bf16 GEMM */
-  if (!kiln_gemm_runs(g) || !kn_winograd_available() || g->precision != KN_PRECISION_FLOAT32)
+  /* float32 and mixed_bfloat16 (bf16 operands widened as they are read:
+   * the products' sums in float32, as the bf16 GEMM's) */
+  if (!kiln_gemm_runs(g) || !kn_winograd_available() ||
+      (g->precision != KN_PRECISION_FLOAT32 && g->precision != KN_PRECISION_MIXED_BFLOAT16))
     return 0;
   int marked = 0;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -734,25 +737,25 @@ int kn_lower_winograd(kn_graph *g) {
     const int mm = n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT;
     if (n->dead || n->folded || n->dtype != KN_F32 || n->device.kind != KN_DEVICE_CPU ||
         !(mm || n->op == KN_OP_CONV_INPUT_GRAD) || n->storage == KN_STORE_PART ||
-        n->storage == KN_STORE_VIEW || n->narrow_copy || n->round_bf16)
+        n->storage == KN_STORE_VIEW || n->round_bf16)
       continue;
     if (mm && (n->argmax || n->attr.matmul.trans_b)) continue;
     const kn_node_rec *P = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
     const kn_conv_attrs *c = &P->attr.conv;
-    if (P->op != KN_OP_CONV_PAD || P->dtype != KN_F32 || B->dtype != KN_F32 ||
-        B->storage == KN_STORE_PART || c->kh != 3 || c->kw != 3 || c->sh != 1 || c->sw != 1 ||
-        c->dh != 1 || c->dw != 1)
+    if (P->op != KN_OP_CONV_PAD || (P->dtype != KN_F32 && P->dtype != KN_BF16) ||
+        (B->dtype != KN_F32 && B->dtype != KN_BF16) || B->storage == KN_STORE_PART || c->kh != 3 ||
+        c->kw != 3 || c->sh != 1 || c->sw != 1 || c->dh != 1 || c->dw != 1)
       continue;
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    if ((a.pt == 0 && a.pl == 0 && (a.hp < a.oh + 2 || a.wp < a.ow + 2)) ||
-        !kn_winograd_pays(a.oh, a.ow, a.cin, a.cout))
+    if ((a.io.pt == 0 && a.io.pl == 0 && (a.io.hp < a.io.oh + 2 || a.io.wp < a.io.ow + 2)) ||
+        !kn_winograd_pays(a.io.oh, a.io.ow, a.io.cin, a.io.cout))
       continue;
     /* B as the product reads it: the kernel (9 C_in, C_out) or, for the
      * weight gradient, dy (batch x oh x ow, C_out) */
-    if (mm && (B->ndim != 2 || B->dims[1] != a.cout)) continue;
-    if (mm && !a.weight_grad && B->dims[0] != 9 * a.cin) continue;
-    if (mm && a.weight_grad && n->dims[0] != 9 * a.cin) continue;
+    if (mm && (B->ndim != 2 || B->dims[1] != a.io.cout)) continue;
+    if (mm && !a.weight_grad && B->dims[0] != 9 * a.io.cin) continue;
+    if (mm && a.weight_grad && n->dims[0] != 9 * a.io.cin) continue;
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     n->winograd = 1;
     marked++;
@@ -761,7 +764,11 @@ int kn_lower_winograd(kn_graph *g) {
    * the value it pads where it lies, adding the zeros as they read. */
   for (int i = 0; marked && i < g->n_nodes; i++) {
     kn_node_rec *P = &g->nodes[i];
-    if (P->dead || P->op != KN_OP_CONV_PAD || P->storage != KN_STORE_ARENA || P->keep) continue;
+    /* a recompute re-creates its padded input in backward so that the
+     * value it pads need not live until then: it stays */
+    if (P->dead || P->op != KN_OP_CONV_PAD || P->storage != KN_STORE_ARENA || P->keep ||
+        P->remat_of)
+      continue;
     const kn_node_rec *X = &g->nodes[P->inputs[0]],
                       *root = &g->nodes[kn_storage_root(g, P->inputs[0])];
     if (X->dtype != P->dtype || X->ndim != 4 || root->storage != KN_STORE_ARENA ||

@@ -475,8 +475,8 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     if (n->dead || !n->winograd) continue;
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    const size_t need = kn_winograd_floats(kn_pool_threads(g->pool), a.batch, a.hp, a.wp, a.cin,
-                                           a.oh, a.ow, a.cout, a.weight_grad);
+    const size_t need = kn_winograd_floats(kn_pool_threads(g->pool), a.io.batch, a.io.hp, a.io.wp,
+                                           a.io.cin, a.io.oh, a.io.ow, a.io.cout, a.weight_grad);
     if (need > wino_floats) wino_floats = need;
   }
   if (wino_floats) {

@@ -63,6 +63,7 @@ static int round_up(int v, int q) {
 typedef struct wino_shape {
   int batch, hp, wp, cin; /* the input as stored, (batch, hp, wp, cin) */
   int pt, pl;             /* zero rows above it and columns left of it */
+  int x_bf16;             /* the input is bf16 (mixed_bfloat16), else f32 */
   int oh, ow, cout;       /* the output, (batch, oh, ow, cout) */
   int th, tw;             /* tiles down and across an image */
   int64_t tiles;          /* batch x th x tw */
@@ -122,6 +123,22 @@ size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int o
 
 static inline __mmask16 lanes_mask(int n) {
   return n >= VL ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+}
+
+/* n (<= VL) values from element i of p, f32 or bf16 (widened: exact), the
+ * rest zero. */
+AVX512 static inline v16 load_n(const void *p, int bf16, size_t i, int n) {
+  if (!bf16) return (v16)_mm512_maskz_loadu_ps(lanes_mask(n), (const float *)p + i);
+  const uint16_t *h = (const uint16_t *)p + i;
+  if (n == VL) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)h));
+    return (v16)_mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  float t[VL] = {0};
+  for (int l = 0; l < n; l++) t[l] = kn_bf16_to_f32(h[l]);
+  v16 v;
+  memcpy(&v, t, sizeof v);
+  return v;
 }
 
 /* ---- the transforms (one vector of channels at a time) ---- */
@@ -256,14 +273,16 @@ AVX512 static void block_gemm(int rows, int cols, int K, const float *a, ptrdiff
 
 typedef struct conv_job {
   wino_shape s;
-  const float *x;    /* the padded input */
-  const float *w;    /* the kernel (3, 3, C, F) */
+  const void *x; /* the input */
+  const void *w; /* the kernel (3, 3, C, F), f32 or (w_bf16) bf16 */
+  int w_bf16;
   int flip;          /* w turned 180 degrees, C and F swapped: an input gradient */
   const float *bias; /* or NULL */
   int relu;
   float *y;
-  float *u;       /* the transformed kernel, NPOS x cp x fp */
-  float *scratch; /* thread_floats a thread */
+  uint16_t *y_copy; /* or NULL: y's bf16 copy, written as y is stored */
+  float *u;         /* the transformed kernel, NPOS x cp x fp */
+  float *scratch;   /* thread_floats a thread */
   int tasks;
   int64_t blocks;
 } conv_job;
@@ -279,12 +298,14 @@ AVX512 static void transform_kernel(const conv_job *j, int c0, int c1) {
       v16 g[9], t[18], u[NPOS];
       for (int k = 0; k < 9; k++) {
         if (!j->flip) {
-          g[k] = (v16)_mm512_maskz_loadu_ps(lanes_mask(n),
-                                            j->w + ((size_t)k * s->cin + ci) * s->cout + f0);
+          g[k] = load_n(j->w, j->w_bf16, ((size_t)k * s->cin + ci) * s->cout + f0, n);
         } else { /* w (3, 3, cout, cin): lane l is w[8-k][f0 + l][ci] */
           float tmp[VL] = {0};
-          for (int l = 0; l < n; l++)
-            tmp[l] = j->w[((size_t)(8 - k) * s->cout + f0 + l) * s->cin + ci];
+          for (int l = 0; l < n; l++) {
+            const size_t at = ((size_t)(8 - k) * s->cout + f0 + l) * s->cin + ci;
+            tmp[l] = j->w_bf16 ? kn_bf16_to_f32(((const uint16_t *)j->w)[at])
+                               : ((const float *)j->w)[at];
+          }
           memcpy(&g[k], tmp, sizeof tmp);
         }
       }
@@ -314,7 +335,7 @@ static inline void tile_at(const wino_shape *s, int64_t t, int *b, int *oy, int 
 /* Input patches of tiles [t0, t0 + nt) into the transformed domain: tile
  * r's position p at v[(r * NPOS + p) * cp], so each tile's values are
  * written in one run. */
-AVX512 static void transform_input(const wino_shape *s, const float *x, int64_t t0, int nt,
+AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t0, int nt,
                                    float *v) {
   for (int r = 0; r < nt; r++) {
     int b, oy, ox;
@@ -324,21 +345,22 @@ AVX512 static void transform_input(const wino_shape *s, const float *x, int64_t 
     const int inside = iy >= 0 && ix >= 0 && iy + T_IN <= s->hp && ix + T_IN <= s->wp;
     const size_t row = (size_t)s->wp * s->cin;
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
-      const __mmask16 m = lanes_mask(s->cin - c0);
-      const float *image = x + (size_t)b * s->hp * row + c0;
+      const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
+      const size_t image = (size_t)b * s->hp * row + c0;
       v16 d[NPOS];
-      if (inside) {
-        const float *at = image + (size_t)iy * row + (size_t)ix * s->cin;
+      if (inside && !s->x_bf16) {
+        const float *at = (const float *)x + image + (size_t)iy * row + (size_t)ix * s->cin;
+        const __mmask16 m = lanes_mask(n);
         for (int i = 0; i < T_IN; i++)
           for (int k = 0; k < T_IN; k++)
             d[i * T_IN + k] = (v16)_mm512_maskz_loadu_ps(m, at + i * row + (size_t)k * s->cin);
-      } else { /* zeros outside the stored input: the padding */
+      } else { /* bf16, or zeros outside the stored input: the padding */
         for (int i = 0; i < T_IN; i++)
           for (int k = 0; k < T_IN; k++) {
             const int y = iy + i, xx = ix + k;
             d[i * T_IN + k] =
                 y >= 0 && y < s->hp && xx >= 0 && xx < s->wp
-                    ? (v16)_mm512_maskz_loadu_ps(m, image + (size_t)y * row + (size_t)xx * s->cin)
+                    ? load_n(x, s->x_bf16, image + (size_t)y * row + (size_t)xx * s->cin, n)
                     : (v16){0};
           }
       }
@@ -368,11 +390,17 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
       for (int i = 0; i < T_OUT; i++) at6(t + i * T_IN, 1, o + i * T_OUT, 1);
       const v16 bias = j->bias ? (v16)_mm512_maskz_loadu_ps(m, j->bias + f0) : (v16){0};
       for (int i = 0; i < rows; i++) {
-        float *out = j->y + (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0;
+        const size_t at = (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0;
         for (int k = 0; k < cols; k++) {
           __m512 val = (__m512)(o[i * T_OUT + k] + bias);
           if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
-          _mm512_mask_storeu_ps(out + (size_t)k * s->cout, m, val);
+          _mm512_mask_storeu_ps(j->y + at + (size_t)k * s->cout, m, val);
+          if (j->y_copy) { /* the bf16 copy, as a cast would round it */
+            float lanes[VL];
+            _mm512_storeu_ps(lanes, val);
+            uint16_t *c = j->y_copy + at + (size_t)k * s->cout;
+            for (int l = 0; l < s->cout - f0 && l < VL; l++) c[l] = kn_bf16_from_f32(lanes[l]);
+          }
         }
       }
     }
@@ -407,19 +435,22 @@ static int tasks_for(const kn_graph *g, int64_t units) {
   return units < threads ? (int)(units < 1 ? 1 : units) : threads;
 }
 
-void kn_winograd_conv(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
-                      int pl, const float *w, int flip, int oh, int ow, int cout, const float *bias,
-                      int relu, float *y) {
-  conv_job j = {.s = shape_of(batch, hp, wp, cin, oh, ow, cout, 0),
-                .x = x,
+void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
+                      const float *bias, int relu, float *y, uint16_t *y_copy) {
+  conv_job j = {.s = shape_of(io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 0),
+                .x = io->x,
                 .w = w,
+                .w_bf16 = w_bf16,
                 .flip = flip,
                 .bias = bias,
                 .relu = relu,
                 .y = y,
+                .y_copy = y_copy,
                 .u = g->wino_buf};
-  j.s.pt = pt;
-  j.s.pl = pl;
+  const int cin = io->cin;
+  j.s.pt = io->pt;
+  j.s.pl = io->pl;
+  j.s.x_bf16 = io->x_bf16;
   j.scratch = j.u + kernel_floats(&j.s);
   j.tasks = tasks_for(g, cin);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, kernel_range, &j);
@@ -432,8 +463,9 @@ void kn_winograd_conv(kn_graph *g, const float *x, int batch, int hp, int wp, in
 
 typedef struct wgrad_job {
   wino_shape s;
-  const float *x;  /* the padded input */
-  const float *dy; /* (batch, oh, ow, cout) */
+  const void *x;  /* the input */
+  const void *dy; /* (batch, oh, ow, cout), f32 or (dy_bf16) bf16 */
+  int dy_bf16;
   float *dw;       /* (3, 3, cin, cout) */
   float *b_sums;   /* or NULL: dy's column sums */
   float *partials; /* slices x (NPOS x cp x fp + fp) */
@@ -452,15 +484,15 @@ AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *m
     const int rows = s->oh - oy < T_OUT ? s->oh - oy : T_OUT;
     const int cols = s->ow - ox < T_OUT ? s->ow - ox : T_OUT;
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
-      const __mmask16 m = lanes_mask(s->cout - f0);
+      const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       v16 y[T_OUT * T_OUT], t[T_IN * T_OUT], z[NPOS];
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
       for (int i = 0; i < T_OUT; i++) {
-        const float *row =
-            i < rows ? j->dy + (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0 : NULL;
+        const size_t row = (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0;
         for (int k = 0; k < T_OUT; k++) {
-          y[i * T_OUT + k] =
-              row && k < cols ? (v16)_mm512_maskz_loadu_ps(m, row + (size_t)k * s->cout) : (v16){0};
+          y[i * T_OUT + k] = i < rows && k < cols
+                                 ? load_n(j->dy, j->dy_bf16, row + (size_t)k * s->cout, n)
+                                 : (v16){0};
           sum += y[i * T_OUT + k];
         }
       }
@@ -538,18 +570,20 @@ static void finish_range(void *ctx, int64_t t0, int64_t t1) {
   wgrad_finish(j, (int)(n * t0 / j->tasks), (int)(n * t1 / j->tasks));
 }
 
-void kn_winograd_wgrad(kn_graph *g, const float *x, int batch, int hp, int wp, int cin, int pt,
-                       int pl, const float *dy, int oh, int ow, int cout, float *dw,
+void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,
                        float *b_sums) {
-  wgrad_job j = {.s = shape_of(batch, hp, wp, cin, oh, ow, cout, 1),
-                 .x = x,
+  wgrad_job j = {.s = shape_of(io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 1),
+                 .x = io->x,
                  .dy = dy,
+                 .dy_bf16 = dy_bf16,
                  .dw = dw,
                  .b_sums = b_sums};
+  const int cin = io->cin;
   /* the buffer: (kernel), each thread's block, the slices' sums */
   const int threads = kn_pool_threads(g->pool);
-  j.s.pt = pt;
-  j.s.pl = pl;
+  j.s.pt = io->pt;
+  j.s.pl = io->pl;
+  j.s.x_bf16 = io->x_bf16;
   j.scratch = g->wino_buf + kernel_floats(&j.s);
   j.partials = j.scratch + (size_t)(threads < 1 ? 1 : threads) * thread_floats(&j.s);
   j.tasks = tasks_for(g, j.s.slices);

@@ -1,7 +1,9 @@
 /* test_winograd.c — winograd.c's F(4x4, 3x3) products against the direct
  * convolution summed in double: the forward product (bias and relu), the
  * input gradient (the kernel turned around) and the weight gradient (and
- * the bias gradient beside it), over shapes that leave partial tiles at
+ * the bias gradient beside it), with float32 operands and with bf16 ones
+ * (mixed_bfloat16: widened as read, the bf16 copy of an output written as
+ * a cast would), over shapes that leave partial tiles at
  * the bottom and right, channel counts that are not whole vectors, inputs
  * stored padded and read as if padded, and batches that end in a partial
  * block; each the same bits on 1, 2 and 3 threads. Skips where the CPU has
@@ -43,6 +45,28 @@ static double at(const shape *s, const float *x, int b, int y, int xx, int c) {
   return x[(((size_t)b * s->h + y) * s->w + xx) * s->cin + c];
 }
 
+static kn_wino_io io_of(const shape *s, const void *x, int x_bf16) {
+  return (kn_wino_io){.x = x,
+                      .x_bf16 = x_bf16,
+                      .batch = s->batch,
+                      .hp = s->h,
+                      .wp = s->w,
+                      .cin = s->cin,
+                      .pt = s->pt,
+                      .pl = s->pl,
+                      .oh = s->oh,
+                      .ow = s->ow,
+                      .cout = s->cout};
+}
+
+/* v rounded to bf16 in place; its bits into h. */
+static void to_bf16(float *v, uint16_t *h, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    h[i] = kn_bf16_from_f32(v[i]);
+    v[i] = kn_bf16_to_f32(h[i]);
+  }
+}
+
 /* A graph of `threads` threads with a Winograd buffer for s. */
 static kn_graph *graph_for(const shape *s, int threads) {
   kn_graph *g = calloc(1, sizeof *g);
@@ -79,11 +103,17 @@ static double rel_error(const float *a, const double *ref, size_t n, const char 
  * off by far more. */
 #define TOLERANCE 0x1p-16
 
-static void check_forward(const shape *s, int relu, int flip) {
-  /* flip: the input gradient's form, w (3, 3, cout, cin) turned around */
+/* flip: the input gradient's form, w (3, 3, cout, cin) turned around;
+ * bf16: x and w in bf16 (mixed_bfloat16), and y's bf16 copy written. */
+static void check_forward(const shape *s, int relu, int flip, int bf16) {
   const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = 9u * s->cin * s->cout;
   const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
   float *x = randoms(nx, 1), *w = randoms(nw, 2), *bias = randoms(s->cout, 3);
+  uint16_t *xh = malloc(nx * 2), *wh = malloc(nw * 2), *copy = malloc(ny * 2);
+  if (bf16) {
+    to_bf16(x, xh, nx);
+    to_bf16(w, wh, nw);
+  }
   double *ref = malloc(ny * sizeof *ref);
   for (int b = 0; b < s->batch; b++)
     for (int y = 0; y < s->oh; y++)
@@ -105,14 +135,16 @@ static void check_forward(const shape *s, int relu, int flip) {
     kn_graph *g = graph_for(s, threads);
     float *y = malloc(ny * sizeof *y);
     memset(y, 0xff, ny * sizeof *y); /* NaN: every output must be written */
-    kn_winograd_conv(g, x, s->batch, s->h, s->w, s->cin, s->pt, s->pl, w, flip, s->oh, s->ow,
-                     s->cout, bias, relu, y);
+    const kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16);
+    kn_winograd_conv(g, &io, bf16 ? (const void *)wh : w, bf16, flip, bias, relu, y,
+                     bf16 ? copy : NULL);
     if (!first) {
       char what[128];
-      snprintf(what, sizeof what, "%s %dx%dx%d -> %dx%dx%d, batch %d%s",
+      snprintf(what, sizeof what, "%s %dx%dx%d -> %dx%dx%d, batch %d%s%s",
                flip ? "input gradient" : "forward", s->h, s->w, s->cin, s->oh, s->ow, s->cout,
-               s->batch, relu ? ", relu" : "");
+               s->batch, relu ? ", relu" : "", bf16 ? ", bf16 operands" : "");
       assert_true(rel_error(y, ref, ny, what) <= TOLERANCE);
+      for (size_t i = 0; bf16 && i < ny; i++) assert_int_equal(copy[i], kn_bf16_from_f32(y[i]));
       first = y;
     } else {
       assert_memory_equal(first, y, ny * sizeof *y); /* the same bits on every thread count */
@@ -125,12 +157,21 @@ static void check_forward(const shape *s, int relu, int flip) {
   free(x);
   free(w);
   free(bias);
+  free(xh);
+  free(wh);
+  free(copy);
 }
 
-static void check_weight_grad(const shape *s) {
+/* bf16: x and dy in bf16. */
+static void check_weight_grad(const shape *s, int bf16) {
   const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = 9u * s->cin * s->cout;
   const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
   float *x = randoms(nx, 4), *dy = randoms(ny, 5);
+  uint16_t *xh = malloc(nx * 2), *dyh = malloc(ny * 2);
+  if (bf16) {
+    to_bf16(x, xh, nx);
+    to_bf16(dy, dyh, ny);
+  }
   double *ref = calloc(nw + s->cout, sizeof *ref), *bref = ref + nw;
   for (int b = 0; b < s->batch; b++)
     for (int y = 0; y < s->oh; y++)
@@ -149,12 +190,12 @@ static void check_weight_grad(const shape *s) {
     kn_graph *g = graph_for(s, threads);
     float *dw = malloc((nw + s->cout) * sizeof *dw), *bsum = dw + nw;
     memset(dw, 0xff, (nw + s->cout) * sizeof *dw);
-    kn_winograd_wgrad(g, x, s->batch, s->h, s->w, s->cin, s->pt, s->pl, dy, s->oh, s->ow, s->cout,
-                      dw, bsum);
+    const kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16);
+    kn_winograd_wgrad(g, &io, bf16 ? (const void *)dyh : dy, bf16, dw, bsum);
     if (!first) {
       char what[128];
-      snprintf(what, sizeof what, "weight gradient %dx%dx%d -> %dx%dx%d, batch %d", s->h, s->w,
-               s->cin, s->oh, s->ow, s->cout, s->batch);
+      snprintf(what, sizeof what, "weight gradient %dx%dx%d -> %dx%dx%d, batch %d%s", s->h, s->w,
+               s->cin, s->oh, s->ow, s->cout, s->batch, bf16 ? ", bf16 operands" : "");
       /* sums over every pixel of the batch: 2^-14 of the largest */
       assert_true(rel_error(dw, ref, nw, what) <= 0x1p-14);
       assert_true(rel_error(bsum, bref, s->cout, "  its bias gradient") <= 0x1p-16);
@@ -169,6 +210,8 @@ static void check_weight_grad(const shape *s) {
   free(ref);
   free(x);
   free(dy);
+  free(xh);
+  free(dyh);
 }
 
 static int have_avx512(void) {
@@ -196,8 +239,9 @@ static void forward_products_match_the_direct_convolution(void **state) {
   (void)state;
   if (!have_avx512()) skip();
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    check_forward(&shapes[i], 0, 0);
-    check_forward(&shapes[i], 1, 0);
+    check_forward(&shapes[i], 0, 0, 0);
+    check_forward(&shapes[i], 1, 0, 0);
+    check_forward(&shapes[i], 0, 0, 1);
   }
 }
 
@@ -223,14 +267,18 @@ static void input_gradients_match_the_turned_kernel(void **state) {
       s.cin = s.cout;
       s.cout = c;
     }
-    check_forward(&s, 0, 1);
+    check_forward(&s, 0, 1, 0);
+    check_forward(&s, 0, 1, 1);
   }
 }
 
 static void weight_gradients_match_the_direct_sums(void **state) {
   (void)state;
   if (!have_avx512()) skip();
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_weight_grad(&shapes[i]);
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    check_weight_grad(&shapes[i], 0);
+    check_weight_grad(&shapes[i], 1);
+  }
 }
 
 /* The input stored already padded (a materialized padded input, read with
@@ -251,11 +299,12 @@ static void a_padded_input_and_an_unpadded_one_give_the_same_bits(void **state) 
   float *y1 = malloc(ny * sizeof *y1), *y2 = malloc(ny * sizeof *y2);
   float *d1 = malloc(9u * 17 * 20 * sizeof *d1), *d2 = malloc(9u * 17 * 20 * sizeof *d2);
   kn_graph *g = graph_for(&p, 2);
-  kn_winograd_conv(g, x, s.batch, s.h, s.w, s.cin, 1, 1, w, 0, s.oh, s.ow, s.cout, NULL, 0, y1);
-  kn_winograd_conv(g, xp, p.batch, p.h, p.w, p.cin, 0, 0, w, 0, p.oh, p.ow, p.cout, NULL, 0, y2);
+  const kn_wino_io unpadded = io_of(&s, x, 0), padded = io_of(&p, xp, 0);
+  kn_winograd_conv(g, &unpadded, w, 0, 0, NULL, 0, y1, NULL);
+  kn_winograd_conv(g, &padded, w, 0, 0, NULL, 0, y2, NULL);
   assert_memory_equal(y1, y2, ny * sizeof *y1);
-  kn_winograd_wgrad(g, x, s.batch, s.h, s.w, s.cin, 1, 1, y1, s.oh, s.ow, s.cout, d1, NULL);
-  kn_winograd_wgrad(g, xp, p.batch, p.h, p.w, p.cin, 0, 0, y1, p.oh, p.ow, p.cout, d2, NULL);
+  kn_winograd_wgrad(g, &unpadded, y1, 0, d1, NULL);
+  kn_winograd_wgrad(g, &padded, y1, 0, d2, NULL);
   assert_memory_equal(d1, d2, 9u * 17 * 20 * sizeof *d1);
   graph_free(g);
   free(x), free(w), free(xp), free(y1), free(y2), free(d1), free(d2);
