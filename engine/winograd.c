@@ -332,6 +332,25 @@ static inline void tile_at(const wino_shape *s, int64_t t, int *b, int *oy, int 
   *ox = r % s->tw * T_OUT;
 }
 
+/* Asks the cache for the rows x columns patch of tile t (its top left at
+ * the tile's output less pt, pl) of an (hp, wp, c) image of es-byte
+ * elements: the tiles' reads jump from row to row, where the hardware's
+ * prefetchers lose the stream. */
+AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape *s, int64_t t,
+                                         int rows, int pt, int pl, int hp, int wp, int c) {
+  int b, y, xx;
+  tile_at(s, t, &b, &y, &xx);
+  y -= pt;
+  xx = xx - pl < 0 ? 0 : xx - pl;
+  const size_t row = (size_t)wp * c, bytes = (size_t)rows * c * es;
+  const char *image = (const char *)x + (size_t)b * hp * row * es;
+  for (int i = 0; i < rows; i++) {
+    if (y + i < 0 || y + i >= hp) continue;
+    const char *at = image + ((size_t)(y + i) * row + (size_t)xx * c) * es;
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
+  }
+}
+
 /* Input patches of tiles [t0, t0 + nt) into the transformed domain: tile
  * r's position p at v[(r * NPOS + p) * cp], so each tile's values are
  * written in one run. */
@@ -344,6 +363,8 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
     const int iy = oy - s->pt, ix = ox - s->pl;
     const int inside = iy >= 0 && ix >= 0 && iy + T_IN <= s->hp && ix + T_IN <= s->wp;
     const size_t row = (size_t)s->wp * s->cin;
+    if (r + 2 < nt)
+      prefetch_patch(x, s->x_bf16 ? 2 : 4, s, t0 + r + 2, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
       const size_t image = (size_t)b * s->hp * row + c0;
@@ -483,6 +504,8 @@ AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *m
     tile_at(s, t0 + r, &b, &oy, &ox);
     const int rows = s->oh - oy < T_OUT ? s->oh - oy : T_OUT;
     const int cols = s->ow - ox < T_OUT ? s->ow - ox : T_OUT;
+    if (r + 2 < nt)
+      prefetch_patch(j->dy, j->dy_bf16 ? 2 : 4, s, t0 + r + 2, T_OUT, 0, 0, s->oh, s->ow, s->cout);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       v16 y[T_OUT * T_OUT], t[T_IN * T_OUT], z[NPOS];
