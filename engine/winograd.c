@@ -332,6 +332,15 @@ static inline void tile_at(const wino_shape *s, int64_t t, int *b, int *oy, int 
   *ox = r % s->tw * T_OUT;
 }
 
+/* Tile t's image, top-left output, and the rows and columns of its 4x4
+ * outputs inside the output (fewer at the bottom and right edges). */
+static inline void tile_outputs(const wino_shape *s, int64_t t, int *b, int *oy, int *ox, int *rows,
+                                int *cols) {
+  tile_at(s, t, b, oy, ox);
+  *rows = s->oh - *oy < T_OUT ? s->oh - *oy : T_OUT;
+  *cols = s->ow - *ox < T_OUT ? s->ow - *ox : T_OUT;
+}
+
 /* Asks the cache for the rows x columns patch of tile t (its top left at
  * the tile's output less pt, pl) of an (hp, wp, c) image of es-byte
  * elements: the tiles' reads jump from row to row, where the hardware's
@@ -398,10 +407,8 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
 AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const float *mo) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
-    int b, oy, ox;
-    tile_at(s, t0 + r, &b, &oy, &ox);
-    const int rows = s->oh - oy < T_OUT ? s->oh - oy : T_OUT;
-    const int cols = s->ow - ox < T_OUT ? s->ow - ox : T_OUT;
+    int b, oy, ox, rows, cols;
+    tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
       v16 mv[NPOS], t[T_OUT * T_IN], o[T_OUT * T_OUT];
@@ -500,10 +507,8 @@ typedef struct wgrad_job {
 AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
-    int b, oy, ox;
-    tile_at(s, t0 + r, &b, &oy, &ox);
-    const int rows = s->oh - oy < T_OUT ? s->oh - oy : T_OUT;
-    const int cols = s->ow - ox < T_OUT ? s->ow - ox : T_OUT;
+    int b, oy, ox, rows, cols;
+    tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     if (r + 2 < nt)
       prefetch_patch(j->dy, j->dy_bf16 ? 2 : 4, s, t0 + r + 2, T_OUT, 0, 0, s->oh, s->ow, s->cout);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
