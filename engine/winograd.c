@@ -141,6 +141,27 @@ AVX512 static inline v16 load_n(const void *p, int bf16, size_t i, int n) {
   return v;
 }
 
+/* n (<= VL) lanes of v rounded to bf16 at p, as kn_bf16_from_f32 rounds
+ * (to nearest even, NaN quiet; subnormals kept, which the CPU's bf16
+ * conversion would flush). */
+AVX512 static inline void store_bf16(uint16_t *p, __m512 v, int n) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i near =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m256i h = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(near, nan, qnan));
+  if (n >= VL) {
+    _mm256_storeu_si256((__m256i *)(void *)p, h);
+  } else {
+    uint16_t t[VL];
+    _mm256_storeu_si256((__m256i *)(void *)t, h);
+    memcpy(p, t, (size_t)n * sizeof *p);
+  }
+}
+
 /* ---- the transforms (one vector of channels at a time) ---- */
 
 /* a x + b, and b - a x, with one rounding (explicit: this file is built
@@ -384,7 +405,12 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
         for (int i = 0; i < T_IN; i++)
           for (int k = 0; k < T_IN; k++)
             d[i * T_IN + k] = (v16)_mm512_maskz_loadu_ps(m, at + i * row + (size_t)k * s->cin);
-      } else { /* bf16, or zeros outside the stored input: the padding */
+      } else if (inside) { /* bf16 */
+        const size_t at = image + (size_t)iy * row + (size_t)ix * s->cin;
+        for (int i = 0; i < T_IN; i++)
+          for (int k = 0; k < T_IN; k++)
+            d[i * T_IN + k] = load_n(x, 1, at + i * row + (size_t)k * s->cin, n);
+      } else { /* zeros outside the stored input: the padding */
         for (int i = 0; i < T_IN; i++)
           for (int k = 0; k < T_IN; k++) {
             const int y = iy + i, xx = ix + k;
@@ -423,12 +449,7 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
           __m512 val = (__m512)(o[i * T_OUT + k] + bias);
           if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
           _mm512_mask_storeu_ps(j->y + at + (size_t)k * s->cout, m, val);
-          if (j->y_copy) { /* the bf16 copy, as a cast would round it */
-            float lanes[VL];
-            _mm512_storeu_ps(lanes, val);
-            uint16_t *c = j->y_copy + at + (size_t)k * s->cout;
-            for (int l = 0; l < s->cout - f0 && l < VL; l++) c[l] = kn_bf16_from_f32(lanes[l]);
-          }
+          if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * s->cout, val, s->cout - f0);
         }
       }
     }

@@ -310,6 +310,34 @@ static void a_padded_input_and_an_unpadded_one_give_the_same_bits(void **state) 
   free(x), free(w), free(xp), free(y1), free(y2), free(d1), free(d2);
 }
 
+/* The bf16 copy of an output is rounded as a cast rounds it
+ * (kn_bf16_from_f32), NaN outputs and subnormal ones (a kernel scaled to
+ * 1e-38) included: the CPU's own bf16 conversion would flush those. */
+static void the_bf16_copy_rounds_as_a_cast_does(void **state) {
+  (void)state;
+  if (!have_avx512()) skip();
+  const shape s = {
+      .batch = 2, .h = 8, .w = 8, .cin = 8, .cout = 24, .pt = 1, .pl = 1, .oh = 8, .ow = 8};
+  const size_t nx = 2u * 8 * 8 * 8, nw = 9u * 8 * 24, ny = 2u * 8 * 8 * 24;
+  float *x = randoms(nx, 9), *w = randoms(nw, 10), *y = malloc(ny * sizeof *y);
+  uint16_t *copy = malloc(ny * sizeof *copy);
+  x[3 * 8 + 2] = NAN; /* one pixel's channel: every output reading it */
+  for (size_t i = 0; i < nw; i++) w[i] *= 1e-38f;
+  kn_graph *g = graph_for(&s, 2);
+  const kn_wino_io io = io_of(&s, x, 0);
+  kn_winograd_conv(g, &io, w, 0, 0, NULL, 0, y, copy);
+  int nans = 0, subnormals = 0;
+  for (size_t i = 0; i < ny; i++) {
+    assert_int_equal(copy[i], kn_bf16_from_f32(y[i]));
+    nans += isnan(y[i]);
+    subnormals += fpclassify(y[i]) == FP_SUBNORMAL;
+  }
+  print_message("  %d NaN and %d subnormal outputs of %zu\n", nans, subnormals, ny);
+  assert_true(nans > 0 && subnormals > 0);
+  graph_free(g);
+  free(x), free(w), free(y), free(copy);
+}
+
 /* Which products are worth it: 8 or more channels each way, and outputs
  * whose 4x4 tiles save at least half the multiplies. */
 static void it_pays_where_it_saves_half_the_multiplies(void **state) {
@@ -329,6 +357,7 @@ int main(void) {
       cmocka_unit_test(input_gradients_match_the_turned_kernel),
       cmocka_unit_test(weight_gradients_match_the_direct_sums),
       cmocka_unit_test(a_padded_input_and_an_unpadded_one_give_the_same_bits),
+      cmocka_unit_test(the_bf16_copy_rounds_as_a_cast_does),
       cmocka_unit_test(it_pays_where_it_saves_half_the_multiplies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
