@@ -303,7 +303,7 @@ enum {
    * the norm's relu), writing the norm's output; training runs are
    * untouched. The same values to rounding; float32 */
   KN_PASS_BN_FOLD = 8192,
-    /* 3x3, stride-1, undilated convolutions of 8 or more input and output
+  /* 3x3, stride-1, undilated convolutions of 8 or more input and output
    * channels (and outputs large enough that their 4x4 tiles save at least
    * half the multiplies) compute their forward product, input gradient and
    * weight gradient by Winograd's F(4x4, 3x3): 36 products per 16 outputs
