@@ -11,9 +11,10 @@
  * so the 16 outputs of a tile take 36 products per input channel and
  * filter instead of 144: summed over the input channels, each of the 36
  * positions is a GEMM of (tiles x C_in) by (C_in x C_out). The transforms
- * are adds and a few small multiplies, linear in the channels, so for a
- * layer of 16 or more channels the step does about a third of the
- * multiplies of the direct product.
+ * are adds and a few small multiplies, linear in the channels, so a layer
+ * of 16 or more channels does about a quarter of the direct product's
+ * multiplies, and the transforms' adds beside them. The input is read as
+ * stored, the padding added as zeros where a patch leaves it.
  *
  * The three products of a training step take the same form:
  *   - forward: y from the padded input and the kernel (bias and relu
