@@ -453,7 +453,7 @@ static double worst_gradient_difference(kn_model *ref, kn_model *mixed, const ch
  * gradient are marked and their padded input, read by nothing else, is a
  * view of the unpadded value. Its gradients stay as close to the same
  * graph's without the pass (the bf16 GEMM on padded copies) as bf16's
- * rounding allows: 2% of each gradient's norm (0.3% to 1.1% is seen; a
+ * rounding allows: 2% of each gradient's norm (0.28% is seen; a
  * product reading a view as if it were padded is off by its whole norm). */
 static const kn_layer_config block_layers[] = {
     {.type = KN_LAYER_CONV2D,
