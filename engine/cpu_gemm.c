@@ -25,6 +25,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
+
+#include "narrow_avx512.h"
 #define KN_HAVE_AVX512BF16 1
 #endif
 
@@ -421,14 +423,7 @@ bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uin
        * second operand, v, when either is NaN */
       if (o->relu) v[h] = _mm512_max_ps(_mm512_setzero_ps(), v[h]);
       if (o->c_bf16 || o->narrow) {
-        /* Round to nearest even in integers, as kn_bf16_from_f32 does:
-         * no flushing of subnormals; NaN stays a quiet NaN. */
-        const __m512i u = _mm512_castps_si512(v[h]);
-        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        __m512i r = _mm512_srli_epi32(
-            _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-        const __mmask16 nan = _mm512_cmp_ps_mask(v[h], v[h], _CMP_UNORD_Q);
-        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        const __m512i r = kn_bf16_round_avx512(v[h]); /* as kn_bf16_from_f32 */
         uint16_t *to = o->c_bf16 ? (uint16_t *)o->c : o->narrow;
         _mm512_mask_cvtepi32_storeu_epi16(to + (size_t)i * o->ldc + 16 * h, mask[h], r);
       }

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "graph_internal.h"
+#include "narrow_avx512.h"
 
 #define T_OUT  4  /* outputs per tile side */
 #define T_IN   6  /* inputs per tile side: T_OUT + 3 - 1 */
@@ -142,25 +143,9 @@ AVX512 static inline v16 load_n(const void *p, int bf16, size_t i, int n) {
   return v;
 }
 
-/* n (<= VL) lanes of v rounded to bf16 at p, as kn_bf16_from_f32 rounds
- * (to nearest even, NaN quiet; subnormals kept, which the CPU's bf16
- * conversion would flush). */
+/* n (<= VL) lanes of v rounded to bf16 at p, as kn_bf16_from_f32 rounds. */
 AVX512 static inline void store_bf16(uint16_t *p, __m512 v, int n) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i near =
-      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  const __m256i h = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(near, nan, qnan));
-  if (n >= VL) {
-    _mm256_storeu_si256((__m256i *)(void *)p, h);
-  } else {
-    uint16_t t[VL];
-    _mm256_storeu_si256((__m256i *)(void *)t, h);
-    memcpy(p, t, (size_t)n * sizeof *p);
-  }
+  _mm512_mask_cvtepi32_storeu_epi16(p, lanes_mask(n), kn_bf16_round_avx512(v));
 }
 
 /* ---- the transforms (one vector of channels at a time) ---- */

@@ -1,0 +1,22 @@
+/* narrow_avx512.h — narrow.h's bf16 rounding sixteen floats at a time, for
+ * the kernels built for AVX-512F (kiln's bf16 GEMM's epilogue, the
+ * Winograd products' bf16 copies): the same bits as kn_bf16_from_f32,
+ * round to nearest even in integers, subnormals kept (the CPU's own bf16
+ * conversion would flush them), NaN a quiet NaN. x86-64 with GCC only. */
+#ifndef KILN_ENGINE_NARROW_AVX512_H
+#define KILN_ENGINE_NARROW_AVX512_H
+
+#include <immintrin.h>
+
+/* The bf16 bits of v's lanes, each in the low half of a 32-bit lane. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512i
+kn_bf16_round_avx512(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+}
+
+#endif
