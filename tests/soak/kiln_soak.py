@@ -183,6 +183,11 @@ def spec(dataset, rng, epochs, priority, units=16):
     }
 
 
+def preemptions(k, job):
+    st, body = k.request("GET", "/v1/jobs/%s/events" % job, timeout=30)
+    return sum(e["to_state"] == "PREEMPTED" for e in body["events"]) if st == 200 else 0
+
+
 def all_jobs(k):
     ids, token = {}, ""
     while True:
@@ -218,6 +223,17 @@ def wait_final(k, ids, limit_s):
         if not open_ids or time.time() > deadline:
             return open_ids, jobs
         time.sleep(0.5)
+
+
+def wait_states(k, ids, states, limit_s):
+    """Waits until every job in ids is in one of states; whether they came."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        jobs = all_jobs(k)
+        if all(i in jobs and jobs[i]["state"] in states for i in ids):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def events_agree(k, job):
@@ -309,6 +325,26 @@ def soak(args, tmp):
     created, deleted, lock = [], set(), threading.Lock()
     counts = {"created": 0, "cancelled": 0, "deleted": 0, "streams": 0, "waits": 0,
               "uploads": 1, "dataset_deletes": 0, "preempted": 0}
+    # One preemption for certain before the random load (which brings a few
+    # more, or none): two long priority-0 jobs hold both devices, a
+    # priority-100 job arrives. The trio then joins the load.
+    trio = []
+    for epochs, priority in ((150, 0), (150, 0), (2, 100)):
+        if priority == 100:
+            running = wait_states(k, trio, ("RUNNING",), 60)
+            checks.check(running, "two priority-0 jobs run on the pool's two devices")
+        st, body = k.request("POST", "/v1/jobs", spec(datasets[0], rng, epochs, priority))
+        if st not in (200, 201):
+            checks.check(False, "create answered %s: %s" % (st, body))
+            return checks
+        trio.append(body["id"])
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(preemptions(k, j) for j in trio[:2]):
+        time.sleep(0.2)
+    checks.check(any(preemptions(k, j) for j in trio[:2]),
+                 "a priority-100 job preempts a priority-0 one")
+    created += trio
+    counts["created"] += len(trio)
     stop = threading.Event()
     samples = []
     t0 = time.time()
@@ -361,12 +397,15 @@ def soak(args, tmp):
             counts["cancelled"] += st == 200
         elif r < 0.85 and created:
             j = rng.choice(created[:-5] or created)
+            # A deleted job takes its events along: count its preemptions first.
+            n_pre = preemptions(k, j)
             st, _ = k.request("DELETE", "/v1/jobs/%s" % j)
             if st == 200:
                 with lock:
                     deleted.add(j)
                     created.remove(j)
                 counts["deleted"] += 1
+                counts["preempted"] += n_pre
         if time.time() > next_upload:
             d = upload(k, rng)
             if d:
@@ -399,9 +438,7 @@ def soak(args, tmp):
             why = events_agree(k, jobs[j])
             if why:
                 disagree.append("%s: %s" % (j, why))
-            st, body = k.request("GET", "/v1/jobs/%s/events" % j, timeout=30)
-            if st == 200:
-                counts["preempted"] += sum(e["to_state"] == "PREEMPTED" for e in body["events"])
+            counts["preempted"] += preemptions(k, j)
     checks.check(not disagree, "every job's state agrees with its events (%d disagree: %s)" % (
         len(disagree), disagree[:3]))
 
@@ -424,7 +461,10 @@ def soak(args, tmp):
                  (rss0, rss1))
     checks.check(fd1 <= fd0 + 8, "open files flat: %d -> %d (bound +8)" % (fd0, fd1))
     checks.check(th1 <= th0 + 8, "threads flat: %d -> %d (bound +8)" % (th0, th1))
-    checks.check(counts["preempted"] > 0, "preemptions happened (%d)" % counts["preempted"])
+    with open(os.path.join(data_dir, "kilnd.log"), errors="replace") as f:
+        passes = sum('msg="preempting"' in line for line in f)
+    checks.check(counts["preempted"] > 0, "preemptions happened (%d; kilnd logged %d preempting "
+                 "passes)" % (counts["preempted"], passes))
     k.stop()
     return checks
 
