@@ -367,55 +367,95 @@ AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape
   }
 }
 
+/* Where a tile's input patch lies: element (i, k) at x + at + row[i] +
+ * col[k] (in elements), read where rm[i] & cm[k] (lanes) is not zero,
+ * zero elsewhere (the padding, and channels past the last). */
+typedef struct patch_map {
+  size_t at, row[T_IN], col[T_IN];
+  __mmask16 rm[T_IN], cm[T_IN];
+} patch_map;
+
+#define INLINE __attribute__((always_inline)) inline
+
+/* One vector of channels of one tile's patch into the transformed domain,
+ * position p at out[p * cp]: B^T d B, the columns first, then the rows.
+ * In two halves of three rows each, so that every value stays in a
+ * register (the 36 of a whole patch do not fit in 32): each half reads
+ * the patch again (from the L1 cache) and keeps three of each column's
+ * six values. Inlined for f32 and for bf16 (n channels: widened). */
+AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, int bf16, int n,
+                                          int cp, float *out) {
+#pragma GCC unroll 2
+  for (int h = 0; h < T_IN; h += 3) {
+    v16 c[3][T_IN];
+#pragma GCC unroll 6
+    for (int k = 0; k < T_IN; k++) {
+      v16 d[T_IN];
+#pragma GCC unroll 6
+      for (int i = 0; i < T_IN; i++) {
+        const __mmask16 in = pm->rm[i] & pm->cm[k];
+        const size_t e = pm->at + pm->row[i] + pm->col[k];
+        if (bf16)
+          d[i] = in ? load_n(x, 1, e, n) : (v16){0};
+        else
+          d[i] = (v16)_mm512_maskz_loadu_ps(in, (const float *)x + e);
+      }
+      bt6(d, 1); /* column k */
+#pragma GCC unroll 3
+      for (int r = 0; r < 3; r++) c[r][k] = d[h + r];
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < 3; r++) {
+      bt6(c[r], 1); /* row h + r */
+#pragma GCC unroll 6
+      for (int k = 0; k < T_IN; k++)
+        _mm512_storeu_ps(out + (size_t)((h + r) * T_IN + k) * cp, (__m512)c[r][k]);
+    }
+  }
+}
+
 /* Input patches of tiles [t0, t0 + nt) into the transformed domain: tile
  * r's position p at v[(r * NPOS + p) * cp], so each tile's values are
  * written in one run. */
 AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t0, int nt,
                                    float *v) {
+  const size_t row = (size_t)s->wp * s->cin;
   for (int r = 0; r < nt; r++) {
     int b, oy, ox;
     tile_at(s, t0 + r, &b, &oy, &ox);
-    /* the patch's first row and column in the stored input */
+    /* the patch's first row and column in the stored input; rows and
+     * columns outside it read nothing (at offset 0, inside) */
     const int iy = oy - s->pt, ix = ox - s->pl;
-    const int inside = iy >= 0 && ix >= 0 && iy + T_IN <= s->hp && ix + T_IN <= s->wp;
-    const size_t row = (size_t)s->wp * s->cin;
+    patch_map pm;
+    for (int i = 0; i < T_IN; i++) {
+      const int y = iy + i, in = y >= 0 && y < s->hp;
+      pm.row[i] = in ? (size_t)y * row : 0;
+      pm.rm[i] = in ? 0xFFFF : 0;
+    }
+    for (int k = 0; k < T_IN; k++) {
+      const int xx = ix + k, in = xx >= 0 && xx < s->wp;
+      pm.col[k] = in ? (size_t)xx * s->cin : 0;
+      pm.cm[k] = in ? 0xFFFF : 0;
+    }
     if (r + 2 < nt)
       prefetch_patch(x, s->x_bf16 ? 2 : 4, s, t0 + r + 2, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
-      const size_t image = (size_t)b * s->hp * row + c0;
-      v16 d[NPOS];
-      if (inside && !s->x_bf16) {
-        const float *at = (const float *)x + image + (size_t)iy * row + (size_t)ix * s->cin;
-        const __mmask16 m = lanes_mask(n);
-        for (int i = 0; i < T_IN; i++)
-          for (int k = 0; k < T_IN; k++)
-            d[i * T_IN + k] = (v16)_mm512_maskz_loadu_ps(m, at + i * row + (size_t)k * s->cin);
-      } else if (inside) { /* bf16 */
-        const size_t at = image + (size_t)iy * row + (size_t)ix * s->cin;
-        for (int i = 0; i < T_IN; i++)
-          for (int k = 0; k < T_IN; k++)
-            d[i * T_IN + k] = load_n(x, 1, at + i * row + (size_t)k * s->cin, n);
-      } else { /* zeros outside the stored input: the padding */
-        for (int i = 0; i < T_IN; i++)
-          for (int k = 0; k < T_IN; k++) {
-            const int y = iy + i, xx = ix + k;
-            d[i * T_IN + k] =
-                y >= 0 && y < s->hp && xx >= 0 && xx < s->wp
-                    ? load_n(x, s->x_bf16, image + (size_t)y * row + (size_t)xx * s->cin, n)
-                    : (v16){0};
-          }
-      }
-      for (int k = 0; k < T_IN; k++) bt6(d + k, T_IN);     /* columns */
-      for (int i = 0; i < T_IN; i++) bt6(d + i * T_IN, 1); /* rows */
+      const __mmask16 m = lanes_mask(n);
+      for (int i = 0; i < T_IN; i++) pm.rm[i] = pm.rm[i] ? m : 0;
+      pm.at = (size_t)b * s->hp * row + c0;
       float *out = v + (size_t)r * NPOS * s->cp + c0;
-      for (int p = 0; p < NPOS; p++) _mm512_storeu_ps(out + (size_t)p * s->cp, (__m512)d[p]);
+      if (s->x_bf16) /* each its own inlined copy */
+        transform_patch(&pm, x, 1, n, s->cp, out);
+      else
+        transform_patch(&pm, x, 0, n, s->cp, out);
     }
   }
 }
 
 /* Products of tiles [t0, t0 + nt) back to outputs, bias and relu on the
- * way: tile r's position p at mo[(r * NPOS + p) * fp]. */
+ * way: tile r's position p at mo[(r * NPOS + p) * fp]. A^T m A, the
+ * columns first, in two halves of two output rows (as transform_patch). */
 AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const float *mo) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
@@ -423,19 +463,35 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
-      v16 mv[NPOS], t[T_OUT * T_IN], o[T_OUT * T_OUT];
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
-      for (int p = 0; p < NPOS; p++) mv[p] = (v16)_mm512_loadu_ps(in + (size_t)p * s->fp);
-      for (int k = 0; k < T_IN; k++) at6(mv + k, T_IN, t + k, T_IN); /* columns: 4 x 6 */
-      for (int i = 0; i < T_OUT; i++) at6(t + i * T_IN, 1, o + i * T_OUT, 1);
       const v16 bias = j->bias ? (v16)_mm512_maskz_loadu_ps(m, j->bias + f0) : (v16){0};
-      for (int i = 0; i < rows; i++) {
-        const size_t at = (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0;
-        for (int k = 0; k < cols; k++) {
-          __m512 val = (__m512)(o[i * T_OUT + k] + bias);
-          if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
-          _mm512_mask_storeu_ps(j->y + at + (size_t)k * s->cout, m, val);
-          if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * s->cout, val, s->cout - f0);
+#pragma GCC unroll 2
+      for (int h = 0; h < T_OUT; h += 2) {
+        v16 t[2][T_IN];
+#pragma GCC unroll 6
+        for (int k = 0; k < T_IN; k++) {
+          v16 mv[T_IN], o[T_OUT];
+#pragma GCC unroll 6
+          for (int i = 0; i < T_IN; i++)
+            mv[i] = (v16)_mm512_loadu_ps(in + (size_t)(i * T_IN + k) * s->fp);
+          at6(mv, 1, o, 1); /* column k */
+          t[0][k] = o[h];
+          t[1][k] = o[h + 1];
+        }
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+          v16 o[T_OUT];
+          at6(t[q], 1, o, 1); /* output row h + q */
+          if (h + q >= rows) break;
+          const size_t at = (((size_t)b * s->oh + oy + h + q) * s->ow + ox) * s->cout + f0;
+#pragma GCC unroll 4
+          for (int k = 0; k < T_OUT; k++) {
+            if (k >= cols) break;
+            __m512 val = (__m512)(o[k] + bias);
+            if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
+            _mm512_mask_storeu_ps(j->y + at + (size_t)k * s->cout, m, val);
+            if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * s->cout, val, s->cout - f0);
+          }
         }
       }
     }
@@ -508,9 +564,21 @@ typedef struct wgrad_job {
   int tasks;
 } wgrad_job;
 
+/* dy's element (i, k) of the tile whose first output is at dy + at: n
+ * channels, zero past the output's rows and cols. */
+AVX512 static INLINE v16 dy_at(const wgrad_job *j, size_t at, int i, int k, int rows, int cols,
+                               int n) {
+  const wino_shape *s = &j->s;
+  const int in = i < rows && k < cols;
+  const size_t e = in ? at + ((size_t)i * s->ow + k) * s->cout : at;
+  if (j->dy_bf16) return in ? load_n(j->dy, 1, e, n) : (v16){0};
+  return (v16)_mm512_maskz_loadu_ps(in ? lanes_mask(n) : 0, (const float *)j->dy + e);
+}
+
 /* dy of tiles [t0, t0 + nt) into the transformed domain (tile r's
  * position p at md[(r * NPOS + p) * fp]), zero past the output's edge;
- * their column sums added to bsum. */
+ * their column sums added to bsum. A y A^T, the columns first, in two
+ * halves of three rows (as transform_patch). */
 AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
@@ -520,22 +588,35 @@ AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *m
       prefetch_patch(j->dy, j->dy_bf16 ? 2 : 4, s, t0 + r + 2, T_OUT, 0, 0, s->oh, s->ow, s->cout);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
-      v16 y[T_OUT * T_OUT], t[T_IN * T_OUT], z[NPOS];
+      const size_t at = (((size_t)b * s->oh + oy) * s->ow + ox) * s->cout + f0;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
-      for (int i = 0; i < T_OUT; i++) {
-        const size_t row = (((size_t)b * s->oh + oy + i) * s->ow + ox) * s->cout + f0;
+#pragma GCC unroll 4
+      for (int i = 0; i < T_OUT; i++)
+#pragma GCC unroll 4
+        for (int k = 0; k < T_OUT; k++) sum += dy_at(j, at, i, k, rows, cols, n);
+      _mm512_storeu_ps(bsum + f0, (__m512)sum);
+      float *out = md + (size_t)r * NPOS * s->fp + f0;
+#pragma GCC unroll 2
+      for (int h = 0; h < T_IN; h += 3) {
+        v16 c[3][T_OUT];
+#pragma GCC unroll 4
         for (int k = 0; k < T_OUT; k++) {
-          y[i * T_OUT + k] = i < rows && k < cols
-                                 ? load_n(j->dy, j->dy_bf16, row + (size_t)k * s->cout, n)
-                                 : (v16){0};
-          sum += y[i * T_OUT + k];
+          v16 y[T_OUT], z[T_IN];
+#pragma GCC unroll 4
+          for (int i = 0; i < T_OUT; i++) y[i] = dy_at(j, at, i, k, rows, cols, n);
+          a4(y, 1, z, 1); /* column k */
+#pragma GCC unroll 3
+          for (int q = 0; q < 3; q++) c[q][k] = z[h + q];
+        }
+#pragma GCC unroll 3
+        for (int q = 0; q < 3; q++) {
+          v16 z[T_IN];
+          a4(c[q], 1, z, 1); /* row h + q */
+#pragma GCC unroll 6
+          for (int k = 0; k < T_IN; k++)
+            _mm512_storeu_ps(out + (size_t)((h + q) * T_IN + k) * s->fp, (__m512)z[k]);
         }
       }
-      _mm512_storeu_ps(bsum + f0, (__m512)sum);
-      for (int k = 0; k < T_OUT; k++) a4(y + k, T_OUT, t + k, T_OUT);       /* columns: 6 x 4 */
-      for (int i = 0; i < T_IN; i++) a4(t + i * T_OUT, 1, z + i * T_IN, 1); /* rows */
-      float *out = md + (size_t)r * NPOS * s->fp + f0;
-      for (int p = 0; p < NPOS; p++) _mm512_storeu_ps(out + (size_t)p * s->fp, (__m512)z[p]);
     }
   }
 }
