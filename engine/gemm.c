@@ -389,6 +389,7 @@ typedef struct gemm_part {
   int ldc;
   int k_lo, k_hi; /* the depth it sums over */
   float *b_sums;  /* or NULL */
+  int accumulate; /* its first depth block adds to c */
 } gemm_part;
 
 /* The destination of the tile at C's row i0, column c0, depth block k0. */
@@ -398,7 +399,7 @@ static tile_dst tile_at(const gemm_job *j, const gemm_part *pt, int i0, int c0, 
                 pt->ldc,
                 j->x.m - i0 < j->mr ? j->x.m - i0 : j->mr,
                 j->x.n - c0 < j->nr ? j->x.n - c0 : j->nr,
-                k0 > pt->k_lo,
+                k0 > pt->k_lo || pt->accumulate,
                 last && j->x.bias ? j->x.bias + c0 : NULL,
                 last && j->x.relu};
   return d;
@@ -477,9 +478,9 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
 static gemm_part slice_part(const gemm_job *j, int s) {
   const int lo = (int)((int64_t)j->x.k * s / j->slices),
             hi = (int)((int64_t)j->x.k * (s + 1) / j->slices);
-  if (s == 0) return (gemm_part){j->x.c, j->x.ldc, lo, hi, j->x.b_sums};
+  if (s == 0) return (gemm_part){j->x.c, j->x.ldc, lo, hi, j->x.b_sums, j->x.accumulate};
   float *p = j->partials + (size_t)(s - 1) * ((size_t)j->x.m * j->x.n + (size_t)j->x.n);
-  return (gemm_part){p, j->x.n, lo, hi, j->x.b_sums ? p + (size_t)j->x.m * j->x.n : NULL};
+  return (gemm_part){p, j->x.n, lo, hi, j->x.b_sums ? p + (size_t)j->x.m * j->x.n : NULL, 0};
 }
 
 /* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T) of
@@ -513,7 +514,7 @@ static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
       b1 = (int)(blocks * (t + 1) / j->tasks);
     }
     if (b0 >= b1 || n_lo >= n_hi) continue;
-    const gemm_part whole = {j->x.c, j->x.ldc, 0, j->x.k, j->x.b_sums};
+    const gemm_part whole = {j->x.c, j->x.ldc, 0, j->x.k, j->x.b_sums, j->x.accumulate};
     gemm_block_range(j, &whole, b0, b1, n_lo, n_hi, j->by_columns || b0 == 0, bpack);
   }
 }
@@ -567,7 +568,7 @@ static int narrow_transposed(const kn_sgemm_args *x, const kn_conv_flip *flip) {
  * of op(A)^T is at x + roff(kk), its vector v at + off[v]. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile_tr(const int vecs, const kn_sgemm_args *x, int i0, int c0, int cols, int k0, int k1,
-        float *dst, int ldd, float *sums) {
+        float *dst, int ldd, float *sums, int add) {
   __m512 acc[TR_ROWS][3];
   for (int r = 0; r < TR_ROWS; r++)
     for (int v = 0; v < 3; v++) acc[r][v] = _mm512_setzero_ps();
@@ -613,23 +614,24 @@ tile_tr(const int vecs, const kn_sgemm_args *x, int i0, int c0, int cols, int k0
   const int rows = rows_left < 16 * vecs ? rows_left : 16 * vecs;
   for (int i = 0; i < rows; i++) {
     float *out = dst + (size_t)(i0 + i) * ldd + c0;
-    for (int r = 0; r < cols; r++) out[r] = t[r][i];
+    for (int r = 0; r < cols; r++) out[r] = add ? out[r] + t[r][i] : t[r][i];
   }
 }
 
 /* Rows [i0, ..) of C, one tile of TR_COLS rows, every column. */
 __attribute__((target("avx512f"))) static void tr_rows(const kn_sgemm_args *x, int i0, int k0,
-                                                       int k1, float *dst, int ldd, float *sums) {
+                                                       int k1, float *dst, int ldd, float *sums,
+                                                       int add) {
   const int left = x->m - i0, vecs = left > 32 ? 3 : left > 16 ? 2 : 1;
   for (int c0 = 0; c0 < x->n; c0 += TR_ROWS) {
     const int cols = x->n - c0 < TR_ROWS ? x->n - c0 : TR_ROWS;
     float *s = c0 == 0 && i0 == 0 ? sums : NULL;
     if (vecs == 3)
-      tile_tr(3, x, i0, c0, cols, k0, k1, dst, ldd, s);
+      tile_tr(3, x, i0, c0, cols, k0, k1, dst, ldd, s, add);
     else if (vecs == 2)
-      tile_tr(2, x, i0, c0, cols, k0, k1, dst, ldd, s);
+      tile_tr(2, x, i0, c0, cols, k0, k1, dst, ldd, s, add);
     else
-      tile_tr(1, x, i0, c0, cols, k0, k1, dst, ldd, s);
+      tile_tr(1, x, i0, c0, cols, k0, k1, dst, ldd, s, add);
   }
 }
 
@@ -646,12 +648,13 @@ static void tr_range(void *ctx, int64_t t0, int64_t t1) {
       for (int s = s0; s < s1; s++) {
         const gemm_part pt = slice_part(j, s);
         for (int i = 0; i < tiles; i++)
-          tr_rows(x, i * TR_COLS, pt.k_lo, pt.k_hi, pt.c, pt.ldc, pt.b_sums);
+          tr_rows(x, i * TR_COLS, pt.k_lo, pt.k_hi, pt.c, pt.ldc, pt.b_sums, pt.accumulate);
       }
       continue;
     }
     const int i0 = (int)(tiles * t / j->tasks), i1 = (int)(tiles * (t + 1) / j->tasks);
-    for (int i = i0; i < i1; i++) tr_rows(x, i * TR_COLS, 0, x->k, x->c, x->ldc, x->b_sums);
+    for (int i = i0; i < i1; i++)
+      tr_rows(x, i * TR_COLS, 0, x->k, x->c, x->ldc, x->b_sums, x->accumulate);
   }
 }
 
@@ -795,7 +798,8 @@ int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
   if (x->b_sums) sum_b_rows(x);
   if (!x->cols && !x->pool) {
     cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans,
-                x->m, x->n, x->k, 1.0f, x->a, x->lda, x->b, x->ldb, 0.0f, x->c, x->ldc);
+                x->m, x->n, x->k, 1.0f, x->a, x->lda, x->b, x->ldb, x->accumulate ? 1.0f : 0.0f,
+                x->c, x->ldc);
     return 0;
   }
   /* The passes that read columns in place or a pool's gradient as B run
@@ -812,6 +816,7 @@ int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
                     : x->a[(size_t)i * x->lda + kk];
         sum += av * b_at(x, kk, col);
       }
+      if (x->accumulate) sum += x->c[(size_t)i * x->ldc + col];
       if (x->bias) sum += x->bias[col];
       if (x->relu) sum = KN_RELU(sum);
       x->c[(size_t)i * x->ldc + col] = sum;

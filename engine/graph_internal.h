@@ -505,6 +505,7 @@ typedef struct kn_sgemm_args {
   const float *bias;
   int relu;
   float *b_sums;
+  int accumulate; /* C += op(A) op(B) (b_sums are still written, not added to) */
 } kn_sgemm_args;
 /* Runs it with the GEMM kn_cpu_gemm names, on g's threads; returns
  * whether bias and relu were applied: 0 only where OpenBLAS ran a plain
@@ -678,6 +679,10 @@ int kn_winograd_available(void);
 /* Whether a product of that output size and channels saves at least half
  * of the direct product's multiplies. */
 int kn_winograd_pays(int oh, int ow, int cin, int cout);
+/* The sizes past which products go by chunks (a forward product's
+ * transformed kernel, a weight gradient's sums) and a chunk's bytes, for
+ * graphs compiled from now on; 0: the defaults. Tests lower them. */
+void kn_winograd_set_limits(size_t wide_forward, size_t wide_wgrad, size_t chunk);
 /* Floats of the graph's Winograd buffer one such product needs. */
 size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
                           int weight_grad);

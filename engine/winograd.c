@@ -30,11 +30,15 @@
  * GEMMs, transform back, next block. Forward products give each block to
  * one thread, so every output is summed by one thread in one order. The
  * weight gradient sums its tiles in slices fixed by the shape, each
- * summed by one thread, then added in slice order. Results are the same
+ * summed by one thread, then added in slice order. Wide products (a
+ * transformed kernel or a gradient's sums of many MiB) go by large chunks
+ * of tiles instead, each position's GEMM over a chunk on kiln's GEMM,
+ * whose sums' order is fixed by the shape. Results are the same
  * bits for any thread count. Nothing is allocated here: the transformed
  * kernel, each thread's block and the slices' sums lie in the graph's
  * Winograd buffer, sized at compile (kn_winograd_floats). */
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +58,23 @@
 #define SLICES_MAX  16
 #define SLICE_TILES 96
 #define PARTIAL_MAX (2 << 20)
+/* A wide product goes by chunks of tiles whose transformed input and
+ * products take up to CHUNK_BYTES, each position's GEMM over the whole
+ * chunk on kiln's GEMM (blocked for the caches, on all threads). A
+ * forward product is wide when its transformed kernel passes
+ * WIDE_FORWARD_BYTES: by blocks of tiles, the kernel would be read from
+ * memory for every block (a 512-channel one is 36 MiB). A weight
+ * gradient is wide past WIDE_WGRAD_BYTES of sums: by blocks, its slices'
+ * sums (as large) would leave too few slices for the threads. The
+ * chunk's transforms are shared by the threads in PARTS parts fixed by
+ * the shape. */
+#define WIDE_FORWARD_BYTES (16 << 20)
+#define WIDE_WGRAD_BYTES   (4 << 20)
+#define CHUNK_BYTES        (16 << 20)
+/* kn_winograd_set_limits's (tests reach the chunks with small shapes), or
+ * 0: the defaults above */
+static _Atomic size_t limits[3];
+#define PARTS              64
 
 typedef float v16 __attribute__((vector_size(64)));
 
@@ -70,8 +91,9 @@ typedef struct wino_shape {
   int th, tw;             /* tiles down and across an image */
   int64_t tiles;          /* batch x th x tw */
   int cp, fp;             /* cin and cout rounded up to whole vectors */
-  int tb;                 /* tiles in a block (a multiple of ROWS_Q) */
+  int tb;                 /* tiles in a block (a multiple of ROWS_Q), or a wide chunk */
   int slices;             /* weight gradient: slices of tiles */
+  int wide;               /* by chunks (WIDE_FORWARD_BYTES, WIDE_WGRAD_BYTES) */
 } wino_shape;
 
 static wino_shape shape_of(int batch, int hp, int wp, int cin, int oh, int ow, int cout,
@@ -93,7 +115,25 @@ static wino_shape shape_of(int batch, int hp, int wp, int cin, int oh, int ow, i
   if (sl > SLICES_MAX) sl = SLICES_MAX;
   if (sl > (int64_t)(PARTIAL_MAX / per)) sl = (int64_t)(PARTIAL_MAX / per);
   s.slices = sl < 1 ? 1 : (int)sl;
+  const size_t forward = atomic_load(&limits[0]), wgrad = atomic_load(&limits[1]),
+               chunk = atomic_load(&limits[2]);
+  s.wide = (size_t)NPOS * s.cp * s.fp * sizeof(float) >
+           (weight_grad ? (wgrad ? wgrad : WIDE_WGRAD_BYTES)
+                        : (forward ? forward : WIDE_FORWARD_BYTES));
+  if (s.wide) {
+    int64_t tc = (int64_t)(chunk ? chunk : CHUNK_BYTES) /
+                 ((int64_t)NPOS * (int64_t)sizeof(float) * (s.cp + s.fp));
+    if (tc < ROWS_Q) tc = ROWS_Q;
+    s.tb = (int)(tc < s.tiles ? tc : s.tiles);
+    s.slices = 1;
+  }
   return s;
+}
+
+void kn_winograd_set_limits(size_t wide_forward, size_t wide_wgrad, size_t chunk) {
+  atomic_store(&limits[0], wide_forward);
+  atomic_store(&limits[1], wide_wgrad);
+  atomic_store(&limits[2], chunk);
 }
 
 static size_t kernel_floats(const wino_shape *s) {
@@ -102,8 +142,14 @@ static size_t kernel_floats(const wino_shape *s) {
 static size_t thread_floats(const wino_shape *s) {
   return (size_t)NPOS * s->tb * (s->cp + s->fp);
 }
+/* A weight gradient's slice sums (and a wide one's parts' bias sums). */
 static size_t partial_floats(const wino_shape *s) {
-  return (size_t)s->slices * ((size_t)NPOS * s->cp * s->fp + (size_t)s->fp);
+  return (size_t)s->slices * ((size_t)NPOS * s->cp * s->fp + (size_t)s->fp) +
+         (s->wide ? (size_t)PARTS * s->fp : 0);
+}
+/* The threads' blocks: one each, or a wide product's one chunk. */
+static size_t blocks_floats(const wino_shape *s, int threads) {
+  return (size_t)(s->wide || threads < 1 ? 1 : threads) * thread_floats(s);
 }
 
 int kn_winograd_pays(int h, int w, int cin, int cout) {
@@ -115,9 +161,7 @@ int kn_winograd_pays(int h, int w, int cin, int cout) {
 size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
                           int weight_grad) {
   const wino_shape s = shape_of(batch, hp, wp, cin, oh, ow, cout, weight_grad);
-  if (threads < 1) threads = 1;
-  return kernel_floats(&s) + (size_t)threads * thread_floats(&s) +
-         (weight_grad ? partial_floats(&s) : 0);
+  return (weight_grad ? partial_floats(&s) : kernel_floats(&s)) + blocks_floats(&s, threads);
 }
 
 #ifdef KN_HAVE_ISA_PATHS
@@ -521,6 +565,60 @@ static void conv_range(void *ctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* ---- wide products: by chunks ---- */
+
+typedef struct chunk_job {
+  const wino_shape *s;
+  const void *x;         /* the input */
+  const conv_job *conv;  /* a forward product's, or NULL */
+  const void *wgrad;     /* a weight gradient's wgrad_job, or NULL */
+  int64_t first;         /* the chunk's first tile */
+  int nt, parts;         /* its tiles, and the parts they are cut in */
+  float *v, *mo, *bsums; /* transformed input, products (or dy), parts' bias sums */
+} chunk_job;
+
+/* Part p's tiles of the chunk, [*a, *b) from its first. */
+static void part_tiles(const chunk_job *c, int64_t p, int *a, int *b) {
+  *a = (int)(c->nt * p / c->parts);
+  *b = (int)(c->nt * (p + 1) / c->parts);
+}
+
+static void input_parts(void *ctx, int64_t p0, int64_t p1) {
+  const chunk_job *c = ctx;
+  for (int64_t p = p0; p < p1; p++) {
+    int a, b;
+    part_tiles(c, p, &a, &b);
+    if (b > a) transform_input(c->s, c->x, c->first + a, b - a, c->v + (size_t)a * NPOS * c->s->cp);
+  }
+}
+
+static void output_parts(void *ctx, int64_t p0, int64_t p1) {
+  const chunk_job *c = ctx;
+  for (int64_t p = p0; p < p1; p++) {
+    int a, b;
+    part_tiles(c, p, &a, &b);
+    if (b > a) transform_output(c->conv, c->first + a, b - a, c->mo + (size_t)a * NPOS * c->s->fp);
+  }
+}
+
+/* A wide forward product (or input gradient): chunk by chunk, the input
+ * transformed in parts, each position's GEMM over the chunk (kiln's GEMM:
+ * its sums' order fixed by the shape), the products transformed back. */
+static void conv_wide(kn_graph *g, const conv_job *j) {
+  const wino_shape *s = &j->s;
+  chunk_job c = {.s = s, .x = j->x, .conv = j, .v = j->scratch};
+  c.mo = c.v + (size_t)NPOS * s->tb * s->cp;
+  for (c.first = 0; c.first < s->tiles; c.first += s->tb) {
+    c.nt = s->tiles - c.first < s->tb ? (int)(s->tiles - c.first) : s->tb;
+    c.parts = c.nt < PARTS ? c.nt : PARTS;
+    kn_pool_for(g->pool, c.parts, input_parts, &c);
+    for (int p = 0; p < NPOS; p++)
+      kn_sgemm(g, 0, 0, c.nt, s->fp, s->cin, c.v + (size_t)p * s->cp, NPOS * s->cp,
+               j->u + (size_t)p * s->cp * s->fp, s->fp, c.mo + (size_t)p * s->fp, NPOS * s->fp);
+    kn_pool_for(g->pool, c.parts, output_parts, &c);
+  }
+}
+
 static int tasks_for(const kn_graph *g, int64_t units) {
   const int threads = kn_pool_threads(g->pool);
   return units < threads ? (int)(units < 1 ? 1 : units) : threads;
@@ -545,6 +643,10 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
   j.scratch = j.u + kernel_floats(&j.s);
   j.tasks = tasks_for(g, cin);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, kernel_range, &j);
+  if (j.s.wide) {
+    conv_wide(g, &j);
+    return;
+  }
   j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
   j.tasks = tasks_for(g, j.blocks);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
@@ -680,6 +782,52 @@ AVX512 static void wgrad_finish(const wgrad_job *j, int c0, int c1) {
   }
 }
 
+static void dy_parts(void *ctx, int64_t p0, int64_t p1) {
+  const chunk_job *c = ctx;
+  for (int64_t p = p0; p < p1; p++) {
+    int a, b;
+    part_tiles(c, p, &a, &b);
+    if (b > a)
+      transform_dy(c->wgrad, c->first + a, b - a, c->mo + (size_t)a * NPOS * c->s->fp,
+                   c->bsums + (size_t)p * c->s->fp);
+  }
+}
+
+/* A wide weight gradient: chunk by chunk, x and dy transformed in parts
+ * (each part's bias sums its own, added in part order), each position's
+ * sums dU += V^T (A dy A^T) over the chunk on kiln's GEMM, into the one
+ * slice wgrad_finish reads. */
+static void wgrad_wide(kn_graph *g, const wgrad_job *j) {
+  const wino_shape *s = &j->s;
+  float *du = j->partials, *bsum = du + (size_t)NPOS * s->cp * s->fp;
+  chunk_job c = {.s = s, .x = j->x, .wgrad = j, .v = j->scratch, .bsums = bsum + s->fp};
+  c.mo = c.v + (size_t)NPOS * s->tb * s->cp;
+  memset(bsum, 0, (size_t)s->fp * sizeof(float));
+  for (c.first = 0; c.first < s->tiles; c.first += s->tb) {
+    c.nt = s->tiles - c.first < s->tb ? (int)(s->tiles - c.first) : s->tb;
+    c.parts = c.nt < PARTS ? c.nt : PARTS;
+    memset(c.bsums, 0, (size_t)c.parts * s->fp * sizeof(float));
+    kn_pool_for(g->pool, c.parts, input_parts, &c);
+    kn_pool_for(g->pool, c.parts, dy_parts, &c);
+    for (int p = 0; p < c.parts; p++)
+      for (int f = 0; f < s->fp; f++) bsum[f] += c.bsums[(size_t)p * s->fp + f];
+    for (int p = 0; p < NPOS; p++) {
+      const kn_sgemm_args x = {.ta = 1,
+                               .m = s->cin,
+                               .n = s->fp,
+                               .k = c.nt,
+                               .a = c.v + (size_t)p * s->cp,
+                               .lda = NPOS * s->cp,
+                               .b = c.mo + (size_t)p * s->fp,
+                               .ldb = NPOS * s->fp,
+                               .c = du + (size_t)p * s->cp * s->fp,
+                               .ldc = s->fp,
+                               .accumulate = c.first > 0};
+      kn_sgemm_run(g, &x);
+    }
+  }
+}
+
 static void finish_range(void *ctx, int64_t t0, int64_t t1) {
   const wgrad_job *j = ctx;
   const int n = j->s.cin;
@@ -695,15 +843,18 @@ void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy
                  .dw = dw,
                  .b_sums = b_sums};
   const int cin = io->cin;
-  /* the buffer: (kernel), each thread's block, the slices' sums */
-  const int threads = kn_pool_threads(g->pool);
+  /* the buffer: the slices' sums, then each thread's block (or the chunk) */
   j.s.pt = io->pt;
   j.s.pl = io->pl;
   j.s.x_bf16 = io->x_bf16;
-  j.scratch = g->wino_buf + kernel_floats(&j.s);
-  j.partials = j.scratch + (size_t)(threads < 1 ? 1 : threads) * thread_floats(&j.s);
-  j.tasks = tasks_for(g, j.s.slices);
-  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
+  j.partials = g->wino_buf;
+  j.scratch = j.partials + partial_floats(&j.s);
+  if (j.s.wide) {
+    wgrad_wide(g, &j);
+  } else {
+    j.tasks = tasks_for(g, j.s.slices);
+    kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
+  }
   j.tasks = tasks_for(g, cin);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, finish_range, &j);
 }

@@ -4,7 +4,8 @@
  * small integers (every product and partial sum is an integer below 2^24,
  * so float32 holds it exactly in any order: one lost or doubled product
  * shows), and within a tight probabilistic bound of a double reference on
- * uniform values; then the same bits for every thread count. On a CPU
+ * uniform values; then the same bits for every thread count; and C +=
+ * op(A) op(B) (a product added to what C holds). On a CPU
  * without AVX-512F kiln's GEMM is refused by name and its tests skip. */
 #include <math.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "graph_internal.h" /* kn_sgemm_run: C += op(A) op(B) */
 
 typedef struct shape {
   int m, n, k;
@@ -200,6 +202,57 @@ static void own_gemm_gives_the_same_bits_for_every_thread_count(void **state) {
   assert_int_equal(kn_cpu_set_gemm(KN_GEMM_AUTO, err, sizeof err), KN_OK);
 }
 
+/* kn_sgemm_args.accumulate adds the product to what C holds: exact on
+ * small integers for every shape and transpose (kiln's tiles, its narrow
+ * transposed tiles, depth slices; OpenBLAS's beta of 1), at the compiled
+ * graph's threads and GEMM buffers. */
+static void check_accumulate(kn_gemm_kind kind) {
+  char err[256] = "";
+  for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+    for (int t = 0; t < 4; t++) {
+      mm x = build(shapes[sh], t & 1, t >> 1, 2, SMALL_INTEGERS);
+      assert_int_equal(kn_cpu_set_gemm(kind, err, sizeof err), KN_OK);
+      const int m = x.s.m, n = x.s.n, k = x.s.k;
+      const float *a = kn_params(x.g), *b = a + (size_t)m * k;
+      float *c = malloc((size_t)m * n * sizeof *c);
+      assert_non_null(c);
+      for (size_t i = 0; i < (size_t)m * n; i++) c[i] = (float)((int)(i % 7) - 3);
+      const kn_sgemm_args args = {.ta = x.ta,
+                                  .tb = x.tb,
+                                  .m = m,
+                                  .n = n,
+                                  .k = k,
+                                  .a = a,
+                                  .lda = x.ta ? m : k,
+                                  .b = b,
+                                  .ldb = x.tb ? k : n,
+                                  .c = c,
+                                  .ldc = n,
+                                  .accumulate = 1};
+      kn_sgemm_run(x.g, &args);
+      for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+          double mag;
+          const size_t at = (size_t)i * n + j;
+          const double want = reference(&x, i, j, &mag) + (double)((int)(at % 7) - 3);
+          if (c[at] != (float)want)
+            fail_msg("%s %dx%dx%d ta=%d tb=%d, accumulating: c[%d][%d] = %.9g, exactly %.9g",
+                     kn_gemm_name(kind), m, n, k, x.ta, x.tb, i, j, c[at], want);
+        }
+      free(c);
+      kn_graph_free(x.g);
+    }
+  }
+  assert_int_equal(kn_cpu_set_gemm(KN_GEMM_AUTO, err, sizeof err), KN_OK);
+}
+
+static void a_product_accumulates_into_c_with_either_gemm(void **state) {
+  (void)state;
+  check_accumulate(KN_GEMM_OPENBLAS);
+  require_own_gemm();
+  check_accumulate(KN_GEMM_KILN);
+}
+
 static void unknown_gemm_is_refused_and_auto_takes_kilns_where_it_runs(void **state) {
   (void)state;
   char err[256] = "";
@@ -218,6 +271,7 @@ int main(void) {
       cmocka_unit_test(openblas_is_exact_on_integers_and_close_to_double_for_every_transpose),
       cmocka_unit_test(own_gemm_is_exact_on_integers_and_close_to_double_for_every_transpose),
       cmocka_unit_test(own_gemm_gives_the_same_bits_for_every_thread_count),
+      cmocka_unit_test(a_product_accumulates_into_c_with_either_gemm),
       cmocka_unit_test(unknown_gemm_is_refused_and_auto_takes_kilns_where_it_runs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
