@@ -619,9 +619,8 @@ tile_tr(const int vecs, const kn_sgemm_args *x, int i0, int c0, int cols, int k0
 }
 
 /* Rows [i0, ..) of C, one tile of TR_COLS rows, every column. */
-__attribute__((target("avx512f"))) static void tr_rows(const kn_sgemm_args *x, int i0, int k0,
-                                                       int k1, float *dst, int ldd, float *sums,
-                                                       int add) {
+__attribute__((target("avx512f"))) static void
+tr_rows(const kn_sgemm_args *x, int i0, int k0, int k1, float *dst, int ldd, float *sums, int add) {
   const int left = x->m - i0, vecs = left > 32 ? 3 : left > 16 ? 2 : 1;
   for (int c0 = 0; c0 < x->n; c0 += TR_ROWS) {
     const int cols = x->n - c0 < TR_ROWS ? x->n - c0 : TR_ROWS;
