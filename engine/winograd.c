@@ -74,7 +74,7 @@
 /* kn_winograd_set_limits's (tests reach the chunks with small shapes), or
  * 0: the defaults above */
 static _Atomic size_t limits[3];
-#define PARTS              64
+#define PARTS 64
 
 typedef float v16 __attribute__((vector_size(64)));
 
@@ -117,9 +117,9 @@ static wino_shape shape_of(int batch, int hp, int wp, int cin, int oh, int ow, i
   s.slices = sl < 1 ? 1 : (int)sl;
   const size_t forward = atomic_load(&limits[0]), wgrad = atomic_load(&limits[1]),
                chunk = atomic_load(&limits[2]);
-  s.wide = (size_t)NPOS * s.cp * s.fp * sizeof(float) >
-           (weight_grad ? (wgrad ? wgrad : WIDE_WGRAD_BYTES)
-                        : (forward ? forward : WIDE_FORWARD_BYTES));
+  s.wide =
+      (size_t)NPOS * s.cp * s.fp * sizeof(float) >
+      (weight_grad ? (wgrad ? wgrad : WIDE_WGRAD_BYTES) : (forward ? forward : WIDE_FORWARD_BYTES));
   if (s.wide) {
     int64_t tc = (int64_t)(chunk ? chunk : CHUNK_BYTES) /
                  ((int64_t)NPOS * (int64_t)sizeof(float) * (s.cp + s.fp));
