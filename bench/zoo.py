@@ -321,6 +321,8 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=42,
+                    help="with --accuracy: the seeds are first-seed .. first-seed + seeds - 1")
     ap.add_argument("--no-speed", action="store_true", help="with --accuracy: accuracy only")
     ap.add_argument("--profile-only", action="store_true", help="kiln's profiles, no timing")
     ap.add_argument("--precision", action="store_true",
@@ -405,7 +407,7 @@ def main():
 
     if args.accuracy and not args.precision:
         for m in models:
-            for seed in range(42, 42 + args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 k, kw = kiln_accuracy(args.build, m, seed, uploads)
                 p, pw = torch_accuracy(m, seed, csv if m == "regression" else None)
                 result["accuracy"].append({"model": m, "seed": seed, "kiln": k, "torch": p,
@@ -453,7 +455,7 @@ def precision_runs(args, models, threads, repeats, uploads):
                              for p in PRECISIONS}})
     if args.accuracy:
         for m in models:
-            for seed in range(42, 42 + args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 row = {"model": m, "seed": seed}
                 for p in PRECISIONS:
                     row[p], row[p + "_wall_s"] = kiln_accuracy(args.build, m, seed, uploads, p)
