@@ -263,6 +263,43 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   }
 }
 
+/* A thread's chunk of col2im_gemm: columns of about COL2IM_CHUNK_BYTES,
+ * which its L2 cache holds between the GEMM that writes them and col2im;
+ * or kn_col2im_set_chunk_bytes's (tests: chunks of an image). */
+#define COL2IM_CHUNK_BYTES (512 << 10)
+static _Atomic size_t col2im_chunk_bytes;
+
+void kn_col2im_set_chunk_bytes(size_t bytes) {
+  atomic_store(&col2im_chunk_bytes, bytes);
+}
+
+int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n) {
+  const kn_conv_attrs *a = &n->attr.conv;
+  const size_t image = (size_t)a->oh * a->ow * a->kh * a->kw * n->dims[3] * sizeof(float);
+  const size_t bytes = atomic_load(&col2im_chunk_bytes);
+  int64_t chunk = image ? (int64_t)((bytes ? bytes : COL2IM_CHUNK_BYTES) / image) : 1;
+  const int64_t rows = kn_node_rows(g, n);
+  if (chunk > rows) chunk = rows;
+  return chunk < 1 ? 1 : chunk;
+}
+
+/* C = op(A) op(B) on the calling thread (kn_sgemm_serial). */
+static void sgemm_on(float *workspace, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                     const float *b, int ldb, float *c, int ldc) {
+  const kn_sgemm_args x = {.ta = ta,
+                           .tb = tb,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .a = a,
+                           .lda = lda,
+                           .b = b,
+                           .ldb = ldb,
+                           .c = c,
+                           .ldc = ldc};
+  kn_sgemm_serial(workspace, &x);
+}
+
 uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel) {
   return (kernel >= 0 && kernel < KN_GEMM_KERNELS) ? g->gemm_calls[kernel] : 0;
 }
@@ -360,6 +397,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define T       float
 #define F(name) name##_f32
 #define GEMM    kn_sgemm
+#define GEMM_ON sgemm_on
 #define EXP     kn_vexpf
 #define LOG     logf
 #define LOG1P   log1pf
@@ -371,6 +409,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #undef T
 #undef F
 #undef GEMM
+#undef GEMM_ON
 #undef EXP
 #undef LOG
 #undef LOG1P
@@ -390,6 +429,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define T       float
 #define F(name) name##_f32_avx2
 #define GEMM    kn_sgemm
+#define GEMM_ON sgemm_on
 #define EXP     kn_vexpf
 #define LOG     logf
 #define LOG1P   log1pf
@@ -410,6 +450,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #undef T
 #undef F
 #undef GEMM
+#undef GEMM_ON
 #undef EXP
 #undef LOG
 #undef LOG1P
@@ -425,6 +466,8 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define GEMM(g, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)                                           \
   cblas_dgemm(CblasRowMajor, (ta) ? CblasTrans : CblasNoTrans, (tb) ? CblasTrans : CblasNoTrans,   \
               m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
+#define GEMM_ON(workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)                                \
+  ((void)(workspace), GEMM(NULL, ta, tb, m, n, k, a, lda, b, ldb, c, ldc))
 #define EXP        exp
 #define LOG        log
 #define LOG1P      log1p

@@ -224,6 +224,7 @@ typedef struct kn_plan_stats {
   int n_inplace;              /* nodes writing over an input that dies with them */
   int n_implicit;             /* im2cols whose GEMMs read the columns in place (kiln's GEMM only) */
   int n_implicit_input_grads; /* col2ims replaced by a transposed convolution (the same) */
+  int n_col2im_chunks;        /* column GEMMs and col2ims run by chunks of images */
   int n_bias_grads_in_gemm;   /* bias gradients summed by a weight gradient's GEMM */
   int n_pool_argmax;          /* max pools whose gradient reads their recorded argmax */
   int n_pool_grads_in_gemm;   /* max pool gradients computed inside a weight gradient's GEMM */
@@ -312,7 +313,16 @@ enum {
    * rounding (the transforms' constants reach 8 and 1/24). On CPUs with
    * AVX-512F, where kiln's own GEMM runs */
   KN_PASS_WINOGRAD = 16384,
-  KN_PASS_ALL = 32767
+  /* The input gradient of a convolution the implicit_input_grad pass does
+   * not take (strided or dilated), a GEMM of dy by the kernel into
+   * columns (KH x KW times the input's size) that col2im then sums, runs
+   * as one node (col2im_gemm) by chunks of images: each chunk's columns
+   * into a buffer the caches hold, then summed into its images' dx. The
+   * columns never go to memory as a whole, nor take the arena. The same
+   * values (the same sums in the same order); float32, where kiln's own
+   * GEMM runs */
+  KN_PASS_COL2IM_CHUNKS = 32768,
+  KN_PASS_ALL = 65535
 };
 void kn_graph_set_passes(kn_graph *g, unsigned passes);
 /* The unoptimized plan, for debugging and comparison: the same compiled

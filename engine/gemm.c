@@ -669,7 +669,11 @@ static int narrow_rows(const kn_sgemm_args *x) {
   return x->cols->c % 16 == 0 ? 16 : 12;
 }
 
-static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_flip *flip) {
+/* The product on pool's threads (NULL: the calling thread), packing in
+ * workspace (kn_gemm_workspace_floats a thread), a deep one's slices in
+ * partials (partial_floats of them: where too few, one slice). */
+static void own_run(kn_pool *pool, float *workspace, float *partials, size_t partial_floats,
+                    const kn_sgemm_args *x, const kn_conv_flip *flip) {
   const int m = x->m, n = x->n, k = x->k;
   const int transposed = narrow_transposed(x, flip);
   const int narrow = n <= NR_NARROW;
@@ -677,25 +681,29 @@ static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_fl
   const int blocks = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
   const int by_columns = !transposed && m <= n && panels >= 2;
   int slices = x->bias || x->relu || flip ? 1 : gemm_slices(m, n, k);
-  if (slices > 1 && kn_gemm_partial_floats(m, n, k) > g->gemm_partial_floats)
+  if (slices > 1 && kn_gemm_partial_floats(m, n, k) > partial_floats)
     slices = 1; /* a shape compile did not plan for */
-  int tasks = kn_pool_threads(g->pool);
+  int tasks = kn_pool_threads(pool);
   const int units = slices > 1   ? slices
                     : transposed ? (m + TR_COLS - 1) / TR_COLS
                     : by_columns ? panels
                                  : blocks;
   if (tasks > units) tasks = units;
   gemm_job j = {.x = *x,
-                .workspace = g->gemm_workspace,
+                .workspace = workspace,
                 .tasks = tasks,
                 .by_columns = by_columns,
                 .flip = flip,
                 .slices = slices,
-                .partials = g->gemm_partials,
+                .partials = partials,
                 .mr = mr,
                 .nr = nr};
-  kn_pool_for(tasks > 1 ? g->pool : NULL, tasks, transposed ? tr_range : gemm_range, &j);
-  if (slices > 1) kn_pool_for(g->pool, m + 1, add_slices, &j); /* C's rows, the column sums */
+  kn_pool_for(tasks > 1 ? pool : NULL, tasks, transposed ? tr_range : gemm_range, &j);
+  if (slices > 1) kn_pool_for(pool, m + 1, add_slices, &j); /* C's rows, the column sums */
+}
+
+static void gemm_own(const kn_graph *g, const kn_sgemm_args *x, const kn_conv_flip *flip) {
+  own_run(g->pool, g->gemm_workspace, g->gemm_partials, g->gemm_partial_floats, x, flip);
 }
 #define KN_HAVE_OWN_GEMM 1
 #else
@@ -784,6 +792,19 @@ static void sum_b_rows(const kn_sgemm_args *x) {
   for (int c = 0; c < x->n; c++) x->b_sums[c] = 0.0f;
   for (int kk = 0; kk < x->k; kk++)
     for (int c = 0; c < x->n; c++) x->b_sums[c] += b_at(x, kk, c);
+}
+
+void kn_sgemm_serial(float *workspace, const kn_sgemm_args *x) {
+  if (x->m <= 0 || x->n <= 0) return;
+#ifdef KN_HAVE_OWN_GEMM
+  if (x->k > 0 && workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
+    own_run(NULL, workspace, NULL, 0, x, NULL);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans,
+              x->m, x->n, x->k, 1.0f, x->a, x->lda, x->b, x->ldb, x->accumulate ? 1.0f : 0.0f, x->c,
+              x->ldc);
 }
 
 int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {

@@ -127,7 +127,7 @@ void kn_graph_free(kn_graph *g) {
   free(g->gemm_workspace);
   free(g->gemm_scratch);
   free(g->bn_fold_buf);
-  free(g->wino_buf);
+  free(g->conv_buf);
   free(g->states);
   free(g->arena);
   free(g);

@@ -282,9 +282,11 @@ struct kn_graph {
   void *node_done_ctx;
   void *gemm_scratch; /* the bf16 GEMM's packing buffers, one per thread */
   float *bn_fold_buf; /* a folded matmul's scaled B, scale and shift (bn_fold pass) */
-  /* the winograd pass's nodes: a transformed kernel, each thread's block
-   * and a weight gradient's slice sums (kn_winograd_floats, the largest) */
-  float *wino_buf;
+  /* the convolutions' scratch, the largest any node needs: the winograd
+   * pass's (a transformed kernel, each thread's block and a weight
+   * gradient's slice sums: kn_winograd_floats) and a col2im_gemm's chunk
+   * of columns (kn_col2im_chunk_images) */
+  float *conv_buf;
   uint64_t gemm_calls[KN_GEMM_KERNELS]; /* matmul kernel runs per GEMM */
   char error[256];
   int error_code;
@@ -514,6 +516,12 @@ typedef struct kn_sgemm_args {
  * that make them do; if the GEMM was switched after compile, plainly.
  * b_sums are always filled. */
 int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x);
+/* A plain product (no columns, pool gradient, epilogue or b_sums) on the
+ * calling thread, kiln's GEMM packing into workspace (its
+ * kn_gemm_workspace_floats) where it is in use, its depth never in
+ * slices; else OpenBLAS's. For a kernel that runs GEMMs on each of its
+ * threads. */
+void kn_sgemm_serial(float *workspace, const kn_sgemm_args *x);
 /* C (m x C) = cols (m x k) times a flipped kernel (k x C), all f32, with
  * kiln's GEMM where it is in use (else plainly): a transposed convolution. */
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
@@ -648,7 +656,8 @@ void kn_profile_node(kn_profile *p, const kn_graph *g, int node, double start, d
 
 typedef struct kn_pass_stats {
   int cse, fused, folded, dead, implicit, implicit_input_grads, bias_grads_in_gemm, pool_argmax,
-      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views, bn_folds, winograd;
+      pool_grads_in_gemm, bn_grads, bn_relu_grads, narrow_copies, concat_views, bn_folds, winograd,
+      col2im_chunks;
 } kn_pass_stats;
 /* Runs the enabled passes; scratch holds 2 x n_nodes ints (n_nodes as the
  * passes begin): the passes append at most n_nodes nodes. */
@@ -659,6 +668,13 @@ unsigned kn_graph_passes(const kn_graph *g);
 int kn_lower_pool_argmax(kn_graph *g, int max_nodes);
 int kn_lower_implicit_columns(kn_graph *g);
 int kn_lower_implicit_input_grads(kn_graph *g);
+int kn_lower_col2im_chunks(kn_graph *g);
+/* cpu.c: the images of a col2im_gemm chunk (its columns about 1 MiB, at
+ * least an image a thread, at most the batch's rows). */
+int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n);
+/* The bytes of a chunk's columns for graphs compiled from now on; 0: the
+ * default (512 KiB). Tests make chunks of an image. */
+void kn_col2im_set_chunk_bytes(size_t bytes);
 int kn_lower_bias_grads_in_gemm(kn_graph *g);
 int kn_lower_pool_grads_in_gemm(kn_graph *g);
 int kn_lower_bn_grads(kn_graph *g, int *relu_grads);

@@ -222,6 +222,46 @@ int kn_lower_implicit_input_grads(kn_graph *g) {
   return replaced;
 }
 
+/* The col2im_chunks pass (KN_PASS_COL2IM_CHUNKS): the input gradient of a
+ * convolution implicit_input_grad left (strided or dilated), a GEMM of dy
+ * by the kernel into columns that col2im then sums, becomes one
+ * col2im_gemm node of dy and the kernel that runs the two by chunks of
+ * images (cpu_kernels_conv.inc): the same products and sums in the same
+ * order, the columns never whole. float32 operands, kiln's GEMM. */
+int kn_lower_col2im_chunks(kn_graph *g) {
+  if (!kiln_gemm_runs(g)) return 0;
+  int replaced = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *c = &g->nodes[i];
+    const kn_conv_attrs *a = &c->attr.conv;
+    if (c->dead || c->op != KN_OP_COL2IM || c->dtype != KN_F32 || c->device.kind != KN_DEVICE_CPU ||
+        (a->sh == 1 && a->sw == 1 && a->dh == 1 && a->dw == 1))
+      continue; /* stride 1: implicit_input_grad's */
+    const kn_node mi = c->inputs[0];
+    kn_node_rec *mm = &g->nodes[mi];
+    if (mm->dead || mm->op != KN_OP_MATMUL || mm->keep || mm->storage != KN_STORE_ARENA ||
+        mm->dtype != KN_F32 || mm->attr.matmul.trans_a != 0 || mm->attr.matmul.trans_b != 1 ||
+        mm->argmax || mm->winograd || sole_reader(g, mi) != i)
+      continue;
+    const kn_node dyv = mm->inputs[0], wv = mm->inputs[1];
+    if (g->nodes[dyv].op != KN_OP_RESHAPE || g->nodes[wv].op != KN_OP_RESHAPE) continue;
+    const kn_node dy = g->nodes[dyv].inputs[0], w = g->nodes[wv].inputs[0];
+    const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
+    if (DY->ndim != 4 || Wk->ndim != 4 || DY->dtype != KN_F32 || Wk->dtype != KN_F32 ||
+        DY->storage == KN_STORE_PART || DY->dims[1] != a->oh || DY->dims[2] != a->ow ||
+        Wk->dims[0] != a->kh || Wk->dims[1] != a->kw || Wk->dims[2] != c->dims[3] ||
+        Wk->dims[3] != DY->dims[3])
+      continue;
+    c->op = KN_OP_COL2IM_GEMM;
+    c->n_inputs = 2;
+    c->inputs[0] = dy;
+    c->inputs[1] = w;
+    mm->dead = 1;
+    replaced++;
+  }
+  return replaced;
+}
+
 /* A layer's bias gradient, reduce_rows(dy), and its weight gradient,
  * op(A)^T dy, both read all of dy, a convolution's largest gradient. The
  * weight gradient's GEMM packs every row of dy anyway, so it sums them on

@@ -70,6 +70,12 @@ const kn_op_def kn_op_defs[KN_OP_COUNT] = {
                                .max_inputs = 2,
                                .flags = KN_OPF_GEMM,
                                .cpu = KN_CPU(conv_input_grad)},
+    [KN_OP_COL2IM_GEMM] = {.name = "col2im_gemm",
+                           .shape = kn_shape_col2im_gemm,
+                           .min_inputs = 2,
+                           .max_inputs = 2,
+                           .flags = KN_OPF_GEMM,
+                           .cpu = KN_CPU(col2im_gemm)},
     /* elementwise */
     [KN_OP_BIAS_ADD] = {.name = "bias_add",
                         .shape = kn_shape_bias_add,

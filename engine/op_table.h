@@ -82,6 +82,12 @@ typedef enum kn_op {
    * Appended by the pool_argmax pass; live from the pool to its last
    * reader. */
   KN_OP_POOL_ARGMAX,
+  /* (dy (B, OH, OW, F), kernel (KH, KW, C, F)) -> dx (B, H, W, C), col2im's
+   * attrs: the column-gradient GEMM and col2im of a strided or dilated
+   * convolution in one node, by chunks of images (the col2im_chunks
+   * pass); the columns lie in the graph's convolution buffer, a chunk at a
+   * time. */
+  KN_OP_COL2IM_GEMM,
   KN_OP_COUNT
 } kn_op;
 
@@ -208,6 +214,7 @@ int kn_shape_im2col(KN_SHAPE_ARGS);
 int kn_shape_col2im(KN_SHAPE_ARGS);
 int kn_shape_conv_pad(KN_SHAPE_ARGS);
 int kn_shape_conv_input_grad(KN_SHAPE_ARGS);
+int kn_shape_col2im_gemm(KN_SHAPE_ARGS);
 int kn_shape_dwconv(KN_SHAPE_ARGS);
 int kn_shape_dwconv_dx(KN_SHAPE_ARGS);
 int kn_shape_dwconv_dw(KN_SHAPE_ARGS);
@@ -260,6 +267,7 @@ KN_CPU_KERNEL_DECL(slice)
 KN_CPU_KERNEL_DECL(im2col)
 KN_CPU_KERNEL_DECL(conv_pad)
 KN_CPU_KERNEL_DECL(conv_input_grad)
+KN_CPU_KERNEL_DECL(col2im_gemm)
 KN_CPU_KERNEL_DECL(col2im)
 KN_CPU_KERNEL_DECL(dwconv)
 KN_CPU_KERNEL_DECL(dwconv_dx)

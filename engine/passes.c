@@ -287,6 +287,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_IMPLICIT_COLUMNS) st->implicit = kn_lower_implicit_columns(g);
   if (passes & KN_PASS_IMPLICIT_INPUT_GRAD)
     st->implicit_input_grads = kn_lower_implicit_input_grads(g);
+  if (passes & KN_PASS_COL2IM_CHUNKS) st->col2im_chunks = kn_lower_col2im_chunks(g);
   if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = kn_lower_bias_grads_in_gemm(g);
   if (passes & KN_PASS_POOL_GRAD_IN_GEMM) st->pool_grads_in_gemm = kn_lower_pool_grads_in_gemm(g);
   if (passes & KN_PASS_NARROW_COPIES) {

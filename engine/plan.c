@@ -228,6 +228,7 @@ static void fill_stats(const kn_graph *g, kn_plan_stats *stats, const kn_pass_st
   stats->n_fused = pass_stats->fused;
   stats->n_implicit = pass_stats->implicit;
   stats->n_implicit_input_grads = pass_stats->implicit_input_grads;
+  stats->n_col2im_chunks = pass_stats->col2im_chunks;
   stats->n_bias_grads_in_gemm = pass_stats->bias_grads_in_gemm;
   stats->n_pool_argmax = pass_stats->pool_argmax;
   stats->n_pool_grads_in_gemm = pass_stats->pool_grads_in_gemm;
@@ -412,8 +413,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       if (n->dead || !kn_op_has(n->op, KN_OPF_GEMM)) continue;
       matmuls++;
       const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
-      if (n->op == KN_OP_CONV_INPUT_GRAD || A->dtype != KN_F32 || B->dtype != KN_F32 ||
-          n->dtype != KN_F32)
+      /* (col2im_gemm's GEMMs run whole, one on each thread) */
+      if (n->op == KN_OP_CONV_INPUT_GRAD || n->op == KN_OP_COL2IM_GEMM || A->dtype != KN_F32 ||
+          B->dtype != KN_F32 || n->dtype != KN_F32)
         continue;
       int m, cols, k;
       kn_matmul_dims(g, n, &m, &cols, &k);
@@ -468,21 +470,29 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
     goto out;
   }
-  /* The Winograd buffer: the largest any marked node needs. */
-  size_t wino_floats = 0;
+  /* The convolutions' scratch: the largest any Winograd node or
+   * col2im_gemm needs. */
+  size_t conv_floats = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
-    if (n->dead || !n->winograd) continue;
-    kn_wino_args a;
-    kn_wino_args_of(g, n, &a);
-    const size_t need = kn_winograd_floats(kn_pool_threads(g->pool), a.io.batch, a.io.hp, a.io.wp,
-                                           a.io.cin, a.io.oh, a.io.ow, a.io.cout, a.weight_grad);
-    if (need > wino_floats) wino_floats = need;
+    size_t need = 0;
+    if (n->dead) continue;
+    if (n->winograd) {
+      kn_wino_args a;
+      kn_wino_args_of(g, n, &a);
+      need = kn_winograd_floats(kn_pool_threads(g->pool), a.io.batch, a.io.hp, a.io.wp, a.io.cin,
+                                a.io.oh, a.io.ow, a.io.cout, a.weight_grad);
+    } else if (n->op == KN_OP_COL2IM_GEMM) {
+      const kn_conv_attrs *a = &n->attr.conv;
+      need = (size_t)kn_pool_threads(g->pool) * kn_col2im_chunk_images(g, n) * a->oh * a->ow *
+             a->kh * a->kw * n->dims[3]; /* a chunk a thread */
+    }
+    if (need > conv_floats) conv_floats = need;
   }
-  if (wino_floats) {
-    const size_t bytes = align_up(wino_floats * sizeof(float));
-    if (!(g->wino_buf = aligned_alloc(KN_ALIGN, bytes))) {
-      kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu Winograd buffer bytes", bytes);
+  if (conv_floats) {
+    const size_t bytes = align_up(conv_floats * kn_graph_elem_size(g, KN_F32));
+    if (!(g->conv_buf = aligned_alloc(KN_ALIGN, bytes))) {
+      kn_graph_fail(g, KN_ENOMEM, "compile: cannot allocate %zu convolution buffer bytes", bytes);
       goto out;
     }
   }

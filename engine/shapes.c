@@ -340,6 +340,20 @@ int kn_shape_conv_input_grad(KN_SHAPE_ARGS) {
   return 0;
 }
 
+/* (dy (B, OH, OW, F), kernel (KH, KW, C, F)) -> dx (B, H, W, C), the
+ * window's input size. */
+int kn_shape_col2im_gemm(KN_SHAPE_ARGS) {
+  const kn_node_rec *D = in(g, n, 0), *K = in(g, n, 1);
+  if (need_nhwc(g, n, D) || need_nhwc(g, n, K)) return -1;
+  const kn_conv_attrs *a = &n->attr.conv;
+  if (D->dims[1] != a->oh || D->dims[2] != a->ow || K->dims[0] != a->kh || K->dims[1] != a->kw ||
+      K->dims[3] != D->dims[3])
+    return fail_on(g, n, D, "dy (B, OH, OW, F) of its window and kernel (KH, KW, C, F)");
+  const int dims[4] = {D->dims[0], a->h, a->w, K->dims[2]};
+  set_dims(n, 4, dims, D->batched);
+  return 0;
+}
+
 /* (x (B, H, W, C), w (KH, KW, C, M)) -> (B, OH, OW, C*M). */
 int kn_shape_dwconv(KN_SHAPE_ARGS) {
   const kn_node_rec *X = in(g, n, 0), *W = in(g, n, 1);

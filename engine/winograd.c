@@ -635,7 +635,7 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
                 .relu = relu,
                 .y = y,
                 .y_copy = y_copy,
-                .u = g->wino_buf};
+                .u = g->conv_buf};
   const int cin = io->cin;
   j.s.pt = io->pt;
   j.s.pl = io->pl;
@@ -847,7 +847,7 @@ void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy
   j.s.pt = io->pt;
   j.s.pl = io->pl;
   j.s.x_bf16 = io->x_bf16;
-  j.partials = g->wino_buf;
+  j.partials = g->conv_buf;
   j.scratch = j.partials + partial_floats(&j.s);
   if (j.s.wide) {
     wgrad_wide(g, &j);

@@ -177,6 +177,47 @@ static const kn_layer_config folded_layers[] = {
 
 enum { FOLDED = 4, FOLDED_LAYERS = sizeof folded_layers / sizeof folded_layers[0] };
 
+/* Strided and dilated convolutions whose inputs need gradients
+ * (col2im_chunks): 3x3 stride 2 "same" (padded below and right only), a
+ * dilated 3x3 "same", and a 3x3 stride 2 "valid" one (a 1x1 stride-2
+ * projection is the unpadded graph's). */
+static const kn_layer_config strided_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "dilated",
+     .filters = 12,
+     .kernel_size = {3, 3},
+     .dilation_rate = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down2",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_VALID,
+     .use_bias = 0},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+enum { STRIDED = 5, STRIDED_LAYERS = sizeof strided_layers / sizeof strided_layers[0] };
+
 static const kn_layer_config mlp_layers[] = {
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
     {.type = KN_LAYER_DENSE, .name = "d1", .units = 16, .use_bias = 1, .activation = KN_ACT_RELU},
@@ -191,6 +232,7 @@ typedef struct result {
   size_t n_grads, n_states;
   kn_plan_stats st;
   int conv_input_grads; /* KN_OP_CONV_INPUT_GRAD nodes after compile */
+  int col2im_gemms;     /* KN_OP_COL2IM_GEMM nodes */
   int conv_pad_views;   /* KN_OP_CONV_PAD nodes that are views of their input */
   int relus_from_beta;  /* bn_grad_x nodes that recompute their relu's mask */
 } result;
@@ -210,11 +252,13 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
                          .n_layers = cnn == FOLDED     ? FOLDED_LAYERS
                                      : cnn == BRANCHED ? BRANCHED_LAYERS
                                      : cnn == UNPADDED ? UNPADDED_LAYERS
+                                     : cnn == STRIDED  ? STRIDED_LAYERS
                                      : cnn             ? CNN_LAYERS
                                                        : 4,
                          .layers = cnn == FOLDED     ? folded_layers
                                    : cnn == BRANCHED ? branched_layers
                                    : cnn == UNPADDED ? unpadded_layers
+                                   : cnn == STRIDED  ? strided_layers
                                    : cnn             ? cnn_layers
                                                      : mlp_layers,
                          .batch_size = BATCH,
@@ -232,6 +276,7 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
   memset(&r, 0, sizeof r);
   if (kn_graph_compile(m.graph, 17, &r.st, err, sizeof err)) fail_msg("compile: %s", err);
   r.conv_input_grads = count_op(m.graph, KN_OP_CONV_INPUT_GRAD);
+  r.col2im_gemms = count_op(m.graph, KN_OP_COL2IM_GEMM);
   for (int i = 0; i < m.graph->n_nodes; i++) {
     const kn_node_rec *n = &m.graph->nodes[i];
     r.conv_pad_views += !n->dead && n->op == KN_OP_CONV_PAD && n->storage == KN_STORE_VIEW;
@@ -352,6 +397,7 @@ static int fired(const kn_plan_stats *st, unsigned pass) {
   case KN_PASS_BN_GRADS: return st->n_bn_grads;
   case KN_PASS_CONCAT_VIEWS: return st->n_concat_views;
   case KN_PASS_WINOGRAD: return st->n_winograd;
+  case KN_PASS_COL2IM_CHUNKS: return st->n_col2im_chunks;
   }
   fail_msg("unknown pass %u", pass);
   return 0;
@@ -527,6 +573,53 @@ static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) 
   release(&views);
   release(&columns);
   release(&all);
+}
+
+/* col2im_chunks: the input gradients of the strided graph's three strided
+ * or dilated 3x3 convolutions and of the unpadded graph's 1x1 stride-2
+ * projection run as col2im_gemm nodes (their columns never whole): the
+ * same bits as the column GEMM and col2im, alone and with every other
+ * exact pass, on 1 and 3 threads, in one chunk of the whole batch and in
+ * chunks of one image (shared by 3 threads: 2 each, then 1 and 2 for the
+ * second step's batch of 5); and no more arena. */
+static void col2im_chunks_give_the_same_bits(void **state) {
+  (void)state;
+  if (kn_cpu_gemm() != KN_GEMM_KILN) {
+    print_message("SKIPPED: kiln's GEMM does not run here (no AVX-512F, or KILN_GEMM=openblas), "
+                  "so col2im_chunks never applies\n");
+    skip();
+  }
+  const int graphs[2] = {STRIDED, UNPADDED}, want[2] = {3, 1};
+  for (int k = 0; k < 4; k++) {
+    kn_col2im_set_chunk_bytes(k < 2 ? 0 : 1);
+    for (int threads = 1; threads <= 3; threads += 2) {
+      result alone = train_threaded(graphs[k % 2], KN_PASS_COL2IM_CHUNKS, 0, threads),
+             none = train_threaded(graphs[k % 2], 0, 0, threads),
+             all = train_threaded(graphs[k % 2], ALL_EXACT, 0, threads),
+             but = train_threaded(graphs[k % 2], ALL_EXACT & ~KN_PASS_COL2IM_CHUNKS, 0, threads);
+      assert_int_equal(alone.col2im_gemms, want[k % 2]);
+      assert_int_equal(alone.st.n_col2im_chunks, want[k % 2]);
+      assert_int_equal(all.col2im_gemms, want[k % 2]);
+      assert_int_equal(none.col2im_gemms, 0);
+      assert_int_equal(but.col2im_gemms, 0);
+      char what[96];
+      snprintf(what, sizeof what, "%s, %d threads: col2im_chunks alone vs none",
+               k % 2 ? "unpadded" : "strided", threads);
+      assert_same(&alone, &none, what);
+      snprintf(what, sizeof what, "%s, %d threads: all vs all but col2im_chunks",
+               k % 2 ? "unpadded" : "strided", threads);
+      assert_same(&all, &but, what);
+      assert_true(all.st.arena_bytes <= but.st.arena_bytes);
+      if (threads == 1)
+        print_message("%s: arena %zu bytes with col2im_chunks, %zu without\n",
+                      k % 2 ? "unpadded" : "strided", all.st.arena_bytes, but.st.arena_bytes);
+      release(&alone);
+      release(&none);
+      release(&all);
+      release(&but);
+    }
+  }
+  kn_col2im_set_chunk_bytes(0);
 }
 
 /* concat_views on the branched graph: the two inner concatenations are
@@ -725,6 +818,7 @@ int main(void) {
       cmocka_unit_test(each_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(each_kiln_gemm_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
+      cmocka_unit_test(col2im_chunks_give_the_same_bits),
       cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(bn_fold_folds_batch_norms_for_evaluation),
       cmocka_unit_test(thread_counts_give_identical_results),

@@ -80,8 +80,8 @@ static kn_graph *graph_for(const shape *s, int threads) {
         kn_winograd_floats(threads, s->batch, s->h, s->w, s->cin, s->oh, s->ow, s->cout, wgrad);
     f = need > f ? need : f;
   }
-  g->wino_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
-  assert_non_null(g->wino_buf);
+  g->conv_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
+  assert_non_null(g->conv_buf);
   const size_t packing = (size_t)threads * kn_gemm_workspace_floats() * sizeof(float);
   g->gemm_workspace = aligned_alloc(64, (packing + 63) / 64 * 64);
   assert_non_null(g->gemm_workspace);
@@ -90,7 +90,7 @@ static kn_graph *graph_for(const shape *s, int threads) {
 
 static void graph_free(kn_graph *g) {
   kn_pool_free(g->pool);
-  free(g->wino_buf);
+  free(g->conv_buf);
   free(g->gemm_workspace);
   free(g);
 }
