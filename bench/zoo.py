@@ -325,6 +325,8 @@ def main():
                     help="with --accuracy: the seeds are first-seed .. first-seed + seeds - 1")
     ap.add_argument("--no-speed", action="store_true", help="with --accuracy: accuracy only")
     ap.add_argument("--profile-only", action="store_true", help="kiln's profiles, no timing")
+    ap.add_argument("--profile-top", type=int, default=5,
+                    help="the costliest nodes a profile lists (60: every node of note)")
     ap.add_argument("--precision", action="store_true",
                     help="kiln in float32 against kiln in mixed_bfloat16 instead of against "
                     "PyTorch: examples/s, and with --accuracy test accuracy, in both")
@@ -403,7 +405,8 @@ def main():
             steps = quick_steps if args.quick else steps
             for t in threads[:1] if args.quick else threads:
                 result["profile"][f"{m},{t}"] = kiln_profile(
-                    args.build, m, t, uploads, warm, steps, stream["triad_gbs"][t - 1])
+                    args.build, m, t, uploads, warm, steps, stream["triad_gbs"][t - 1],
+                    args.profile_top)
 
     if args.accuracy and not args.precision:
         for m in models:
