@@ -283,23 +283,6 @@ int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n) {
   return chunk < 1 ? 1 : chunk;
 }
 
-/* C = op(A) op(B) on the calling thread (kn_sgemm_serial). */
-static void sgemm_on(float *workspace, int ta, int tb, int m, int n, int k, const float *a, int lda,
-                     const float *b, int ldb, float *c, int ldc) {
-  const kn_sgemm_args x = {.ta = ta,
-                           .tb = tb,
-                           .m = m,
-                           .n = n,
-                           .k = k,
-                           .a = a,
-                           .lda = lda,
-                           .b = b,
-                           .ldb = ldb,
-                           .c = c,
-                           .ldc = ldc};
-  kn_sgemm_serial(workspace, &x);
-}
-
 uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel) {
   return (kernel >= 0 && kernel < KN_GEMM_KERNELS) ? g->gemm_calls[kernel] : 0;
 }
@@ -397,7 +380,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define T       float
 #define F(name) name##_f32
 #define GEMM    kn_sgemm
-#define GEMM_ON sgemm_on
+#define GEMM_ON kn_sgemm_serial
 #define EXP     kn_vexpf
 #define LOG     logf
 #define LOG1P   log1pf
@@ -429,7 +412,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define T       float
 #define F(name) name##_f32_avx2
 #define GEMM    kn_sgemm
-#define GEMM_ON sgemm_on
+#define GEMM_ON kn_sgemm_serial
 #define EXP     kn_vexpf
 #define LOG     logf
 #define LOG1P   log1pf

@@ -794,19 +794,6 @@ static void sum_b_rows(const kn_sgemm_args *x) {
     for (int c = 0; c < x->n; c++) x->b_sums[c] += b_at(x, kk, c);
 }
 
-void kn_sgemm_serial(float *workspace, const kn_sgemm_args *x) {
-  if (x->m <= 0 || x->n <= 0) return;
-#ifdef KN_HAVE_OWN_GEMM
-  if (x->k > 0 && workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
-    own_run(NULL, workspace, NULL, 0, x, NULL);
-    return;
-  }
-#endif
-  cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans, x->tb ? CblasTrans : CblasNoTrans,
-              x->m, x->n, x->k, 1.0f, x->a, x->lda, x->b, x->ldb, x->accumulate ? 1.0f : 0.0f, x->c,
-              x->ldc);
-}
-
 int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
   if (x->m <= 0 || x->n <= 0) return 1;
 #ifdef KN_HAVE_OWN_GEMM
@@ -845,20 +832,40 @@ int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x) {
   return 1;
 }
 
+/* A plain product's arguments. */
+static kn_sgemm_args plain(int ta, int tb, int m, int n, int k, const float *a, int lda,
+                           const float *b, int ldb, float *c, int ldc) {
+  return (kn_sgemm_args){.ta = ta,
+                         .tb = tb,
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .a = a,
+                         .lda = lda,
+                         .b = b,
+                         .ldb = ldb,
+                         .c = c,
+                         .ldc = ldc};
+}
+
 void kn_sgemm(kn_graph *g, int ta, int tb, int m, int n, int k, const float *a, int lda,
               const float *b, int ldb, float *c, int ldc) {
-  const kn_sgemm_args x = {.ta = ta,
-                           .tb = tb,
-                           .m = m,
-                           .n = n,
-                           .k = k,
-                           .a = a,
-                           .lda = lda,
-                           .b = b,
-                           .ldb = ldb,
-                           .c = c,
-                           .ldc = ldc};
+  const kn_sgemm_args x = plain(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
   kn_sgemm_run(g, &x);
+}
+
+void kn_sgemm_serial(float *workspace, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                     const float *b, int ldb, float *c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+#ifdef KN_HAVE_OWN_GEMM
+  if (k > 0 && workspace && kn_cpu_gemm() == KN_GEMM_KILN) {
+    const kn_sgemm_args x = plain(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    own_run(NULL, workspace, NULL, 0, &x, NULL);
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,

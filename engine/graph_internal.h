@@ -516,12 +516,12 @@ typedef struct kn_sgemm_args {
  * that make them do; if the GEMM was switched after compile, plainly.
  * b_sums are always filled. */
 int kn_sgemm_run(kn_graph *g, const kn_sgemm_args *x);
-/* A plain product (no columns, pool gradient, epilogue or b_sums) on the
- * calling thread, kiln's GEMM packing into workspace (its
- * kn_gemm_workspace_floats) where it is in use, its depth never in
+/* kn_sgemm on the calling thread, kiln's GEMM packing into workspace
+ * (its kn_gemm_workspace_floats) where it is in use, its depth never in
  * slices; else OpenBLAS's. For a kernel that runs GEMMs on each of its
  * threads. */
-void kn_sgemm_serial(float *workspace, const kn_sgemm_args *x);
+void kn_sgemm_serial(float *workspace, int ta, int tb, int m, int n, int k, const float *a, int lda,
+                     const float *b, int ldb, float *c, int ldc);
 /* C (m x C) = cols (m x k) times a flipped kernel (k x C), all f32, with
  * kiln's GEMM where it is in use (else plainly): a transposed convolution. */
 void kn_sgemm_cols_flip(kn_graph *g, int m, int n, int k, const kn_conv_cols *cols,
