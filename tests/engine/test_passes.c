@@ -533,14 +533,20 @@ static void each_pass_on_or_off_gives_identical_results(void **state) {
   }
 }
 
-/* The passes that hand kiln's GEMM work apply only where it runs. */
-static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) {
-  (void)state;
+/* The passes that hand kiln's GEMM work apply only where it runs:
+ * elsewhere the test skips, saying why, rather than passes. */
+static void require_kiln_gemm(const char *what) {
   if (kn_cpu_gemm() != KN_GEMM_KILN) {
     print_message("SKIPPED: kiln's GEMM does not run here (no AVX-512F, or KILN_GEMM=openblas), "
-                  "so its passes never apply\n");
+                  "so %s never apply\n",
+                  what);
     skip();
   }
+}
+
+static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) {
+  (void)state;
+  require_kiln_gemm("its passes");
   static const pass_case cases[] = {
       {KN_PASS_IMPLICIT_COLUMNS, "implicit_columns", CNN, 0, 1},
       {KN_PASS_IMPLICIT_INPUT_GRAD, "implicit_input_grad", CNN, 0, 0},
@@ -584,11 +590,7 @@ static void each_kiln_gemm_pass_on_or_off_gives_identical_results(void **state) 
  * second step's batch of 5); and no more arena. */
 static void col2im_chunks_give_the_same_bits(void **state) {
   (void)state;
-  if (kn_cpu_gemm() != KN_GEMM_KILN) {
-    print_message("SKIPPED: kiln's GEMM does not run here (no AVX-512F, or KILN_GEMM=openblas), "
-                  "so col2im_chunks never applies\n");
-    skip();
-  }
+  require_kiln_gemm("col2im_chunks and the passes it builds on");
   const int graphs[2] = {STRIDED, UNPADDED}, want[2] = {3, 1};
   for (int k = 0; k < 4; k++) {
     kn_col2im_set_chunk_bytes(k < 2 ? 0 : 1);
