@@ -2,7 +2,7 @@
 
   /usr/bin/python3 bench/asha.py [--build build-rel] [--trials 9]
                                  [--max-epochs 9] [--min-epochs 1] [--eta 3]
-                                 [--concurrency 1,2] [--take N] [--seed 7]
+                                 [--concurrency 1,2] [--take N] [--seeds 7]
                                  [--json asha.json]
 
 Starts kilnd (its trainer kiln-train, the default pool of every CPU core)
@@ -21,6 +21,9 @@ so both searches draw the same configurations: what differs is only how
 far each is trained. Reports each experiment's best val_accuracy (test
 accuracy), ASHA's difference from random search in points, the epochs
 trained in all and ASHA's fraction of random search's, and the wall time.
+--seeds runs the pair once per search seed (a different set of trials
+each) and adds the mean difference and fraction over the seeds: one
+search's nine draws decide a lot by luck.
 --take trains on the first N examples only (a quick check of the script;
 the figures in bench/README.md use the whole set)."""
 import argparse
@@ -47,7 +50,8 @@ def parse_args():
     p.add_argument("--concurrency", default="1,2",
                    help="max_concurrent_trials values, comma-separated")
     p.add_argument("--take", type=int, default=0, help="train on the first N examples (0: all)")
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seeds", default="7",
+                   help="search seeds, comma-separated: one pair of experiments per seed")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()
     if args.trials < 1 or args.max_epochs < 1 or args.min_epochs < 1 or args.eta < 2:
@@ -60,6 +64,10 @@ def parse_args():
         p.error("--concurrency takes integers, e.g. 1,2")
     if any(c < 1 for c in args.concurrency):
         p.error("--concurrency values must be >= 1")
+    try:
+        args.seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        p.error("--seeds takes integers, e.g. 7,8,9")
     return args
 
 
@@ -103,14 +111,14 @@ class Kilnd:
         self.log.close()
 
 
-def search(args, searcher, concurrency):
+def search(args, searcher, concurrency, seed):
     s = {
         "searcher": searcher,
         "metric": "val_accuracy",
         "mode": "max",
         "max_trials": args.trials,
         "max_concurrent_trials": concurrency,
-        "seed": args.seed,
+        "seed": seed,
         "parameters": {
             "optimizer.learning_rate": {"type": "log_uniform", "min": 1e-4, "max": 1e-1},
             "pipeline.batch_size": {"type": "categorical", "values": [64, 128, 256]},
@@ -122,9 +130,9 @@ def search(args, searcher, concurrency):
     return s
 
 
-def run(kilnd, args, spec, searcher, concurrency):
-    body = {"display_name": f"bench-{searcher}-c{concurrency}", "spec": spec,
-            "search": search(args, searcher, concurrency)}
+def run(kilnd, args, spec, searcher, concurrency, seed):
+    body = {"display_name": f"bench-{searcher}-c{concurrency}-s{seed}", "spec": spec,
+            "search": search(args, searcher, concurrency, seed)}
     start = time.monotonic()
     exp = kilnd.call("POST", "/v1/experiments", body)
     while exp["state"] == "RUNNING":
@@ -137,7 +145,8 @@ def run(kilnd, args, spec, searcher, concurrency):
     print(f"  {searcher:6} c={concurrency}: best val_accuracy {best['metric']:.4f} "
           f"(trial {best['index']}, {best['epochs']} epochs, {best['values']}), "
           f"{exp['epochs_trained']} epochs in all, {wall:.0f} s", flush=True)
-    return {"searcher": searcher, "concurrency": concurrency, "experiment": exp["id"],
+    return {"searcher": searcher, "concurrency": concurrency, "seed": seed,
+            "experiment": exp["id"],
             "best_accuracy": best["metric"], "best_values": best["values"],
             "best_epochs": best["epochs"], "epochs_trained": exp["epochs_trained"],
             "wall_s": wall}
@@ -155,29 +164,36 @@ def main():
                   tmp)
     results = []
     try:
-        for c in args.concurrency:
-            print(f"{args.trials} trials, {args.max_epochs} epochs each at most, "
-                  f"{c} at a time:", flush=True)
-            r = run(kilnd, args, spec, "random", c)
-            a = run(kilnd, args, spec, "asha", c)
-            results += [r, a]
+        for seed in args.seeds:
+            for c in args.concurrency:
+                print(f"seed {seed}: {args.trials} trials, {args.max_epochs} epochs each at most, "
+                      f"{c} at a time:", flush=True)
+                r = run(kilnd, args, spec, "random", c, seed)
+                a = run(kilnd, args, spec, "asha", c, seed)
+                results += [r, a]
     finally:
         kilnd.stop()
     print()
-    print("| trials at a time | random: best test acc. | ASHA: best test acc. | difference "
-          "(points) | epochs: random | epochs: ASHA | ASHA / random | wall s: random / ASHA |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| seed | trials at a time | random: best test acc. | ASHA: best test acc. | "
+          "difference (points) | epochs: random | epochs: ASHA | ASHA / random | "
+          "wall s: random / ASHA |")
+    print("|---|---|---|---|---|---|---|---|---|")
     rows = []
-    for c in args.concurrency:
-        r = next(x for x in results if x["searcher"] == "random" and x["concurrency"] == c)
-        a = next(x for x in results if x["searcher"] == "asha" and x["concurrency"] == c)
+    for r, a in zip(results[0::2], results[1::2]):
         diff = 100 * (a["best_accuracy"] - r["best_accuracy"])
         frac = a["epochs_trained"] / r["epochs_trained"] if r["epochs_trained"] else float("nan")
-        rows.append({"concurrency": c, "random": r, "asha": a, "difference_points": diff,
-                     "epoch_fraction": frac})
-        print(f"| {c} | {r['best_accuracy']:.4f} | {a['best_accuracy']:.4f} | {diff:+.2f} | "
-              f"{r['epochs_trained']} | {a['epochs_trained']} | {frac:.2f} | "
-              f"{r['wall_s']:.0f} / {a['wall_s']:.0f} |")
+        rows.append({"seed": r["seed"], "concurrency": r["concurrency"], "random": r, "asha": a,
+                     "difference_points": diff, "epoch_fraction": frac})
+        print(f"| {r['seed']} | {r['concurrency']} | {r['best_accuracy']:.4f} | "
+              f"{a['best_accuracy']:.4f} | {diff:+.2f} | {r['epochs_trained']} | "
+              f"{a['epochs_trained']} | {frac:.2f} | {r['wall_s']:.0f} / {a['wall_s']:.0f} |")
+    if len(args.seeds) > 1:
+        for c in args.concurrency:
+            mine = [x for x in rows if x["concurrency"] == c]
+            d = sum(x["difference_points"] for x in mine) / len(mine)
+            f = sum(x["epoch_fraction"] for x in mine) / len(mine)
+            print(f"mean over {len(mine)} seeds, {c} at a time: difference {d:+.2f} points, "
+                  f"epochs {f:.2f} of random search's")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"},
