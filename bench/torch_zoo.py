@@ -94,8 +94,8 @@ class Layer(nn.Module):
             out = (spec["units"],)
         elif t == "flatten":
             out = (int(np.prod(shape)),)
-        elif t == "relu":
-            self.act = nn.ReLU()
+        elif t in ("relu", "leaky_relu", "elu", "softmax"):  # activation layers by Keras's names
+            self.act = act_fn(t, spec.get("negative_slope", spec.get("alpha")))
             out = shape
         elif t == "activation":
             out = shape
@@ -106,24 +106,26 @@ class Layer(nn.Module):
             same = spec.get("padding", "valid") == "same"
             bias = spec.get("use_bias", True)
             mult = spec.get("depth_multiplier", 1)
+            d = pair(spec.get("dilation_rate"), 1)
+            ek = ((k[0] - 1) * d[0] + 1, (k[1] - 1) * d[1] + 1)  # the dilated kernel's extent
 
             def padded(conv):
-                return conv_same(conv, k, s, h, w) if same else conv
+                return conv_same(conv, ek, s, h, w) if same else conv
             if t == "conv2d":
-                self.mod = padded(nn.Conv2d(c, spec["filters"], k, s, 0, bias=bias))
+                self.mod = padded(nn.Conv2d(c, spec["filters"], k, s, 0, d, bias=bias))
                 oc = spec["filters"]
             elif t == "depthwise_conv2d":
-                self.mod = padded(nn.Conv2d(c, c * mult, k, s, 0, groups=c, bias=bias))
+                self.mod = padded(nn.Conv2d(c, c * mult, k, s, 0, d, groups=c, bias=bias))
                 oc = c * mult
             else:  # Keras's SeparableConv2D: depthwise without bias, then pointwise
-                self.mod = nn.Sequential(padded(nn.Conv2d(c, c * mult, k, s, 0, groups=c,
+                self.mod = nn.Sequential(padded(nn.Conv2d(c, c * mult, k, s, 0, d, groups=c,
                                                           bias=False)),
                                          nn.Conv2d(c * mult, spec["filters"], 1, bias=bias))
                 oc = spec["filters"]
             if same:
                 oh, ow = -(-h // s[0]), -(-w // s[1])
             else:
-                oh, ow = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1
+                oh, ow = (h - ek[0]) // s[0] + 1, (w - ek[1]) // s[1] + 1
             out = (oc, oh, ow)
         elif t == "batch_norm":
             bn = nn.BatchNorm2d if len(shape) == 3 else nn.BatchNorm1d

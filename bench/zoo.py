@@ -7,6 +7,8 @@ use every layer type and activation a job spec accepts.
 
 Models: bench/specs/zoo/*.json, trained by kiln-train as a user runs them;
 their PyTorch twins are built from the same specs by bench/torch_zoo.py.
+--models also takes paths of other spec files (any model a user sends;
+bench/specs/other/ holds a few that are not in the zoo).
 Speed: each run trains WARMUP steps, then STEPS more; kiln's examples/s are
 read from the times its --json progress lines arrive (a line every 5
 steps), PyTorch's from its own clock around the same steps. Both read the
@@ -71,8 +73,21 @@ MODELS = {
 }
 
 
+# A model named by a path to a spec file (any model a user might send) runs
+# with these step counts and the 1.5x target.
+OTHER = (3, 10, 4, 1.5, "a spec from a file")
+
+
+def spec_path(model):
+    return model if model.endswith(".json") else os.path.join(SPECS, model + ".json")
+
+
+def about(model):
+    return MODELS.get(model, OTHER)
+
+
 def spec_of(model):
-    with open(os.path.join(SPECS, model + ".json")) as f:
+    with open(spec_path(model)) as f:
         return json.load(f)
 
 
@@ -160,7 +175,7 @@ def torch_speed(model, threads, warm, steps, setting, csv):
     env.update(TUNABLES)
     env.update(dict(TORCH_SETTINGS)[setting])
     argv = [PY, os.path.join(ROOT, "bench", "torch_zoo.py"), "speed",
-            os.path.join(SPECS, model + ".json"), str(threads), str(warm), str(steps), DATA]
+            spec_path(model), str(threads), str(warm), str(steps), DATA]
     if csv:
         argv.append(csv)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -297,7 +312,7 @@ def torch_accuracy(model, seed, csv):
         env.pop(v, None)
     env.update(TUNABLES)
     argv = [PY, os.path.join(ROOT, "bench", "torch_zoo.py"), "train",
-            os.path.join(SPECS, model + ".json"), "1", str(spec["epochs"]), str(seed), DATA]
+            spec_path(model), "1", str(spec["epochs"]), str(seed), DATA]
     if csv:
         argv.append(csv)
     out = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -318,7 +333,8 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 1 repeat, fewer steps, one BLAS setting, one profile")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="zoo names, or paths of other spec files (.json) to run the same way")
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--first-seed", type=int, default=42,
@@ -354,7 +370,7 @@ def main():
           f"triad {stream['triad_gbs'][0]} / {stream['triad_gbs'][1]} (1 / 2 threads)",
           flush=True)
     for m in models:
-        result["models"][m] = MODELS[m][4]
+        result["models"][m] = about(m)[4]
 
     if args.precision:
         result["precision"] = precision_runs(args, models, threads, repeats, uploads)
@@ -364,7 +380,7 @@ def main():
         chosen = {}
         for r in range(repeats):
             for m in models:
-                warm, steps, quick_steps = MODELS[m][:3]
+                warm, steps, quick_steps = about(m)[:3]
                 steps = quick_steps if args.quick else steps
                 for t in threads:
                     rr = runs[(m, t)]
@@ -394,14 +410,14 @@ def main():
                     "model": m, "threads": t, "kiln_examples_per_s": med["kiln"],
                     "torch_examples_per_s": med[best], "torch_setting": best,
                     "torch_examples_per_s_by_setting": {s: med[s] for s in med if s != "kiln"},
-                    "ratio": med["kiln"] / med[best], "target": MODELS[m][3],
+                    "ratio": med["kiln"] / med[best], "target": about(m)[3],
                     "kiln_peak_rss_mib": rss["kiln"], "torch_peak_rss_mib": rss[best],
                     "rss_ratio": rss["kiln"] / rss[best],
                     "kiln_arena_mib": rr["kiln"][0]["arena_mib"],
                     "runs": {k: [x["examples_per_s"] for x in v] for k, v in rr.items()}})
     if not args.no_speed and not args.precision:
         for m in models:
-            warm, steps, quick_steps = MODELS[m][:3]
+            warm, steps, quick_steps = about(m)[:3]
             steps = quick_steps if args.quick else steps
             for t in threads[:1] if args.quick else threads:
                 result["profile"][f"{m},{t}"] = kiln_profile(
@@ -436,7 +452,7 @@ def precision_runs(args, models, threads, repeats, uploads):
         runs = {(m, t, p): [] for m in models for t in threads for p in PRECISIONS}
         for r in range(repeats):
             for m in models:
-                warm, steps, quick_steps = MODELS[m][:3]
+                warm, steps, quick_steps = about(m)[:3]
                 steps = quick_steps if args.quick else steps
                 for t in threads:
                     for p in PRECISIONS:
