@@ -361,6 +361,18 @@ static kn_node c_max_pool_same(ctx *c) {
   kn_window w = {3, 3, 2, 2, 1, 1, KN_PAD_SAME};
   return kn_max_pool2d(c->g, param(c, "x", 4, xd), &w);
 }
+/* Overlapping windows (3x3, stride 2, and stride 1) over 19 channels: a
+ * vector of 16 and a tail, cells taking gradient from several windows. */
+static kn_node c_max_pool_overlapping(ctx *c) {
+  int xd[4] = {2, 7, 6, 19};
+  kn_window w = {3, 3, 2, 2, 1, 1, KN_PAD_SAME};
+  return kn_max_pool2d(c->g, param(c, "x", 4, xd), &w);
+}
+static kn_node c_avg_pool_overlapping(ctx *c) {
+  int xd[4] = {2, 5, 6, 19};
+  kn_window w = {3, 3, 1, 1, 1, 1, KN_PAD_SAME};
+  return kn_avg_pool2d(c->g, param(c, "x", 4, xd), &w);
+}
 static kn_node c_avg_pool_same(ctx *c) {
   int xd[4] = {2, 5, 4, 2};
   kn_window w = {2, 2, 2, 2, 1, 1, KN_PAD_SAME};
@@ -461,6 +473,8 @@ CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
 CASE(c_avg_pool_same)
+CASE(c_max_pool_overlapping)
+CASE(c_avg_pool_overlapping)
 CASE(c_global_avg_pool)
 CASE(c_batch_norm_2d)
 CASE(c_batch_norm_4d)
@@ -498,6 +512,72 @@ static void max_pool_ties_route_the_gradient_to_the_first_maximum(void **state) 
     const float *d = kn_grads(g);
     for (int c = 0; c < C; c++)
       for (int k = 0; k < 4; k++) assert_float_equal(d[k * C + c], k == winner[c % 4], 0.0f);
+  }
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+  kn_graph_free(g);
+}
+
+/* Overlapping windows (3x3, stride 2, "same") on float32, on every CPU path:
+ * the pooled maxima and, with loss = sum(w * pool(x)), each cell's gradient
+ * (the sum of w over the windows whose first maximum it is), against
+ * loops here. Values from {0..3} make ties in most windows; 19 channels
+ * cover a vector of 16 and a tail; a NaN cell wins its windows. */
+static void overlapping_max_pools_match_a_reference_on_every_path(void **state) {
+  (void)state;
+  enum { B = 2, H = 7, W = 6, C = 19, OH = 4, OW = 3 };
+  kn_graph *g = kn_graph_new();
+  int xd[4] = {B, H, W, C}, yd[4] = {B, OH, OW, C};
+  kn_window win = {3, 3, 2, 2, 1, 1, KN_PAD_SAME};
+  kn_node x = kn_param(g, "x", 4, xd, KN_INIT_ZEROS);
+  kn_node wts = kn_param(g, "w", 4, yd, KN_INIT_ZEROS);
+  kn_node y = kn_max_pool2d(g, x, &win);
+  kn_graph_keep(g, y);
+  kn_node loss = kn_sum(g, kn_mul(g, y, wts), -1, 0);
+  char err[256] = "";
+  assert_int_equal(kn_autodiff(g, loss, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_compile(g, 1, NULL, err, sizeof err), KN_OK);
+  float *p = kn_params(g);
+  float *xv = p + kn_param_offset(g, x), *wv = p + kn_param_offset(g, wts);
+  for (int i = 0; i < B * H * W * C; i++) xv[i] = (float)((i * 7 + i / 5) % 4);
+  xv[(1 * H * W + 3 * W + 2) * C + 17] = NAN;
+  for (int i = 0; i < B * OH * OW * C; i++) wv[i] = (float)(1 + i % 5);
+  static float want_y[B * OH * OW * C], want_dx[B * H * W * C];
+  memset(want_dx, 0, sizeof want_dx);
+  for (int b = 0; b < B; b++)
+    for (int oh = 0; oh < OH; oh++)
+      for (int ow = 0; ow < OW; ow++)
+        for (int c = 0; c < C; c++) { /* "same": 1 row above, no column to the left */
+          int first = -1;
+          float m = 0;
+          for (int ih = oh * 2 - 1; ih <= oh * 2 + 1; ih++)
+            for (int iw = ow * 2; iw <= ow * 2 + 2; iw++) {
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              const int at = ((b * H + ih) * W + iw) * C + c;
+              if (first < 0 || xv[at] > m || isnan(xv[at])) m = xv[at]; /* a NaN stays */
+              first = first < 0 ? at : first;
+            }
+          for (int ih = oh * 2 - 1, done = 0; ih <= oh * 2 + 1 && !done; ih++)
+            for (int iw = ow * 2; iw <= ow * 2 + 2 && !done; iw++) {
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              const int at = ((b * H + ih) * W + iw) * C + c;
+              if (xv[at] == m || isnan(xv[at])) {
+                want_dx[at] += wv[((b * OH + oh) * OW + ow) * C + c];
+                done = 1;
+              }
+            }
+          want_y[((b * OH + oh) * OW + ow) * C + c] = m;
+        }
+  for (kn_isa isa = KN_ISA_BASELINE; isa <= KN_ISA_AVX512; isa++) {
+    if (kn_cpu_set_isa(isa, err, sizeof err) != KN_OK) continue;
+    assert_int_equal(kn_graph_run(g, KN_RUN_TRAIN, B, err, sizeof err), KN_OK);
+    const float *got_y = kn_node_data(g, y), *d = kn_grads(g) + kn_param_offset(g, x);
+    for (int i = 0; i < B * OH * OW * C; i++) {
+      if (isnan(want_y[i]))
+        assert_true(isnan(got_y[i]));
+      else
+        assert_float_equal(got_y[i], want_y[i], 0.0f);
+    }
+    for (int i = 0; i < B * H * W * C; i++) assert_float_equal(d[i], want_dx[i], 0.0f);
   }
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
   kn_graph_free(g);
@@ -544,6 +624,8 @@ int main(void) {
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
       T(c_avg_pool_same),
+      T(c_max_pool_overlapping),
+      T(c_avg_pool_overlapping),
       T(c_global_avg_pool),
       T(c_batch_norm_2d),
       T(c_batch_norm_4d),
@@ -554,6 +636,7 @@ int main(void) {
       T(c_mse_mae),
       T(c_top_k_is_a_constant),
       cmocka_unit_test(max_pool_ties_route_the_gradient_to_the_first_maximum),
+      cmocka_unit_test(overlapping_max_pools_match_a_reference_on_every_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
