@@ -470,8 +470,9 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     kn_graph_fail(g, KN_ENOMEM, "compile: out of memory");
     goto out;
   }
-  /* The convolutions' scratch: the largest any Winograd node or
-   * col2im_gemm needs. */
+  /* The convolutions' scratch: the largest any Winograd node,
+   * col2im_gemm or depthwise node of depth multiplier > 1 (x's channels
+   * repeated, or the input gradient's C * M sums) needs. */
   size_t conv_floats = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const kn_node_rec *n = &g->nodes[i];
@@ -486,6 +487,13 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       const kn_conv_attrs *a = &n->attr.conv;
       need = (size_t)kn_pool_threads(g->pool) * kn_col2im_chunk_images(g, n) * a->oh * a->ow *
              a->kh * a->kw * n->dims[3]; /* a chunk a thread */
+    } else if (n->op == KN_OP_DWCONV || n->op == KN_OP_DWCONV_DX || n->op == KN_OP_DWCONV_DW) {
+      const kn_node_rec *X = n->op == KN_OP_DWCONV      ? &g->nodes[n->inputs[0]]
+                             : n->op == KN_OP_DWCONV_DX ? n
+                                                        : &g->nodes[n->inputs[1]];
+      const int M = n->op == KN_OP_DWCONV_DW ? n->dims[3] : g->nodes[n->inputs[1]].dims[3];
+      if (M > 1)
+        need = (size_t)kn_node_rows(g, X) * X->dims[1] * X->dims[2] * X->dims[3] * (size_t)M;
     }
     if (need > conv_floats) conv_floats = need;
   }

@@ -440,6 +440,85 @@ static void dropout_drops_at_its_rate_only_in_training(void **state) {
   kn_graph_free(g);
 }
 
+/* Depth multipliers 2 and 3 (output channel c * M + m reads input channel
+ * c) against the definition in double: y, dx and dw, with loss = sum(r *
+ * y). Channel counts put a 16-wide block and a tail in C * M; a 3x3 "same"
+ * window, a strided 5x5 and a dilated 3x3; 1 and 2 threads. */
+static void depthwise_multipliers_match_a_direct_loop(void **state) {
+  (void)state;
+  const struct {
+    int h, w, c, m, k, s, d;
+  } cases[] = {{6, 7, 7, 3, 3, 1, 1}, {9, 8, 12, 2, 5, 2, 1}, {7, 7, 5, 2, 3, 1, 2}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      const int B = 3, H = cases[k].h, W = cases[k].w, C = cases[k].c, M = cases[k].m;
+      const int K = cases[k].k, S = cases[k].s, D = cases[k].d, CM = C * M;
+      kn_graph *g = kn_graph_new();
+      int xd[4] = {B, H, W, C}, wd[4] = {K, K, C, M};
+      kn_node x = kn_param(g, "x", 4, xd, KN_INIT_ZEROS);
+      kn_node w = kn_param(g, "w", 4, wd, KN_INIT_ZEROS);
+      kn_window win = {K, K, S, S, D, D, KN_PAD_SAME};
+      kn_node y = kn_depthwise_conv2d(g, x, w, &win);
+      int nd, yd[KN_MAX_DIMS];
+      kn_node_shape(g, y, &nd, yd);
+      kn_node r = kn_param(g, "r", 4, yd, KN_INIT_ZEROS);
+      kn_graph_keep(g, y);
+      char err[256];
+      if (kn_autodiff(g, kn_sum(g, kn_mul(g, y, r), -1, 0), err, sizeof err))
+        fail_msg("autodiff: %s", err);
+      kn_graph_set_threads(g, threads);
+      if (kn_graph_compile(g, 1, NULL, err, sizeof err)) fail_msg("compile: %s", err);
+      const int OH = yd[1], OW = yd[2], ek = (K - 1) * D + 1;
+      const size_t nx = (size_t)B * H * W * C, nw = (size_t)K * K * CM,
+                   ny = (size_t)B * OH * OW * CM;
+      float *p = kn_params(g), *xv = p + kn_param_offset(g, x), *wv = p + kn_param_offset(g, w);
+      float *rv = p + kn_param_offset(g, r);
+      kn_rng rng;
+      kn_rng_seed(&rng, 11 + (uint64_t)k);
+      for (size_t i = 0; i < nx; i++) xv[i] = kn_rng_uniform(&rng) - 0.5f;
+      for (size_t i = 0; i < nw; i++) wv[i] = kn_rng_uniform(&rng) - 0.5f;
+      for (size_t i = 0; i < ny; i++) rv[i] = kn_rng_uniform(&rng) - 0.5f;
+      if (kn_graph_run(g, KN_RUN_TRAIN, B, err, sizeof err)) fail_msg("run: %s", err);
+      const int pt = ((OH - 1) * S + ek - H) > 0 ? ((OH - 1) * S + ek - H) / 2 : 0;
+      const int pl = ((OW - 1) * S + ek - W) > 0 ? ((OW - 1) * S + ek - W) / 2 : 0;
+      double *want_dx = calloc(nx, sizeof *want_dx), *want_dw = calloc(nw, sizeof *want_dw);
+      const float *got_y = kn_node_data(g, y), *gr = kn_grads(g);
+      for (int b = 0; b < B; b++)
+        for (int oh = 0; oh < OH; oh++)
+          for (int ow = 0; ow < OW; ow++)
+            for (int o = 0; o < CM; o++) {
+              const size_t yo = (((size_t)b * OH + oh) * OW + ow) * CM + o;
+              double acc = 0.0;
+              for (int ki = 0; ki < K; ki++)
+                for (int kj = 0; kj < K; kj++) {
+                  const int ih = oh * S - pt + ki * D, iw = ow * S - pl + kj * D;
+                  if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                  const size_t xi = (((size_t)b * H + ih) * W + iw) * C + o / M;
+                  const size_t wi = (size_t)(ki * K + kj) * CM + o;
+                  acc += (double)xv[xi] * wv[wi];
+                  want_dx[xi] += (double)rv[yo] * wv[wi];
+                  want_dw[wi] += (double)rv[yo] * xv[xi];
+                }
+              if (fabs(got_y[yo] - acc) > 1e-5)
+                fail_msg("case %zu, %d thread(s): y[%zu] = %.9g, want %.9g", k, threads, yo,
+                         got_y[yo], acc);
+            }
+      const float *gx = gr + kn_param_offset(g, x), *gw = gr + kn_param_offset(g, w);
+      for (size_t i = 0; i < nx; i++)
+        if (fabs(gx[i] - want_dx[i]) > 1e-5)
+          fail_msg("case %zu, %d thread(s): dx[%zu] = %.9g, want %.9g", k, threads, i, gx[i],
+                   want_dx[i]);
+      for (size_t i = 0; i < nw; i++)
+        if (fabs(gw[i] - want_dw[i]) > 1e-4)
+          fail_msg("case %zu, %d thread(s): dw[%zu] = %.9g, want %.9g", k, threads, i, gw[i],
+                   want_dw[i]);
+      free(want_dx);
+      free(want_dw);
+      kn_graph_free(g);
+    }
+  }
+}
+
 /* conv2d (stride 2, same, dilation 1) against the definition, in float. */
 static void conv2d_matches_a_direct_loop(void **state) {
   (void)state;
@@ -771,6 +850,7 @@ int main(void) {
       cmocka_unit_test(depthwise_gives_the_same_bits_on_any_thread_count),
       cmocka_unit_test(dropout_drops_at_its_rate_only_in_training),
       cmocka_unit_test(conv2d_matches_a_direct_loop),
+      cmocka_unit_test(depthwise_multipliers_match_a_direct_loop),
       cmocka_unit_test(pools_and_top_k_give_known_values),
       cmocka_unit_test(average_pools_match_their_definition_exactly),
       cmocka_unit_test(bf16_casts_round_as_the_definition),
