@@ -283,6 +283,15 @@ int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n) {
   return chunk < 1 ? 1 : chunk;
 }
 
+/* An overlapping max pool's gradient on bf16 values widens a window's
+ * cells to run 16 channels a vector; off, it runs a channel at a time
+ * (tests: the same bits either way). */
+static _Atomic int pool_widening_off;
+
+void kn_pool_set_widening(int on) {
+  atomic_store(&pool_widening_off, !on);
+}
+
 uint64_t kn_graph_gemm_calls(const kn_graph *g, kn_gemm_kernel kernel) {
   return (kernel >= 0 && kernel < KN_GEMM_KERNELS) ? g->gemm_calls[kernel] : 0;
 }

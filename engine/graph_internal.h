@@ -675,6 +675,10 @@ int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n);
 /* The bytes of a chunk's columns for graphs compiled from now on; 0: the
  * default (512 KiB). Tests make chunks of an image. */
 void kn_col2im_set_chunk_bytes(size_t bytes);
+/* cpu.c: whether an overlapping max pool's gradient on bf16 values widens
+ * its windows to run on vectors (1, the default) or runs a channel at a
+ * time (0), for graphs run from now on. Tests compare the two. */
+void kn_pool_set_widening(int on);
 int kn_lower_bias_grads_in_gemm(kn_graph *g);
 int kn_lower_pool_grads_in_gemm(kn_graph *g);
 int kn_lower_bn_grads(kn_graph *g, int *relu_grads);

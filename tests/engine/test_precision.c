@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "graph_internal.h"
 
 static uint32_t bits_of(float f) {
   uint32_t u;
@@ -780,6 +781,48 @@ static void pool_argmax_changes_no_bits_and_shrinks_the_plan(void **state) {
   check_same_bits_in_both_precisions(KN_PASS_POOL_ARGMAX, 2, 1);
 }
 
+/* Max pools whose windows overlap (3x3, stride 2, "same"; 20 channels: a
+ * vector and a tail) read bf16 copies of their inputs in mixed_bfloat16;
+ * their gradients widen each window's cells to run on vectors: training
+ * is the same bits as one channel at a time, on 1 and 2 threads. */
+static void overlapping_bf16_max_pools_train_the_same_bits_widened(void **state) {
+  (void)state;
+  static const kn_layer_config layers[] = {
+      {.type = KN_LAYER_CONV2D,
+       .name = "conv",
+       .filters = 20,
+       .kernel_size = {3, 3},
+       .padding = KN_PAD_SAME,
+       .use_bias = 1},
+      {.type = KN_LAYER_MAX_POOL2D,
+       .name = "pool",
+       .pool_size = {3, 3},
+       .strides = {2, 2},
+       .padding = KN_PAD_SAME},
+      {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+      {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
+  kn_model_config cfg = {.input_ndim = 3,
+                         .input_shape = {12, 12, 1},
+                         .n_layers = 4,
+                         .layers = layers,
+                         .batch_size = 16,
+                         .seed = 3,
+                         .precision = KN_PRECISION_MIXED_BFLOAT16};
+  for (int threads = 1; threads <= 2; threads++) {
+    kn_model a = build_from(&cfg, threads, ALL_EXACT, NULL);
+    kn_model b = build_from(&cfg, threads, ALL_EXACT, NULL);
+    float la[4], lb[4];
+    sgd_losses(&a, 4, la);
+    kn_pool_set_widening(0);
+    sgd_losses(&b, 4, lb);
+    kn_pool_set_widening(1);
+    for (int s = 0; s < 4; s++) assert_true(bits_of(la[s]) == bits_of(lb[s]));
+    assert_memory_equal(kn_params(a.graph), kn_params(b.graph), kn_param_count(a.graph) * 4);
+    kn_model_free(&a);
+    kn_model_free(&b);
+  }
+}
+
 /* The first convolution's max pool gradient computed inside its weight
  * gradient's GEMM as it packs it (pool_grad_in_gemm), never written: the
  * same values summed in the same order, so the same bits. */
@@ -1023,6 +1066,7 @@ int main(void) {
       cmocka_unit_test(bias_grads_in_gemm_train_the_same),
       cmocka_unit_test(pool_argmax_changes_no_bits_and_shrinks_the_plan),
       cmocka_unit_test(pool_grads_in_gemm_change_no_bits),
+      cmocka_unit_test(overlapping_bf16_max_pools_train_the_same_bits_widened),
       cmocka_unit_test(implicit_columns_survive_a_gemm_switch),
       cmocka_unit_test(f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero),
       cmocka_unit_test(casts_between_other_types_are_refused),
