@@ -48,12 +48,6 @@ def act_fn(name, alpha=None):
             "sigmoid": nn.Sigmoid(), "tanh": nn.Tanh()}[name]
 
 
-def same_pad(k):
-    """torch's padding giving Keras's "same" output size for odd kernels
-    (pools; for stride 2 Keras pads one more at the bottom/right)."""
-    return (k[0] // 2, k[1] // 2)
-
-
 def keras_same(k, s, h, w):
     """Keras's (TensorFlow's) "same" padding of an h x w input as (left,
     right, top, bottom): the total that gives ceil(size / stride) outputs,
@@ -75,6 +69,23 @@ def conv_same(conv, k, s, h, w):
         conv.padding = (top, left)
         return conv
     return nn.Sequential(nn.ZeroPad2d((left, right, top, bottom)), conv)
+
+
+class AsymmetricPool(nn.Module):
+    """A pool with Keras's "same" padding where it is not symmetric (a 3x3
+    stride-2 window on an even size: one more cell at the bottom and right):
+    max over -inf padding, or the mean of the cells inside."""
+
+    def __init__(self, is_max, k, s, pads):
+        super().__init__()
+        self.is_max, self.k, self.s, self.pads = is_max, k, s, pads
+
+    def forward(self, x):
+        if self.is_max:
+            return F.max_pool2d(F.pad(x, self.pads, value=float("-inf")), self.k, self.s)
+        total = F.avg_pool2d(F.pad(x, self.pads), self.k, self.s, divisor_override=1)
+        ones = F.pad(torch.ones_like(x[:1, :1]), self.pads)
+        return total / F.avg_pool2d(ones, self.k, self.s, divisor_override=1)
 
 
 class Layer(nn.Module):
@@ -140,11 +151,13 @@ class Layer(nn.Module):
             k = pair(spec.get("pool_size"), 2)
             s = pair(spec["strides"], 1) if "strides" in spec else k
             same = spec.get("padding", "valid") == "same"
-            pad = same_pad(k) if same else (0, 0)
-            if t == "max_pool2d":
-                self.mod = nn.MaxPool2d(k, s, pad)
+            pads = keras_same(k, s, h, w) if same else (0, 0, 0, 0)
+            if pads[0] != pads[1] or pads[2] != pads[3]:
+                self.mod = AsymmetricPool(t == "max_pool2d", k, s, pads)
+            elif t == "max_pool2d":
+                self.mod = nn.MaxPool2d(k, s, (pads[2], pads[0]))
             else:
-                self.mod = nn.AvgPool2d(k, s, pad, count_include_pad=False)
+                self.mod = nn.AvgPool2d(k, s, (pads[2], pads[0]), count_include_pad=False)
             if same:
                 out = (c, -(-h // s[0]), -(-w // s[1]))
             else:
