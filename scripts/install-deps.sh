@@ -43,6 +43,24 @@ if ! command -v npm >/dev/null 2>&1; then
   packages+=(npm)
 fi
 
+# retry N CMD...: CMD until it succeeds, at most N tries, waiting 5, 10,
+# 20... seconds between them: the package archive and the npm registry drop
+# connections now and then, and one reset must not fail a fresh install.
+retry() {
+  local tries="$1" n=1 wait=5
+  shift
+  until "$@"; do
+    if [ "$n" -ge "$tries" ]; then
+      echo "install-deps: '$*' failed $tries times" >&2
+      return 1
+    fi
+    echo "install-deps: '$*' failed (try $n of $tries); again in ${wait}s" >&2
+    sleep "$wait"
+    n=$((n + 1))
+    wait=$((wait * 2))
+  done
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -63,8 +81,8 @@ else
     fi
   fi
   echo "install-deps: installing ${missing[*]}"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  retry 4 $sudo apt-get update -q
+  retry 4 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # npm_ci DIR: the packages of DIR's package-lock.json, exactly, unless the
@@ -77,7 +95,7 @@ npm_ci() {
     return 0
   fi
   echo "install-deps: npm ci in $dir"
-  (cd "$dir" && npm ci --no-audit --no-fund)
+  (cd "$dir" && retry 4 npm ci --no-audit --no-fund --fetch-retries=5)
   echo "$sum" >"$stamp"
 }
 
