@@ -168,9 +168,10 @@ typedef struct kn_node_rec {
    * bn_apply, 1 + the matmul (in those runs its own kernel runs nothing,
    * and the planner keeps its value live from that matmul on). 0: none. */
   kn_node bn_fold, eval_written_by;
-  /* The winograd pass: 1 on a 3x3, stride-1 convolution's forward matmul,
-   * weight-gradient matmul or input gradient whose kernel computes it by
-   * Winograd's F(4x4, 3x3) (winograd.c) instead of a GEMM. */
+  /* The winograd pass: 1 on a 3x3 or 5x5, stride-1 convolution's forward
+   * matmul, weight-gradient matmul or input gradient whose kernel computes
+   * it by Winograd's F(4x4, 3x3) or F(2x2, 5x5) (winograd.c) instead of a
+   * GEMM. */
   int winograd;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
@@ -685,34 +686,36 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
 int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then DCE, then: */
 int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
-/* winograd.c: 3x3, stride-1 convolutions by Winograd's F(4x4, 3x3), on
- * CPUs with AVX-512F (kn_winograd_available). A product reads its input x
- * (batch, hp, wp, cin) as stored, f32 or bf16, as if padded with zeros: pt
- * rows above, pl columns left, and as many below and right as its output
- * (batch, oh, ow, cout) reads. */
+/* winograd.c: 3x3 and 5x5, stride-1 convolutions by Winograd's F(4x4, 3x3)
+ * and F(2x2, 5x5), on CPUs with AVX-512F (kn_winograd_available). A
+ * product of an r x r kernel reads its input x (batch, hp, wp, cin) as
+ * stored, f32 or bf16, as if padded with zeros: pt rows above, pl columns
+ * left, and as many below and right as its output (batch, oh, ow, cout)
+ * reads. */
 typedef struct kn_wino_io {
   const void *x;
   int x_bf16;
+  int r; /* the kernel's side: 3 or 5 */
   int batch, hp, wp, cin, pt, pl, oh, ow, cout;
 } kn_wino_io;
 int kn_winograd_available(void);
-/* Whether a product of that output size and channels saves at least half
- * of the direct product's multiplies. */
-int kn_winograd_pays(int oh, int ow, int cin, int cout);
+/* Whether a product of an r x r kernel (3 or 5), that output size and
+ * channels saves at least half of the direct product's multiplies. */
+int kn_winograd_pays(int r, int oh, int ow, int cin, int cout);
 /* The sizes past which products go by chunks (a forward product's
  * transformed kernel, a weight gradient's sums) and a chunk's bytes, for
  * graphs compiled from now on; 0: the defaults. Tests lower them. */
 void kn_winograd_set_limits(size_t wide_forward, size_t wide_wgrad, size_t chunk);
 /* Floats of the graph's Winograd buffer one such product needs. */
-size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
-                          int weight_grad);
-/* y = x correlated with the kernel w (3, 3, cin, cout), or with flip set,
- * with w (3, 3, cout, cin) turned 180 degrees (an input gradient); w f32
+size_t kn_winograd_floats(int threads, int r, int batch, int hp, int wp, int cin, int oh, int ow,
+                          int cout, int weight_grad);
+/* y = x correlated with the kernel w (r, r, cin, cout), or with flip set,
+ * with w (r, r, cout, cin) turned 180 degrees (an input gradient); w f32
  * or bf16; bias (or NULL) and relu applied as it stores, and y's bf16
  * copy into y_copy (or NULL) as a cast would round it. */
 void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
                       const float *bias, int relu, float *y, uint16_t *y_copy);
-/* dw (3, 3, cin, cout) from x and dy (batch, oh, ow, cout), f32 or bf16,
+/* dw (r, r, cin, cout) from x and dy (batch, oh, ow, cout), f32 or bf16,
  * and dy's column sums into b_sums (or NULL). The same bits for any
  * thread count, as every product here. */
 void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,

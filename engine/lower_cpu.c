@@ -744,6 +744,7 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
   const int input_grad = n->op == KN_OP_CONV_INPUT_GRAD;
   *a = (kn_wino_args){.io = {.x = P->data,
                              .x_bf16 = P->dtype == KN_BF16,
+                             .r = P->attr.conv.kh,
                              .batch = kn_node_rows(g, P),
                              .hp = S->dims[1],
                              .wp = S->dims[2],
@@ -759,8 +760,8 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
 
 /* The winograd pass (KN_PASS_WINOGRAD): marks the forward matmul (with
  * its bias and relu), the weight-gradient matmul (with the bias gradient
- * paired to it) and the input gradient of each 3x3, stride-1, undilated
- * convolution (float32, or bf16 operands under mixed_bfloat16, the
+ * paired to it) and the input gradient of each 3x3 or 5x5, stride-1,
+ * undilated convolution (float32, or bf16 operands under mixed_bfloat16, the
  * output float32) whose products read a padded input in place and
  * where kn_winograd_pays; their kernels then run winograd.c. A matmul
  * reading a max pool's gradient as B, or a value that is a part of
@@ -783,19 +784,22 @@ int kn_lower_winograd(kn_graph *g) {
     const kn_node_rec *P = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
     const kn_conv_attrs *c = &P->attr.conv;
     if (P->op != KN_OP_CONV_PAD || (P->dtype != KN_F32 && P->dtype != KN_BF16) ||
-        (B->dtype != KN_F32 && B->dtype != KN_BF16) || B->storage == KN_STORE_PART || c->kh != 3 ||
-        c->kw != 3 || c->sh != 1 || c->sw != 1 || c->dh != 1 || c->dw != 1)
+        (B->dtype != KN_F32 && B->dtype != KN_BF16) || B->storage == KN_STORE_PART ||
+        (c->kh != 3 && c->kh != 5) || c->kw != c->kh || c->sh != 1 || c->sw != 1 || c->dh != 1 ||
+        c->dw != 1)
       continue;
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    if ((a.io.pt == 0 && a.io.pl == 0 && (a.io.hp < a.io.oh + 2 || a.io.wp < a.io.ow + 2)) ||
-        !kn_winograd_pays(a.io.oh, a.io.ow, a.io.cin, a.io.cout))
+    const int r = a.io.r, taps = r * r;
+    if ((a.io.pt == 0 && a.io.pl == 0 &&
+         (a.io.hp < a.io.oh + r - 1 || a.io.wp < a.io.ow + r - 1)) ||
+        !kn_winograd_pays(r, a.io.oh, a.io.ow, a.io.cin, a.io.cout))
       continue;
-    /* B as the product reads it: the kernel (9 C_in, C_out) or, for the
+    /* B as the product reads it: the kernel (r^2 C_in, C_out) or, for the
      * weight gradient, dy (batch x oh x ow, C_out) */
     if (mm && (B->ndim != 2 || B->dims[1] != a.io.cout)) continue;
-    if (mm && !a.weight_grad && B->dims[0] != 9 * a.io.cin) continue;
-    if (mm && a.weight_grad && n->dims[0] != 9 * a.io.cin) continue;
+    if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
+    if (mm && a.weight_grad && n->dims[0] != taps * a.io.cin) continue;
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     n->winograd = 1;
     marked++;

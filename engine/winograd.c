@@ -1,20 +1,25 @@
-/* winograd.c — 3x3, stride-1 convolutions by Winograd's minimal filtering
- * algorithm F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for
- * Convolutional Neural Networks", 2016), on CPUs with AVX-512F.
+/* winograd.c — 3x3 and 5x5, stride-1 convolutions by Winograd's minimal
+ * filtering algorithms F(4x4, 3x3) and F(2x2, 5x5) (Lavin and Gray, "Fast
+ * Algorithms for Convolutional Neural Networks", 2016), on CPUs with
+ * AVX-512F.
  *
- * A convolution's output is cut into 4x4 tiles; each reads a 6x6 patch of
- * the zero-padded input. With the input patch d, the kernel g (3x3) and
- * the constant matrices B (6x6), G (6x3) and A (6x4),
+ * A convolution's output is cut into m x m tiles (m = 4 for a 3x3 kernel,
+ * 2 for a 5x5 one); each reads a 6x6 patch of the zero-padded input. With
+ * the input patch d, the kernel g (r x r) and the constant matrices B
+ * (6x6), G (6 x r) and A (6 x m),
  *
  *     y = A^T [ (G g G^T) . (B^T d B) ] A          (. : elementwise)
  *
- * so the 16 outputs of a tile take 36 products per input channel and
- * filter instead of 144: summed over the input channels, each of the 36
- * positions is a GEMM of (tiles x C_in) by (C_in x C_out). The transforms
- * are adds and a few small multiplies, linear in the channels, so a layer
- * of 16 or more channels does about a quarter of the direct product's
- * multiplies, and the transforms' adds beside them. The input is read as
- * stored, the padding added as zeros where a patch leaves it.
+ * so a tile's m x m outputs take 36 products per input channel and filter
+ * instead of m^2 r^2 (144 for 3x3 kernels, 100 for 5x5): summed over the
+ * input channels, each of the 36 positions is a GEMM of (tiles x C_in) by
+ * (C_in x C_out). Both evaluate at the points 0, 1, -1, 2, -2 and
+ * infinity, so B is the same matrix for both and only G and A differ. The
+ * transforms are adds and a few small multiplies, linear in the channels,
+ * so a layer of 16 or more channels does about a quarter (3x3) or 36% (5x5)
+ * of the direct product's multiplies, and the transforms' adds beside
+ * them. The input is read as stored, the padding added as zeros where a
+ * patch leaves it.
  *
  * The three products of a training step take the same form:
  *   - forward: y from the padded input and the kernel (bias and relu
@@ -46,8 +51,9 @@
 #include "graph_internal.h"
 #include "narrow_avx512.h"
 
-#define T_OUT  4  /* outputs per tile side */
-#define T_IN   6  /* inputs per tile side: T_OUT + 3 - 1 */
+#define T_IN   6  /* inputs per tile side: m + r - 1 */
+#define M_MAX  4  /* outputs per tile side, at most (a 3x3 kernel's) */
+#define R_MAX  5  /* a kernel's side, at most */
 #define NPOS   36 /* T_IN x T_IN */
 #define VL     16 /* floats per vector */
 #define ROWS_Q 24 /* a block's rows are a multiple of every row group below */
@@ -84,6 +90,7 @@ static int round_up(int v, int q) {
 
 /* The shape of one Winograd product. */
 typedef struct wino_shape {
+  int r, m;               /* the kernel's side (3 or 5), a tile's outputs a side (4 or 2) */
   int batch, hp, wp, cin; /* the input as stored, (batch, hp, wp, cin) */
   int pt, pl;             /* zero rows above it and columns left of it */
   int x_bf16;             /* the input is bf16 (mixed_bfloat16), else f32 */
@@ -96,12 +103,25 @@ typedef struct wino_shape {
   int wide;               /* by chunks (WIDE_FORWARD_BYTES, WIDE_WGRAD_BYTES) */
 } wino_shape;
 
-static wino_shape shape_of(int batch, int hp, int wp, int cin, int oh, int ow, int cout,
+/* A tile's outputs a side for an r x r kernel: 6 - r + 1. */
+static int tile_side(int r) {
+  return T_IN - r + 1;
+}
+
+static wino_shape shape_of(int r, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
                            int weight_grad) {
-  wino_shape s = {.batch = batch, .hp = hp, .wp = wp, .cin = cin, .oh = oh, .ow = ow, .cout = cout};
+  wino_shape s = {.r = r,
+                  .m = tile_side(r),
+                  .batch = batch,
+                  .hp = hp,
+                  .wp = wp,
+                  .cin = cin,
+                  .oh = oh,
+                  .ow = ow,
+                  .cout = cout};
   s.pt = s.pl = 0;
-  s.th = (oh + T_OUT - 1) / T_OUT;
-  s.tw = (ow + T_OUT - 1) / T_OUT;
+  s.th = (oh + s.m - 1) / s.m;
+  s.tw = (ow + s.m - 1) / s.m;
   s.tiles = (int64_t)batch * s.th * s.tw;
   s.cp = round_up(cin, VL);
   s.fp = round_up(cout, VL);
@@ -152,20 +172,23 @@ static size_t blocks_floats(const wino_shape *s, int threads) {
   return (size_t)(s->wide || threads < 1 ? 1 : threads) * thread_floats(s);
 }
 
-int kn_winograd_pays(int h, int w, int cin, int cout) {
-  /* 36 products a tile against 9 an output; at least half of them saved */
-  const int64_t tiles = (int64_t)((h + T_OUT - 1) / T_OUT) * ((w + T_OUT - 1) / T_OUT);
-  return cin >= 8 && cout >= 8 && 2 * NPOS * tiles <= 9 * (int64_t)h * w;
+int kn_winograd_pays(int r, int h, int w, int cin, int cout) {
+  if (r != 3 && r != 5) return 0;
+  /* 36 products a tile against r^2 an output; at least half of them saved */
+  const int m = tile_side(r);
+  const int64_t tiles = (int64_t)((h + m - 1) / m) * ((w + m - 1) / m);
+  return cin >= 8 && cout >= 8 && 2 * NPOS * tiles <= (int64_t)r * r * h * w;
 }
 
-size_t kn_winograd_floats(int threads, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
-                          int weight_grad) {
-  const wino_shape s = shape_of(batch, hp, wp, cin, oh, ow, cout, weight_grad);
+size_t kn_winograd_floats(int threads, int r, int batch, int hp, int wp, int cin, int oh, int ow,
+                          int cout, int weight_grad) {
+  const wino_shape s = shape_of(r, batch, hp, wp, cin, oh, ow, cout, weight_grad);
   return (weight_grad ? partial_floats(&s) : kernel_floats(&s)) + blocks_floats(&s, threads);
 }
 
 #ifdef KN_HAVE_ISA_PATHS
 #define AVX512 __attribute__((target("avx512f")))
+#define INLINE __attribute__((always_inline)) inline
 
 static inline __mmask16 lanes_mask(int n) {
   return n >= VL ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
@@ -234,6 +257,24 @@ AVX512 static inline void a4(const v16 *y, int s, v16 *z, int zs) {
   z[5 * zs] = y3;
 }
 
+/* A^T m for F(2x2, 5x5): 6 values a stride apart to 2. */
+AVX512 static inline void at6_2(const v16 *m, int s, v16 *o, int os) {
+  const v16 m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], m5 = m[5 * s];
+  o[0] = m0 + (m1 + m2) + (m3 + m4);
+  o[os] = FMA(2.0f, m3 - m4, (m1 - m2) + m5);
+}
+
+/* A y for F(2x2, 5x5): 2 values a stride apart to 6. */
+AVX512 static inline void a2(const v16 *y, int s, v16 *z, int zs) {
+  const v16 y0 = y[0], y1 = y[s];
+  z[0] = y0;
+  z[zs] = y0 + y1;
+  z[2 * zs] = y0 - y1;
+  z[3 * zs] = FMA(2.0f, y1, y0);
+  z[4 * zs] = FNMA(2.0f, y1, y0);
+  z[5 * zs] = y1;
+}
+
 /* G g: 3 values a stride apart to 6 (the kernel into the transformed
  * domain). */
 AVX512 static inline void g3(const v16 *g, int s, v16 *u, int us) {
@@ -245,6 +286,30 @@ AVX512 static inline void g3(const v16 *g, int s, v16 *u, int us) {
   u[3 * us] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
   u[4 * us] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
   u[5 * us] = g2;
+}
+
+/* G g for F(2x2, 5x5): 5 values a stride apart to 6. */
+AVX512 static inline void g5(const v16 *g, int s, v16 *u, int us) {
+  const v16 g0 = g[0], g1 = g[s], g2 = g[2 * s], g3 = g[3 * s], g4 = g[4 * s];
+  const v16 e = g0 + g2 + g4, o = g1 + g3; /* the even and odd powers at 1 */
+  const v16 e2 = g0 + 4.0f * g2 + 16.0f * g4, o2 = 2.0f * g1 + 8.0f * g3; /* at 2 */
+  u[0] = 0.25f * g0;
+  u[us] = (e + o) * (-1.0f / 6);
+  u[2 * us] = (e - o) * (-1.0f / 6);
+  u[3 * us] = (e2 + o2) * (1.0f / 24);
+  u[4 * us] = (e2 - o2) * (1.0f / 24);
+  u[5 * us] = g4;
+}
+
+/* G^T u for F(2x2, 5x5): 6 values a stride apart to 5. */
+AVX512 static inline void gt6_5(const v16 *u, int s, v16 *g, int gs) {
+  const v16 u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s], u4 = u[4 * s], u5 = u[5 * s];
+  const v16 p12 = u1 + u2, p34 = u3 + u4, d21 = u2 - u1, d34 = u3 - u4;
+  g[0] = 0.25f * u0 - p12 * (1.0f / 6) + p34 * (1.0f / 24);
+  g[gs] = d21 * (1.0f / 6) + d34 * (1.0f / 12);
+  g[2 * gs] = (p34 - p12) * (1.0f / 6);
+  g[3 * gs] = d21 * (1.0f / 6) + d34 * (1.0f / 3);
+  g[4 * gs] = p34 * (2.0f / 3) - p12 * (1.0f / 6) + u5;
 }
 
 /* G^T u: 6 values a stride apart to 3 (a kernel gradient back). */
@@ -286,10 +351,9 @@ MICRO(1, 12)
 MICRO(2, 8)
 MICRO(3, 6)
 MICRO(4, 6)
-MICRO(3, 4)
 MICRO(4, 4)
-MICRO(1, 8)
-MICRO(2, 4)
+MICRO(1, 16)
+MICRO(3, 8)
 
 typedef void (*micro_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t,
                          float *, ptrdiff_t, int);
@@ -310,8 +374,8 @@ AVX512 static void block_gemm(int rows, int cols, int K, const float *a, ptrdiff
       f = fs[nv];
       R = rs[nv];
     } else {
-      static const micro_fn fs[5] = {NULL, micro_1_8, micro_2_4, micro_3_4, micro_4_4};
-      static const int rs[5] = {0, 8, 4, 4, 4};
+      static const micro_fn fs[5] = {NULL, micro_1_16, micro_2_8, micro_3_8, micro_4_4};
+      static const int rs[5] = {0, 16, 8, 8, 4};
       f = fs[nv];
       R = rs[nv];
     }
@@ -325,7 +389,7 @@ AVX512 static void block_gemm(int rows, int cols, int K, const float *a, ptrdiff
 typedef struct conv_job {
   wino_shape s;
   const void *x; /* the input */
-  const void *w; /* the kernel (3, 3, C, F), f32 or (w_bf16) bf16 */
+  const void *w; /* the kernel (r, r, C, F), f32 or (w_bf16) bf16 */
   int w_bf16;
   int flip;          /* w turned 180 degrees, C and F swapped: an input gradient */
   const float *bias; /* or NULL */
@@ -338,34 +402,50 @@ typedef struct conv_job {
   int64_t blocks;
 } conv_job;
 
+/* G g (r values a stride apart) to 6. */
+AVX512 static INLINE void g_of(const int r, const v16 *g, int s, v16 *u, int us) {
+  if (r == 3)
+    g3(g, s, u, us);
+  else
+    g5(g, s, u, us);
+}
+
 /* The kernel into the transformed domain: U[p][ci][co] for input channels
  * [c0, c1), co padded with zeros to fp. Forward: g = w[kh][kw][ci][co];
- * flipped: w[2-kh][2-kw][co][ci]. */
-AVX512 static void transform_kernel(const conv_job *j, int c0, int c1) {
+ * flipped: w[r-1-kh][r-1-kw][co][ci]. Inlined for each kernel side r. */
+AVX512 static INLINE void transform_kernel_r(const conv_job *j, int c0, int c1, const int r) {
   const wino_shape *s = &j->s;
+  const int taps = r * r;
   for (int ci = c0; ci < c1; ci++) {
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
-      v16 g[9], t[18], u[NPOS];
-      for (int k = 0; k < 9; k++) {
+      v16 g[R_MAX * R_MAX], t[T_IN * R_MAX], u[NPOS];
+      for (int k = 0; k < taps; k++) {
         if (!j->flip) {
           g[k] = load_n(j->w, j->w_bf16, ((size_t)k * s->cin + ci) * s->cout + f0, n);
-        } else { /* w (3, 3, cout, cin): lane l is w[8-k][f0 + l][ci] */
+        } else { /* w (r, r, cout, cin): lane l is w[taps-1-k][f0 + l][ci] */
           float tmp[VL] = {0};
           for (int l = 0; l < n; l++) {
-            const size_t at = ((size_t)(8 - k) * s->cout + f0 + l) * s->cin + ci;
+            const size_t at = ((size_t)(taps - 1 - k) * s->cout + f0 + l) * s->cin + ci;
             tmp[l] = j->w_bf16 ? kn_bf16_to_f32(((const uint16_t *)j->w)[at])
                                : ((const float *)j->w)[at];
           }
           memcpy(&g[k], tmp, sizeof tmp);
         }
       }
-      for (int c = 0; c < 3; c++) g3(g + c, 3, t + c, 3);               /* columns: t is 6 x 3 */
-      for (int r = 0; r < T_IN; r++) g3(t + 3 * r, 1, u + T_IN * r, 1); /* rows */
+      for (int c = 0; c < r; c++) g_of(r, g + c, r, t + c, r); /* columns: t is 6 x r */
+      for (int i = 0; i < T_IN; i++) g_of(r, t + r * i, 1, u + T_IN * i, 1); /* rows */
       for (int p = 0; p < NPOS; p++)
         _mm512_storeu_ps(j->u + ((size_t)p * s->cp + ci) * s->fp + f0, (__m512)u[p]);
     }
   }
+}
+
+AVX512 static void transform_kernel(const conv_job *j, int c0, int c1) {
+  if (j->s.r == 3)
+    transform_kernel_r(j, c0, c1, 3);
+  else
+    transform_kernel_r(j, c0, c1, 5);
 }
 
 static void kernel_range(void *ctx, int64_t t0, int64_t t1) {
@@ -379,17 +459,17 @@ static inline void tile_at(const wino_shape *s, int64_t t, int *b, int *oy, int 
   const int64_t per = (int64_t)s->th * s->tw;
   *b = (int)(t / per);
   const int r = (int)(t % per);
-  *oy = r / s->tw * T_OUT;
-  *ox = r % s->tw * T_OUT;
+  *oy = r / s->tw * s->m;
+  *ox = r % s->tw * s->m;
 }
 
-/* Tile t's image, top-left output, and the rows and columns of its 4x4
+/* Tile t's image, top-left output, and the rows and columns of its m x m
  * outputs inside the output (fewer at the bottom and right edges). */
 static inline void tile_outputs(const wino_shape *s, int64_t t, int *b, int *oy, int *ox, int *rows,
                                 int *cols) {
   tile_at(s, t, b, oy, ox);
-  *rows = s->oh - *oy < T_OUT ? s->oh - *oy : T_OUT;
-  *cols = s->ow - *ox < T_OUT ? s->ow - *ox : T_OUT;
+  *rows = s->oh - *oy < s->m ? s->oh - *oy : s->m;
+  *cols = s->ow - *ox < s->m ? s->ow - *ox : s->m;
 }
 
 /* Asks the cache for the rows x columns patch of tile t (its top left at
@@ -418,8 +498,6 @@ typedef struct patch_map {
   size_t at, row[T_IN], col[T_IN];
   __mmask16 rm[T_IN], cm[T_IN];
 } patch_map;
-
-#define INLINE __attribute__((always_inline)) inline
 
 /* One vector of channels of one tile's patch into the transformed domain,
  * position p at out[p * cp]: B^T d B, the columns first, then the rows.
@@ -497,10 +575,20 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
   }
 }
 
+/* A^T m: 6 values a stride apart to M (4 or 2). */
+AVX512 static INLINE void at_of(const int M, const v16 *m, int s, v16 *o, int os) {
+  if (M == 4)
+    at6(m, s, o, os);
+  else
+    at6_2(m, s, o, os);
+}
+
 /* Products of tiles [t0, t0 + nt) back to outputs, bias and relu on the
  * way: tile r's position p at mo[(r * NPOS + p) * fp]. A^T m A, the
- * columns first, in two halves of two output rows (as transform_patch). */
-AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const float *mo) {
+ * columns first, in halves of two output rows (as transform_patch).
+ * Inlined for each tile side M. */
+AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int nt, const float *mo,
+                                             const int M) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
     int b, oy, ox, rows, cols;
@@ -510,26 +598,26 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
       const v16 bias = j->bias ? (v16)_mm512_maskz_loadu_ps(m, j->bias + f0) : (v16){0};
 #pragma GCC unroll 2
-      for (int h = 0; h < T_OUT; h += 2) {
+      for (int h = 0; h < M; h += 2) {
         v16 t[2][T_IN];
 #pragma GCC unroll 6
         for (int k = 0; k < T_IN; k++) {
-          v16 mv[T_IN], o[T_OUT];
+          v16 mv[T_IN], o[M_MAX];
 #pragma GCC unroll 6
           for (int i = 0; i < T_IN; i++)
             mv[i] = (v16)_mm512_loadu_ps(in + (size_t)(i * T_IN + k) * s->fp);
-          at6(mv, 1, o, 1); /* column k */
+          at_of(M, mv, 1, o, 1); /* column k */
           t[0][k] = o[h];
           t[1][k] = o[h + 1];
         }
 #pragma GCC unroll 2
         for (int q = 0; q < 2; q++) {
-          v16 o[T_OUT];
-          at6(t[q], 1, o, 1); /* output row h + q */
+          v16 o[M_MAX];
+          at_of(M, t[q], 1, o, 1); /* output row h + q */
           if (h + q >= rows) break;
           const size_t at = (((size_t)b * s->oh + oy + h + q) * s->ow + ox) * s->cout + f0;
 #pragma GCC unroll 4
-          for (int k = 0; k < T_OUT; k++) {
+          for (int k = 0; k < M; k++) {
             if (k >= cols) break;
             __m512 val = (__m512)(o[k] + bias);
             if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
@@ -540,6 +628,13 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
       }
     }
   }
+}
+
+AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const float *mo) {
+  if (j->s.m == 4)
+    transform_output_m(j, t0, nt, mo, 4);
+  else
+    transform_output_m(j, t0, nt, mo, 2);
 }
 
 static void conv_range(void *ctx, int64_t t0, int64_t t1) {
@@ -626,16 +721,17 @@ static int tasks_for(const kn_graph *g, int64_t units) {
 
 void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
                       const float *bias, int relu, float *y, uint16_t *y_copy) {
-  conv_job j = {.s = shape_of(io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 0),
-                .x = io->x,
-                .w = w,
-                .w_bf16 = w_bf16,
-                .flip = flip,
-                .bias = bias,
-                .relu = relu,
-                .y = y,
-                .y_copy = y_copy,
-                .u = g->conv_buf};
+  conv_job j = {
+      .s = shape_of(io->r, io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 0),
+      .x = io->x,
+      .w = w,
+      .w_bf16 = w_bf16,
+      .flip = flip,
+      .bias = bias,
+      .relu = relu,
+      .y = y,
+      .y_copy = y_copy,
+      .u = g->conv_buf};
   const int cin = io->cin;
   j.s.pt = io->pt;
   j.s.pl = io->pl;
@@ -659,7 +755,7 @@ typedef struct wgrad_job {
   const void *x;  /* the input */
   const void *dy; /* (batch, oh, ow, cout), f32 or (dy_bf16) bf16 */
   int dy_bf16;
-  float *dw;       /* (3, 3, cin, cout) */
+  float *dw;       /* (r, r, cin, cout) */
   float *b_sums;   /* or NULL: dy's column sums */
   float *partials; /* slices x (NPOS x cp x fp + fp) */
   float *scratch;
@@ -677,43 +773,53 @@ AVX512 static INLINE v16 dy_at(const wgrad_job *j, size_t at, int i, int k, int 
   return (v16)_mm512_maskz_loadu_ps(in ? lanes_mask(n) : 0, (const float *)j->dy + e);
 }
 
+/* A y: M (4 or 2) values a stride apart to 6. */
+AVX512 static INLINE void a_of(const int M, const v16 *y, int s, v16 *z, int zs) {
+  if (M == 4)
+    a4(y, s, z, zs);
+  else
+    a2(y, s, z, zs);
+}
+
 /* dy of tiles [t0, t0 + nt) into the transformed domain (tile r's
  * position p at md[(r * NPOS + p) * fp]), zero past the output's edge;
  * their column sums added to bsum. A y A^T, the columns first, in two
- * halves of three rows (as transform_patch). */
-AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
+ * halves of three rows (as transform_patch). Inlined for each tile side
+ * M. */
+AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt, float *md,
+                                         float *bsum, const int M) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
     int b, oy, ox, rows, cols;
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     if (r + 2 < nt)
-      prefetch_patch(j->dy, j->dy_bf16 ? 2 : 4, s, t0 + r + 2, T_OUT, 0, 0, s->oh, s->ow, s->cout);
+      prefetch_patch(j->dy, j->dy_bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->oh, s->ow, s->cout);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       const size_t at = (((size_t)b * s->oh + oy) * s->ow + ox) * s->cout + f0;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
 #pragma GCC unroll 4
-      for (int i = 0; i < T_OUT; i++)
+      for (int i = 0; i < M; i++)
 #pragma GCC unroll 4
-        for (int k = 0; k < T_OUT; k++) sum += dy_at(j, at, i, k, rows, cols, n);
+        for (int k = 0; k < M; k++) sum += dy_at(j, at, i, k, rows, cols, n);
       _mm512_storeu_ps(bsum + f0, (__m512)sum);
       float *out = md + (size_t)r * NPOS * s->fp + f0;
 #pragma GCC unroll 2
       for (int h = 0; h < T_IN; h += 3) {
-        v16 c[3][T_OUT];
+        v16 c[3][M_MAX];
 #pragma GCC unroll 4
-        for (int k = 0; k < T_OUT; k++) {
-          v16 y[T_OUT], z[T_IN];
+        for (int k = 0; k < M; k++) {
+          v16 y[M_MAX], z[T_IN];
 #pragma GCC unroll 4
-          for (int i = 0; i < T_OUT; i++) y[i] = dy_at(j, at, i, k, rows, cols, n);
-          a4(y, 1, z, 1); /* column k */
+          for (int i = 0; i < M; i++) y[i] = dy_at(j, at, i, k, rows, cols, n);
+          a_of(M, y, 1, z, 1); /* column k */
 #pragma GCC unroll 3
           for (int q = 0; q < 3; q++) c[q][k] = z[h + q];
         }
 #pragma GCC unroll 3
         for (int q = 0; q < 3; q++) {
           v16 z[T_IN];
-          a4(c[q], 1, z, 1); /* row h + q */
+          a_of(M, c[q], 1, z, 1); /* row h + q */
 #pragma GCC unroll 6
           for (int k = 0; k < T_IN; k++)
             _mm512_storeu_ps(out + (size_t)((h + q) * T_IN + k) * s->fp, (__m512)z[k]);
@@ -721,6 +827,13 @@ AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *m
       }
     }
   }
+}
+
+AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
+  if (j->s.m == 4)
+    transform_dy_m(j, t0, nt, md, bsum, 4);
+  else
+    transform_dy_m(j, t0, nt, md, bsum, 2);
 }
 
 static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
@@ -748,16 +861,25 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
   }
 }
 
+/* G^T u: 6 values a stride apart to r. */
+AVX512 static INLINE void gt_of(const int r, const v16 *u, int s, v16 *g, int gs) {
+  if (r == 3)
+    gt6(u, s, g, gs);
+  else
+    gt6_5(u, s, g, gs);
+}
+
 /* The slices added in order, then each channel's 6x6 sums back to its
- * 3x3 gradient: input channels [c0, c1) (and, with c0 == 0, the bias
+ * r x r gradient: input channels [c0, c1) (and, with c0 == 0, the bias
  * sums). */
 AVX512 static void wgrad_finish(const wgrad_job *j, int c0, int c1) {
   const wino_shape *s = &j->s;
+  const int r = s->r;
   const size_t per = (size_t)NPOS * s->cp * s->fp + (size_t)s->fp;
   for (int ci = c0; ci < c1; ci++) {
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
-      v16 u[NPOS], t[3 * T_IN], g[9];
+      v16 u[NPOS], t[R_MAX * T_IN], g[R_MAX * R_MAX];
       for (int p = 0; p < NPOS; p++) {
         const size_t at = ((size_t)p * s->cp + ci) * s->fp + f0;
         v16 sum = (v16)_mm512_loadu_ps(j->partials + at);
@@ -765,9 +887,9 @@ AVX512 static void wgrad_finish(const wgrad_job *j, int c0, int c1) {
           sum += (v16)_mm512_loadu_ps(j->partials + sl * per + at);
         u[p] = sum;
       }
-      for (int k = 0; k < T_IN; k++) gt6(u + k, T_IN, t + k, T_IN); /* columns: 3 x 6 */
-      for (int i = 0; i < 3; i++) gt6(t + i * T_IN, 1, g + i * 3, 1);
-      for (int k = 0; k < 9; k++)
+      for (int k = 0; k < T_IN; k++) gt_of(r, u + k, T_IN, t + k, T_IN); /* columns: r x 6 */
+      for (int i = 0; i < r; i++) gt_of(r, t + i * T_IN, 1, g + i * r, 1);
+      for (int k = 0; k < r * r; k++)
         _mm512_mask_storeu_ps(j->dw + ((size_t)k * s->cin + ci) * s->cout + f0, m, (__m512)g[k]);
     }
   }
@@ -836,12 +958,13 @@ static void finish_range(void *ctx, int64_t t0, int64_t t1) {
 
 void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,
                        float *b_sums) {
-  wgrad_job j = {.s = shape_of(io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 1),
-                 .x = io->x,
-                 .dy = dy,
-                 .dy_bf16 = dy_bf16,
-                 .dw = dw,
-                 .b_sums = b_sums};
+  wgrad_job j = {
+      .s = shape_of(io->r, io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 1),
+      .x = io->x,
+      .dy = dy,
+      .dy_bf16 = dy_bf16,
+      .dw = dw,
+      .b_sums = b_sums};
   const int cin = io->cin;
   /* the buffer: the slices' sums, then each thread's block (or the chunk) */
   j.s.pt = io->pt;

@@ -1,5 +1,5 @@
-/* test_winograd.c — winograd.c's F(4x4, 3x3) products against the direct
- * convolution summed in double: the forward product (bias and relu), the
+/* test_winograd.c — winograd.c's F(4x4, 3x3) and F(2x2, 5x5) products
+ * against the direct convolution summed in double: the forward product (bias and relu), the
  * input gradient (the kernel turned around) and the weight gradient (and
  * the bias gradient beside it), with float32 operands and with bf16 ones
  * (mixed_bfloat16: widened as read, the bf16 copy of an output written as
@@ -23,9 +23,14 @@
 
 typedef struct shape {
   int batch, h, w, cin, cout;
-  int pt, pl; /* padding above and left ("same": 1; "valid": 0) */
+  int pt, pl; /* padding above and left ("same": 1 for 3x3, 2 for 5x5; "valid": 0) */
   int oh, ow;
+  int r; /* the kernel's side; 0: 3 */
 } shape;
+
+static int side(const shape *s) {
+  return s->r ? s->r : 3;
+}
 
 static float uniform(uint64_t *s) {
   *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -48,6 +53,7 @@ static double at(const shape *s, const float *x, int b, int y, int xx, int c) {
 static kn_wino_io io_of(const shape *s, const void *x, int x_bf16) {
   return (kn_wino_io){.x = x,
                       .x_bf16 = x_bf16,
+                      .r = side(s),
                       .batch = s->batch,
                       .hp = s->h,
                       .wp = s->w,
@@ -76,8 +82,8 @@ static kn_graph *graph_for(const shape *s, int threads) {
   g->pool = kn_pool_new(threads);
   size_t f = 0;
   for (int wgrad = 0; wgrad <= 1; wgrad++) {
-    const size_t need =
-        kn_winograd_floats(threads, s->batch, s->h, s->w, s->cin, s->oh, s->ow, s->cout, wgrad);
+    const size_t need = kn_winograd_floats(threads, side(s), s->batch, s->h, s->w, s->cin, s->oh,
+                                           s->ow, s->cout, wgrad);
     f = need > f ? need : f;
   }
   g->conv_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
@@ -107,15 +113,16 @@ static double rel_error(const float *a, const double *ref, size_t n, const char 
   return diff / top;
 }
 
-/* Float32 sums of 9 x C products through the transforms: within 2^-16 of
- * the largest output (2^-19 is seen); a lost tap or a misplaced tile is
- * off by far more. */
+/* Float32 sums of r^2 x C products through the transforms: within 2^-16
+ * of the largest output (2^-19 is seen for 3x3 kernels, 2^-18 for 5x5); a
+ * lost tap or a misplaced tile is off by far more. */
 #define TOLERANCE 0x1p-16
 
-/* flip: the input gradient's form, w (3, 3, cout, cin) turned around;
+/* flip: the input gradient's form, w (r, r, cout, cin) turned around;
  * bf16: x and w in bf16 (mixed_bfloat16), and y's bf16 copy written. */
 static void check_forward(const shape *s, int relu, int flip, int bf16) {
-  const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = 9u * s->cin * s->cout;
+  const int r = side(s);
+  const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = (size_t)r * r * s->cin * s->cout;
   const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
   float *x = randoms(nx, 1), *w = randoms(nw, 2), *bias = randoms(s->cout, 3);
   uint16_t *xh = malloc(nx * 2), *wh = malloc(nw * 2), *copy = malloc(ny * 2);
@@ -129,12 +136,12 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
       for (int xx = 0; xx < s->ow; xx++)
         for (int f = 0; f < s->cout; f++) {
           double sum = bias[f];
-          for (int ki = 0; ki < 3; ki++)
-            for (int kj = 0; kj < 3; kj++)
+          for (int ki = 0; ki < r; ki++)
+            for (int kj = 0; kj < r; kj++)
               for (int c = 0; c < s->cin; c++) {
                 const double k =
-                    flip ? w[(((size_t)(2 - ki) * 3 + (2 - kj)) * s->cout + f) * s->cin + c]
-                         : w[(((size_t)ki * 3 + kj) * s->cin + c) * s->cout + f];
+                    flip ? w[(((size_t)(r - 1 - ki) * r + (r - 1 - kj)) * s->cout + f) * s->cin + c]
+                         : w[(((size_t)ki * r + kj) * s->cin + c) * s->cout + f];
                 sum += k * at(s, x, b, y + ki - s->pt, xx + kj - s->pl, c);
               }
           ref[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f] = relu && sum < 0 ? 0 : sum;
@@ -149,8 +156,8 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
                      bf16 ? copy : NULL);
     if (!first) {
       char what[128];
-      snprintf(what, sizeof what, "%s %dx%dx%d -> %dx%dx%d, batch %d%s%s",
-               flip ? "input gradient" : "forward", s->h, s->w, s->cin, s->oh, s->ow, s->cout,
+      snprintf(what, sizeof what, "%s %dx%d %dx%dx%d -> %dx%dx%d, batch %d%s%s",
+               flip ? "input gradient" : "forward", r, r, s->h, s->w, s->cin, s->oh, s->ow, s->cout,
                s->batch, relu ? ", relu" : "", bf16 ? ", bf16 operands" : "");
       assert_true(rel_error(y, ref, ny, what) <= TOLERANCE);
       for (size_t i = 0; bf16 && i < ny; i++) assert_int_equal(copy[i], kn_bf16_from_f32(y[i]));
@@ -173,7 +180,8 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
 
 /* bf16: x and dy in bf16. */
 static void check_weight_grad(const shape *s, int bf16) {
-  const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = 9u * s->cin * s->cout;
+  const int r = side(s);
+  const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = (size_t)r * r * s->cin * s->cout;
   const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
   float *x = randoms(nx, 4), *dy = randoms(ny, 5);
   uint16_t *xh = malloc(nx * 2), *dyh = malloc(ny * 2);
@@ -188,10 +196,10 @@ static void check_weight_grad(const shape *s, int bf16) {
         for (int f = 0; f < s->cout; f++) {
           const double d = dy[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f];
           bref[f] += d;
-          for (int ki = 0; ki < 3; ki++)
-            for (int kj = 0; kj < 3; kj++)
+          for (int ki = 0; ki < r; ki++)
+            for (int kj = 0; kj < r; kj++)
               for (int c = 0; c < s->cin; c++)
-                ref[(((size_t)ki * 3 + kj) * s->cin + c) * s->cout + f] +=
+                ref[(((size_t)ki * r + kj) * s->cin + c) * s->cout + f] +=
                     d * at(s, x, b, y + ki - s->pt, xx + kj - s->pl, c);
         }
   float *first = NULL;
@@ -203,8 +211,8 @@ static void check_weight_grad(const shape *s, int bf16) {
     kn_winograd_wgrad(g, &io, bf16 ? (const void *)dyh : dy, bf16, dw, bsum);
     if (!first) {
       char what[128];
-      snprintf(what, sizeof what, "weight gradient %dx%dx%d -> %dx%dx%d, batch %d%s", s->h, s->w,
-               s->cin, s->oh, s->ow, s->cout, s->batch, bf16 ? ", bf16 operands" : "");
+      snprintf(what, sizeof what, "weight gradient %dx%d %dx%dx%d -> %dx%dx%d, batch %d%s", r, r,
+               s->h, s->w, s->cin, s->oh, s->ow, s->cout, s->batch, bf16 ? ", bf16 operands" : "");
       /* sums over every pixel of the batch: 2^-14 of the largest */
       assert_true(rel_error(dw, ref, nw, what) <= 0x1p-14);
       assert_true(rel_error(bsum, bref, s->cout, "  its bias gradient") <= 0x1p-16);
@@ -242,6 +250,40 @@ static const shape shapes[] = {
     {.batch = 4, .h = 5, .w = 17, .cin = 8, .cout = 70, .pt = 1, .pl = 1, .oh = 5, .ow = 17},
     /* many tiles: several blocks and slices, the last ones partial */
     {.batch = 37, .h = 10, .w = 10, .cin = 12, .cout = 16, .pt = 1, .pl = 1, .oh = 10, .ow = 10},
+    /* 5x5 kernels, F(2x2, 5x5): "same" (padding 2), odd sizes that leave
+     * a row and a column of partial tiles, "valid" (the output 4 smaller),
+     * and many tiles */
+    {.batch = 3,
+     .h = 14,
+     .w = 14,
+     .cin = 32,
+     .cout = 32,
+     .pt = 2,
+     .pl = 2,
+     .oh = 14,
+     .ow = 14,
+     .r = 5},
+    {.batch = 2,
+     .h = 11,
+     .w = 7,
+     .cin = 9,
+     .cout = 21,
+     .pt = 2,
+     .pl = 2,
+     .oh = 11,
+     .ow = 7,
+     .r = 5},
+    {.batch = 1, .h = 12, .w = 9, .cin = 33, .cout = 8, .pt = 0, .pl = 0, .oh = 8, .ow = 5, .r = 5},
+    {.batch = 29,
+     .h = 9,
+     .w = 8,
+     .cin = 16,
+     .cout = 40,
+     .pt = 2,
+     .pl = 2,
+     .oh = 9,
+     .ow = 8,
+     .r = 5},
 };
 
 static void forward_products_match_the_direct_convolution(void **state) {
@@ -258,8 +300,8 @@ static void input_gradients_match_the_turned_kernel(void **state) {
   (void)state;
   if (!have_avx512()) skip();
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    /* dx of a "same" convolution: dy padded by 1, the kernel turned; of a
-     * "valid" one: dy padded by 2 */
+    /* dx of a "same" convolution: dy padded as x was, the kernel turned;
+     * of a "valid" one: dy padded by r - 1 */
     shape s = shapes[i];
     if (s.pt == 0) {
       s = (shape){.batch = s.batch,
@@ -267,10 +309,11 @@ static void input_gradients_match_the_turned_kernel(void **state) {
                   .w = s.ow,
                   .cin = s.cout,
                   .cout = s.cin,
-                  .pt = 2,
-                  .pl = 2,
+                  .pt = side(&s) - 1,
+                  .pl = side(&s) - 1,
                   .oh = s.h,
-                  .ow = s.w};
+                  .ow = s.w,
+                  .r = s.r};
     } else {
       const int c = s.cin;
       s.cin = s.cout;
@@ -303,6 +346,16 @@ static void wide_products_by_chunks_match_the_direct_sums(void **state) {
   const shape wide[] = {
       {.batch = 5, .h = 12, .w = 12, .cin = 24, .cout = 20, .pt = 1, .pl = 1, .oh = 12, .ow = 12},
       {.batch = 3, .h = 11, .w = 9, .cin = 40, .cout = 17, .pt = 0, .pl = 0, .oh = 9, .ow = 7},
+      {.batch = 4,
+       .h = 9,
+       .w = 10,
+       .cin = 24,
+       .cout = 20,
+       .pt = 2,
+       .pl = 2,
+       .oh = 9,
+       .ow = 10,
+       .r = 5},
   };
   for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
     const shape *s = &wide[i];
@@ -375,17 +428,24 @@ static void the_bf16_copy_rounds_as_a_cast_does(void **state) {
   free(x), free(w), free(y), free(copy);
 }
 
-/* Which products are worth it: 8 or more channels each way, and outputs
- * whose 4x4 tiles save at least half the multiplies. */
+/* Which products are worth it: 3x3 or 5x5 kernels, 8 or more channels
+ * each way, and outputs whose tiles (4x4 for 3x3 kernels, 2x2 for 5x5)
+ * save at least half the multiplies. */
 static void it_pays_where_it_saves_half_the_multiplies(void **state) {
   (void)state;
-  assert_true(kn_winograd_pays(28, 28, 16, 16));
-  assert_true(kn_winograd_pays(7, 7, 64, 64)); /* 4 tiles for 49 outputs: 144 vs 441 */
-  assert_true(kn_winograd_pays(4, 4, 8, 8));
-  assert_false(kn_winograd_pays(28, 28, 1, 16)); /* a first layer over one channel */
-  assert_false(kn_winograd_pays(28, 28, 16, 4));
-  assert_false(kn_winograd_pays(2, 2, 64, 64)); /* 36 products for 4 outputs: 36 direct */
-  assert_false(kn_winograd_pays(5, 5, 64, 64)); /* 144 for 25 outputs: 225 direct */
+  assert_true(kn_winograd_pays(3, 28, 28, 16, 16));
+  assert_true(kn_winograd_pays(3, 7, 7, 64, 64)); /* 4 tiles for 49 outputs: 144 vs 441 */
+  assert_true(kn_winograd_pays(3, 4, 4, 8, 8));
+  assert_false(kn_winograd_pays(3, 28, 28, 1, 16)); /* a first layer over one channel */
+  assert_false(kn_winograd_pays(3, 28, 28, 16, 4));
+  assert_false(kn_winograd_pays(3, 2, 2, 64, 64));  /* 36 products for 4 outputs: 36 direct */
+  assert_false(kn_winograd_pays(3, 5, 5, 64, 64));  /* 144 for 25 outputs: 225 direct */
+  assert_true(kn_winograd_pays(5, 28, 28, 32, 32)); /* 196 tiles: 7,056 vs 19,600 */
+  assert_true(kn_winograd_pays(5, 2, 2, 16, 16));   /* one tile: 36 vs 100 */
+  assert_false(kn_winograd_pays(5, 3, 3, 16, 16));  /* 4 tiles for 9 outputs: 144 vs 225 */
+  assert_false(kn_winograd_pays(5, 28, 28, 1, 32));
+  assert_false(kn_winograd_pays(7, 28, 28, 32, 32)); /* no 7x7 transforms */
+  assert_false(kn_winograd_pays(1, 28, 28, 32, 32));
 }
 
 int main(void) {

@@ -122,10 +122,13 @@ static const kn_layer_config branches_layers[] = {
  * a stem convolution over 3 channels (too few: it stays on the GEMM) into
  * batch norm and relu; a 3x3 "same" convolution over 16 channels without
  * bias into batch norm, added to the stem, relu (its forward, input and
- * weight gradients by F(4x4, 3x3), reading the unpadded input); a "valid"
- * 3x3 convolution over 16 channels with bias and relu (the bias and relu
- * applied by the Winograd product, the bias gradient summed beside its
- * weight gradient); global average pooling and a dense layer. */
+ * weight gradients by F(4x4, 3x3), reading the unpadded input); a 5x5
+ * "same" convolution over 16 channels with bias and tanh (by F(2x2, 5x5),
+ * the bias applied by the Winograd product, the bias gradient summed
+ * beside its weight gradient); a "valid" 3x3 convolution over 16 channels
+ * with bias and tanh; global average pooling and a dense layer. (A relu
+ * after either would put outputs within rounding of zero, where which way
+ * it goes is luck: see optimizers_match_torch.py.) */
 static const kn_layer_config resblock_layers[] = {
     {.type = KN_LAYER_CONV2D,
      .name = "stem",
@@ -142,6 +145,13 @@ static const kn_layer_config resblock_layers[] = {
     {.type = KN_LAYER_BATCH_NORM, .name = "c1_bn", .momentum = 0.9f, .epsilon = 1e-3f},
     {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {0, 2}},
     {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c5",
+     .filters = 16,
+     .kernel_size = {5, 5},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_TANH},
     {.type = KN_LAYER_CONV2D,
      .name = "c2",
      .filters = 16,
@@ -169,7 +179,7 @@ static int optimizer_by_name(const char *name, kn_optimizer_config *cfg) {
                                  .learning_rate = 1e-3f,
                                  .beta1 = 0.9f,
                                  .beta2 = 0.999f,
-                                 .epsilon = 1e-7f};
+                                 .epsilon = 1e-5f};
   } else if (strcmp(name, "adamw") == 0) {
     *cfg = (kn_optimizer_config){.type = KN_OPT_ADAMW,
                                  .learning_rate = 1e-3f,
