@@ -249,7 +249,7 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_conv_attrs *a = &n->attr.conv;
   const int H = n->dims[1], W = n->dims[2], C = n->dims[3], F = P->dims[3];
   const int m = kn_node_rows(g, P) * H * W, k = kn_pad_cols_width(P);
-  const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a->kw, 1, 1, 1, 1, H, W};
+  const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a->kw, 1, 1, a->dh, a->dw, H, W};
   const kn_conv_flip flip = {K->data, a->kh, a->kw, C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {
     kn_gemm_kernel used = kn_gemm_run(g->pool, g->gemm_scratch, m, C, k,

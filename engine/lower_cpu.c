@@ -152,11 +152,12 @@ int kn_lower_implicit_columns(kn_graph *g) {
 
 static int round_in_gemm(kn_graph *g, kn_node cast); /* mixed_bfloat16, below */
 
-/* The input gradient of a stride-1, undilated convolution, a GEMM of dy by
- * the kernel into columns (KH x KW times the input's size) that col2im then
+/* The input gradient of a stride-1 convolution, a GEMM of dy by the
+ * kernel into columns (KH x KW times the input's size) that col2im then
  * sums, becomes one GEMM of dx's pixels by the kernel turned 180 degrees,
- * its columns read in place from dy zero-padded by KH-1-PT, KW-1-PL (the
- * column GEMM's node becomes that padded dy). The columns are never
+ * its columns read in place from dy zero-padded by DH(KH-1)-PT,
+ * DW(KW-1)-PL, with the convolution's dilation (the column GEMM's node
+ * becomes that padded dy). The columns are never
  * written; the sums run over taps and filters in one order instead of two
  * passes, so values move in the last bits. Only where kiln's f32 GEMM is
  * the one in use; f32 and bf16 operands. */
@@ -177,12 +178,12 @@ int kn_lower_implicit_input_grads(kn_graph *g) {
     const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
     const kn_conv_attrs *a = &c->attr.conv;
     const int KH = a->kh, KW = a->kw, H = c->dims[1], W = c->dims[2];
-    if (DY->ndim != 4 || Wk->ndim != 4 || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1 ||
+    if (DY->ndim != 4 || Wk->ndim != 4 || a->sh != 1 || a->sw != 1 || a->dh < 1 || a->dw < 1 ||
         Wk->dims[0] != KH || Wk->dims[1] != KW || Wk->dims[2] != c->dims[3] ||
         Wk->dims[3] != DY->dims[3])
       continue;
-    const int pt = KH - 1 - a->pad_top, pl = KW - 1 - a->pad_left;
-    const int hp = H + KH - 1, wp = W + KW - 1;
+    const int pt = a->dh * (KH - 1) - a->pad_top, pl = a->dw * (KW - 1) - a->pad_left;
+    const int hp = H + a->dh * (KH - 1), wp = W + a->dw * (KW - 1);
     if (pt < 0 || pl < 0 || hp - pt < DY->dims[1] || wp - pl < DY->dims[2]) continue;
     if ((DY->dtype != KN_F32 && DY->dtype != KN_BF16) ||
         (Wk->dtype != KN_F32 && Wk->dtype != KN_BF16))
@@ -192,8 +193,8 @@ int kn_lower_implicit_input_grads(kn_graph *g) {
                               .kw = KW,
                               .sh = 1,
                               .sw = 1,
-                              .dh = 1,
-                              .dw = 1,
+                              .dh = a->dh,
+                              .dw = a->dw,
                               .pad_top = pt,
                               .pad_left = pl,
                               .oh = H,
