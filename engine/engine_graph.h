@@ -304,12 +304,12 @@ enum {
    * the norm's relu), writing the norm's output; training runs are
    * untouched. The same values to rounding; float32 */
   KN_PASS_BN_FOLD = 8192,
-  /* 3x3 and 5x5, stride-1, undilated convolutions of 8 or more input and
-   * output channels (and outputs large enough that their tiles save at
-   * least half the multiplies) compute their forward product, input
-   * gradient and weight gradient by Winograd's F(4x4, 3x3) (36 products
-   * per 16 outputs instead of 144) or F(2x2, 5x5) (36 per 4 instead of
-   * 100), with adds around them, summed in float32 (bf16
+  /* 3x3 and 5x5, stride-1 convolutions of 8 or more input and output
+   * channels (and outputs large enough that their tiles save at least half
+   * the multiplies) compute their forward product, input gradient and
+   * weight gradient by Winograd's F(4x4, 3x3) (36 products per 16 outputs
+   * instead of 144) or F(2x2, 5x5) (36 per 4 instead of 100), dilated ones
+   * over the d x d phases of their outputs, with adds around them, summed in float32 (bf16
    * operands under mixed_bfloat16 widened as read). The values change to
    * rounding (the transforms' constants reach 8 and 1/24). On CPUs with
    * AVX-512F, where kiln's own GEMM runs */

@@ -170,8 +170,8 @@ typedef struct kn_node_rec {
   kn_node bn_fold, eval_written_by;
   /* The winograd pass: 1 on a 3x3 or 5x5, stride-1 convolution's forward
    * matmul, weight-gradient matmul or input gradient whose kernel computes
-   * it by Winograd's F(4x4, 3x3) or F(2x2, 5x5) (winograd.c) instead of a
-   * GEMM. */
+   * it by Winograd's F(4x4, 3x3) or F(2x2, 5x5) (winograd.c; dilated, by
+   * phases) instead of a GEMM. */
   int winograd;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
@@ -687,7 +687,8 @@ int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then D
 int kn_lower_narrow_copies(kn_graph *g);
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* winograd.c: 3x3 and 5x5, stride-1 convolutions by Winograd's F(4x4, 3x3)
- * and F(2x2, 5x5), on CPUs with AVX-512F (kn_winograd_available). A
+ * and F(2x2, 5x5), on CPUs with AVX-512F (kn_winograd_available); dilated
+ * ones as d x d undilated products over the phases of their outputs. A
  * product of an r x r kernel reads its input x (batch, hp, wp, cin) as
  * stored, f32 or bf16, as if padded with zeros: pt rows above, pl columns
  * left, and as many below and right as its output (batch, oh, ow, cout)
@@ -696,19 +697,21 @@ typedef struct kn_wino_io {
   const void *x;
   int x_bf16;
   int r; /* the kernel's side: 3 or 5 */
+  int d; /* its dilation (the same down and across); 0 or 1: none */
   int batch, hp, wp, cin, pt, pl, oh, ow, cout;
 } kn_wino_io;
 int kn_winograd_available(void);
-/* Whether a product of an r x r kernel (3 or 5), that output size and
- * channels saves at least half of the direct product's multiplies. */
-int kn_winograd_pays(int r, int oh, int ow, int cin, int cout);
+/* Whether a product of an r x r kernel (3 or 5) of dilation d, that
+ * output size and channels saves at least half of the direct product's
+ * multiplies. */
+int kn_winograd_pays(int r, int d, int oh, int ow, int cin, int cout);
 /* The sizes past which products go by chunks (a forward product's
  * transformed kernel, a weight gradient's sums) and a chunk's bytes, for
  * graphs compiled from now on; 0: the defaults. Tests lower them. */
 void kn_winograd_set_limits(size_t wide_forward, size_t wide_wgrad, size_t chunk);
 /* Floats of the graph's Winograd buffer one such product needs. */
-size_t kn_winograd_floats(int threads, int r, int batch, int hp, int wp, int cin, int oh, int ow,
-                          int cout, int weight_grad);
+size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, int cin, int oh,
+                          int ow, int cout, int weight_grad);
 /* y = x correlated with the kernel w (r, r, cin, cout), or with flip set,
  * with w (r, r, cout, cin) turned 180 degrees (an input gradient); w f32
  * or bf16; bias (or NULL) and relu applied as it stores, and y's bf16

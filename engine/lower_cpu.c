@@ -746,6 +746,7 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
   *a = (kn_wino_args){.io = {.x = P->data,
                              .x_bf16 = P->dtype == KN_BF16,
                              .r = P->attr.conv.kh,
+                             .d = P->attr.conv.dh,
                              .batch = kn_node_rows(g, P),
                              .hp = S->dims[1],
                              .wp = S->dims[2],
@@ -761,12 +762,11 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
 
 /* The winograd pass (KN_PASS_WINOGRAD): marks the forward matmul (with
  * its bias and relu), the weight-gradient matmul (with the bias gradient
- * paired to it) and the input gradient of each 3x3 or 5x5, stride-1,
- * undilated convolution (float32, or bf16 operands under mixed_bfloat16, the
- * output float32) whose products read a padded input in place and
- * where kn_winograd_pays; their kernels then run winograd.c. A matmul
- * reading a max pool's gradient as B, or a value that is a part of
- * another's storage, keeps its GEMM. */
+ * paired to it) and the input gradient of each 3x3 or 5x5, stride-1
+ * convolution (dilated the same down and across, or not) (float32, or bf16 operands under
+ * mixed_bfloat16, the output float32) whose products read a padded input in place and where
+ * kn_winograd_pays; their kernels then run winograd.c. A matmul reading a max pool's gradient as B,
+ * or a value that is a part of another's storage, keeps its GEMM. */
 int kn_lower_winograd(kn_graph *g) {
   /* float32 and mixed_bfloat16 (bf16 operands widened as they are read:
    * the products' sums in float32, as the bf16 GEMM's) */
@@ -786,15 +786,15 @@ int kn_lower_winograd(kn_graph *g) {
     const kn_conv_attrs *c = &P->attr.conv;
     if (P->op != KN_OP_CONV_PAD || (P->dtype != KN_F32 && P->dtype != KN_BF16) ||
         (B->dtype != KN_F32 && B->dtype != KN_BF16) || B->storage == KN_STORE_PART ||
-        (c->kh != 3 && c->kh != 5) || c->kw != c->kh || c->sh != 1 || c->sw != 1 || c->dh != 1 ||
-        c->dw != 1)
+        (c->kh != 3 && c->kh != 5) || c->kw != c->kh || c->sh != 1 || c->sw != 1 || c->dh < 1 ||
+        c->dw != c->dh)
       continue;
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    const int r = a.io.r, taps = r * r;
+    const int r = a.io.r, taps = r * r, reach = a.io.d * (r - 1);
     if ((a.io.pt == 0 && a.io.pl == 0 &&
-         (a.io.hp < a.io.oh + r - 1 || a.io.wp < a.io.ow + r - 1)) ||
-        !kn_winograd_pays(r, a.io.oh, a.io.ow, a.io.cin, a.io.cout))
+         (a.io.hp < a.io.oh + reach || a.io.wp < a.io.ow + reach)) ||
+        !kn_winograd_pays(r, a.io.d, a.io.oh, a.io.ow, a.io.cin, a.io.cout))
       continue;
     /* B as the product reads it: the kernel (r^2 C_in, C_out) or, for the
      * weight gradient, dy (batch x oh x ow, C_out) */

@@ -94,13 +94,17 @@ typedef struct wino_shape {
   int batch, hp, wp, cin; /* the input as stored, (batch, hp, wp, cin) */
   int pt, pl;             /* zero rows above it and columns left of it */
   int x_bf16;             /* the input is bf16 (mixed_bfloat16), else f32 */
-  int oh, ow, cout;       /* the output, (batch, oh, ow, cout) */
-  int th, tw;             /* tiles down and across an image */
-  int64_t tiles;          /* batch x th x tw */
-  int cp, fp;             /* cin and cout rounded up to whole vectors */
-  int tb;                 /* tiles in a block (a multiple of ROWS_Q), or a wide chunk */
-  int slices;             /* weight gradient: slices of tiles */
-  int wide;               /* by chunks (WIDE_FORWARD_BYTES, WIDE_WGRAD_BYTES) */
+  int yh, yw;             /* the output's rows and columns, (batch, yh, yw, cout) */
+  /* A dilated product (d > 1) runs as d x d undilated ones, one a phase:
+   * the outputs (py + d i, px + d j), which read the inputs d apart. */
+  int d, py, px;
+  int oh, ow, cout; /* the phase's outputs: (batch, oh, ow, cout); undilated, all */
+  int th, tw;       /* tiles down and across an image */
+  int64_t tiles;    /* batch x th x tw */
+  int cp, fp;       /* cin and cout rounded up to whole vectors */
+  int tb;           /* tiles in a block (a multiple of ROWS_Q), or a wide chunk */
+  int slices;       /* weight gradient: slices of tiles */
+  int wide;         /* by chunks (WIDE_FORWARD_BYTES, WIDE_WGRAD_BYTES) */
 } wino_shape;
 
 /* A tile's outputs a side for an r x r kernel: 6 - r + 1. */
@@ -108,20 +112,33 @@ static int tile_side(int r) {
   return T_IN - r + 1;
 }
 
-static wino_shape shape_of(int r, int batch, int hp, int wp, int cin, int oh, int ow, int cout,
-                           int weight_grad) {
+/* Outputs of phase p (< d) of n: p, p + d, ... */
+static int phase_size(int n, int d, int p) {
+  return n > p ? (n - p + d - 1) / d : 0;
+}
+
+/* The shape of phase (py, px) of a product of dilation d whose output is
+ * (batch, oh, ow, cout); phase (0, 0), the largest, sizes the buffers. */
+static wino_shape shape_of(int r, int d, int py, int px, int batch, int hp, int wp, int cin, int oh,
+                           int ow, int cout, int weight_grad) {
+  if (d < 1) d = 1;
   wino_shape s = {.r = r,
                   .m = tile_side(r),
                   .batch = batch,
                   .hp = hp,
                   .wp = wp,
                   .cin = cin,
-                  .oh = oh,
-                  .ow = ow,
+                  .yh = oh,
+                  .yw = ow,
+                  .d = d,
+                  .py = py,
+                  .px = px,
+                  .oh = phase_size(oh, d, py),
+                  .ow = phase_size(ow, d, px),
                   .cout = cout};
   s.pt = s.pl = 0;
-  s.th = (oh + s.m - 1) / s.m;
-  s.tw = (ow + s.m - 1) / s.m;
+  s.th = (s.oh + s.m - 1) / s.m;
+  s.tw = (s.ow + s.m - 1) / s.m;
   s.tiles = (int64_t)batch * s.th * s.tw;
   s.cp = round_up(cin, VL);
   s.fp = round_up(cout, VL);
@@ -172,17 +189,22 @@ static size_t blocks_floats(const wino_shape *s, int threads) {
   return (size_t)(s->wide || threads < 1 ? 1 : threads) * thread_floats(s);
 }
 
-int kn_winograd_pays(int r, int h, int w, int cin, int cout) {
-  if (r != 3 && r != 5) return 0;
-  /* 36 products a tile against r^2 an output; at least half of them saved */
+int kn_winograd_pays(int r, int d, int h, int w, int cin, int cout) {
+  if ((r != 3 && r != 5) || d < 1) return 0;
+  /* 36 products a tile against r^2 an output; at least half of them
+   * saved (a dilated product's tiles: its phases') */
   const int m = tile_side(r);
-  const int64_t tiles = (int64_t)((h + m - 1) / m) * ((w + m - 1) / m);
-  return cin >= 8 && cout >= 8 && 2 * NPOS * tiles <= (int64_t)r * r * h * w;
+  int64_t down = 0, across = 0;
+  for (int p = 0; p < d; p++) {
+    down += (phase_size(h, d, p) + m - 1) / m;
+    across += (phase_size(w, d, p) + m - 1) / m;
+  }
+  return cin >= 8 && cout >= 8 && 2 * NPOS * down * across <= (int64_t)r * r * h * w;
 }
 
-size_t kn_winograd_floats(int threads, int r, int batch, int hp, int wp, int cin, int oh, int ow,
-                          int cout, int weight_grad) {
-  const wino_shape s = shape_of(r, batch, hp, wp, cin, oh, ow, cout, weight_grad);
+size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, int cin, int oh,
+                          int ow, int cout, int weight_grad) {
+  const wino_shape s = shape_of(r, d, 0, 0, batch, hp, wp, cin, oh, ow, cout, weight_grad);
   return (weight_grad ? partial_floats(&s) : kernel_floats(&s)) + blocks_floats(&s, threads);
 }
 
@@ -545,21 +567,21 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
   for (int r = 0; r < nt; r++) {
     int b, oy, ox;
     tile_at(s, t0 + r, &b, &oy, &ox);
-    /* the patch's first row and column in the stored input; rows and
-     * columns outside it read nothing (at offset 0, inside) */
-    const int iy = oy - s->pt, ix = ox - s->pl;
+    /* the patch's rows and columns in the stored input (d apart, from the
+     * phase's); those outside it read nothing (at offset 0, inside) */
+    const int iy = s->py - s->pt + s->d * oy, ix = s->px - s->pl + s->d * ox;
     patch_map pm;
     for (int i = 0; i < T_IN; i++) {
-      const int y = iy + i, in = y >= 0 && y < s->hp;
+      const int y = iy + s->d * i, in = y >= 0 && y < s->hp;
       pm.row[i] = in ? (size_t)y * row : 0;
       pm.rm[i] = in ? 0xFFFF : 0;
     }
     for (int k = 0; k < T_IN; k++) {
-      const int xx = ix + k, in = xx >= 0 && xx < s->wp;
+      const int xx = ix + s->d * k, in = xx >= 0 && xx < s->wp;
       pm.col[k] = in ? (size_t)xx * s->cin : 0;
       pm.cm[k] = in ? 0xFFFF : 0;
     }
-    if (r + 2 < nt)
+    if (r + 2 < nt && s->d == 1)
       prefetch_patch(x, s->x_bf16 ? 2 : 4, s, t0 + r + 2, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
@@ -615,14 +637,18 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
           v16 o[M_MAX];
           at_of(M, t[q], 1, o, 1); /* output row h + q */
           if (h + q >= rows) break;
-          const size_t at = (((size_t)b * s->oh + oy + h + q) * s->ow + ox) * s->cout + f0;
+          const size_t at = (((size_t)b * s->yh + s->py + (size_t)s->d * (oy + h + q)) * s->yw +
+                             s->px + (size_t)s->d * ox) *
+                                s->cout +
+                            f0;
+          const size_t step = (size_t)s->d * s->cout; /* one output right in the phase */
 #pragma GCC unroll 4
           for (int k = 0; k < M; k++) {
             if (k >= cols) break;
             __m512 val = (__m512)(o[k] + bias);
             if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
-            _mm512_mask_storeu_ps(j->y + at + (size_t)k * s->cout, m, val);
-            if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * s->cout, val, s->cout - f0);
+            _mm512_mask_storeu_ps(j->y + at + (size_t)k * step, m, val);
+            if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * step, val, s->cout - f0);
           }
         }
       }
@@ -719,33 +745,47 @@ static int tasks_for(const kn_graph *g, int64_t units) {
   return units < threads ? (int)(units < 1 ? 1 : units) : threads;
 }
 
+/* The shape of phase (py, px) of io's product (phase (0, 0): the whole
+ * product where it is undilated). */
+static wino_shape io_shape(const kn_wino_io *io, int py, int px, int weight_grad) {
+  wino_shape s = shape_of(io->r, io->d, py, px, io->batch, io->hp, io->wp, io->cin, io->oh, io->ow,
+                          io->cout, weight_grad);
+  s.pt = io->pt;
+  s.pl = io->pl;
+  s.x_bf16 = io->x_bf16;
+  return s;
+}
+
 void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
                       const float *bias, int relu, float *y, uint16_t *y_copy) {
-  conv_job j = {
-      .s = shape_of(io->r, io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 0),
-      .x = io->x,
-      .w = w,
-      .w_bf16 = w_bf16,
-      .flip = flip,
-      .bias = bias,
-      .relu = relu,
-      .y = y,
-      .y_copy = y_copy,
-      .u = g->conv_buf};
-  const int cin = io->cin;
-  j.s.pt = io->pt;
-  j.s.pl = io->pl;
-  j.s.x_bf16 = io->x_bf16;
+  conv_job j = {.s = io_shape(io, 0, 0, 0),
+                .x = io->x,
+                .w = w,
+                .w_bf16 = w_bf16,
+                .flip = flip,
+                .bias = bias,
+                .relu = relu,
+                .y = y,
+                .y_copy = y_copy,
+                .u = g->conv_buf};
   j.scratch = j.u + kernel_floats(&j.s);
-  j.tasks = tasks_for(g, cin);
+  j.tasks = tasks_for(g, io->cin);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, kernel_range, &j);
-  if (j.s.wide) {
-    conv_wide(g, &j);
-    return;
+  /* each phase its own product of the one transformed kernel (one phase
+   * where undilated); each output is written by one phase */
+  for (int py = 0; py < j.s.d; py++) {
+    for (int px = 0; px < j.s.d; px++) {
+      j.s = io_shape(io, py, px, 0);
+      if (j.s.tiles == 0) continue;
+      if (j.s.wide) {
+        conv_wide(g, &j);
+        continue;
+      }
+      j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
+      j.tasks = tasks_for(g, j.blocks);
+      kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
+    }
   }
-  j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
-  j.tasks = tasks_for(g, j.blocks);
-  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
 }
 
 /* ---- weight gradients ---- */
@@ -760,18 +800,8 @@ typedef struct wgrad_job {
   float *partials; /* slices x (NPOS x cp x fp + fp) */
   float *scratch;
   int tasks;
+  int again; /* a dilated product's phase after the first: its sums add to the slices' */
 } wgrad_job;
-
-/* dy's element (i, k) of the tile whose first output is at dy + at: n
- * channels, zero past the output's rows and cols. */
-AVX512 static INLINE v16 dy_at(const wgrad_job *j, size_t at, int i, int k, int rows, int cols,
-                               int n) {
-  const wino_shape *s = &j->s;
-  const int in = i < rows && k < cols;
-  const size_t e = in ? at + ((size_t)i * s->ow + k) * s->cout : at;
-  if (j->dy_bf16) return in ? load_n(j->dy, 1, e, n) : (v16){0};
-  return (v16)_mm512_maskz_loadu_ps(in ? lanes_mask(n) : 0, (const float *)j->dy + e);
-}
 
 /* A y: M (4 or 2) values a stride apart to 6. */
 AVX512 static INLINE void a_of(const int M, const v16 *y, int s, v16 *z, int zs) {
@@ -781,59 +811,84 @@ AVX512 static INLINE void a_of(const int M, const v16 *y, int s, v16 *z, int zs)
     a2(y, s, z, zs);
 }
 
+/* One vector of channels (n of them) of one tile's dy, whose first output
+ * is at dy + at, into the transformed domain, position p at out[p * fp]
+ * (A y A^T: the columns, then the rows), zero past the output's rows and
+ * cols; the tile's values added to *sum, row by row. Each value is read
+ * once and the M x M of them and the 6 x M columns stay in registers.
+ * Inlined for each tile side M and for f32 and bf16 dy. */
+AVX512 static INLINE void transform_dy_vec(const wino_shape *s, const void *dy, size_t at, int rows,
+                                           int cols, int n, float *out, v16 *sum, const int M,
+                                           const int bf16) {
+  const size_t rs = (size_t)s->yw * s->d * s->cout, cs = (size_t)s->d * s->cout;
+  const __mmask16 lanes = lanes_mask(n);
+  v16 y[M_MAX][M_MAX], t[T_IN][M_MAX];
+#pragma GCC unroll 4
+  for (int i = 0; i < M; i++)
+#pragma GCC unroll 4
+    for (int k = 0; k < M; k++) {
+      const size_t e = at + (size_t)i * rs + (size_t)k * cs;
+      if (i >= rows || k >= cols)
+        y[i][k] = (v16){0};
+      else if (bf16)
+        y[i][k] = load_n(dy, 1, e, n);
+      else
+        y[i][k] = (v16)_mm512_maskz_loadu_ps(lanes, (const float *)dy + e);
+      *sum += y[i][k];
+    }
+#pragma GCC unroll 4
+  for (int k = 0; k < M; k++) {
+    v16 c[M_MAX], z[T_IN];
+#pragma GCC unroll 4
+    for (int i = 0; i < M; i++) c[i] = y[i][k];
+    a_of(M, c, 1, z, 1); /* column k */
+#pragma GCC unroll 6
+    for (int i = 0; i < T_IN; i++) t[i][k] = z[i];
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < T_IN; i++) {
+    v16 z[T_IN];
+    a_of(M, t[i], 1, z, 1); /* row i */
+#pragma GCC unroll 6
+    for (int k = 0; k < T_IN; k++)
+      _mm512_storeu_ps(out + (size_t)(i * T_IN + k) * s->fp, (__m512)z[k]);
+  }
+}
+
 /* dy of tiles [t0, t0 + nt) into the transformed domain (tile r's
  * position p at md[(r * NPOS + p) * fp]), zero past the output's edge;
- * their column sums added to bsum. A y A^T, the columns first, in two
- * halves of three rows (as transform_patch). Inlined for each tile side
- * M. */
+ * their column sums added to bsum. Inlined for each tile side M and for
+ * f32 and bf16 dy. */
 AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt, float *md,
-                                         float *bsum, const int M) {
+                                         float *bsum, const int M, const int bf16) {
   const wino_shape *s = &j->s;
   for (int r = 0; r < nt; r++) {
     int b, oy, ox, rows, cols;
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
-    if (r + 2 < nt)
-      prefetch_patch(j->dy, j->dy_bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->oh, s->ow, s->cout);
+    if (r + 2 < nt && s->d == 1)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->oh, s->ow, s->cout);
+    const size_t at0 =
+        (((size_t)b * s->yh + s->py + (size_t)s->d * oy) * s->yw + s->px + (size_t)s->d * ox) *
+        s->cout;
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
-      const size_t at = (((size_t)b * s->oh + oy) * s->ow + ox) * s->cout + f0;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
-#pragma GCC unroll 4
-      for (int i = 0; i < M; i++)
-#pragma GCC unroll 4
-        for (int k = 0; k < M; k++) sum += dy_at(j, at, i, k, rows, cols, n);
+      transform_dy_vec(s, j->dy, at0 + f0, rows, cols, n, md + (size_t)r * NPOS * s->fp + f0, &sum,
+                       M, bf16);
       _mm512_storeu_ps(bsum + f0, (__m512)sum);
-      float *out = md + (size_t)r * NPOS * s->fp + f0;
-#pragma GCC unroll 2
-      for (int h = 0; h < T_IN; h += 3) {
-        v16 c[3][M_MAX];
-#pragma GCC unroll 4
-        for (int k = 0; k < M; k++) {
-          v16 y[M_MAX], z[T_IN];
-#pragma GCC unroll 4
-          for (int i = 0; i < M; i++) y[i] = dy_at(j, at, i, k, rows, cols, n);
-          a_of(M, y, 1, z, 1); /* column k */
-#pragma GCC unroll 3
-          for (int q = 0; q < 3; q++) c[q][k] = z[h + q];
-        }
-#pragma GCC unroll 3
-        for (int q = 0; q < 3; q++) {
-          v16 z[T_IN];
-          a_of(M, c[q], 1, z, 1); /* row h + q */
-#pragma GCC unroll 6
-          for (int k = 0; k < T_IN; k++)
-            _mm512_storeu_ps(out + (size_t)((h + q) * T_IN + k) * s->fp, (__m512)z[k]);
-        }
-      }
     }
   }
 }
 
 AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
-  if (j->s.m == 4)
-    transform_dy_m(j, t0, nt, md, bsum, 4);
+  if (j->s.m == 4 && !j->dy_bf16)
+    transform_dy_m(j, t0, nt, md, bsum, 4, 0);
+  else if (j->s.m == 4)
+    transform_dy_m(j, t0, nt, md, bsum, 4, 1);
+  else if (!j->dy_bf16)
+    transform_dy_m(j, t0, nt, md, bsum, 2, 0);
   else
-    transform_dy_m(j, t0, nt, md, bsum, 2);
+    transform_dy_m(j, t0, nt, md, bsum, 2, 1);
 }
 
 static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
@@ -846,7 +901,7 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
     const int s0 = (int)(s->slices * t / j->tasks), s1 = (int)(s->slices * (t + 1) / j->tasks);
     for (int sl = s0; sl < s1; sl++) {
       float *du = j->partials + (size_t)sl * per, *bsum = du + (size_t)NPOS * s->cp * s->fp;
-      memset(du, 0, per * sizeof(float));
+      if (!j->again) memset(du, 0, per * sizeof(float));
       const int64_t lo = s->tiles * sl / s->slices, hi = s->tiles * (sl + 1) / s->slices;
       for (int64_t first = lo; first < hi; first += s->tb) {
         const int nt = hi - first < s->tb ? (int)(hi - first) : s->tb;
@@ -924,7 +979,7 @@ static void wgrad_wide(kn_graph *g, const wgrad_job *j) {
   float *du = j->partials, *bsum = du + (size_t)NPOS * s->cp * s->fp;
   chunk_job c = {.s = s, .x = j->x, .wgrad = j, .v = j->scratch, .bsums = bsum + s->fp};
   c.mo = c.v + (size_t)NPOS * s->tb * s->cp;
-  memset(bsum, 0, (size_t)s->fp * sizeof(float));
+  if (!j->again) memset(bsum, 0, (size_t)s->fp * sizeof(float));
   for (c.first = 0; c.first < s->tiles; c.first += s->tb) {
     c.nt = s->tiles - c.first < s->tb ? (int)(s->tiles - c.first) : s->tb;
     c.parts = c.nt < PARTS ? c.nt : PARTS;
@@ -944,7 +999,7 @@ static void wgrad_wide(kn_graph *g, const wgrad_job *j) {
                                .ldb = NPOS * s->fp,
                                .c = du + (size_t)p * s->cp * s->fp,
                                .ldc = s->fp,
-                               .accumulate = c.first > 0};
+                               .accumulate = c.first > 0 || j->again};
       kn_sgemm_run(g, &x);
     }
   }
@@ -958,27 +1013,35 @@ static void finish_range(void *ctx, int64_t t0, int64_t t1) {
 
 void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,
                        float *b_sums) {
-  wgrad_job j = {
-      .s = shape_of(io->r, io->batch, io->hp, io->wp, io->cin, io->oh, io->ow, io->cout, 1),
-      .x = io->x,
-      .dy = dy,
-      .dy_bf16 = dy_bf16,
-      .dw = dw,
-      .b_sums = b_sums};
-  const int cin = io->cin;
+  wgrad_job j = {.s = io_shape(io, 0, 0, 1),
+                 .x = io->x,
+                 .dy = dy,
+                 .dy_bf16 = dy_bf16,
+                 .dw = dw,
+                 .b_sums = b_sums};
   /* the buffer: the slices' sums, then each thread's block (or the chunk) */
-  j.s.pt = io->pt;
-  j.s.pl = io->pl;
-  j.s.x_bf16 = io->x_bf16;
   j.partials = g->conv_buf;
   j.scratch = j.partials + partial_floats(&j.s);
-  if (j.s.wide) {
-    wgrad_wide(g, &j);
-  } else {
-    j.tasks = tasks_for(g, j.s.slices);
-    kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
+  /* A dilated product's phases add to the same slices, in phase order,
+   * their number fixed by the first (the largest) phase: the same sums in
+   * the same order for any thread count. */
+  const int slices = j.s.slices;
+  for (int py = 0; py < j.s.d; py++) {
+    for (int px = 0; px < j.s.d; px++) {
+      const int again = py + px > 0;
+      j.s = io_shape(io, py, px, 1);
+      j.s.slices = slices;
+      j.again = again;
+      if (j.s.tiles == 0) continue;
+      if (j.s.wide) {
+        wgrad_wide(g, &j);
+      } else {
+        j.tasks = tasks_for(g, j.s.slices);
+        kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
+      }
+    }
   }
-  j.tasks = tasks_for(g, cin);
+  j.tasks = tasks_for(g, io->cin);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, finish_range, &j);
 }
 

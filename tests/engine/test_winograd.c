@@ -26,10 +26,15 @@ typedef struct shape {
   int pt, pl; /* padding above and left ("same": 1 for 3x3, 2 for 5x5; "valid": 0) */
   int oh, ow;
   int r; /* the kernel's side; 0: 3 */
+  int d; /* its dilation; 0: 1 */
 } shape;
 
 static int side(const shape *s) {
   return s->r ? s->r : 3;
+}
+
+static int dil(const shape *s) {
+  return s->d ? s->d : 1;
 }
 
 static float uniform(uint64_t *s) {
@@ -54,6 +59,7 @@ static kn_wino_io io_of(const shape *s, const void *x, int x_bf16) {
   return (kn_wino_io){.x = x,
                       .x_bf16 = x_bf16,
                       .r = side(s),
+                      .d = dil(s),
                       .batch = s->batch,
                       .hp = s->h,
                       .wp = s->w,
@@ -82,8 +88,8 @@ static kn_graph *graph_for(const shape *s, int threads) {
   g->pool = kn_pool_new(threads);
   size_t f = 0;
   for (int wgrad = 0; wgrad <= 1; wgrad++) {
-    const size_t need = kn_winograd_floats(threads, side(s), s->batch, s->h, s->w, s->cin, s->oh,
-                                           s->ow, s->cout, wgrad);
+    const size_t need = kn_winograd_floats(threads, side(s), dil(s), s->batch, s->h, s->w, s->cin,
+                                           s->oh, s->ow, s->cout, wgrad);
     f = need > f ? need : f;
   }
   g->conv_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
@@ -121,7 +127,7 @@ static double rel_error(const float *a, const double *ref, size_t n, const char 
 /* flip: the input gradient's form, w (r, r, cout, cin) turned around;
  * bf16: x and w in bf16 (mixed_bfloat16), and y's bf16 copy written. */
 static void check_forward(const shape *s, int relu, int flip, int bf16) {
-  const int r = side(s);
+  const int r = side(s), d = dil(s);
   const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = (size_t)r * r * s->cin * s->cout;
   const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
   float *x = randoms(nx, 1), *w = randoms(nw, 2), *bias = randoms(s->cout, 3);
@@ -142,7 +148,7 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
                 const double k =
                     flip ? w[(((size_t)(r - 1 - ki) * r + (r - 1 - kj)) * s->cout + f) * s->cin + c]
                          : w[(((size_t)ki * r + kj) * s->cin + c) * s->cout + f];
-                sum += k * at(s, x, b, y + ki - s->pt, xx + kj - s->pl, c);
+                sum += k * at(s, x, b, y + d * ki - s->pt, xx + d * kj - s->pl, c);
               }
           ref[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f] = relu && sum < 0 ? 0 : sum;
         }
@@ -156,9 +162,9 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
                      bf16 ? copy : NULL);
     if (!first) {
       char what[128];
-      snprintf(what, sizeof what, "%s %dx%d %dx%dx%d -> %dx%dx%d, batch %d%s%s",
-               flip ? "input gradient" : "forward", r, r, s->h, s->w, s->cin, s->oh, s->ow, s->cout,
-               s->batch, relu ? ", relu" : "", bf16 ? ", bf16 operands" : "");
+      snprintf(what, sizeof what, "%s %dx%d dilation %d, %dx%dx%d -> %dx%dx%d, batch %d%s%s",
+               flip ? "input gradient" : "forward", r, r, d, s->h, s->w, s->cin, s->oh, s->ow,
+               s->cout, s->batch, relu ? ", relu" : "", bf16 ? ", bf16 operands" : "");
       assert_true(rel_error(y, ref, ny, what) <= TOLERANCE);
       for (size_t i = 0; bf16 && i < ny; i++) assert_int_equal(copy[i], kn_bf16_from_f32(y[i]));
       first = y;
@@ -180,7 +186,7 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
 
 /* bf16: x and dy in bf16. */
 static void check_weight_grad(const shape *s, int bf16) {
-  const int r = side(s);
+  const int r = side(s), d = dil(s);
   const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = (size_t)r * r * s->cin * s->cout;
   const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
   float *x = randoms(nx, 4), *dy = randoms(ny, 5);
@@ -194,13 +200,13 @@ static void check_weight_grad(const shape *s, int bf16) {
     for (int y = 0; y < s->oh; y++)
       for (int xx = 0; xx < s->ow; xx++)
         for (int f = 0; f < s->cout; f++) {
-          const double d = dy[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f];
-          bref[f] += d;
+          const double dv = dy[(((size_t)b * s->oh + y) * s->ow + xx) * s->cout + f];
+          bref[f] += dv;
           for (int ki = 0; ki < r; ki++)
             for (int kj = 0; kj < r; kj++)
               for (int c = 0; c < s->cin; c++)
                 ref[(((size_t)ki * r + kj) * s->cin + c) * s->cout + f] +=
-                    d * at(s, x, b, y + ki - s->pt, xx + kj - s->pl, c);
+                    dv * at(s, x, b, y + d * ki - s->pt, xx + d * kj - s->pl, c);
         }
   float *first = NULL;
   for (int threads = 1; threads <= 3; threads++) {
@@ -211,8 +217,9 @@ static void check_weight_grad(const shape *s, int bf16) {
     kn_winograd_wgrad(g, &io, bf16 ? (const void *)dyh : dy, bf16, dw, bsum);
     if (!first) {
       char what[128];
-      snprintf(what, sizeof what, "weight gradient %dx%d %dx%dx%d -> %dx%dx%d, batch %d%s", r, r,
-               s->h, s->w, s->cin, s->oh, s->ow, s->cout, s->batch, bf16 ? ", bf16 operands" : "");
+      snprintf(what, sizeof what,
+               "weight gradient %dx%d dilation %d, %dx%dx%d -> %dx%dx%d, batch %d%s", r, r, d, s->h,
+               s->w, s->cin, s->oh, s->ow, s->cout, s->batch, bf16 ? ", bf16 operands" : "");
       /* sums over every pixel of the batch: 2^-14 of the largest */
       assert_true(rel_error(dw, ref, nw, what) <= 0x1p-14);
       assert_true(rel_error(bsum, bref, s->cout, "  its bias gradient") <= 0x1p-16);
@@ -284,6 +291,60 @@ static const shape shapes[] = {
      .oh = 9,
      .ow = 8,
      .r = 5},
+    /* dilated, by phases: "same" (padding d), sizes that leave phases of
+     * unequal sizes, "valid" (the output 2d smaller), a dilated 5x5, and
+     * many tiles */
+    {.batch = 3,
+     .h = 14,
+     .w = 14,
+     .cin = 16,
+     .cout = 24,
+     .pt = 2,
+     .pl = 2,
+     .oh = 14,
+     .ow = 14,
+     .d = 2},
+    {.batch = 2,
+     .h = 13,
+     .w = 11,
+     .cin = 9,
+     .cout = 21,
+     .pt = 3,
+     .pl = 3,
+     .oh = 13,
+     .ow = 11,
+     .d = 3},
+    {.batch = 1,
+     .h = 15,
+     .w = 12,
+     .cin = 17,
+     .cout = 8,
+     .pt = 0,
+     .pl = 0,
+     .oh = 11,
+     .ow = 8,
+     .d = 2},
+    {.batch = 2,
+     .h = 16,
+     .w = 13,
+     .cin = 16,
+     .cout = 16,
+     .pt = 4,
+     .pl = 4,
+     .oh = 16,
+     .ow = 13,
+     .r = 5,
+     .d = 2},
+    {.batch = 23,
+     .h = 10,
+     .w = 10,
+     .cin = 12,
+     .cout = 16,
+     .pt = 2,
+     .pl = 2,
+     .oh = 10,
+     .ow = 10,
+     .d = 2},
 };
 
 static void forward_products_match_the_direct_convolution(void **state) {
@@ -301,7 +362,7 @@ static void input_gradients_match_the_turned_kernel(void **state) {
   if (!have_avx512()) skip();
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     /* dx of a "same" convolution: dy padded as x was, the kernel turned;
-     * of a "valid" one: dy padded by r - 1 */
+     * of a "valid" one: dy padded by d (r - 1) */
     shape s = shapes[i];
     if (s.pt == 0) {
       s = (shape){.batch = s.batch,
@@ -309,11 +370,12 @@ static void input_gradients_match_the_turned_kernel(void **state) {
                   .w = s.ow,
                   .cin = s.cout,
                   .cout = s.cin,
-                  .pt = side(&s) - 1,
-                  .pl = side(&s) - 1,
+                  .pt = dil(&s) * (side(&s) - 1),
+                  .pl = dil(&s) * (side(&s) - 1),
                   .oh = s.h,
                   .ow = s.w,
-                  .r = s.r};
+                  .r = s.r,
+                  .d = s.d};
     } else {
       const int c = s.cin;
       s.cin = s.cout;
@@ -356,6 +418,16 @@ static void wide_products_by_chunks_match_the_direct_sums(void **state) {
        .oh = 9,
        .ow = 10,
        .r = 5},
+      {.batch = 3,
+       .h = 11,
+       .w = 10,
+       .cin = 24,
+       .cout = 20,
+       .pt = 2,
+       .pl = 2,
+       .oh = 11,
+       .ow = 10,
+       .d = 2},
   };
   for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
     const shape *s = &wide[i];
@@ -433,19 +505,25 @@ static void the_bf16_copy_rounds_as_a_cast_does(void **state) {
  * save at least half the multiplies. */
 static void it_pays_where_it_saves_half_the_multiplies(void **state) {
   (void)state;
-  assert_true(kn_winograd_pays(3, 28, 28, 16, 16));
-  assert_true(kn_winograd_pays(3, 7, 7, 64, 64)); /* 4 tiles for 49 outputs: 144 vs 441 */
-  assert_true(kn_winograd_pays(3, 4, 4, 8, 8));
-  assert_false(kn_winograd_pays(3, 28, 28, 1, 16)); /* a first layer over one channel */
-  assert_false(kn_winograd_pays(3, 28, 28, 16, 4));
-  assert_false(kn_winograd_pays(3, 2, 2, 64, 64));  /* 36 products for 4 outputs: 36 direct */
-  assert_false(kn_winograd_pays(3, 5, 5, 64, 64));  /* 144 for 25 outputs: 225 direct */
-  assert_true(kn_winograd_pays(5, 28, 28, 32, 32)); /* 196 tiles: 7,056 vs 19,600 */
-  assert_true(kn_winograd_pays(5, 2, 2, 16, 16));   /* one tile: 36 vs 100 */
-  assert_false(kn_winograd_pays(5, 3, 3, 16, 16));  /* 4 tiles for 9 outputs: 144 vs 225 */
-  assert_false(kn_winograd_pays(5, 28, 28, 1, 32));
-  assert_false(kn_winograd_pays(7, 28, 28, 32, 32)); /* no 7x7 transforms */
-  assert_false(kn_winograd_pays(1, 28, 28, 32, 32));
+  assert_true(kn_winograd_pays(3, 1, 28, 28, 16, 16));
+  assert_true(kn_winograd_pays(3, 1, 7, 7, 64, 64)); /* 4 tiles for 49 outputs: 144 vs 441 */
+  assert_true(kn_winograd_pays(3, 1, 4, 4, 8, 8));
+  assert_false(kn_winograd_pays(3, 1, 28, 28, 1, 16)); /* a first layer over one channel */
+  assert_false(kn_winograd_pays(3, 1, 28, 28, 16, 4));
+  assert_false(kn_winograd_pays(3, 1, 2, 2, 64, 64));  /* 36 products for 4 outputs: 36 direct */
+  assert_false(kn_winograd_pays(3, 1, 5, 5, 64, 64));  /* 144 for 25 outputs: 225 direct */
+  assert_true(kn_winograd_pays(5, 1, 28, 28, 32, 32)); /* 196 tiles: 7,056 vs 19,600 */
+  assert_true(kn_winograd_pays(5, 1, 2, 2, 16, 16));   /* one tile: 36 vs 100 */
+  assert_false(kn_winograd_pays(5, 1, 3, 3, 16, 16));  /* 4 tiles for 9 outputs: 144 vs 225 */
+  assert_false(kn_winograd_pays(5, 1, 28, 28, 1, 32));
+  assert_false(kn_winograd_pays(7, 1, 28, 28, 32, 32)); /* no 7x7 transforms */
+  assert_false(kn_winograd_pays(1, 1, 28, 28, 32, 32));
+  /* dilated: the phases' tiles (a 14x14 output of dilation 2: four 7x7
+   * phases of 4 tiles, 64 against 196 outputs) */
+  assert_true(kn_winograd_pays(3, 2, 14, 14, 16, 16));
+  assert_true(kn_winograd_pays(3, 4, 28, 28, 32, 32));
+  assert_false(kn_winograd_pays(3, 4, 8, 8, 32, 32)); /* 16 phases of 2x2: 16 tiles for 64 */
+  assert_false(kn_winograd_pays(3, 0, 28, 28, 32, 32));
 }
 
 int main(void) {

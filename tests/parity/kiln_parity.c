@@ -163,6 +163,41 @@ static const kn_layer_config resblock_layers[] = {
     {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
 };
 
+/* Dilated convolutions on (12, 12, 3) inputs, for the winograd pass's
+ * phases: a stem over 3 channels (on the GEMM) with tanh; a 3x3 "same"
+ * convolution of dilation 2 over 16 channels with bias and tanh, and a
+ * "valid" one (the output 8x8), each by Winograd over its four phases
+ * (forward, input and weight gradients); global average pooling and a
+ * dense layer. Smooth activations only, so no decision sits within
+ * rounding of its threshold. */
+static const kn_layer_config dilated_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_CONV2D,
+     .name = "d1",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .dilation_rate = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_CONV2D,
+     .name = "d2",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .dilation_rate = {2, 2},
+     .padding = KN_PAD_VALID,
+     .use_bias = 1,
+     .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
+};
+
 /* Hyperparameters the torch side mirrors by name. */
 static int optimizer_by_name(const char *name, kn_optimizer_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -215,13 +250,15 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    fprintf(stderr, "usage: kiln-parity mlp|cnn|branches|resblock OPTIMIZER STEPS OUTDIR\n");
+    fprintf(stderr,
+            "usage: kiln-parity mlp|cnn|branches|resblock|dilated OPTIMIZER STEPS OUTDIR\n");
     return 2;
   }
   const char *which = argv[1], *dir = argv[4];
   int steps = atoi(argv[3]);
   const int branches = strcmp(which, "branches") == 0, resblock = strcmp(which, "resblock") == 0;
-  const int cnn = strcmp(which, "cnn") == 0 || branches || resblock;
+  const int dilated = strcmp(which, "dilated") == 0;
+  const int cnn = strcmp(which, "cnn") == 0 || branches || resblock || dilated;
   kn_optimizer_config oc;
   if ((!cnn && strcmp(which, "mlp") != 0) || optimizer_by_name(argv[2], &oc) || steps < 1) {
     fprintf(stderr, "kiln-parity: bad model '%s', optimizer '%s' or steps '%s'\n", which, argv[2],
@@ -235,6 +272,12 @@ int main(int argc, char **argv) {
     mc.input_shape[2] = 3;
     mc.layers = branches_layers;
     mc.n_layers = (int)(sizeof branches_layers / sizeof branches_layers[0]);
+  } else if (dilated) {
+    mc.input_shape[0] = 12;
+    mc.input_shape[1] = 12;
+    mc.input_shape[2] = 3;
+    mc.layers = dilated_layers;
+    mc.n_layers = (int)(sizeof dilated_layers / sizeof dilated_layers[0]);
   } else if (resblock) {
     mc.input_shape[0] = 10;
     mc.input_shape[1] = 10;

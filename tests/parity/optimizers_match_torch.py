@@ -8,7 +8,9 @@ with gelu and leaky relu) and a ResNet basic block ("resblock": 3x3
 convolutions over 16 channels, "same" into batch norm and a residual add,
 "valid" with bias and tanh, which kiln computes by Winograd's F(4x4, 3x3)
 where its own GEMM runs, and between them a 5x5 "same" one with bias and
-tanh, by F(2x2, 5x5)) start from the same weights (kiln writes them as
+tanh, by F(2x2, 5x5)) and dilated convolutions ("dilated": 3x3 of
+dilation 2 over 16 channels, "same" and "valid", with tanh, which kiln
+computes by Winograd over each one's four phases) start from the same weights (kiln writes them as
 safetensors, torch loads them), train 20 steps on the same batches with
 each optimizer, and must agree on every loss and every final weight (and
 batch norm moving statistics) as torch.allclose(rtol=1e-4, atol=1e-5)
@@ -46,7 +48,7 @@ them with OpenBLAS, so ctest runs the full comparison with KILN_GEMM=openblas
 (like-for-like arithmetic), and the CNNs again with kiln's own GEMM;
 tests/engine/test_sgemm.c holds kiln's GEMM to a double reference.
 
-  optimizers_match_torch.py KILN_PARITY [MODELS]   (MODELS: mlp,cnn,branches,resblock by default)"""
+  optimizers_match_torch.py KILN_PARITY [MODELS]   (MODELS: mlp,cnn,branches,resblock,dilated by default)"""
 import json
 import os
 import struct
@@ -173,11 +175,20 @@ def resblock_forward(p, state, x, training=True):
     return h.mean((2, 3)) @ p["out.kernel"] + p["out.bias"]
 
 
+def dilated_forward(p, state, x, training=True):
+    h = x.permute(0, 3, 1, 2)  # NHWC -> NCHW
+    h = torch.tanh(F.conv2d(h, conv_w(p["stem.kernel"]), p["stem.bias"], padding=1))
+    h = torch.tanh(F.conv2d(h, conv_w(p["d1.kernel"]), p["d1.bias"], padding=2, dilation=2))
+    h = torch.tanh(F.conv2d(h, conv_w(p["d2.kernel"]), p["d2.bias"], dilation=2))
+    return h.mean((2, 3)) @ p["out.kernel"] + p["out.bias"]
+
+
 MODELS = {  # forward, one batch's shape
     "mlp": (mlp_forward, (32, 28, 28, 1)),
     "cnn": (cnn_forward, (16, 10, 10, 3)),
     "branches": (branches_forward, (16, 12, 12, 3)),
     "resblock": (resblock_forward, (16, 10, 10, 3)),
+    "dilated": (dilated_forward, (16, 12, 12, 3)),
 }
 
 
