@@ -494,21 +494,27 @@ static inline void tile_outputs(const wino_shape *s, int64_t t, int *b, int *oy,
   *cols = s->ow - *ox < s->m ? s->ow - *ox : s->m;
 }
 
-/* Asks the cache for the rows x columns patch of tile t (its top left at
- * the tile's output less pt, pl) of an (hp, wp, c) image of es-byte
+/* Asks the cache for the rows x rows patch of tile t (its top left at
+ * the tile's output less pt, pl; a dilated product's phase: its rows d
+ * apart, each row's span whole) of an (hp, wp, c) image of es-byte
  * elements: the tiles' reads jump from row to row, where the hardware's
  * prefetchers lose the stream. */
 AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape *s, int64_t t,
                                          int rows, int pt, int pl, int hp, int wp, int c) {
   int b, y, xx;
   tile_at(s, t, &b, &y, &xx);
-  y -= pt;
-  xx = xx - pl < 0 ? 0 : xx - pl;
-  const size_t row = (size_t)wp * c, bytes = (size_t)rows * c * es;
+  /* the phase's rows and columns, d apart, in the stored image */
+  y = s->py - pt + s->d * y;
+  xx = s->px - pl + s->d * xx;
+  xx = xx < 0 ? 0 : xx;
+  const int span = s->d * (rows - 1) + 1, cols = wp - xx < span ? wp - xx : span;
+  if (cols <= 0) return;
+  const size_t row = (size_t)wp * c, bytes = (size_t)cols * c * es;
   const char *image = (const char *)x + (size_t)b * hp * row * es;
   for (int i = 0; i < rows; i++) {
-    if (y + i < 0 || y + i >= hp) continue;
-    const char *at = image + ((size_t)(y + i) * row + (size_t)xx * c) * es;
+    const int yy = y + s->d * i;
+    if (yy < 0 || yy >= hp) continue;
+    const char *at = image + ((size_t)yy * row + (size_t)xx * c) * es;
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
   }
 }
@@ -581,7 +587,7 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       pm.col[k] = in ? (size_t)xx * s->cin : 0;
       pm.cm[k] = in ? 0xFFFF : 0;
     }
-    if (r + 2 < nt && s->d == 1)
+    if (r + 2 < nt)
       prefetch_patch(x, s->x_bf16 ? 2 : 4, s, t0 + r + 2, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
@@ -865,8 +871,8 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
   for (int r = 0; r < nt; r++) {
     int b, oy, ox, rows, cols;
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
-    if (r + 2 < nt && s->d == 1)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->oh, s->ow, s->cout);
+    if (r + 2 < nt)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->yh, s->yw, s->cout);
     const size_t at0 =
         (((size_t)b * s->yh + s->py + (size_t)s->d * oy) * s->yw + s->px + (size_t)s->d * ox) *
         s->cout;
