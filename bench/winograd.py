@@ -1,4 +1,4 @@
-"""3x3 convolutions by Winograd against the GEMM: the same kiln-train,
+"""3x3 and 5x5 convolutions by Winograd against the GEMM: the same kiln-train,
 KILN_WINOGRAD=off and on, runs interleaved, medians of --repeats.
 
   /usr/bin/python3 bench/winograd.py [--build build-rel] [--repeats 3]
@@ -6,10 +6,12 @@ KILN_WINOGRAD=off and on, runs interleaved, medians of --repeats.
                                      [--json winograd.json]
 
 Models: the zoo's that have 3x3 stride-1 convolutions (cnn, resnet,
-inception; bench/specs/zoo) and two wide networks outside it
+inception; bench/specs/zoo), two wide networks outside it
 (bench/specs/wide: a stride-2 stem, then two 3x3 "same" convolutions of
 256 channels on 14x14, or of 512 on 7x7, global average pooling; batch
-32), where the products go by chunks (docs/engine.md). Each run trains
+32), where the products go by chunks (docs/engine.md), and two of
+bench/specs/other: vgg_bn (two 5x5 convolutions, F(2x2, 5x5)) and
+dilated_res (a 3x3 convolution of dilation 2, by phases). Each run trains
 WARMUP steps, then STEPS more; examples/s come from the times kiln-train's
 --json progress lines arrive, as in bench/zoo.py. Prints a markdown
 table; --json writes every run."""
@@ -31,6 +33,8 @@ MODELS = {
     "inception": (os.path.join(zoo.SPECS, "inception.json"), 3, 10),
     "conv256": (os.path.join(ROOT, "bench", "specs", "wide", "conv256.json"), 2, 6),
     "conv512": (os.path.join(ROOT, "bench", "specs", "wide", "conv512.json"), 2, 6),
+    "vgg_bn": (os.path.join(ROOT, "bench", "specs", "other", "vgg_bn.json"), 3, 10),
+    "dilated_res": (os.path.join(ROOT, "bench", "specs", "other", "dilated_res.json"), 3, 10),
 }
 
 
