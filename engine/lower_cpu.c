@@ -763,10 +763,12 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
 /* The winograd pass (KN_PASS_WINOGRAD): marks the forward matmul (with
  * its bias and relu), the weight-gradient matmul (with the bias gradient
  * paired to it) and the input gradient of each 3x3 or 5x5, stride-1
- * convolution (dilated the same down and across, or not) (float32, or bf16 operands under
- * mixed_bfloat16, the output float32) whose products read a padded input in place and where
- * kn_winograd_pays; their kernels then run winograd.c. A matmul reading a max pool's gradient as B,
- * or a value that is a part of another's storage, keeps its GEMM. */
+ * convolution, undilated or dilated the same down and across (float32,
+ * or bf16 operands under mixed_bfloat16, the output float32), whose
+ * products read a padded input in place and where kn_winograd_pays;
+ * their kernels then run winograd.c. A matmul reading a max pool's
+ * gradient as B, or a value that is a part of another's storage, keeps
+ * its GEMM. */
 int kn_lower_winograd(kn_graph *g) {
   /* float32 and mixed_bfloat16 (bf16 operands widened as they are read:
    * the products' sums in float32, as the bf16 GEMM's) */
