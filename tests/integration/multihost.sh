@@ -257,7 +257,9 @@ py "assert d.get('infra_restarts', 0) == 0 and d.get('restarts', 0) == 0, d" ||
   fail "a short link loss restarted the job: $(cat "$d/body")"
 echo "ok: $victim's link down for $((grace / 3)) s (grace $grace s) cost nothing"
 
-# Waits until job $1 has a checkpoint and ranks on two hosts.
+# Waits until job $1 has a checkpoint and ranks on two hosts. The jobs it
+# waits for take 32,768 examples (1,024 steps of 32): with 8,192 a host
+# with full-rate 512-bit FMAs finished one before a poll saw it running.
 running_with_checkpoint() {
   for _ in $(seq 240); do
     api GET "/v1/jobs/$1/checkpoints" > /dev/null
@@ -269,7 +271,7 @@ running_with_checkpoint() {
 }
 
 # 4. SIGKILL of an agent mid-job: requeued, resumed from its checkpoint on the other hosts.
-job=$(create "$(spec mh-kill 8192 '')")
+job=$(create "$(spec mh-kill 32768 '')")
 running_with_checkpoint "$job"
 victim=$(where kiln-train | cut -d' ' -f1)
 case "$victim" in host-a) kill -9 "$agent_hosta" ;; host-b) kill -9 "$agent_hostb" ;; host-c) kill -9 "$agent_hostc" ;; *) fail "no rank to kill ($(state_of "$job"))" ;; esac
@@ -286,7 +288,7 @@ case "$victim" in host-a) start_agent 1 host-a ;; host-b) start_agent 2 host-b ;
 wait_for "sum(a['state'] == 'ONLINE' for a in d['agents']) == 3" /v1/agents 30
 
 # 5. A link down longer than the grace window fails over cleanly.
-job=$(create "$(spec mh-cut 8192 '')")
+job=$(create "$(spec mh-cut 32768 '')")
 running_with_checkpoint "$job"
 victim=$(where kiln-train | cut -d' ' -f1)
 i=$(case "$victim" in host-a) echo 1 ;; host-b) echo 2 ;; *) echo 3 ;; esac)
