@@ -485,6 +485,14 @@ static inline void tile_at(const wino_shape *s, int64_t t, int *b, int *oy, int 
   *ox = r % s->tw * s->m;
 }
 
+/* Where output (oy, ox) of image b's phase lies in the whole output
+ * (batch, yh, yw, cout), in elements: the phase's rows and columns are d
+ * apart from (py, px) (the output itself where undilated). */
+static inline size_t phase_out_at(const wino_shape *s, int b, int oy, int ox) {
+  return (((size_t)b * s->yh + s->py + (size_t)s->d * oy) * s->yw + s->px + (size_t)s->d * ox) *
+         s->cout;
+}
+
 /* Tile t's image, top-left output, and the rows and columns of its m x m
  * outputs inside the output (fewer at the bottom and right edges). */
 static inline void tile_outputs(const wino_shape *s, int64_t t, int *b, int *oy, int *ox, int *rows,
@@ -643,10 +651,7 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
           v16 o[M_MAX];
           at_of(M, t[q], 1, o, 1); /* output row h + q */
           if (h + q >= rows) break;
-          const size_t at = (((size_t)b * s->yh + s->py + (size_t)s->d * (oy + h + q)) * s->yw +
-                             s->px + (size_t)s->d * ox) *
-                                s->cout +
-                            f0;
+          const size_t at = phase_out_at(s, b, oy + h + q, ox) + f0;
           const size_t step = (size_t)s->d * s->cout; /* one output right in the phase */
 #pragma GCC unroll 4
           for (int k = 0; k < M; k++) {
@@ -873,9 +878,7 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     if (r + 2 < nt)
       prefetch_patch(j->dy, bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->yh, s->yw, s->cout);
-    const size_t at0 =
-        (((size_t)b * s->yh + s->py + (size_t)s->d * oy) * s->yw + s->px + (size_t)s->d * ox) *
-        s->cout;
+    const size_t at0 = phase_out_at(s, b, oy, ox);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
