@@ -502,13 +502,24 @@ static inline void tile_outputs(const wino_shape *s, int64_t t, int *b, int *oy,
   *cols = s->ow - *ox < s->m ? s->ow - *ox : s->m;
 }
 
+/* How a patch is asked for: for reading soon (into the L1 cache), for
+ * reading later (the L2), for writing later (the L2, owned). */
+enum { AHEAD_L1, AHEAD_L2, AHEAD_WRITE };
+
+/* The tiles that many on from the one being transformed are asked for:
+ * two for the L1 cache, and a row of tiles and two for the L2. Each tile
+ * reads lines of six rows, jumping from row to row where the hardware's
+ * prefetchers lose the streams, and at 16 or 32 channels a tile's
+ * arithmetic is too short to hide a read from memory: the tiles one row
+ * down, asked for a whole row of tiles early, arrive in time. */
+#define AHEAD_NEAR 2
+
 /* Asks the cache for the rows x rows patch of tile t (its top left at
  * the tile's output less pt, pl; a dilated product's phase: its rows d
  * apart, each row's span whole) of an (hp, wp, c) image of es-byte
- * elements: the tiles' reads jump from row to row, where the hardware's
- * prefetchers lose the stream. */
+ * elements, as how says (AHEAD_*). */
 AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape *s, int64_t t,
-                                         int rows, int pt, int pl, int hp, int wp, int c) {
+                                         int rows, int pt, int pl, int hp, int wp, int c, int how) {
   int b, y, xx;
   tile_at(s, t, &b, &y, &xx);
   /* the phase's rows and columns, d apart, in the stored image */
@@ -523,7 +534,14 @@ AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape
     const int yy = y + s->d * i;
     if (yy < 0 || yy >= hp) continue;
     const char *at = image + ((size_t)yy * row + (size_t)xx * c) * es;
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
+    for (size_t o = 0; o < bytes; o += 64) {
+      if (how == AHEAD_WRITE)
+        _mm_prefetch(at + o, _MM_HINT_ET1);
+      else if (how == AHEAD_L2)
+        _mm_prefetch(at + o, _MM_HINT_T1);
+      else
+        _mm_prefetch(at + o, _MM_HINT_T0);
+    }
   }
 }
 
@@ -536,19 +554,17 @@ typedef struct patch_map {
 } patch_map;
 
 /* One vector of channels of one tile's patch into the transformed domain,
- * position p at out[p * cp]: B^T d B, the columns first, then the rows.
- * In two halves of three rows each, so that every value stays in a
- * register (the 36 of a whole patch do not fit in 32): each half reads
- * the patch again (from the L1 cache) and keeps three of each column's
- * six values. Inlined for f32 and for bf16 (n channels: widened). */
+ * position p at out[p * cp]: B^T d B in two passes through out (in the
+ * L1 cache), each value read and written once a pass: the columns (B^T
+ * d), then the rows (those times B). A column wholly in the padding is
+ * zeros and reads nothing. Inlined for f32 and for bf16 (n channels:
+ * widened). */
 AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, int bf16, int n,
                                           int cp, float *out) {
-#pragma GCC unroll 2
-  for (int h = 0; h < T_IN; h += 3) {
-    v16 c[3][T_IN];
 #pragma GCC unroll 6
-    for (int k = 0; k < T_IN; k++) {
-      v16 d[T_IN];
+  for (int k = 0; k < T_IN; k++) {
+    v16 d[T_IN];
+    if (pm->cm[k]) {
 #pragma GCC unroll 6
       for (int i = 0; i < T_IN; i++) {
         const __mmask16 in = pm->rm[i] & pm->cm[k];
@@ -559,16 +575,23 @@ AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, in
           d[i] = (v16)_mm512_maskz_loadu_ps(in, (const float *)x + e);
       }
       bt6(d, 1); /* column k */
-#pragma GCC unroll 3
-      for (int r = 0; r < 3; r++) c[r][k] = d[h + r];
-    }
-#pragma GCC unroll 3
-    for (int r = 0; r < 3; r++) {
-      bt6(c[r], 1); /* row h + r */
+    } else {
 #pragma GCC unroll 6
-      for (int k = 0; k < T_IN; k++)
-        _mm512_storeu_ps(out + (size_t)((h + r) * T_IN + k) * cp, (__m512)c[r][k]);
+      for (int i = 0; i < T_IN; i++) d[i] = (v16){0};
     }
+#pragma GCC unroll 6
+    for (int i = 0; i < T_IN; i++)
+      _mm512_storeu_ps(out + (size_t)(i * T_IN + k) * cp, (__m512)d[i]);
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < T_IN; i++) {
+    v16 c[T_IN];
+#pragma GCC unroll 6
+    for (int k = 0; k < T_IN; k++) c[k] = (v16)_mm512_loadu_ps(out + (size_t)(i * T_IN + k) * cp);
+    bt6(c, 1); /* row i */
+#pragma GCC unroll 6
+    for (int k = 0; k < T_IN; k++)
+      _mm512_storeu_ps(out + (size_t)(i * T_IN + k) * cp, (__m512)c[k]);
   }
 }
 
@@ -595,8 +618,12 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       pm.col[k] = in ? (size_t)xx * s->cin : 0;
       pm.cm[k] = in ? 0xFFFF : 0;
     }
-    if (r + 2 < nt)
-      prefetch_patch(x, s->x_bf16 ? 2 : 4, s, t0 + r + 2, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin);
+    const int es = s->x_bf16 ? 2 : 4;
+    const int64_t near = t0 + r + AHEAD_NEAR, far = near + s->tw;
+    if (near < s->tiles)
+      prefetch_patch(x, es, s, near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1);
+    if (far < s->tiles)
+      prefetch_patch(x, es, s, far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
       const __mmask16 m = lanes_mask(n);
@@ -629,6 +656,9 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
   for (int r = 0; r < nt; r++) {
     int b, oy, ox, rows, cols;
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
+    if (t0 + r + AHEAD_NEAR + s->tw < s->tiles) /* its outputs' lines, owned */
+      prefetch_patch(j->y, 4, s, t0 + r + AHEAD_NEAR + s->tw, M, 0, 0, s->yh, s->yw, s->cout,
+                     AHEAD_WRITE);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
@@ -876,8 +906,11 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
   for (int r = 0; r < nt; r++) {
     int b, oy, ox, rows, cols;
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
-    if (r + 2 < nt)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, t0 + r + 2, M, 0, 0, s->yh, s->yw, s->cout);
+    const int64_t near = t0 + r + AHEAD_NEAR, far = near + s->tw;
+    if (near < s->tiles)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1);
+    if (far < s->tiles)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2);
     const size_t at0 = phase_out_at(s, b, oy, ox);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
