@@ -517,23 +517,29 @@ enum { AHEAD_L1, AHEAD_L2, AHEAD_WRITE };
 /* Asks the cache for the rows x rows patch of tile t (its top left at
  * the tile's output less pt, pl; a dilated product's phase: its rows d
  * apart, each row's span whole) of an (hp, wp, c) image of es-byte
- * elements, as how says (AHEAD_*). */
+ * elements, as how says (AHEAD_*). With fresh, only what the tiles before
+ * it have not read: a tile's patch shares its first rows - m rows with
+ * the tile above it and its first rows - m columns with the tile left of
+ * it (where there are such tiles). */
 AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape *s, int64_t t,
-                                         int rows, int pt, int pl, int hp, int wp, int c, int how) {
+                                         int rows, int pt, int pl, int hp, int wp, int c, int how,
+                                         int fresh) {
   int b, y, xx;
   tile_at(s, t, &b, &y, &xx);
+  const int skip_rows = fresh && y > 0 ? rows - s->m : 0,
+            skip_cols = fresh && xx > 0 ? s->d * (rows - s->m) : 0;
   /* the phase's rows and columns, d apart, in the stored image */
   y = s->py - pt + s->d * y;
-  xx = s->px - pl + s->d * xx;
-  xx = xx < 0 ? 0 : xx;
-  const int span = s->d * (rows - 1) + 1, cols = wp - xx < span ? wp - xx : span;
+  xx = s->px - pl + s->d * xx + skip_cols;
+  const int span = s->d * (rows - 1) + 1 - skip_cols;
+  const int x0 = xx < 0 ? 0 : xx, cols = (wp < xx + span ? wp : xx + span) - x0;
   if (cols <= 0) return;
   const size_t row = (size_t)wp * c, bytes = (size_t)cols * c * es;
   const char *image = (const char *)x + (size_t)b * hp * row * es;
-  for (int i = 0; i < rows; i++) {
+  for (int i = skip_rows; i < rows; i++) {
     const int yy = y + s->d * i;
     if (yy < 0 || yy >= hp) continue;
-    const char *at = image + ((size_t)yy * row + (size_t)xx * c) * es;
+    const char *at = image + ((size_t)yy * row + (size_t)x0 * c) * es;
     for (size_t o = 0; o < bytes; o += 64) {
       if (how == AHEAD_WRITE)
         _mm_prefetch(at + o, _MM_HINT_ET1);
@@ -621,9 +627,9 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
     const int es = s->x_bf16 ? 2 : 4;
     const int64_t near = t0 + r + AHEAD_NEAR, far = near + s->tw;
     if (near < s->tiles)
-      prefetch_patch(x, es, s, near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1);
+      prefetch_patch(x, es, s, near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1, 1);
     if (far < s->tiles)
-      prefetch_patch(x, es, s, far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2);
+      prefetch_patch(x, es, s, far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2, 1);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
       const __mmask16 m = lanes_mask(n);
@@ -658,7 +664,7 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     if (t0 + r + AHEAD_NEAR + s->tw < s->tiles) /* its outputs' lines, owned */
       prefetch_patch(j->y, 4, s, t0 + r + AHEAD_NEAR + s->tw, M, 0, 0, s->yh, s->yw, s->cout,
-                     AHEAD_WRITE);
+                     AHEAD_WRITE, 0);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
@@ -908,9 +914,9 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
     tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
     const int64_t near = t0 + r + AHEAD_NEAR, far = near + s->tw;
     if (near < s->tiles)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1);
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1, 0);
     if (far < s->tiles)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2);
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2, 0);
     const size_t at0 = phase_out_at(s, b, oy, ox);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
