@@ -493,13 +493,35 @@ static inline size_t phase_out_at(const wino_shape *s, int b, int oy, int ox) {
          s->cout;
 }
 
-/* Tile t's image, top-left output, and the rows and columns of its m x m
- * outputs inside the output (fewer at the bottom and right edges). */
-static inline void tile_outputs(const wino_shape *s, int64_t t, int *b, int *oy, int *ox, int *rows,
-                                int *cols) {
-  tile_at(s, t, b, oy, ox);
-  *rows = s->oh - *oy < s->m ? s->oh - *oy : s->m;
-  *cols = s->ow - *ox < s->m ? s->ow - *ox : s->m;
+/* A tile's index, image and top-left output (in the phase), stepped tile
+ * by tile without dividing. */
+typedef struct tile_pos {
+  int64_t t;
+  int b, oy, ox;
+} tile_pos;
+
+static inline tile_pos tile_pos_at(const wino_shape *s, int64_t t) {
+  tile_pos p = {.t = t};
+  tile_at(s, t, &p.b, &p.oy, &p.ox);
+  return p;
+}
+
+static inline void tile_pos_next(const wino_shape *s, tile_pos *p) {
+  p->t++;
+  p->ox += s->m;
+  if (p->ox < s->tw * s->m) return;
+  p->ox = 0;
+  p->oy += s->m;
+  if (p->oy < s->th * s->m) return;
+  p->oy = 0;
+  p->b++;
+}
+
+/* The rows and columns of a tile's m x m outputs inside the output (fewer
+ * at the bottom and right edges). */
+static inline void tile_extent(const wino_shape *s, const tile_pos *p, int *rows, int *cols) {
+  *rows = s->oh - p->oy < s->m ? s->oh - p->oy : s->m;
+  *cols = s->ow - p->ox < s->m ? s->ow - p->ox : s->m;
 }
 
 /* How a patch is asked for: for reading soon (into the L1 cache), for
@@ -521,11 +543,11 @@ enum { AHEAD_L1, AHEAD_L2, AHEAD_WRITE };
  * it have not read: a tile's patch shares its first rows - m rows with
  * the tile above it and its first rows - m columns with the tile left of
  * it (where there are such tiles). */
-AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape *s, int64_t t,
-                                         int rows, int pt, int pl, int hp, int wp, int c, int how,
-                                         int fresh) {
-  int b, y, xx;
-  tile_at(s, t, &b, &y, &xx);
+AVX512 static inline void prefetch_patch(const void *x, int es, const wino_shape *s,
+                                         const tile_pos *t, int rows, int pt, int pl, int hp,
+                                         int wp, int c, int how, int fresh) {
+  const int b = t->b;
+  int y = t->oy, xx = t->ox;
   const int skip_rows = fresh && y > 0 ? rows - s->m : 0,
             skip_cols = fresh && xx > 0 ? s->d * (rows - s->m) : 0;
   /* the phase's rows and columns, d apart, in the stored image */
@@ -607,9 +629,11 @@ AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, in
 AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t0, int nt,
                                    float *v) {
   const size_t row = (size_t)s->wp * s->cin;
-  for (int r = 0; r < nt; r++) {
-    int b, oy, ox;
-    tile_at(s, t0 + r, &b, &oy, &ox);
+  tile_pos t = tile_pos_at(s, t0), near = tile_pos_at(s, t0 + AHEAD_NEAR),
+           far = tile_pos_at(s, t0 + AHEAD_NEAR + s->tw);
+  for (int r = 0; r < nt;
+       r++, tile_pos_next(s, &t), tile_pos_next(s, &near), tile_pos_next(s, &far)) {
+    const int b = t.b, oy = t.oy, ox = t.ox;
     /* the patch's rows and columns in the stored input (d apart, from the
      * phase's); those outside it read nothing (at offset 0, inside) */
     const int iy = s->py - s->pt + s->d * oy, ix = s->px - s->pl + s->d * ox;
@@ -625,11 +649,10 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       pm.cm[k] = in ? 0xFFFF : 0;
     }
     const int es = s->x_bf16 ? 2 : 4;
-    const int64_t near = t0 + r + AHEAD_NEAR, far = near + s->tw;
-    if (near < s->tiles)
-      prefetch_patch(x, es, s, near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1, 1);
-    if (far < s->tiles)
-      prefetch_patch(x, es, s, far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2, 1);
+    if (near.t < s->tiles)
+      prefetch_patch(x, es, s, &near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1, 1);
+    if (far.t < s->tiles)
+      prefetch_patch(x, es, s, &far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2, 1);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
       const __mmask16 m = lanes_mask(n);
@@ -659,12 +682,13 @@ AVX512 static INLINE void at_of(const int M, const v16 *m, int s, v16 *o, int os
 AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int nt, const float *mo,
                                              const int M) {
   const wino_shape *s = &j->s;
-  for (int r = 0; r < nt; r++) {
-    int b, oy, ox, rows, cols;
-    tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
-    if (t0 + r + AHEAD_NEAR + s->tw < s->tiles) /* its outputs' lines, owned */
-      prefetch_patch(j->y, 4, s, t0 + r + AHEAD_NEAR + s->tw, M, 0, 0, s->yh, s->yw, s->cout,
-                     AHEAD_WRITE, 0);
+  tile_pos tp = tile_pos_at(s, t0), far = tile_pos_at(s, t0 + AHEAD_NEAR + s->tw);
+  for (int r = 0; r < nt; r++, tile_pos_next(s, &tp), tile_pos_next(s, &far)) {
+    const int b = tp.b, oy = tp.oy, ox = tp.ox;
+    int rows, cols;
+    tile_extent(s, &tp, &rows, &cols);
+    if (far.t < s->tiles) /* its outputs' lines, owned */
+      prefetch_patch(j->y, 4, s, &far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_WRITE, 0);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
@@ -909,15 +933,17 @@ AVX512 static INLINE void transform_dy_vec(const wino_shape *s, const void *dy, 
 AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt, float *md,
                                          float *bsum, const int M, const int bf16) {
   const wino_shape *s = &j->s;
-  for (int r = 0; r < nt; r++) {
-    int b, oy, ox, rows, cols;
-    tile_outputs(s, t0 + r, &b, &oy, &ox, &rows, &cols);
-    const int64_t near = t0 + r + AHEAD_NEAR, far = near + s->tw;
-    if (near < s->tiles)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1, 0);
-    if (far < s->tiles)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2, 0);
-    const size_t at0 = phase_out_at(s, b, oy, ox);
+  tile_pos t = tile_pos_at(s, t0), near = tile_pos_at(s, t0 + AHEAD_NEAR),
+           far = tile_pos_at(s, t0 + AHEAD_NEAR + s->tw);
+  for (int r = 0; r < nt;
+       r++, tile_pos_next(s, &t), tile_pos_next(s, &near), tile_pos_next(s, &far)) {
+    int rows, cols;
+    tile_extent(s, &t, &rows, &cols);
+    if (near.t < s->tiles)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, &near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1, 0);
+    if (far.t < s->tiles)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, &far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2, 0);
+    const size_t at0 = phase_out_at(s, t.b, t.oy, t.ox);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
