@@ -184,9 +184,22 @@ static size_t partial_floats(const wino_shape *s) {
   return (size_t)s->slices * ((size_t)NPOS * s->cp * s->fp + (size_t)s->fp) +
          (s->wide ? (size_t)PARTS * s->fp : 0);
 }
+/* Each thread's block lies SLOT_GAP floats (1 MiB) past the end of the
+ * one before it. Side by side, the threads ran at different speeds on the
+ * same work: the block after the first thread's ran its input transform
+ * 2.5x slower (the zoo ResNet's 16-channel layers, timed a thread and a
+ * phase at a time; the slowness followed the block, not the thread), as
+ * one core's prefetchers, running on past the end of its block, took the
+ * next core's freshly written lines away from it; 32 KiB apart cured the
+ * 16-channel layers, 1 MiB all of them. The gap is address space, never
+ * touched, so it costs no memory. */
+#define SLOT_GAP ((size_t)1 << 18)
+static size_t slot_floats(const wino_shape *s) {
+  return thread_floats(s) + SLOT_GAP;
+}
 /* The threads' blocks: one each, or a wide product's one chunk. */
 static size_t blocks_floats(const wino_shape *s, int threads) {
-  return (size_t)(s->wide || threads < 1 ? 1 : threads) * thread_floats(s);
+  return s->wide || threads < 2 ? thread_floats(s) : (size_t)threads * slot_floats(s);
 }
 
 int kn_winograd_pays(int r, int d, int h, int w, int cin, int cout) {
@@ -419,7 +432,7 @@ typedef struct conv_job {
   float *y;
   uint16_t *y_copy; /* or NULL: y's bf16 copy, written as y is stored */
   float *u;         /* the transformed kernel, NPOS x cp x fp */
-  float *scratch;   /* thread_floats a thread */
+  float *scratch;   /* slot_floats a thread */
   int tasks;
   int64_t blocks;
 } conv_job;
@@ -738,7 +751,7 @@ static void conv_range(void *ctx, int64_t t0, int64_t t1) {
   const conv_job *j = ctx;
   const wino_shape *s = &j->s;
   for (int64_t t = t0; t < t1; t++) {
-    float *v = j->scratch + (size_t)t * thread_floats(s);
+    float *v = j->scratch + (size_t)t * slot_floats(s);
     float *mo = v + (size_t)NPOS * s->tb * s->cp;
     const int64_t b0 = j->blocks * t / j->tasks, b1 = j->blocks * (t + 1) / j->tasks;
     for (int64_t blk = b0; blk < b1; blk++) {
@@ -970,7 +983,7 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
   const wino_shape *s = &j->s;
   const size_t per = (size_t)NPOS * s->cp * s->fp + (size_t)s->fp;
   for (int64_t t = t0; t < t1; t++) {
-    float *v = j->scratch + (size_t)t * thread_floats(s);
+    float *v = j->scratch + (size_t)t * slot_floats(s);
     float *md = v + (size_t)NPOS * s->tb * s->cp;
     const int s0 = (int)(s->slices * t / j->tasks), s1 = (int)(s->slices * (t + 1) / j->tasks);
     for (int sl = s0; sl < s1; sl++) {
