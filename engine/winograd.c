@@ -537,17 +537,36 @@ static inline void tile_extent(const wino_shape *s, const tile_pos *p, int *rows
   *cols = s->ow - p->ox < s->m ? s->ow - p->ox : s->m;
 }
 
+/* A transform's walk over its tiles: the tile it works on, and the two
+ * it asks the cache for (AHEAD_NEAR on, and a row of tiles further),
+ * stepped together. */
+typedef struct tile_walk {
+  tile_pos t, near, far;
+} tile_walk;
+
+#define AHEAD_NEAR 2
+
+static inline tile_walk tile_walk_at(const wino_shape *s, int64_t t0) {
+  return (tile_walk){tile_pos_at(s, t0), tile_pos_at(s, t0 + AHEAD_NEAR),
+                     tile_pos_at(s, t0 + AHEAD_NEAR + s->tw)};
+}
+
+static inline void tile_walk_next(const wino_shape *s, tile_walk *w) {
+  tile_pos_next(s, &w->t);
+  tile_pos_next(s, &w->near);
+  tile_pos_next(s, &w->far);
+}
+
 /* How a patch is asked for: for reading soon (into the L1 cache), for
  * reading later (the L2), for writing later (the L2, owned). */
 enum { AHEAD_L1, AHEAD_L2, AHEAD_WRITE };
 
-/* The tiles that many on from the one being transformed are asked for:
- * two for the L1 cache, and a row of tiles and two for the L2. Each tile
- * reads lines of six rows, jumping from row to row where the hardware's
- * prefetchers lose the streams, and at 16 or 32 channels a tile's
- * arithmetic is too short to hide a read from memory: the tiles one row
- * down, asked for a whole row of tiles early, arrive in time. */
-#define AHEAD_NEAR 2
+/* The tiles AHEAD_NEAR on from the one being transformed are asked for
+ * the L1 cache, and a row of tiles further the L2. Each tile reads lines
+ * of six rows, jumping from row to row where the hardware's prefetchers
+ * lose the streams, and at 16 or 32 channels a tile's arithmetic is too
+ * short to hide a read from memory: the tiles one row down, asked for a
+ * whole row of tiles early, arrive in time. */
 
 /* Asks the cache for the rows x rows patch of tile t (its top left at
  * the tile's output less pt, pl; a dilated product's phase: its rows d
@@ -642,11 +661,9 @@ AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, in
 AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t0, int nt,
                                    float *v) {
   const size_t row = (size_t)s->wp * s->cin;
-  tile_pos t = tile_pos_at(s, t0), near = tile_pos_at(s, t0 + AHEAD_NEAR),
-           far = tile_pos_at(s, t0 + AHEAD_NEAR + s->tw);
-  for (int r = 0; r < nt;
-       r++, tile_pos_next(s, &t), tile_pos_next(s, &near), tile_pos_next(s, &far)) {
-    const int b = t.b, oy = t.oy, ox = t.ox;
+  tile_walk w = tile_walk_at(s, t0);
+  for (int r = 0; r < nt; r++, tile_walk_next(s, &w)) {
+    const int b = w.t.b, oy = w.t.oy, ox = w.t.ox;
     /* the patch's rows and columns in the stored input (d apart, from the
      * phase's); those outside it read nothing (at offset 0, inside) */
     const int iy = s->py - s->pt + s->d * oy, ix = s->px - s->pl + s->d * ox;
@@ -662,10 +679,10 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       pm.cm[k] = in ? 0xFFFF : 0;
     }
     const int es = s->x_bf16 ? 2 : 4;
-    if (near.t < s->tiles)
-      prefetch_patch(x, es, s, &near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1, 1);
-    if (far.t < s->tiles)
-      prefetch_patch(x, es, s, &far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2, 1);
+    if (w.near.t < s->tiles)
+      prefetch_patch(x, es, s, &w.near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1, 1);
+    if (w.far.t < s->tiles)
+      prefetch_patch(x, es, s, &w.far, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L2, 1);
     for (int c0 = 0; c0 < s->cp; c0 += VL) {
       const int n = s->cin - c0 < VL ? s->cin - c0 : VL;
       const __mmask16 m = lanes_mask(n);
@@ -695,13 +712,13 @@ AVX512 static INLINE void at_of(const int M, const v16 *m, int s, v16 *o, int os
 AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int nt, const float *mo,
                                              const int M) {
   const wino_shape *s = &j->s;
-  tile_pos tp = tile_pos_at(s, t0), far = tile_pos_at(s, t0 + AHEAD_NEAR + s->tw);
-  for (int r = 0; r < nt; r++, tile_pos_next(s, &tp), tile_pos_next(s, &far)) {
-    const int b = tp.b, oy = tp.oy, ox = tp.ox;
+  tile_walk w = tile_walk_at(s, t0);
+  for (int r = 0; r < nt; r++, tile_walk_next(s, &w)) {
+    const int b = w.t.b, oy = w.t.oy, ox = w.t.ox;
     int rows, cols;
-    tile_extent(s, &tp, &rows, &cols);
-    if (far.t < s->tiles) /* its outputs' lines, owned */
-      prefetch_patch(j->y, 4, s, &far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_WRITE, 0);
+    tile_extent(s, &w.t, &rows, &cols);
+    if (w.far.t < s->tiles) /* its outputs' lines, owned */
+      prefetch_patch(j->y, 4, s, &w.far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_WRITE, 0);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
@@ -946,17 +963,15 @@ AVX512 static INLINE void transform_dy_vec(const wino_shape *s, const void *dy, 
 AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt, float *md,
                                          float *bsum, const int M, const int bf16) {
   const wino_shape *s = &j->s;
-  tile_pos t = tile_pos_at(s, t0), near = tile_pos_at(s, t0 + AHEAD_NEAR),
-           far = tile_pos_at(s, t0 + AHEAD_NEAR + s->tw);
-  for (int r = 0; r < nt;
-       r++, tile_pos_next(s, &t), tile_pos_next(s, &near), tile_pos_next(s, &far)) {
+  tile_walk w = tile_walk_at(s, t0);
+  for (int r = 0; r < nt; r++, tile_walk_next(s, &w)) {
     int rows, cols;
-    tile_extent(s, &t, &rows, &cols);
-    if (near.t < s->tiles)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, &near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1, 0);
-    if (far.t < s->tiles)
-      prefetch_patch(j->dy, bf16 ? 2 : 4, s, &far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2, 0);
-    const size_t at0 = phase_out_at(s, t.b, t.oy, t.ox);
+    tile_extent(s, &w.t, &rows, &cols);
+    if (w.near.t < s->tiles)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, &w.near, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L1, 0);
+    if (w.far.t < s->tiles)
+      prefetch_patch(j->dy, bf16 ? 2 : 4, s, &w.far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_L2, 0);
+    const size_t at0 = phase_out_at(s, w.t.b, w.t.oy, w.t.ox);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
