@@ -340,6 +340,20 @@ static kn_node c_depthwise_dilated_3x3(ctx *c) {
   kn_window w = {3, 3, 1, 1, 2, 2, KN_PAD_SAME};
   return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* Fewer channels than a block of 16: 12 (blocks of 8 at 0 and 4) through
+ * a 3x3 window, then a 5x5 one dilated by 2; 6 (blocks of 4 at 0 and 2)
+ * through a strided 5x5 one; every tap at some border. */
+static kn_node c_depthwise_narrow(ctx *c) {
+  int xd[4] = {2, 6, 7, 12}, w1[4] = {3, 3, 12, 1}, w2[4] = {5, 5, 12, 1};
+  kn_window s1 = {3, 3, 1, 1, 1, 1, KN_PAD_SAME}, d2 = {5, 5, 1, 1, 2, 2, KN_PAD_SAME};
+  kn_node h = kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w1", 4, w1), &s1);
+  return kn_depthwise_conv2d(c->g, h, param(c, "w2", 4, w2), &d2);
+}
+static kn_node c_depthwise_narrow_strided(ctx *c) {
+  int xd[4] = {3, 7, 6, 6}, wd[4] = {5, 5, 6, 1};
+  kn_window w = {5, 5, 2, 2, 1, 1, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
   int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
@@ -469,6 +483,8 @@ CASE(c_depthwise_channel_blocks)
 CASE(c_depthwise_chunks_of_blocks)
 CASE(c_depthwise_interior)
 CASE(c_depthwise_dilated_3x3)
+CASE(c_depthwise_narrow)
+CASE(c_depthwise_narrow_strided)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -620,6 +636,8 @@ int main(void) {
       T(c_depthwise_chunks_of_blocks),
       T(c_depthwise_interior),
       T(c_depthwise_dilated_3x3),
+      T(c_depthwise_narrow),
+      T(c_depthwise_narrow_strided),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
