@@ -608,7 +608,9 @@ static void average_pools_match_their_definition_exactly(void **state) {
     kn_padding pad;
   } cases[] = {{7, 7, 32, 3, 3, 1, 1, KN_PAD_SAME},  {9, 6, 19, 3, 3, 2, 2, KN_PAD_SAME},
                {8, 8, 16, 2, 2, 2, 2, KN_PAD_VALID}, {5, 7, 35, 3, 2, 2, 1, KN_PAD_SAME},
-               {6, 5, 3, 2, 3, 1, 2, KN_PAD_VALID},  {4, 4, 1, 3, 3, 3, 3, KN_PAD_SAME}};
+               {6, 5, 3, 2, 3, 1, 2, KN_PAD_VALID},  {4, 4, 1, 3, 3, 3, 3, KN_PAD_SAME},
+               {7, 6, 12, 3, 3, 2, 2, KN_PAD_SAME},  {6, 6, 6, 3, 3, 1, 1, KN_PAD_SAME},
+               {5, 6, 8, 2, 2, 2, 2, KN_PAD_VALID}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     for (int threads = 1; threads <= 2; threads++) {
       const int B = 3, H = cases[k].h, W = cases[k].w, C = cases[k].c;

@@ -537,10 +537,11 @@ static void max_pool_ties_route_the_gradient_to_the_first_maximum(void **state) 
  * the pooled maxima and, with loss = sum(w * pool(x)), each cell's gradient
  * (the sum of w over the windows whose first maximum it is), against
  * loops here. Values from {0..3} make ties in most windows; 19 channels
- * cover a vector of 16 and a tail; a NaN cell wins its windows. */
-static void overlapping_max_pools_match_a_reference_on_every_path(void **state) {
-  (void)state;
-  enum { B = 2, H = 7, W = 6, C = 19, OH = 4, OW = 3 };
+ * cover a vector of 16 and one ending at the last channel, 12 two of 8, 6
+ * two of 4, 3 none; a NaN cell wins its windows. */
+enum { MP_B = 2, MP_H = 7, MP_W = 6, MP_C = 19, MP_OH = 4, MP_OW = 3 };
+static void overlapping_max_pool_matches_a_reference(int C) {
+  enum { B = MP_B, H = MP_H, W = MP_W, OH = MP_OH, OW = MP_OW };
   kn_graph *g = kn_graph_new();
   int xd[4] = {B, H, W, C}, yd[4] = {B, OH, OW, C};
   kn_window win = {3, 3, 2, 2, 1, 1, KN_PAD_SAME};
@@ -555,10 +556,10 @@ static void overlapping_max_pools_match_a_reference_on_every_path(void **state) 
   float *p = kn_params(g);
   float *xv = p + kn_param_offset(g, x), *wv = p + kn_param_offset(g, wts);
   for (int i = 0; i < B * H * W * C; i++) xv[i] = (float)((i * 7 + i / 5) % 4);
-  xv[(1 * H * W + 3 * W + 2) * C + 17] = NAN;
+  xv[(1 * H * W + 3 * W + 2) * C + (C > 17 ? 17 : C - 1)] = NAN;
   for (int i = 0; i < B * OH * OW * C; i++) wv[i] = (float)(1 + i % 5);
-  static float want_y[B * OH * OW * C], want_dx[B * H * W * C];
-  memset(want_dx, 0, sizeof want_dx);
+  static float want_y[B * OH * OW * MP_C], want_dx[B * H * W * MP_C];
+  memset(want_dx, 0, sizeof want_dx); /* the first B * H * W * C read */
   for (int b = 0; b < B; b++)
     for (int oh = 0; oh < OH; oh++)
       for (int ow = 0; ow < OW; ow++)
@@ -597,6 +598,13 @@ static void overlapping_max_pools_match_a_reference_on_every_path(void **state) 
   }
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
   kn_graph_free(g);
+}
+
+static void overlapping_max_pools_match_a_reference_on_every_path(void **state) {
+  (void)state;
+  const int channels[] = {MP_C, 12, 6, 3};
+  for (size_t k = 0; k < sizeof channels / sizeof channels[0]; k++)
+    overlapping_max_pool_matches_a_reference(channels[k]);
 }
 
 #define T(fn) cmocka_unit_test(fn##_gradient_matches_finite_differences)
