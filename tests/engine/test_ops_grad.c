@@ -354,6 +354,21 @@ static kn_node c_depthwise_narrow_strided(ctx *c) {
   kn_window w = {5, 5, 2, 2, 1, 1, KN_PAD_SAME};
   return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* One channel (a layer on a one-channel image): rows of 16 pixels a
+ * vector; 9 pixels wide (a vector past the row's end), a 3x3 window, then
+ * a 5x5 one dilated by 2 with stride 2 down the rows, 1 along them; and a
+ * valid window on 20 columns (a whole vector and a part). */
+static kn_node c_depthwise_one_channel(ctx *c) {
+  int xd[4] = {3, 7, 9, 1}, w1[4] = {3, 3, 1, 1}, w2[4] = {5, 5, 1, 1};
+  kn_window s1 = {3, 3, 1, 1, 1, 1, KN_PAD_SAME}, d2 = {5, 5, 2, 1, 2, 2, KN_PAD_SAME};
+  kn_node h = kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w1", 4, w1), &s1);
+  return kn_depthwise_conv2d(c->g, h, param(c, "w2", 4, w2), &d2);
+}
+static kn_node c_depthwise_one_channel_valid(ctx *c) {
+  int xd[4] = {2, 4, 20, 1}, wd[4] = {2, 3, 1, 1};
+  kn_window w = {2, 3, 1, 1, 1, 1, KN_PAD_VALID};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
   int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
@@ -485,6 +500,8 @@ CASE(c_depthwise_interior)
 CASE(c_depthwise_dilated_3x3)
 CASE(c_depthwise_narrow)
 CASE(c_depthwise_narrow_strided)
+CASE(c_depthwise_one_channel)
+CASE(c_depthwise_one_channel_valid)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -646,6 +663,8 @@ int main(void) {
       T(c_depthwise_dilated_3x3),
       T(c_depthwise_narrow),
       T(c_depthwise_narrow_strided),
+      T(c_depthwise_one_channel),
+      T(c_depthwise_one_channel_valid),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
