@@ -425,6 +425,15 @@ static kn_node c_batch_norm_4d(ctx *c) {
   return kn_batch_norm(c->g, param(c, "x", 4, xd), param(c, "pos_gamma", 1, cd),
                        param(c, "beta", 1, cd), mm, mv, 0.9f, 1e-5f);
 }
+/* 60 rows of 6 channels (runs of 16 rows, and rows past the last run)
+ * through a relu, whose gradient the norm's takes in. */
+static kn_node c_batch_norm_relu_few_channels(ctx *c) {
+  int xd[4] = {3, 4, 5, 6}, cd[1] = {6};
+  kn_node mm = kn_state(c->g, "mm", 1, cd, KN_INIT_ZEROS);
+  kn_node mv = kn_state(c->g, "mv", 1, cd, KN_INIT_ONES);
+  return kn_relu(c->g, kn_batch_norm(c->g, param(c, "x", 4, xd), param(c, "pos_gamma", 1, cd),
+                                     param(c, "beta", 1, cd), mm, mv, 0.9f, 1e-3f));
+}
 static kn_node c_dropout(ctx *c) {
   int xd[2] = {4, 6};
   return kn_dropout(c->g, param(c, "x", 2, xd), 0.4f, 99);
@@ -511,6 +520,7 @@ CASE(c_avg_pool_overlapping)
 CASE(c_global_avg_pool)
 CASE(c_batch_norm_2d)
 CASE(c_batch_norm_4d)
+CASE(c_batch_norm_relu_few_channels)
 CASE(c_dropout)
 CASE(c_softmax_xent)
 CASE(c_xent_dense)
@@ -674,6 +684,7 @@ int main(void) {
       T(c_global_avg_pool),
       T(c_batch_norm_2d),
       T(c_batch_norm_4d),
+      T(c_batch_norm_relu_few_channels),
       T(c_dropout),
       T(c_softmax_xent),
       T(c_xent_dense),
