@@ -369,6 +369,19 @@ static kn_node c_depthwise_one_channel_valid(ctx *c) {
   kn_window w = {2, 3, 1, 1, 1, 1, KN_PAD_VALID};
   return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* One channel with a stride along the rows (the row read in phases): 5x5
+ * stride 2 "same" on 11 columns; 2x3 stride 3 along the rows, dilated by
+ * 2, "valid" on 20. */
+static kn_node c_depthwise_one_channel_strided(ctx *c) {
+  int xd[4] = {2, 7, 11, 1}, wd[4] = {5, 5, 1, 1};
+  kn_window w = {5, 5, 2, 2, 1, 1, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
+static kn_node c_depthwise_one_channel_phases(ctx *c) {
+  int xd[4] = {2, 5, 20, 1}, wd[4] = {2, 3, 1, 1};
+  kn_window w = {2, 3, 1, 3, 1, 2, KN_PAD_VALID};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
   int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
@@ -511,6 +524,8 @@ CASE(c_depthwise_narrow)
 CASE(c_depthwise_narrow_strided)
 CASE(c_depthwise_one_channel)
 CASE(c_depthwise_one_channel_valid)
+CASE(c_depthwise_one_channel_strided)
+CASE(c_depthwise_one_channel_phases)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -675,6 +690,8 @@ int main(void) {
       T(c_depthwise_narrow_strided),
       T(c_depthwise_one_channel),
       T(c_depthwise_one_channel_valid),
+      T(c_depthwise_one_channel_strided),
+      T(c_depthwise_one_channel_phases),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
