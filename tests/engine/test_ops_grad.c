@@ -382,6 +382,21 @@ static kn_node c_depthwise_one_channel_phases(ctx *c) {
   kn_window w = {2, 3, 1, 3, 1, 2, KN_PAD_VALID};
   return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
 }
+/* Two and three channels along the row (16 elements a vector, a lane's
+ * channel by its place): 3 channels through a 3x3 window, then a 3x2 one
+ * dilated by 2, stride 2 down the rows; one channel of depth multiplier 2
+ * (two channels of x repeated). */
+static kn_node c_depthwise_three_channels(ctx *c) {
+  int xd[4] = {2, 6, 7, 3}, w1[4] = {3, 3, 3, 1}, w2[4] = {3, 2, 3, 1};
+  kn_window s1 = {3, 3, 1, 1, 1, 1, KN_PAD_SAME}, d2 = {3, 2, 2, 1, 2, 2, KN_PAD_SAME};
+  kn_node h = kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w1", 4, w1), &s1);
+  return kn_depthwise_conv2d(c->g, h, param(c, "w2", 4, w2), &d2);
+}
+static kn_node c_depthwise_two_by_multiplier(ctx *c) {
+  int xd[4] = {3, 5, 9, 1}, wd[4] = {3, 3, 1, 2};
+  kn_window w = {3, 3, 1, 1, 1, 1, KN_PAD_SAME};
+  return kn_depthwise_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
 static kn_node c_depthwise_chunks_of_blocks(ctx *c) {
   int xd[4] = {3, 4, 4, 100}, wd[4] = {5, 5, 100, 1};
   kn_window w = {5, 5, 1, 1, 1, 1, KN_PAD_SAME};
@@ -526,6 +541,8 @@ CASE(c_depthwise_one_channel)
 CASE(c_depthwise_one_channel_valid)
 CASE(c_depthwise_one_channel_strided)
 CASE(c_depthwise_one_channel_phases)
+CASE(c_depthwise_three_channels)
+CASE(c_depthwise_two_by_multiplier)
 CASE(c_max_pool)
 CASE(c_max_pool_same)
 CASE(c_max_pool_odd_tiles)
@@ -692,6 +709,8 @@ int main(void) {
       T(c_depthwise_one_channel_valid),
       T(c_depthwise_one_channel_strided),
       T(c_depthwise_one_channel_phases),
+      T(c_depthwise_three_channels),
+      T(c_depthwise_two_by_multiplier),
       T(c_max_pool),
       T(c_max_pool_same),
       T(c_max_pool_odd_tiles),
