@@ -1,8 +1,9 @@
 /* http.c — libmicrohttpd glue: binds the daemon (an epoll event loop on a
  * few threads), finds each request's route and checks its token as soon as
  * its headers are in (a 401, 404 or 405 is answered before a byte of body
- * is read), collects the body under a size cap (past it: 413, and nothing
- * more is read), runs the handler and sends its answer. A handler that
+ * is read), collects the body under a size cap (past it: 413; a chunked
+ * body is dropped to its end, up to KILN_BODY_DROP_FACTOR times the cap,
+ * before it), runs the handler and sends its answer. A handler that
  * must wait (:wait, a metric stream with nothing new) parks its request
  * with the waker (waker.c) instead of holding a thread.
  * Data set uploads (POST /v1/datasets) are the exception: their bodies go
@@ -63,6 +64,7 @@ typedef struct request_ctx {
   http_upload *upload;    /* POST /v1/datasets: streamed to disk, not to body */
   http_ckpt_upload *ckpt; /* PUT /v1/allocations/{alloc}/checkpoints/{step}: the same */
   int answered;           /* a response was queued before the body was read */
+  size_t dropped;         /* past the cap: the body's bytes read and dropped (413 at its end) */
   http_parked parked;     /* while the handler waits */
 } request_ctx;
 
@@ -213,6 +215,13 @@ static void too_large(http_response *res, size_t limit) {
                     "request body is larger than the %zu-byte limit", limit);
 }
 
+/* A chunked body found past the cap while it streams in is read on to its
+ * end and dropped, up to this many times the cap, and then answered 413:
+ * closed with the client's bytes unread, the connection would be reset,
+ * and a reset can destroy the 413 before the client reads it (so can a
+ * TLS one). Past that, answer_and_close. */
+#define KILN_BODY_DROP_FACTOR 4
+
 /* Sends res (JSON, small) straight to the socket and has the connection
  * closed: the answer to a body found too large while it streams in, when
  * MHD can no longer queue a response before the body ends. The rest of
@@ -341,13 +350,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (res.status == 413) return answer_and_close(srv, ctx, c, &res);
     return answer(srv, ctx, c, &res);
   }
+  if (ctx->dropped) { /* chunked, past the cap: dropped to its end, then the 413 */
+    const size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    ctx->dropped += n;
+    if (n > 0 && ctx->dropped <= KILN_BODY_DROP_FACTOR * srv->cfg.max_body_bytes) return MHD_YES;
+    http_response res = {.status = 500};
+    too_large(&res, srv->cfg.max_body_bytes);
+    return n > 0 ? answer_and_close(srv, ctx, c, &res) : answer(srv, ctx, c, &res);
+  }
   if (*upload_data_size > 0) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
     if (ctx->len + n > srv->cfg.max_body_bytes) { /* chunked, past the cap */
-      http_response res = {.status = 500};
-      too_large(&res, srv->cfg.max_body_bytes);
-      return answer_and_close(srv, ctx, c, &res);
+      free(ctx->body);
+      ctx->body = NULL;
+      ctx->len = ctx->cap = 0;
+      ctx->dropped = n;
+      return MHD_YES;
     }
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 4096;
