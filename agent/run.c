@@ -672,14 +672,17 @@ int ag_run(const ag_config *cfg, ag_start *st) {
   if (st->resume &&
       prepare_resume(&io, ckpt_dir, resume, sizeof resume, &have_resume, err, sizeof err) != 0)
     goto failed;
-  ag_table_set_cores(st->alloc, st->cores, st->n_cores);
   if (!ag_start_launches(cfg, st)) {
     /* Another host's mpirun starts this host's ranks through the relay:
-     * the folder, data set and resume checkpoint are ready for them. */
+     * the folder, data set and resume checkpoint are ready for them. The
+     * line is logged before the relay is let go, so that the log's order
+     * is the order things happened in. */
     ag_log(AG_LOG_INFO, "alloc=%s job=%s msg=\"prepared for rank 0's mpirun\"", st->alloc, st->job);
+    ag_table_set_cores(st->alloc, st->cores, st->n_cores);
     ag_table_finish(st->alloc);
     goto cleanup;
   }
+  ag_table_set_cores(st->alloc, st->cores, st->n_cores);
   char log_path[AG_PATH];
   snprintf(log_path, sizeof log_path, "%.900s/agent-stdout.log", dir);
   FILE *log = fopen(log_path, "ae");
