@@ -213,6 +213,17 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
 }
 
 #ifdef KN_HAVE_ISA_PATHS
+/* A marked product's outputs: f32 (or none where the node is bf16), and a
+ * bf16 one (the node itself, or its narrow copy, or none). */
+static float *winograd_f32_out(const kn_node_rec *n) {
+  return n->dtype == KN_BF16 ? NULL : n->data;
+}
+
+static uint16_t *winograd_bf16_out(const kn_graph *g, const kn_node_rec *n) {
+  if (n->dtype == KN_BF16) return n->data;
+  return n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL;
+}
+
 /* A matmul the winograd pass marked: a convolution's forward product
  * (bias and relu on the way; returns 1) or its weight gradient (and the
  * paired bias gradient into b_sums; returns 0). */
@@ -227,7 +238,7 @@ static int winograd_matmul(kn_graph *g, const kn_node_rec *n, float *b_sums) {
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
   kn_winograd_conv(g, &a.io, B->data, B->dtype == KN_BF16, 0,
                    fused ? g->nodes[n->inputs[2]].data : NULL, fused && n->attr.matmul.relu,
-                   n->data, n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
+                   winograd_f32_out(n), winograd_bf16_out(g, n));
   return 1;
 }
 #endif
@@ -241,8 +252,8 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   if (n->winograd) { /* the padded dy correlated with the kernel turned around */
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    kn_winograd_conv(g, &a.io, K->data, K->dtype == KN_BF16, 1, NULL, 0, n->data,
-                     n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
+    kn_winograd_conv(g, &a.io, K->data, K->dtype == KN_BF16, 1, NULL, 0, winograd_f32_out(n),
+                     winograd_bf16_out(g, n));
     return;
   }
 #endif

@@ -715,7 +715,8 @@ size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, 
 /* y = x correlated with the kernel w (r, r, cin, cout), or with flip set,
  * with w (r, r, cout, cin) turned 180 degrees (an input gradient); w f32
  * or bf16; bias (or NULL) and relu applied as it stores, and y's bf16
- * copy into y_copy (or NULL) as a cast would round it. */
+ * copy into y_copy (or NULL) as a cast would round it. y NULL: the output
+ * in bf16 only (mixed_bfloat16's rounded output), into y_copy. */
 void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
                       const float *bias, int relu, float *y, uint16_t *y_copy);
 /* dw (r, r, cin, cout) from x and dy (batch, oh, ow, cout), f32 or bf16,

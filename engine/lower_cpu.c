@@ -764,7 +764,9 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
  * its bias and relu), the weight-gradient matmul (with the bias gradient
  * paired to it) and the input gradient of each 3x3 or 5x5, stride-1
  * convolution, undilated or dilated the same down and across (float32,
- * or bf16 operands under mixed_bfloat16, the output float32), whose
+ * or bf16 operands under mixed_bfloat16; the output float32, or bf16 for
+ * a forward product or input gradient whose readers take it rounded:
+ * the sums in float32 all the same, rounded as they are stored), whose
  * products read a padded input in place and where kn_winograd_pays;
  * their kernels then run winograd.c. A matmul reading a max pool's
  * gradient as B, or a value that is a part of another's storage, keeps
@@ -779,9 +781,9 @@ int kn_lower_winograd(kn_graph *g) {
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     const int mm = n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT;
-    if (n->dead || n->folded || n->dtype != KN_F32 || n->device.kind != KN_DEVICE_CPU ||
-        !(mm || n->op == KN_OP_CONV_INPUT_GRAD) || n->storage == KN_STORE_PART ||
-        n->storage == KN_STORE_VIEW || n->round_bf16)
+    if (n->dead || n->folded || (n->dtype != KN_F32 && n->dtype != KN_BF16) ||
+        n->device.kind != KN_DEVICE_CPU || !(mm || n->op == KN_OP_CONV_INPUT_GRAD) ||
+        n->storage == KN_STORE_PART || n->storage == KN_STORE_VIEW || n->round_bf16)
       continue;
     if (mm && (n->argmax || n->attr.matmul.trans_b)) continue;
     const kn_node_rec *P = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
@@ -802,7 +804,7 @@ int kn_lower_winograd(kn_graph *g) {
      * weight gradient, dy (batch x oh x ow, C_out) */
     if (mm && (B->ndim != 2 || B->dims[1] != a.io.cout)) continue;
     if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
-    if (mm && a.weight_grad && n->dims[0] != taps * a.io.cin) continue;
+    if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     n->winograd = 1;
     marked++;

@@ -429,7 +429,7 @@ typedef struct conv_job {
   int flip;          /* w turned 180 degrees, C and F swapped: an input gradient */
   const float *bias; /* or NULL */
   int relu;
-  float *y;
+  float *y;         /* or NULL: the output in bf16 only, in y_copy */
   uint16_t *y_copy; /* or NULL: y's bf16 copy, written as y is stored */
   float *u;         /* the transformed kernel, NPOS x cp x fp */
   float *scratch;   /* slot_floats a thread */
@@ -718,7 +718,8 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
     int rows, cols;
     tile_extent(s, &w.t, &rows, &cols);
     if (w.far.t < s->tiles) /* its outputs' lines, owned */
-      prefetch_patch(j->y, 4, s, &w.far, M, 0, 0, s->yh, s->yw, s->cout, AHEAD_WRITE, 0);
+      prefetch_patch(j->y ? (const void *)j->y : (const void *)j->y_copy, j->y ? 4 : 2, s, &w.far,
+                     M, 0, 0, s->yh, s->yw, s->cout, AHEAD_WRITE, 0);
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const __mmask16 m = lanes_mask(s->cout - f0);
       const float *in = mo + (size_t)r * NPOS * s->fp + f0;
@@ -748,7 +749,7 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
             if (k >= cols) break;
             __m512 val = (__m512)(o[k] + bias);
             if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
-            _mm512_mask_storeu_ps(j->y + at + (size_t)k * step, m, val);
+            if (j->y) _mm512_mask_storeu_ps(j->y + at + (size_t)k * step, m, val);
             if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * step, val, s->cout - f0);
           }
         }

@@ -495,6 +495,29 @@ static void mixed_bfloat16_winograd_trains_as_the_bf16_gemm(void **state) {
   kn_model_free(&wino);
 }
 
+/* The CNN under mixed_bfloat16: conv2's output feeds only the max pool's
+ * bf16 copy and its input gradient only pool1's bf16 gradient, so both are
+ * planned in bf16; Winograd takes them over all the same, writing the
+ * rounded outputs alone, and the weight gradient beside them (three
+ * products; 1 while a bf16 output kept them on the bf16 GEMM). The same
+ * closeness to the GEMM's gradients as the residual block's. */
+static void mixed_bfloat16_winograd_writes_bf16_outputs(void **state) {
+  (void)state;
+  require_kiln_gemm();
+  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+  kn_plan_stats on;
+  kn_model gemm = build_from(&cfg, 1, ALL_EXACT, NULL);
+  kn_model wino = build_from(&cfg, 1, KN_PASS_ALL, &on);
+  print_message("mixed_bfloat16 CNN: %d products by Winograd\n", on.n_winograd);
+  assert_int_equal(on.n_winograd, 3);
+  const char *name = "";
+  const double worst = worst_gradient_difference(&gemm, &wino, &name);
+  print_message("worst gradient difference %.4f (%s)\n", worst, name);
+  if (worst > 0.02) fail_msg("%s's gradient differs by %g of its norm", name, worst);
+  kn_model_free(&gemm);
+  kn_model_free(&wino);
+}
+
 /* Every parameter's gradient in a mixed graph stays as close to float32's,
  * on the same weights and batch, as bf16's rounding allows: the backward
  * pass reads the narrow copies the way the float32 one reads the values.
@@ -1076,6 +1099,7 @@ int main(void) {
       cmocka_unit_test(model_compile_keeps_the_smaller_plan),
       cmocka_unit_test(mixed_precision_gradients_stay_close_to_float32),
       cmocka_unit_test(mixed_bfloat16_winograd_trains_as_the_bf16_gemm),
+      cmocka_unit_test(mixed_bfloat16_winograd_writes_bf16_outputs),
       cmocka_unit_test(recompute_and_mixed_precision_combine),
       cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
       cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),

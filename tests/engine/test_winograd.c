@@ -3,7 +3,7 @@
  * input gradient (the kernel turned around) and the weight gradient (and
  * the bias gradient beside it), with float32 operands and with bf16 ones
  * (mixed_bfloat16: widened as read, the bf16 copy of an output written as
- * a cast would), over shapes that leave partial tiles at
+ * a cast would, or the output in bf16 alone), over shapes that leave partial tiles at
  * the bottom and right, channel counts that are not whole vectors, inputs
  * stored padded and read as if padded, and batches that end in a partial
  * block; each the same bits on 1, 2 and 3 threads. Skips where the CPU has
@@ -160,6 +160,13 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
     const kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16);
     kn_winograd_conv(g, &io, bf16 ? (const void *)wh : w, bf16, flip, bias, relu, y,
                      bf16 ? copy : NULL);
+    if (bf16) { /* the output in bf16 alone (y NULL): the same bits as the copy */
+      uint16_t *only = malloc(ny * 2);
+      memset(only, 0xff, ny * 2);
+      kn_winograd_conv(g, &io, wh, 1, flip, bias, relu, NULL, only);
+      assert_memory_equal(only, copy, ny * 2);
+      free(only);
+    }
     if (!first) {
       char what[128];
       snprintf(what, sizeof what, "%s %dx%d dilation %d, %dx%dx%d -> %dx%dx%d, batch %d%s%s",
