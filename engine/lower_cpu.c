@@ -21,7 +21,8 @@
  * bytes. The byte says the cell the rule
  * would pick, or none when the fused relu gradient masks the window, so
  * the values do not change. f32, and mixed_bfloat16's bf16 windows (where
- * the pool's output, a max of bf16 values, equals its narrow copy); runs
+ * the pool's output, a max of bf16 values, equals its narrow copy, or is
+ * stored in bf16 itself); runs
  * after the relu fusion, before the dead narrow copies are dropped. */
 int kn_lower_pool_argmax(kn_graph *g, int max_nodes) {
   if (g->f64) return 0;
@@ -48,7 +49,7 @@ int kn_lower_pool_argmax(kn_graph *g, int max_nodes) {
     const int f32 = G->dtype == KN_F32 && x == KN_F32 && dy == KN_F32;
     const int bf16 = G->dtype == KN_BF16 && x == KN_BF16 && (dy == KN_F32 || dy == KN_BF16);
     if (P->dead || P->op != KN_OP_POOL || !kn_pool_tiles(&P->attr.conv) || P->argmax ||
-        P->dtype != KN_F32 || P->storage != KN_STORE_ARENA ||
+        (P->dtype != KN_F32 && !(bf16 && P->dtype == KN_BF16)) || P->storage != KN_STORE_ARENA ||
         (!rerun && P->inputs[0] != G->inputs[1]) || !(f32 || bf16))
       continue;
     /* the bytes: a node of their own, so the pool's output need not live
@@ -569,7 +570,9 @@ static int round_in_gemm(kn_graph *g, kn_node cast) {
  *   takes the place of that copy;
  * - a convolution's input gradient in columns is stored in bf16, and so
  *   are the gradients from a tiled max pool down through relu to the
- *   layer's GEMMs (values the policy rounds to bf16 anyway).
+ *   layer's GEMMs (values the policy rounds to bf16 anyway);
+ * - a tiled max pool over bf16 values read only through its narrow copy
+ *   is stored in bf16 (its maxima are those values).
  * Other gradients stay f32; the GEMM rounds them to bf16 as it packs. Not a
  * switchable pass: it is what the policy computes. */
 void kn_lower_narrow_gemm_operands(kn_graph *g) {
@@ -606,6 +609,14 @@ void kn_lower_narrow_gemm_operands(kn_graph *g) {
       for (int k = 0; k < n->n_inputs; k++) {
         kn_node src = widened_bf16(g, n->inputs[k]);
         if (src >= 0 && reads_bf16(n->op, k)) n->inputs[k] = src;
+      }
+      /* A tiled max pool over bf16 values read only through its narrow
+       * copy: each maximum is one of those values, stored as it is. */
+      if (n->op == KN_OP_POOL && n->attr.conv.pool_kind == 0 && kn_pool_tiles(&n->attr.conv) &&
+          n->dtype == KN_F32 && g->nodes[n->inputs[0]].dtype == KN_BF16 && !n->keep &&
+          n->storage == KN_STORE_ARENA && read_only(g, i, READ_BY_NARROW_COPY)) {
+        n->dtype = KN_BF16;
+        take_place_of_narrow_copies(g, i);
       }
       /* relu's gradient masks a bf16 gradient: bf16 out, for readers that
        * take bf16 (the layer's GEMMs and its bias gradient). */

@@ -469,7 +469,7 @@ static void nan_passes_relu_on_the_avx512_path_with_kilns_gemm(void **state) {
  * epilogue (conv and dense relu), the bf16 pool window and its argmax must
  * carry it to the loss. On the portable bf16 kernel (any ISA path but
  * AVX-512) or the AVX512-BF16 one, skipped where the CPU lacks it. */
-static void check_bf16_cnn(kn_gemm_kernel kernel) {
+static void check_bf16_cnn_of(kn_gemm_kernel kernel, int filters) {
   char err[512] = "";
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
   if (kernel == KN_GEMM_BF16_PORTABLE && kn_gemm_bf16_kernel() != kernel &&
@@ -479,10 +479,10 @@ static void check_bf16_cnn(kn_gemm_kernel kernel) {
     print_message("%s: not on this CPU, skipped\n", kn_gemm_kernel_name(kernel));
     skip();
   }
-  static const kn_layer_config layers[5] = {
+  const kn_layer_config layers[5] = {
       {.type = KN_LAYER_CONV2D,
        .name = "conv",
-       .filters = 8,
+       .filters = filters,
        .kernel_size = {3, 3},
        .padding = KN_PAD_SAME,
        .use_bias = 1,
@@ -514,7 +514,7 @@ static void check_bf16_cnn(kn_gemm_kernel kernel) {
     if (pass) x[36 + 7] = NAN; /* example 1, row 1, column 1 */
     assert_int_equal(kn_graph_run(m.graph, KN_RUN_TRAIN, 4, err, sizeof err), KN_OK);
     const float loss = *(const float *)kn_node_data(m.graph, m.loss);
-    print_message("%s, %s: loss %g\n", kn_gemm_kernel_name(kernel),
+    print_message("%s, %d filters, %s: loss %g\n", kn_gemm_kernel_name(kernel), filters,
                   pass ? "a NaN in example 1" : "finite inputs", (double)loss);
     if (pass)
       assert_true(isnan(loss));
@@ -523,6 +523,13 @@ static void check_bf16_cnn(kn_gemm_kernel kernel) {
   }
   assert_true(kn_graph_gemm_calls(m.graph, kernel) > 0);
   kn_model_free(&m);
+}
+
+/* 8 filters: the pool's window one channel at a time; 24: 16 a vector,
+ * the last block overlapping the first. */
+static void check_bf16_cnn(kn_gemm_kernel kernel) {
+  check_bf16_cnn_of(kernel, 8);
+  check_bf16_cnn_of(kernel, 24);
 }
 
 static void nan_reaches_the_loss_through_the_portable_bf16_gemm(void **state) {

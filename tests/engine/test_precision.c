@@ -575,6 +575,47 @@ static void mixed_precision_gradients_stay_close_to_float32(void **state) {
   }
 }
 
+/* A tiled max pool over bf16 values stores its maxima in bf16 and runs
+ * 16 channels a vector, the last block ending at the last channel (3
+ * channels one by one; 24 and 40 overlap): a convolution, relu and pool
+ * of each width, then a dense layer, under mixed_bfloat16 against
+ * float32. Two gates (relu, the pool's argmax): within the test CNN's
+ * bound. A block's channels read or written at the wrong place move the
+ * gradients by most of their norm. */
+static void bf16_max_pools_of_any_width_stay_close_to_float32(void **state) {
+  (void)state;
+  const int widths[] = {3, 16, 24, 40};
+  for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+    const kn_layer_config layers[4] = {{.type = KN_LAYER_CONV2D,
+                                        .name = "conv",
+                                        .filters = widths[k],
+                                        .kernel_size = {3, 3},
+                                        .padding = KN_PAD_SAME,
+                                        .use_bias = 1,
+                                        .activation = KN_ACT_RELU},
+                                       {.type = KN_LAYER_MAX_POOL2D, .name = "pool"},
+                                       {.type = KN_LAYER_FLATTEN, .name = "flatten"},
+                                       {.type = KN_LAYER_DENSE, .name = "out", .units = 10}};
+    kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_FLOAT32, 0);
+    cfg.layers = layers;
+    cfg.n_layers = 4;
+    for (int threads = 1; threads <= 2; threads++) {
+      kn_model ref = build_from(&cfg, threads, KN_PASS_ALL, NULL);
+      cfg.precision = KN_PRECISION_MIXED_BFLOAT16;
+      kn_model mixed = build_from(&cfg, threads, KN_PASS_ALL, NULL);
+      cfg.precision = KN_PRECISION_FLOAT32;
+      const char *name = "";
+      const double worst = worst_gradient_difference(&ref, &mixed, &name);
+      print_message("%d channels, %d thread(s): worst gradient difference %.4f (%s)\n", widths[k],
+                    threads, worst, name);
+      if (worst > 0.10)
+        fail_msg("%d channels: %s's gradient differs by %g of its norm", widths[k], name, worst);
+      kn_model_free(&ref);
+      kn_model_free(&mixed);
+    }
+  }
+}
+
 static void recompute_and_mixed_precision_combine(void **state) {
   (void)state;
   kn_plan_stats mixed, both;
@@ -1100,6 +1141,7 @@ int main(void) {
       cmocka_unit_test(mixed_precision_gradients_stay_close_to_float32),
       cmocka_unit_test(mixed_bfloat16_winograd_trains_as_the_bf16_gemm),
       cmocka_unit_test(mixed_bfloat16_winograd_writes_bf16_outputs),
+      cmocka_unit_test(bf16_max_pools_of_any_width_stay_close_to_float32),
       cmocka_unit_test(recompute_and_mixed_precision_combine),
       cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
       cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
