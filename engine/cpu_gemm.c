@@ -192,8 +192,12 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
   const kn_conv_cols *cv = v->cols;
   const int kc2 = (kc + 1) / 2;
   ptrdiff_t lo[NR], off[CHUNK];
-  for (int l = 0; l < lanes; l++)
-    lo[l] = v->lane_is_pixel ? kn_cols_row(cv, lane0 + l) : kn_cols_col(cv, lane0 + l);
+  if (v->lane_is_pixel) {
+    kn_pixel_cursor q = kn_pixel_at(cv, lane0);
+    for (int l = 0; l < lanes; l++, kn_pixel_next(cv, &q)) lo[l] = kn_pixel_row(cv, &q);
+  } else {
+    for (int l = 0; l < lanes; l++) lo[l] = kn_cols_col(cv, lane0 + l);
+  }
   /* bf16 lanes next to each other in memory (a tap's channels, when the
    * lanes are taps): a pair of depths is two runs of lanes, interleaved. */
   int run = !v->is_f32;
@@ -502,7 +506,9 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
         const uint16_t *rows[MC];
         if (j->gather) {
           const uint16_t *x16 = j->a.cols->x;
-          for (int i = 0; i < mc; i++) rows[i] = x16 + kn_cols_row(j->a.cols, ic + i);
+          kn_pixel_cursor q = kn_pixel_at(j->a.cols, ic);
+          for (int i = 0; i < mc; i++, kn_pixel_next(j->a.cols, &q))
+            rows[i] = x16 + kn_pixel_row(j->a.cols, &q);
         } else {
           for (int ir = 0; ir < mc; ir += MRJ)
             pack(pa + (size_t)(ir / MRJ) * kc2 * MRJ, MRJ, &j->a, ic + ir,

@@ -103,35 +103,6 @@ static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
   return kn_cols_row(v, p) + kn_cols_col(v, t);
 }
 
-/* Output pixel p of a convolution's columns, walked in order: its place is
- * divided out once (pixel_at) and the next ones stepped to (pixel_next),
- * since where the depth is small a block's divisions cost as much as its
- * FMAs; pixel_row is kn_cols_row of the pixel. */
-typedef struct pixel_cursor {
-  int64_t b;
-  int y, x;
-} pixel_cursor;
-
-static inline pixel_cursor pixel_at(const kn_conv_cols *v, int64_t p) {
-  const int64_t per = (int64_t)v->oh * v->ow;
-  return (pixel_cursor){p / per, (int)(p % per / v->ow), (int)(p % per % v->ow)};
-}
-
-static inline void pixel_next(const kn_conv_cols *v, pixel_cursor *q) {
-  if (++q->x == v->ow) {
-    q->x = 0;
-    if (++q->y == v->oh) {
-      q->y = 0;
-      q->b++;
-    }
-  }
-}
-
-static inline ptrdiff_t pixel_row(const kn_conv_cols *v, const pixel_cursor *q) {
-  return (ptrdiff_t)(((q->b * v->hp + (int64_t)q->y * v->sh) * v->wp + (int64_t)q->x * v->sw) *
-                     v->c);
-}
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -419,8 +390,8 @@ static void cols_block(const gemm_job *j, const gemm_part *pt, int i0, int k0, i
     for (int i = 0; i < j->mr; i++) rows[i] = x + kn_cols_col(v, i0 + (i < mr ? i : 0));
   } else {
     /* Pixels i0 .. i0 + mr - 1. */
-    pixel_cursor q = pixel_at(v, i0);
-    for (int i = 0; i < mr; i++, pixel_next(v, &q)) rows[i] = x + pixel_row(v, &q);
+    kn_pixel_cursor q = kn_pixel_at(v, i0);
+    for (int i = 0; i < mr; i++, kn_pixel_next(v, &q)) rows[i] = x + kn_pixel_row(v, &q);
     for (int i = mr; i < j->mr; i++) rows[i] = rows[0];
   }
   int neighbours = mr == j->mr;
@@ -449,9 +420,9 @@ static void gemm_block_range(const gemm_job *j, const gemm_part *pt, int b0, int
       if (j->x.cols) {
         ptrdiff_t koff[KC_MAX];
         if (j->x.ta) { /* the depth is pixels */
-          pixel_cursor q = pixel_at(j->x.cols, k0);
-          for (int kk = 0; kk < kc; kk++, pixel_next(j->x.cols, &q))
-            koff[kk] = pixel_row(j->x.cols, &q);
+          kn_pixel_cursor q = kn_pixel_at(j->x.cols, k0);
+          for (int kk = 0; kk < kc; kk++, kn_pixel_next(j->x.cols, &q))
+            koff[kk] = kn_pixel_row(j->x.cols, &q);
         } else {
           for (int kk = 0; kk < kc; kk++) koff[kk] = kn_cols_col(j->x.cols, k0 + kk);
         }
@@ -584,12 +555,12 @@ tile_tr(const int vecs, const kn_sgemm_args *x, int i0, int c0, int cols, int k0
   __m512 bsum = _mm512_setzero_ps();
   const float *base = x->cols ? (const float *)x->cols->x : x->a;
   const kn_conv_cols *cv = x->cols;
-  pixel_cursor q = cv ? pixel_at(cv, k0) : (pixel_cursor){0, 0, 0};
+  kn_pixel_cursor q = cv ? kn_pixel_at(cv, k0) : (kn_pixel_cursor){0, 0, 0};
   for (int kk = k0; kk < k1; kk++) {
     const float *row;
     if (cv) {
-      row = base + pixel_row(cv, &q);
-      pixel_next(cv, &q);
+      row = base + kn_pixel_row(cv, &q);
+      kn_pixel_next(cv, &q);
     } else {
       row = base + (size_t)kk * x->lda;
     }

@@ -456,6 +456,32 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
   const int q = t / v->c, ch = t % v->c, ki = q / v->kw, kj = q % v->kw;
   return (ptrdiff_t)(((ptrdiff_t)ki * v->dh * v->wp + (ptrdiff_t)kj * v->dw) * v->c + ch);
 }
+/* Output pixel p of a convolution's columns, walked in order: its place is
+ * divided out once (kn_pixel_at) and the next ones stepped to
+ * (kn_pixel_next), since where the depth is small a block's divisions
+ * cost as much as its products; kn_pixel_row is kn_cols_row of the
+ * pixel. */
+typedef struct kn_pixel_cursor {
+  int64_t b;
+  int y, x;
+} kn_pixel_cursor;
+static inline kn_pixel_cursor kn_pixel_at(const kn_conv_cols *v, int64_t p) {
+  const int64_t per = (int64_t)v->oh * v->ow;
+  return (kn_pixel_cursor){p / per, (int)(p % per / v->ow), (int)(p % per % v->ow)};
+}
+static inline void kn_pixel_next(const kn_conv_cols *v, kn_pixel_cursor *q) {
+  if (++q->x == v->ow) {
+    q->x = 0;
+    if (++q->y == v->oh) {
+      q->y = 0;
+      q->b++;
+    }
+  }
+}
+static inline ptrdiff_t kn_pixel_row(const kn_conv_cols *v, const kn_pixel_cursor *q) {
+  return (ptrdiff_t)(((q->b * v->hp + (int64_t)q->y * v->sh) * v->wp + (int64_t)q->x * v->sw) *
+                     v->c);
+}
 /* The im2col a padded input (KN_OP_CONV_PAD) stands for: columns per row
  * (KH*KW*C) and rows per image (OH*OW). */
 static inline int kn_pad_cols_width(const kn_node_rec *pad) {
