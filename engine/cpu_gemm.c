@@ -605,10 +605,158 @@ static void add_slices(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
+#ifdef KN_HAVE_AVX512BF16
+/* ---- a convolution of small depth, directly ----
+ *
+ * A forward convolution whose columns are few (K = taps x channels <= 32,
+ * a first layer on a one- or three-channel image) spends the GEMM's time
+ * packing its columns, not multiplying them. Each output pixel instead
+ * reads its K inputs in place, widened to f32 (bf16 values are exact in
+ * f32), and sums their products with the kernel (widened once) in f32,
+ * K in order by FMAs: the bf16 GEMM's products and sums (the order of its
+ * pairs aside), 8 pixels (4 past 32 filters) a block for the FMAs to
+ * overlap. Each output is summed by one thread: the same bits for any
+ * thread count. */
+#define SMALL_K   32
+#define SMALL_N   64
+#define SMALL_PIX 256 /* pixels a task */
+
+typedef struct small_conv {
+  const kn_conv_cols *cols;
+  int a_f32;
+  int m, n, k, nv; /* nv: n in vectors of 16 */
+  ptrdiff_t koff[SMALL_K];
+  const float *w; /* k x (16 nv), widened, zero past n */
+  void *c;
+  int c_bf16;
+  size_t ldc;
+  const float *bias;
+  int relu;
+  uint16_t *narrow;
+} small_conv;
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int np,
+                 kn_pixel_cursor *q) {
+  __m512 acc[8][4];
+  ptrdiff_t at[8] = {0};
+#pragma GCC unroll 8
+  for (int i = 0; i < P; i++) {
+    at[i] = i < np ? kn_pixel_row(s->cols, q) : at[0];
+    if (i < np) kn_pixel_next(s->cols, q);
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) acc[i][v] = _mm512_setzero_ps();
+  }
+  const uint16_t *x16 = s->cols->x;
+  const float *x32 = s->cols->x;
+  for (int t = 0; t < s->k; t++) {
+    const ptrdiff_t o = s->koff[t];
+    __m512 w[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) w[v] = _mm512_loadu_ps(s->w + (size_t)t * 16 * s->nv + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < P; i++) {
+      float xv;
+      if (s->a_f32) {
+        xv = x32[at[i] + o];
+      } else {
+        const uint32_t u = (uint32_t)x16[at[i] + o] << 16;
+        memcpy(&xv, &u, sizeof xv);
+      }
+      const __m512 xb = _mm512_set1_ps(xv);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; v++) acc[i][v] = _mm512_fmadd_ps(xb, w[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < P; i++) {
+    if (i >= np) break;
+    const size_t row = (size_t)(p0 + i) * s->ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+      const int left = s->n - 16 * v;
+      const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      __m512 y = acc[i][v];
+      if (s->bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, s->bias + 16 * v));
+      /* max(0, v) returns its second operand, v, when either is NaN */
+      if (s->relu) y = _mm512_max_ps(_mm512_setzero_ps(), y);
+      if (s->c_bf16 || s->narrow) {
+        uint16_t *to = s->c_bf16 ? (uint16_t *)s->c : s->narrow;
+        _mm512_mask_cvtepi32_storeu_epi16(to + row + 16 * v, m, kn_bf16_round_avx512(y));
+      }
+      if (!s->c_bf16) _mm512_mask_storeu_ps((float *)s->c + row + 16 * v, m, y);
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) static void small_conv_range(void *ctx, int64_t t0, int64_t t1) {
+  const small_conv *s = ctx;
+  for (int64_t t = t0; t < t1; t++) {
+    const int64_t p_end = (t + 1) * SMALL_PIX < s->m ? (t + 1) * SMALL_PIX : s->m;
+    int64_t p = t * SMALL_PIX;
+    kn_pixel_cursor q = kn_pixel_at(s->cols, p);
+    const int P = s->nv <= 2 ? 8 : 4;
+    for (; p < p_end; p += P) {
+      const int np = p_end - p < P ? (int)(p_end - p) : P;
+      switch (s->nv) {
+      case 1: small_conv_block(s, 1, 8, p, np, &q); break;
+      case 2: small_conv_block(s, 2, 8, p, np, &q); break;
+      case 3: small_conv_block(s, 3, 4, p, np, &q); break;
+      default: small_conv_block(s, 4, 4, p, np, &q); break;
+      }
+    }
+  }
+}
+
+/* Whether a product runs as a small convolution: a forward one (columns
+ * not transposed, a plain kernel, C written, not added to) of small depth
+ * and width. */
+static int small_conv_fits(int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
+                           int accumulate) {
+  return a->cols && !a->trans && !b->flip && !b->trans && b->data && !accumulate && k > 0 &&
+         k <= SMALL_K && n <= SMALL_N;
+}
+
+static void small_conv_run(kn_pool *pool, int m, int n, int k, const kn_gemm_operand *a,
+                           const kn_gemm_operand *b, void *c, kn_dtype c_type, int ldc,
+                           const float *bias, int relu, uint16_t *narrow) {
+  small_conv s = {.cols = a->cols,
+                  .a_f32 = a->dtype == KN_F32,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .nv = (n + 15) / 16,
+                  .c = c,
+                  .c_bf16 = c_type == KN_BF16,
+                  .ldc = (size_t)ldc,
+                  .bias = bias,
+                  .relu = relu,
+                  .narrow = c_type == KN_F32 ? narrow : NULL};
+  float w[SMALL_K * SMALL_N];
+  for (int t = 0; t < k; t++) {
+    s.koff[t] = kn_cols_col(a->cols, t);
+    for (int f = 0; f < 16 * s.nv; f++)
+      w[(size_t)t * 16 * s.nv + f] =
+          f >= n               ? 0.0f
+          : b->dtype == KN_F32 ? ((const float *)b->data)[(size_t)t * b->ld + f]
+                               : kn_bf16_to_f32(((const uint16_t *)b->data)[(size_t)t * b->ld + f]);
+  }
+  s.w = w;
+  const int64_t tasks = ((int64_t)m + SMALL_PIX - 1) / SMALL_PIX;
+  kn_pool_for(tasks > 1 ? pool : NULL, tasks, small_conv_range, &s);
+}
+#endif
+
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
                            const float *bias, int relu, uint16_t *narrow) {
   const kn_gemm_kernel kernel = kn_gemm_bf16_kernel();
+#ifdef KN_HAVE_AVX512BF16
+  if (kernel == KN_GEMM_BF16_AVX512 && m > 0 && small_conv_fits(n, k, &a, &b, accumulate)) {
+    small_conv_run(pool, m, n, k, &a, &b, c, c_type, ldc, bias, relu, narrow);
+    return kernel;
+  }
+#endif
   gemm_job j = {.m = m,
                 .n = n,
                 .k = k,

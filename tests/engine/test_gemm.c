@@ -1,7 +1,8 @@
 /* The bf16 GEMM: every shape tail, transpose, operand type and thread count
  * against a double-precision reference over the same bf16-rounded
- * operands, the AVX512-BF16 kernel against the portable one, and its
- * argument checks. test_precision.c shows graphs running it. */
+ * operands, the AVX512-BF16 kernel against the portable one, its
+ * argument checks, and a convolution of small depth run directly.
+ * test_precision.c shows graphs running it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "graph_internal.h"
 
 static float bf16_round(float f) {
   uint32_t u;
@@ -231,6 +233,104 @@ static void bad_gemm_arguments_are_refused_by_name(void **state) {
   kn_gemm_free(NULL);
 }
 
+/* A forward convolution of small depth (taps x channels <= 32, a first
+ * layer) reads its columns in place from the padded input and sums its
+ * products directly: against the definition in double over the same
+ * bf16 values (32 or fewer products in f32), with bias and relu, f32 out
+ * (with its bf16 copy) or bf16 out, f32 or bf16 input, 1 and 3 channels,
+ * strides 1 and 2, filters around the 16-wide vectors; the same bits on 1
+ * and 3 threads. Skipped without the AVX512-BF16 kernel, which runs it. */
+static void small_depth_convolutions_match_the_definition(void **state) {
+  (void)state;
+  if (kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512) {
+    print_message("no AVX512-BF16 kernel here: the GEMM runs these, skipped\n");
+    skip();
+  }
+  const int chans[] = {1, 3}, filters[] = {10, 16, 32, 40, 64}, strides[] = {1, 2};
+  const int B = 3, HP = 11, WP = 10, KH = 3, KW = 3;
+  for (size_t ci = 0; ci < 2; ci++)
+    for (size_t fi = 0; fi < 5; fi++)
+      for (size_t si = 0; si < 2; si++)
+        for (int mode = 0; mode < 4; mode++) { /* bit 0: bf16 input; bit 1: bf16 output */
+          const int C = chans[ci], F = filters[fi], S = strides[si], K = KH * KW * C;
+          const int OH = (HP - KH) / S + 1, OW = (WP - KW) / S + 1, M = B * OH * OW;
+          const int in_bf16 = mode & 1, out_bf16 = mode & 2;
+          const size_t nx = (size_t)B * HP * WP * C;
+          float *x = malloc(nx * sizeof *x), *w = malloc((size_t)K * F * sizeof *w);
+          uint16_t *x16 = malloc(nx * 2), *w16 = malloc((size_t)K * F * 2);
+          float bias[64];
+          for (size_t i = 0; i < nx; i++) {
+            x16[i] = bf16_bits(uniform_pm1());
+            const uint32_t u = (uint32_t)x16[i] << 16;
+            memcpy(&x[i], &u, sizeof u);
+          }
+          for (int i = 0; i < K * F; i++) {
+            w16[i] = bf16_bits(uniform_pm1());
+            const uint32_t u = (uint32_t)w16[i] << 16;
+            memcpy(&w[i], &u, sizeof u);
+          }
+          for (int f = 0; f < F; f++) bias[f] = uniform_pm1();
+          const kn_conv_cols cols = {
+              in_bf16 ? (const void *)x16 : x, HP, WP, C, KW, S, S, 1, 1, OH, OW};
+          void *first = NULL;
+          for (int threads = 1; threads <= 3; threads += 2) {
+            kn_pool *pool = kn_pool_new(threads);
+            void *scratch = aligned_alloc(64, kn_gemm_scratch_bytes(threads, K));
+            float *y = malloc((size_t)M * F * sizeof *y);
+            uint16_t *y16 = malloc((size_t)M * F * 2), *copy = malloc((size_t)M * F * 2);
+            memset(y, 0xff, (size_t)M * F * sizeof *y);
+            kn_gemm_run(pool, scratch, M, F, K,
+                        (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 0, &cols, NULL},
+                        (kn_gemm_operand){w16, KN_BF16, F, 0, NULL, NULL},
+                        out_bf16 ? (void *)y16 : (void *)y, out_bf16 ? KN_BF16 : KN_F32, F, 0, bias,
+                        1, out_bf16 ? NULL : copy);
+            for (int p = 0; p < M; p++) {
+              const int b = p / (OH * OW), oy = p / OW % OH, ox = p % OW;
+              for (int f = 0; f < F; f++) {
+                double sum = 0.0;
+                for (int ki = 0; ki < KH; ki++)
+                  for (int kj = 0; kj < KW; kj++)
+                    for (int c = 0; c < C; c++)
+                      sum +=
+                          (double)x[(((size_t)b * HP + oy * S + ki) * WP + ox * S + kj) * C + c] *
+                          w[((ki * KW + kj) * C + c) * F + f];
+                sum += bias[f];
+                sum = sum < 0 ? 0 : sum;
+                const size_t o = (size_t)p * F + f;
+                float got = y[o];
+                if (out_bf16) {
+                  const uint32_t u = (uint32_t)y16[o] << 16;
+                  memcpy(&got, &u, sizeof u);
+                } else {
+                  assert_int_equal(copy[o], bf16_bits(got));
+                }
+                const double tol = out_bf16 ? 0x1p-8 * fabs(sum) + 1e-6 : 1e-5 * (1 + fabs(sum));
+                if (fabs(got - sum) > tol)
+                  fail_msg("C %d, F %d, stride %d, mode %d: y[%d][%d] %g, want %g", C, F, S, mode,
+                           p, f, (double)got, sum);
+              }
+            }
+            if (!first) {
+              first = out_bf16 ? (void *)y16 : (void *)y;
+              if (out_bf16)
+                free(y);
+              else
+                free(y16);
+            } else {
+              assert_memory_equal(first, out_bf16 ? (void *)y16 : (void *)y,
+                                  (size_t)M * F * (out_bf16 ? 2 : 4));
+              free(y);
+              free(y16);
+            }
+            free(copy);
+            free(scratch);
+            kn_pool_free(pool);
+          }
+          free(first);
+          free(x), free(w), free(x16), free(w16);
+        }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_gemm_matches_the_reference_on_every_tail_and_transpose),
@@ -238,6 +338,7 @@ int main(void) {
       cmocka_unit_test(deep_products_give_the_same_bits_on_any_thread_count),
       cmocka_unit_test(avx512bf16_and_portable_kernels_give_the_same_bits),
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
+      cmocka_unit_test(small_depth_convolutions_match_the_definition),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
