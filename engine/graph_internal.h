@@ -721,9 +721,9 @@ void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchab
  * reads. */
 typedef struct kn_wino_io {
   const void *x;
-  int x_bf16;
-  int r; /* the kernel's side: 3 or 5 */
-  int d; /* its dilation (the same down and across); 0 or 1: none */
+  int x_bf16; /* 0: f32; 1: bf16; 2: f32, each value rounded to bf16 as it is read */
+  int r;      /* the kernel's side: 3 or 5 */
+  int d;      /* its dilation (the same down and across); 0 or 1: none */
   int batch, hp, wp, cin, pt, pl, oh, ow, cout;
 } kn_wino_io;
 int kn_winograd_available(void);

@@ -754,8 +754,10 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
   /* a padding that needed no copy is a view: its rows are its input's */
   const kn_node_rec *S = P->storage == KN_STORE_VIEW ? &g->nodes[P->inputs[0]] : P;
   const int input_grad = n->op == KN_OP_CONV_INPUT_GRAD;
+  /* a bf16 padding of f32 values, read in place: rounded as read */
+  const int x_bf16 = P->dtype != KN_BF16 ? 0 : S->dtype == KN_F32 ? 2 : 1;
   *a = (kn_wino_args){.io = {.x = P->data,
-                             .x_bf16 = P->dtype == KN_BF16,
+                             .x_bf16 = x_bf16,
                              .r = P->attr.conv.kh,
                              .d = P->attr.conv.dh,
                              .batch = kn_node_rows(g, P),
@@ -821,7 +823,8 @@ int kn_lower_winograd(kn_graph *g) {
     marked++;
   }
   /* A padded input read only by marked nodes is never written: they read
-   * the value it pads where it lies, adding the zeros as they read. */
+   * the value it pads where it lies, adding the zeros as they read (and
+   * rounding an f32 value to the bf16 padding's values). */
   for (int i = 0; marked && i < g->n_nodes; i++) {
     kn_node_rec *P = &g->nodes[i];
     /* a recompute re-creates its padded input in backward so that the
@@ -831,8 +834,10 @@ int kn_lower_winograd(kn_graph *g) {
       continue;
     const kn_node_rec *X = &g->nodes[P->inputs[0]],
                       *root = &g->nodes[kn_storage_root(g, P->inputs[0])];
-    if (X->dtype != P->dtype || X->ndim != 4 || root->storage != KN_STORE_ARENA ||
-        kn_op_has(root->op, KN_OPF_FED))
+    /* (an f32 value padded into bf16, mixed_bfloat16's rounding: the
+     * products round each value as they read it) */
+    if ((X->dtype != P->dtype && !(X->dtype == KN_F32 && P->dtype == KN_BF16)) || X->ndim != 4 ||
+        root->storage != KN_STORE_ARENA || kn_op_has(root->op, KN_OPF_FED))
       continue;
     int only_marked = 1;
     for (int c = i + 1; c < g->n_nodes && only_marked; c++) {

@@ -93,7 +93,8 @@ typedef struct wino_shape {
   int r, m;               /* the kernel's side (3 or 5), a tile's outputs a side (4 or 2) */
   int batch, hp, wp, cin; /* the input as stored, (batch, hp, wp, cin) */
   int pt, pl;             /* zero rows above it and columns left of it */
-  int x_bf16;             /* the input is bf16 (mixed_bfloat16), else f32 */
+  int x_bf16;             /* the input: 0 f32, 1 bf16 (mixed_bfloat16), 2 f32 rounded to bf16
+                           * as it is read (a bf16 padded copy the product reads in place) */
   int yh, yw;             /* the output's rows and columns, (batch, yh, yw, cout) */
   /* A dilated product (d > 1) runs as d x d undilated ones, one a phase:
    * the outputs (py + d i, px + d j), which read the inputs d apart. */
@@ -617,8 +618,8 @@ typedef struct patch_map {
  * position p at out[p * cp]: B^T d B in two passes through out (in the
  * L1 cache), each value read and written once a pass: the columns (B^T
  * d), then the rows (those times B). A column wholly in the padding is
- * zeros and reads nothing. Inlined for f32 and for bf16 (n channels:
- * widened). */
+ * zeros and reads nothing. Inlined for f32, for bf16 (n channels:
+ * widened) and for f32 rounded to bf16 as it is read (bf16 2). */
 AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, int bf16, int n,
                                           int cp, float *out) {
 #pragma GCC unroll 6
@@ -629,10 +630,14 @@ AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, in
       for (int i = 0; i < T_IN; i++) {
         const __mmask16 in = pm->rm[i] & pm->cm[k];
         const size_t e = pm->at + pm->row[i] + pm->col[k];
-        if (bf16)
+        if (bf16 == 1) {
           d[i] = in ? load_n(x, 1, e, n) : (v16){0};
-        else
+        } else {
           d[i] = (v16)_mm512_maskz_loadu_ps(in, (const float *)x + e);
+          if (bf16 == 2) /* as kn_bf16_from_f32, back to f32 */
+            d[i] =
+                (v16)_mm512_castsi512_ps(_mm512_slli_epi32(kn_bf16_round_avx512((__m512)d[i]), 16));
+        }
       }
       bt6(d, 1); /* column k */
     } else {
@@ -678,7 +683,7 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       pm.col[k] = in ? (size_t)xx * s->cin : 0;
       pm.cm[k] = in ? 0xFFFF : 0;
     }
-    const int es = s->x_bf16 ? 2 : 4;
+    const int es = s->x_bf16 == 1 ? 2 : 4;
     if (w.near.t < s->tiles)
       prefetch_patch(x, es, s, &w.near, T_IN, s->pt, s->pl, s->hp, s->wp, s->cin, AHEAD_L1, 1);
     if (w.far.t < s->tiles)
@@ -689,8 +694,10 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       for (int i = 0; i < T_IN; i++) pm.rm[i] = pm.rm[i] ? m : 0;
       pm.at = (size_t)b * s->hp * row + c0;
       float *out = v + (size_t)r * NPOS * s->cp + c0;
-      if (s->x_bf16) /* each its own inlined copy */
+      if (s->x_bf16 == 1) /* each its own inlined copy */
         transform_patch(&pm, x, 1, n, s->cp, out);
+      else if (s->x_bf16 == 2)
+        transform_patch(&pm, x, 2, n, s->cp, out);
       else
         transform_patch(&pm, x, 0, n, s->cp, out);
     }

@@ -507,6 +507,53 @@ static void the_bf16_copy_rounds_as_a_cast_does(void **state) {
   free(x), free(w), free(y), free(copy);
 }
 
+/* An f32 input read as if rounded to bf16 (x_bf16 2: mixed_bfloat16's bf16
+ * padding of an f32 gradient, read in place) gives the bits of the same
+ * input rounded beforehand and read as bf16, NaN and ties to even
+ * included; 3x3 and 5x5, forward and the turned kernel, tails of channels. */
+static void an_f32_input_rounded_as_read_matches_its_bf16_copy(void **state) {
+  (void)state;
+  if (!have_avx512()) skip();
+  const shape cases[] = {
+      {.batch = 2, .h = 9, .w = 10, .cin = 19, .cout = 20, .pt = 1, .pl = 1, .oh = 9, .ow = 10},
+      {.batch = 2,
+       .h = 8,
+       .w = 7,
+       .cin = 17,
+       .cout = 9,
+       .pt = 2,
+       .pl = 2,
+       .oh = 8,
+       .ow = 7,
+       .r = 5}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const shape *s = &cases[k];
+    const int r = side(s);
+    const size_t nx = (size_t)s->batch * s->h * s->w * s->cin,
+                 nw = (size_t)r * r * s->cin * s->cout;
+    const size_t ny = (size_t)s->batch * s->oh * s->ow * s->cout;
+    float *x = randoms(nx, 11), *w = randoms(nw, 12), *rounded = malloc(nx * sizeof *x);
+    x[5] = NAN;
+    x[7] = 1.0f + 0x1p-8f; /* a tie: to even, 1.0 */
+    x[9] = 1.0f + 0x3p-8f; /* a tie: to even, 1 + 2^-6 */
+    memcpy(rounded, x, nx * sizeof *x);
+    uint16_t *xh = malloc(nx * 2), *wh = malloc(nw * 2);
+    to_bf16(rounded, xh, nx);
+    to_bf16(w, wh, nw);
+    float *y1 = malloc(ny * sizeof *y1), *y2 = malloc(ny * sizeof *y2);
+    for (int flip = 0; flip <= 1; flip++) {
+      /* (the turned kernel is (r, r, cout, cin): as many values) */
+      kn_graph *g = graph_for(s, 2);
+      const kn_wino_io as_read = io_of(s, x, 2), beforehand = io_of(s, xh, 1);
+      kn_winograd_conv(g, &as_read, wh, 1, flip, NULL, 0, y1, NULL);
+      kn_winograd_conv(g, &beforehand, wh, 1, flip, NULL, 0, y2, NULL);
+      assert_memory_equal(y1, y2, ny * sizeof *y1);
+      graph_free(g);
+    }
+    free(x), free(w), free(rounded), free(xh), free(wh), free(y1), free(y2);
+  }
+}
+
 /* Which products are worth it: 3x3 or 5x5 kernels, 8 or more channels
  * each way, and outputs whose tiles (4x4 for 3x3 kernels, 2x2 for 5x5)
  * save at least half the multiplies. */
@@ -541,6 +588,7 @@ int main(void) {
       cmocka_unit_test(wide_products_by_chunks_match_the_direct_sums),
       cmocka_unit_test(a_padded_input_and_an_unpadded_one_give_the_same_bits),
       cmocka_unit_test(the_bf16_copy_rounds_as_a_cast_does),
+      cmocka_unit_test(an_f32_input_rounded_as_read_matches_its_bf16_copy),
       cmocka_unit_test(it_pays_where_it_saves_half_the_multiplies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
