@@ -745,6 +745,118 @@ static void small_conv_run(kn_pool *pool, int m, int n, int k, const kn_gemm_ope
   const int64_t tasks = ((int64_t)m + SMALL_PIX - 1) / SMALL_PIX;
   kn_pool_for(tasks > 1 ? pool : NULL, tasks, small_conv_range, &s);
 }
+
+/* Its weight gradient, dW = cols^T dy (taps x filters over every pixel):
+ * each slice of pixels (their number fixed by the shape) sums its pixels'
+ * products in pixel order by FMAs, all taps x filters in registers (9
+ * taps, up to 32 filters: a 3x3 kernel on one channel; other shapes run
+ * the GEMM), into its partial sums; the slices are then added in slice
+ * order: the same bits for any thread count. */
+#define WGRAD_PIX    4096 /* pixels a slice, at least */
+#define WGRAD_SLICES 32
+#define WGRAD_TAPS   9 /* the taps held in registers: a 3x3 kernel on one channel */
+
+typedef struct small_wgrad {
+  const kn_conv_cols *cols;
+  int a_f32, dy_f32;
+  const void *dy;
+  size_t lddy;
+  int taps, n, nv;
+  int64_t pixels;
+  int slices;
+  ptrdiff_t koff[WGRAD_TAPS];
+  float *partials; /* slices x taps x 16 nv */
+} small_wgrad;
+
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
+small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
+  __m512 acc[WGRAD_TAPS][2];
+#pragma GCC unroll 9
+  for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; v++) acc[t][v] = _mm512_setzero_ps();
+  const int64_t p0 = s->pixels * slice / s->slices, p1 = s->pixels * (slice + 1) / s->slices;
+  kn_pixel_cursor q = kn_pixel_at(s->cols, p0);
+  const uint16_t *x16 = s->cols->x;
+  const float *x32 = s->cols->x;
+  for (int64_t p = p0; p < p1; p++, kn_pixel_next(s->cols, &q)) {
+    const ptrdiff_t at = kn_pixel_row(s->cols, &q);
+    __m512 g[2];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; v++) {
+      const int left = s->n - 16 * v;
+      const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      if (s->dy_f32) {
+        g[v] = _mm512_maskz_loadu_ps(m, (const float *)s->dy + (size_t)p * s->lddy + 16 * v);
+      } else {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy +
+                                                          (size_t)p * s->lddy + 16 * (size_t)v);
+        g[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      }
+    }
+#pragma GCC unroll 9
+    for (int t = 0; t < T; t++) {
+      float xv;
+      if (s->a_f32) {
+        xv = x32[at + s->koff[t]];
+      } else {
+        const uint32_t u = (uint32_t)x16[at + s->koff[t]] << 16;
+        memcpy(&xv, &u, sizeof xv);
+      }
+      const __m512 xb = _mm512_set1_ps(xv);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; v++) acc[t][v] = _mm512_fmadd_ps(xb, g[v], acc[t][v]);
+    }
+  }
+  float *out = s->partials + (size_t)slice * T * 16 * s->nv;
+#pragma GCC unroll 9
+  for (int t = 0; t < T; t++)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; v++) _mm512_storeu_ps(out + ((size_t)t * s->nv + v) * 16, acc[t][v]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+small_wgrad_range(void *ctx, int64_t t0, int64_t t1) {
+  const small_wgrad *s = ctx;
+  for (int64_t t = t0; t < t1; t++) {
+    if (s->nv == 1)
+      small_wgrad_slice(s, WGRAD_TAPS, 1, (int)t);
+    else
+      small_wgrad_slice(s, WGRAD_TAPS, 2, (int)t);
+  }
+}
+
+/* Whether a product is such a weight gradient: columns transposed (taps
+ * as rows), dy plain, C written, taps x filters in registers. */
+static int small_wgrad_fits(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
+                            int accumulate, kn_dtype c_type) {
+  return a->cols && a->trans && !b->flip && !b->trans && b->data && !accumulate &&
+         c_type == KN_F32 && m == WGRAD_TAPS && n > 0 && n <= 32 && k >= WGRAD_PIX;
+}
+
+static void small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k,
+                            const kn_gemm_operand *a, const kn_gemm_operand *b, float *c, int ldc) {
+  small_wgrad s = {.cols = a->cols,
+                   .a_f32 = a->dtype == KN_F32,
+                   .dy_f32 = b->dtype == KN_F32,
+                   .dy = b->data,
+                   .lddy = (size_t)b->ld,
+                   .taps = m,
+                   .n = n,
+                   .nv = (n + 15) / 16,
+                   .pixels = k,
+                   .partials = scratch};
+  s.slices = k / WGRAD_PIX < WGRAD_SLICES ? k / WGRAD_PIX : WGRAD_SLICES;
+  for (int t = 0; t < m; t++) s.koff[t] = kn_cols_col(a->cols, t);
+  kn_pool_for(s.slices > 1 ? pool : NULL, s.slices, small_wgrad_range, &s);
+  const size_t per = (size_t)m * 16 * s.nv;
+  for (int t = 0; t < m; t++)
+    for (int f = 0; f < n; f++) {
+      float sum = s.partials[(size_t)t * 16 * s.nv + f];
+      for (int q = 1; q < s.slices; q++) sum += s.partials[q * per + (size_t)t * 16 * s.nv + f];
+      c[(size_t)t * ldc + f] = sum;
+    }
+}
 #endif
 
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
@@ -754,6 +866,11 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
 #ifdef KN_HAVE_AVX512BF16
   if (kernel == KN_GEMM_BF16_AVX512 && m > 0 && small_conv_fits(n, k, &a, &b, accumulate)) {
     small_conv_run(pool, m, n, k, &a, &b, c, c_type, ldc, bias, relu, narrow);
+    return kernel;
+  }
+  if (kernel == KN_GEMM_BF16_AVX512 && !bias && !relu && !narrow &&
+      small_wgrad_fits(m, n, k, &a, &b, accumulate, c_type)) {
+    small_wgrad_run(pool, scratch, m, n, k, &a, &b, c, ldc);
     return kernel;
   }
 #endif
