@@ -475,24 +475,31 @@ static const kn_layer_config block_layers[] = {
     {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
     {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
 
-static void mixed_bfloat16_winograd_trains_as_the_bf16_gemm(void **state) {
-  (void)state;
+/* cfg with every pass and with every one but winograd: `products` marked,
+ * and the gradients within 2% of each other's norm. */
+static void check_winograd_against_the_gemm(const kn_model_config *cfg, int products,
+                                            const char *what) {
   require_kiln_gemm();
-  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
-  cfg.layers = block_layers;
-  cfg.n_layers = (int)(sizeof block_layers / sizeof block_layers[0]);
   kn_plan_stats on;
-  kn_model gemm = build_from(&cfg, 1, ALL_EXACT, NULL);
-  kn_model wino = build_from(&cfg, 1, KN_PASS_ALL, &on);
-  print_message("mixed_bfloat16 residual block: %d products by Winograd\n", on.n_winograd);
-  /* c2's forward, weight and input gradients (c1 reads one channel) */
-  assert_int_equal(on.n_winograd, 3);
+  kn_model gemm = build_from(cfg, 1, ALL_EXACT, NULL);
+  kn_model wino = build_from(cfg, 1, KN_PASS_ALL, &on);
+  print_message("mixed_bfloat16 %s: %d products by Winograd\n", what, on.n_winograd);
+  assert_int_equal(on.n_winograd, products);
   const char *name = "";
   const double worst = worst_gradient_difference(&gemm, &wino, &name);
   print_message("worst gradient difference %.4f (%s)\n", worst, name);
   if (worst > 0.02) fail_msg("%s's gradient differs by %g of its norm", name, worst);
   kn_model_free(&gemm);
   kn_model_free(&wino);
+}
+
+static void mixed_bfloat16_winograd_trains_as_the_bf16_gemm(void **state) {
+  (void)state;
+  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+  cfg.layers = block_layers;
+  cfg.n_layers = (int)(sizeof block_layers / sizeof block_layers[0]);
+  /* c2's forward, weight and input gradients (c1 reads one channel) */
+  check_winograd_against_the_gemm(&cfg, 3, "residual block");
 }
 
 /* The CNN under mixed_bfloat16: conv2's output feeds only the max pool's
@@ -503,19 +510,8 @@ static void mixed_bfloat16_winograd_trains_as_the_bf16_gemm(void **state) {
  * closeness to the GEMM's gradients as the residual block's. */
 static void mixed_bfloat16_winograd_writes_bf16_outputs(void **state) {
   (void)state;
-  require_kiln_gemm();
-  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
-  kn_plan_stats on;
-  kn_model gemm = build_from(&cfg, 1, ALL_EXACT, NULL);
-  kn_model wino = build_from(&cfg, 1, KN_PASS_ALL, &on);
-  print_message("mixed_bfloat16 CNN: %d products by Winograd\n", on.n_winograd);
-  assert_int_equal(on.n_winograd, 3);
-  const char *name = "";
-  const double worst = worst_gradient_difference(&gemm, &wino, &name);
-  print_message("worst gradient difference %.4f (%s)\n", worst, name);
-  if (worst > 0.02) fail_msg("%s's gradient differs by %g of its norm", name, worst);
-  kn_model_free(&gemm);
-  kn_model_free(&wino);
+  const kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+  check_winograd_against_the_gemm(&cfg, 3, "CNN");
 }
 
 /* Every parameter's gradient in a mixed graph stays as close to float32's,
