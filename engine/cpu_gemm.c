@@ -635,6 +635,11 @@ typedef struct small_conv {
   uint16_t *narrow;
 } small_conv;
 
+/* Element i of a convolution's padded input, f32 or bf16 (widened). */
+static inline float cols_value(const kn_conv_cols *cols, int f32, ptrdiff_t i) {
+  return f32 ? ((const float *)cols->x)[i] : kn_bf16_to_f32(((const uint16_t *)cols->x)[i]);
+}
+
 __attribute__((target("avx512f"), always_inline)) static inline void
 small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int np,
                  kn_pixel_cursor *q) {
@@ -647,8 +652,6 @@ small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int 
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++) acc[i][v] = _mm512_setzero_ps();
   }
-  const uint16_t *x16 = s->cols->x;
-  const float *x32 = s->cols->x;
   for (int t = 0; t < s->k; t++) {
     const ptrdiff_t o = s->koff[t];
     __m512 w[4];
@@ -656,14 +659,7 @@ small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int 
     for (int v = 0; v < V; v++) w[v] = _mm512_loadu_ps(s->w + (size_t)t * 16 * s->nv + 16 * v);
 #pragma GCC unroll 8
     for (int i = 0; i < P; i++) {
-      float xv;
-      if (s->a_f32) {
-        xv = x32[at[i] + o];
-      } else {
-        const uint32_t u = (uint32_t)x16[at[i] + o] << 16;
-        memcpy(&xv, &u, sizeof xv);
-      }
-      const __m512 xb = _mm512_set1_ps(xv);
+      const __m512 xb = _mm512_set1_ps(cols_value(s->cols, s->a_f32, at[i] + o));
 #pragma GCC unroll 4
       for (int v = 0; v < V; v++) acc[i][v] = _mm512_fmadd_ps(xb, w[v], acc[i][v]);
     }
@@ -674,8 +670,7 @@ small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int 
     const size_t row = (size_t)(p0 + i) * s->ldc;
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++) {
-      const int left = s->n - 16 * v;
-      const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+      const __mmask16 m = kn_lanes_avx512(s->n - 16 * v);
       __m512 y = acc[i][v];
       if (s->bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, s->bias + 16 * v));
       /* max(0, v) returns its second operand, v, when either is NaN */
@@ -777,33 +772,21 @@ small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
     for (int v = 0; v < V; v++) acc[t][v] = _mm512_setzero_ps();
   const int64_t p0 = s->pixels * slice / s->slices, p1 = s->pixels * (slice + 1) / s->slices;
   kn_pixel_cursor q = kn_pixel_at(s->cols, p0);
-  const uint16_t *x16 = s->cols->x;
-  const float *x32 = s->cols->x;
   for (int64_t p = p0; p < p1; p++, kn_pixel_next(s->cols, &q)) {
     const ptrdiff_t at = kn_pixel_row(s->cols, &q);
     __m512 g[2];
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++) {
-      const int left = s->n - 16 * v;
-      const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-      if (s->dy_f32) {
-        g[v] = _mm512_maskz_loadu_ps(m, (const float *)s->dy + (size_t)p * s->lddy + 16 * v);
-      } else {
-        const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy +
-                                                          (size_t)p * s->lddy + 16 * (size_t)v);
-        g[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      }
+      const __mmask16 m = kn_lanes_avx512(s->n - 16 * v);
+      const size_t at_dy = (size_t)p * s->lddy + 16 * (size_t)v;
+      g[v] =
+          s->dy_f32
+              ? _mm512_maskz_loadu_ps(m, (const float *)s->dy + at_dy)
+              : kn_bf16_widen_avx512(_mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy + at_dy));
     }
 #pragma GCC unroll 9
     for (int t = 0; t < T; t++) {
-      float xv;
-      if (s->a_f32) {
-        xv = x32[at + s->koff[t]];
-      } else {
-        const uint32_t u = (uint32_t)x16[at + s->koff[t]] << 16;
-        memcpy(&xv, &u, sizeof xv);
-      }
-      const __m512 xb = _mm512_set1_ps(xv);
+      const __m512 xb = _mm512_set1_ps(cols_value(s->cols, s->a_f32, at + s->koff[t]));
 #pragma GCC unroll 2
       for (int v = 0; v < V; v++) acc[t][v] = _mm512_fmadd_ps(xb, g[v], acc[t][v]);
     }

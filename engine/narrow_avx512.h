@@ -1,6 +1,6 @@
-/* narrow_avx512.h — narrow.h's bf16 rounding sixteen floats at a time, for
- * the kernels built for AVX-512F (kiln's bf16 GEMM's epilogue, the
- * Winograd products' bf16 copies): the same bits as kn_bf16_from_f32,
+/* narrow_avx512.h — narrow.h's bf16 rounding and widening sixteen values at
+ * a time, for the kernels built for AVX-512F (kiln's bf16 GEMM, the
+ * Winograd products, the direct small convolutions): the same bits as kn_bf16_from_f32,
  * round to nearest even in integers, subnormals kept (the CPU's own bf16
  * conversion would flush them), NaN a quiet NaN. x86-64 with GCC only. */
 #ifndef KILN_ENGINE_NARROW_AVX512_H
@@ -17,6 +17,17 @@ kn_bf16_round_avx512(__m512 v) {
       _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+}
+
+/* Sixteen bf16 values, widened to floats (exactly: the low halves zero). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+kn_bf16_widen_avx512(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The mask of a vector's first n lanes (all 16 from n = 16 on). */
+static inline __mmask16 kn_lanes_avx512(int n) {
+  return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
 }
 
 #endif

@@ -227,7 +227,7 @@ size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, 
 #define INLINE __attribute__((always_inline)) inline
 
 static inline __mmask16 lanes_mask(int n) {
-  return n >= VL ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+  return kn_lanes_avx512(n);
 }
 
 /* n (<= VL) values from element i of p, f32 or bf16 (widened: exact), the
@@ -235,10 +235,8 @@ static inline __mmask16 lanes_mask(int n) {
 AVX512 static inline v16 load_n(const void *p, int bf16, size_t i, int n) {
   if (!bf16) return (v16)_mm512_maskz_loadu_ps(lanes_mask(n), (const float *)p + i);
   const uint16_t *h = (const uint16_t *)p + i;
-  if (n == VL) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)h));
-    return (v16)_mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-  }
+  if (n == VL)
+    return (v16)kn_bf16_widen_avx512(_mm256_loadu_si256((const __m256i *)(const void *)h));
   float t[VL] = {0};
   for (int l = 0; l < n; l++) t[l] = kn_bf16_to_f32(h[l]);
   v16 v;
