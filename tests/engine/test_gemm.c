@@ -235,17 +235,16 @@ static void bad_gemm_arguments_are_refused_by_name(void **state) {
 
 /* A forward convolution of small depth (taps x channels <= 32, a first
  * layer) reads its columns in place from the padded input and sums its
- * products directly: against the definition in double over the same
- * bf16 values (32 or fewer products in f32), with bias and relu, f32 out
- * (with its bf16 copy) or bf16 out, f32 or bf16 input, 1 and 3 channels,
- * strides 1 and 2, filters around the 16-wide vectors; the same bits on 1
- * and 3 threads. Skipped without the AVX512-BF16 kernel, which runs it. */
-static void small_depth_convolutions_match_the_definition(void **state) {
-  (void)state;
-  if (kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512) {
-    print_message("no AVX512-BF16 kernel here: the GEMM runs these, skipped\n");
-    skip();
-  }
+ * products directly (with the AVX512-BF16 kernel; the portable GEMM, run
+ * after it, is held to the same): against the definition
+ * in double over the same bf16 values (32 or fewer products in f32), with
+ * bias and relu, f32 out (with its bf16 copy) or bf16 out, f32 or bf16
+ * input, 1 and 3 channels, strides 1 and 2, filters around the 16-wide
+ * vectors; the same bits on 1 and 3 threads. */
+static void check_small_convolutions(void) {
+  print_message("%s\n", kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512
+                            ? "AVX512-BF16: the direct small convolution runs these"
+                            : "the portable bf16 GEMM runs these");
   const int chans[] = {1, 3}, filters[] = {10, 16, 32, 40, 64}, strides[] = {1, 2};
   const int B = 3, HP = 11, WP = 10, KH = 3, KW = 3;
   for (size_t ci = 0; ci < 2; ci++)
@@ -259,16 +258,8 @@ static void small_depth_convolutions_match_the_definition(void **state) {
           float *x = malloc(nx * sizeof *x), *w = malloc((size_t)K * F * sizeof *w);
           uint16_t *x16 = malloc(nx * 2), *w16 = malloc((size_t)K * F * 2);
           float bias[64];
-          for (size_t i = 0; i < nx; i++) {
-            x16[i] = bf16_bits(uniform_pm1());
-            const uint32_t u = (uint32_t)x16[i] << 16;
-            memcpy(&x[i], &u, sizeof u);
-          }
-          for (int i = 0; i < K * F; i++) {
-            w16[i] = bf16_bits(uniform_pm1());
-            const uint32_t u = (uint32_t)w16[i] << 16;
-            memcpy(&w[i], &u, sizeof u);
-          }
+          for (size_t i = 0; i < nx; i++) x[i] = kn_bf16_to_f32(x16[i] = bf16_bits(uniform_pm1()));
+          for (int i = 0; i < K * F; i++) w[i] = kn_bf16_to_f32(w16[i] = bf16_bits(uniform_pm1()));
           for (int f = 0; f < F; f++) bias[f] = uniform_pm1();
           const kn_conv_cols cols = {
               in_bf16 ? (const void *)x16 : x, HP, WP, C, KW, S, S, 1, 1, OH, OW};
@@ -297,13 +288,8 @@ static void small_depth_convolutions_match_the_definition(void **state) {
                 sum += bias[f];
                 sum = sum < 0 ? 0 : sum;
                 const size_t o = (size_t)p * F + f;
-                float got = y[o];
-                if (out_bf16) {
-                  const uint32_t u = (uint32_t)y16[o] << 16;
-                  memcpy(&got, &u, sizeof u);
-                } else {
-                  assert_int_equal(copy[o], bf16_bits(got));
-                }
+                const float got = out_bf16 ? kn_bf16_to_f32(y16[o]) : y[o];
+                if (!out_bf16) assert_int_equal(copy[o], bf16_bits(got));
                 const double tol = out_bf16 ? 0x1p-8 * fabs(sum) + 1e-6 : 1e-5 * (1 + fabs(sum));
                 if (fabs(got - sum) > tol)
                   fail_msg("C %d, F %d, stride %d, mode %d: y[%d][%d] %g, want %g", C, F, S, mode,
@@ -331,6 +317,18 @@ static void small_depth_convolutions_match_the_definition(void **state) {
         }
 }
 
+static void small_depth_convolutions_match_the_definition(void **state) {
+  (void)state;
+  char err[128];
+  check_small_convolutions();
+  /* and on the portable kernel (AVX2 or the baseline never take the
+   * AVX512-BF16 one, nor the direct path) */
+  if (kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK)
+    assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+  check_small_convolutions();
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+}
+
 /* Its weight gradient, cols^T dy over every pixel (taps x filters): slices
  * of pixels summed in order and added in slice order, against the
  * definition in double (within 1e-4 of the products' magnitudes); the
@@ -348,16 +346,8 @@ static void small_depth_weight_gradients_match_the_definition(void **state) {
         const size_t nx = (size_t)B * HP * WP * C, ndy = (size_t)M * F;
         float *x = malloc(nx * sizeof *x), *dy = malloc(ndy * sizeof *dy);
         uint16_t *x16 = malloc(nx * 2), *dy16 = malloc(ndy * 2);
-        for (size_t i = 0; i < nx; i++) {
-          x16[i] = bf16_bits(uniform_pm1());
-          const uint32_t u = (uint32_t)x16[i] << 16;
-          memcpy(&x[i], &u, sizeof u);
-        }
-        for (size_t i = 0; i < ndy; i++) {
-          dy16[i] = bf16_bits(uniform_pm1());
-          const uint32_t u = (uint32_t)dy16[i] << 16;
-          memcpy(&dy[i], &u, sizeof u);
-        }
+        for (size_t i = 0; i < nx; i++) x[i] = kn_bf16_to_f32(x16[i] = bf16_bits(uniform_pm1()));
+        for (size_t i = 0; i < ndy; i++) dy[i] = kn_bf16_to_f32(dy16[i] = bf16_bits(uniform_pm1()));
         const kn_conv_cols cols = {
             in_bf16 ? (const void *)x16 : x, HP, WP, C, KW, 1, 1, 1, 1, OH, OW};
         float *first = NULL;
