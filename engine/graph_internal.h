@@ -725,8 +725,17 @@ typedef struct kn_wino_io {
   int r;      /* the kernel's side: 3 or 5 */
   int d;      /* its dilation (the same down and across); 0 or 1: none */
   int batch, hp, wp, cin, pt, pl, oh, ow, cout;
+  /* forward products and input gradients under mixed_bfloat16 where
+   * kn_winograd_bf16_products: the transformed input and kernel rounded to
+   * bf16, the 36 GEMMs on AVX512-BF16 dot products (sums in f32) */
+  int bf16_products;
 } kn_wino_io;
 int kn_winograd_available(void);
+/* Whether this CPU has AVX512-BF16 and bf16 products are on: the default;
+ * KILN_WINOGRAD=f32 in the environment, or kn_winograd_set_bf16(0) (tests,
+ * to compare), keeps mixed_bfloat16's products in f32. */
+int kn_winograd_bf16_products(void);
+void kn_winograd_set_bf16(int on);
 /* Whether a product of an r x r kernel (3 or 5) of dilation d, that
  * output size and channels saves at least half of the direct product's
  * multiplies. */

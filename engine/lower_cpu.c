@@ -768,7 +768,9 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .pl = S != P ? P->attr.conv.pad_left : 0,
                              .oh = P->attr.conv.oh,
                              .ow = P->attr.conv.ow,
-                             .cout = n->dims[n->ndim - 1]},
+                             .cout = n->dims[n->ndim - 1],
+                             .bf16_products = g->precision == KN_PRECISION_MIXED_BFLOAT16 &&
+                                              kn_winograd_bf16_products()},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
 }

@@ -106,6 +106,7 @@ typedef struct wino_shape {
   int tb;           /* tiles in a block (a multiple of ROWS_Q), or a wide chunk */
   int slices;       /* weight gradient: slices of tiles */
   int wide;         /* by chunks (WIDE_FORWARD_BYTES, WIDE_WGRAD_BYTES) */
+  int bf16;         /* the 36 GEMMs on bf16 operands (kn_wino_io.bf16_products; by blocks) */
 } wino_shape;
 
 /* A tile's outputs a side for an r x r kernel: 6 - r + 1. */
@@ -223,8 +224,9 @@ size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, 
 }
 
 #ifdef KN_HAVE_ISA_PATHS
-#define AVX512 __attribute__((target("avx512f")))
-#define INLINE __attribute__((always_inline)) inline
+#define AVX512     __attribute__((target("avx512f")))
+#define AVX512BF16 __attribute__((target("avx512f,avx512bf16")))
+#define INLINE     __attribute__((always_inline)) inline
 
 static inline __mmask16 lanes_mask(int n) {
   return kn_lanes_avx512(n);
@@ -247,6 +249,16 @@ AVX512 static inline v16 load_n(const void *p, int bf16, size_t i, int n) {
 /* n (<= VL) lanes of v rounded to bf16 at p, as kn_bf16_from_f32 rounds. */
 AVX512 static inline void store_bf16(uint16_t *p, __m512 v, int n) {
   _mm512_mask_cvtepi32_storeu_epi16(p, lanes_mask(n), kn_bf16_round_avx512(v));
+}
+
+/* v's lanes rounded to bf16 into half of the 32-bit words at p: the low
+ * halves (the high zeroed), or with odd the high ones (the low kept). */
+AVX512 static inline void store_pair_half(uint32_t *p, __m512 v, int odd) {
+  const __m512i r = kn_bf16_round_avx512(v);
+  if (!odd)
+    _mm512_storeu_si512(p, r);
+  else
+    _mm512_storeu_si512(p, _mm512_or_si512(_mm512_loadu_si512(p), _mm512_slli_epi32(r, 16)));
 }
 
 /* ---- the transforms (one vector of channels at a time) ---- */
@@ -418,6 +430,72 @@ AVX512 static void block_gemm(int rows, int cols, int K, const float *a, ptrdiff
   }
 }
 
+/* The same on bf16 operands (AVX512-BF16), in pairs along the sums:
+ * c (R x NV vectors) = (accumulate ? c : 0) + sum over pairs k of a's
+ * pair (r, k) dot b's pair row k: a's pair the two bf16 values at a + r *
+ * ars + k * aks, b's pair row k (ldb 32-bit words apart) each lane's two
+ * values, low first. Each product of two bf16 values is exact; vdpbf16ps
+ * adds the pair's two to the f32 sum (round to nearest even, denormals
+ * flushed). */
+#define MICRO_BF16(NV, R)                                                                          \
+  AVX512BF16 static void microb_##NV##_##R(int K2, const uint16_t *a, ptrdiff_t ars,               \
+                                           ptrdiff_t aks, const uint32_t *b, ptrdiff_t ldb,        \
+                                           float *c, ptrdiff_t ldc, int accumulate) {              \
+    __m512 acc[R][NV];                                                                             \
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
+            accumulate ? _mm512_loadu_ps(c + r * ldc + VL * j) : _mm512_setzero_ps();              \
+    for (int k = 0; k < K2; k++) {                                                                 \
+      __m512bh bv[NV];                                                                             \
+      _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] =                                 \
+          (__m512bh)_mm512_loadu_si512(b + k * ldb + VL * j);                                      \
+      _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                       \
+        uint32_t w;                                                                                \
+        memcpy(&w, a + r * ars + k * aks, sizeof w);                                               \
+        const __m512bh av = (__m512bh)_mm512_set1_epi32((int)w);                                   \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
+            _mm512_dpbf16_ps(acc[r][j], av, bv[j]);                                                \
+      }                                                                                            \
+    }                                                                                              \
+    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)                                       \
+            _mm512_storeu_ps(c + r * ldc + VL * j, acc[r][j]);                                     \
+  }
+MICRO_BF16(1, 12)
+MICRO_BF16(2, 8)
+MICRO_BF16(3, 6)
+MICRO_BF16(4, 6)
+MICRO_BF16(4, 4)
+MICRO_BF16(1, 16)
+MICRO_BF16(3, 8)
+
+typedef void (*microb_fn)(int, const uint16_t *, ptrdiff_t, ptrdiff_t, const uint32_t *, ptrdiff_t,
+                          float *, ptrdiff_t, int);
+
+/* block_gemm on bf16 operands over K2 pairs, a and b as in MICRO_BF16. */
+AVX512BF16 static void block_gemm_bf16(int rows, int cols, int K2, const uint16_t *a, ptrdiff_t ars,
+                                       ptrdiff_t aks, const uint32_t *b, ptrdiff_t ldb, float *c,
+                                       ptrdiff_t ldc, int accumulate, int wide) {
+  for (int j0 = 0; j0 < cols; j0 += 4 * VL) {
+    const int nv = (cols - j0) / VL >= 4 ? 4 : (cols - j0) / VL;
+    microb_fn f;
+    int R;
+    if (wide) {
+      static const microb_fn fs[5] = {NULL, microb_1_12, microb_2_8, microb_3_6, microb_4_6};
+      static const int rs[5] = {0, 12, 8, 6, 6};
+      f = fs[nv];
+      R = rs[nv];
+    } else {
+      static const microb_fn fs[5] = {NULL, microb_1_16, microb_2_8, microb_3_8, microb_4_4};
+      static const int rs[5] = {0, 16, 8, 8, 4};
+      f = fs[nv];
+      R = rs[nv];
+    }
+    for (int r = 0; r < rows; r += R)
+      f(K2, a + r * ars, ars, aks, b + j0, ldb, c + (ptrdiff_t)r * ldc + j0, ldc, accumulate);
+  }
+}
+
 /* ---- forward products (and input gradients) ---- */
 
 typedef struct conv_job {
@@ -444,33 +522,59 @@ AVX512 static INLINE void g_of(const int r, const v16 *g, int s, v16 *u, int us)
     g5(g, s, u, us);
 }
 
-/* The kernel into the transformed domain: U[p][ci][co] for input channels
- * [c0, c1), co padded with zeros to fp. Forward: g = w[kh][kw][ci][co];
- * flipped: w[r-1-kh][r-1-kw][co][ci]. Inlined for each kernel side r. */
-AVX512 static INLINE void transform_kernel_r(const conv_job *j, int c0, int c1, const int r) {
+/* Input channel ci of the kernel, filters [f0, f0 + VL) (n of them, the
+ * rest zero), into the transformed domain: u[p], p < 36. Forward: g =
+ * w[kh][kw][ci][co]; flipped: w[r-1-kh][r-1-kw][co][ci]. */
+AVX512 static INLINE void kernel_vec(const conv_job *j, int ci, int f0, int n, v16 *u,
+                                     const int r) {
   const wino_shape *s = &j->s;
   const int taps = r * r;
-  for (int ci = c0; ci < c1; ci++) {
+  v16 g[R_MAX * R_MAX], t[T_IN * R_MAX];
+  for (int k = 0; k < taps; k++) {
+    if (!j->flip) {
+      g[k] = load_n(j->w, j->w_bf16, ((size_t)k * s->cin + ci) * s->cout + f0, n);
+    } else { /* w (r, r, cout, cin): lane l is w[taps-1-k][f0 + l][ci] */
+      float tmp[VL] = {0};
+      for (int l = 0; l < n; l++) {
+        const size_t at = ((size_t)(taps - 1 - k) * s->cout + f0 + l) * s->cin + ci;
+        tmp[l] =
+            j->w_bf16 ? kn_bf16_to_f32(((const uint16_t *)j->w)[at]) : ((const float *)j->w)[at];
+      }
+      memcpy(&g[k], tmp, sizeof tmp);
+    }
+  }
+  for (int c = 0; c < r; c++) g_of(r, g + c, r, t + c, r);               /* columns: t is 6 x r */
+  for (int i = 0; i < T_IN; i++) g_of(r, t + r * i, 1, u + T_IN * i, 1); /* rows */
+}
+
+/* The kernel into the transformed domain for input channels [c0, c1),
+ * co padded with zeros to fp: U[p][ci][co] in f32, or for bf16 products
+ * (c0 and c1 even, or c1 the last channel) U[p][ci / 2][co] a pair of bf16
+ * values, ci's rounded in the low half, ci + 1's (zero past the last) in
+ * the high. Inlined for each kernel side r. */
+AVX512 static INLINE void transform_kernel_r(const conv_job *j, int c0, int c1, const int r) {
+  const wino_shape *s = &j->s;
+  for (int ci = c0; ci < c1; ci += s->bf16 ? 2 : 1) {
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
-      v16 g[R_MAX * R_MAX], t[T_IN * R_MAX], u[NPOS];
-      for (int k = 0; k < taps; k++) {
-        if (!j->flip) {
-          g[k] = load_n(j->w, j->w_bf16, ((size_t)k * s->cin + ci) * s->cout + f0, n);
-        } else { /* w (r, r, cout, cin): lane l is w[taps-1-k][f0 + l][ci] */
-          float tmp[VL] = {0};
-          for (int l = 0; l < n; l++) {
-            const size_t at = ((size_t)(taps - 1 - k) * s->cout + f0 + l) * s->cin + ci;
-            tmp[l] = j->w_bf16 ? kn_bf16_to_f32(((const uint16_t *)j->w)[at])
-                               : ((const float *)j->w)[at];
-          }
-          memcpy(&g[k], tmp, sizeof tmp);
-        }
+      v16 u[NPOS], u1[NPOS];
+      kernel_vec(j, ci, f0, n, u, r);
+      if (!s->bf16) {
+        for (int p = 0; p < NPOS; p++)
+          _mm512_storeu_ps(j->u + ((size_t)p * s->cp + ci) * s->fp + f0, (__m512)u[p]);
+        continue;
       }
-      for (int c = 0; c < r; c++) g_of(r, g + c, r, t + c, r); /* columns: t is 6 x r */
-      for (int i = 0; i < T_IN; i++) g_of(r, t + r * i, 1, u + T_IN * i, 1); /* rows */
-      for (int p = 0; p < NPOS; p++)
-        _mm512_storeu_ps(j->u + ((size_t)p * s->cp + ci) * s->fp + f0, (__m512)u[p]);
+      if (ci + 1 < s->cin)
+        kernel_vec(j, ci + 1, f0, n, u1, r);
+      else
+        for (int p = 0; p < NPOS; p++) u1[p] = (v16){0};
+      uint32_t *ub = (uint32_t *)(void *)j->u;
+      for (int p = 0; p < NPOS; p++) {
+        const __m512i pair =
+            _mm512_or_si512(kn_bf16_round_avx512((__m512)u[p]),
+                            _mm512_slli_epi32(kn_bf16_round_avx512((__m512)u1[p]), 16));
+        _mm512_storeu_si512(ub + ((size_t)p * (s->cp / 2) + ci / 2) * s->fp + f0, pair);
+      }
     }
   }
 }
@@ -484,6 +588,12 @@ AVX512 static void transform_kernel(const conv_job *j, int c0, int c1) {
 
 static void kernel_range(void *ctx, int64_t t0, int64_t t1) {
   const conv_job *j = ctx;
+  if (j->s.bf16) { /* by pairs of channels */
+    const int n = (j->s.cin + 1) / 2;
+    const int c0 = 2 * (int)(n * t0 / j->tasks), c1 = 2 * (int)(n * t1 / j->tasks);
+    transform_kernel(j, c0, c1 < j->s.cin ? c1 : j->s.cin);
+    return;
+  }
   const int n = j->s.cin;
   transform_kernel(j, (int)(n * t0 / j->tasks), (int)(n * t1 / j->tasks));
 }
@@ -617,9 +727,17 @@ typedef struct patch_map {
  * L1 cache), each value read and written once a pass: the columns (B^T
  * d), then the rows (those times B). A column wholly in the padding is
  * zeros and reads nothing. Inlined for f32, for bf16 (n channels:
- * widened) and for f32 rounded to bf16 as it is read (bf16 2). */
+ * widened) and for f32 rounded to bf16 as it is read (bf16 2), and for
+ * out in f32 (ob 0) or in bf16, rounded as stored (the columns' pass then
+ * goes through a block of the stack): ob 1, position p at out[p * cp] as
+ * for f32; ob 2, in the 32-bit words out[p * cp], the low halves for an
+ * even tile (whose store zeroes the high halves), the high for an odd one,
+ * the next (a weight gradient's pairs of tiles). */
 AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, int bf16, int n,
-                                          int cp, float *out) {
+                                          int cp, void *out, const int ob, int odd) {
+  float block[NPOS * VL];
+  float *mid = ob ? block : (float *)out;
+  const size_t ms = ob ? VL : (size_t)cp;
 #pragma GCC unroll 6
   for (int k = 0; k < T_IN; k++) {
     v16 d[T_IN];
@@ -644,25 +762,35 @@ AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, in
     }
 #pragma GCC unroll 6
     for (int i = 0; i < T_IN; i++)
-      _mm512_storeu_ps(out + (size_t)(i * T_IN + k) * cp, (__m512)d[i]);
+      _mm512_storeu_ps(mid + (size_t)(i * T_IN + k) * ms, (__m512)d[i]);
   }
 #pragma GCC unroll 6
   for (int i = 0; i < T_IN; i++) {
     v16 c[T_IN];
 #pragma GCC unroll 6
-    for (int k = 0; k < T_IN; k++) c[k] = (v16)_mm512_loadu_ps(out + (size_t)(i * T_IN + k) * cp);
+    for (int k = 0; k < T_IN; k++) c[k] = (v16)_mm512_loadu_ps(mid + (size_t)(i * T_IN + k) * ms);
     bt6(c, 1); /* row i */
 #pragma GCC unroll 6
-    for (int k = 0; k < T_IN; k++)
-      _mm512_storeu_ps(out + (size_t)(i * T_IN + k) * cp, (__m512)c[k]);
+    for (int k = 0; k < T_IN; k++) {
+      const size_t q = (size_t)(i * T_IN + k) * cp;
+      if (ob == 1)
+        _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)out + q),
+                            _mm512_cvtepi32_epi16(kn_bf16_round_avx512((__m512)c[k])));
+      else if (ob == 2)
+        store_pair_half((uint32_t *)out + q, (__m512)c[k], odd);
+      else
+        _mm512_storeu_ps(mid + (size_t)(i * T_IN + k) * ms, (__m512)c[k]);
+    }
   }
 }
 
 /* Input patches of tiles [t0, t0 + nt) into the transformed domain: tile
  * r's position p at v[(r * NPOS + p) * cp], so each tile's values are
- * written in one run. */
-AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t0, int nt,
-                                   float *v) {
+ * written in one run; f32 (ob 0) or bf16 (ob 1); or (ob 2) pairs of
+ * tiles, tiles r and r + 1 (r even) at the 32-bit words v[(r / 2 * NPOS +
+ * p) * cp]. */
+AVX512 static INLINE void transform_input_o(const wino_shape *s, const void *x, int64_t t0, int nt,
+                                            void *v, const int ob) {
   const size_t row = (size_t)s->wp * s->cin;
   tile_walk w = tile_walk_at(s, t0);
   for (int r = 0; r < nt; r++, tile_walk_next(s, &w)) {
@@ -691,15 +819,33 @@ AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t
       const __mmask16 m = lanes_mask(n);
       for (int i = 0; i < T_IN; i++) pm.rm[i] = pm.rm[i] ? m : 0;
       pm.at = (size_t)b * s->hp * row + c0;
-      float *out = v + (size_t)r * NPOS * s->cp + c0;
+      const size_t o = (size_t)(ob == 2 ? r / 2 : r) * NPOS * s->cp + c0;
+      void *out = ob == 1   ? (void *)((uint16_t *)v + o)
+                  : ob == 2 ? (void *)((uint32_t *)v + o)
+                            : (void *)((float *)v + o);
       if (s->x_bf16 == 1) /* each its own inlined copy */
-        transform_patch(&pm, x, 1, n, s->cp, out);
+        transform_patch(&pm, x, 1, n, s->cp, out, ob, r & 1);
       else if (s->x_bf16 == 2)
-        transform_patch(&pm, x, 2, n, s->cp, out);
+        transform_patch(&pm, x, 2, n, s->cp, out, ob, r & 1);
       else
-        transform_patch(&pm, x, 0, n, s->cp, out);
+        transform_patch(&pm, x, 0, n, s->cp, out, ob, r & 1);
     }
   }
+}
+
+AVX512 static void transform_input(const wino_shape *s, const void *x, int64_t t0, int nt,
+                                   float *v) {
+  transform_input_o(s, x, t0, nt, v, 0);
+}
+
+AVX512 static void transform_input_bf16(const wino_shape *s, const void *x, int64_t t0, int nt,
+                                        uint16_t *v) {
+  transform_input_o(s, x, t0, nt, v, 1);
+}
+
+AVX512 static void transform_input_pairs(const wino_shape *s, const void *x, int64_t t0, int nt,
+                                         uint32_t *v) {
+  transform_input_o(s, x, t0, nt, v, 2);
 }
 
 /* A^T m: 6 values a stride apart to M (4 or 2). */
@@ -781,13 +927,25 @@ static void conv_range(void *ctx, int64_t t0, int64_t t1) {
       const int64_t first = blk * s->tb;
       const int nt = s->tiles - first < s->tb ? (int)(s->tiles - first) : s->tb;
       const int rows = round_up(nt, ROWS_Q);
-      transform_input(s, j->x, first, nt, v);
-      if (rows > nt) /* the last block's spare rows: products of zeros, unread */
-        memset(v + (size_t)nt * NPOS * s->cp, 0, (size_t)(rows - nt) * NPOS * s->cp * 4);
-      for (int p = 0; p < NPOS; p++)
-        block_gemm(rows, s->fp, s->cin, v + (size_t)p * s->cp, (ptrdiff_t)NPOS * s->cp, 1,
-                   j->u + (size_t)p * s->cp * s->fp, s->fp, mo + (size_t)p * s->fp,
-                   (ptrdiff_t)NPOS * s->fp, 0, 1);
+      /* the last block's spare rows: products of zeros, unread */
+      const size_t spare = (size_t)(rows - nt) * NPOS * s->cp;
+      if (s->bf16) { /* v holds bf16 values, u bf16 pairs */
+        uint16_t *vb = (uint16_t *)(void *)v;
+        transform_input_bf16(s, j->x, first, nt, vb);
+        if (spare) memset(vb + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(uint16_t));
+        const uint32_t *ub = (const uint32_t *)(const void *)j->u;
+        for (int p = 0; p < NPOS; p++)
+          block_gemm_bf16(rows, s->fp, (s->cin + 1) / 2, vb + (size_t)p * s->cp,
+                          (ptrdiff_t)NPOS * s->cp, 2, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
+                          mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0, 1);
+      } else {
+        transform_input(s, j->x, first, nt, v);
+        if (spare) memset(v + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(float));
+        for (int p = 0; p < NPOS; p++)
+          block_gemm(rows, s->fp, s->cin, v + (size_t)p * s->cp, (ptrdiff_t)NPOS * s->cp, 1,
+                     j->u + (size_t)p * s->cp * s->fp, s->fp, mo + (size_t)p * s->fp,
+                     (ptrdiff_t)NPOS * s->fp, 0, 1);
+      }
       transform_output(j, first, nt, mo);
     }
   }
@@ -860,6 +1018,7 @@ static wino_shape io_shape(const kn_wino_io *io, int py, int px, int weight_grad
   s.pt = io->pt;
   s.pl = io->pl;
   s.x_bf16 = io->x_bf16;
+  s.bf16 = io->bf16_products && s.r == 3 && !s.wide; /* 5x5: f32 (see kn_wino_io) */
   return s;
 }
 
@@ -923,10 +1082,11 @@ AVX512 static INLINE void a_of(const int M, const v16 *y, int s, v16 *z, int zs)
  * (A y A^T: the columns, then the rows), zero past the output's rows and
  * cols; the tile's values added to *sum, row by row. Each value is read
  * once and the M x M of them and the 6 x M columns stay in registers.
- * Inlined for each tile side M and for f32 and bf16 dy. */
+ * Inlined for each tile side M, for f32 and bf16 dy, and for out in f32
+ * or (pairs) half of each 32-bit word, as transform_patch's ob 2. */
 AVX512 static INLINE void transform_dy_vec(const wino_shape *s, const void *dy, size_t at, int rows,
-                                           int cols, int n, float *out, v16 *sum, const int M,
-                                           const int bf16) {
+                                           int cols, int n, void *out, v16 *sum, const int M,
+                                           const int bf16, const int pairs, int odd) {
   const size_t rs = (size_t)s->yw * s->d * s->cout, cs = (size_t)s->d * s->cout;
   const __mmask16 lanes = lanes_mask(n);
   v16 y[M_MAX][M_MAX], t[T_IN][M_MAX];
@@ -957,17 +1117,24 @@ AVX512 static INLINE void transform_dy_vec(const wino_shape *s, const void *dy, 
     v16 z[T_IN];
     a_of(M, t[i], 1, z, 1); /* row i */
 #pragma GCC unroll 6
-    for (int k = 0; k < T_IN; k++)
-      _mm512_storeu_ps(out + (size_t)(i * T_IN + k) * s->fp, (__m512)z[k]);
+    for (int k = 0; k < T_IN; k++) {
+      const size_t q = (size_t)(i * T_IN + k) * s->fp;
+      if (pairs)
+        store_pair_half((uint32_t *)out + q, (__m512)z[k], odd);
+      else
+        _mm512_storeu_ps((float *)out + q, (__m512)z[k]);
+    }
   }
 }
 
 /* dy of tiles [t0, t0 + nt) into the transformed domain (tile r's
- * position p at md[(r * NPOS + p) * fp]), zero past the output's edge;
- * their column sums added to bsum. Inlined for each tile side M and for
- * f32 and bf16 dy. */
-AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt, float *md,
-                                         float *bsum, const int M, const int bf16) {
+ * position p at md[(r * NPOS + p) * fp]; with pairs, tiles r and r + 1, r
+ * even, in the 32-bit words md[(r / 2 * NPOS + p) * fp]), zero past the
+ * output's edge; their column sums added to bsum. Inlined for each tile
+ * side M, for f32 and bf16 dy, and for each layout. */
+AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt, void *md,
+                                         float *bsum, const int M, const int bf16,
+                                         const int pairs) {
   const wino_shape *s = &j->s;
   tile_walk w = tile_walk_at(s, t0);
   for (int r = 0; r < nt; r++, tile_walk_next(s, &w)) {
@@ -981,8 +1148,9 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
     for (int f0 = 0; f0 < s->fp; f0 += VL) {
       const int n = s->cout - f0 < VL ? s->cout - f0 : VL;
       v16 sum = (v16)_mm512_loadu_ps(bsum + f0);
-      transform_dy_vec(s, j->dy, at0 + f0, rows, cols, n, md + (size_t)r * NPOS * s->fp + f0, &sum,
-                       M, bf16);
+      void *out = pairs ? (void *)((uint32_t *)md + (size_t)(r / 2) * NPOS * s->fp + f0)
+                        : (void *)((float *)md + (size_t)r * NPOS * s->fp + f0);
+      transform_dy_vec(s, j->dy, at0 + f0, rows, cols, n, out, &sum, M, bf16, pairs, r & 1);
       _mm512_storeu_ps(bsum + f0, (__m512)sum);
     }
   }
@@ -990,13 +1158,25 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
 
 AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
   if (j->s.m == 4 && !j->dy_bf16)
-    transform_dy_m(j, t0, nt, md, bsum, 4, 0);
+    transform_dy_m(j, t0, nt, md, bsum, 4, 0, 0);
   else if (j->s.m == 4)
-    transform_dy_m(j, t0, nt, md, bsum, 4, 1);
+    transform_dy_m(j, t0, nt, md, bsum, 4, 1, 0);
   else if (!j->dy_bf16)
-    transform_dy_m(j, t0, nt, md, bsum, 2, 0);
+    transform_dy_m(j, t0, nt, md, bsum, 2, 0, 0);
   else
-    transform_dy_m(j, t0, nt, md, bsum, 2, 1);
+    transform_dy_m(j, t0, nt, md, bsum, 2, 1, 0);
+}
+
+AVX512 static void transform_dy_pairs(const wgrad_job *j, int64_t t0, int nt, uint32_t *md,
+                                      float *bsum) {
+  if (j->s.m == 4 && !j->dy_bf16)
+    transform_dy_m(j, t0, nt, md, bsum, 4, 0, 1);
+  else if (j->s.m == 4)
+    transform_dy_m(j, t0, nt, md, bsum, 4, 1, 1);
+  else if (!j->dy_bf16)
+    transform_dy_m(j, t0, nt, md, bsum, 2, 0, 1);
+  else
+    transform_dy_m(j, t0, nt, md, bsum, 2, 1, 1);
 }
 
 static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
@@ -1013,6 +1193,16 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
       const int64_t lo = s->tiles * sl / s->slices, hi = s->tiles * (sl + 1) / s->slices;
       for (int64_t first = lo; first < hi; first += s->tb) {
         const int nt = hi - first < s->tb ? (int)(hi - first) : s->tb;
+        if (s->bf16) { /* pairs of tiles (the last, where nt is odd, with zeros) */
+          uint32_t *vp = (uint32_t *)(void *)v, *dp = (uint32_t *)(void *)md;
+          transform_input_pairs(s, j->x, first, nt, vp);
+          transform_dy_pairs(j, first, nt, dp, bsum);
+          for (int p = 0; p < NPOS; p++)
+            block_gemm_bf16(s->cp, s->fp, (nt + 1) / 2, (const uint16_t *)(vp + (size_t)p * s->cp),
+                            2, (ptrdiff_t)2 * NPOS * s->cp, dp + (size_t)p * s->fp,
+                            (ptrdiff_t)NPOS * s->fp, du + (size_t)p * s->cp * s->fp, s->fp, 1, 0);
+          continue;
+        }
         transform_input(s, j->x, first, nt, v);
         transform_dy(j, first, nt, md, bsum);
         for (int p = 0; p < NPOS; p++)
@@ -1159,9 +1349,29 @@ int kn_winograd_available(void) {
   return kn_cpu_features_get()->avx512f && !(env && strcmp(env, "off") == 0);
 }
 
+static atomic_int bf16_off;
+
+void kn_winograd_set_bf16(int on) {
+  atomic_store(&bf16_off, !on);
+}
+
+int kn_winograd_bf16_products(void) {
+  const char *env = getenv("KILN_WINOGRAD");
+  return kn_cpu_features_get()->avx512f && kn_cpu_features_get()->avx512bf16 &&
+         !atomic_load(&bf16_off) && !(env && strcmp(env, "f32") == 0);
+}
+
 #else /* no AVX-512 paths in this build: the pass marks no node */
 
 int kn_winograd_available(void) {
   return 0;
+}
+
+int kn_winograd_bf16_products(void) {
+  return 0;
+}
+
+void kn_winograd_set_bf16(int on) {
+  (void)on;
 }
 #endif
