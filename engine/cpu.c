@@ -101,20 +101,45 @@ static void conv_cols_of(const kn_graph *g, const kn_node_rec *A, kn_conv_cols *
  * fused matmul + bias (+ relu) takes its epilogue before rounding; an f32
  * one gets it from the caller, as after sgemm. Returns whether the
  * epilogue ran. */
-static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s) {
+/* The operands of a matmul on the bf16 GEMM; cols holds a padded input's
+ * columns. */
+static void bf16_operands(kn_graph *g, const kn_node_rec *n, const matmul_shape *s,
+                          kn_conv_cols *cols, kn_gemm_operand *a, kn_gemm_operand *b) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+  const int implicit = A->op == KN_OP_CONV_PAD;
+  if (implicit) conv_cols_of(g, A, cols);
+  *a = (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? cols : NULL, NULL, NULL};
+  *b = (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL, NULL};
+}
+
+/* b_sums (or NULL): op(B)'s rows summed on the way, where kn_gemm_sums_b
+ * says the call does (bf16_sums_b). */
+static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s, float *b_sums) {
   const int epilogue = n->op == KN_OP_MATMUL_BIAS_ACT && n->dtype == KN_BF16;
   kn_conv_cols cols;
-  const int implicit = A->op == KN_OP_CONV_PAD;
-  if (implicit) conv_cols_of(g, A, &cols);
-  kn_gemm_kernel used = kn_gemm_run(
-      g->pool, g->gemm_scratch, s->m, s->n, s->k,
-      (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? &cols : NULL, NULL},
-      (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL}, n->data, n->dtype, s->n,
-      0, epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu,
-      n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
+  kn_gemm_operand a, b;
+  bf16_operands(g, n, s, &cols, &a, &b);
+  b.sums = b_sums;
+  kn_gemm_kernel used =
+      kn_gemm_run(g->pool, g->gemm_scratch, s->m, s->n, s->k, a, b, n->data, n->dtype, s->n, 0,
+                  epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu,
+                  n->narrow_copy ? g->nodes[n->narrow_copy - 1].data : NULL);
   g->gemm_calls[used]++;
   return epilogue;
+}
+
+/* Whether a weight gradient's matmul, paired with its bias gradient, sums
+ * dy's rows as it runs: f32 operands (kiln's f32 GEMM), a Winograd
+ * product, or the bf16 GEMM's small weight gradient; elsewhere (other bf16
+ * products) the bias gradient runs as if unpaired, after it. */
+static int gemm_sums_b(kn_graph *g, const kn_node_rec *n) {
+  const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
+  if (n->winograd || (A->dtype != KN_BF16 && B->dtype != KN_BF16 && n->dtype != KN_BF16)) return 1;
+  const matmul_shape s = matmul_shape_of(g, n);
+  kn_conv_cols cols;
+  kn_gemm_operand a, b;
+  bf16_operands(g, n, &s, &cols, &a, &b);
+  return kn_gemm_sums_b(s.m, s.n, s.k, &a, &b);
 }
 
 /* The arguments of an f32 matmul's GEMM (f32_gemm); cols and pool hold
@@ -264,9 +289,9 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_conv_flip flip = {K->data, a->kh, a->kw, C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {
     kn_gemm_kernel used = kn_gemm_run(g->pool, g->gemm_scratch, m, C, k,
-                                      (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL},
-                                      (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip}, n->data,
-                                      n->dtype, C, 0, NULL, 0, NULL);
+                                      (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL, NULL},
+                                      (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip, NULL},
+                                      n->data, n->dtype, C, 0, NULL, 0, NULL);
     g->gemm_calls[used]++;
   } else {
     kn_sgemm_cols_flip(g, m, C, k, &cols, &flip, n->data, C);

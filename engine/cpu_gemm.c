@@ -746,7 +746,9 @@ static void small_conv_run(kn_pool *pool, int m, int n, int k, const kn_gemm_ope
  * products in pixel order by FMAs, all taps x filters in registers (9
  * taps, up to 32 filters: a 3x3 kernel on one channel; other shapes run
  * the GEMM), into its partial sums; the slices are then added in slice
- * order: the same bits for any thread count. */
+ * order: the same bits for any thread count. With sums (the layer's bias
+ * gradient paired with it), dy's columns are summed on the way, a tenth
+ * row of sums. */
 #define WGRAD_PIX    4096 /* pixels a slice, at least */
 #define WGRAD_SLICES 32
 #define WGRAD_TAPS   9 /* the taps held in registers: a 3x3 kernel on one channel */
@@ -760,14 +762,15 @@ typedef struct small_wgrad {
   int64_t pixels;
   int slices;
   ptrdiff_t koff[WGRAD_TAPS];
-  float *partials; /* slices x taps x 16 nv */
+  int sums;        /* dy's columns summed too */
+  float *partials; /* slices x (taps + 1) x 16 nv */
 } small_wgrad;
 
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
 small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
-  __m512 acc[WGRAD_TAPS][2];
-#pragma GCC unroll 9
-  for (int t = 0; t < T; t++)
+  __m512 acc[WGRAD_TAPS + 1][2];
+#pragma GCC unroll 10
+  for (int t = 0; t <= T; t++)
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++) acc[t][v] = _mm512_setzero_ps();
   const int64_t p0 = s->pixels * slice / s->slices, p1 = s->pixels * (slice + 1) / s->slices;
@@ -790,10 +793,13 @@ small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
 #pragma GCC unroll 2
       for (int v = 0; v < V; v++) acc[t][v] = _mm512_fmadd_ps(xb, g[v], acc[t][v]);
     }
+    if (s->sums)
+#pragma GCC unroll 2
+      for (int v = 0; v < V; v++) acc[T][v] = _mm512_add_ps(acc[T][v], g[v]);
   }
-  float *out = s->partials + (size_t)slice * T * 16 * s->nv;
-#pragma GCC unroll 9
-  for (int t = 0; t < T; t++)
+  float *out = s->partials + (size_t)slice * (T + 1) * 16 * s->nv;
+#pragma GCC unroll 10
+  for (int t = 0; t <= T; t++)
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++) _mm512_storeu_ps(out + ((size_t)t * s->nv + v) * 16, acc[t][v]);
 }
@@ -817,9 +823,14 @@ static int small_wgrad_fits(int m, int n, int k, const kn_gemm_operand *a, const
          c_type == KN_F32 && m == WGRAD_TAPS && n > 0 && n <= 32 && k >= WGRAD_PIX;
 }
 
+int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b) {
+  return kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512 && small_wgrad_fits(m, n, k, a, b, 0, KN_F32);
+}
+
 static void small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k,
                             const kn_gemm_operand *a, const kn_gemm_operand *b, float *c, int ldc) {
   small_wgrad s = {.cols = a->cols,
+                   .sums = b->sums != NULL,
                    .a_f32 = a->dtype == KN_F32,
                    .dy_f32 = b->dtype == KN_F32,
                    .dy = b->data,
@@ -832,13 +843,21 @@ static void small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k,
   s.slices = k / WGRAD_PIX < WGRAD_SLICES ? k / WGRAD_PIX : WGRAD_SLICES;
   for (int t = 0; t < m; t++) s.koff[t] = kn_cols_col(a->cols, t);
   kn_pool_for(s.slices > 1 ? pool : NULL, s.slices, small_wgrad_range, &s);
-  const size_t per = (size_t)m * 16 * s.nv;
-  for (int t = 0; t < m; t++)
+  const size_t per = (size_t)(m + 1) * 16 * s.nv;
+  for (int t = 0; t <= m; t++) {
+    if (t == m && !b->sums) break;
+    float *to = t < m ? c + (size_t)t * ldc : b->sums;
     for (int f = 0; f < n; f++) {
       float sum = s.partials[(size_t)t * 16 * s.nv + f];
       for (int q = 1; q < s.slices; q++) sum += s.partials[q * per + (size_t)t * 16 * s.nv + f];
-      c[(size_t)t * ldc + f] = sum;
+      to[f] = sum;
     }
+  }
+}
+#else
+int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b) {
+  (void)m, (void)n, (void)k, (void)a, (void)b;
+  return 0;
 }
 #endif
 
@@ -946,8 +965,8 @@ int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_ty
     return KN_EINVAL;
   }
   kn_gemm_run(ctx->pool, ctx->scratch, m, n, k,
-              (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL, NULL},
-              (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL, NULL}, c, KN_F32, ldc,
+              (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL, NULL, NULL},
+              (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL, NULL, NULL}, c, KN_F32, ldc,
               accumulate, NULL, 0, NULL);
   return KN_OK;
 }

@@ -628,7 +628,13 @@ typedef struct kn_gemm_operand {
   int ld, trans;
   const kn_conv_cols *cols; /* A only: a convolution's columns, read from cols->x (data unused) */
   const kn_conv_flip *flip; /* B only: a kernel turned 180 degrees (data unused) */
+  float *sums;              /* B only, untransposed: its rows summed (a bias gradient), where
+                             * kn_gemm_sums_b says the call sums them; else NULL */
 } kn_gemm_operand;
+/* Whether kn_gemm_run sums B's rows into b.sums on the way for such a
+ * call (a first layer's weight gradient, small_wgrad); elsewhere the
+ * caller sums them. */
+int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b);
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
 /* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
  * each tile's sums are complete; NULL: none. */

@@ -272,8 +272,11 @@ int kn_lower_col2im_chunks(kn_graph *g) {
  * the bias gradient as its row sums; the matmul then runs nothing, and the
  * planner keeps its value live from the reduce_rows on. Each column sums
  * in row order, as reduce_rows does, unless the GEMM splits a deep product
- * into slices. f32, and only where kiln's GEMM is the one in use; A must
- * exist when the reduce_rows runs (not a recompute emitted after it). */
+ * into slices. f32 or bf16 operands (mixed_bfloat16: a Winograd product
+ * and the bf16 GEMM's small weight gradient sum dy as they read it; other
+ * bf16 products leave the sums to the reduce_rows, run after them), and
+ * only where kiln's GEMM is the one in use; A must exist when the
+ * reduce_rows runs (not a recompute emitted after it). */
 int kn_lower_bias_grads_in_gemm(kn_graph *g) {
   if (!kiln_gemm_runs(g)) return 0;
   int paired = 0;
@@ -282,7 +285,9 @@ int kn_lower_bias_grads_in_gemm(kn_graph *g) {
     if (R->dead || R->op != KN_OP_REDUCE_ROWS || R->dtype != KN_F32 || R->gemm_pair) continue;
     const kn_node dy = kn_storage_root(g, R->inputs[0]);
     const kn_node_rec *D = &g->nodes[dy];
-    if (D->dtype != KN_F32 || R->ndim != 1 || R->dims[0] != D->dims[D->ndim - 1]) continue;
+    if ((D->dtype != KN_F32 && D->dtype != KN_BF16) || R->ndim != 1 ||
+        R->dims[0] != D->dims[D->ndim - 1])
+      continue;
     for (int m = r + 1; m < g->n_nodes; m++) {
       kn_node_rec *M = &g->nodes[m];
       if (M->dead || M->op != KN_OP_MATMUL || M->attr.matmul.trans_a != 1 ||
@@ -290,8 +295,8 @@ int kn_lower_bias_grads_in_gemm(kn_graph *g) {
           kn_storage_root(g, M->inputs[1]) != dy)
         continue;
       const kn_node_rec *A = &g->nodes[M->inputs[0]], *B = &g->nodes[M->inputs[1]];
-      if (A->dtype != KN_F32 || kn_storage_root(g, M->inputs[0]) > r || B->ndim != 2 ||
-          B->dims[1] != R->dims[0])
+      if ((A->dtype != KN_F32 && A->dtype != KN_BF16) || kn_storage_root(g, M->inputs[0]) > r ||
+          B->ndim != 2 || B->dims[1] != R->dims[0])
         continue;
       R->gemm_pair = 1 + m;
       M->gemm_pair = 1 + r;

@@ -270,11 +270,12 @@ static void check_small_convolutions(void) {
             float *y = malloc((size_t)M * F * sizeof *y);
             uint16_t *y16 = malloc((size_t)M * F * 2), *copy = malloc((size_t)M * F * 2);
             memset(y, 0xff, (size_t)M * F * sizeof *y);
-            kn_gemm_run(pool, scratch, M, F, K,
-                        (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 0, &cols, NULL},
-                        (kn_gemm_operand){w16, KN_BF16, F, 0, NULL, NULL},
-                        out_bf16 ? (void *)y16 : (void *)y, out_bf16 ? KN_BF16 : KN_F32, F, 0, bias,
-                        1, out_bf16 ? NULL : copy);
+            kn_gemm_run(
+                pool, scratch, M, F, K,
+                (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 0, &cols, NULL, NULL},
+                (kn_gemm_operand){w16, KN_BF16, F, 0, NULL, NULL, NULL},
+                out_bf16 ? (void *)y16 : (void *)y, out_bf16 ? KN_BF16 : KN_F32, F, 0, bias, 1,
+                out_bf16 ? NULL : copy);
             for (int p = 0; p < M; p++) {
               const int b = p / (OH * OW), oy = p / OW % OH, ox = p % OW;
               for (int f = 0; f < F; f++) {
@@ -357,9 +358,9 @@ static void small_depth_weight_gradients_match_the_definition(void **state) {
           float *dw = malloc((size_t)K * F * sizeof *dw);
           memset(dw, 0xff, (size_t)K * F * sizeof *dw);
           kn_gemm_run(pool, scratch, K, F, M,
-                      (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 1, &cols, NULL},
+                      (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 1, &cols, NULL, NULL},
                       (kn_gemm_operand){dy_bf16 ? (const void *)dy16 : dy,
-                                        dy_bf16 ? KN_BF16 : KN_F32, F, 0, NULL, NULL},
+                                        dy_bf16 ? KN_BF16 : KN_F32, F, 0, NULL, NULL, NULL},
                       dw, KN_F32, F, 0, NULL, 0, NULL);
           if (!first) {
             for (int t = 0; t < K; t++) {

@@ -856,10 +856,37 @@ static void check_gemm_pass(unsigned pass, int expect, float tolerance) {
  * as they pack dy, the four layers' pairs: each column sums in row order,
  * as reduce_rows does (the same bits), unless the GEMM sums in depth
  * slices, where the bias sums per slice too (the same training within
- * 1e-5). mixed_bfloat16's gradients are bf16 and not paired. */
+ * 1e-5).
+ *
+ * mixed_bfloat16 pairs them too, its dy bf16. On 12x12 images no bf16
+ * product sums dy (the bias gradients run after their GEMMs, as
+ * unpaired): the same bits. On 28x28 images the first convolution's
+ * weight gradient runs on the bf16 GEMM's small weight gradient, which
+ * sums dy's columns by slices of pixels, and with Winograd the second's
+ * sums dy by tiles: the same training within mixed_bfloat16's rounding
+ * (losses 1e-3, weights 1e-2: a gradient rounded to bf16 from other sums
+ * moves by a bf16 step). */
 static void bias_grads_in_gemm_train_the_same(void **state) {
   (void)state;
   check_gemm_pass(KN_PASS_BIAS_GRAD_IN_GEMM, 4, 1e-5f);
+  for (int threads = 1; threads <= 2; threads++) {
+    kn_plan_stats on, off;
+    kn_model a, b;
+    /* (the weight gradients' values live from their bias gradients on:
+     * the plan may grow by their alignment) */
+    a = build_cnn_passes(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, threads, ALL_EXACT, &on);
+    b = build_cnn_passes(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0, threads,
+                         ALL_EXACT & ~KN_PASS_BIAS_GRAD_IN_GEMM, &off);
+    assert_true(on.arena_bytes <= off.arena_bytes + 4096);
+    assert_int_equal(on.n_bias_grads_in_gemm, 4);
+    assert_int_equal(off.n_bias_grads_in_gemm, 0);
+    assert_same_training_and_free(&a, &b);
+    a = build_cnn_passes(28, 16, KN_PRECISION_MIXED_BFLOAT16, 0, threads, KN_PASS_ALL, &on);
+    b = build_cnn_passes(28, 16, KN_PRECISION_MIXED_BFLOAT16, 0, threads,
+                         KN_PASS_ALL & ~KN_PASS_BIAS_GRAD_IN_GEMM, &off);
+    assert_int_equal(on.n_bias_grads_in_gemm, 4);
+    assert_trains_within_and_free(&a, &b, 1e-3f, 1e-2f, "mixed_bfloat16, 28x28", threads == 1);
+  }
 }
 
 /* Max pools that record their argmax (pool_argmax) give their gradients
