@@ -108,18 +108,33 @@ static void bf16_operands(kn_graph *g, const kn_node_rec *n, const matmul_shape 
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int implicit = A->op == KN_OP_CONV_PAD;
   if (implicit) conv_cols_of(g, A, cols);
-  *a = (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? cols : NULL, NULL, NULL};
-  *b = (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL, NULL};
+  *a = (kn_gemm_operand){A->data, A->dtype, s->lda, s->trans_a, implicit ? cols : NULL,
+                         NULL,    NULL,     NULL};
+  *b = (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL, NULL, NULL};
 }
 
 /* b_sums (or NULL): op(B)'s rows summed on the way, where kn_gemm_sums_b
- * says the call does (bf16_sums_b). */
+ * says the call does (gemm_sums_b). A matmul marked argmax reads (A, dy,
+ * the pool's argmax): B is the pool's input gradient, never written. */
 static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s, float *b_sums) {
   const int epilogue = n->op == KN_OP_MATMUL_BIAS_ACT && n->dtype == KN_BF16;
   kn_conv_cols cols;
   kn_gemm_operand a, b;
   bf16_operands(g, n, s, &cols, &a, &b);
   b.sums = b_sums;
+  kn_pool_grad_b pool;
+  if (n->op == KN_OP_MATMUL && n->argmax) {
+    const kn_node_rec *B = &g->nodes[n->inputs[1]], *P = &g->nodes[n->inputs[2]];
+    pool = (kn_pool_grad_b){P->data,
+                            B->dtype == KN_BF16 ? NULL : B->data,
+                            n->attr.matmul.pool_h,
+                            n->attr.matmul.pool_w,
+                            P->dims[1],
+                            P->dims[2],
+                            P->dims[3],
+                            B->dtype == KN_BF16 ? B->data : NULL};
+    b.pool = &pool;
+  }
   kn_gemm_kernel used =
       kn_gemm_run(g->pool, g->gemm_scratch, s->m, s->n, s->k, a, b, n->data, n->dtype, s->n, 0,
                   epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu,
@@ -130,11 +145,14 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s, float
 
 /* Whether a weight gradient's matmul, paired with its bias gradient, sums
  * dy's rows as it runs: f32 operands (kiln's f32 GEMM), a Winograd
- * product, or the bf16 GEMM's small weight gradient; elsewhere (other bf16
+ * product, one reading a pool's gradient as B (whose dy is never written),
+ * or the bf16 GEMM's small weight gradient; elsewhere (other bf16
  * products) the bias gradient runs as if unpaired, after it. */
 static int gemm_sums_b(kn_graph *g, const kn_node_rec *n) {
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
-  if (n->winograd || (A->dtype != KN_BF16 && B->dtype != KN_BF16 && n->dtype != KN_BF16)) return 1;
+  if (n->winograd || (n->op == KN_OP_MATMUL && n->argmax) ||
+      (A->dtype != KN_BF16 && B->dtype != KN_BF16 && n->dtype != KN_BF16))
+    return 1;
   const matmul_shape s = matmul_shape_of(g, n);
   kn_conv_cols cols;
   kn_gemm_operand a, b;
@@ -152,8 +170,8 @@ static kn_sgemm_args f32_gemm_args(kn_graph *g, const kn_node_rec *n, const matm
   if (n->argmax) {
     const kn_node_rec *P = &g->nodes[n->inputs[2]];
     *pool = (kn_pool_grad_b){
-        P->data,    B->data,   n->attr.matmul.pool_h, n->attr.matmul.pool_w, P->dims[1],
-        P->dims[2], P->dims[3]};
+        P->data,    B->data, n->attr.matmul.pool_h, n->attr.matmul.pool_w, P->dims[1], P->dims[2],
+        P->dims[3], NULL};
   }
   const kn_sgemm_args x = {.ta = s->trans_a,
                            .tb = s->trans_b,
@@ -288,10 +306,11 @@ static void conv_input_grad(kn_graph *g, kn_node_rec *n) {
   const kn_conv_cols cols = {P->data, P->dims[1], P->dims[2], F, a->kw, 1, 1, a->dh, a->dw, H, W};
   const kn_conv_flip flip = {K->data, a->kh, a->kw, C, F};
   if (P->dtype == KN_BF16 || K->dtype == KN_BF16 || n->dtype == KN_BF16) {
-    kn_gemm_kernel used = kn_gemm_run(g->pool, g->gemm_scratch, m, C, k,
-                                      (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL, NULL},
-                                      (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip, NULL},
-                                      n->data, n->dtype, C, 0, NULL, 0, NULL);
+    kn_gemm_kernel used =
+        kn_gemm_run(g->pool, g->gemm_scratch, m, C, k,
+                    (kn_gemm_operand){NULL, P->dtype, k, 0, &cols, NULL, NULL, NULL},
+                    (kn_gemm_operand){NULL, K->dtype, C, 0, NULL, &flip, NULL, NULL}, n->data,
+                    n->dtype, C, 0, NULL, 0, NULL);
     g->gemm_calls[used]++;
   } else {
     kn_sgemm_cols_flip(g, m, C, k, &cols, &flip, n->data, C);

@@ -762,9 +762,25 @@ typedef struct small_wgrad {
   int64_t pixels;
   int slices;
   ptrdiff_t koff[WGRAD_TAPS];
-  int sums;        /* dy's columns summed too */
-  float *partials; /* slices x (taps + 1) x 16 nv */
+  int sums;                   /* dy's columns summed too */
+  const kn_pool_grad_b *pool; /* or NULL: dy is a pool's gradient, read as kn_pool_grad_b says */
+  float *partials;            /* slices x (taps + 1) x 16 nv */
 } small_wgrad;
+
+/* Vector v of pixel q's row of a pool's gradient read as dy (pool_grad_b_row
+ * in gemm.c): 16 channels of dy where the argmax byte names the pixel's
+ * cell of its 2x2 window, else 0. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512
+pool_grad_vec(const kn_pool_grad_b *v, const kn_pixel_cursor *q, int c0, __mmask16 m) {
+  if (q->y >= 2 * v->oh || q->x >= 2 * v->ow) return _mm512_setzero_ps();
+  const int cell = (q->y & 1) * 2 + (q->x & 1);
+  const size_t o =
+      (((size_t)q->b * v->oh + (size_t)(q->y / 2)) * v->ow + (size_t)(q->x / 2)) * v->c + c0;
+  const __m512i cells = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, v->argmax + o));
+  const __mmask16 hit = _mm512_mask_cmpeq_epi32_mask(m, cells, _mm512_set1_epi32(cell));
+  return v->dy16 ? kn_bf16_widen_avx512(_mm256_maskz_loadu_epi16(hit, v->dy16 + o))
+                 : _mm512_maskz_loadu_ps(hit, v->dy + o);
+}
 
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
 small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
@@ -782,10 +798,12 @@ small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
     for (int v = 0; v < V; v++) {
       const __mmask16 m = kn_lanes_avx512(s->n - 16 * v);
       const size_t at_dy = (size_t)p * s->lddy + 16 * (size_t)v;
-      g[v] =
-          s->dy_f32
-              ? _mm512_maskz_loadu_ps(m, (const float *)s->dy + at_dy)
-              : kn_bf16_widen_avx512(_mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy + at_dy));
+      if (s->pool)
+        g[v] = pool_grad_vec(s->pool, &q, 16 * v, m);
+      else
+        g[v] = s->dy_f32 ? _mm512_maskz_loadu_ps(m, (const float *)s->dy + at_dy)
+                         : kn_bf16_widen_avx512(
+                               _mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy + at_dy));
     }
 #pragma GCC unroll 9
     for (int t = 0; t < T; t++) {
@@ -819,18 +837,20 @@ small_wgrad_range(void *ctx, int64_t t0, int64_t t1) {
  * as rows), dy plain, C written, taps x filters in registers. */
 static int small_wgrad_fits(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
                             int accumulate, kn_dtype c_type) {
-  return a->cols && a->trans && !b->flip && !b->trans && b->data && !accumulate &&
-         c_type == KN_F32 && m == WGRAD_TAPS && n > 0 && n <= 32 && k >= WGRAD_PIX;
+  return a->cols && a->trans && !b->flip && !b->trans && (b->data || b->pool) && !accumulate &&
+         c_type == KN_F32 && m == WGRAD_TAPS && n > 0 && n <= 32 && (k >= WGRAD_PIX || b->pool);
 }
 
 int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b) {
-  return kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512 && small_wgrad_fits(m, n, k, a, b, 0, KN_F32);
+  return b->pool || (kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512 &&
+                     small_wgrad_fits(m, n, k, a, b, 0, KN_F32));
 }
 
 static void small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k,
                             const kn_gemm_operand *a, const kn_gemm_operand *b, float *c, int ldc) {
   small_wgrad s = {.cols = a->cols,
                    .sums = b->sums != NULL,
+                   .pool = b->pool,
                    .a_f32 = a->dtype == KN_F32,
                    .dy_f32 = b->dtype == KN_F32,
                    .dy = b->data,
@@ -841,6 +861,7 @@ static void small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k,
                    .pixels = k,
                    .partials = scratch};
   s.slices = k / WGRAD_PIX < WGRAD_SLICES ? k / WGRAD_PIX : WGRAD_SLICES;
+  if (s.slices < 1) s.slices = 1; /* a pool's gradient, few pixels */
   for (int t = 0; t < m; t++) s.koff[t] = kn_cols_col(a->cols, t);
   kn_pool_for(s.slices > 1 ? pool : NULL, s.slices, small_wgrad_range, &s);
   const size_t per = (size_t)(m + 1) * 16 * s.nv;
@@ -856,10 +877,42 @@ static void small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k,
 }
 #else
 int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b) {
-  (void)m, (void)n, (void)k, (void)a, (void)b;
-  return 0;
+  (void)m, (void)n, (void)k, (void)a;
+  return b->pool != NULL;
 }
 #endif
+
+/* A weight gradient reading a pool's gradient as B where small_wgrad does
+ * not run (another CPU than the one the graph was compiled for): C = A^T B
+ * and B's column sums by the definition, a pixel at a time in pixel order.
+ * The passes hand such products to small_wgrad; this keeps them correct
+ * anywhere. */
+static void pool_wgrad_by_definition(int m, int n, int k, const kn_gemm_operand *a,
+                                     const kn_gemm_operand *b, float *c, int ldc) {
+  const kn_pool_grad_b *v = b->pool;
+  for (int t = 0; t < m; t++)
+    for (int f = 0; f < n; f++) c[(size_t)t * ldc + f] = 0.0f;
+  if (b->sums)
+    for (int f = 0; f < n; f++) b->sums[f] = 0.0f;
+  kn_pixel_cursor q = kn_pixel_at(a->cols, 0);
+  for (int64_t p = 0; p < k; p++, kn_pixel_next(a->cols, &q)) {
+    if (q.y >= 2 * v->oh || q.x >= 2 * v->ow) continue;
+    const int cell = (q.y & 1) * 2 + (q.x & 1);
+    const size_t o = (((size_t)q.b * v->oh + (size_t)(q.y / 2)) * v->ow + (size_t)(q.x / 2)) * v->c;
+    const ptrdiff_t at = kn_pixel_row(a->cols, &q);
+    for (int f = 0; f < n; f++) {
+      if (v->argmax[o + f] != cell) continue;
+      const float g = v->dy16 ? kn_bf16_to_f32(v->dy16[o + f]) : v->dy[o + f];
+      if (b->sums) b->sums[f] += g;
+      for (int t = 0; t < m; t++) {
+        const ptrdiff_t i = at + kn_cols_col(a->cols, t);
+        const float x = a->dtype == KN_F32 ? ((const float *)a->cols->x)[i]
+                                           : kn_bf16_to_f32(((const uint16_t *)a->cols->x)[i]);
+        c[(size_t)t * ldc + f] += x * g;
+      }
+    }
+  }
+}
 
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
@@ -876,6 +929,10 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
     return kernel;
   }
 #endif
+  if (b.pool) {
+    pool_wgrad_by_definition(m, n, k, &a, &b, (float *)c, ldc);
+    return KN_GEMM_BF16_PORTABLE;
+  }
   gemm_job j = {.m = m,
                 .n = n,
                 .k = k,
@@ -965,8 +1022,8 @@ int kn_gemm_bf16(kn_gemm *ctx, int m, int n, int k, const void *a, kn_dtype a_ty
     return KN_EINVAL;
   }
   kn_gemm_run(ctx->pool, ctx->scratch, m, n, k,
-              (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL, NULL, NULL},
-              (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL, NULL, NULL}, c, KN_F32, ldc,
-              accumulate, NULL, 0, NULL);
+              (kn_gemm_operand){a, a_type, lda, trans_a != 0, NULL, NULL, NULL, NULL},
+              (kn_gemm_operand){b, b_type, ldb, trans_b != 0, NULL, NULL, NULL, NULL}, c, KN_F32,
+              ldc, accumulate, NULL, 0, NULL);
   return KN_OK;
 }

@@ -510,6 +510,7 @@ typedef struct kn_pool_grad_b {
   const unsigned char *argmax;
   const float *dy;
   int h, w, oh, ow, c;
+  const uint16_t *dy16; /* or NULL: dy in bf16 (mixed_bfloat16; dy unused) */
 } kn_pool_grad_b;
 /* One f32 product for kiln's GEMM: C (m x n, row stride ldc) = op(A) op(B).
  * A is a (lda) or, when cols is set, a convolution's columns read in place
@@ -626,14 +627,16 @@ typedef struct kn_gemm_operand {
   const void *data;
   kn_dtype dtype; /* KN_F32 or KN_BF16 */
   int ld, trans;
-  const kn_conv_cols *cols; /* A only: a convolution's columns, read from cols->x (data unused) */
-  const kn_conv_flip *flip; /* B only: a kernel turned 180 degrees (data unused) */
-  float *sums;              /* B only, untransposed: its rows summed (a bias gradient), where
-                             * kn_gemm_sums_b says the call sums them; else NULL */
+  const kn_conv_cols *cols;   /* A only: a convolution's columns, read from cols->x (data unused) */
+  const kn_conv_flip *flip;   /* B only: a kernel turned 180 degrees (data unused) */
+  float *sums;                /* B only, untransposed: its rows summed (a bias gradient), where
+                               * kn_gemm_sums_b says the call sums them; else NULL */
+  const kn_pool_grad_b *pool; /* B only: a tiled 2x2 max pool's input gradient read as B (data
+                               * unused), in a first layer's weight gradient (small_wgrad) */
 } kn_gemm_operand;
 /* Whether kn_gemm_run sums B's rows into b.sums on the way for such a
- * call (a first layer's weight gradient, small_wgrad); elsewhere the
- * caller sums them. */
+ * call (a first layer's weight gradient, small_wgrad, and every call
+ * reading a pool's gradient as B); elsewhere the caller sums them. */
 int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b);
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
 /* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as

@@ -315,7 +315,21 @@ int kn_lower_bias_grads_in_gemm(kn_graph *g) {
  * its window where the argmax names the pixel, else 0) and dx is never
  * written. The same values, summed in the same order: the same bits. f32,
  * where kiln's GEMM is in use; runs after pool_argmax and the bias pairing.
- * The matmul then reads (A, dy, the pool). */
+ * The matmul then reads (A, dy, the pool). Under mixed_bfloat16 (the
+ * gradient and its dy bf16) where the bf16 GEMM's small weight gradient
+ * takes the product (bf16_pool_wgrad_fits): it reads each pixel's dy there
+ * the same way. */
+
+/* Whether the bf16 GEMM's small weight gradient (cpu_gemm.c) takes matmul
+ * M, the weight gradient of a 3x3 convolution on one channel (9 taps, up
+ * to 32 filters): it alone reads a pool's gradient in bf16 as B. */
+static int bf16_pool_wgrad_fits(const kn_graph *g, const kn_node_rec *M, const kn_node_rec *G) {
+  const kn_node_rec *A = &g->nodes[M->inputs[0]];
+  return kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512 && A->op == KN_OP_CONV_PAD &&
+         (A->dtype == KN_BF16 || A->dtype == KN_F32) && kn_pad_cols_width(A) == 9 &&
+         G->dims[3] >= 1 && G->dims[3] <= 32;
+}
+
 int kn_lower_pool_grads_in_gemm(kn_graph *g) {
   if (!kiln_gemm_runs(g)) return 0;
   int moved = 0;
@@ -327,8 +341,8 @@ int kn_lower_pool_grads_in_gemm(kn_graph *g) {
     const kn_node v = M->inputs[1];
     const kn_node dx = kn_storage_root(g, v);
     kn_node_rec *G = &g->nodes[dx];
-    if (G->op != KN_OP_POOL_GRAD || G->argmax != 1 || G->dtype != KN_F32 || G->keep ||
-        G->storage != KN_STORE_ARENA || G->ndim != 4 ||
+    if (G->op != KN_OP_POOL_GRAD || G->argmax != 1 || (G->dtype != KN_F32 && G->dtype != KN_BF16) ||
+        G->keep || G->storage != KN_STORE_ARENA || G->ndim != 4 ||
         (v != dx && (g->nodes[v].op != KN_OP_RESHAPE || g->nodes[v].inputs[0] != dx)))
       continue;
     const kn_node r = M->gemm_pair - 1; /* -1: not paired */
@@ -336,7 +350,8 @@ int kn_lower_pool_grads_in_gemm(kn_graph *g) {
         (r >= 0 && kn_storage_root(g, g->nodes[r].inputs[0]) != dx))
       continue;
     const kn_node dy = G->inputs[0], pool = G->inputs[1];
-    if (g->nodes[dy].dtype != KN_F32) continue;
+    if (g->nodes[dy].dtype != G->dtype || (G->dtype == KN_BF16 && !bf16_pool_wgrad_fits(g, M, G)))
+      continue;
     M->n_inputs = 3;
     M->inputs[1] = dy;
     M->inputs[2] = pool;

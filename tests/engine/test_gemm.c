@@ -272,8 +272,8 @@ static void check_small_convolutions(void) {
             memset(y, 0xff, (size_t)M * F * sizeof *y);
             kn_gemm_run(
                 pool, scratch, M, F, K,
-                (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 0, &cols, NULL, NULL},
-                (kn_gemm_operand){w16, KN_BF16, F, 0, NULL, NULL, NULL},
+                (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 0, &cols, NULL, NULL, NULL},
+                (kn_gemm_operand){w16, KN_BF16, F, 0, NULL, NULL, NULL, NULL},
                 out_bf16 ? (void *)y16 : (void *)y, out_bf16 ? KN_BF16 : KN_F32, F, 0, bias, 1,
                 out_bf16 ? NULL : copy);
             for (int p = 0; p < M; p++) {
@@ -357,11 +357,12 @@ static void small_depth_weight_gradients_match_the_definition(void **state) {
           void *scratch = aligned_alloc(64, kn_gemm_scratch_bytes(threads, M));
           float *dw = malloc((size_t)K * F * sizeof *dw);
           memset(dw, 0xff, (size_t)K * F * sizeof *dw);
-          kn_gemm_run(pool, scratch, K, F, M,
-                      (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 1, &cols, NULL, NULL},
-                      (kn_gemm_operand){dy_bf16 ? (const void *)dy16 : dy,
-                                        dy_bf16 ? KN_BF16 : KN_F32, F, 0, NULL, NULL, NULL},
-                      dw, KN_F32, F, 0, NULL, 0, NULL);
+          kn_gemm_run(
+              pool, scratch, K, F, M,
+              (kn_gemm_operand){NULL, in_bf16 ? KN_BF16 : KN_F32, K, 1, &cols, NULL, NULL, NULL},
+              (kn_gemm_operand){dy_bf16 ? (const void *)dy16 : dy, dy_bf16 ? KN_BF16 : KN_F32, F, 0,
+                                NULL, NULL, NULL, NULL},
+              dw, KN_F32, F, 0, NULL, 0, NULL);
           if (!first) {
             for (int t = 0; t < K; t++) {
               const int ki = t / (KW * C), kj = t / C % KW, c = t % C;
@@ -392,6 +393,91 @@ static void small_depth_weight_gradients_match_the_definition(void **state) {
       }
 }
 
+/* A first layer's weight gradient reading its max pool's gradient as dy
+ * (kn_gemm_operand.pool: a tiled 2x2 pool's argmax bytes and bf16 dy, the
+ * gradient never written): the same bits, weights and bias sums, as the
+ * same product over that gradient written out (an odd image side leaves a
+ * row and a column outside the windows; argmax 4, a window whose maximum
+ * the fused relu stopped, passes nothing); the same bits on 1 and 3
+ * threads. On the portable kernel (no small weight gradient there) it runs
+ * by the definition: within 1e-4 of the products' magnitudes. */
+static void pool_gradients_read_as_dy_match_the_written_gradient(void **state) {
+  (void)state;
+  char err[128];
+  const int B = 8, HP = 29, WP = 29, OH = 27, OW = 27, PH = 13, PW = 13, K = 9, M = B * OH * OW;
+  const int filters[] = {16, 20, 32};
+  for (int isa = 0; isa < 2; isa++) {
+    if (isa == 1 && kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK)
+      assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+    const int direct = kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512;
+    for (size_t fi = 0; fi < 3; fi++) {
+      const int F = filters[fi];
+      const size_t nx = (size_t)B * HP * WP, npool = (size_t)B * PH * PW * F, ndx = (size_t)M * F;
+      uint16_t *x16 = malloc(nx * 2), *dy16 = malloc(npool * 2), *dx16 = calloc(ndx, 2);
+      unsigned char *am = malloc(npool);
+      for (size_t i = 0; i < nx; i++) x16[i] = bf16_bits(uniform_pm1());
+      for (size_t i = 0; i < npool; i++) {
+        dy16[i] = bf16_bits(uniform_pm1());
+        am[i] = (unsigned char)((uniform_pm1() + 1.0f) * 2.49f); /* 0 .. 4 */
+      }
+      for (int p = 0; p < M; p++) { /* the gradient written out */
+        const int b = p / (OH * OW), y = p / OW % OH, x = p % OW;
+        if (y >= 2 * PH || x >= 2 * PW) continue;
+        const size_t o = (((size_t)b * PH + y / 2) * PW + x / 2) * F;
+        for (int f = 0; f < F; f++)
+          if (am[o + f] == (y & 1) * 2 + (x & 1)) dx16[(size_t)p * F + f] = dy16[o + f];
+      }
+      const kn_conv_cols cols = {x16, HP, WP, 1, 3, 1, 1, 1, 1, OH, OW};
+      const kn_pool_grad_b pg = {am, NULL, OH, OW, PH, PW, F, dy16};
+      float *written = malloc((size_t)(K + 1) * F * sizeof *written), *first = NULL;
+      for (int threads = 1; threads <= 3; threads += 2) {
+        kn_pool *pool = kn_pool_new(threads);
+        void *scratch = aligned_alloc(64, kn_gemm_scratch_bytes(threads, M));
+        float *dw = malloc((size_t)(K + 1) * F * sizeof *dw);
+        memset(dw, 0xff, (size_t)(K + 1) * F * sizeof *dw);
+        kn_gemm_operand a = {NULL, KN_BF16, K, 1, &cols, NULL, NULL, NULL};
+        kn_gemm_operand b = {NULL, KN_BF16, F, 0, NULL, NULL, dw + (size_t)K * F, &pg};
+        assert_true(kn_gemm_sums_b(K, F, M, &a, &b));
+        kn_gemm_run(pool, scratch, K, F, M, a, b, dw, KN_F32, F, 0, NULL, 0, NULL);
+        if (!first) {
+          b = (kn_gemm_operand){dx16, KN_BF16, F, 0, NULL, NULL, NULL, NULL};
+          kn_gemm_run(pool, scratch, K, F, M, a, b, written, KN_F32, F, 0, NULL, 0, NULL);
+          for (int f = 0; f < F; f++) { /* and its column sums */
+            float sum = 0.0f;
+            for (int p = 0; p < M; p++) sum += kn_bf16_to_f32(dx16[(size_t)p * F + f]);
+            written[(size_t)K * F + f] = sum;
+          }
+          for (int i = 0; i < (K + 1) * F; i++) {
+            double mag = 0.0;
+            for (int p = 0; p < M; p++) {
+              const int t = i / F, b0 = p / (OH * OW), y = p / OW % OH, x = p % OW;
+              const double v = kn_bf16_to_f32(dx16[(size_t)p * F + i % F]);
+              mag += t == K ? fabs(v)
+                            : fabs(v * kn_bf16_to_f32(
+                                           x16[((size_t)b0 * HP + y + t / 3) * WP + x + t % 3]));
+            }
+            if (direct) /* the small weight gradient over both (one slice): the same sums */
+              assert_memory_equal(&dw[i], &written[i], sizeof dw[i]);
+            else if (fabs(dw[i] - written[i]) > 1e-4 * mag + 1e-30)
+              fail_msg("F %d, isa %d: value %d is %g, want %g", F, isa, i, (double)dw[i],
+                       (double)written[i]);
+          }
+          first = dw;
+        } else {
+          assert_memory_equal(first, dw, (size_t)(K + 1) * F * sizeof *dw);
+          free(dw);
+        }
+        free(scratch);
+        kn_pool_free(pool);
+      }
+      print_message("%d filters, %s: as the written gradient\n", F,
+                    direct ? "small weight gradient" : "by the definition");
+      free(first), free(written), free(x16), free(dy16), free(dx16), free(am);
+    }
+  }
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_gemm_matches_the_reference_on_every_tail_and_transpose),
@@ -401,6 +487,7 @@ int main(void) {
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
       cmocka_unit_test(small_depth_convolutions_match_the_definition),
       cmocka_unit_test(small_depth_weight_gradients_match_the_definition),
+      cmocka_unit_test(pool_gradients_read_as_dy_match_the_written_gradient),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
