@@ -27,6 +27,20 @@ KN_NARROW_FN uint16_t kn_bf16_from_f32(float f) {
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest_even);
 }
 
+/* f rounded through bf16: kn_bf16_to_f32(kn_bf16_from_f32(f))'s bits,
+ * kept in the high half of the word (no trip through 16-bit lanes, so
+ * loops over it vectorize on whole words). */
+KN_NARROW_FN float kn_bf16_round_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  const uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet_nan = (u & 0xffff0000u) | 0x00400000u;
+  const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest_even;
+  float o;
+  memcpy(&o, &r, sizeof o);
+  return o;
+}
+
 KN_NARROW_FN float kn_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
@@ -81,7 +95,7 @@ KN_NARROW_FN void kn_narrow_cast_at(const void *x, void *y, size_t i, int mode) 
   switch (mode) {
   case 0: ((uint16_t *)y)[i] = kn_bf16_from_f32(xf[i]); break;
   case 1: ((float *)y)[i] = kn_bf16_to_f32(xh[i]); break;
-  case 2: ((float *)y)[i] = kn_bf16_to_f32(kn_bf16_from_f32(xf[i])); break;
+  case 2: ((float *)y)[i] = kn_bf16_round_f32(xf[i]); break;
   case 3: ((uint16_t *)y)[i] = kn_f16_from_f32(xf[i]); break;
   case 4: ((float *)y)[i] = kn_f16_to_f32(xh[i]); break;
   default: ((float *)y)[i] = kn_f16_to_f32(kn_f16_from_f32(xf[i]));

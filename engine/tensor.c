@@ -100,7 +100,7 @@ void kn_round_f32(kn_dtype via, const float *src, float *dst, size_t n) {
   if (via == KN_F16) {
     for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(f32_to_f16(src[i]));
   } else {
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+    for (size_t i = 0; i < n; i++) dst[i] = kn_bf16_round_f32(src[i]);
   }
 }
 

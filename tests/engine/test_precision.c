@@ -73,6 +73,25 @@ static void bf16_cast_rounds_to_nearest_even(void **state) {
   assert_true(isnan(wide[7]));
 }
 
+/* kn_bf16_round_f32 (the kernels' rounding in place through bf16, on
+ * whole words) gives the bits of the cast there and back,
+ * kn_bf16_to_f32(kn_bf16_from_f32(x)), for every sign, exponent and high
+ * mantissa with the low halves that decide the rounding: 0, ties, either
+ * side of them, all ones; infinities and NaNs (signalling ones made
+ * quiet, their payload kept) among them. */
+static void bf16_rounding_in_place_matches_the_cast(void **state) {
+  (void)state;
+  const uint32_t lows[] = {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu, 0x1234u};
+  for (uint32_t high = 0; high <= 0xffffu; high++)
+    for (size_t k = 0; k < sizeof lows / sizeof lows[0]; k++) {
+      const float x = float_of(high << 16 | lows[k]);
+      const uint32_t want = bits_of(kn_bf16_to_f32(kn_bf16_from_f32(x)));
+      if (bits_of(kn_bf16_round_f32(x)) != want)
+        fail_msg("0x%08x: 0x%08x, want 0x%08x", high << 16 | lows[k], bits_of(kn_bf16_round_f32(x)),
+                 want);
+    }
+}
+
 static void f16_cast_saturates_to_inf_and_rounds_below_subnormals_to_zero(void **state) {
   (void)state;
   const float x[] = {
@@ -1201,6 +1220,7 @@ static void mixed_float16_training_skips_overflows_and_grows_the_scale(void **st
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
+      cmocka_unit_test(bf16_rounding_in_place_matches_the_cast),
       cmocka_unit_test(implicit_columns_change_no_bits),
       cmocka_unit_test(implicit_input_grads_train_the_same),
       cmocka_unit_test(bias_grads_in_gemm_train_the_same),
