@@ -370,29 +370,58 @@ AVX512 static inline void gt6(const v16 *u, int s, v16 *g, int gs) {
 /* ---- the 36 GEMMs of a block ---- */
 
 /* c (R x NV vectors, row stride ldc) = (accumulate ? c : 0) + sum over k
- * of a(r, k) b(k, :), a(r, k) = a[r * ars + k * aks], b's rows ldb apart. */
-#define MICRO(NV, R)                                                                               \
-  AVX512 static void micro_##NV##_##R(int K, const float *a, ptrdiff_t ars, ptrdiff_t aks,         \
-                                      const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,      \
-                                      int accumulate) {                                            \
+ * of a(r, k) b(k, :): in f32, a(r, k) = a[r * ars + k * aks] and b's rows
+ * ldb apart (MICRO); on bf16 operands (AVX512-BF16, MICRO_BF16), in pairs
+ * along the sums, a's pair (r, k) the two bf16 values at a + r * ars + k *
+ * aks dotted with b's pair row k (ldb 32-bit words apart, each lane's two
+ * values low first): each product of two bf16 values is exact, and
+ * vdpbf16ps adds the pair's two to the f32 sum (round to nearest even,
+ * denormals flushed). */
+#define MICRO_KERNEL(NAME, ATTR, AT, BT, BV, LOAD_B, BROADCAST_A, MADD, NV, R)                     \
+  ATTR static void NAME##_##NV##_##R(int K, const AT *a, ptrdiff_t ars, ptrdiff_t aks,             \
+                                     const BT *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,          \
+                                     int accumulate) {                                             \
     __m512 acc[R][NV];                                                                             \
     _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
             accumulate ? _mm512_loadu_ps(c + r * ldc + VL * j) : _mm512_setzero_ps();              \
     for (int k = 0; k < K; k++) {                                                                  \
-      __m512 bv[NV];                                                                               \
-      _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] =                                 \
-          _mm512_loadu_ps(b + k * ldb + VL * j);                                                   \
+      BV bv[NV];                                                                                   \
+      _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] = LOAD_B(b + k * ldb + VL * j);   \
       _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                       \
-        const __m512 av = _mm512_set1_ps(a[r * ars + k * aks]);                                    \
+        const BV av = BROADCAST_A(a + r * ars + k * aks);                                          \
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
-            _mm512_fmadd_ps(av, bv[j], acc[r][j]);                                                 \
+            MADD(acc[r][j], av, bv[j]);                                                            \
       }                                                                                            \
     }                                                                                              \
     _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)                                       \
             _mm512_storeu_ps(c + r * ldc + VL * j, acc[r][j]);                                     \
   }
+
+AVX512 static INLINE __m512 broadcast_f32(const float *a) {
+  return _mm512_set1_ps(*a);
+}
+AVX512 static INLINE __m512 madd_f32(__m512 acc, __m512 a, __m512 b) {
+  return _mm512_fmadd_ps(a, b, acc);
+}
+AVX512BF16 static INLINE __m512bh load_pairs(const uint32_t *b) {
+  return (__m512bh)_mm512_loadu_si512(b);
+}
+AVX512BF16 static INLINE __m512bh broadcast_pair(const uint16_t *a) {
+  uint32_t w;
+  memcpy(&w, a, sizeof w);
+  return (__m512bh)_mm512_set1_epi32((int)w);
+}
+AVX512BF16 static INLINE __m512 madd_pairs(__m512 acc, __m512bh a, __m512bh b) {
+  return _mm512_dpbf16_ps(acc, a, b);
+}
+
+#define MICRO(NV, R)                                                                               \
+  MICRO_KERNEL(micro, AVX512, float, float, __m512, _mm512_loadu_ps, broadcast_f32, madd_f32, NV, R)
+#define MICRO_BF16(NV, R)                                                                          \
+  MICRO_KERNEL(microb, AVX512BF16, uint16_t, uint32_t, __m512bh, load_pairs, broadcast_pair,       \
+               madd_pairs, NV, R)
 MICRO(1, 12)
 MICRO(2, 8)
 MICRO(3, 6)
@@ -400,67 +429,6 @@ MICRO(4, 6)
 MICRO(4, 4)
 MICRO(1, 16)
 MICRO(3, 8)
-
-typedef void (*micro_fn)(int, const float *, ptrdiff_t, ptrdiff_t, const float *, ptrdiff_t,
-                         float *, ptrdiff_t, int);
-
-/* c (rows x cols, cols a multiple of VL) = (accumulate ? c : 0) + a b, a
- * as in MICRO; rows a multiple of 24 (wide: the forward products' tiles)
- * or of 16 (the weight gradient's channels). */
-AVX512 static void block_gemm(int rows, int cols, int K, const float *a, ptrdiff_t ars,
-                              ptrdiff_t aks, const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc,
-                              int accumulate, int wide) {
-  for (int j0 = 0; j0 < cols; j0 += 4 * VL) {
-    const int nv = (cols - j0) / VL >= 4 ? 4 : (cols - j0) / VL;
-    micro_fn f;
-    int R;
-    if (wide) {
-      static const micro_fn fs[5] = {NULL, micro_1_12, micro_2_8, micro_3_6, micro_4_6};
-      static const int rs[5] = {0, 12, 8, 6, 6};
-      f = fs[nv];
-      R = rs[nv];
-    } else {
-      static const micro_fn fs[5] = {NULL, micro_1_16, micro_2_8, micro_3_8, micro_4_4};
-      static const int rs[5] = {0, 16, 8, 8, 4};
-      f = fs[nv];
-      R = rs[nv];
-    }
-    for (int r = 0; r < rows; r += R)
-      f(K, a + r * ars, ars, aks, b + j0, ldb, c + (ptrdiff_t)r * ldc + j0, ldc, accumulate);
-  }
-}
-
-/* The same on bf16 operands (AVX512-BF16), in pairs along the sums:
- * c (R x NV vectors) = (accumulate ? c : 0) + sum over pairs k of a's
- * pair (r, k) dot b's pair row k: a's pair the two bf16 values at a + r *
- * ars + k * aks, b's pair row k (ldb 32-bit words apart) each lane's two
- * values, low first. Each product of two bf16 values is exact; vdpbf16ps
- * adds the pair's two to the f32 sum (round to nearest even, denormals
- * flushed). */
-#define MICRO_BF16(NV, R)                                                                          \
-  AVX512BF16 static void microb_##NV##_##R(int K2, const uint16_t *a, ptrdiff_t ars,               \
-                                           ptrdiff_t aks, const uint32_t *b, ptrdiff_t ldb,        \
-                                           float *c, ptrdiff_t ldc, int accumulate) {              \
-    __m512 acc[R][NV];                                                                             \
-    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
-            accumulate ? _mm512_loadu_ps(c + r * ldc + VL * j) : _mm512_setzero_ps();              \
-    for (int k = 0; k < K2; k++) {                                                                 \
-      __m512bh bv[NV];                                                                             \
-      _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) bv[j] =                                 \
-          (__m512bh)_mm512_loadu_si512(b + k * ldb + VL * j);                                      \
-      _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                                       \
-        uint32_t w;                                                                                \
-        memcpy(&w, a + r * ars + k * aks, sizeof w);                                               \
-        const __m512bh av = (__m512bh)_mm512_set1_epi32((int)w);                                   \
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[r][j] =                           \
-            _mm512_dpbf16_ps(acc[r][j], av, bv[j]);                                                \
-      }                                                                                            \
-    }                                                                                              \
-    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                                           \
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)                                       \
-            _mm512_storeu_ps(c + r * ldc + VL * j, acc[r][j]);                                     \
-  }
 MICRO_BF16(1, 12)
 MICRO_BF16(2, 8)
 MICRO_BF16(3, 6)
@@ -469,32 +437,31 @@ MICRO_BF16(4, 4)
 MICRO_BF16(1, 16)
 MICRO_BF16(3, 8)
 
-typedef void (*microb_fn)(int, const uint16_t *, ptrdiff_t, ptrdiff_t, const uint32_t *, ptrdiff_t,
-                          float *, ptrdiff_t, int);
+/* A micro-tile's rows for NV vectors of columns: by 16 (the weight
+ * gradient's channels) or, wide, by 24 (the forward products' tiles). */
+static const int micro_rows[2][5] = {{0, 16, 8, 8, 4}, {0, 12, 8, 6, 6}};
 
-/* block_gemm on bf16 operands over K2 pairs, a and b as in MICRO_BF16. */
-AVX512BF16 static void block_gemm_bf16(int rows, int cols, int K2, const uint16_t *a, ptrdiff_t ars,
-                                       ptrdiff_t aks, const uint32_t *b, ptrdiff_t ldb, float *c,
-                                       ptrdiff_t ldc, int accumulate, int wide) {
-  for (int j0 = 0; j0 < cols; j0 += 4 * VL) {
-    const int nv = (cols - j0) / VL >= 4 ? 4 : (cols - j0) / VL;
-    microb_fn f;
-    int R;
-    if (wide) {
-      static const microb_fn fs[5] = {NULL, microb_1_12, microb_2_8, microb_3_6, microb_4_6};
-      static const int rs[5] = {0, 12, 8, 6, 6};
-      f = fs[nv];
-      R = rs[nv];
-    } else {
-      static const microb_fn fs[5] = {NULL, microb_1_16, microb_2_8, microb_3_8, microb_4_4};
-      static const int rs[5] = {0, 16, 8, 8, 4};
-      f = fs[nv];
-      R = rs[nv];
-    }
-    for (int r = 0; r < rows; r += R)
-      f(K2, a + r * ars, ars, aks, b + j0, ldb, c + (ptrdiff_t)r * ldc + j0, ldc, accumulate);
+/* c (rows x cols, cols a multiple of VL) = (accumulate ? c : 0) + a b, a
+ * and b as the micro-tiles take them; rows a multiple of 24 (wide) or of
+ * 16. block_gemm in f32, block_gemm_bf16 over K pairs of bf16 values. */
+#define BLOCK_GEMM(NAME, MICRO_NAME, ATTR, AT, BT)                                                 \
+  ATTR static void NAME(int rows, int cols, int K, const AT *a, ptrdiff_t ars, ptrdiff_t aks,      \
+                        const BT *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate,       \
+                        int wide) {                                                                \
+    typedef void (*fn)(int, const AT *, ptrdiff_t, ptrdiff_t, const BT *, ptrdiff_t, float *,      \
+                       ptrdiff_t, int);                                                            \
+    static const fn fs[2][5] = {                                                                   \
+        {NULL, MICRO_NAME##_1_16, MICRO_NAME##_2_8, MICRO_NAME##_3_8, MICRO_NAME##_4_4},           \
+        {NULL, MICRO_NAME##_1_12, MICRO_NAME##_2_8, MICRO_NAME##_3_6, MICRO_NAME##_4_6}};          \
+    for (int j0 = 0; j0 < cols; j0 += 4 * VL) {                                                    \
+      const int nv = (cols - j0) / VL >= 4 ? 4 : (cols - j0) / VL, R = micro_rows[wide][nv];       \
+      for (int r = 0; r < rows; r += R)                                                            \
+        fs[wide][nv](K, a + r * ars, ars, aks, b + j0, ldb, c + (ptrdiff_t)r * ldc + j0, ldc,      \
+                     accumulate);                                                                  \
+    }                                                                                              \
   }
-}
+BLOCK_GEMM(block_gemm, micro, AVX512, float, float)
+BLOCK_GEMM(block_gemm_bf16, microb, AVX512BF16, uint16_t, uint32_t)
 
 /* ---- forward products (and input gradients) ---- */
 
@@ -1156,27 +1123,20 @@ AVX512 static INLINE void transform_dy_m(const wgrad_job *j, int64_t t0, int nt,
   }
 }
 
-AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, float *md, float *bsum) {
-  if (j->s.m == 4 && !j->dy_bf16)
-    transform_dy_m(j, t0, nt, md, bsum, 4, 0, 0);
-  else if (j->s.m == 4)
-    transform_dy_m(j, t0, nt, md, bsum, 4, 1, 0);
-  else if (!j->dy_bf16)
-    transform_dy_m(j, t0, nt, md, bsum, 2, 0, 0);
-  else
-    transform_dy_m(j, t0, nt, md, bsum, 2, 1, 0);
-}
-
-AVX512 static void transform_dy_pairs(const wgrad_job *j, int64_t t0, int nt, uint32_t *md,
-                                      float *bsum) {
-  if (j->s.m == 4 && !j->dy_bf16)
-    transform_dy_m(j, t0, nt, md, bsum, 4, 0, 1);
-  else if (j->s.m == 4)
-    transform_dy_m(j, t0, nt, md, bsum, 4, 1, 1);
-  else if (!j->dy_bf16)
-    transform_dy_m(j, t0, nt, md, bsum, 2, 0, 1);
-  else
-    transform_dy_m(j, t0, nt, md, bsum, 2, 1, 1);
+/* transform_dy_m for the product's tile side and dy's type, md in f32 or
+ * (pairs) in pairs of tiles. */
+AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, void *md, float *bsum,
+                                int pairs) {
+  switch ((j->s.m == 4) * 4 + (j->dy_bf16 != 0) * 2 + (pairs != 0)) {
+  case 0: transform_dy_m(j, t0, nt, md, bsum, 2, 0, 0); break;
+  case 1: transform_dy_m(j, t0, nt, md, bsum, 2, 0, 1); break;
+  case 2: transform_dy_m(j, t0, nt, md, bsum, 2, 1, 0); break;
+  case 3: transform_dy_m(j, t0, nt, md, bsum, 2, 1, 1); break;
+  case 4: transform_dy_m(j, t0, nt, md, bsum, 4, 0, 0); break;
+  case 5: transform_dy_m(j, t0, nt, md, bsum, 4, 0, 1); break;
+  case 6: transform_dy_m(j, t0, nt, md, bsum, 4, 1, 0); break;
+  default: transform_dy_m(j, t0, nt, md, bsum, 4, 1, 1); break;
+  }
 }
 
 static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
@@ -1196,7 +1156,7 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
         if (s->bf16) { /* pairs of tiles (the last, where nt is odd, with zeros) */
           uint32_t *vp = (uint32_t *)(void *)v, *dp = (uint32_t *)(void *)md;
           transform_input_pairs(s, j->x, first, nt, vp);
-          transform_dy_pairs(j, first, nt, dp, bsum);
+          transform_dy(j, first, nt, dp, bsum, 1);
           for (int p = 0; p < NPOS; p++)
             block_gemm_bf16(s->cp, s->fp, (nt + 1) / 2, (const uint16_t *)(vp + (size_t)p * s->cp),
                             2, (ptrdiff_t)2 * NPOS * s->cp, dp + (size_t)p * s->fp,
@@ -1204,7 +1164,7 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
           continue;
         }
         transform_input(s, j->x, first, nt, v);
-        transform_dy(j, first, nt, md, bsum);
+        transform_dy(j, first, nt, md, bsum, 0);
         for (int p = 0; p < NPOS; p++)
           block_gemm(s->cp, s->fp, nt, v + (size_t)p * s->cp, 1, (ptrdiff_t)NPOS * s->cp,
                      md + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp,
@@ -1264,7 +1224,7 @@ static void dy_parts(void *ctx, int64_t p0, int64_t p1) {
     part_tiles(c, p, &a, &b);
     if (b > a)
       transform_dy(c->wgrad, c->first + a, b - a, c->mo + (size_t)a * NPOS * c->s->fp,
-                   c->bsums + (size_t)p * c->s->fp);
+                   c->bsums + (size_t)p * c->s->fp, 0);
   }
 }
 

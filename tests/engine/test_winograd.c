@@ -216,12 +216,77 @@ static void kernel_u(const float kern[9], double *u) {
   for (int p = 0; p < 36; p++) u[p] = bf16_of(o[p]);
 }
 
+/* A tile of phase (py, px) of image b, the phase's outputs ph x pw, and
+ * its transformed input patch v (C x 36, rounded). */
+typedef struct emu_tile {
+  int b, py, px, ty, tx, ph, pw;
+  const double *v;
+} emu_tile;
+
+/* Where the tile's output (i, k) lies (times the channels), or -1 past the
+ * phase's outputs. */
+static ptrdiff_t tile_out(const shape *s, const emu_tile *t, int i, int k) {
+  const int d = dil(s), oy = 4 * t->ty + i, ox = 4 * t->tx + k;
+  if (oy >= t->ph || ox >= t->pw) return -1;
+  return ((ptrdiff_t)t->b * s->oh + t->py + d * oy) * s->ow + t->px + d * ox;
+}
+
+/* fn on every tile of every phase of every image, in order. */
+static void for_each_tile(const shape *s, const float *x,
+                          void (*fn)(const shape *, const emu_tile *, void *), void *ctx) {
+  const int d = dil(s);
+  double *v = malloc((size_t)s->cin * 36 * sizeof *v);
+  emu_tile t = {.v = v};
+  for (t.b = 0; t.b < s->batch; t.b++)
+    for (t.py = 0; t.py < d; t.py++)
+      for (t.px = 0; t.px < d; t.px++) {
+        t.ph = (s->oh - t.py + d - 1) / d, t.pw = (s->ow - t.px + d - 1) / d;
+        for (t.ty = 0; t.ty < (t.ph + 3) / 4; t.ty++)
+          for (t.tx = 0; t.tx < (t.pw + 3) / 4; t.tx++) {
+            for (int c = 0; c < s->cin; c++)
+              patch_v(s, x, t.b, t.py, t.px, t.ty, t.tx, c, v + (size_t)c * 36);
+            fn(s, &t, ctx);
+          }
+      }
+  free(v);
+}
+
+typedef struct emu_forward {
+  const double *u; /* C x F x 36, rounded */
+  const float *bias;
+  int relu;
+  double *ref;
+} emu_forward;
+
+static void forward_tile(const shape *s, const emu_tile *t, void *ctx) {
+  const emu_forward *e = ctx;
+  const int C = s->cin, F = s->cout;
+  for (int f = 0; f < F; f++) {
+    double m[36] = {0}, a[4][6];
+    for (int c = 0; c < C; c++)
+      for (int p = 0; p < 36; p++) m[p] += t->v[c * 36 + p] * e->u[((size_t)c * F + f) * 36 + p];
+    for (int i = 0; i < 4; i++)
+      for (int k = 0; k < 6; k++) {
+        a[i][k] = 0;
+        for (int q = 0; q < 6; q++) a[i][k] += AT[i][q] * m[q * 6 + k];
+      }
+    for (int i = 0; i < 4; i++)
+      for (int k = 0; k < 4; k++) {
+        const ptrdiff_t o = tile_out(s, t, i, k);
+        if (o < 0) continue;
+        double y = e->bias[f];
+        for (int q = 0; q < 6; q++) y += a[i][q] * AT[k][q];
+        e->ref[o * F + f] = e->relu && y < 0 ? 0 : y;
+      }
+  }
+}
+
 /* An undilated or dilated 3x3 product on bf16 products: ref as
  * check_forward's direct sums would be (bias, relu). */
 static void emulate_forward(const shape *s, const float *x, const float *w, const float *bias,
                             int relu, int flip, double *ref) {
-  const int d = dil(s), C = s->cin, F = s->cout;
-  double *u = malloc((size_t)C * F * 36 * sizeof *u), *v = malloc((size_t)C * 36 * sizeof *v);
+  const int C = s->cin, F = s->cout;
+  double *u = malloc((size_t)C * F * 36 * sizeof *u);
   for (int c = 0; c < C; c++)
     for (int f = 0; f < F; f++) {
       float kern[9];
@@ -231,74 +296,45 @@ static void emulate_forward(const shape *s, const float *x, const float *w, cons
                                    : w[(((size_t)ki * 3 + kj) * C + c) * F + f];
       kernel_u(kern, u + ((size_t)c * F + f) * 36);
     }
-  for (int b = 0; b < s->batch; b++)
-    for (int py = 0; py < d; py++)
-      for (int px = 0; px < d; px++) {
-        const int ph = (s->oh - py + d - 1) / d, pw = (s->ow - px + d - 1) / d;
-        for (int ty = 0; ty < (ph + 3) / 4; ty++)
-          for (int tx = 0; tx < (pw + 3) / 4; tx++) {
-            for (int c = 0; c < C; c++) patch_v(s, x, b, py, px, ty, tx, c, v + (size_t)c * 36);
-            for (int f = 0; f < F; f++) {
-              double m[36] = {0}, t[4][6];
-              for (int c = 0; c < C; c++)
-                for (int p = 0; p < 36; p++)
-                  m[p] += v[c * 36 + p] * u[((size_t)c * F + f) * 36 + p];
-              for (int i = 0; i < 4; i++)
-                for (int k = 0; k < 6; k++) {
-                  t[i][k] = 0;
-                  for (int q = 0; q < 6; q++) t[i][k] += AT[i][q] * m[q * 6 + k];
-                }
-              for (int i = 0; i < 4; i++)
-                for (int k = 0; k < 4; k++) {
-                  const int oy = 4 * ty + i, ox = 4 * tx + k;
-                  if (oy >= ph || ox >= pw) continue;
-                  double y = bias[f];
-                  for (int q = 0; q < 6; q++) y += t[i][q] * AT[k][q];
-                  ref[(((size_t)b * s->oh + py + d * oy) * s->ow + px + d * ox) * F + f] =
-                      relu && y < 0 ? 0 : y;
-                }
-            }
-          }
-      }
+  emu_forward e = {u, bias, relu, ref};
+  for_each_tile(s, x, forward_tile, &e);
   free(u);
-  free(v);
+}
+
+typedef struct emu_wgrad {
+  const float *dy;
+  double *du, *dd; /* C x F x 36 sums; F x 36, a tile's transformed dy (rounded) */
+} emu_wgrad;
+
+static void wgrad_tile(const shape *s, const emu_tile *t, void *ctx) {
+  const emu_wgrad *e = ctx;
+  const int C = s->cin, F = s->cout;
+  for (int f = 0; f < F; f++) {
+    float y[16], a[24], z[36];
+    for (int i = 0; i < 4; i++)
+      for (int k = 0; k < 4; k++) {
+        const ptrdiff_t o = tile_out(s, t, i, k);
+        y[i * 4 + k] = o < 0 ? 0.0f : e->dy[o * F + f];
+      }
+    for (int k = 0; k < 4; k++) a4_f32(y + k, 4, a + k, 4); /* columns: a is 6 x 4 */
+    for (int i = 0; i < 6; i++) a4_f32(a + 4 * i, 1, z + 6 * i, 1);
+    for (int p = 0; p < 36; p++) e->dd[(size_t)f * 36 + p] = bf16_of(z[p]);
+  }
+  for (int c = 0; c < C; c++)
+    for (int f = 0; f < F; f++)
+      for (int p = 0; p < 36; p++)
+        e->du[((size_t)c * F + f) * 36 + p] += t->v[c * 36 + p] * e->dd[(size_t)f * 36 + p];
 }
 
 /* The weight gradient on bf16 products: ref (3, 3, cin, cout). */
 static void emulate_weight_grad(const shape *s, const float *x, const float *dy, double *ref) {
-  const int d = dil(s), C = s->cin, F = s->cout;
-  double *du = calloc((size_t)C * F * 36, sizeof *du), *v = malloc((size_t)C * 36 * sizeof *v),
-         *dd = malloc((size_t)F * 36 * sizeof *dd);
-  for (int b = 0; b < s->batch; b++)
-    for (int py = 0; py < d; py++)
-      for (int px = 0; px < d; px++) {
-        const int ph = (s->oh - py + d - 1) / d, pw = (s->ow - px + d - 1) / d;
-        for (int ty = 0; ty < (ph + 3) / 4; ty++)
-          for (int tx = 0; tx < (pw + 3) / 4; tx++) {
-            for (int c = 0; c < C; c++) patch_v(s, x, b, py, px, ty, tx, c, v + (size_t)c * 36);
-            for (int f = 0; f < F; f++) {
-              float y[16], t[24], z[36];
-              for (int i = 0; i < 4; i++)
-                for (int k = 0; k < 4; k++) {
-                  const int oy = 4 * ty + i, ox = 4 * tx + k;
-                  y[i * 4 + k] =
-                      oy < ph && ox < pw
-                          ? dy[(((size_t)b * s->oh + py + d * oy) * s->ow + px + d * ox) * F + f]
-                          : 0.0f;
-                }
-              for (int k = 0; k < 4; k++) a4_f32(y + k, 4, t + k, 4); /* columns: t is 6 x 4 */
-              for (int i = 0; i < 6; i++) a4_f32(t + 4 * i, 1, z + 6 * i, 1);
-              for (int p = 0; p < 36; p++) dd[(size_t)f * 36 + p] = bf16_of(z[p]);
-            }
-            for (int c = 0; c < C; c++)
-              for (int f = 0; f < F; f++)
-                for (int p = 0; p < 36; p++)
-                  du[((size_t)c * F + f) * 36 + p] += v[c * 36 + p] * dd[(size_t)f * 36 + p];
-          }
-      }
+  const int C = s->cin, F = s->cout;
+  emu_wgrad e = {dy, calloc((size_t)C * F * 36, sizeof(double)),
+                 malloc((size_t)F * 36 * sizeof(double))};
+  for_each_tile(s, x, wgrad_tile, &e);
   for (int c = 0; c < C; c++)
     for (int f = 0; f < F; f++) {
-      const double *m = du + ((size_t)c * F + f) * 36;
+      const double *m = e.du + ((size_t)c * F + f) * 36;
       for (int ki = 0; ki < 3; ki++)
         for (int kj = 0; kj < 3; kj++) {
           double g = 0;
@@ -307,9 +343,8 @@ static void emulate_weight_grad(const shape *s, const float *x, const float *dy,
           ref[(((size_t)ki * 3 + kj) * C + c) * F + f] = g;
         }
     }
-  free(du);
-  free(v);
-  free(dd);
+  free(e.du);
+  free(e.dd);
 }
 
 /* flip: the input gradient's form, w (r, r, cout, cin) turned around;
