@@ -96,11 +96,24 @@ static void conv_cols_of(const kn_graph *g, const kn_node_rec *A, kn_conv_cols *
                          a->sw,   a->dh,      a->dw,      a->oh,      a->ow};
 }
 
-/* A matmul with a bf16 operand or output: kiln's bf16 GEMM on the graph's
- * threads and packing buffers (planned at compile). A bf16 output of the
- * fused matmul + bias (+ relu) takes its epilogue before rounding; an f32
- * one gets it from the caller, as after sgemm. Returns whether the
- * epilogue ran. */
+/* A matmul marked argmax (pool_grad_in_gemm) reads (A, dy, the pool's
+ * argmax bytes): its B, the pool's input gradient, as kn_pool_grad_b reads
+ * it from dy (f32 or bf16) without writing it. */
+static const kn_pool_grad_b *pool_grad_b_of(const kn_graph *g, const kn_node_rec *n,
+                                            kn_pool_grad_b *pool) {
+  const kn_node_rec *dy = &g->nodes[n->inputs[1]], *P = &g->nodes[n->inputs[2]];
+  const int narrow = dy->dtype == KN_BF16;
+  *pool = (kn_pool_grad_b){P->data,
+                           narrow ? NULL : dy->data,
+                           n->attr.matmul.pool_h,
+                           n->attr.matmul.pool_w,
+                           P->dims[1],
+                           P->dims[2],
+                           P->dims[3],
+                           narrow ? dy->data : NULL};
+  return pool;
+}
+
 /* The operands of a matmul on the bf16 GEMM; cols holds a padded input's
  * columns. */
 static void bf16_operands(kn_graph *g, const kn_node_rec *n, const matmul_shape *s,
@@ -113,9 +126,13 @@ static void bf16_operands(kn_graph *g, const kn_node_rec *n, const matmul_shape 
   *b = (kn_gemm_operand){B->data, B->dtype, s->ldb, s->trans_b, NULL, NULL, NULL, NULL};
 }
 
-/* b_sums (or NULL): op(B)'s rows summed on the way, where kn_gemm_sums_b
- * says the call does (gemm_sums_b). A matmul marked argmax reads (A, dy,
- * the pool's argmax): B is the pool's input gradient, never written. */
+/* A matmul with a bf16 operand or output: kiln's bf16 GEMM on the graph's
+ * threads and packing buffers (planned at compile). A bf16 output of the
+ * fused matmul + bias (+ relu) takes its epilogue before rounding; an f32
+ * one gets it from the caller, as after sgemm. Returns whether the
+ * epilogue ran. b_sums (or NULL): op(B)'s rows summed on the way, where
+ * kn_gemm_sums_b says the call does (gemm_sums_b); a matmul marked argmax
+ * reads its B as the pool's input gradient (pool_grad_b_of). */
 static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s, float *b_sums) {
   const int epilogue = n->op == KN_OP_MATMUL_BIAS_ACT && n->dtype == KN_BF16;
   kn_conv_cols cols;
@@ -123,18 +140,7 @@ static int matmul_bf16(kn_graph *g, kn_node_rec *n, const matmul_shape *s, float
   bf16_operands(g, n, s, &cols, &a, &b);
   b.sums = b_sums;
   kn_pool_grad_b pool;
-  if (n->op == KN_OP_MATMUL && n->argmax) {
-    const kn_node_rec *B = &g->nodes[n->inputs[1]], *P = &g->nodes[n->inputs[2]];
-    pool = (kn_pool_grad_b){P->data,
-                            B->dtype == KN_BF16 ? NULL : B->data,
-                            n->attr.matmul.pool_h,
-                            n->attr.matmul.pool_w,
-                            P->dims[1],
-                            P->dims[2],
-                            P->dims[3],
-                            B->dtype == KN_BF16 ? B->data : NULL};
-    b.pool = &pool;
-  }
+  if (n->op == KN_OP_MATMUL && n->argmax) b.pool = pool_grad_b_of(g, n, &pool);
   kn_gemm_kernel used =
       kn_gemm_run(g->pool, g->gemm_scratch, s->m, s->n, s->k, a, b, n->data, n->dtype, s->n, 0,
                   epilogue ? g->nodes[n->inputs[2]].data : NULL, epilogue && n->attr.matmul.relu,
@@ -167,12 +173,7 @@ static kn_sgemm_args f32_gemm_args(kn_graph *g, const kn_node_rec *n, const matm
   const kn_node_rec *A = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
   const int fused = n->op == KN_OP_MATMUL_BIAS_ACT;
   if (A->op == KN_OP_CONV_PAD) conv_cols_of(g, A, cols);
-  if (n->argmax) {
-    const kn_node_rec *P = &g->nodes[n->inputs[2]];
-    *pool = (kn_pool_grad_b){
-        P->data,    B->data, n->attr.matmul.pool_h, n->attr.matmul.pool_w, P->dims[1], P->dims[2],
-        P->dims[3], NULL};
-  }
+  if (n->argmax) pool_grad_b_of(g, n, pool);
   const kn_sgemm_args x = {.ta = s->trans_a,
                            .tb = s->trans_b,
                            .m = s->m,

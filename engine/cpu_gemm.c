@@ -605,6 +605,11 @@ static void add_slices(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
+/* Element i of a convolution's padded input, f32 or bf16 (widened). */
+static inline float cols_value(const kn_conv_cols *cols, int f32, ptrdiff_t i) {
+  return f32 ? ((const float *)cols->x)[i] : kn_bf16_to_f32(((const uint16_t *)cols->x)[i]);
+}
+
 #ifdef KN_HAVE_AVX512BF16
 /* ---- a convolution of small depth, directly ----
  *
@@ -634,11 +639,6 @@ typedef struct small_conv {
   int relu;
   uint16_t *narrow;
 } small_conv;
-
-/* Element i of a convolution's padded input, f32 or bf16 (widened). */
-static inline float cols_value(const kn_conv_cols *cols, int f32, ptrdiff_t i) {
-  return f32 ? ((const float *)cols->x)[i] : kn_bf16_to_f32(((const uint16_t *)cols->x)[i]);
-}
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int np,
@@ -772,10 +772,10 @@ typedef struct small_wgrad {
  * cell of its 2x2 window, else 0. */
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline __m512
 pool_grad_vec(const kn_pool_grad_b *v, const kn_pixel_cursor *q, int c0, __mmask16 m) {
-  if (q->y >= 2 * v->oh || q->x >= 2 * v->ow) return _mm512_setzero_ps();
-  const int cell = (q->y & 1) * 2 + (q->x & 1);
-  const size_t o =
-      (((size_t)q->b * v->oh + (size_t)(q->y / 2)) * v->ow + (size_t)(q->x / 2)) * v->c + c0;
+  int cell;
+  const ptrdiff_t at = kn_pool_grad_at(v, q->b, q->y, q->x, &cell);
+  if (at < 0) return _mm512_setzero_ps();
+  const size_t o = (size_t)at + c0;
   const __m512i cells = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, v->argmax + o));
   const __mmask16 hit = _mm512_mask_cmpeq_epi32_mask(m, cells, _mm512_set1_epi32(cell));
   return v->dy16 ? kn_bf16_widen_avx512(_mm256_maskz_loadu_epi16(hit, v->dy16 + o))
@@ -896,18 +896,16 @@ static void pool_wgrad_by_definition(int m, int n, int k, const kn_gemm_operand 
     for (int f = 0; f < n; f++) b->sums[f] = 0.0f;
   kn_pixel_cursor q = kn_pixel_at(a->cols, 0);
   for (int64_t p = 0; p < k; p++, kn_pixel_next(a->cols, &q)) {
-    if (q.y >= 2 * v->oh || q.x >= 2 * v->ow) continue;
-    const int cell = (q.y & 1) * 2 + (q.x & 1);
-    const size_t o = (((size_t)q.b * v->oh + (size_t)(q.y / 2)) * v->ow + (size_t)(q.x / 2)) * v->c;
+    int cell;
+    const ptrdiff_t o = kn_pool_grad_at(v, q.b, q.y, q.x, &cell);
+    if (o < 0) continue;
     const ptrdiff_t at = kn_pixel_row(a->cols, &q);
     for (int f = 0; f < n; f++) {
       if (v->argmax[o + f] != cell) continue;
       const float g = v->dy16 ? kn_bf16_to_f32(v->dy16[o + f]) : v->dy[o + f];
       if (b->sums) b->sums[f] += g;
       for (int t = 0; t < m; t++) {
-        const ptrdiff_t i = at + kn_cols_col(a->cols, t);
-        const float x = a->dtype == KN_F32 ? ((const float *)a->cols->x)[i]
-                                           : kn_bf16_to_f32(((const uint16_t *)a->cols->x)[i]);
+        const float x = cols_value(a->cols, a->dtype == KN_F32, at + kn_cols_col(a->cols, t));
         c[(size_t)t * ldc + f] += x * g;
       }
     }

@@ -90,13 +90,13 @@ size_t kn_gemm_partial_floats(int m, int n, int k) {
  * (kn_pool_grad_b) into row: the definition pack_pool_rows steps through. */
 static void pool_grad_b_row(const kn_pool_grad_b *v, int64_t p, int c0, int n, float *row) {
   const int64_t per = (int64_t)v->h * v->w, b = p / per, r = p % per;
-  const int y = (int)(r / v->w), x = (int)(r % v->w);
-  if (y >= 2 * v->oh || x >= 2 * v->ow) {
+  int cell;
+  const ptrdiff_t at = kn_pool_grad_at(v, b, (int)(r / v->w), (int)(r % v->w), &cell);
+  if (at < 0) {
     for (int c = 0; c < n; c++) row[c] = 0.0f;
     return;
   }
-  const int cell = (y & 1) * 2 + (x & 1);
-  const size_t o = (((size_t)b * v->oh + (size_t)(y / 2)) * v->ow + (size_t)(x / 2)) * v->c + c0;
+  const size_t o = (size_t)at + c0;
   for (int c = 0; c < n; c++) row[c] = v->argmax[o + c] == cell ? v->dy[o + c] : 0.0f;
 }
 static ptrdiff_t cols_at(const kn_conv_cols *v, int64_t p, int t) {
@@ -132,12 +132,12 @@ pack_pool_rows(const kn_pool_grad_b *v, int64_t p0, int kc, int c0, int w, int n
   int y = (int)(p0 % per / v->w), x = (int)(p0 % per % v->w);
   for (int kk = 0; kk < kc; kk++) {
     float *restrict row = dst + (size_t)kk * nr;
-    if (y >= 2 * v->oh || x >= 2 * v->ow) {
+    int cell;
+    const ptrdiff_t at = kn_pool_grad_at(v, b, y, x, &cell);
+    if (at < 0) {
       for (int c = 0; c < w; c++) row[c] = 0.0f;
     } else {
-      const int cell = (y & 1) * 2 + (x & 1);
-      const size_t o =
-          (((size_t)b * v->oh + (size_t)(y / 2)) * v->ow + (size_t)(x / 2)) * v->c + c0;
+      const size_t o = (size_t)at + c0;
       const unsigned char *restrict am = v->argmax + o;
       const float *restrict dy = v->dy + o;
       int c = 0;

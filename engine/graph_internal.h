@@ -171,7 +171,8 @@ typedef struct kn_node_rec {
   /* The winograd pass: 1 on a 3x3 or 5x5, stride-1 convolution's forward
    * matmul, weight-gradient matmul or input gradient whose kernel computes
    * it by Winograd's F(4x4, 3x3) or F(2x2, 5x5) (winograd.c; dilated, by
-   * phases) instead of a GEMM. */
+   * phases) instead of a GEMM; 2 where it does so on bf16 products
+   * (mixed_bfloat16 where kn_winograd_bf16_products, at compile). */
   int winograd;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
@@ -512,6 +513,15 @@ typedef struct kn_pool_grad_b {
   int h, w, oh, ow, c;
   const uint16_t *dy16; /* or NULL: dy in bf16 (mixed_bfloat16; dy unused) */
 } kn_pool_grad_b;
+/* Where pixel (b, y, x) of dx takes its value: the offset of its window's
+ * first channel in dy and the argmax bytes, its cell (0 to 3) in *cell;
+ * -1 outside the windows (an odd edge), where dx is 0. */
+static inline ptrdiff_t kn_pool_grad_at(const kn_pool_grad_b *v, int64_t b, int y, int x,
+                                        int *cell) {
+  if (y >= 2 * v->oh || x >= 2 * v->ow) return -1;
+  *cell = (y & 1) * 2 + (x & 1);
+  return (((ptrdiff_t)b * v->oh + y / 2) * v->ow + x / 2) * v->c;
+}
 /* One f32 product for kiln's GEMM: C (m x n, row stride ldc) = op(A) op(B).
  * A is a (lda) or, when cols is set, a convolution's columns read in place
  * from its padded input (op(cols) = cols, ta = 0: m rows of columns, k =
@@ -734,15 +744,16 @@ typedef struct kn_wino_io {
   int r;      /* the kernel's side: 3 or 5 */
   int d;      /* its dilation (the same down and across); 0 or 1: none */
   int batch, hp, wp, cin, pt, pl, oh, ow, cout;
-  /* forward products and input gradients under mixed_bfloat16 where
-   * kn_winograd_bf16_products: the transformed input and kernel rounded to
-   * bf16, the 36 GEMMs on AVX512-BF16 dot products (sums in f32) */
+  /* 3x3 products (forward, input and weight gradients) on bf16 values: the
+   * transformed input and kernel (or dy) rounded to bf16, the 36 GEMMs on
+   * AVX512-BF16 dot products, their sums in f32 (a node marked winograd 2) */
   int bf16_products;
 } kn_wino_io;
 int kn_winograd_available(void);
 /* Whether this CPU has AVX512-BF16 and bf16 products are on: the default;
  * KILN_WINOGRAD=f32 in the environment, or kn_winograd_set_bf16(0) (tests,
- * to compare), keeps mixed_bfloat16's products in f32. */
+ * to compare), keeps mixed_bfloat16's products in f32, for graphs compiled
+ * from then on. */
 int kn_winograd_bf16_products(void);
 void kn_winograd_set_bf16(int on);
 /* Whether a product of an r x r kernel (3 or 5) of dilation d, that

@@ -789,8 +789,7 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .oh = P->attr.conv.oh,
                              .ow = P->attr.conv.ow,
                              .cout = n->dims[n->ndim - 1],
-                             .bf16_products = g->precision == KN_PRECISION_MIXED_BFLOAT16 &&
-                                              kn_winograd_bf16_products()},
+                             .bf16_products = n->winograd == 2},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
 }
@@ -813,6 +812,9 @@ int kn_lower_winograd(kn_graph *g) {
       (g->precision != KN_PRECISION_FLOAT32 && g->precision != KN_PRECISION_MIXED_BFLOAT16))
     return 0;
   int marked = 0;
+  /* under mixed_bfloat16, decided once for the graph */
+  const int bf16_products =
+      g->precision == KN_PRECISION_MIXED_BFLOAT16 && kn_winograd_bf16_products();
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     const int mm = n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT;
@@ -841,7 +843,7 @@ int kn_lower_winograd(kn_graph *g) {
     if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
     if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
-    n->winograd = 1;
+    n->winograd = bf16_products ? 2 : 1;
     marked++;
   }
   /* A padded input read only by marked nodes is never written: they read
