@@ -382,17 +382,30 @@ static kn_node find_reader_like(const kn_graph *g, kn_node after, kn_op op, int 
   return -1;
 }
 
+/* Whether x is an f32 value rounded through bf16 (a cast via bf16): its
+ * values are bf16 values. */
+static int rounds_through_bf16(const kn_graph *g, kn_node x) {
+  const kn_node_rec *n = &g->nodes[x];
+  return !n->dead && n->op == KN_OP_CAST && n->dtype == KN_F32 && kn_cast_via(n) == KN_BF16 &&
+         g->nodes[n->inputs[0]].dtype == KN_F32;
+}
+
 /* A batch norm's backward reads its dy three times: bn_grad_x sums dy and
  * dy xhat over the rows, then applies them; bn_grad_gamma sums dy xhat
  * again, bn_grad_beta dy again. Those first sums are the gamma and beta
  * gradients (bn_grad_x scales them by gamma itself), taken the same way,
  * so bn_grad_x writes them (the two run nothing and are live from it on).
- * Then, when that dy is a relu's gradient (the relu fused into bn_apply)
+ * Then, when that dy is a relu's gradient (the relu fused into bn_apply,
+ * or, under mixed_bfloat16, a relu after it whose output is kept in bf16)
  * read by nothing else, bn_grad_x masks dy by the relu's output itself in
- * both of its passes and the relu gradient is never written. float32
- * (double in the reference mode), not synchronized: a synchronized batch
- * norm's sums cover every replica, its gamma and beta gradients only its
- * own. Returns the batch norms paired; *relu_grads, the relus taken in. */
+ * both of its passes and the relu gradient is never written. Under
+ * mixed_bfloat16 that relu gradient is rounded through bf16: where the
+ * gradient it masks is rounded already, the rounding changes nothing and
+ * goes with it. float32 (double in the reference mode; x may be the bf16
+ * layer output mixed_bfloat16 keeps), not synchronized: a synchronized
+ * batch norm's sums cover every replica, its gamma and beta gradients only
+ * its own. Returns the batch norms paired; *relu_grads, the relus taken
+ * in. */
 int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
   int paired = 0;
   *relu_grads = 0;
@@ -402,7 +415,9 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
         X->dtype != KN_F32 || X->attr.bn.writes_gamma || X->attr.bn.writes_beta)
       continue;
     int f32 = 1;
-    for (int k = 0; k < 4; k++) f32 &= g->nodes[X->inputs[k]].dtype == KN_F32;
+    for (int k = 0; k < 4; k++)
+      f32 &= g->nodes[X->inputs[k]].dtype == KN_F32 ||
+             (k == 1 && g->nodes[X->inputs[k]].dtype == KN_BF16);
     if (!f32) continue;
     const kn_node gm = find_reader_like(g, x, KN_OP_BN_GRAD_GAMMA, 3, X);
     const kn_node bt = find_reader_like(g, x, KN_OP_BN_GRAD_BETA, 1, X);
@@ -416,18 +431,30 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
       g->nodes[bt].written_by = 1 + x;
     }
     paired++;
-    /* dy = relu_grad(dy_out, y), read by these three alone */
-    const kn_node dy = X->inputs[0];
+    /* dy = relu_grad(dy_out, y), read by these three alone (or, under
+     * mixed_bfloat16, dy = that rounded through bf16, with dy_out rounded
+     * already, and y the relu's bf16 output) */
+    kn_node dy = X->inputs[0], rounding = -1;
+    if (rounds_through_bf16(g, dy) && sole_reader(g, g->nodes[dy].inputs[0]) == dy &&
+        g->nodes[g->nodes[dy].inputs[0]].op == KN_OP_RELU_GRAD &&
+        rounds_through_bf16(g, g->nodes[g->nodes[dy].inputs[0]].inputs[0])) {
+      rounding = dy;
+      dy = g->nodes[dy].inputs[0];
+    }
     const kn_node_rec *D = &g->nodes[dy];
+    const kn_dtype y_dtype = g->nodes[D->inputs[1]].dtype;
     if (gm < 0 || bt < 0 || D->dead || D->op != KN_OP_RELU_GRAD || D->keep || D->fused_relu ||
         D->storage != KN_STORE_ARENA || D->dtype != KN_F32 ||
-        g->nodes[D->inputs[0]].dtype != KN_F32 || g->nodes[D->inputs[1]].dtype != KN_F32)
+        g->nodes[D->inputs[0]].dtype != KN_F32 ||
+        !(y_dtype == KN_F32 || (rounding >= 0 && y_dtype == KN_BF16)) ||
+        (rounding >= 0 && g->nodes[rounding].keep))
       continue;
+    const kn_node read = rounding >= 0 ? rounding : dy;
     int others = 0;
-    for (kn_node c = dy + 1; c < g->n_nodes; c++) {
+    for (kn_node c = read + 1; c < g->n_nodes; c++) {
       const kn_node_rec *r = &g->nodes[c];
       if (r->dead || c == x || c == gm || c == bt) continue;
-      for (int k = 0; k < r->n_inputs; k++) others |= r->inputs[k] == dy;
+      for (int k = 0; k < r->n_inputs; k++) others |= r->inputs[k] == read;
     }
     if (others) continue;
     const kn_node dy_out = D->inputs[0], y = D->inputs[1];
@@ -448,6 +475,7 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
     g->nodes[gm].inputs[0] = dy_out; /* they read nothing, but stay after it */
     g->nodes[bt].inputs[0] = dy_out;
     g->nodes[dy].dead = 1;
+    if (rounding >= 0) g->nodes[rounding].dead = 1;
     (*relu_grads)++;
   }
   return paired;
@@ -577,6 +605,34 @@ static int round_in_gemm(kn_graph *g, kn_node cast) {
   return 1;
 }
 
+/* A batch norm gradient's x (input 1) that widens a bf16 value — the layer
+ * output mixed_bfloat16 keeps for backward — directly or under a reshape
+ * read by such inputs alone: the gradient reads that bf16 value, widening
+ * it as it reads (the same values), and the widened copy is never made. */
+static int bn_x_is_bn_grad_input(const kn_graph *g, kn_node v) {
+  for (int c = v + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] == v &&
+          !(k == 1 && (r->op == KN_OP_BN_GRAD_X || r->op == KN_OP_BN_GRAD_GAMMA)))
+        return 0;
+  }
+  return 1;
+}
+
+static void bn_grad_reads_bf16_x(kn_graph *g, kn_node_rec *n) {
+  const kn_node x = n->inputs[1];
+  kn_node_rec *V = &g->nodes[x];
+  if (widened_bf16(g, x) >= 0) {
+    n->inputs[1] = widened_bf16(g, x);
+  } else if (V->op == KN_OP_RESHAPE && V->storage == KN_STORE_VIEW && V->dtype == KN_F32 &&
+             !V->keep && widened_bf16(g, V->inputs[0]) >= 0 && bn_x_is_bn_grad_input(g, x)) {
+    V->inputs[0] = widened_bf16(g, V->inputs[0]);
+    V->dtype = KN_BF16;
+  }
+}
+
 /* Under mixed_bfloat16 the matmuls of dense and conv layers, forward and
  * backward, read bf16 operands and run the bf16 GEMM; the f32 values they
  * read before are then left unread and DCE drops them, so activations are
@@ -592,7 +648,8 @@ static int round_in_gemm(kn_graph *g, kn_node cast) {
  *   are the gradients from a tiled max pool down through relu to the
  *   layer's GEMMs (values the policy rounds to bf16 anyway);
  * - a tiled max pool over bf16 values read only through its narrow copy
- *   is stored in bf16 (its maxima are those values).
+ *   is stored in bf16 (its maxima are those values);
+ * - a batch norm gradient reads the bf16 layer output it widened.
  * Other gradients stay f32; the GEMM rounds them to bf16 as it packs. Not a
  * switchable pass: it is what the policy computes. */
 void kn_lower_narrow_gemm_operands(kn_graph *g) {
@@ -630,6 +687,9 @@ void kn_lower_narrow_gemm_operands(kn_graph *g) {
         kn_node src = widened_bf16(g, n->inputs[k]);
         if (src >= 0 && reads_bf16(n->op, k)) n->inputs[k] = src;
       }
+      if ((n->op == KN_OP_BN_GRAD_X || n->op == KN_OP_BN_GRAD_GAMMA) && n->n_inputs >= 2 &&
+          !n->attr.bn.synchronized)
+        bn_grad_reads_bf16_x(g, n);
       /* A tiled max pool over bf16 values read only through its narrow
        * copy: each maximum is one of those values, stored as it is. */
       if (n->op == KN_OP_POOL && n->attr.conv.pool_kind == 0 && kn_pool_tiles(&n->attr.conv) &&

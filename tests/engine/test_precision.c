@@ -1051,6 +1051,37 @@ static void narrow_copies_change_no_bits(void **state) {
   }
 }
 
+/* Batch norm's backward in mixed_bfloat16: bn_grad_x reads the layer
+ * output kept in bf16 and, where a relu follows, masks dy by the relu's
+ * bf16 output, its rounded gradient never written (the bn_grads pass). On
+ * and off: the same bits, on 1 and 2 threads, over channel counts that
+ * take each of its loops (runs of rows under 8 and under 16 channels,
+ * blocks of 8, a width past its last whole block). */
+static void bn_grads_change_no_bits_in_mixed_bfloat16(void **state) {
+  (void)state;
+  static const int widths[] = {4, 12, 16, 40};
+  for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      kn_layer_config layers[11];
+      memcpy(layers, residual_layers, sizeof layers);
+      layers[0].filters = layers[3].filters = layers[6].filters = widths[w];
+      kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+      cfg.layers = layers;
+      cfg.n_layers = 11;
+      kn_plan_stats on, off;
+      kn_model a = build_from(&cfg, threads, ALL_EXACT, &on);
+      kn_model b = build_from(&cfg, threads, ALL_EXACT & ~KN_PASS_BN_GRADS, &off);
+      if (threads == 1)
+        print_message("%d channels: %d batch norms paired, %d relu gradients taken in\n", widths[w],
+                      on.n_bn_grads, on.n_bn_relu_grads);
+      assert_int_equal(on.n_bn_grads, 3);
+      assert_int_equal(on.n_bn_relu_grads, 2); /* stem_relu's, c1_relu's */
+      assert_int_equal(off.n_bn_grads, 0);
+      assert_same_training_and_free(&a, &b);
+    }
+  }
+}
+
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
  * portable one, and on 1 and 3 threads: the same losses, to rounding. */
 static void training_on_either_bf16_kernel_gives_the_same_losses(void **state) {
@@ -1243,6 +1274,7 @@ int main(void) {
       cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
       cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
       cmocka_unit_test(narrow_copies_change_no_bits),
+      cmocka_unit_test(bn_grads_change_no_bits_in_mixed_bfloat16),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
       cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),
