@@ -442,13 +442,12 @@ int kn_lower_bn_grads(kn_graph *g, int *relu_grads) {
       dy = g->nodes[dy].inputs[0];
     }
     const kn_node_rec *D = &g->nodes[dy];
-    const kn_dtype y_dtype = g->nodes[D->inputs[1]].dtype;
     if (gm < 0 || bt < 0 || D->dead || D->op != KN_OP_RELU_GRAD || D->keep || D->fused_relu ||
         D->storage != KN_STORE_ARENA || D->dtype != KN_F32 ||
-        g->nodes[D->inputs[0]].dtype != KN_F32 ||
-        !(y_dtype == KN_F32 || (rounding >= 0 && y_dtype == KN_BF16)) ||
-        (rounding >= 0 && g->nodes[rounding].keep))
+        g->nodes[D->inputs[0]].dtype != KN_F32 || (rounding >= 0 && g->nodes[rounding].keep))
       continue;
+    const kn_dtype y_dtype = g->nodes[D->inputs[1]].dtype;
+    if (!(y_dtype == KN_F32 || (rounding >= 0 && y_dtype == KN_BF16))) continue;
     const kn_node read = rounding >= 0 ? rounding : dy;
     int others = 0;
     for (kn_node c = read + 1; c < g->n_nodes; c++) {

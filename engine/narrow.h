@@ -41,6 +41,14 @@ KN_NARROW_FN float kn_bf16_round_f32(float f) {
   return o;
 }
 
+/* The bf16 bits of an f32 value that is a bf16 value already (rounded
+ * through bf16): its high half, as kn_bf16_from_f32 would round it. */
+KN_NARROW_FN uint16_t kn_bf16_high(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)(u >> 16);
+}
+
 KN_NARROW_FN float kn_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;

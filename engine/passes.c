@@ -181,6 +181,44 @@ static int fuse_chains(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* Under mixed_bfloat16 the relu after a batch norm's apply or an add
+ * reads that value rounded through bf16 (the layer boundary's rounding),
+ * so fuse_chains, before the narrowing, sees a cast between the two. Once
+ * the narrow_copies pass has taken the rounding into the producer (its
+ * round_bf16), the relu becomes that producer with the relu in its loop,
+ * as in float32, writing the relu's bf16 copy: round(relu(v)), the
+ * value relu(round(v)) had (both round the positive values alike and zero
+ * the others), but for the sign of a zero from a negative value under
+ * bf16's smallest. */
+static int fuse_rounded_chains(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *top = &g->nodes[i];
+    if (top->dead || top->op != KN_OP_RELU || top->storage != KN_STORE_ARENA ||
+        top->dtype != KN_F32)
+      continue;
+    kn_node p = top->inputs[0];
+    kn_node_rec *pr = &g->nodes[p];
+    if ((pr->op != KN_OP_BN_APPLY && pr->op != KN_OP_ADD) || !pr->round_bf16 || pr->dead ||
+        pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA || pr->fused_relu ||
+        pr->narrow_copy || pr->dtype != KN_F32)
+      continue;
+    kn_node_rec fused_node = *pr;
+    fused_node.fused_relu = 1;
+    fused_node.narrow_copy = top->narrow_copy;
+    fused_node.storage = top->storage;
+    fused_node.keep = top->keep;
+    fused_node.requires_grad = top->requires_grad;
+    memcpy(fused_node.name, top->name, sizeof fused_node.name);
+    *top = fused_node;
+    pr->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
 /* relu_grad(pool_grad(dy, x, y), x), where a tiled max pool reads the
  * relu's output x, becomes the pool gradient with relu set: the gradient
  * reaches only the cell holding each window's maximum, and relu's mask
@@ -295,6 +333,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     /* the bf16 copies only the casts taken in read are read by nothing now */
     if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
     st->narrow_copies += kn_lower_narrow_copies(g);
+    if (passes & KN_PASS_FUSION) st->fused += fuse_rounded_chains(g, scratch);
   }
   /* After fusion (a relu taken into the batch norm goes with it). */
   if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);

@@ -1082,6 +1082,134 @@ static void bn_grads_change_no_bits_in_mixed_bfloat16(void **state) {
   }
 }
 
+/* What a batch norm input gradient computed, against its definition in
+ * double from the same inputs (node_done: right after the node ran, its
+ * inputs still live): dx = gamma inv / R (R d - sum d - xhat sum d xhat),
+ * d = dy where the relu after the norm passed. */
+typedef struct bn_grad_check {
+  kn_graph *g;
+  int nodes, bf16_x, bf16_masks;
+  double worst; /* the largest difference over the largest |dx| */
+} bn_grad_check;
+
+static double value_of(const kn_graph *g, kn_node v, size_t i) {
+  const kn_node_rec *n = &g->nodes[v];
+  return n->dtype == KN_BF16 ? kn_bf16_to_f32(((const uint16_t *)n->data)[i])
+                             : ((const float *)n->data)[i];
+}
+
+static void check_bn_grad_x(void *ctx, int i) {
+  bn_grad_check *c = ctx;
+  const kn_graph *g = c->g;
+  const kn_node_rec *n = &g->nodes[i];
+  if (n->op != KN_OP_BN_GRAD_X) return;
+  int R, C;
+  kn_node_matrix(g, n, &R, &C);
+  const float *stats = g->nodes[n->inputs[2]].data, *gamma = g->nodes[n->inputs[3]].data;
+  const int masked = n->n_inputs > 4 && !n->attr.bn.relu_from_beta;
+  c->nodes++;
+  c->bf16_x += g->nodes[n->inputs[1]].dtype == KN_BF16;
+  c->bf16_masks += masked && g->nodes[n->inputs[4]].dtype == KN_BF16;
+  double *d = malloc(sizeof(double) * (size_t)R * C), *xh = malloc(sizeof(double) * (size_t)R * C);
+  assert_non_null(d);
+  assert_non_null(xh);
+  double top = 0.0, diff = 0.0;
+  for (int ch = 0; ch < C; ch++) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int r = 0; r < R; r++) {
+      const size_t at = (size_t)r * C + ch;
+      xh[at] = (value_of(g, n->inputs[1], at) - stats[ch]) * stats[C + ch];
+      int pass = 1;
+      if (masked) pass = value_of(g, n->inputs[4], at) > 0;
+      if (n->attr.bn.relu_from_beta)
+        pass = xh[at] * gamma[ch] + ((const float *)g->nodes[n->inputs[4]].data)[ch] > 0;
+      d[at] = pass ? value_of(g, n->inputs[0], at) : 0.0;
+      s1 += d[at];
+      s2 += d[at] * xh[at];
+    }
+    for (int r = 0; r < R; r++) {
+      const size_t at = (size_t)r * C + ch;
+      const double ref = gamma[ch] * stats[C + ch] / R * (R * d[at] - s1 - xh[at] * s2);
+      top = fmax(top, fabs(ref));
+      diff = fmax(diff, fabs(ref - ((const float *)n->data)[at]));
+    }
+  }
+  free(d);
+  free(xh);
+  if (top > 0 && diff / top > c->worst) c->worst = diff / top;
+}
+
+/* In mixed_bfloat16 batch norm's input gradient reads the layer output
+ * kept in bf16 (and the relu's bf16 output as its mask) and is formed in
+ * float, not double, as the bf16 products that read it round it to 8 bits
+ * anyway: on the residual block, over channel counts that take each of
+ * its loops, every one stays within 2^-18 of its largest value of the
+ * definition in double (1.5e-7 seen; bf16 keeps 2^-9), float32's (in
+ * double) within 2^-20 (8.7e-8 seen). */
+static void batch_norm_input_gradients_match_their_definition(void **state) {
+  (void)state;
+  static const int widths[] = {4, 12, 16, 40};
+  for (int p = 0; p < 2; p++) {
+    const kn_precision precision = p ? KN_PRECISION_MIXED_BFLOAT16 : KN_PRECISION_FLOAT32;
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+      kn_layer_config layers[11];
+      memcpy(layers, residual_layers, sizeof layers);
+      layers[0].filters = layers[3].filters = layers[6].filters = widths[w];
+      kn_model_config cfg = cnn_config(12, 16, precision, 0);
+      cfg.layers = layers;
+      cfg.n_layers = 11;
+      kn_model m = build_from(&cfg, 2, KN_PASS_ALL, NULL);
+      bn_grad_check c = {.g = m.graph};
+      m.graph->node_done = check_bn_grad_x;
+      m.graph->node_done_ctx = &c;
+      float losses[2];
+      sgd_losses(&m, 2, losses);
+      print_message("%s, %d channels: %d input gradients within %.3g of their largest (%d read "
+                    "bf16 x, %d a bf16 mask)\n",
+                    kn_precision_name(precision), widths[w], c.nodes, c.worst, c.bf16_x,
+                    c.bf16_masks);
+      assert_int_equal(c.nodes, 2 * 3);
+      if (p) {
+        assert_int_equal(c.bf16_x, 2 * 3);
+        assert_int_equal(c.bf16_masks, 2 * 2);
+      }
+      if (c.worst > (p ? 0x1p-18 : 0x1p-20))
+        fail_msg("%s, %d channels: an input gradient is %g of its largest off",
+                 kn_precision_name(precision), widths[w], c.worst);
+      kn_model_free(&m);
+    }
+  }
+}
+
+/* The relu after a batch norm's apply or an add, rounded through bf16 at
+ * the layer boundary, fused into that producer once the rounding is
+ * taken into it (fuse_rounded_chains): the fusion pass on and off in
+ * mixed_bfloat16, the same bits, and three relus fused on the residual
+ * block (two after norms, one after the add). */
+static void relus_after_rounded_values_fuse_in_mixed_bfloat16(void **state) {
+  (void)state;
+  for (int threads = 1; threads <= 2; threads++) {
+    kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+    cfg.layers = residual_layers;
+    cfg.n_layers = 11;
+    kn_plan_stats on, off;
+    kn_model a = build_from(&cfg, threads, ALL_EXACT, &on);
+    kn_model b = build_from(&cfg, threads, ALL_EXACT & ~KN_PASS_FUSION, &off);
+    int relus = 0;
+    for (int i = 0; i < a.graph->n_nodes; i++) {
+      const kn_node_rec *n = &a.graph->nodes[i];
+      relus += !n->dead && n->op == KN_OP_RELU;
+      if (!n->dead && n->fused_relu && (n->op == KN_OP_BN_APPLY || n->op == KN_OP_ADD))
+        assert_true(n->round_bf16);
+    }
+    if (threads == 1) print_message("%d nodes fused, %d relus left\n", on.n_fused, relus);
+    assert_int_equal(relus, 0);
+    assert_true(on.n_fused >= 3);
+    assert_int_equal(off.n_fused, 0);
+    assert_same_training_and_free(&a, &b);
+  }
+}
+
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
  * portable one, and on 1 and 3 threads: the same losses, to rounding. */
 static void training_on_either_bf16_kernel_gives_the_same_losses(void **state) {
@@ -1275,6 +1403,8 @@ int main(void) {
       cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
       cmocka_unit_test(narrow_copies_change_no_bits),
       cmocka_unit_test(bn_grads_change_no_bits_in_mixed_bfloat16),
+      cmocka_unit_test(batch_norm_input_gradients_match_their_definition),
+      cmocka_unit_test(relus_after_rounded_values_fuse_in_mixed_bfloat16),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
       cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),
