@@ -730,6 +730,7 @@ int kn_lower_pool_grads_in_gemm(kn_graph *g);
 int kn_lower_bn_grads(kn_graph *g, int *relu_grads);
 int kn_lower_rounds_in_producers(kn_graph *g); /* the narrow_copies pass, then DCE, then: */
 int kn_lower_narrow_copies(kn_graph *g);
+int kn_lower_bf16_values(kn_graph *g);           /* after fusion: values kept in bf16 alone */
 void kn_lower_narrow_gemm_operands(kn_graph *g); /* mixed_bfloat16 (not switchable) */
 /* winograd.c: 3x3 and 5x5, stride-1 convolutions by Winograd's F(4x4, 3x3)
  * and F(2x2, 5x5), on CPUs with AVX-512F (kn_winograd_available); dilated

@@ -632,6 +632,63 @@ static void bn_grad_reads_bf16_x(kn_graph *g, kn_node_rec *n) {
   }
 }
 
+/* The live bf16 copy of x (mixed precision's narrow copy), or -1. */
+static kn_node narrow_copy_of(const kn_graph *g, kn_node x) {
+  for (kn_node c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *n = &g->nodes[c];
+    if (!n->dead && n->op == KN_OP_CAST && n->dtype == KN_BF16 && n->inputs[0] == x) return c;
+  }
+  return -1;
+}
+
+/* Whether r is a batch norm's statistics or apply, not synchronized (those
+ * sum over every replica). */
+static int local_bn(const kn_graph *g, const kn_node_rec *r) {
+  const kn_node_rec *stats = r->op == KN_OP_BN_APPLY ? &g->nodes[r->inputs[1]] : r;
+  return (r->op == KN_OP_BN_STATS || r->op == KN_OP_BN_APPLY) && stats->op == KN_OP_BN_STATS &&
+         !stats->attr.bn.synchronized;
+}
+
+/* Whether every live reader of v is such a batch norm reading it as x. */
+static int read_as_bn_input(const kn_graph *g, kn_node v) {
+  int readers = 0;
+  for (kn_node c = v + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++) {
+      if (r->inputs[k] != v) continue;
+      if (k != 0 || !local_bn(g, r)) return 0;
+      readers++;
+    }
+  }
+  return readers > 0;
+}
+
+/* A batch norm over a layer output whose bf16 copy mixed_bfloat16 keeps
+ * for backward normalizes that copy: the layer's output in the policy's
+ * compute type, as a Keras layer under mixed_bfloat16 hands the next its
+ * bf16 output (and as backward already reads it, so the two passes see
+ * the same x). The output's view (a convolution's NHWC) then views the
+ * copy; the f32 output, read by its copy alone, is written in bf16 only
+ * (the loop below). */
+static void bn_reads_bf16_input(kn_graph *g, kn_node v) {
+  kn_node_rec *V = &g->nodes[v];
+  if (V->dead || V->dtype != KN_F32 || V->keep) return;
+  if (V->op == KN_OP_RESHAPE && V->storage == KN_STORE_VIEW) {
+    const kn_node copy = narrow_copy_of(g, V->inputs[0]);
+    if (copy < 0 || copy > v || !read_as_bn_input(g, v)) return;
+    V->inputs[0] = copy;
+    V->dtype = KN_BF16;
+    return;
+  }
+  /* (other readers keep the f32 value) */
+  const kn_node copy = narrow_copy_of(g, v);
+  for (kn_node c = copy + 1; copy >= 0 && c < g->n_nodes; c++) {
+    kn_node_rec *r = &g->nodes[c];
+    if (!r->dead && r->n_inputs > 0 && r->inputs[0] == v && local_bn(g, r)) r->inputs[0] = copy;
+  }
+}
+
 /* Under mixed_bfloat16 the matmuls of dense and conv layers, forward and
  * backward, read bf16 operands and run the bf16 GEMM; the f32 values they
  * read before are then left unread and DCE drops them, so activations are
@@ -648,11 +705,15 @@ static void bn_grad_reads_bf16_x(kn_graph *g, kn_node_rec *n) {
  *   layer's GEMMs (values the policy rounds to bf16 anyway);
  * - a tiled max pool over bf16 values read only through its narrow copy
  *   is stored in bf16 (its maxima are those values);
- * - a batch norm gradient reads the bf16 layer output it widened.
+ * - a batch norm normalizes the bf16 copy of the layer output it reads
+ *   (bn_reads_bf16_input), and its gradient reads that copy too.
  * Other gradients stay f32; the GEMM rounds them to bf16 as it packs. Not a
  * switchable pass: it is what the policy computes. */
 void kn_lower_narrow_gemm_operands(kn_graph *g) {
   if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return;
+  for (kn_node i = 0; i < g->n_nodes; i++)
+    if (!g->nodes[i].dead && (g->nodes[i].op == KN_OP_BN_STATS || g->nodes[i].op == KN_OP_BN_APPLY))
+      bn_reads_bf16_input(g, g->nodes[i].inputs[0]);
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     if (n->dead) continue;
@@ -825,6 +886,31 @@ int kn_lower_narrow_copies(kn_graph *g) {
     moved++;
   }
   return moved;
+}
+
+/* The last step of the narrow_copies pass, after fusion: a batch norm's
+ * apply or an add, rounded through bf16, whose f32 value nothing reads
+ * but its bf16 copy, is stored in bf16 alone — the copy's values — and
+ * its readers read it. Returns the nodes that became bf16. */
+int kn_lower_bf16_values(kn_graph *g) {
+  if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return 0;
+  int narrowed = 0;
+  for (kn_node p = 0; p < g->n_nodes; p++) {
+    kn_node_rec *P = &g->nodes[p];
+    if (P->dead || (P->op != KN_OP_BN_APPLY && P->op != KN_OP_ADD) || P->dtype != KN_F32 ||
+        !P->round_bf16 || !P->narrow_copy || P->keep || P->storage != KN_STORE_ARENA ||
+        P->device.kind != KN_DEVICE_CPU || P->eval_written_by)
+      continue;
+    const kn_node c = P->narrow_copy - 1;
+    if (g->nodes[c].keep || !read_only_by(g, p, c, -1)) continue;
+    replace_reads(g, c, p);
+    g->nodes[c].dead = 1;
+    g->nodes[c].written_by = 0;
+    P->narrow_copy = 0;
+    P->dtype = KN_BF16;
+    narrowed++;
+  }
+  return narrowed;
 }
 
 /* A marked node's padded input and product shape (graph_internal.h). */

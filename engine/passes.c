@@ -334,6 +334,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
     st->narrow_copies += kn_lower_narrow_copies(g);
     if (passes & KN_PASS_FUSION) st->fused += fuse_rounded_chains(g, scratch);
+    st->narrow_copies += kn_lower_bf16_values(g);
   }
   /* After fusion (a relu taken into the batch norm goes with it). */
   if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);

@@ -1090,6 +1090,9 @@ typedef struct bn_grad_check {
   kn_graph *g;
   int nodes, bf16_x, bf16_masks;
   double worst; /* the largest difference over the largest |dx| */
+  /* the forward's: statistics and applies checked, those reading bf16 x,
+   * applies stored in bf16 alone, values off their definition */
+  int stats, stats_bf16_x, applies, applies_bf16_x, applies_bf16_y, off;
 } bn_grad_check;
 
 static double value_of(const kn_graph *g, kn_node v, size_t i) {
@@ -1098,10 +1101,65 @@ static double value_of(const kn_graph *g, kn_node v, size_t i) {
                              : ((const float *)n->data)[i];
 }
 
+/* A batch norm's statistics: each channel's mean within 2^-20 of the
+ * largest |x|, 1/sqrt(var + eps) within 2^-18 of itself, of their
+ * definition in double over the x it read. */
+static void check_bn_stats(bn_grad_check *c, const kn_node_rec *n) {
+  const kn_graph *g = c->g;
+  int R, C;
+  kn_node_matrix(g, &g->nodes[n->inputs[0]], &R, &C);
+  const float *stats = n->data;
+  c->stats++;
+  c->stats_bf16_x += g->nodes[n->inputs[0]].dtype == KN_BF16;
+  for (int ch = 0; ch < C; ch++) {
+    double sum = 0.0, top = 0.0, sq = 0.0;
+    for (int r = 0; r < R; r++) {
+      const double x = value_of(g, n->inputs[0], (size_t)r * C + ch);
+      sum += x;
+      top = fmax(top, fabs(x));
+    }
+    const double mean = sum / R;
+    for (int r = 0; r < R; r++) {
+      const double d = value_of(g, n->inputs[0], (size_t)r * C + ch) - mean;
+      sq += d * d;
+    }
+    const double inv = 1.0 / sqrt(sq / R + n->attr.bn.epsilon);
+    if (fabs(stats[ch] - mean) > 0x1p-20 * top || fabs(stats[C + ch] - inv) > 0x1p-18 * inv)
+      c->off++;
+  }
+}
+
+/* A batch norm's apply: (x - mean) inv gamma + beta from the statistics
+ * it read, through its relu, within 2^-20 of the largest value (and, where
+ * it is rounded through bf16, bf16's half step of its own). */
+static void check_bn_apply(bn_grad_check *c, const kn_node_rec *n, kn_node self) {
+  const kn_graph *g = c->g;
+  int R, C;
+  kn_node_matrix(g, n, &R, &C);
+  const float *stats = g->nodes[n->inputs[1]].data, *gamma = g->nodes[n->inputs[2]].data,
+              *beta = g->nodes[n->inputs[3]].data;
+  c->applies++;
+  c->applies_bf16_x += g->nodes[n->inputs[0]].dtype == KN_BF16;
+  c->applies_bf16_y += n->dtype == KN_BF16;
+  double top = 0.0;
+  for (size_t at = 0; at < (size_t)R * C; at++) top = fmax(top, fabs(value_of(g, self, at)));
+  for (int r = 0; r < R; r++)
+    for (int ch = 0; ch < C; ch++) {
+      const size_t at = (size_t)r * C + ch;
+      double ref =
+          (value_of(g, n->inputs[0], at) - stats[ch]) * stats[C + ch] * gamma[ch] + beta[ch];
+      if (n->fused_relu && ref < 0) ref = 0;
+      const double tol = 0x1p-20 * top + (n->round_bf16 ? 0x1p-8 * fabs(ref) : 0.0);
+      if (fabs(value_of(g, self, at) - ref) > tol) c->off++;
+    }
+}
+
 static void check_bn_grad_x(void *ctx, int i) {
   bn_grad_check *c = ctx;
   const kn_graph *g = c->g;
   const kn_node_rec *n = &g->nodes[i];
+  if (n->op == KN_OP_BN_STATS) check_bn_stats(c, n);
+  if (n->op == KN_OP_BN_APPLY) check_bn_apply(c, n, i);
   if (n->op != KN_OP_BN_GRAD_X) return;
   int R, C;
   kn_node_matrix(g, n, &R, &C);
@@ -1139,16 +1197,20 @@ static void check_bn_grad_x(void *ctx, int i) {
   if (top > 0 && diff / top > c->worst) c->worst = diff / top;
 }
 
-/* In mixed_bfloat16 batch norm's input gradient reads the layer output
- * kept in bf16 (and the relu's bf16 output as its mask) and is formed in
- * float, not double, as the bf16 products that read it round it to 8 bits
- * anyway: on the residual block, over channel counts that take each of
- * its loops, every one stays within 2^-18 of its largest value of the
- * definition in double (1.5e-7 seen; bf16 keeps 2^-9), float32's (in
- * double) within 2^-20 (8.7e-8 seen). */
-static void batch_norm_input_gradients_match_their_definition(void **state) {
+/* In mixed_bfloat16 batch norm normalizes the layer output in bf16 (the
+ * convolution stores nothing else), stores a value only its bf16 copy
+ * would read in bf16 alone, and its input gradient reads that bf16 output
+ * (and the relu's bf16 output as its mask) and is formed in float, not
+ * double, as the bf16 products that read it round it to 8 bits anyway. On
+ * the residual block, over channel counts that take each of its loops:
+ * the statistics and applies match their definitions, and every input
+ * gradient stays within 2^-18 of its largest value of the definition in
+ * double (1.6e-7 seen; bf16 keeps 2^-9), float32's (in double) within
+ * 2^-20 (8.7e-8 seen). 80 channels: a row at a time, past one chunk of
+ * the sums. */
+static void batch_norms_match_their_definitions(void **state) {
   (void)state;
-  static const int widths[] = {4, 12, 16, 40};
+  static const int widths[] = {4, 12, 16, 40, 80};
   for (int p = 0; p < 2; p++) {
     const kn_precision precision = p ? KN_PRECISION_MIXED_BFLOAT16 : KN_PRECISION_FLOAT32;
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
@@ -1165,13 +1227,21 @@ static void batch_norm_input_gradients_match_their_definition(void **state) {
       float losses[2];
       sgd_losses(&m, 2, losses);
       print_message("%s, %d channels: %d input gradients within %.3g of their largest (%d read "
-                    "bf16 x, %d a bf16 mask)\n",
+                    "bf16 x, %d a bf16 mask); %d statistics (%d of bf16 x), %d applies (%d of "
+                    "bf16 x, %d stored in bf16)\n",
                     kn_precision_name(precision), widths[w], c.nodes, c.worst, c.bf16_x,
-                    c.bf16_masks);
+                    c.bf16_masks, c.stats, c.stats_bf16_x, c.applies, c.applies_bf16_x,
+                    c.applies_bf16_y);
       assert_int_equal(c.nodes, 2 * 3);
+      assert_int_equal(c.stats, 2 * 3);
+      assert_int_equal(c.applies, 2 * 3);
+      assert_int_equal(c.off, 0);
       if (p) {
         assert_int_equal(c.bf16_x, 2 * 3);
         assert_int_equal(c.bf16_masks, 2 * 2);
+        assert_int_equal(c.stats_bf16_x, 2 * 3);
+        assert_int_equal(c.applies_bf16_x, 2 * 3);
+        assert_int_equal(c.applies_bf16_y, 2 * 1); /* c1_bn's: only c2 reads it */
       }
       if (c.worst > (p ? 0x1p-18 : 0x1p-20))
         fail_msg("%s, %d channels: an input gradient is %g of its largest off",
@@ -1403,7 +1473,7 @@ int main(void) {
       cmocka_unit_test(training_on_either_bf16_kernel_gives_the_same_losses),
       cmocka_unit_test(narrow_copies_change_no_bits),
       cmocka_unit_test(bn_grads_change_no_bits_in_mixed_bfloat16),
-      cmocka_unit_test(batch_norm_input_gradients_match_their_definition),
+      cmocka_unit_test(batch_norms_match_their_definitions),
       cmocka_unit_test(relus_after_rounded_values_fuse_in_mixed_bfloat16),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
