@@ -888,25 +888,57 @@ int kn_lower_narrow_copies(kn_graph *g) {
   return moved;
 }
 
-/* The last step of the narrow_copies pass, after fusion: a batch norm's
- * apply or an add, rounded through bf16, whose f32 value nothing reads
- * but its bf16 copy, is stored in bf16 alone — the copy's values — and
- * its readers read it. Returns the nodes that became bf16. */
+/* Whether every live reader of x is an add rounded through bf16. */
+static int read_by_rounded_adds(const kn_graph *g, kn_node x) {
+  int readers = 0;
+  for (kn_node c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++) {
+      if (r->inputs[k] != x) continue;
+      if (r->op != KN_OP_ADD || !r->round_bf16 || r->device.kind != KN_DEVICE_CPU) return 0;
+      readers++;
+    }
+  }
+  return readers > 0;
+}
+
+/* The last step of the narrow_copies pass, after fusion, for values
+ * rounded through bf16 by their kernels (round_bf16), whose bf16 copies
+ * hold the same values. An add rounded so reads such an input's bf16
+ * copy, where it has one. Then such a value from a batch norm's apply or
+ * an add that nothing reads but its bf16 copy, or adds rounded so alone,
+ * is stored in bf16 alone, and its readers read it. Returns the nodes
+ * that became bf16. */
 int kn_lower_bf16_values(kn_graph *g) {
   if (g->precision != KN_PRECISION_MIXED_BFLOAT16 || g->f64) return 0;
+  for (kn_node a = 0; a < g->n_nodes; a++) {
+    kn_node_rec *A = &g->nodes[a];
+    if (A->dead || A->op != KN_OP_ADD || !A->round_bf16 || A->device.kind != KN_DEVICE_CPU)
+      continue;
+    for (int k = 0; k < 2; k++) {
+      const kn_node_rec *P = &g->nodes[A->inputs[k]];
+      if (P->round_bf16 && P->narrow_copy && P->dtype == KN_F32 && !P->dead)
+        A->inputs[k] = P->narrow_copy - 1;
+    }
+  }
   int narrowed = 0;
   for (kn_node p = 0; p < g->n_nodes; p++) {
     kn_node_rec *P = &g->nodes[p];
     if (P->dead || (P->op != KN_OP_BN_APPLY && P->op != KN_OP_ADD) || P->dtype != KN_F32 ||
-        !P->round_bf16 || !P->narrow_copy || P->keep || P->storage != KN_STORE_ARENA ||
+        !P->round_bf16 || P->keep || P->storage != KN_STORE_ARENA ||
         P->device.kind != KN_DEVICE_CPU || P->eval_written_by)
       continue;
-    const kn_node c = P->narrow_copy - 1;
-    if (g->nodes[c].keep || !read_only_by(g, p, c, -1)) continue;
-    replace_reads(g, c, p);
-    g->nodes[c].dead = 1;
-    g->nodes[c].written_by = 0;
-    P->narrow_copy = 0;
+    if (P->narrow_copy) {
+      const kn_node c = P->narrow_copy - 1;
+      if (g->nodes[c].keep || !read_only_by(g, p, c, -1)) continue;
+      replace_reads(g, c, p);
+      g->nodes[c].dead = 1;
+      g->nodes[c].written_by = 0;
+      P->narrow_copy = 0;
+    } else if (!read_by_rounded_adds(g, p)) {
+      continue;
+    }
     P->dtype = KN_BF16;
     narrowed++;
   }

@@ -1198,8 +1198,8 @@ static void check_bn_grad_x(void *ctx, int i) {
 }
 
 /* In mixed_bfloat16 batch norm normalizes the layer output in bf16 (the
- * convolution stores nothing else), stores a value only its bf16 copy
- * would read in bf16 alone, and its input gradient reads that bf16 output
+ * convolution stores nothing else), stores a value only its bf16 copy or
+ * a rounded add would read in bf16 alone, and its input gradient reads that bf16 output
  * (and the relu's bf16 output as its mask) and is formed in float, not
  * double, as the bf16 products that read it round it to 8 bits anyway. On
  * the residual block, over channel counts that take each of its loops:
@@ -1241,7 +1241,9 @@ static void batch_norms_match_their_definitions(void **state) {
         assert_int_equal(c.bf16_masks, 2 * 2);
         assert_int_equal(c.stats_bf16_x, 2 * 3);
         assert_int_equal(c.applies_bf16_x, 2 * 3);
-        assert_int_equal(c.applies_bf16_y, 2 * 1); /* c1_bn's: only c2 reads it */
+        /* all three: c1_bn's read by c2 alone, stem_bn's and c2_bn's by c1
+         * and the add (stem's bf16 copy) or the add alone */
+        assert_int_equal(c.applies_bf16_y, 2 * 3);
       }
       if (c.worst > (p ? 0x1p-18 : 0x1p-20))
         fail_msg("%s, %d channels: an input gradient is %g of its largest off",
