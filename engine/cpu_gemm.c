@@ -63,6 +63,10 @@ static size_t per_thread_bytes(int depth) {
   return (size_t)(MC + NC) * (size_t)depth * 2;
 }
 
+void *kn_gemm_task_scratch(void *scratch, int task, int k) {
+  return (unsigned char *)scratch + (size_t)task * per_thread_bytes(depth_block(k, KN_BF16));
+}
+
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth) {
   return PARTIAL_FLOATS * sizeof(float) +
          (size_t)(threads < 1 ? 1 : threads) *

@@ -649,6 +649,11 @@ typedef struct kn_gemm_operand {
  * reading a pool's gradient as B); elsewhere the caller sums them. */
 int kn_gemm_sums_b(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b);
 size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
+/* The scratch a kn_gemm_run on no pool (one thread) takes as task `task`
+ * of a scratch sized for more threads than task, its bf16 C of depth k
+ * within the depth the scratch was sized for: tasks that run such calls
+ * at once each take their own thread's buffers (col2im_gemm). */
+void *kn_gemm_task_scratch(void *scratch, int task, int k);
 /* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
  * each tile's sums are complete; NULL: none. */
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,

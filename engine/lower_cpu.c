@@ -229,7 +229,9 @@ int kn_lower_implicit_input_grads(kn_graph *g) {
  * by the kernel into columns that col2im then sums, becomes one
  * col2im_gemm node of dy and the kernel that runs the two by chunks of
  * images (cpu_kernels_conv.inc): the same products and sums in the same
- * order, the columns never whole. float32 operands, kiln's GEMM. */
+ * order, the columns never whole. float32 operands, kiln's GEMM; or,
+ * under mixed_bfloat16, the bf16 kernel (dy f32 or bf16) on the bf16 GEMM
+ * into bf16 columns, as the matmul ran. */
 int kn_lower_col2im_chunks(kn_graph *g) {
   if (!kiln_gemm_runs(g)) return 0;
   int replaced = 0;
@@ -242,17 +244,22 @@ int kn_lower_col2im_chunks(kn_graph *g) {
     const kn_node mi = c->inputs[0];
     kn_node_rec *mm = &g->nodes[mi];
     if (mm->dead || mm->op != KN_OP_MATMUL || mm->keep || mm->storage != KN_STORE_ARENA ||
-        mm->dtype != KN_F32 || mm->attr.matmul.trans_a != 0 || mm->attr.matmul.trans_b != 1 ||
-        mm->argmax || mm->winograd || sole_reader(g, mi) != i)
+        (mm->dtype != KN_F32 && mm->dtype != KN_BF16) || mm->attr.matmul.trans_a != 0 ||
+        mm->attr.matmul.trans_b != 1 || mm->argmax || mm->winograd || sole_reader(g, mi) != i)
       continue;
     const kn_node dyv = mm->inputs[0], wv = mm->inputs[1];
     if (g->nodes[dyv].op != KN_OP_RESHAPE || g->nodes[wv].op != KN_OP_RESHAPE) continue;
     const kn_node dy = g->nodes[dyv].inputs[0], w = g->nodes[wv].inputs[0];
     const kn_node_rec *DY = &g->nodes[dy], *Wk = &g->nodes[w];
-    if (DY->ndim != 4 || Wk->ndim != 4 || DY->dtype != KN_F32 || Wk->dtype != KN_F32 ||
-        DY->storage == KN_STORE_PART || DY->dims[1] != a->oh || DY->dims[2] != a->ow ||
-        Wk->dims[0] != a->kh || Wk->dims[1] != a->kw || Wk->dims[2] != c->dims[3] ||
-        Wk->dims[3] != DY->dims[3])
+    /* float32 throughout, or the bf16 GEMM's: a bf16 kernel into bf16
+     * columns */
+    const int f32 = mm->dtype == KN_F32 && DY->dtype == KN_F32 && Wk->dtype == KN_F32;
+    const int bf16 = mm->dtype == KN_BF16 && Wk->dtype == KN_BF16 &&
+                     (DY->dtype == KN_F32 || DY->dtype == KN_BF16) &&
+                     g->nodes[dyv].dtype == DY->dtype && g->nodes[wv].dtype == KN_BF16;
+    if (DY->ndim != 4 || Wk->ndim != 4 || !(f32 || bf16) || DY->storage == KN_STORE_PART ||
+        DY->dims[1] != a->oh || DY->dims[2] != a->ow || Wk->dims[0] != a->kh ||
+        Wk->dims[1] != a->kw || Wk->dims[2] != c->dims[3] || Wk->dims[3] != DY->dims[3])
       continue;
     c->op = KN_OP_COL2IM_GEMM;
     c->n_inputs = 2;

@@ -443,9 +443,12 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     int m, cols, depth;
     if (n->op == KN_OP_CONV_INPUT_GRAD) /* its sums run over dy's taps and filters */
       depth = kn_pad_cols_width(A);
+    else if (n->op == KN_OP_COL2IM_GEMM) /* over dy's filters, into bf16 columns */
+      depth = A->dims[3];
     else
       kn_matmul_dims(g, n, &m, &cols, &depth);
-    if (n->dtype == KN_BF16 && depth > bf16_out_depth) bf16_out_depth = depth;
+    if ((n->dtype == KN_BF16 || n->op == KN_OP_COL2IM_GEMM) && depth > bf16_out_depth)
+      bf16_out_depth = depth;
   }
   if (bf16_gemms) {
     size_t bytes = kn_gemm_scratch_bytes(kn_pool_threads(g->pool), bf16_out_depth);

@@ -1282,6 +1282,60 @@ static void relus_after_rounded_values_fuse_in_mixed_bfloat16(void **state) {
   }
 }
 
+/* Strided convolutions' input gradients in mixed_bfloat16 by chunks of
+ * images (col2im_chunks): each thread's bf16 GEMM into its chunk of bf16
+ * columns, col2im summing them while they are in cache, as the matmul into
+ * whole bf16 columns and col2im did: on and off, the same bits, on 1 and 3
+ * threads, in chunks of the whole batch and of one image. */
+static const kn_layer_config strided_layers[5] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 8,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down2",
+     .filters = 24,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_VALID,
+     .use_bias = 0},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
+
+static void col2im_chunks_change_no_bits_in_mixed_bfloat16(void **state) {
+  (void)state;
+  require_kiln_gemm();
+  for (int one_image = 0; one_image <= 1; one_image++) {
+    kn_col2im_set_chunk_bytes(one_image ? 1 : 0);
+    for (int threads = 1; threads <= 3; threads += 2) {
+      kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+      cfg.layers = strided_layers;
+      cfg.n_layers = 5;
+      kn_plan_stats on, off;
+      kn_model a = build_from(&cfg, threads, ALL_EXACT, &on);
+      kn_model b = build_from(&cfg, threads, ALL_EXACT & ~KN_PASS_COL2IM_CHUNKS, &off);
+      if (threads == 1)
+        print_message("chunks of %s: %d input gradients by chunks\n",
+                      one_image ? "one image" : "the batch", on.n_col2im_chunks);
+      assert_int_equal(on.n_col2im_chunks, 2);
+      assert_int_equal(off.n_col2im_chunks, 0);
+      assert_same_training_and_free(&a, &b);
+    }
+  }
+  kn_col2im_set_chunk_bytes(0);
+}
+
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
  * portable one, and on 1 and 3 threads: the same losses, to rounding. */
 static void training_on_either_bf16_kernel_gives_the_same_losses(void **state) {
@@ -1477,6 +1531,7 @@ int main(void) {
       cmocka_unit_test(bn_grads_change_no_bits_in_mixed_bfloat16),
       cmocka_unit_test(batch_norms_match_their_definitions),
       cmocka_unit_test(relus_after_rounded_values_fuse_in_mixed_bfloat16),
+      cmocka_unit_test(col2im_chunks_change_no_bits_in_mixed_bfloat16),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
       cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),
