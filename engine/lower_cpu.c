@@ -611,29 +611,40 @@ static int round_in_gemm(kn_graph *g, kn_node cast) {
   return 1;
 }
 
+/* Whether x has live readers and `ok` takes every read of it (reader r,
+ * its input k). */
+static int every_read(const kn_graph *g, kn_node x,
+                      int (*ok)(const kn_graph *g, const kn_node_rec *r, int k)) {
+  int readers = 0;
+  for (kn_node c = x + 1; c < g->n_nodes; c++) {
+    const kn_node_rec *r = &g->nodes[c];
+    if (r->dead) continue;
+    for (int k = 0; k < r->n_inputs; k++) {
+      if (r->inputs[k] != x) continue;
+      if (!ok(g, r, k)) return 0;
+      readers++;
+    }
+  }
+  return readers > 0;
+}
+
+/* A batch norm gradient reading its x. */
+static int as_bn_grad_x(const kn_graph *g, const kn_node_rec *r, int k) {
+  (void)g;
+  return k == 1 && (r->op == KN_OP_BN_GRAD_X || r->op == KN_OP_BN_GRAD_GAMMA);
+}
+
 /* A batch norm gradient's x (input 1) that widens a bf16 value — the layer
  * output mixed_bfloat16 keeps for backward — directly or under a reshape
  * read by such inputs alone: the gradient reads that bf16 value, widening
  * it as it reads (the same values), and the widened copy is never made. */
-static int bn_x_is_bn_grad_input(const kn_graph *g, kn_node v) {
-  for (int c = v + 1; c < g->n_nodes; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead) continue;
-    for (int k = 0; k < r->n_inputs; k++)
-      if (r->inputs[k] == v &&
-          !(k == 1 && (r->op == KN_OP_BN_GRAD_X || r->op == KN_OP_BN_GRAD_GAMMA)))
-        return 0;
-  }
-  return 1;
-}
-
 static void bn_grad_reads_bf16_x(kn_graph *g, kn_node_rec *n) {
   const kn_node x = n->inputs[1];
   kn_node_rec *V = &g->nodes[x];
   if (widened_bf16(g, x) >= 0) {
     n->inputs[1] = widened_bf16(g, x);
   } else if (V->op == KN_OP_RESHAPE && V->storage == KN_STORE_VIEW && V->dtype == KN_F32 &&
-             !V->keep && widened_bf16(g, V->inputs[0]) >= 0 && bn_x_is_bn_grad_input(g, x)) {
+             !V->keep && widened_bf16(g, V->inputs[0]) >= 0 && every_read(g, x, as_bn_grad_x)) {
     V->inputs[0] = widened_bf16(g, V->inputs[0]);
     V->dtype = KN_BF16;
   }
@@ -656,19 +667,9 @@ static int local_bn(const kn_graph *g, const kn_node_rec *r) {
          !stats->attr.bn.synchronized;
 }
 
-/* Whether every live reader of v is such a batch norm reading it as x. */
-static int read_as_bn_input(const kn_graph *g, kn_node v) {
-  int readers = 0;
-  for (kn_node c = v + 1; c < g->n_nodes; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead) continue;
-    for (int k = 0; k < r->n_inputs; k++) {
-      if (r->inputs[k] != v) continue;
-      if (k != 0 || !local_bn(g, r)) return 0;
-      readers++;
-    }
-  }
-  return readers > 0;
+/* Such a batch norm reading its x. */
+static int as_local_bn_x(const kn_graph *g, const kn_node_rec *r, int k) {
+  return k == 0 && local_bn(g, r);
 }
 
 /* A batch norm over a layer output whose bf16 copy mixed_bfloat16 keeps
@@ -683,7 +684,7 @@ static void bn_reads_bf16_input(kn_graph *g, kn_node v) {
   if (V->dead || V->dtype != KN_F32 || V->keep) return;
   if (V->op == KN_OP_RESHAPE && V->storage == KN_STORE_VIEW) {
     const kn_node copy = narrow_copy_of(g, V->inputs[0]);
-    if (copy < 0 || copy > v || !read_as_bn_input(g, v)) return;
+    if (copy < 0 || copy > v || !every_read(g, v, as_local_bn_x)) return;
     V->inputs[0] = copy;
     V->dtype = KN_BF16;
     return;
@@ -895,19 +896,11 @@ int kn_lower_narrow_copies(kn_graph *g) {
   return moved;
 }
 
-/* Whether every live reader of x is an add rounded through bf16. */
-static int read_by_rounded_adds(const kn_graph *g, kn_node x) {
-  int readers = 0;
-  for (kn_node c = x + 1; c < g->n_nodes; c++) {
-    const kn_node_rec *r = &g->nodes[c];
-    if (r->dead) continue;
-    for (int k = 0; k < r->n_inputs; k++) {
-      if (r->inputs[k] != x) continue;
-      if (r->op != KN_OP_ADD || !r->round_bf16 || r->device.kind != KN_DEVICE_CPU) return 0;
-      readers++;
-    }
-  }
-  return readers > 0;
+/* An add rounded through bf16, on the CPU. */
+static int as_rounded_add(const kn_graph *g, const kn_node_rec *r, int k) {
+  (void)g;
+  (void)k;
+  return r->op == KN_OP_ADD && r->round_bf16 && r->device.kind == KN_DEVICE_CPU;
 }
 
 /* The last step of the narrow_copies pass, after fusion, for values
@@ -943,7 +936,7 @@ int kn_lower_bf16_values(kn_graph *g) {
       g->nodes[c].dead = 1;
       g->nodes[c].written_by = 0;
       P->narrow_copy = 0;
-    } else if (!read_by_rounded_adds(g, p)) {
+    } else if (!every_read(g, p, as_rounded_add)) {
       continue;
     }
     P->dtype = KN_BF16;

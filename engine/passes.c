@@ -148,6 +148,22 @@ static int fuse(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* The relu node top takes its producer's op, inputs and attrs (its shape
+ * is the producer's) with the relu in its loop, so relu_grad keeps reading
+ * the same value; it keeps its own name, storage and bf16 copy, and the
+ * producer goes. */
+static void relu_takes_producer(kn_node_rec *top, kn_node_rec *pr) {
+  kn_node_rec fused_node = *pr;
+  fused_node.fused_relu = 1;
+  fused_node.narrow_copy = top->narrow_copy;
+  fused_node.storage = top->storage;
+  fused_node.keep = top->keep;
+  fused_node.requires_grad = top->requires_grad;
+  memcpy(fused_node.name, top->name, sizeof fused_node.name);
+  *top = fused_node;
+  pr->dead = 1;
+}
+
 /* Elementwise chains: relu(bias_add | add | binary | bn_apply) becomes the
  * producer with a relu in its loop, one pass over memory instead of two,
  * when the producer's value has no other reader. The gradients of these
@@ -165,16 +181,7 @@ static int fuse_chains(kn_graph *g, int *uses) {
     if (!chain || pr->dead || pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA ||
         pr->fused_relu)
       continue;
-    /* The relu node takes the producer's op, inputs and attrs (its shape is
-     * the producer's), so relu_grad keeps reading the same value. */
-    kn_node_rec fused_node = *pr;
-    fused_node.fused_relu = 1;
-    fused_node.storage = top->storage;
-    fused_node.keep = top->keep;
-    fused_node.requires_grad = top->requires_grad;
-    memcpy(fused_node.name, top->name, sizeof fused_node.name);
-    *top = fused_node;
-    pr->dead = 1;
+    relu_takes_producer(top, pr);
     fused++;
     count_consumers(g, uses);
   }
@@ -204,15 +211,7 @@ static int fuse_rounded_chains(kn_graph *g, int *uses) {
         pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA || pr->fused_relu ||
         pr->narrow_copy || pr->dtype != KN_F32)
       continue;
-    kn_node_rec fused_node = *pr;
-    fused_node.fused_relu = 1;
-    fused_node.narrow_copy = top->narrow_copy;
-    fused_node.storage = top->storage;
-    fused_node.keep = top->keep;
-    fused_node.requires_grad = top->requires_grad;
-    memcpy(fused_node.name, top->name, sizeof fused_node.name);
-    *top = fused_node;
-    pr->dead = 1;
+    relu_takes_producer(top, pr);
     fused++;
     count_consumers(g, uses);
   }
