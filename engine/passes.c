@@ -168,8 +168,17 @@ static void relu_takes_producer(kn_node_rec *top, kn_node_rec *pr) {
  * producer with a relu in its loop, one pass over memory instead of two,
  * when the producer's value has no other reader. The gradients of these
  * producers read their inputs (and relu_grad the relu's output), never the
- * producer's own value, so training graphs fuse too. */
-static int fuse_chains(kn_graph *g, int *uses) {
+ * producer's own value, so training graphs fuse too.
+ *
+ * rounded: under mixed_bfloat16 the relu after a batch norm's apply or an
+ * add reads that value rounded through bf16 (the layer boundary's
+ * rounding), so the first run, before the narrowing, sees a cast between
+ * the two. Once the narrow_copies pass has taken the rounding into the
+ * producer (its round_bf16), a second run fuses those, the f32 relu
+ * keeping its bf16 copy: round(relu(v)), the value relu(round(v)) had
+ * (both round the positive values alike and zero the others), but for the
+ * sign of a zero from a negative value under bf16's smallest. */
+static int fuse_chains(kn_graph *g, int *uses, int rounded) {
   int fused = 0;
   count_consumers(g, uses);
   for (int i = 0; i < g->n_nodes; i++) {
@@ -177,39 +186,12 @@ static int fuse_chains(kn_graph *g, int *uses) {
     if (top->dead || top->op != KN_OP_RELU || top->storage != KN_STORE_ARENA) continue;
     kn_node p = top->inputs[0];
     kn_node_rec *pr = &g->nodes[p];
-    const int chain = kn_op_has(pr->op, KN_OPF_RELU_EPILOGUE);
+    const int chain = rounded
+                          ? (pr->op == KN_OP_BN_APPLY || pr->op == KN_OP_ADD) && pr->round_bf16 &&
+                                !pr->narrow_copy && pr->dtype == KN_F32 && top->dtype == KN_F32
+                          : kn_op_has(pr->op, KN_OPF_RELU_EPILOGUE);
     if (!chain || pr->dead || pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA ||
         pr->fused_relu)
-      continue;
-    relu_takes_producer(top, pr);
-    fused++;
-    count_consumers(g, uses);
-  }
-  return fused;
-}
-
-/* Under mixed_bfloat16 the relu after a batch norm's apply or an add
- * reads that value rounded through bf16 (the layer boundary's rounding),
- * so fuse_chains, before the narrowing, sees a cast between the two. Once
- * the narrow_copies pass has taken the rounding into the producer (its
- * round_bf16), the relu becomes that producer with the relu in its loop,
- * as in float32, writing the relu's bf16 copy: round(relu(v)), the
- * value relu(round(v)) had (both round the positive values alike and zero
- * the others), but for the sign of a zero from a negative value under
- * bf16's smallest. */
-static int fuse_rounded_chains(kn_graph *g, int *uses) {
-  int fused = 0;
-  count_consumers(g, uses);
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *top = &g->nodes[i];
-    if (top->dead || top->op != KN_OP_RELU || top->storage != KN_STORE_ARENA ||
-        top->dtype != KN_F32)
-      continue;
-    kn_node p = top->inputs[0];
-    kn_node_rec *pr = &g->nodes[p];
-    if ((pr->op != KN_OP_BN_APPLY && pr->op != KN_OP_ADD) || !pr->round_bf16 || pr->dead ||
-        pr->keep || uses[p] != 1 || pr->storage != KN_STORE_ARENA || pr->fused_relu ||
-        pr->narrow_copy || pr->dtype != KN_F32)
       continue;
     relu_takes_producer(top, pr);
     fused++;
@@ -307,7 +289,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_CSE) st->cse = cse(g);
   if (passes & KN_PASS_FUSION) {
     st->fused = fuse(g, scratch);
-    st->fused += fuse_chains(g, scratch);
+    st->fused += fuse_chains(g, scratch, 0);
   }
   /* (not on GPU graphs: the CUDA GEMMs read f32 operands, and round them
    * to bf16 themselves under mixed_bfloat16) */
@@ -332,7 +314,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     /* the bf16 copies only the casts taken in read are read by nothing now */
     if (passes & KN_PASS_DCE) st->dead += eliminate_dead(g, scratch);
     st->narrow_copies += kn_lower_narrow_copies(g);
-    if (passes & KN_PASS_FUSION) st->fused += fuse_rounded_chains(g, scratch);
+    if (passes & KN_PASS_FUSION) st->fused += fuse_chains(g, scratch, 1);
     st->narrow_copies += kn_lower_bf16_values(g);
   }
   /* After fusion (a relu taken into the batch norm goes with it). */

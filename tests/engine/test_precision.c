@@ -1255,7 +1255,7 @@ static void batch_norms_match_their_definitions(void **state) {
 
 /* The relu after a batch norm's apply or an add, rounded through bf16 at
  * the layer boundary, fused into that producer once the rounding is
- * taken into it (fuse_rounded_chains): the fusion pass on and off in
+ * taken into it (fuse_chains, its second run): the fusion pass on and off in
  * mixed_bfloat16, the same bits, and three relus fused on the residual
  * block (two after norms, one after the add). */
 static void relus_after_rounded_values_fuse_in_mixed_bfloat16(void **state) {
