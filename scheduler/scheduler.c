@@ -397,13 +397,19 @@ static void *sched_main(void *arg) {
     }
   }
   /* Stopping: every runner stops its trainer and re-queues its job. */
+  int told = -1;
   for (;;) {
     reap(s);
     pthread_mutex_lock(&s->wake_lock);
     int left = s->n_runs;
-    if (left) pthread_cond_wait(&s->wake_cond, &s->wake_lock);
     pthread_mutex_unlock(&s->wake_lock);
     if (!left) break;
+    if (left != told) /* a trainer may take its grace period to checkpoint */
+      sched_slog(s, SCHED_LOG_INFO, "msg=\"stopping: waiting for trainers to stop\" runs=%d", left);
+    told = left;
+    pthread_mutex_lock(&s->wake_lock);
+    if (s->n_runs) pthread_cond_wait(&s->wake_cond, &s->wake_lock);
+    pthread_mutex_unlock(&s->wake_lock);
   }
   return NULL;
 }

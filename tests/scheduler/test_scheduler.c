@@ -1,8 +1,10 @@
 /* The scheduler against stand-in trainers (small shell scripts that write
  * progress lines and exit as told): metrics and checkpoints reach the store,
  * and every way a trainer can end sets the right state and reason. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +193,85 @@ static void missing_trainer_is_refused_at_start(void **state) {
   assert_non_null(strstr(err, "/nonexistent/kiln-train"));
 }
 
+/* Holds the scheduler thread at its shutdown log line, after it reaped and
+ * before it waits for the runners left: the runner ends in that time. */
+static atomic_int held_at_stop;
+
+static void hold_at_stop(sched_log_level level, const char *line, void *user) {
+  (void)level;
+  (void)user;
+  if (strstr(line, "waiting for trainers to stop") && !atomic_exchange(&held_at_stop, 1))
+    usleep(1000 * 1000);
+}
+
+typedef struct stopper {
+  sched *s;
+  atomic_int returned;
+} stopper;
+
+static void *stop_scheduler(void *arg) {
+  stopper *p = arg;
+  sched_stop(p->s);
+  atomic_store(&p->returned, 1);
+  return NULL;
+}
+
+/* A runner that ends between the scheduler's last look at its runs and its
+ * wait for them has signalled already: the wait must not need that signal. */
+static void stopping_returns_when_a_runner_ends_before_the_wait(void **state) {
+  (void)state;
+  char trainer[400];
+  snprintf(trainer, sizeof trainer, "%s/trainer-idle.sh", dir);
+  /* It takes 0.4 s to stop, more than the scheduler's longest pause, so the
+   * scheduler reaches its wait first; its shutdown line holds it longer. */
+  write_trainer(trainer, "echo '{\"status\":{\"phase\":\"training\",\"message\":\"go\"}}' >&3\n"
+                         "trap 'sleep 0.4; exit 0' TERM\n"
+                         "while :; do sleep 0.05; done");
+  store *st;
+  char err[256];
+  assert_int_equal(store_open(db_path, &st, err, sizeof err), STORE_OK);
+  store_job job;
+  memset(&job, 0, sizeof job);
+  snprintf(job.id, sizeof job.id, "job-stop");
+  snprintf(job.display_name, sizeof job.display_name, "stop");
+  job.spec_json = "{\"display_name\":\"x\"}";
+  job.priority = 50;
+  assert_int_equal(store_job_create(st, &job, NULL), STORE_OK);
+  sched_config cfg = {.db_path = db_path,
+                      .jobs_dir = jobs_dir,
+                      .trainer_path = trainer,
+                      .datasets_dir = "/nonexistent",
+                      .flush_interval_ms = 50,
+                      .poll_interval_ms = 50,
+                      .log = hold_at_stop};
+  stopper p = {0};
+  assert_int_equal(sched_start(&cfg, &p.s, err, sizeof err), 0);
+  sched_wake(p.s);
+  store_job out;
+  memset(&out, 0, sizeof out);
+  for (int i = 0; i < 200 && strcmp(out.state, "RUNNING") != 0; i++) { /* up to 10 s */
+    store_job_clear(&out);
+    assert_int_equal(store_job_get(st, job.id, &out), STORE_OK);
+    usleep(50 * 1000);
+  }
+  assert_string_equal(out.state, "RUNNING");
+  store_job_clear(&out);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, stop_scheduler, &p), 0);
+  for (int i = 0; i < 150 && !atomic_load(&p.returned); i++) /* up to 15 s */
+    usleep(100 * 1000);
+  if (!atomic_load(&p.returned))
+    fail_msg("sched_stop has not returned in 15 s: the runner ended before the scheduler's "
+             "wait, and the wait needed its signal");
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&held_at_stop), 1);
+  assert_int_equal(store_job_get(st, job.id, &out), STORE_OK);
+  assert_string_equal(out.state, "QUEUED");
+  assert_string_equal(out.reason, "SERVER_SHUTDOWN");
+  store_job_clear(&out);
+  store_close(st);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(progress_lines_become_metrics_and_checkpoints),
@@ -199,6 +280,8 @@ int main(void) {
       cmocka_unit_test(trainer_exit_without_a_reason_points_to_its_log),
       cmocka_unit_test(trainer_exit_5_without_a_line_is_a_numeric_error),
       cmocka_unit_test(missing_trainer_is_refused_at_start),
+      /* last: where it fails, the scheduler thread it stopped is left waiting */
+      cmocka_unit_test(stopping_returns_when_a_runner_ends_before_the_wait),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
