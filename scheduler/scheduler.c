@@ -407,8 +407,12 @@ static void *sched_main(void *arg) {
     if (left != told) /* a trainer may take its grace period to checkpoint */
       sched_slog(s, SCHED_LOG_INFO, "msg=\"stopping: waiting for trainers to stop\" runs=%d", left);
     told = left;
+    /* A runner sets done and signals under wake_lock: one that ended since
+     * reap() signalled before this wait, so its flag is asked, not waited for. */
     pthread_mutex_lock(&s->wake_lock);
-    if (s->n_runs) pthread_cond_wait(&s->wake_cond, &s->wake_lock);
+    int ended = 0;
+    for (int i = 0; i < s->n_runs && !ended; i++) ended = s->runs[i]->done;
+    if (s->n_runs && !ended) pthread_cond_wait(&s->wake_cond, &s->wake_lock);
     pthread_mutex_unlock(&s->wake_lock);
   }
   return NULL;
