@@ -264,10 +264,41 @@ int it_wait_exit(pid_t pid, int limit_s) {
   return -1;
 }
 
+/* Each line reaches ctest's log as it is written: a suite ctest stops at
+ * its time limit shows how far it came. */
+__attribute__((constructor)) static void it_line_buffered(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+/* Names what each thread of a kilnd that will not stop waits in. */
+static void print_threads(pid_t pid) {
+  char cmd[300], out[8192];
+  snprintf(cmd, sizeof cmd,
+           "for t in /proc/%d/task/*; do echo \"thread $(basename $t) $(cat $t/comm):"
+           " $(cat $t/wchan)\"; done",
+           (int)pid);
+  it_run(out, sizeof out, cmd);
+  fprintf(stderr, "%s", out);
+}
+
 int it_stop_kilnd(pid_t pid, const char *data_dir) {
   if (pid > 0) {
     kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
+    /* kilnd gives each trainer 5 s to checkpoint: a minute is a hang. */
+    int gone = 0;
+    for (int i = 0; i < 600 && !gone; i++) {
+      gone = waitpid(pid, NULL, WNOHANG) == pid;
+      if (!gone) usleep(100 * 1000);
+    }
+    if (!gone) {
+      fflush(stdout);
+      fprintf(stderr, "kilnd (pid %d, data directory %s) has not stopped 60 s after SIGTERM:\n",
+              (int)pid, data_dir);
+      print_threads(pid);
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      abort(); /* a kilnd that cannot stop fails the suite, never passes it */
+    }
   }
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", data_dir);
