@@ -18,6 +18,10 @@
 #include "philox.h"
 #include "vmath.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h> /* the avx512f paths' widening of floats to doubles */
+#endif
+
 /* A node's dims at the current batch. */
 static void run_dims(const kn_graph *g, const kn_node_rec *n, int *dims) {
   for (int d = 0; d < n->ndim; d++) dims[d] = n->dims[d];
