@@ -18,8 +18,8 @@
 #include "philox.h"
 #include "vmath.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h> /* the avx512f paths' widening of floats to doubles */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include "narrow_avx512.h" /* the avx512f paths: bf16 sixteen at a time, floats to doubles */
 #endif
 
 /* A node's dims at the current batch. */

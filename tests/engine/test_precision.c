@@ -1282,6 +1282,73 @@ static void relus_after_rounded_values_fuse_in_mixed_bfloat16(void **state) {
   }
 }
 
+/* residual_layers' block with a relu after the add and a convolution
+ * reading it: the add is rounded, fused with the relu and stored in bf16
+ * for the convolution, as in a ResNet. */
+static const kn_layer_config residual_conv_layers[13] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "stem_bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "stem_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c1",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "c1_bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "c1_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c2",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "c2_bn"},
+    {.type = KN_LAYER_ADD, .name = "add", .n_inputs = 2, .inputs = {2, 7}},
+    {.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c3",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
+
+/* The AVX-512 path's own loops in mixed_bfloat16 (a rounded add with its
+ * bf16 copy, batch norm's apply rounded and stored in bf16, the sums over
+ * rows widened to double) against the AVX2 path's (or the baseline's),
+ * whose loops are the scalar definitions: a residual block with batch norm
+ * trains the same bits on both, on 1 and 2 threads. */
+static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
+  (void)state;
+  char err[256] = "";
+  if (kn_cpu_set_isa(KN_ISA_AVX512, err, sizeof err) != KN_OK) {
+    print_message("SKIPPED: no AVX-512 path on this CPU (%s)\n", err);
+    skip();
+  }
+  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+  cfg.layers = residual_conv_layers;
+  cfg.n_layers = 13;
+  for (int threads = 1; threads <= 2; threads++) {
+    float wide[4], other[4];
+    assert_int_equal(kn_cpu_set_isa(KN_ISA_AVX512, err, sizeof err), KN_OK);
+    kn_model a = build_from(&cfg, threads, ALL_EXACT, NULL);
+    sgd_losses(&a, 4, wide);
+    if (kn_cpu_set_isa(KN_ISA_AVX2, err, sizeof err) != KN_OK)
+      assert_int_equal(kn_cpu_set_isa(KN_ISA_BASELINE, err, sizeof err), KN_OK);
+    kn_model b = build_from(&cfg, threads, ALL_EXACT, NULL);
+    sgd_losses(&b, 4, other);
+    for (int s = 0; s < 4; s++) assert_true(bits_of(wide[s]) == bits_of(other[s]));
+    assert_memory_equal(kn_params(a.graph), kn_params(b.graph), kn_param_count(a.graph) * 4);
+    kn_model_free(&a);
+    kn_model_free(&b);
+  }
+  assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
+}
+
 /* Strided convolutions' input gradients in mixed_bfloat16 by chunks of
  * images (col2im_chunks): each thread's bf16 GEMM into its chunk of bf16
  * columns, col2im summing them while they are in cache, as the matmul into
@@ -1507,6 +1574,7 @@ int main(void) {
       cmocka_unit_test(bf16_cast_rounds_to_nearest_even),
       cmocka_unit_test(bf16_rounding_in_place_matches_the_cast),
       cmocka_unit_test(implicit_columns_change_no_bits),
+      cmocka_unit_test(residual_blocks_train_the_same_bits_on_each_isa_path),
       cmocka_unit_test(implicit_input_grads_train_the_same),
       cmocka_unit_test(bias_grads_in_gemm_train_the_same),
       cmocka_unit_test(pool_argmax_changes_no_bits_and_shrinks_the_plan),
