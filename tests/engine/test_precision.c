@@ -1282,41 +1282,6 @@ static void relus_after_rounded_values_fuse_in_mixed_bfloat16(void **state) {
   }
 }
 
-/* residual_layers' block with a relu after the add and a convolution
- * reading it: the add is rounded, fused with the relu and stored in bf16
- * for the convolution, as in a ResNet. */
-static const kn_layer_config residual_conv_layers[13] = {
-    {.type = KN_LAYER_CONV2D,
-     .name = "stem",
-     .filters = 16,
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME},
-    {.type = KN_LAYER_BATCH_NORM, .name = "stem_bn"},
-    {.type = KN_LAYER_ACTIVATION, .name = "stem_relu", .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_CONV2D,
-     .name = "c1",
-     .filters = 16,
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME},
-    {.type = KN_LAYER_BATCH_NORM, .name = "c1_bn"},
-    {.type = KN_LAYER_ACTIVATION, .name = "c1_relu", .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_CONV2D,
-     .name = "c2",
-     .filters = 16,
-     .kernel_size = {3, 3},
-     .padding = KN_PAD_SAME},
-    {.type = KN_LAYER_BATCH_NORM, .name = "c2_bn"},
-    {.type = KN_LAYER_ADD, .name = "add", .n_inputs = 2, .inputs = {2, 7}},
-    {.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU},
-    {.type = KN_LAYER_CONV2D,
-     .name = "c3",
-     .filters = 16,
-     .kernel_size = {3, 3},
-     .strides = {2, 2},
-     .padding = KN_PAD_SAME},
-    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
-    {.type = KN_LAYER_DENSE, .name = "out", .units = 10, .use_bias = 1}};
-
 /* The AVX-512 path's own loops in mixed_bfloat16 (a rounded add with its
  * bf16 copy, batch norm's apply rounded and stored in bf16, the sums over
  * rows widened to double) against the AVX2 path's (or the baseline's),
@@ -1329,8 +1294,20 @@ static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
     print_message("SKIPPED: no AVX-512 path on this CPU (%s)\n", err);
     skip();
   }
+  /* residual_layers' block with a relu after the add and a convolution
+   * reading it: the add is rounded, fused with the relu and stored in bf16
+   * for the convolution, as in a ResNet */
+  kn_layer_config layers[13];
+  memcpy(layers, residual_layers, 9 * sizeof *layers); /* through the add */
+  layers[9] =
+      (kn_layer_config){.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU};
+  layers[10] = residual_layers[6]; /* a 3x3 convolution of 16 filters, strided */
+  snprintf(layers[10].name, sizeof layers[10].name, "c3");
+  layers[10].strides[0] = layers[10].strides[1] = 2;
+  layers[11] = residual_layers[9]; /* global average pool, dense */
+  layers[12] = residual_layers[10];
   kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
-  cfg.layers = residual_conv_layers;
+  cfg.layers = layers;
   cfg.n_layers = 13;
   for (int threads = 1; threads <= 2; threads++) {
     float wide[4], other[4];

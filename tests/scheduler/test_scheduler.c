@@ -44,29 +44,37 @@ static void write_trainer(const char *path, const char *script) {
   chmod(path, 0755);
 }
 
-/* Creates one job, runs the scheduler with `script` until the job ends,
- * and returns the job as stored. */
-static store_job run_one(const char *tag, const char *script) {
-  char trainer[400];
-  snprintf(trainer, sizeof trainer, "%s/trainer-%s.sh", dir, tag);
+/* Writes trainer-TAG.sh with `script` into trainer (400 bytes), opens
+ * the store and queues job-TAG in it; the scheduler's config for them. */
+static store *queue_one(const char *tag, const char *script, char *trainer, store_job *job,
+                        sched_config *cfg) {
+  snprintf(trainer, 400, "%s/trainer-%s.sh", dir, tag);
   write_trainer(trainer, script);
   store *st;
   char err[256];
   assert_int_equal(store_open(db_path, &st, err, sizeof err), STORE_OK);
-  store_job job;
-  memset(&job, 0, sizeof job);
-  snprintf(job.id, sizeof job.id, "job-%s", tag);
-  snprintf(job.display_name, sizeof job.display_name, "%s", tag);
-  job.spec_json = "{\"display_name\":\"x\"}";
-  job.priority = 50;
-  assert_int_equal(store_job_create(st, &job, NULL), STORE_OK);
+  memset(job, 0, sizeof *job);
+  snprintf(job->id, sizeof job->id, "job-%s", tag);
+  snprintf(job->display_name, sizeof job->display_name, "%s", tag);
+  job->spec_json = "{\"display_name\":\"x\"}";
+  job->priority = 50;
+  assert_int_equal(store_job_create(st, job, NULL), STORE_OK);
+  *cfg = (sched_config){.db_path = db_path,
+                        .jobs_dir = jobs_dir,
+                        .trainer_path = trainer,
+                        .datasets_dir = "/nonexistent",
+                        .flush_interval_ms = 50,
+                        .poll_interval_ms = 50};
+  return st;
+}
 
-  sched_config cfg = {.db_path = db_path,
-                      .jobs_dir = jobs_dir,
-                      .trainer_path = trainer,
-                      .datasets_dir = "/nonexistent",
-                      .flush_interval_ms = 50,
-                      .poll_interval_ms = 50};
+/* Creates one job, runs the scheduler with `script` until the job ends,
+ * and returns the job as stored. */
+static store_job run_one(const char *tag, const char *script) {
+  char trainer[400], err[256];
+  store_job job;
+  sched_config cfg;
+  store *st = queue_one(tag, script, trainer, &job, &cfg);
   sched *s;
   assert_int_equal(sched_start(&cfg, &s, err, sizeof err), 0);
   sched_wake(s);
@@ -220,30 +228,17 @@ static void *stop_scheduler(void *arg) {
  * wait for them has signalled already: the wait must not need that signal. */
 static void stopping_returns_when_a_runner_ends_before_the_wait(void **state) {
   (void)state;
-  char trainer[400];
-  snprintf(trainer, sizeof trainer, "%s/trainer-idle.sh", dir);
   /* It takes 0.4 s to stop, more than the scheduler's longest pause, so the
    * scheduler reaches its wait first; its shutdown line holds it longer. */
-  write_trainer(trainer, "echo '{\"status\":{\"phase\":\"training\",\"message\":\"go\"}}' >&3\n"
-                         "trap 'sleep 0.4; exit 0' TERM\n"
-                         "while :; do sleep 0.05; done");
-  store *st;
-  char err[256];
-  assert_int_equal(store_open(db_path, &st, err, sizeof err), STORE_OK);
+  char trainer[400], err[256];
   store_job job;
-  memset(&job, 0, sizeof job);
-  snprintf(job.id, sizeof job.id, "job-stop");
-  snprintf(job.display_name, sizeof job.display_name, "stop");
-  job.spec_json = "{\"display_name\":\"x\"}";
-  job.priority = 50;
-  assert_int_equal(store_job_create(st, &job, NULL), STORE_OK);
-  sched_config cfg = {.db_path = db_path,
-                      .jobs_dir = jobs_dir,
-                      .trainer_path = trainer,
-                      .datasets_dir = "/nonexistent",
-                      .flush_interval_ms = 50,
-                      .poll_interval_ms = 50,
-                      .log = hold_at_stop};
+  sched_config cfg;
+  store *st = queue_one("stop",
+                        "echo '{\"status\":{\"phase\":\"training\",\"message\":\"go\"}}' >&3\n"
+                        "trap 'sleep 0.4; exit 0' TERM\n"
+                        "while :; do sleep 0.05; done",
+                        trainer, &job, &cfg);
+  cfg.log = hold_at_stop;
   stopper p = {0};
   assert_int_equal(sched_start(&cfg, &p.s, err, sizeof err), 0);
   sched_wake(p.s);
