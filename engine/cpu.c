@@ -18,8 +18,11 @@
 #include "philox.h"
 #include "vmath.h"
 
+/* The avx512f paths' own loops (bf16 sixteen at a time, floats to doubles)
+ * are built where the intrinsics are: x86-64 with GCC. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include "narrow_avx512.h" /* the avx512f paths: bf16 sixteen at a time, floats to doubles */
+#include "narrow_avx512.h"
+#define KN_CPU_INTRINSICS 1
 #endif
 
 /* A node's dims at the current batch. */

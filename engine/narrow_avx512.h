@@ -7,6 +7,7 @@
 #define KILN_ENGINE_NARROW_AVX512_H
 
 #include <immintrin.h>
+#include <stdint.h>
 
 /* The bf16 bits of v's lanes, each in the low half of a 32-bit lane. */
 __attribute__((target("avx512f"), always_inline)) static inline __m512i
@@ -23,6 +24,29 @@ kn_bf16_round_avx512(__m512 v) {
 __attribute__((target("avx512f"), always_inline)) static inline __m512
 kn_bf16_widen_avx512(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Sixteen values from p: floats, or (bf16) bf16 values widened. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+kn_load16_avx512(const void *p, int bf16) {
+  return bf16 ? kn_bf16_widen_avx512(_mm256_loadu_si256(p)) : _mm512_loadu_ps(p);
+}
+
+/* The elementwise kernels' end of a value under mixed_bfloat16: a relu
+ * (KN_RELU's: below zero to zero, NaN and -0 kept), a rounding through
+ * bf16 (round), then v stored as floats at y and its bf16 bits at nc,
+ * each where not NULL (the rounded value's bits are its high half). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kn_relu_round_store_avx512(__m512 v, int relu, int round, float *y, uint16_t *nc) {
+  if (relu)
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+  if (round || nc) {
+    const __m512i r = kn_bf16_round_avx512(v);
+    if (round) v = _mm512_castsi512_ps(_mm512_slli_epi32(r, 16));
+    if (nc) _mm256_storeu_si256((void *)nc, _mm512_cvtepi32_epi16(r));
+  }
+  if (y) _mm512_storeu_ps(y, v);
 }
 
 /* The mask of a vector's first n lanes (all 16 from n = 16 on). */
