@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx.h"
 #include "graph_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -58,9 +59,19 @@ static int depth_block(int k, kn_dtype c_type) {
   return c_type == KN_BF16 && k > KC ? (k + 1) / 2 * 2 : KC;
 }
 
-/* One thread's A block (MC x depth) and B block (depth x NC) in bf16. */
+/* AMX tiles (amx.h): rows of A and columns of B by AMX_MR, a micro-tile's
+ * pairs rounded up to whole tile steps of AMX_KT (the rest zeros). */
+enum { AMX_MR = 32, AMX_KT = 16 };
+
+/* Pairs a packed panel holds for depth d: d's pairs rounded up to AMX_KT. */
+static int panel_pairs(int d) {
+  return ((d + 1) / 2 + AMX_KT - 1) / AMX_KT * AMX_KT;
+}
+
+/* One thread's A block (MC x depth) and B block (depth x NC) in bf16, and
+ * room for the A block again, row by row, for the tiles. */
 static size_t per_thread_bytes(int depth) {
-  return (size_t)(MC + NC) * (size_t)depth * 2;
+  return (size_t)(2 * MC + NC) * (size_t)panel_pairs(depth) * 4;
 }
 
 void *kn_gemm_task_scratch(void *scratch, int task, int k) {
@@ -77,7 +88,9 @@ const char *kn_gemm_kernel_name(kn_gemm_kernel kernel) {
   switch (kernel) {
   case KN_GEMM_SGEMM:
     return kn_cpu_gemm() == KN_GEMM_KILN ? "kiln f32 GEMM, AVX-512F" : "OpenBLAS sgemm (f32)";
-  case KN_GEMM_BF16_AVX512: return "kiln bf16 GEMM, AVX512-BF16 (vdpbf16ps)";
+  case KN_GEMM_BF16_AVX512:
+    return kn_amx_available() ? "kiln bf16 GEMM, AMX-BF16 tiles (AVX512-BF16 beside them)"
+                              : "kiln bf16 GEMM, AVX512-BF16 (vdpbf16ps)";
   case KN_GEMM_BF16_PORTABLE: return "kiln bf16 GEMM, portable C (no AVX512-BF16)";
   case KN_GEMM_KERNELS: break;
   }
@@ -374,39 +387,10 @@ micro_portable(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o,
 }
 
 #ifdef KN_HAVE_AVX512BF16
-/* The tile rows_n x 16 * vecs (12 x 32, or 24 x 16) in 24 zmm
- * accumulators: per depth pair, vecs loads of B and one broadcast of each
- * row's pair, from the packed panel (a: rows_n words a pair) or, with
- * gather, in place at rows[i] + poff[p] (a convolution's bf16 columns);
- * rows past mr repeat row 0 and are not stored. The products and their
- * order are the packed 12 x 32 tile's, so the bits are too. */
-__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
-bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uint32_t *a,
-          const uint16_t *const *rows, const ptrdiff_t *poff, const uint32_t *b, const tile_out *o,
-          int mr, int nr) {
-  __m512 acc[MR_NARROW][2];
-  const uint16_t *row[MR_NARROW];
-#pragma GCC unroll 24
-  for (int i = 0; i < rows_n; i++) {
-    acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    row[i] = gather ? rows[i < mr ? i : 0] : NULL;
-  }
-  for (int p = 0; p < kc2; p++) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * 16 * vecs);
-    const __m512bh b1 = vecs == 2 ? (__m512bh)_mm512_loadu_si512(b + (size_t)p * 32 + 16) : b0;
-    const uint32_t *ap = a + (size_t)p * rows_n;
-#pragma GCC unroll 24
-    for (int i = 0; i < rows_n; i++) {
-      uint32_t w;
-      if (gather)
-        memcpy(&w, row[i] + poff[p], sizeof w); /* the pair, low depth first */
-      else
-        w = ap[i];
-      const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)w);
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
-      if (vecs == 2) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
-    }
-  }
+/* Rows [0, mr) of a tile's sums (two vectors a row; the second unused
+ * where vecs is 1) to C's first nr columns, as tile_out asks. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+store_rows_avx512(__m512 (*acc)[2], const int vecs, const tile_out *o, int mr, int nr) {
   const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = vecs == 1  ? (__mmask16)0
                        : nr >= 32 ? (__mmask16)0xffff
@@ -441,6 +425,42 @@ bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uin
   }
 }
 
+/* The tile rows_n x 16 * vecs (12 x 32, or 24 x 16) in 24 zmm
+ * accumulators: per depth pair, vecs loads of B and one broadcast of each
+ * row's pair, from the packed panel (a: rows_n words a pair) or, with
+ * gather, in place at rows[i] + poff[p] (a convolution's bf16 columns);
+ * rows past mr repeat row 0 and are not stored. The products and their
+ * order are the packed 12 x 32 tile's, so the bits are too. */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uint32_t *a,
+          const uint16_t *const *rows, const ptrdiff_t *poff, const uint32_t *b, const tile_out *o,
+          int mr, int nr) {
+  __m512 acc[MR_NARROW][2];
+  const uint16_t *row[MR_NARROW];
+#pragma GCC unroll 24
+  for (int i = 0; i < rows_n; i++) {
+    acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    row[i] = gather ? rows[i < mr ? i : 0] : NULL;
+  }
+  for (int p = 0; p < kc2; p++) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * 16 * vecs);
+    const __m512bh b1 = vecs == 2 ? (__m512bh)_mm512_loadu_si512(b + (size_t)p * 32 + 16) : b0;
+    const uint32_t *ap = a + (size_t)p * rows_n;
+#pragma GCC unroll 24
+    for (int i = 0; i < rows_n; i++) {
+      uint32_t w;
+      if (gather)
+        memcpy(&w, row[i] + poff[p], sizeof w); /* the pair, low depth first */
+      else
+        w = ap[i];
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)w);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+      if (vecs == 2) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+    }
+  }
+  store_rows_avx512(acc, vecs, o, mr, nr);
+}
+
 __attribute__((target("avx512f,avx512bf16"))) static void
 micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
   bf16_tile(MR, 2, 0, kc2, a, NULL, NULL, b, o, mr, nr);
@@ -450,6 +470,16 @@ __attribute__((target("avx512f,avx512bf16"))) static void
 micro_avx512bf16_narrow(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr,
                         int nr) {
   bf16_tile(MR_NARROW, 1, 0, kc2, a, NULL, NULL, b, o, mr, nr);
+}
+
+/* An AMX tile block's sums (AMX_MR rows of NR floats, as kn_amx_gemm
+ * stored them) to C, mr x nr of them. */
+__attribute__((target("avx512f"))) static void amx_store(__m512 (*sums)[2], const tile_out *o,
+                                                         int mr, int nr) {
+  if (nr > 16)
+    store_rows_avx512(sums, 2, o, mr, nr);
+  else
+    store_rows_avx512(sums, 1, o, mr, nr);
 }
 
 /* The in-place tiles: 12 x 32, or 24 x 16 for a narrow C. */
@@ -470,6 +500,7 @@ typedef struct gemm_job {
   int m, n, k, threads, split_rows, accumulate, depth, c_bf16, relu;
   int mr, nr; /* the tile: MR x NR, or MR_NARROW x NR_NARROW */
   int gather; /* A is a convolution's bf16 columns read in place (gather_avx512bf16) */
+  int amx;    /* the products on AMX tiles (amx.h) */
   const float *bias;
   operand_view a, b; /* a: lanes are rows of op(A); b: lanes are columns of op(B) */
   void *c;
@@ -488,6 +519,28 @@ typedef struct gemm_part {
   int k_lo, k_hi, accumulate;
 } gemm_part;
 
+/* A packed panel (kc2 pair rows of AMX_MR lanes) row by row for the
+ * tiles: lane l's pairs at rows[l * kp], zeros from kc2 to kp. */
+#ifdef KN_HAVE_AVX512BF16
+__attribute__((target("avx512f"))) static void rows_of_panel(const uint32_t *panel, int kc2, int kp,
+                                                             uint32_t *rows) {
+  const __m512i step =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(AMX_MR));
+  for (int l = 0; l < AMX_MR; l++) {
+    uint32_t *to = rows + (size_t)l * kp;
+    for (int p0 = 0; p0 < kp; p0 += 16) {
+      const __mmask16 m = kc2 - p0 >= 16 ? (__mmask16)0xffff
+                          : kc2 > p0     ? (__mmask16)((1u << (kc2 - p0)) - 1)
+                                         : (__mmask16)0;
+      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
+                                                    panel + (size_t)p0 * AMX_MR + l, 4);
+      _mm512_storeu_si512(to + p0, v);
+    }
+  }
+}
+#endif
+
 /* C[r0, r1) x [c0, c1) of the part on one thread's packing buffers. */
 static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, int c0, int c1,
                        uint32_t *pa, uint32_t *pb) {
@@ -498,9 +551,13 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
     for (int pc = pt->k_lo; pc < pt->k_hi; pc += j->depth) {
       const int kc = pt->k_hi - pc < j->depth ? pt->k_hi - pc : j->depth, kc2 = (kc + 1) / 2;
       const int acc = pt->accumulate || pc > pt->k_lo, last = pc + kc >= pt->k_hi;
-      for (int jr = 0; jr < nc; jr += NRJ)
-        pack(pb + (size_t)(jr / NRJ) * kc2 * NRJ, NRJ, &j->b, jc + jr,
-             nc - jr < NRJ ? nc - jr : NRJ, pc, kc);
+      /* a panel's pair rows: kc2, or for the tiles whole tile steps */
+      const int kp = j->amx ? panel_pairs(kc) : kc2;
+      for (int jr = 0; jr < nc; jr += NRJ) {
+        uint32_t *panel = pb + (size_t)(jr / NRJ) * kp * NRJ;
+        pack(panel, NRJ, &j->b, jc + jr, nc - jr < NRJ ? nc - jr : NRJ, pc, kc);
+        memset(panel + (size_t)kc2 * NRJ, 0, (size_t)(kp - kc2) * NRJ * sizeof *panel);
+      }
       if (j->gather) { /* each pair's place from its pixel's first element */
         cols_depth_offsets(&j->a, pc, kc, off);
         for (int p = 0; p < kc2; p++) poff[p] = off[2 * p];
@@ -517,6 +574,12 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
           for (int ir = 0; ir < mc; ir += MRJ)
             pack(pa + (size_t)(ir / MRJ) * kc2 * MRJ, MRJ, &j->a, ic + ir,
                  mc - ir < MRJ ? mc - ir : MRJ, pc, kc);
+#ifdef KN_HAVE_AVX512BF16
+          if (j->amx) /* each panel row by row: a lane's kp pairs in a run */
+            for (int ir = 0; ir < mc; ir += MRJ)
+              rows_of_panel(pa + (size_t)(ir / MRJ) * kc2 * MRJ, kc2, kp,
+                            pa + (size_t)MC * kc2 + (size_t)(ir / MRJ) * MRJ * kp);
+#endif
         }
         for (int jr = 0; jr < nc; jr += NRJ) {
           const int nr = nc - jr < NRJ ? nc - jr : NRJ;
@@ -530,9 +593,17 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
                                 .relu = last && j->relu,
                                 .bias = last && j->bias ? j->bias + jc + jr : NULL,
                                 .narrow = last && j->narrow ? j->narrow + at : NULL};
-            const uint32_t *bt = pb + (size_t)(jr / NRJ) * kc2 * NRJ;
+            const uint32_t *bt = pb + (size_t)(jr / NRJ) * kp * NRJ;
             const int mr = mc - ir < MRJ ? mc - ir : MRJ;
 #ifdef KN_HAVE_AVX512BF16
+            if (j->amx) {
+              __m512 sums[AMX_MR][2];
+              const uint32_t *rows_a = pa + (size_t)MC * kc2 + (size_t)(ir / MRJ) * MRJ * kp;
+              kn_amx_gemm(AMX_MR, NRJ, kp, AMX_KT, 16, (const uint16_t *)(const void *)rows_a,
+                          (ptrdiff_t)2 * kp, bt, NRJ, (float *)(void *)sums, NR, 0);
+              amx_store(sums, &o, mr, nr);
+              continue;
+            }
             if (j->gather) {
               gather_avx512bf16(NRJ == NR_NARROW, kc2, rows + ir, poff, bt, &o, mr, nr);
               continue;
@@ -575,8 +646,9 @@ static uint32_t *thread_buffers(const gemm_job *j, int64_t t) {
  * depth slices of a split product. */
 static void gemm_range(void *ctx, int64_t begin, int64_t end) {
   const gemm_job *j = ctx;
+  if (j->amx) kn_amx_configure(AMX_KT, 16);
   for (int64_t t = begin; t < end; t++) {
-    uint32_t *pa = thread_buffers(j, t), *pb = pa + (size_t)MC * j->depth / 2;
+    uint32_t *pa = thread_buffers(j, t), *pb = pa + (size_t)2 * MC * panel_pairs(j->depth);
     if (j->slices > 1) {
       for (int s = (int)(j->slices * t / j->threads); s < j->slices * (t + 1) / j->threads; s++) {
         const gemm_part pt = slice_part(j, s);
@@ -595,6 +667,7 @@ static void gemm_range(void *ctx, int64_t begin, int64_t end) {
     else
       gemm_block(j, &whole, 0, j->m, lo, hi, pa, pb);
   }
+  if (j->amx) kn_amx_release();
 }
 
 /* C's rows [r0, r1) plus each slice's partial sums, in slice order. */
@@ -968,6 +1041,12 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
      * pair never leaves its tap, and an even depth in every block */
     j.gather = a.cols && !a.trans && a.dtype == KN_BF16 && a.cols->c % 2 == 0 && k % 2 == 0 &&
                j.depth <= GATHER_DEPTH;
+    if (kn_amx_available()) { /* packed panels on the tiles */
+      j.amx = 1;
+      j.gather = 0;
+      j.mr = AMX_MR;
+      j.nr = n <= 16 ? 16 : NR;
+    }
   }
 #endif
   /* Below a few micro-tiles of work a second thread costs more than it

@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx.h"
 #include "graph_internal.h"
 #include "narrow_avx512.h"
 
@@ -479,6 +480,7 @@ typedef struct conv_job {
   float *scratch;   /* slot_floats a thread */
   int tasks;
   int64_t blocks;
+  int amx; /* bf16 products on AMX tiles (amx.h) */
 } conv_job;
 
 /* G g (r values a stride apart) to 6. */
@@ -886,6 +888,8 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
 static void conv_range(void *ctx, int64_t t0, int64_t t1) {
   const conv_job *j = ctx;
   const wino_shape *s = &j->s;
+  const int pairs = (s->cin + 1) / 2, kt = kn_amx_depth(pairs);
+  if (j->amx) kn_amx_configure(kt, ROWS_Q - 16);
   for (int64_t t = t0; t < t1; t++) {
     float *v = j->scratch + (size_t)t * slot_floats(s);
     float *mo = v + (size_t)NPOS * s->tb * s->cp;
@@ -901,7 +905,11 @@ static void conv_range(void *ctx, int64_t t0, int64_t t1) {
         transform_input_bf16(s, j->x, first, nt, vb);
         if (spare) memset(vb + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(uint16_t));
         const uint32_t *ub = (const uint32_t *)(const void *)j->u;
-        for (int p = 0; p < NPOS; p++)
+        for (int p = 0; p < NPOS && j->amx; p++)
+          kn_amx_gemm(rows, s->fp, pairs, kt, ROWS_Q - 16, vb + (size_t)p * s->cp,
+                      (ptrdiff_t)NPOS * s->cp, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
+                      mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0);
+        for (int p = 0; p < NPOS && !j->amx; p++)
           block_gemm_bf16(rows, s->fp, (s->cin + 1) / 2, vb + (size_t)p * s->cp,
                           (ptrdiff_t)NPOS * s->cp, 2, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
                           mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0, 1);
@@ -916,6 +924,7 @@ static void conv_range(void *ctx, int64_t t0, int64_t t1) {
       transform_output(j, first, nt, mo);
     }
   }
+  if (j->amx) kn_amx_release();
 }
 
 /* ---- wide products: by chunks ---- */
@@ -1016,6 +1025,7 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
       }
       j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
       j.tasks = tasks_for(g, j.blocks);
+      j.amx = j.s.bf16 && kn_amx_available();
       kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
     }
   }

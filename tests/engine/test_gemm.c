@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "amx.h"
 #include "engine.h"
 #include "graph_internal.h"
 
@@ -194,6 +195,7 @@ static void avx512bf16_and_portable_kernels_give_the_same_bits(void **state) {
   const int m = 70, n = 45, k = 300;
   matrix A = random_matrix(m, k, 0), B = random_matrix(k, n, 0);
   float *c[2];
+  kn_amx_set(0); /* vdpbf16ps: AMX tiles add a pair's products in their own way (amx.h) */
   for (int pass = 0; pass < 2; pass++) {
     assert_int_equal(kn_cpu_set_isa(pass ? KN_ISA_AVX2 : KN_ISA_AUTO, err, sizeof err), KN_OK);
     assert_int_equal(kn_gemm_bf16_kernel(), pass ? KN_GEMM_BF16_PORTABLE : KN_GEMM_BF16_AVX512);
@@ -204,12 +206,56 @@ static void avx512bf16_and_portable_kernels_give_the_same_bits(void **state) {
                      KN_OK);
     kn_gemm_free(ctx);
   }
+  kn_amx_set(1);
   assert_memory_equal(c[0], c[1], (size_t)m * n * sizeof(float));
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
   free(c[0]);
   free(c[1]);
   matrix_free(&A);
   matrix_free(&B);
+}
+
+/* kn_amx_gemm on the shapes its callers give it: row blocks of 32 and of
+ * 24 (16 + 8, Winograd's), one or two 16-column groups, depths one tile
+ * step, several (kn_amx_depth's divisor) or with a padded last step, set
+ * or added to C. Small integers: every sum must be exact. */
+static void amx_tiles_sum_exactly_on_every_block_shape(void **state) {
+  (void)state;
+  if (!kn_amx_available()) {
+    print_message("SKIPPED: this CPU (or kernel) gives no AMX-BF16 tiles\n");
+    skip();
+  }
+  static const int shapes[][4] = {/* rows, r2, cols, pairs */
+                                  {24, 8, 16, 8},   {24, 8, 48, 24},  {32, 16, 32, 16},
+                                  {64, 16, 16, 17}, {96, 16, 32, 80}, {48, 8, 64, 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int rows = shapes[s][0], r2 = shapes[s][1], cols = shapes[s][2], kp = shapes[s][3];
+    const int lda = 2 * kp + 6, ldb = cols + 3, ldc = cols + 5, kt = kn_amx_depth(kp);
+    matrix A = random_matrix(rows, lda, 1), B = random_matrix(kp, 2 * ldb, 1);
+    float *c = malloc((size_t)rows * ldc * sizeof(float));
+    for (int acc = 0; acc < 2; acc++) {
+      for (int i = 0; i < rows * ldc; i++) c[i] = (float)(i % 7) - 3.0f;
+      kn_amx_configure(kt, r2);
+      kn_amx_gemm(rows, cols, kp, kt, r2, A.bf16, lda, (const uint32_t *)(const void *)B.bf16, ldb,
+                  c, ldc, acc);
+      kn_amx_release();
+      for (int i = 0; i < rows; i++) {
+        for (int j = 0; j < cols; j++) {
+          double ref = acc ? (double)((i * ldc + j) % 7) - 3.0 : 0.0;
+          for (int k = 0; k < kp; k++)
+            for (int h = 0; h < 2; h++)
+              ref += (double)A.f32[(size_t)i * lda + 2 * k + h] *
+                     B.f32[(size_t)k * 2 * ldb + 2 * j + h];
+          if (c[(size_t)i * ldc + j] != (float)ref)
+            fail_msg("amx %dx%dx%d (r2 %d, acc %d): C[%d][%d] = %g, want %g", rows, cols, kp, r2,
+                     acc, i, j, c[(size_t)i * ldc + j], ref);
+        }
+      }
+    }
+    free(c);
+    matrix_free(&A);
+    matrix_free(&B);
+  }
 }
 
 static void bad_gemm_arguments_are_refused_by_name(void **state) {
@@ -484,6 +530,7 @@ int main(void) {
       cmocka_unit_test(portable_kernel_matches_the_reference_too),
       cmocka_unit_test(deep_products_give_the_same_bits_on_any_thread_count),
       cmocka_unit_test(avx512bf16_and_portable_kernels_give_the_same_bits),
+      cmocka_unit_test(amx_tiles_sum_exactly_on_every_block_shape),
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
       cmocka_unit_test(small_depth_convolutions_match_the_definition),
       cmocka_unit_test(small_depth_weight_gradients_match_the_definition),
