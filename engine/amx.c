@@ -84,70 +84,83 @@ AMX void kn_amx_release(void) {
   __asm__ volatile("tilerelease" ::: "memory");
 }
 
-/* A row block's C tiles (16 + r2 rows; nc2 groups of 16 columns) at c,
- * over kp pairs, the last kp % kt (if any) through zero-padded copies. */
+/* A row block's C tiles (16 rows, or with nr2 2, 16 + r2; nc2 groups of
+ * 16 columns) at c, over kp pairs, the last kp % kt (if any) through
+ * zero-padded copies. */
 AMX static inline __attribute__((always_inline)) void
-block(const int nc2, int r2, int kp, int kt, const uint16_t *a, ptrdiff_t lda, const uint32_t *b,
-      ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
+block(const int nr2, const int nc2, int r2, int kp, int kt, const uint16_t *a, ptrdiff_t lda,
+      const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
   const size_t cs = (size_t)ldc * sizeof(float), as = (size_t)lda * sizeof(uint16_t),
                bs = (size_t)ldb * sizeof(uint32_t);
   if (accumulate) {
     TILE_LOAD(0, c, cs);
     if (nc2 == 2) TILE_LOAD(1, c + 16, cs);
-    TILE_LOAD(2, c + 16 * ldc, cs);
-    if (nc2 == 2) TILE_LOAD(3, c + 16 * ldc + 16, cs);
+    if (nr2 == 2) TILE_LOAD(2, c + 16 * ldc, cs);
+    if (nr2 == 2 && nc2 == 2) TILE_LOAD(3, c + 16 * ldc + 16, cs);
   } else {
     TILE_ZERO(0);
     if (nc2 == 2) TILE_ZERO(1);
-    TILE_ZERO(2);
-    if (nc2 == 2) TILE_ZERO(3);
+    if (nr2 == 2) TILE_ZERO(2);
+    if (nr2 == 2 && nc2 == 2) TILE_ZERO(3);
   }
   int k0 = 0;
   for (; k0 + kt <= kp; k0 += kt) {
     TILE_LOAD(4, a + 2 * k0, as);
-    TILE_LOAD(5, a + 16 * lda + 2 * k0, as);
+    if (nr2 == 2) TILE_LOAD(5, a + 16 * lda + 2 * k0, as);
     TILE_LOAD(6, b + (ptrdiff_t)k0 * ldb, bs);
     if (nc2 == 2) TILE_LOAD(7, b + (ptrdiff_t)k0 * ldb + 16, bs);
     TILE_DP(0, 4, 6);
     if (nc2 == 2) TILE_DP(1, 4, 7);
-    TILE_DP(2, 5, 6);
-    if (nc2 == 2) TILE_DP(3, 5, 7);
+    if (nr2 == 2) TILE_DP(2, 5, 6);
+    if (nr2 == 2 && nc2 == 2) TILE_DP(3, 5, 7);
   }
   if (k0 < kp) { /* the last kr pairs, the rest of the tiles zeros */
     const int kr = kp - k0;
     uint32_t ab[32][16], bb[16][32];
     memset(ab, 0, sizeof ab);
     memset(bb, 0, sizeof bb);
-    for (int r = 0; r < 16 + r2; r++)
+    for (int r = 0; r < (nr2 == 2 ? 16 + r2 : 16); r++)
       memcpy(ab[r], a + (ptrdiff_t)r * lda + 2 * k0, (size_t)kr * sizeof(uint32_t));
     for (int k = 0; k < kr; k++)
       memcpy(bb[k], b + (ptrdiff_t)(k0 + k) * ldb, (size_t)nc2 * 16 * sizeof(uint32_t));
     TILE_LOAD(4, ab[0], 64);
-    TILE_LOAD(5, ab[16], 64);
+    if (nr2 == 2) TILE_LOAD(5, ab[16], 64);
     TILE_LOAD(6, bb, 128);
     if (nc2 == 2) TILE_LOAD(7, &bb[0][16], 128);
     TILE_DP(0, 4, 6);
     if (nc2 == 2) TILE_DP(1, 4, 7);
-    TILE_DP(2, 5, 6);
-    if (nc2 == 2) TILE_DP(3, 5, 7);
+    if (nr2 == 2) TILE_DP(2, 5, 6);
+    if (nr2 == 2 && nc2 == 2) TILE_DP(3, 5, 7);
   }
   TILE_STORE(0, c, cs);
   if (nc2 == 2) TILE_STORE(1, c + 16, cs);
-  TILE_STORE(2, c + 16 * ldc, cs);
-  if (nc2 == 2) TILE_STORE(3, c + 16 * ldc + 16, cs);
+  if (nr2 == 2) TILE_STORE(2, c + 16 * ldc, cs);
+  if (nr2 == 2 && nc2 == 2) TILE_STORE(3, c + 16 * ldc + 16, cs);
 }
 
 AMX void kn_amx_gemm(int rows, int cols, int kp, int kt, int r2, const uint16_t *a, ptrdiff_t lda,
                      const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
-  for (int r0 = 0; r0 < rows; r0 += 16 + r2) {
+  for (int r0 = 0; r0 < rows;) {
     const uint16_t *ar = a + (ptrdiff_t)r0 * lda;
+    float *cr = c + (ptrdiff_t)r0 * ldc;
+    const int two = rows - r0 >= 16 + r2; /* else the last 16 rows (r2 16) */
     int c0 = 0;
-    for (; c0 + 32 <= cols; c0 += 32)
-      block(2, r2, kp, kt, ar, lda, b + c0, ldb, c + (ptrdiff_t)r0 * ldc + c0, ldc, accumulate);
-    if (c0 < cols)
-      block(1, r2, kp, kt, ar, lda, b + c0, ldb, c + (ptrdiff_t)r0 * ldc + c0, ldc, accumulate);
+    for (; c0 + 32 <= cols; c0 += 32) {
+      if (two)
+        block(2, 2, r2, kp, kt, ar, lda, b + c0, ldb, cr + c0, ldc, accumulate);
+      else
+        block(1, 2, r2, kp, kt, ar, lda, b + c0, ldb, cr + c0, ldc, accumulate);
+    }
+    if (c0 < cols) {
+      if (two)
+        block(2, 1, r2, kp, kt, ar, lda, b + c0, ldb, cr + c0, ldc, accumulate);
+      else
+        block(1, 1, r2, kp, kt, ar, lda, b + c0, ldb, cr + c0, ldc, accumulate);
+    }
+    r0 += two ? 16 + r2 : 16;
   }
 }
+
 #else
 int kn_amx_available(void) {
   (void)amx_off;

@@ -55,7 +55,8 @@ static inline int kn_amx_depth(int kp) {
  * summed over kp pairs: a's row r, pair k is the 32-bit word at
  * a + r * lda + 2 k (bf16 values, lda in bf16 values); b's pair row k,
  * lane j is the word b[k * ldb + j] (ldb in words). rows is a multiple
- * of 16 + r2 and cols of 16; under kn_amx_configure(kt, r2). */
+ * of 16 + r2 (with r2 16, of 16) and cols of 16; under
+ * kn_amx_configure(kt, r2). */
 void kn_amx_gemm(int rows, int cols, int kp, int kt, int r2, const uint16_t *a, ptrdiff_t lda,
                  const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
 

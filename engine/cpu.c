@@ -548,6 +548,7 @@ static void read_features(void) {
   features.avx512f = __builtin_cpu_supports("avx512f");
 #if !defined(__clang__)
   features.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  features.bf16_dot_half_rate = features.avx512bf16 && __builtin_cpu_is("intel");
 #endif
 #endif
 }

@@ -68,10 +68,10 @@ static int panel_pairs(int d) {
   return ((d + 1) / 2 + AMX_KT - 1) / AMX_KT * AMX_KT;
 }
 
-/* One thread's A block (MC x depth) and B block (depth x NC) in bf16, and
- * room for the A block again, row by row, for the tiles. */
+/* One thread's A block (MC x depth) and B block (depth x NC) in bf16,
+ * pairs rounded up for the tiles. */
 static size_t per_thread_bytes(int depth) {
-  return (size_t)(2 * MC + NC) * (size_t)panel_pairs(depth) * 4;
+  return (size_t)(MC + NC) * (size_t)panel_pairs(depth) * 4;
 }
 
 void *kn_gemm_task_scratch(void *scratch, int task, int k) {
@@ -109,39 +109,61 @@ static inline uint16_t bf16_at(const void *base, int is_f32, size_t off) {
   return is_f32 ? kn_bf16_from_f32(((const float *)base)[off]) : ((const uint16_t *)base)[off];
 }
 
+/* Where a packed panel keeps lane l's pair p: pair rows of `width` lanes
+ * (kp 0: the micro-kernels' panels), or with kp > 0 lane by lane, kp pairs
+ * a lane (the AMX tiles' A, amx.h). */
+static inline size_t panel_at(int kp, int width, int p, int l) {
+  return kp ? (size_t)l * kp + p : (size_t)p * width + l;
+}
+
+/* Zeros where a panel of `width` lanes (kc2 pairs each, or kp in lanes)
+ * holds nothing: lanes from `lanes`, and pairs from kc2 to kp. */
+static void panel_zeros(uint32_t *dst, int width, int lanes, int kc2, int kp) {
+  if (!kp) {
+    for (int p = 0; p < kc2 && lanes < width; p++)
+      memset(dst + (size_t)p * width + lanes, 0, (size_t)(width - lanes) * sizeof *dst);
+    return;
+  }
+  for (int l = 0; l < lanes && kc2 < kp; l++)
+    memset(dst + (size_t)l * kp + kc2, 0, (size_t)(kp - kc2) * sizeof *dst);
+  if (lanes < width)
+    memset(dst + (size_t)lanes * kp, 0, (size_t)(width - lanes) * kp * sizeof *dst);
+}
+
 /* Packs `lanes` lanes (rows of op(A) or columns of op(B)) of depth kc into
- * dst[kc2][width] 32-bit words, each the bf16 pair (depth 2p, 2p + 1), low
- * half first; missing lanes and the odd depth's partner are zeros. Element
- * (lane l, depth d) is at base[l * ls + d * ks]. Inlined per source type,
- * and walking memory contiguously whichever stride is 1. */
+ * dst[kc2][width] 32-bit words (or, kp > 0, dst[width][kp]: panel_at),
+ * each the bf16 pair (depth 2p, 2p + 1), low half first; missing lanes
+ * and the odd depth's partner are zeros. Element (lane l, depth d) is at
+ * base[l * ls + d * ks]. Inlined per source type and layout, and walking
+ * memory contiguously whichever stride is 1. */
 static inline __attribute__((always_inline)) void pack_panel(uint32_t *dst, int width,
                                                              const void *base, int is_f32,
                                                              size_t ls, size_t ks, int lanes,
-                                                             int kc) {
+                                                             int kc, const int kp) {
   const int kc2 = (kc + 1) / 2, pairs = kc / 2;
   if (ks == 1) {
     for (int l = 0; l < lanes; l++) {
       size_t at = (size_t)l * ls;
       for (int p = 0; p < pairs; p++, at += 2)
-        dst[(size_t)p * width + l] =
+        dst[panel_at(kp, width, p, l)] =
             bf16_at(base, is_f32, at) | (uint32_t)bf16_at(base, is_f32, at + 1) << 16;
-      if (kc & 1) dst[(size_t)pairs * width + l] = bf16_at(base, is_f32, at);
+      if (kc & 1) dst[panel_at(kp, width, pairs, l)] = bf16_at(base, is_f32, at);
     }
   } else {
     for (int p = 0; p < kc2; p++) {
       size_t d0 = (size_t)(2 * p) * ks;
-      uint32_t *row = dst + (size_t)p * width;
       if (2 * p + 1 < kc) {
         for (int l = 0; l < lanes; l++)
-          row[l] = bf16_at(base, is_f32, d0 + (size_t)l * ls) |
-                   (uint32_t)bf16_at(base, is_f32, d0 + ks + (size_t)l * ls) << 16;
+          dst[panel_at(kp, width, p, l)] = bf16_at(base, is_f32, d0 + (size_t)l * ls) |
+                                           (uint32_t)bf16_at(base, is_f32, d0 + ks + (size_t)l * ls)
+                                               << 16;
       } else {
-        for (int l = 0; l < lanes; l++) row[l] = bf16_at(base, is_f32, d0 + (size_t)l * ls);
+        for (int l = 0; l < lanes; l++)
+          dst[panel_at(kp, width, p, l)] = bf16_at(base, is_f32, d0 + (size_t)l * ls);
       }
     }
   }
-  for (int p = 0; p < kc2 && lanes < width; p++)
-    memset(dst + (size_t)p * width + lanes, 0, (size_t)(width - lanes) * sizeof *dst);
+  panel_zeros(dst, width, lanes, kc2, kp);
 }
 
 /* Element (lane, depth) of an operand: lane is a row of op(A) or a column
@@ -202,9 +224,11 @@ static void cols_depth_offsets(const operand_view *v, int d, int count, ptrdiff_
 }
 
 /* pack() for a convolution's columns: element (lane, depth) gathered from
- * the padded input, into the same panel layout. */
-static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
-                      int kc) {
+ * the padded input, into the same panel layout (kp: panel_at). */
+static inline __attribute__((always_inline)) void pack_cols_in(uint32_t *dst, int width,
+                                                               const operand_view *v, int lane0,
+                                                               int lanes, int d0, int kc,
+                                                               const int kp) {
   enum { CHUNK = 512 }; /* even, so pairs never straddle chunks */
   const kn_conv_cols *cv = v->cols;
   const int kc2 = (kc + 1) / 2;
@@ -226,12 +250,13 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
     if (run) {
       for (int i = 0; i < cn; i += 2) {
         const uint16_t *restrict a = x16 + lo[0] + off[i];
-        uint32_t *restrict out = dst + (size_t)((c0 + i) / 2) * width;
+        const int p = (c0 + i) / 2;
         if (i + 1 < cn) {
           const uint16_t *restrict b = x16 + lo[0] + off[i + 1];
-          for (int l = 0; l < lanes; l++) out[l] = (uint32_t)a[l] | (uint32_t)b[l] << 16;
+          for (int l = 0; l < lanes; l++)
+            dst[panel_at(kp, width, p, l)] = (uint32_t)a[l] | (uint32_t)b[l] << 16;
         } else {
-          for (int l = 0; l < lanes; l++) out[l] = a[l];
+          for (int l = 0; l < lanes; l++) dst[panel_at(kp, width, p, l)] = a[l];
         }
       }
       continue;
@@ -249,14 +274,18 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
     }
     for (int l = 0; l < lanes; l++) {
       for (int i = 0; i < cn;) {
-        uint32_t *out = dst + (size_t)((c0 + i) / 2) * width + l;
+        const int p = (c0 + i) / 2;
         if (i + 1 < cn && pairs[i / 2] > 0) {
           const int r = pairs[i / 2];
           const uint16_t *src = x16 + lo[l] + off[i];
-          for (int q = 0; q < r; q++) {
-            uint32_t w;
-            memcpy(&w, src + 2 * q, sizeof w); /* an adjacent pair: low half first */
-            out[(size_t)q * width] = w;
+          if (kp) { /* the lane's pairs in a run */
+            memcpy(dst + panel_at(kp, width, p, l), src, (size_t)r * sizeof(uint32_t));
+          } else {
+            for (int q = 0; q < r; q++) {
+              uint32_t w;
+              memcpy(&w, src + 2 * q, sizeof w); /* an adjacent pair: low half first */
+              dst[panel_at(kp, width, p + q, l)] = w;
+            }
           }
           i += 2 * r;
           continue;
@@ -264,13 +293,22 @@ static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0
         uint32_t w = bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i]));
         if (i + 1 < cn)
           w |= (uint32_t)bf16_at(cv->x, v->is_f32, (size_t)(lo[l] + off[i + 1])) << 16;
-        *out = w;
+        dst[panel_at(kp, width, p, l)] = w;
         i += 2;
       }
     }
   }
-  for (int p = 0; p < kc2 && lanes < width; p++)
-    memset(dst + (size_t)p * width + lanes, 0, (size_t)(width - lanes) * sizeof *dst);
+  panel_zeros(dst, width, lanes, kc2, kp);
+}
+
+static void pack_cols(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
+                      int kc) {
+  pack_cols_in(dst, width, v, lane0, lanes, d0, kc, 0);
+}
+
+static void pack_cols_rows(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes,
+                           int d0, int kc, int kp) {
+  pack_cols_in(dst, width, v, lane0, lanes, d0, kc, kp);
 }
 
 /* pack() for a kernel turned 180 degrees (kn_flip_at): depth k, lane c. */
@@ -291,23 +329,33 @@ static void pack_flip(uint32_t *dst, int width, const operand_view *v, int lane0
   }
 }
 
+/* The panel of lanes [lane0, lane0 + lanes), depths [d0, d0 + kc): pair
+ * rows (kp 0), or lane by lane, kp pairs a lane (an A panel for the AMX
+ * tiles). */
 static void pack(uint32_t *dst, int width, const operand_view *v, int lane0, int lanes, int d0,
-                 int kc) {
+                 int kc, int kp) {
   if (v->cols) {
-    pack_cols(dst, width, v, lane0, lanes, d0, kc);
+    if (kp)
+      pack_cols_rows(dst, width, v, lane0, lanes, d0, kc, kp);
+    else
+      pack_cols(dst, width, v, lane0, lanes, d0, kc);
     return;
   }
-  if (v->flip) {
+  if (v->flip) { /* B only: pair rows */
     pack_flip(dst, width, v, lane0, lanes, d0, kc);
     return;
   }
   const size_t start = (size_t)lane0 * v->ls + (size_t)d0 * v->ks;
   const void *base = v->is_f32 ? (const void *)((const float *)v->data + start)
                                : (const void *)((const uint16_t *)v->data + start);
-  if (v->is_f32)
-    pack_panel(dst, width, base, 1, v->ls, v->ks, lanes, kc);
+  if (kp && v->is_f32)
+    pack_panel(dst, width, base, 1, v->ls, v->ks, lanes, kc, kp);
+  else if (kp)
+    pack_panel(dst, width, base, 0, v->ls, v->ks, lanes, kc, kp);
+  else if (v->is_f32)
+    pack_panel(dst, width, base, 1, v->ls, v->ks, lanes, kc, 0);
   else
-    pack_panel(dst, width, base, 0, v->ls, v->ks, lanes, kc);
+    pack_panel(dst, width, base, 0, v->ls, v->ks, lanes, kc, 0);
 }
 
 static inline float bf16_lo(uint32_t w) {
@@ -519,28 +567,6 @@ typedef struct gemm_part {
   int k_lo, k_hi, accumulate;
 } gemm_part;
 
-/* A packed panel (kc2 pair rows of AMX_MR lanes) row by row for the
- * tiles: lane l's pairs at rows[l * kp], zeros from kc2 to kp. */
-#ifdef KN_HAVE_AVX512BF16
-__attribute__((target("avx512f"))) static void rows_of_panel(const uint32_t *panel, int kc2, int kp,
-                                                             uint32_t *rows) {
-  const __m512i step =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(AMX_MR));
-  for (int l = 0; l < AMX_MR; l++) {
-    uint32_t *to = rows + (size_t)l * kp;
-    for (int p0 = 0; p0 < kp; p0 += 16) {
-      const __mmask16 m = kc2 - p0 >= 16 ? (__mmask16)0xffff
-                          : kc2 > p0     ? (__mmask16)((1u << (kc2 - p0)) - 1)
-                                         : (__mmask16)0;
-      const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, step,
-                                                    panel + (size_t)p0 * AMX_MR + l, 4);
-      _mm512_storeu_si512(to + p0, v);
-    }
-  }
-}
-#endif
-
 /* C[r0, r1) x [c0, c1) of the part on one thread's packing buffers. */
 static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, int c0, int c1,
                        uint32_t *pa, uint32_t *pb) {
@@ -555,7 +581,7 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
       const int kp = j->amx ? panel_pairs(kc) : kc2;
       for (int jr = 0; jr < nc; jr += NRJ) {
         uint32_t *panel = pb + (size_t)(jr / NRJ) * kp * NRJ;
-        pack(panel, NRJ, &j->b, jc + jr, nc - jr < NRJ ? nc - jr : NRJ, pc, kc);
+        pack(panel, NRJ, &j->b, jc + jr, nc - jr < NRJ ? nc - jr : NRJ, pc, kc, 0);
         memset(panel + (size_t)kc2 * NRJ, 0, (size_t)(kp - kc2) * NRJ * sizeof *panel);
       }
       if (j->gather) { /* each pair's place from its pixel's first element */
@@ -571,15 +597,9 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
           for (int i = 0; i < mc; i++, kn_pixel_next(j->a.cols, &q))
             rows[i] = x16 + kn_pixel_row(j->a.cols, &q);
         } else {
-          for (int ir = 0; ir < mc; ir += MRJ)
-            pack(pa + (size_t)(ir / MRJ) * kc2 * MRJ, MRJ, &j->a, ic + ir,
-                 mc - ir < MRJ ? mc - ir : MRJ, pc, kc);
-#ifdef KN_HAVE_AVX512BF16
-          if (j->amx) /* each panel row by row: a lane's kp pairs in a run */
-            for (int ir = 0; ir < mc; ir += MRJ)
-              rows_of_panel(pa + (size_t)(ir / MRJ) * kc2 * MRJ, kc2, kp,
-                            pa + (size_t)MC * kc2 + (size_t)(ir / MRJ) * MRJ * kp);
-#endif
+          for (int ir = 0; ir < mc; ir += MRJ) /* for the tiles, at kp pairs a lane */
+            pack(pa + (size_t)(ir / MRJ) * (j->amx ? kp : kc2) * MRJ, MRJ, &j->a, ic + ir,
+                 mc - ir < MRJ ? mc - ir : MRJ, pc, kc, j->amx ? kp : 0);
         }
         for (int jr = 0; jr < nc; jr += NRJ) {
           const int nr = nc - jr < NRJ ? nc - jr : NRJ;
@@ -598,7 +618,7 @@ static void gemm_block(const gemm_job *j, const gemm_part *pt, int r0, int r1, i
 #ifdef KN_HAVE_AVX512BF16
             if (j->amx) {
               __m512 sums[AMX_MR][2];
-              const uint32_t *rows_a = pa + (size_t)MC * kc2 + (size_t)(ir / MRJ) * MRJ * kp;
+              const uint32_t *rows_a = pa + (size_t)(ir / MRJ) * MRJ * kp;
               kn_amx_gemm(AMX_MR, NRJ, kp, AMX_KT, 16, (const uint16_t *)(const void *)rows_a,
                           (ptrdiff_t)2 * kp, bt, NRJ, (float *)(void *)sums, NR, 0);
               amx_store(sums, &o, mr, nr);
@@ -648,7 +668,7 @@ static void gemm_range(void *ctx, int64_t begin, int64_t end) {
   const gemm_job *j = ctx;
   if (j->amx) kn_amx_configure(AMX_KT, 16);
   for (int64_t t = begin; t < end; t++) {
-    uint32_t *pa = thread_buffers(j, t), *pb = pa + (size_t)2 * MC * panel_pairs(j->depth);
+    uint32_t *pa = thread_buffers(j, t), *pb = pa + (size_t)MC * panel_pairs(j->depth);
     if (j->slices > 1) {
       for (int s = (int)(j->slices * t / j->threads); s < j->slices * (t + 1) / j->threads; s++) {
         const gemm_part pt = slice_part(j, s);

@@ -401,6 +401,9 @@ static inline int kn_replica_sums(const kn_graph *g, const kn_node_rec *n, kn_re
  * (cpu.c); the paths a build compiled decide what is used of it. */
 typedef struct kn_cpu_features {
   int avx2, avx512f, avx512bf16;
+  /* AVX512-BF16's vdpbf16ps runs at half the rate of f32 FMAs per
+   * multiply-add (Intel's cores; AMD's run it at the full rate) */
+  int bf16_dot_half_rate;
 } kn_cpu_features;
 const kn_cpu_features *kn_cpu_features_get(void);
 /* Runs node i on the CPU for the graph's current batch. */

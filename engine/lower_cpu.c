@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "amx.h"
 #include "graph_internal.h"
 
 /* A tiled max pool's gradient reads the pool's input x (as large as four
@@ -989,9 +990,12 @@ int kn_lower_winograd(kn_graph *g) {
       (g->precision != KN_PRECISION_FLOAT32 && g->precision != KN_PRECISION_MIXED_BFLOAT16))
     return 0;
   int marked = 0;
-  /* under mixed_bfloat16, decided once for the graph */
-  const int bf16_products =
-      g->precision == KN_PRECISION_MIXED_BFLOAT16 && kn_winograd_bf16_products();
+  /* under mixed_bfloat16, decided once for the graph. Where vdpbf16ps
+   * runs at half the f32 FMA's rate, f32 sums are faster, unless AMX tiles
+   * take the products (amx.h). */
+  const int bf16_products = g->precision == KN_PRECISION_MIXED_BFLOAT16 &&
+                            kn_winograd_bf16_products() &&
+                            (!kn_cpu_features_get()->bf16_dot_half_rate || kn_amx_available());
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     const int mm = n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT;

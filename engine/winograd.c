@@ -1044,6 +1044,7 @@ typedef struct wgrad_job {
   float *scratch;
   int tasks;
   int again; /* a dilated product's phase after the first: its sums add to the slices' */
+  int amx;   /* bf16 products on AMX tiles (amx.h) */
 } wgrad_job;
 
 /* A y: M (4 or 2) values a stride apart to 6. */
@@ -1149,10 +1150,54 @@ AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, void *md
   }
 }
 
+/* r[i] (16 rows of 16 words) transposed in place: r[i] lane l holds
+ * what r[l] lane i held. */
+AVX512 static INLINE void transpose16(__m512i *r) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) { /* u[i + m]: rows i .. i + 3 of column 4 lane + m */
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int m = 0; m < 4; m++) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88),
+                  v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD),
+                  w0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88),
+                  w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
+    r[m] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+    r[4 + m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+    r[8 + m] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+    r[12 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+  }
+}
+
+/* One position's pairs of tiles [0, nk) (pair k's cp channels at
+ * vp + k * ks) channel by channel for the AMX tiles' A: channel ci's
+ * pairs at xt[ci * kp], zeros from nk to kp (a multiple of 16). */
+AVX512 static void pairs_by_channel(const uint32_t *vp, size_t ks, int nk, int cp, int kp,
+                                    uint32_t *xt) {
+  for (int c0 = 0; c0 < cp; c0 += VL) {
+    for (int k0 = 0; k0 < kp; k0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = k0 + i < nk ? _mm512_loadu_si512(vp + (size_t)(k0 + i) * ks + c0)
+                           : _mm512_setzero_si512();
+      transpose16(r);
+      for (int i = 0; i < 16; i++) _mm512_storeu_si512(xt + (size_t)(c0 + i) * kp + k0, r[i]);
+    }
+  }
+}
+
 static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
   const wgrad_job *j = ctx;
   const wino_shape *s = &j->s;
   const size_t per = (size_t)NPOS * s->cp * s->fp + (size_t)s->fp;
+  if (j->amx) kn_amx_configure(16, 16);
   for (int64_t t = t0; t < t1; t++) {
     float *v = j->scratch + (size_t)t * slot_floats(s);
     float *md = v + (size_t)NPOS * s->tb * s->cp;
@@ -1167,6 +1212,20 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
           uint32_t *vp = (uint32_t *)(void *)v, *dp = (uint32_t *)(void *)md;
           transform_input_pairs(s, j->x, first, nt, vp);
           transform_dy(j, first, nt, dp, bsum, 1);
+          if (j->amx) { /* dU (cp x fp) += x^T dy: x's pairs channel by channel */
+            const int nk = (nt + 1) / 2, kp = round_up(nk, 16);
+            uint32_t *xt = vp + (size_t)NPOS * s->cp * ((s->tb + 1) / 2); /* past the pairs */
+            if (kp > nk) /* dy's rows past the block, zeros for the tiles */
+              memset(dp + (size_t)nk * NPOS * s->fp, 0,
+                     (size_t)(kp - nk) * NPOS * s->fp * sizeof *dp);
+            for (int p = 0; p < NPOS; p++) {
+              pairs_by_channel(vp + (size_t)p * s->cp, (size_t)NPOS * s->cp, nk, s->cp, kp, xt);
+              kn_amx_gemm(s->cp, s->fp, kp, 16, 16, (const uint16_t *)(const void *)xt,
+                          (ptrdiff_t)2 * kp, dp + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp,
+                          du + (size_t)p * s->cp * s->fp, s->fp, 1);
+            }
+            continue;
+          }
           for (int p = 0; p < NPOS; p++)
             block_gemm_bf16(s->cp, s->fp, (nt + 1) / 2, (const uint16_t *)(vp + (size_t)p * s->cp),
                             2, (ptrdiff_t)2 * NPOS * s->cp, dp + (size_t)p * s->fp,
@@ -1182,6 +1241,7 @@ static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
       }
     }
   }
+  if (j->amx) kn_amx_release();
 }
 
 /* G^T u: 6 values a stride apart to r. */
@@ -1305,6 +1365,7 @@ void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy
         wgrad_wide(g, &j);
       } else {
         j.tasks = tasks_for(g, j.s.slices);
+        j.amx = j.s.bf16 && kn_amx_available();
         kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
       }
     }
