@@ -172,7 +172,8 @@ typedef struct kn_node_rec {
    * matmul, weight-gradient matmul or input gradient whose kernel computes
    * it by Winograd's F(4x4, 3x3) or F(2x2, 5x5) (winograd.c; dilated, by
    * phases) instead of a GEMM; 2 where it does so on bf16 products
-   * (mixed_bfloat16 where kn_winograd_bf16_products, at compile). */
+   * (mixed_bfloat16 where kn_winograd_bf16_products, at compile); 3 where
+   * those run on AMX tiles (kn_amx_available, at compile). */
   int winograd;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
@@ -757,6 +758,10 @@ typedef struct kn_wino_io {
    * transformed input and kernel (or dy) rounded to bf16, the 36 GEMMs on
    * AVX512-BF16 dot products, their sums in f32 (a node marked winograd 2) */
   int bf16_products;
+  /* bf16 products on AMX tiles (amx.h; a node marked winograd 3): a
+   * weight gradient then sums larger blocks of tiles (kn_winograd_floats
+   * sizes its buffer by the same flag) */
+  int amx;
 } kn_wino_io;
 int kn_winograd_available(void);
 /* Whether this CPU has AVX512-BF16 and bf16 products are on: the default;
@@ -775,7 +780,7 @@ int kn_winograd_pays(int r, int d, int oh, int ow, int cin, int cout);
 void kn_winograd_set_limits(size_t wide_forward, size_t wide_wgrad, size_t chunk);
 /* Floats of the graph's Winograd buffer one such product needs. */
 size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, int cin, int oh,
-                          int ow, int cout, int weight_grad);
+                          int ow, int cout, int weight_grad, int amx);
 /* y = x correlated with the kernel w (r, r, cin, cout), or with flip set,
  * with w (r, r, cout, cin) turned 180 degrees (an input gradient); w f32
  * or bf16; bias (or NULL) and relu applied as it stores, and y's bf16

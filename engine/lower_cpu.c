@@ -967,7 +967,8 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .oh = P->attr.conv.oh,
                              .ow = P->attr.conv.ow,
                              .cout = n->dims[n->ndim - 1],
-                             .bf16_products = n->winograd == 2},
+                             .bf16_products = n->winograd >= 2,
+                             .amx = n->winograd == 3},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
 }
@@ -993,9 +994,10 @@ int kn_lower_winograd(kn_graph *g) {
   /* under mixed_bfloat16, decided once for the graph. Where vdpbf16ps
    * runs at half the f32 FMA's rate, f32 sums are faster, unless AMX tiles
    * take the products (amx.h). */
+  const int amx = kn_amx_available();
   const int bf16_products = g->precision == KN_PRECISION_MIXED_BFLOAT16 &&
                             kn_winograd_bf16_products() &&
-                            (!kn_cpu_features_get()->bf16_dot_half_rate || kn_amx_available());
+                            (!kn_cpu_features_get()->bf16_dot_half_rate || amx);
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *n = &g->nodes[i];
     const int mm = n->op == KN_OP_MATMUL || n->op == KN_OP_MATMUL_BIAS_ACT;
@@ -1024,7 +1026,8 @@ int kn_lower_winograd(kn_graph *g) {
     if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
     if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
-    n->winograd = bf16_products ? 2 : 1;
+    /* 2: bf16 products; 3: on AMX tiles (3x3 only: 5x5 sums stay f32) */
+    n->winograd = !bf16_products ? 1 : amx && r == 3 ? 3 : 2;
     marked++;
   }
   /* A padded input read only by marked nodes is never written: they read

@@ -75,6 +75,11 @@
  * sums (as large) would leave too few slices for the threads. The
  * chunk's transforms are shared by the threads in PARTS parts fixed by
  * the shape. */
+/* A weight gradient's blocks on AMX tiles: about half of a 2 MiB L2
+ * (Intel's with AMX), in bf16 pairs; a multiple of 96 tiles (whole tile
+ * steps of 32 tiles, and of ROWS_Q) */
+#define AMX_WGRAD_BYTES    (1 << 20)
+#define AMX_WGRAD_Q        96
 #define WIDE_FORWARD_BYTES (16 << 20)
 #define WIDE_WGRAD_BYTES   (4 << 20)
 #define CHUNK_BYTES        (16 << 20)
@@ -123,7 +128,7 @@ static int phase_size(int n, int d, int p) {
 /* The shape of phase (py, px) of a product of dilation d whose output is
  * (batch, oh, ow, cout); phase (0, 0), the largest, sizes the buffers. */
 static wino_shape shape_of(int r, int d, int py, int px, int batch, int hp, int wp, int cin, int oh,
-                           int ow, int cout, int weight_grad) {
+                           int ow, int cout, int weight_grad, int amx) {
   if (d < 1) d = 1;
   wino_shape s = {.r = r,
                   .m = tile_side(r),
@@ -150,6 +155,13 @@ static wino_shape shape_of(int r, int d, int py, int px, int batch, int hp, int 
    * as the block's tiles, so it takes blocks up to the L2 budget. */
   int tb = BLOCK_BYTES / (NPOS * (int)sizeof(float) * (s.cp + s.fp)) / ROWS_Q * ROWS_Q;
   s.tb = !weight_grad || tb < ROWS_Q ? ROWS_Q : tb > 4 * ROWS_Q ? 4 * ROWS_Q : tb;
+  if (weight_grad && amx) {
+    /* On AMX tiles a block's GEMMs take little time beside reading and
+     * writing each position's sums (cp x fp) once a block: blocks of
+     * AMX_WGRAD_BYTES of bf16 values, whole steps of the tiles' 16 pairs. */
+    tb = AMX_WGRAD_BYTES / (NPOS * 2 * (s.cp + s.fp)) / AMX_WGRAD_Q * AMX_WGRAD_Q;
+    s.tb = tb < AMX_WGRAD_Q ? AMX_WGRAD_Q : tb > 4 * AMX_WGRAD_Q ? 4 * AMX_WGRAD_Q : tb;
+  }
   const size_t per = (size_t)NPOS * s.cp * s.fp + (size_t)s.fp;
   int64_t sl = s.tiles / SLICE_TILES;
   if (sl > SLICES_MAX) sl = SLICES_MAX;
@@ -219,8 +231,8 @@ int kn_winograd_pays(int r, int d, int h, int w, int cin, int cout) {
 }
 
 size_t kn_winograd_floats(int threads, int r, int d, int batch, int hp, int wp, int cin, int oh,
-                          int ow, int cout, int weight_grad) {
-  const wino_shape s = shape_of(r, d, 0, 0, batch, hp, wp, cin, oh, ow, cout, weight_grad);
+                          int ow, int cout, int weight_grad, int amx) {
+  const wino_shape s = shape_of(r, d, 0, 0, batch, hp, wp, cin, oh, ow, cout, weight_grad, amx);
   return (weight_grad ? partial_floats(&s) : kernel_floats(&s)) + blocks_floats(&s, threads);
 }
 
@@ -990,7 +1002,7 @@ static int tasks_for(const kn_graph *g, int64_t units) {
  * product where it is undilated). */
 static wino_shape io_shape(const kn_wino_io *io, int py, int px, int weight_grad) {
   wino_shape s = shape_of(io->r, io->d, py, px, io->batch, io->hp, io->wp, io->cin, io->oh, io->ow,
-                          io->cout, weight_grad);
+                          io->cout, weight_grad, io->amx);
   s.pt = io->pt;
   s.pl = io->pl;
   s.x_bf16 = io->x_bf16;
@@ -1025,7 +1037,7 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
       }
       j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
       j.tasks = tasks_for(g, j.blocks);
-      j.amx = j.s.bf16 && kn_amx_available();
+      j.amx = j.s.bf16 && io->amx;
       kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
     }
   }
@@ -1365,7 +1377,7 @@ void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy
         wgrad_wide(g, &j);
       } else {
         j.tasks = tasks_for(g, j.s.slices);
-        j.amx = j.s.bf16 && kn_amx_available();
+        j.amx = j.s.bf16 && io->amx;
         kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
       }
     }

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "amx.h"
 #include "graph_internal.h"
 
 typedef struct shape {
@@ -89,7 +90,7 @@ static kn_graph *graph_for(const shape *s, int threads) {
   size_t f = 0;
   for (int wgrad = 0; wgrad <= 1; wgrad++) {
     const size_t need = kn_winograd_floats(threads, side(s), dil(s), s->batch, s->h, s->w, s->cin,
-                                           s->oh, s->ow, s->cout, wgrad);
+                                           s->oh, s->ow, s->cout, wgrad, kn_amx_available());
     f = need > f ? need : f;
   }
   g->conv_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
@@ -384,6 +385,7 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
     memset(y, 0xff, ny * sizeof *y); /* NaN: every output must be written */
     kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16 != 0);
     io.bf16_products = bf16 == 2;
+    io.amx = kn_amx_available(); /* the tiles, where the CPU has them */
     kn_winograd_conv(g, &io, bf16 ? (const void *)wh : w, bf16 != 0, flip, bias, relu, y,
                      bf16 ? copy : NULL);
     if (bf16) { /* the output in bf16 alone (y NULL): the same bits as the copy */
@@ -460,6 +462,7 @@ static void check_weight_grad(const shape *s, int bf16) {
     memset(dw, 0xff, (nw + s->cout) * sizeof *dw);
     kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16 != 0);
     io.bf16_products = bf16 == 2;
+    io.amx = kn_amx_available();
     kn_winograd_wgrad(g, &io, bf16 ? (const void *)dyh : dy, bf16 != 0, dw, bsum);
     if (!first) {
       char what[128];
