@@ -223,6 +223,33 @@ static void cols_depth_offsets(const operand_view *v, int d, int count, ptrdiff_
   }
 }
 
+#ifdef KN_HAVE_AVX512BF16
+/* pack_cols lane by lane (kp pairs a lane) for 16 lanes whose bf16 values
+ * lie side by side (a tap's channels, when the lanes are taps and the
+ * depths pixels): depths c0 + i (i < cn) at x + off[i], each pair of
+ * pixels one interleave of two 16-lane loads, turned lane by lane 16
+ * pairs at a time. Pairs past cn are zeros up to the next 16. */
+__attribute__((target("avx512f"))) static void taps16_rows(uint32_t *dst, int kp, const uint16_t *x,
+                                                           const ptrdiff_t *off, int c0, int cn) {
+  const int np = (cn + 1) / 2, p0 = c0 / 2;
+  for (int g = 0; g < np; g += 16) {
+    __m512i r[16];
+    for (int q = 0; q < 16; q++) {
+      const int i = 2 * (g + q);
+      r[q] = _mm512_setzero_si512();
+      if (i >= cn) continue;
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + off[i])));
+      const __m512i hi =
+          i + 1 < cn ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + off[i + 1])))
+                     : _mm512_setzero_si512();
+      r[q] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)); /* the pair, low depth first */
+    }
+    kn_transpose16_avx512(r);
+    for (int l = 0; l < 16; l++) _mm512_storeu_si512(dst + (size_t)l * kp + p0 + g, r[l]);
+  }
+}
+#endif
+
 /* pack() for a convolution's columns: element (lane, depth) gathered from
  * the padded input, into the same panel layout (kp: panel_at). */
 static inline __attribute__((always_inline)) void pack_cols_in(uint32_t *dst, int width,
@@ -244,19 +271,35 @@ static inline __attribute__((always_inline)) void pack_cols_in(uint32_t *dst, in
   int run = !v->is_f32;
   for (int l = 1; l < lanes && run; l++) run = lo[l] == lo[0] + l;
   const uint16_t *x16 = cv->x;
+  /* lane by lane, lanes of taps in runs of 16 go by taps16_rows */
+  int runs16 = 0;
+#ifdef KN_HAVE_AVX512BF16
+  if (kp && !v->lane_is_pixel && !v->is_f32 && LITTLE_ENDIAN_PAIRS)
+    for (int l0 = 0; l0 + 16 <= lanes; l0 += 16) {
+      int side = 1;
+      for (int l = 1; l < 16 && side; l++) side = lo[l0 + l] == lo[l0] + l;
+      if (!side) break;
+      runs16 = l0 + 16;
+    }
+#endif
   for (int c0 = 0; c0 < kc; c0 += CHUNK) {
     const int cn = kc - c0 < CHUNK ? kc - c0 : CHUNK;
     cols_depth_offsets(v, d0 + c0, cn, off);
+#ifdef KN_HAVE_AVX512BF16
+    for (int l0 = 0; l0 < runs16; l0 += 16)
+      taps16_rows(dst + (size_t)l0 * kp, kp, x16 + lo[l0], off, c0, cn);
+    if (runs16 == lanes) continue;
+#endif
     if (run) {
       for (int i = 0; i < cn; i += 2) {
         const uint16_t *restrict a = x16 + lo[0] + off[i];
         const int p = (c0 + i) / 2;
         if (i + 1 < cn) {
           const uint16_t *restrict b = x16 + lo[0] + off[i + 1];
-          for (int l = 0; l < lanes; l++)
+          for (int l = runs16; l < lanes; l++)
             dst[panel_at(kp, width, p, l)] = (uint32_t)a[l] | (uint32_t)b[l] << 16;
         } else {
-          for (int l = 0; l < lanes; l++) dst[panel_at(kp, width, p, l)] = a[l];
+          for (int l = runs16; l < lanes; l++) dst[panel_at(kp, width, p, l)] = a[l];
         }
       }
       continue;
@@ -272,7 +315,7 @@ static inline __attribute__((always_inline)) void pack_cols_in(uint32_t *dst, in
                     : (LITTLE_ENDIAN_PAIRS && !v->is_f32 && off[i + 1] == off[i] + 1);
       pairs[i / 2] = run_len;
     }
-    for (int l = 0; l < lanes; l++) {
+    for (int l = runs16; l < lanes; l++) {
       for (int i = 0; i < cn;) {
         const int p = (c0 + i) / 2;
         if (i + 1 < cn && pairs[i / 2] > 0) {

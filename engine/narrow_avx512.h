@@ -49,6 +49,33 @@ kn_relu_round_store_avx512(__m512 v, int relu, int round, float *y, uint16_t *nc
   if (y) _mm512_storeu_ps(y, v);
 }
 
+/* r[i] (16 rows of 16 32-bit words) transposed in place: r[i] lane l
+ * holds what r[l] lane i held. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kn_transpose16_avx512(__m512i *r) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) { /* u[i + m]: rows i .. i + 3 of column 4 lane + m */
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int m = 0; m < 4; m++) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88),
+                  v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD),
+                  w0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88),
+                  w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
+    r[m] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+    r[4 + m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+    r[8 + m] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+    r[12 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+  }
+}
+
 /* The mask of a vector's first n lanes (all 16 from n = 16 on). */
 static inline __mmask16 kn_lanes_avx512(int n) {
   return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);

@@ -1162,32 +1162,6 @@ AVX512 static void transform_dy(const wgrad_job *j, int64_t t0, int nt, void *md
   }
 }
 
-/* r[i] (16 rows of 16 words) transposed in place: r[i] lane l holds
- * what r[l] lane i held. */
-AVX512 static INLINE void transpose16(__m512i *r) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) { /* u[i + m]: rows i .. i + 3 of column 4 lane + m */
-    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int m = 0; m < 4; m++) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88),
-                  v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD),
-                  w0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88),
-                  w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
-    r[m] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-    r[4 + m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-    r[8 + m] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
-    r[12 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
-  }
-}
-
 /* One position's pairs of tiles [0, nk) (pair k's cp channels at
  * vp + k * ks) channel by channel for the AMX tiles' A: channel ci's
  * pairs at xt[ci * kp], zeros from nk to kp (a multiple of 16). */
@@ -1199,7 +1173,7 @@ AVX512 static void pairs_by_channel(const uint32_t *vp, size_t ks, int nk, int c
       for (int i = 0; i < 16; i++)
         r[i] = k0 + i < nk ? _mm512_loadu_si512(vp + (size_t)(k0 + i) * ks + c0)
                            : _mm512_setzero_si512();
-      transpose16(r);
+      kn_transpose16_avx512(r);
       for (int i = 0; i < 16; i++) _mm512_storeu_si512(xt + (size_t)(c0 + i) * kp + k0, r[i]);
     }
   }
