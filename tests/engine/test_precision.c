@@ -440,12 +440,9 @@ static void model_compile_keeps_the_smaller_plan(void **state) {
 /* The largest normwise relative difference of a parameter's gradient
  * between ref and mixed after a training run on the same batch, and the
  * parameter that has it. */
-static double worst_gradient_difference(kn_model *ref, kn_model *mixed, const char **worst_name) {
-  char err[256];
-  fill_images(ref, 16, 7);
-  fill_images(mixed, 16, 7);
-  assert_int_equal(kn_graph_run(ref->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
-  assert_int_equal(kn_graph_run(mixed->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+/* The largest of the gradients' differences (of its norm) between two
+ * models that ran a step on the same batch. */
+static double gradient_difference(kn_model *ref, kn_model *mixed, const char **worst_name) {
   double worst = 0.0;
   for (int p = 0; p < kn_param_node_count(ref->graph); p++) {
     kn_node node = kn_param_node(ref->graph, p);
@@ -466,6 +463,17 @@ static double worst_gradient_difference(kn_model *ref, kn_model *mixed, const ch
     }
   }
   return worst;
+}
+
+/* One training step of ref and of mixed on the same batch: their
+ * gradients' largest difference. */
+static double worst_gradient_difference(kn_model *ref, kn_model *mixed, const char **worst_name) {
+  char err[256];
+  fill_images(ref, 16, 7);
+  fill_images(mixed, 16, 7);
+  assert_int_equal(kn_graph_run(ref->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+  assert_int_equal(kn_graph_run(mixed->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+  return gradient_difference(ref, mixed, worst_name);
 }
 
 /* A residual block whose 3x3 convolutions the winograd pass takes over
@@ -1330,6 +1338,49 @@ static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
 }
 
+/* The bf16 GEMM on AMX tiles against vdpbf16ps (KILN_AMX=off's kernels)
+ * on a residual block with a strided convolution after it: every
+ * product's columns, weight gradient (its columns turned lane by lane),
+ * input gradient and dense layer. The two sum the same exact bf16
+ * products in f32 in their own orders, so each gradient matches to about
+ * f32's rounding of its sums (1e-6 of its norm is seen); a pair or lane
+ * packed in the wrong place is off by its share of the norm. Skips
+ * without AMX. */
+static void amx_tiles_train_as_the_vdpbf16ps_gemm(void **state) {
+  (void)state;
+  if (!kn_amx_available() || kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512) {
+    print_message("SKIPPED: this CPU (or kernel) gives no AMX-BF16 tiles\n");
+    skip();
+  }
+  kn_layer_config layers[13];
+  memcpy(layers, residual_layers, 9 * sizeof *layers); /* through the add */
+  layers[9] =
+      (kn_layer_config){.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU};
+  layers[10] = residual_layers[6]; /* a 3x3 convolution of 16 filters, strided */
+  snprintf(layers[10].name, sizeof layers[10].name, "c3");
+  layers[10].strides[0] = layers[10].strides[1] = 2;
+  layers[11] = residual_layers[9]; /* global average pool, dense */
+  layers[12] = residual_layers[10];
+  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+  cfg.layers = layers;
+  cfg.n_layers = 13;
+  kn_model dot = build_from(&cfg, 2, ALL_EXACT, NULL), tiles = build_from(&cfg, 2, ALL_EXACT, NULL);
+  char err[256];
+  fill_images(&dot, 16, 7);
+  fill_images(&tiles, 16, 7);
+  kn_amx_set(0); /* the GEMM takes the tiles or not as it runs */
+  assert_int_equal(kn_graph_run(dot.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+  kn_amx_set(1);
+  assert_int_equal(kn_graph_run(tiles.graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+  const char *name = "";
+  const double worst = gradient_difference(&dot, &tiles, &name);
+  if (worst == 0.0) fail_msg("the same bits: the tiles never ran");
+  print_message("AMX against vdpbf16ps: worst gradient difference %.3g (%s)\n", worst, name);
+  if (worst > 1e-4) fail_msg("%s's gradient differs by %g of its norm", name, worst);
+  kn_model_free(&dot);
+  kn_model_free(&tiles);
+}
+
 /* Strided convolutions' input gradients in mixed_bfloat16 by chunks of
  * images (col2im_chunks): each thread's bf16 GEMM into its chunk of bf16
  * columns, col2im summing them while they are in cache, as the matmul into
@@ -1572,6 +1623,7 @@ int main(void) {
       cmocka_unit_test(mixed_bfloat16_winograd_trains_as_the_bf16_gemm),
       cmocka_unit_test(mixed_bfloat16_winograd_writes_bf16_outputs),
       cmocka_unit_test(mixed_bfloat16_winograd_on_bf16_products_stays_close),
+      cmocka_unit_test(amx_tiles_train_as_the_vdpbf16ps_gemm),
       cmocka_unit_test(bf16_max_pools_of_any_width_stay_close_to_float32),
       cmocka_unit_test(recompute_and_mixed_precision_combine),
       cmocka_unit_test(mixed_bfloat16_runs_every_matmul_on_the_bf16_gemm),
