@@ -762,6 +762,9 @@ typedef struct kn_wino_io {
    * weight gradient then sums larger blocks of tiles (kn_winograd_floats
    * sizes its buffer by the same flag) */
   int amx;
+  /* f32 outputs rounded through bf16 as they are stored (an input
+   * gradient in place of a widening cast after it: the winograd pass) */
+  int round_y;
 } kn_wino_io;
 int kn_winograd_available(void);
 /* Whether this CPU has AVX512-BF16 and bf16 products are on: the default;

@@ -968,7 +968,8 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .ow = P->attr.conv.ow,
                              .cout = n->dims[n->ndim - 1],
                              .bf16_products = n->winograd >= 2,
-                             .amx = n->winograd == 3},
+                             .amx = n->winograd == 3,
+                             .round_y = n->round_bf16},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
 }
@@ -1029,6 +1030,25 @@ int kn_lower_winograd(kn_graph *g) {
     /* 2: bf16 products; 3: on AMX tiles (3x3 only: 5x5 sums stay f32) */
     n->winograd = !bf16_products ? 1 : amx && r == 3 ? 3 : 2;
     marked++;
+  }
+  /* An input gradient rounded through bf16 by a cast after it (the
+   * gradient through the policy's cast before the convolution), nothing
+   * else reading it: the product rounds its f32 outputs as it stores them
+   * (the cast's values, bit for bit) and the cast goes, as
+   * kn_lower_rounds_in_producers does for element-wise producers. */
+  for (kn_node c = 0; marked && c < g->n_nodes; c++) {
+    kn_node_rec *C = &g->nodes[c];
+    if (C->dead || C->op != KN_OP_CAST || C->dtype != KN_F32 || C->keep || C->n_inputs != 1 ||
+        kn_cast_via(C) != KN_BF16)
+      continue;
+    const kn_node p = C->inputs[0];
+    kn_node_rec *P = &g->nodes[p];
+    if (!P->winograd || P->op != KN_OP_CONV_INPUT_GRAD || P->dtype != KN_F32 || P->keep ||
+        P->round_bf16 || P->storage != KN_STORE_ARENA || !read_by_narrow_copies_and(g, p, c))
+      continue;
+    P->round_bf16 = 1;
+    replace_reads(g, c, p);
+    C->dead = 1;
   }
   /* A padded input read only by marked nodes is never written: they read
    * the value it pads where it lies, adding the zeros as they read (and

@@ -492,7 +492,8 @@ typedef struct conv_job {
   float *scratch;   /* slot_floats a thread */
   int tasks;
   int64_t blocks;
-  int amx; /* bf16 products on AMX tiles (amx.h) */
+  int amx;   /* bf16 products on AMX tiles (amx.h) */
+  int round; /* y's values rounded through bf16 (kn_wino_io.round_y) */
 } conv_job;
 
 /* G g (r values a stride apart) to 6. */
@@ -881,6 +882,8 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
             if (k >= cols) break;
             __m512 val = (__m512)(o[k] + bias);
             if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
+            if (j->round) /* as kn_bf16_from_f32, widened back */
+              val = _mm512_castsi512_ps(_mm512_slli_epi32(kn_bf16_round_avx512(val), 16));
             if (j->y) _mm512_mask_storeu_ps(j->y + at + (size_t)k * step, m, val);
             if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * step, val, s->cout - f0);
           }
@@ -1021,7 +1024,8 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
                 .relu = relu,
                 .y = y,
                 .y_copy = y_copy,
-                .u = g->conv_buf};
+                .u = g->conv_buf,
+                .round = io->round_y};
   j.scratch = j.u + kernel_floats(&j.s);
   j.tasks = tasks_for(g, io->cin);
   kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, kernel_range, &j);

@@ -789,7 +789,8 @@ static void a_padded_input_and_an_unpadded_one_give_the_same_bits(void **state) 
 
 /* The bf16 copy of an output is rounded as a cast rounds it
  * (kn_bf16_from_f32), NaN outputs and subnormal ones (a kernel scaled to
- * 1e-38) included: the CPU's own bf16 conversion would flush those. */
+ * 1e-38) included: the CPU's own bf16 conversion would flush those; and
+ * so are f32 outputs rounded as stored (kn_wino_io.round_y). */
 static void the_bf16_copy_rounds_as_a_cast_does(void **state) {
   (void)state;
   if (!have_avx512()) skip();
@@ -811,8 +812,20 @@ static void the_bf16_copy_rounds_as_a_cast_does(void **state) {
   }
   print_message("  %d NaN and %d subnormal outputs of %zu\n", nans, subnormals, ny);
   assert_true(nans > 0 && subnormals > 0);
+  /* round_y (an input gradient in place of a rounding cast after it): the
+   * f32 outputs are the copy's values, widened */
+  kn_wino_io rounded = io;
+  rounded.round_y = 1;
+  float *yr = malloc(ny * sizeof *yr);
+  kn_winograd_conv(g, &rounded, w, 0, 0, NULL, 0, yr, NULL);
+  for (size_t i = 0; i < ny; i++) {
+    const uint32_t want = (uint32_t)copy[i] << 16;
+    uint32_t got;
+    memcpy(&got, &yr[i], sizeof got);
+    if (got != want) fail_msg("output %zu: %08x, want %08x", i, got, want);
+  }
   graph_free(g);
-  free(x), free(w), free(y), free(copy);
+  free(x), free(w), free(y), free(yr), free(copy);
 }
 
 /* An f32 input read as if rounded to bf16 (x_bf16 2: mixed_bfloat16's bf16
