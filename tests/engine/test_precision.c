@@ -1292,6 +1292,25 @@ static void relus_after_rounded_values_fuse_in_mixed_bfloat16(void **state) {
   }
 }
 
+/* residual_layers' block with a relu after the add and a convolution
+ * reading it: the add is rounded, fused with the relu and stored in bf16
+ * for the convolution, as in a ResNet; the convolution strided, then
+ * global average pooling and a dense layer. Fills layers (13). */
+static kn_model_config residual_then_strided(kn_layer_config *layers) {
+  memcpy(layers, residual_layers, 9 * sizeof *layers); /* through the add */
+  layers[9] =
+      (kn_layer_config){.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU};
+  layers[10] = residual_layers[6]; /* a 3x3 convolution of 16 filters, strided */
+  snprintf(layers[10].name, sizeof layers[10].name, "c3");
+  layers[10].strides[0] = layers[10].strides[1] = 2;
+  layers[11] = residual_layers[9]; /* global average pool, dense */
+  layers[12] = residual_layers[10];
+  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
+  cfg.layers = layers;
+  cfg.n_layers = 13;
+  return cfg;
+}
+
 /* The AVX-512 path's own loops in mixed_bfloat16 (a rounded add with its
  * bf16 copy, batch norm's apply rounded and stored in bf16, the sums over
  * rows widened to double) against the AVX2 path's (or the baseline's),
@@ -1304,21 +1323,8 @@ static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
     print_message("SKIPPED: no AVX-512 path on this CPU (%s)\n", err);
     skip();
   }
-  /* residual_layers' block with a relu after the add and a convolution
-   * reading it: the add is rounded, fused with the relu and stored in bf16
-   * for the convolution, as in a ResNet */
   kn_layer_config layers[13];
-  memcpy(layers, residual_layers, 9 * sizeof *layers); /* through the add */
-  layers[9] =
-      (kn_layer_config){.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU};
-  layers[10] = residual_layers[6]; /* a 3x3 convolution of 16 filters, strided */
-  snprintf(layers[10].name, sizeof layers[10].name, "c3");
-  layers[10].strides[0] = layers[10].strides[1] = 2;
-  layers[11] = residual_layers[9]; /* global average pool, dense */
-  layers[12] = residual_layers[10];
-  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
-  cfg.layers = layers;
-  cfg.n_layers = 13;
+  kn_model_config cfg = residual_then_strided(layers);
   kn_amx_set(0); /* the AVX-512 path's vdpbf16ps, as the others' portable kernel (amx.h) */
   for (int threads = 1; threads <= 2; threads++) {
     float wide[4], other[4];
@@ -1353,17 +1359,7 @@ static void amx_tiles_train_as_the_vdpbf16ps_gemm(void **state) {
     skip();
   }
   kn_layer_config layers[13];
-  memcpy(layers, residual_layers, 9 * sizeof *layers); /* through the add */
-  layers[9] =
-      (kn_layer_config){.type = KN_LAYER_ACTIVATION, .name = "out_relu", .activation = KN_ACT_RELU};
-  layers[10] = residual_layers[6]; /* a 3x3 convolution of 16 filters, strided */
-  snprintf(layers[10].name, sizeof layers[10].name, "c3");
-  layers[10].strides[0] = layers[10].strides[1] = 2;
-  layers[11] = residual_layers[9]; /* global average pool, dense */
-  layers[12] = residual_layers[10];
-  kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
-  cfg.layers = layers;
-  cfg.n_layers = 13;
+  const kn_model_config cfg = residual_then_strided(layers);
   kn_model dot = build_from(&cfg, 2, ALL_EXACT, NULL), tiles = build_from(&cfg, 2, ALL_EXACT, NULL);
   char err[256];
   fill_images(&dot, 16, 7);
