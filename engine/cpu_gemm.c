@@ -480,7 +480,7 @@ micro_portable(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o,
 #ifdef KN_HAVE_AVX512BF16
 /* Rows [0, mr) of a tile's sums (two vectors a row; the second unused
  * where vecs is 1) to C's first nr columns, as tile_out asks. */
-__attribute__((target("avx512f"), always_inline)) static inline void
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
 store_rows_avx512(__m512 (*acc)[2], const int vecs, const tile_out *o, int mr, int nr) {
   const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = vecs == 1  ? (__mmask16)0
@@ -505,13 +505,16 @@ store_rows_avx512(__m512 (*acc)[2], const int vecs, const tile_out *o, int mr, i
       /* relu as KN_RELU, as the portable kernel: max(0, v) returns its
        * second operand, v, when either is NaN */
       if (o->relu) v[h] = _mm512_max_ps(_mm512_setzero_ps(), v[h]);
-      if (o->c_bf16 || o->narrow) {
-        const __m512i r = kn_bf16_round_avx512(v[h]); /* as kn_bf16_from_f32 */
-        uint16_t *to = o->c_bf16 ? (uint16_t *)o->c : o->narrow;
-        _mm512_mask_cvtepi32_storeu_epi16(to + (size_t)i * o->ldc + 16 * h, mask[h], r);
-      }
       if (!o->c_bf16)
         _mm512_mask_storeu_ps((float *)o->c + (size_t)i * o->ldc + 16 * h, mask[h], v[h]);
+    }
+    if (o->c_bf16 || o->narrow) { /* rounded as kn_bf16_from_f32 rounds */
+      uint16_t *to = (o->c_bf16 ? (uint16_t *)o->c : o->narrow) + (size_t)i * o->ldc;
+      if (vecs == 2)
+        _mm512_mask_storeu_epi16(to, (__mmask32)m0 | (__mmask32)m1 << 16,
+                                 kn_bf16_pack32_native(v[0], v[1]));
+      else
+        _mm256_mask_storeu_epi16(to, m0, kn_bf16_pack16_native(v[0]));
     }
   }
 }
@@ -522,7 +525,7 @@ store_rows_avx512(__m512 (*acc)[2], const int vecs, const tile_out *o, int mr, i
  * gather, in place at rows[i] + poff[p] (a convolution's bf16 columns);
  * rows past mr repeat row 0 and are not stored. The products and their
  * order are the packed 12 x 32 tile's, so the bits are too. */
-__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"), always_inline)) static inline void
 bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uint32_t *a,
           const uint16_t *const *rows, const ptrdiff_t *poff, const uint32_t *b, const tile_out *o,
           int mr, int nr) {
@@ -552,12 +555,12 @@ bf16_tile(const int rows_n, const int vecs, const int gather, int kc2, const uin
   store_rows_avx512(acc, vecs, o, mr, nr);
 }
 
-__attribute__((target("avx512f,avx512bf16"))) static void
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void
 micro_avx512bf16(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr, int nr) {
   bf16_tile(MR, 2, 0, kc2, a, NULL, NULL, b, o, mr, nr);
 }
 
-__attribute__((target("avx512f,avx512bf16"))) static void
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void
 micro_avx512bf16_narrow(int kc2, const uint32_t *a, const uint32_t *b, const tile_out *o, int mr,
                         int nr) {
   bf16_tile(MR_NARROW, 1, 0, kc2, a, NULL, NULL, b, o, mr, nr);
@@ -565,8 +568,8 @@ micro_avx512bf16_narrow(int kc2, const uint32_t *a, const uint32_t *b, const til
 
 /* An AMX tile block's sums (AMX_MR rows of NR floats, as kn_amx_gemm
  * stored them) to C, mr x nr of them. */
-__attribute__((target("avx512f"))) static void amx_store(__m512 (*sums)[2], const tile_out *o,
-                                                         int mr, int nr) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+amx_store(__m512 (*sums)[2], const tile_out *o, int mr, int nr) {
   if (nr > 16)
     store_rows_avx512(sums, 2, o, mr, nr);
   else
@@ -574,7 +577,7 @@ __attribute__((target("avx512f"))) static void amx_store(__m512 (*sums)[2], cons
 }
 
 /* The in-place tiles: 12 x 32, or 24 x 16 for a narrow C. */
-__attribute__((target("avx512f,avx512bf16"))) static void
+__attribute__((target("avx512f,avx512bf16,avx512bw,avx512vl"))) static void
 gather_avx512bf16(int narrow, int kc2, const uint16_t *const *rows, const ptrdiff_t *poff,
                   const uint32_t *b, const tile_out *o, int mr, int nr) {
   if (narrow)
@@ -780,65 +783,116 @@ typedef struct small_conv {
   uint16_t *narrow;
 } small_conv;
 
-__attribute__((target("avx512f"), always_inline)) static inline void
-small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int np,
-                 kn_pixel_cursor *q) {
+/* A block's inputs (np <= P adjacent pixels of one output row), widened
+ * to f32: xs[8 t + i], tap t of pixel i. A one-channel input at stride 1
+ * (a first layer on a gray image) has each tap's np values side by side,
+ * loaded at once. Broadcast from xs, a value costs a load; broadcast from
+ * a register, it would take the shuffle port the FMAs share. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
+small_conv_inputs(const kn_conv_cols *cols, int a_f32, int k, const ptrdiff_t *koff, const int P,
+                  int np, ptrdiff_t at0, float *xs) {
+  const ptrdiff_t step = (ptrdiff_t)cols->sw * cols->c;
+  if (step != 1) {
+    for (int t = 0; t < k; t++)
+      for (int i = 0; i < P; i++)
+        xs[8 * t + i] = cols_value(cols, a_f32, at0 + (i < np ? i : 0) * step + koff[t]);
+    return;
+  }
+  const __mmask8 m = (__mmask8)((1u << np) - 1);
+  for (int t = 0; t < k; t++) {
+    const ptrdiff_t o = at0 + koff[t];
+    const __m256 v =
+        a_f32 ? _mm256_maskz_loadu_ps(m, (const float *)cols->x + o)
+              : _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_cvtepu16_epi32(_mm_maskz_loadu_epi16(m, (const uint16_t *)cols->x + o)),
+                    16));
+    if (P == 8)
+      _mm256_storeu_ps(xs + 8 * t, v);
+    else
+      _mm_storeu_ps(xs + 8 * t, _mm256_castps256_ps128(v));
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline void
+small_conv_block(const small_conv *s, const int V, const int P, int64_t p0, int np, ptrdiff_t at0) {
+  float xs[SMALL_K * 8];
+  small_conv_inputs(s->cols, s->a_f32, s->k, s->koff, P, np, at0, xs);
+  __asm__ volatile("" ::: "memory"); /* the FMAs broadcast xs from memory */
   __m512 acc[8][4];
-  ptrdiff_t at[8] = {0};
 #pragma GCC unroll 8
-  for (int i = 0; i < P; i++) {
-    at[i] = i < np ? kn_pixel_row(s->cols, q) : at[0];
-    if (i < np) kn_pixel_next(s->cols, q);
+  for (int i = 0; i < P; i++)
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++) acc[i][v] = _mm512_setzero_ps();
-  }
-  for (int t = 0; t < s->k; t++) {
-    const ptrdiff_t o = s->koff[t];
-    __m512 w[4];
+  const int k = s->k;
+  const size_t wstride = (size_t)16 * s->nv;
+  const float *w = s->w;
+  for (int t = 0; t < k; t++) {
+    __m512 wv[4];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; v++) w[v] = _mm512_loadu_ps(s->w + (size_t)t * 16 * s->nv + 16 * v);
+    for (int v = 0; v < V; v++) wv[v] = _mm512_loadu_ps(w + (size_t)t * wstride + 16 * v);
 #pragma GCC unroll 8
     for (int i = 0; i < P; i++) {
-      const __m512 xb = _mm512_set1_ps(cols_value(s->cols, s->a_f32, at[i] + o));
+      const __m512 xb = _mm512_set1_ps(xs[8 * t + i]);
 #pragma GCC unroll 4
-      for (int v = 0; v < V; v++) acc[i][v] = _mm512_fmadd_ps(xb, w[v], acc[i][v]);
+      for (int v = 0; v < V; v++) acc[i][v] = _mm512_fmadd_ps(xb, wv[v], acc[i][v]);
     }
   }
+  /* the outputs: s's fields in locals, which the stores cannot change */
+  const float *bias = s->bias;
+  const int relu = s->relu;
+  uint16_t *to16 = s->c_bf16 ? (uint16_t *)s->c : s->narrow;
+  float *to32 = s->c_bf16 ? NULL : (float *)s->c;
+  const size_t ldc = s->ldc;
+  __mmask16 m[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; v++) m[v] = kn_lanes_avx512(s->n - 16 * v);
 #pragma GCC unroll 8
   for (int i = 0; i < P; i++) {
     if (i >= np) break;
-    const size_t row = (size_t)(p0 + i) * s->ldc;
+    const size_t row = (size_t)(p0 + i) * ldc;
+    __m512 y[4];
 #pragma GCC unroll 4
     for (int v = 0; v < V; v++) {
-      const __mmask16 m = kn_lanes_avx512(s->n - 16 * v);
-      __m512 y = acc[i][v];
-      if (s->bias) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, s->bias + 16 * v));
+      y[v] = acc[i][v];
+      if (bias) y[v] = _mm512_add_ps(y[v], _mm512_maskz_loadu_ps(m[v], bias + 16 * v));
       /* max(0, v) returns its second operand, v, when either is NaN */
-      if (s->relu) y = _mm512_max_ps(_mm512_setzero_ps(), y);
-      if (s->c_bf16 || s->narrow) {
-        uint16_t *to = s->c_bf16 ? (uint16_t *)s->c : s->narrow;
-        _mm512_mask_cvtepi32_storeu_epi16(to + row + 16 * v, m, kn_bf16_round_avx512(y));
-      }
-      if (!s->c_bf16) _mm512_mask_storeu_ps((float *)s->c + row + 16 * v, m, y);
+      if (relu) y[v] = _mm512_max_ps(_mm512_setzero_ps(), y[v]);
+      if (to32) _mm512_mask_storeu_ps(to32 + row + 16 * v, m[v], y[v]);
+    }
+    if (!to16) continue;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v += 2) {
+      if (v + 1 < V)
+        _mm512_mask_storeu_epi16(to16 + row + 16 * v, (__mmask32)m[v] | (__mmask32)m[v + 1] << 16,
+                                 kn_bf16_pack32_native(y[v], y[v + 1]));
+      else
+        _mm256_mask_storeu_epi16(to16 + row + 16 * v, m[v], kn_bf16_pack16_native(y[v]));
     }
   }
 }
 
-__attribute__((target("avx512f"))) static void small_conv_range(void *ctx, int64_t t0, int64_t t1) {
+/* Blocks of P pixels, cut at the ends of output rows. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+small_conv_range(void *ctx, int64_t t0, int64_t t1) {
   const small_conv *s = ctx;
+  const int P = s->nv <= 2 ? 8 : 4;
   for (int64_t t = t0; t < t1; t++) {
     const int64_t p_end = (t + 1) * SMALL_PIX < s->m ? (t + 1) * SMALL_PIX : s->m;
     int64_t p = t * SMALL_PIX;
     kn_pixel_cursor q = kn_pixel_at(s->cols, p);
-    const int P = s->nv <= 2 ? 8 : 4;
-    for (; p < p_end; p += P) {
-      const int np = p_end - p < P ? (int)(p_end - p) : P;
+    while (p < p_end) {
+      int np = s->cols->ow - q.x < P ? s->cols->ow - q.x : P;
+      if (p_end - p < np) np = (int)(p_end - p);
+      const ptrdiff_t at0 = kn_pixel_row(s->cols, &q);
       switch (s->nv) {
-      case 1: small_conv_block(s, 1, 8, p, np, &q); break;
-      case 2: small_conv_block(s, 2, 8, p, np, &q); break;
-      case 3: small_conv_block(s, 3, 4, p, np, &q); break;
-      default: small_conv_block(s, 4, 4, p, np, &q); break;
+      case 1: small_conv_block(s, 1, 8, p, np, at0); break;
+      case 2: small_conv_block(s, 2, 8, p, np, at0); break;
+      case 3: small_conv_block(s, 3, 4, p, np, at0); break;
+      default: small_conv_block(s, 4, 4, p, np, at0); break;
       }
+      p += np;
+      q.x += np - 1;
+      kn_pixel_next(s->cols, &q);
     }
   }
 }
@@ -931,29 +985,37 @@ small_wgrad_slice(const small_wgrad *s, const int T, const int V, int slice) {
     for (int v = 0; v < V; v++) acc[t][v] = _mm512_setzero_ps();
   const int64_t p0 = s->pixels * slice / s->slices, p1 = s->pixels * (slice + 1) / s->slices;
   kn_pixel_cursor q = kn_pixel_at(s->cols, p0);
-  for (int64_t p = p0; p < p1; p++, kn_pixel_next(s->cols, &q)) {
-    const ptrdiff_t at = kn_pixel_row(s->cols, &q);
-    __m512 g[2];
+  float xs[WGRAD_TAPS * 8];
+  /* blocks of up to 8 pixels, cut at the ends of output rows, their taps
+   * widened into xs (small_conv_inputs); the sums still run pixel by pixel */
+  for (int64_t p = p0; p < p1;) {
+    int np = s->cols->ow - q.x < 8 ? s->cols->ow - q.x : 8;
+    if (p1 - p < np) np = (int)(p1 - p);
+    small_conv_inputs(s->cols, s->a_f32, T, s->koff, 8, np, kn_pixel_row(s->cols, &q), xs);
+    __asm__ volatile("" ::: "memory"); /* the FMAs broadcast xs from memory */
+    for (int i = 0; i < np; i++, p++, kn_pixel_next(s->cols, &q)) {
+      __m512 g[2];
 #pragma GCC unroll 2
-    for (int v = 0; v < V; v++) {
-      const __mmask16 m = kn_lanes_avx512(s->n - 16 * v);
-      const size_t at_dy = (size_t)p * s->lddy + 16 * (size_t)v;
-      if (s->pool)
-        g[v] = pool_grad_vec(s->pool, &q, 16 * v, m);
-      else
-        g[v] = s->dy_f32 ? _mm512_maskz_loadu_ps(m, (const float *)s->dy + at_dy)
-                         : kn_bf16_widen_avx512(
-                               _mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy + at_dy));
-    }
+      for (int v = 0; v < V; v++) {
+        const __mmask16 m = kn_lanes_avx512(s->n - 16 * v);
+        const size_t at_dy = (size_t)p * s->lddy + 16 * (size_t)v;
+        if (s->pool)
+          g[v] = pool_grad_vec(s->pool, &q, 16 * v, m);
+        else
+          g[v] = s->dy_f32 ? _mm512_maskz_loadu_ps(m, (const float *)s->dy + at_dy)
+                           : kn_bf16_widen_avx512(
+                                 _mm256_maskz_loadu_epi16(m, (const uint16_t *)s->dy + at_dy));
+      }
 #pragma GCC unroll 9
-    for (int t = 0; t < T; t++) {
-      const __m512 xb = _mm512_set1_ps(cols_value(s->cols, s->a_f32, at + s->koff[t]));
+      for (int t = 0; t < T; t++) {
+        const __m512 xb = _mm512_set1_ps(xs[8 * t + i]);
 #pragma GCC unroll 2
-      for (int v = 0; v < V; v++) acc[t][v] = _mm512_fmadd_ps(xb, g[v], acc[t][v]);
+        for (int v = 0; v < V; v++) acc[t][v] = _mm512_fmadd_ps(xb, g[v], acc[t][v]);
+      }
+      if (s->sums)
+#pragma GCC unroll 2
+        for (int v = 0; v < V; v++) acc[T][v] = _mm512_add_ps(acc[T][v], g[v]);
     }
-    if (s->sums)
-#pragma GCC unroll 2
-      for (int v = 0; v < V; v++) acc[T][v] = _mm512_add_ps(acc[T][v], g[v]);
   }
   float *out = s->partials + (size_t)slice * (T + 1) * 16 * s->nv;
 #pragma GCC unroll 10

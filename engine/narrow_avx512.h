@@ -20,6 +20,55 @@ kn_bf16_round_avx512(__m512 v) {
   return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
 }
 
+/* ---- the CPU's own conversion, where it has one (AVX512-BF16) ----
+ *
+ * vcvtneps2bf16 rounds to nearest even as kn_bf16_round_avx512 does, NaN
+ * to a quiet NaN alike, but flushes subnormals to zero (of their sign): a
+ * vector holding one takes the integer rounding instead, so the bits are
+ * kn_bf16_from_f32's everywhere. Two instructions against the integer
+ * rounding's seven and a narrowing shuffle. Written as asm so that kernels
+ * built for AVX-512F alone can hold it: only kernels that run where the CPU
+ * has AVX512-BF16 (the bf16 GEMM's, Winograd's bf16 products) call these. */
+
+/* The lanes of v that hold subnormals (exponent bits zero, mantissa not). */
+__attribute__((target("avx512f"), always_inline)) static inline __mmask16
+kn_subnormal_lanes_avx512(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  return _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7F800000)), u,
+                                     _mm512_set1_epi32(0x007FFFFF));
+}
+
+/* v's 16 lanes rounded to bf16, packed. */
+__attribute__((target("avx512f"), always_inline)) static inline __m256i
+kn_bf16_pack16_native(__m512 v) {
+  if (__builtin_expect(kn_subnormal_lanes_avx512(v) != 0, 0))
+    return _mm512_cvtepi32_epi16(kn_bf16_round_avx512(v));
+  __m256i r;
+  __asm__("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
+  return r;
+}
+
+/* a's lanes, then b's, rounded to bf16: 32 values. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512i
+kn_bf16_pack32_native(__m512 a, __m512 b) {
+  if (__builtin_expect((kn_subnormal_lanes_avx512(a) | kn_subnormal_lanes_avx512(b)) != 0, 0)) {
+    /* each 128-bit lane of the pack: four of a, then four of b (the values
+     * fit 16 bits unsigned: no saturation); the permute orders them */
+    const __m512i packed = _mm512_packus_epi32(kn_bf16_round_avx512(a), kn_bf16_round_avx512(b));
+    return _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), packed);
+  }
+  __m512i r; /* the low half from the last source operand */
+  __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(b), "v"(a));
+  return r;
+}
+
+/* v rounded through bf16, back in f32 (kn_bf16_round_f32's bits). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+kn_bf16_round_f32_native(__m512 v) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(kn_bf16_pack16_native(v)), 16));
+}
+
 /* Sixteen bf16 values, widened to floats (exactly: the low halves zero). */
 __attribute__((target("avx512f"), always_inline)) static inline __m512
 kn_bf16_widen_avx512(__m256i h) {

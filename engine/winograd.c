@@ -259,15 +259,22 @@ AVX512 static inline v16 load_n(const void *p, int bf16, size_t i, int n) {
   return v;
 }
 
-/* n (<= VL) lanes of v rounded to bf16 at p, as kn_bf16_from_f32 rounds. */
-AVX512 static inline void store_bf16(uint16_t *p, __m512 v, int n) {
-  _mm512_mask_cvtepi32_storeu_epi16(p, lanes_mask(n), kn_bf16_round_avx512(v));
+/* n (<= VL) lanes of v rounded to bf16 at p, as kn_bf16_from_f32 rounds;
+ * with native, by the CPU's own conversion (where it has AVX512-BF16). */
+AVX512 static inline void store_bf16(uint16_t *p, __m512 v, int n, int native) {
+  if (native && n == VL)
+    _mm256_storeu_si256((__m256i *)(void *)p, kn_bf16_pack16_native(v));
+  else if (native)
+    _mm512_mask_cvtepi32_storeu_epi16(p, lanes_mask(n),
+                                      _mm512_cvtepu16_epi32(kn_bf16_pack16_native(v)));
+  else
+    _mm512_mask_cvtepi32_storeu_epi16(p, lanes_mask(n), kn_bf16_round_avx512(v));
 }
 
 /* v's lanes rounded to bf16 into half of the 32-bit words at p: the low
  * halves (the high zeroed), or with odd the high ones (the low kept). */
 AVX512 static inline void store_pair_half(uint32_t *p, __m512 v, int odd) {
-  const __m512i r = kn_bf16_round_avx512(v);
+  const __m512i r = _mm512_cvtepu16_epi32(kn_bf16_pack16_native(v)); /* AMX: AVX512-BF16 too */
   if (!odd)
     _mm512_storeu_si512(p, r);
   else
@@ -757,7 +764,7 @@ AVX512 static INLINE void transform_patch(const patch_map *pm, const void *x, in
       const size_t q = (size_t)(i * T_IN + k) * cp;
       if (ob == 1)
         _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)out + q),
-                            _mm512_cvtepi32_epi16(kn_bf16_round_avx512((__m512)c[k])));
+                            kn_bf16_pack16_native((__m512)c[k])); /* bf16 products: AVX512-BF16 */
       else if (ob == 2)
         store_pair_half((uint32_t *)out + q, (__m512)c[k], odd);
       else
@@ -883,9 +890,11 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
             __m512 val = (__m512)(o[k] + bias);
             if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
             if (j->round) /* as kn_bf16_from_f32, widened back */
-              val = _mm512_castsi512_ps(_mm512_slli_epi32(kn_bf16_round_avx512(val), 16));
+              val = s->bf16 ? kn_bf16_round_f32_native(val)
+                            : _mm512_castsi512_ps(_mm512_slli_epi32(kn_bf16_round_avx512(val), 16));
             if (j->y) _mm512_mask_storeu_ps(j->y + at + (size_t)k * step, m, val);
-            if (j->y_copy) store_bf16(j->y_copy + at + (size_t)k * step, val, s->cout - f0);
+            if (j->y_copy)
+              store_bf16(j->y_copy + at + (size_t)k * step, val, s->cout - f0, s->bf16);
           }
         }
       }

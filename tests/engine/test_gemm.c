@@ -17,6 +17,10 @@
 #include "amx.h"
 #include "engine.h"
 #include "graph_internal.h"
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include "narrow_avx512.h"
+#define HAVE_NATIVE_BF16_HELPERS 1
+#endif
 
 static float bf16_round(float f) {
   uint32_t u;
@@ -258,6 +262,73 @@ static void amx_tiles_sum_exactly_on_every_block_shape(void **state) {
   }
 }
 
+/* The bf16 kernels round with the CPU's own conversion (vcvtneps2bf16,
+ * vcvtne2ps2bf16), which flushes subnormals; a vector holding one takes
+ * the integer rounding. Bit patterns of every kind (subnormals one lane
+ * among normal ones, zeros, infinities, NaNs, ties) against
+ * kn_bf16_from_f32 and kn_bf16_round_f32, one value at a time. */
+#ifdef HAVE_NATIVE_BF16_HELPERS
+__attribute__((target("avx512f,avx512bw"))) static void check_native_rounding(void) {
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u,
+                              0x3f80ffffu, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                              0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                              0x7f800001u, 0xffffffffu, 0x3effff80u, 0x00400000u};
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  for (int it = 0; it < 200000; it++) {
+    uint32_t u[32];
+    for (int l = 0; l < 32; l++) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      u[l] = (uint32_t)state;
+      const unsigned kind = (unsigned)(state >> 40) % 64;
+      if (it < 16 && l < 16)
+        u[l] = special[(it + l) % 16];
+      else if (kind == 0)
+        u[l] &= 0x807fffffu; /* subnormal (or zero) */
+      else if (kind == 1)
+        u[l] |= 0x7f800000u; /* infinity or NaN */
+      else if (kind == 2)
+        u[l] = (u[l] & 0xffff0000u) | 0x8000u; /* a tie */
+    }
+    __m512 a, b;
+    memcpy(&a, u, sizeof a);
+    memcpy(&b, u + 16, sizeof b);
+    uint16_t got[32], one[16];
+    float back[16];
+    _mm512_storeu_si512(got, kn_bf16_pack32_native(a, b));
+    _mm256_storeu_si256((void *)one, kn_bf16_pack16_native(b));
+    _mm512_storeu_ps(back, kn_bf16_round_f32_native(a));
+    for (int l = 0; l < 32; l++) {
+      float f;
+      memcpy(&f, &u[l], sizeof f);
+      const uint16_t want = kn_bf16_from_f32(f);
+      if (got[l] != want || (l >= 16 && one[l - 16] != want))
+        fail_msg("0x%08x: pack32 0x%04x, pack16 0x%04x, want 0x%04x", u[l], got[l],
+                 l >= 16 ? one[l - 16] : want, want);
+      if (l < 16) {
+        const float r = kn_bf16_round_f32(f);
+        if (memcmp(&back[l], &r, sizeof r) != 0)
+          fail_msg("0x%08x: rounded in f32 to %a, want %a", u[l], (double)back[l], (double)r);
+      }
+    }
+  }
+}
+#endif
+
+static void the_cpus_own_bf16_conversion_rounds_as_the_definition(void **state) {
+  (void)state;
+#ifdef HAVE_NATIVE_BF16_HELPERS
+  if (!kn_cpu_features_get()->avx512bf16) {
+    print_message("this CPU has no AVX512-BF16: no kernel uses its conversion, skipped\n");
+    skip();
+    return;
+  }
+  check_native_rounding();
+#else
+  print_message("not an x86-64 GCC build: no kernel uses the CPU's conversion, skipped\n");
+  skip();
+#endif
+}
+
 static void bad_gemm_arguments_are_refused_by_name(void **state) {
   (void)state;
   kn_gemm *ctx = kn_gemm_new(1);
@@ -292,7 +363,7 @@ static void check_small_convolutions(void) {
                             ? "AVX512-BF16: the direct small convolution runs these"
                             : "the portable bf16 GEMM runs these");
   const int chans[] = {1, 3}, filters[] = {10, 16, 32, 40, 64}, strides[] = {1, 2};
-  const int B = 3, HP = 11, WP = 10, KH = 3, KW = 3;
+  const int B = 3, HP = 11, WP = 13, KH = 3, KW = 3; /* rows of 11 or 6: blocks cut at row ends */
   for (size_t ci = 0; ci < 2; ci++)
     for (size_t fi = 0; fi < 5; fi++)
       for (size_t si = 0; si < 2; si++)
@@ -531,6 +602,7 @@ int main(void) {
       cmocka_unit_test(deep_products_give_the_same_bits_on_any_thread_count),
       cmocka_unit_test(avx512bf16_and_portable_kernels_give_the_same_bits),
       cmocka_unit_test(amx_tiles_sum_exactly_on_every_block_shape),
+      cmocka_unit_test(the_cpus_own_bf16_conversion_rounds_as_the_definition),
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
       cmocka_unit_test(small_depth_convolutions_match_the_definition),
       cmocka_unit_test(small_depth_weight_gradients_match_the_definition),
