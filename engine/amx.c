@@ -161,6 +161,38 @@ AMX void kn_amx_gemm(int rows, int cols, int kp, int kt, int r2, const uint16_t 
   }
 }
 
+AMX void kn_amx_conv_block(int nc2, const uint16_t *a, ptrdiff_t stride, const ptrdiff_t *at,
+                           int nk, int kt, const uint32_t *b, ptrdiff_t ldb, float *c) {
+  const size_t as = (size_t)stride * sizeof(uint16_t), bs = (size_t)ldb * sizeof(uint32_t),
+               cs = 32 * sizeof(float);
+  TILE_ZERO(0);
+  TILE_ZERO(2);
+  if (nc2 == 2) {
+    TILE_ZERO(1);
+    TILE_ZERO(3);
+  }
+  for (int q = 0; q < nk; q++) {
+    const uint16_t *aq = a + at[q];
+    const uint32_t *bq = b + (ptrdiff_t)q * kt * ldb;
+    TILE_LOAD(4, aq, as);
+    TILE_LOAD(5, aq + 16 * stride, as);
+    TILE_LOAD(6, bq, bs);
+    TILE_DP(0, 4, 6);
+    TILE_DP(2, 5, 6);
+    if (nc2 == 2) {
+      TILE_LOAD(7, bq + 16, bs);
+      TILE_DP(1, 4, 7);
+      TILE_DP(3, 5, 7);
+    }
+  }
+  TILE_STORE(0, c, cs);
+  TILE_STORE(2, c + 16 * 32, cs);
+  if (nc2 == 2) {
+    TILE_STORE(1, c + 16, cs);
+    TILE_STORE(3, c + 16 * 32 + 16, cs);
+  }
+}
+
 #else
 int kn_amx_available(void) {
   (void)amx_off;
@@ -177,6 +209,12 @@ void kn_amx_gemm(int rows, int cols, int kp, int kt, int r2, const uint16_t *a, 
                  const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate) {
   (void)rows, (void)cols, (void)kp, (void)kt, (void)r2, (void)a, (void)lda, (void)b, (void)ldb,
       (void)c, (void)ldc, (void)accumulate;
+  abort(); /* callers ask kn_amx_available first */
+}
+
+void kn_amx_conv_block(int nc2, const uint16_t *a, ptrdiff_t stride, const ptrdiff_t *at, int nk,
+                       int kt, const uint32_t *b, ptrdiff_t ldb, float *c) {
+  (void)nc2, (void)a, (void)stride, (void)at, (void)nk, (void)kt, (void)b, (void)ldb, (void)c;
   abort(); /* callers ask kn_amx_available first */
 }
 #endif

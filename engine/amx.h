@@ -60,4 +60,14 @@ static inline int kn_amx_depth(int kp) {
 void kn_amx_gemm(int rows, int cols, int kp, int kt, int r2, const uint16_t *a, ptrdiff_t lda,
                  const uint32_t *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, int accumulate);
 
+/* A convolution's block read in place (an implicit GEMM, cpu_gemm.c):
+ * c (32 rows x 16 nc2 columns, f32, 32 floats a row) = the sums over nk
+ * depth chunks of kt pairs: chunk q's A rows are 32 rows of 2 kt bf16
+ * values at a + at[q] + r * stride (stride in bf16 values: the rows may
+ * overlap, as a convolution's pixels' columns do), its B the kt pair rows
+ * b + q * kt * ldb (ldb words a row, 16 nc2 lanes). Under
+ * kn_amx_configure(kt, 16). */
+void kn_amx_conv_block(int nc2, const uint16_t *a, ptrdiff_t stride, const ptrdiff_t *at, int nk,
+                       int kt, const uint32_t *b, ptrdiff_t ldb, float *c);
+
 #endif

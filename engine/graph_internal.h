@@ -660,6 +660,10 @@ size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
 void *kn_gemm_task_scratch(void *scratch, int task, int k);
 /* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
  * each tile's sums are complete; NULL: none. */
+/* Whether kn_gemm_run takes a product on AMX tiles as a stride-1
+ * convolution, its columns read in place (cpu_gemm.c). */
+int kn_gemm_conv_in_place(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
+                          kn_dtype c_type);
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
                            const float *bias, int relu, uint16_t *narrow);

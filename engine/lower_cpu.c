@@ -985,6 +985,9 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
  * their kernels then run winograd.c. A matmul reading a max pool's
  * gradient as B, or a value that is a part of another's storage, keeps
  * its GEMM. */
+/* the channels up to which the direct product beats Winograd on tiles */
+#define AMX_CONV_CHANNELS 64
+
 int kn_lower_winograd(kn_graph *g) {
   /* float32 and mixed_bfloat16 (bf16 operands widened as they are read:
    * the products' sums in float32, as the bf16 GEMM's) */
@@ -1026,6 +1029,14 @@ int kn_lower_winograd(kn_graph *g) {
     if (mm && (B->ndim != 2 || B->dims[1] != a.io.cout)) continue;
     if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
     if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
+    /* On AMX tiles a forward product or input gradient of up to 64
+     * channels read runs faster directly, its columns read in place (the
+     * bf16 GEMM's stride-1 convolution, cpu_gemm.c): the transforms and
+     * the tiles' stores of 36 positions' sums cost more than the 2.25x
+     * products they save. */
+    if (bf16_products && amx && !a.weight_grad && a.io.d == 1 && r == 3 && P->dims[3] % 2 == 0 &&
+        P->dims[3] >= 8 && P->dims[3] <= AMX_CONV_CHANNELS)
+      continue;
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     /* 2: bf16 products; 3: on AMX tiles (3x3 only: 5x5 sums stay f32) */
     n->winograd = !bf16_products ? 1 : amx && r == 3 ? 3 : 2;

@@ -447,6 +447,115 @@ static void small_depth_convolutions_match_the_definition(void **state) {
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
 }
 
+/* A stride-1 convolution on AMX tiles reads its columns in place (rows of
+ * pixels at the padded width, the padding columns' rows dropped): against
+ * the definition in double over the same bf16 values, forward (a plain
+ * kernel) and as an input gradient (the kernel turned 180 degrees, its
+ * channels swapped), 8 to 64 channels (depth chunks of 24 and 32 values),
+ * 10 to 64 filters (one or two tile columns, lanes short of 16), images
+ * narrower than a tile row and wider, a kernel row dilation of 2, bias and
+ * relu, f32 out (with its bf16 copy, added to C's values) or bf16 out; the
+ * same bits on 1 and 3 threads. The input is allocated to its last value:
+ * the last block reads a zero-padded copy (the sanitizers would see a
+ * read past it). */
+static void check_tile_convolutions(void) {
+  const int chans[] = {8, 16, 24, 64}, filters[] = {10, 16, 40, 64};
+  const int sizes[][2] = {{5, 7}, {9, 20}};
+  int ran = 0;
+  for (size_t ci = 0; ci < 4; ci++)
+    for (size_t fi = 0; fi < 4; fi++)
+      for (size_t zi = 0; zi < 2; zi++)
+        for (int mode = 0; mode < 4; mode++) { /* bit 0: flipped kernel; bit 1: bf16 out */
+          const int C = chans[ci], F = filters[fi], B = 3, KH = 3, KW = 3;
+          const int DH = zi ? 2 : 1, OH = sizes[zi][0], OW = sizes[zi][1];
+          const int HP = OH + (KH - 1) * DH, WP = OW + KW - 1, K = KH * KW * C, M = B * OH * OW;
+          const int flip = mode & 1, out_bf16 = mode & 2;
+          const size_t nx = (size_t)B * HP * WP * C;
+          uint16_t *x16 = malloc(nx * 2), *w16 = malloc((size_t)K * F * 2);
+          float bias[64];
+          for (size_t i = 0; i < nx; i++) x16[i] = bf16_bits(uniform_pm1());
+          for (int i = 0; i < K * F; i++) w16[i] = bf16_bits(uniform_pm1());
+          for (int f = 0; f < F; f++) bias[f] = uniform_pm1();
+          const kn_conv_cols cols = {x16, HP, WP, C, KW, 1, 1, DH, 1, OH, OW};
+          /* flipped: the kernel stored (KH, KW, F, C), read turned around */
+          const kn_conv_flip turned = {w16, KH, KW, F, C};
+          const kn_gemm_operand a = {NULL, KN_BF16, K, 0, &cols, NULL, NULL, NULL};
+          const kn_gemm_operand b =
+              flip ? (kn_gemm_operand){NULL, KN_BF16, F, 0, NULL, &turned, NULL, NULL}
+                   : (kn_gemm_operand){w16, KN_BF16, F, 0, NULL, NULL, NULL, NULL};
+          const kn_dtype ct = out_bf16 ? KN_BF16 : KN_F32;
+          if (!kn_gemm_conv_in_place(M, F, K, &a, &b, ct))
+            fail_msg("C %d F %d: not in place", C, F);
+          ran++;
+          void *first = NULL;
+          for (int threads = 1; threads <= 3; threads += 2) {
+            kn_pool *pool = kn_pool_new(threads);
+            void *scratch = aligned_alloc(64, kn_gemm_scratch_bytes(threads, K));
+            float *y = malloc((size_t)M * F * sizeof *y);
+            uint16_t *y16 = malloc((size_t)M * F * 2), *copy = malloc((size_t)M * F * 2);
+            for (size_t i = 0; i < (size_t)M * F; i++) y[i] = 0.5f; /* added to (accumulate) */
+            kn_gemm_run(pool, scratch, M, F, K, a, b, out_bf16 ? (void *)y16 : (void *)y, ct, F,
+                        !out_bf16, bias, 1, out_bf16 ? NULL : copy);
+            for (int p = 0; p < M; p++) {
+              const int bi = p / (OH * OW), oy = p / OW % OH, ox = p % OW;
+              for (int f = 0; f < F; f++) {
+                double sum = out_bf16 ? 0.0 : 0.5, mag = 1.0;
+                for (int ki = 0; ki < KH; ki++)
+                  for (int kj = 0; kj < KW; kj++)
+                    for (int c = 0; c < C; c++) {
+                      const double xv = kn_bf16_to_f32(
+                          x16[(((size_t)bi * HP + oy + ki * DH) * WP + ox + kj) * C + c]);
+                      const size_t wi =
+                          flip ? (((size_t)(KH - 1 - ki) * KW + (KW - 1 - kj)) * F + f) * C + c
+                               : (((size_t)ki * KW + kj) * C + c) * F + f;
+                      const double t = xv * kn_bf16_to_f32(w16[wi]);
+                      sum += t;
+                      mag += fabs(t);
+                    }
+                sum += bias[f];
+                sum = sum < 0 ? 0 : sum;
+                const size_t o = (size_t)p * F + f;
+                const float got = out_bf16 ? kn_bf16_to_f32(y16[o]) : y[o];
+                if (!out_bf16) assert_int_equal(copy[o], bf16_bits(got));
+                const double tol = out_bf16 ? 0x1p-8 * fabs(sum) + 1e-5 * mag : 1e-5 * mag;
+                if (fabs(got - sum) > tol)
+                  fail_msg("C %d F %d %dx%d dh %d mode %d: y[%d][%d] %g, want %g", C, F, OH, OW, DH,
+                           mode, p, f, (double)got, sum);
+              }
+            }
+            if (!first) {
+              first = out_bf16 ? (void *)y16 : (void *)y;
+              if (out_bf16)
+                free(y);
+              else
+                free(y16);
+            } else {
+              assert_memory_equal(first, out_bf16 ? (void *)y16 : (void *)y,
+                                  (size_t)M * F * (out_bf16 ? 2 : 4));
+              free(y);
+              free(y16);
+            }
+            free(copy);
+            free(scratch);
+            kn_pool_free(pool);
+          }
+          free(first);
+          free(x16), free(w16);
+        }
+  print_message("%d products on the tiles, columns in place\n", ran);
+}
+
+static void stride1_convolutions_on_amx_tiles_read_their_columns_in_place(void **state) {
+  (void)state;
+  if (kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512 || !kn_amx_available()) {
+    print_message("this CPU has no AMX-BF16 (or KILN_AMX=off): the packed GEMM runs these, "
+                  "skipped\n");
+    skip();
+    return;
+  }
+  check_tile_convolutions();
+}
+
 /* Its weight gradient, cols^T dy over every pixel (taps x filters): slices
  * of pixels summed in order and added in slice order, against the
  * definition in double (within 1e-4 of the products' magnitudes); the
@@ -605,6 +714,7 @@ int main(void) {
       cmocka_unit_test(the_cpus_own_bf16_conversion_rounds_as_the_definition),
       cmocka_unit_test(bad_gemm_arguments_are_refused_by_name),
       cmocka_unit_test(small_depth_convolutions_match_the_definition),
+      cmocka_unit_test(stride1_convolutions_on_amx_tiles_read_their_columns_in_place),
       cmocka_unit_test(small_depth_weight_gradients_match_the_definition),
       cmocka_unit_test(pool_gradients_read_as_dy_match_the_written_gradient),
   };
