@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "amx.h"
+#include "amx_conv.h"
 #include "graph_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -899,100 +900,34 @@ small_conv_range(void *ctx, int64_t t0, int64_t t1) {
 
 /* ---- a stride-1 convolution on the tiles, its columns read in place ----
  *
- * With AMX, a convolution of stride 1 (forward, or an input gradient's
- * correlation with the turned kernel) over a padded bf16 input needs no
- * im2col and no packing of A: pixel v of an image's rows taken at the
- * padded width (v = y wp + x) reads, for kernel row ki, the kw c values
- * at x + (v + ki dh wp) c, side by side; pixels v and v + 1 are c values
- * apart. So a tile load of 16 such rows at a stride of c values reads
- * them in place (the rows overlap), chunk by chunk along the depth, and
- * the depth order (tap, channel) is the GEMM's. Blocks of 32 pixels v
- * (two row tiles) by 32 columns; the pixels x >= ow of each padded row
- * come along and are dropped as the sums are stored. Each output is
- * summed by one thread over the whole depth in chunk order: the same bits
- * for any thread count. The last block of the last image, whose dropped
- * rows would read past the input, reads a zero-padded copy. */
-#define CONV_CHUNKS 64
-
-typedef struct amx_conv {
+ * With AMX, a product whose A is a stride-1 convolution's columns over a
+ * padded bf16 input needs no im2col and no packing of A (amx_conv.h): B is
+ * packed once, and bands of output rows run on the threads. */
+typedef struct amx_conv_job {
+  kn_amx_conv cv;
   const kn_conv_cols *v;
-  int kt, nk, n, groups, width; /* pairs a chunk; chunks; columns; groups of width lanes */
-  ptrdiff_t at[CONV_CHUNKS];    /* chunk q's place from a pixel's first value */
-  ptrdiff_t reach;              /* values a block reads from its first pixel's */
-  int64_t images, blocks, nv;   /* blocks an image; pixels v an image */
-  size_t extent;                /* the input's values */
-  const uint32_t *b;            /* groups panels of depth / 2 pair rows x width */
-  tile_out o;                   /* C's place and epilogue, at row 0, column 0 */
-  unsigned char *scratch;
-  size_t task_bytes;
-} amx_conv;
-
-/* The depth chunk for kernel rows of seg values: its largest even
- * divisor up to 32 (a tile row's 16 pairs), so no chunk leaves its row. */
-static int conv_chunk(int seg) {
-  for (int q = 32; q > 2; q -= 2)
-    if (seg % q == 0) return q;
-  return 2;
-}
+  int band; /* output rows a task */
+  int64_t bands;
+  size_t extent;          /* the input's values */
+  tile_out o;             /* C's place and epilogue at row 0, column 0 */
+  unsigned char *scratch; /* the last task's spare copy */
+} amx_conv_job;
 
 static int amx_conv_fits(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
                          kn_dtype c_type) {
   const kn_conv_cols *v = a->cols;
   if (!v || a->trans || a->dtype != KN_BF16 || b->pool || v->sh != 1 || v->sw != 1 || v->dw != 1 ||
-      v->c % 2 || v->c < 8 || k % (v->kw * v->c) || m % (v->oh * v->ow))
+      v->c < 8 || k % (v->kw * v->c) || m % (v->oh * v->ow) ||
+      !kn_amx_conv_shape_fits(v->c, k / (v->kw * v->c), v->kw, n))
     return 0;
-  const int seg = v->kw * v->c, chunk = conv_chunk(seg), kh = k / seg;
-  const ptrdiff_t reach = 31 * (ptrdiff_t)v->c + (ptrdiff_t)(kh - 1) * v->dh * v->wp * v->c + seg;
-  const int width = n > 16 ? 32 : 16, lanes = (n + width - 1) / width * width;
-  /* B's panels and the last block's copy in the first thread's buffers */
-  return k / chunk <= CONV_CHUNKS && chunk >= 8 &&
-         (size_t)(k / 2) * lanes * sizeof(uint32_t) + (size_t)reach * sizeof(uint16_t) <=
+  kn_amx_conv cv;
+  kn_amx_conv_setup(&cv, v->c, k / (v->kw * v->c), v->kw, v->dh, v->wp, v->ow, n);
+  /* B's panels in the partial sums' space (unused here), a task's spare
+   * copy in its thread's packing buffers */
+  return kn_amx_conv_panel_words(&cv) <= PARTIAL_FLOATS &&
+         (size_t)kn_amx_conv_reach(&cv) * sizeof(uint16_t) <=
              per_thread_bytes(depth_block(k, c_type)) &&
          kn_amx_available();
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-amx_conv_range(void *ctx, int64_t t0, int64_t t1) {
-  const amx_conv *j = ctx;
-  const kn_conv_cols *v = j->v;
-  const uint16_t *x = v->x;
-  float sums[32][32] __attribute__((aligned(64)));
-  kn_amx_configure(j->kt, 16);
-  for (int64_t t = t0; t < t1; t++) {
-    const int64_t img = t / j->blocks, v0 = t % j->blocks * 32;
-    const size_t first = ((size_t)img * v->hp * v->wp + (size_t)v0) * v->c;
-    const uint16_t *a = x + first;
-    if (first + (size_t)j->reach > j->extent) {        /* the last block: a zero-padded copy */
-      uint16_t *copy = (uint16_t *)(void *)j->scratch; /* one task runs it: the last */
-      memset(copy, 0, (size_t)j->reach * sizeof *copy);
-      memcpy(copy, a, (j->extent - first) * sizeof *copy);
-      a = copy;
-    }
-    for (int g = 0; g < j->groups; g++) {
-      const int c0 = g * j->width, lanes = j->n - c0 < j->width ? j->n - c0 : j->width;
-      kn_amx_conv_block(lanes > 16 ? 2 : 1, a, v->c, j->at, j->nk, j->kt,
-                        j->b + (size_t)g * j->nk * j->kt * j->width, j->width, &sums[0][0]);
-      /* the rows of real pixels, a run within one output row at a time */
-      for (int r = 0; r < 32 && v0 + r < j->nv;) {
-        const int64_t pv = v0 + r, oy = pv / v->wp, ox = pv % v->wp;
-        if (ox >= v->ow) {
-          r++;
-          continue;
-        }
-        int run = v->ow - (int)ox;
-        if (run > 32 - r) run = 32 - r;
-        if (pv + run > j->nv) run = (int)(j->nv - pv);
-        const size_t row = (size_t)((img * v->oh + oy) * v->ow + ox), at = row * j->o.ldc + c0;
-        tile_out o = j->o;
-        o.c = o.c_bf16 ? (void *)((uint16_t *)j->o.c + at) : (void *)((float *)j->o.c + at);
-        if (o.bias) o.bias += c0;
-        if (o.narrow) o.narrow += at;
-        amx_store((__m512(*)[2])(void *)&sums[r][0], &o, run, lanes);
-        r += run;
-      }
-    }
-  }
-  kn_amx_release();
 }
 
 int kn_gemm_conv_in_place(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
@@ -1000,36 +935,52 @@ int kn_gemm_conv_in_place(int m, int n, int k, const kn_gemm_operand *a, const k
   return kn_gemm_bf16_kernel() == KN_GEMM_BF16_AVX512 && amx_conv_fits(m, n, k, a, b, c_type);
 }
 
+/* A run of output pixels' sums to C, with the product's epilogue. */
+static void amx_conv_store(void *ctx, const float *sums, int rows, int64_t pixel, int c0,
+                           int lanes) {
+  const amx_conv_job *j = ctx;
+  tile_out o = j->o;
+  const size_t at = (size_t)pixel * o.ldc + c0;
+  o.c = o.c_bf16 ? (void *)((uint16_t *)o.c + at) : (void *)((float *)o.c + at);
+  if (o.bias) o.bias += c0;
+  if (o.narrow) o.narrow += at;
+  amx_store((__m512(*)[2])(void *)sums, &o, rows, lanes);
+}
+
+static void amx_conv_range(void *ctx, int64_t t0, int64_t t1) {
+  const amx_conv_job *j = ctx;
+  const kn_conv_cols *v = j->v;
+  kn_amx_configure(j->cv.kt, 16);
+  for (int64_t t = t0; t < t1; t++) {
+    const int64_t img = t / j->bands, y0 = t % j->bands * j->band;
+    const int rows = v->oh - y0 < j->band ? (int)(v->oh - y0) : j->band;
+    const size_t first = ((size_t)img * v->hp + (size_t)y0) * v->wp * v->c;
+    uint16_t *spare = (uint16_t *)(void *)j->scratch; /* only the last task reads it */
+    kn_amx_conv_rows(&j->cv, (const uint16_t *)v->x + first, rows, (img * v->oh + y0) * v->ow,
+                     j->extent - first, spare, amx_conv_store, (void *)j);
+  }
+  kn_amx_release();
+}
+
 static void amx_conv_run(kn_pool *pool, void *scratch, int m, int n, int k,
                          const kn_gemm_operand *a, const kn_gemm_operand *b, void *c,
                          kn_dtype c_type, int ldc, int accumulate, const float *bias, int relu,
                          uint16_t *narrow) {
   const kn_conv_cols *v = a->cols;
-  const int seg = v->kw * v->c, chunk = conv_chunk(seg), kh = k / seg;
-  amx_conv j = {.v = v,
-                .kt = chunk / 2,
-                .nk = k / chunk,
-                .n = n,
-                .width = n > 16 ? 32 : 16,
-                .images = m / ((int64_t)v->oh * v->ow),
-                .nv = (int64_t)(v->oh - 1) * v->wp + v->ow,
-                .reach = 31 * (ptrdiff_t)v->c + (ptrdiff_t)(kh - 1) * v->dh * v->wp * v->c + seg,
-                .o = {.c = c,
-                      .ldc = (size_t)ldc,
-                      .c_bf16 = c_type == KN_BF16,
-                      .accumulate = accumulate && c_type == KN_F32,
-                      .relu = relu,
-                      .bias = bias,
-                      .narrow = c_type == KN_F32 ? narrow : NULL}};
-  j.groups = (n + j.width - 1) / j.width;
-  j.blocks = (j.nv + 31) / 32;
-  j.extent = (size_t)j.images * v->hp * v->wp * v->c;
-  for (int q = 0; q < j.nk; q++)
-    j.at[q] = (ptrdiff_t)(q * chunk / seg) * v->dh * v->wp * v->c + q * chunk % seg;
-  /* B's panels (depth / 2 pair rows of width lanes a group), then room
-   * for the last block's copy, in the first thread's packing buffers */
-  uint32_t *panels =
-      (uint32_t *)(void *)((unsigned char *)scratch + PARTIAL_FLOATS * sizeof(float));
+  amx_conv_job j = {.v = v,
+                    .o = {.c = c,
+                          .ldc = (size_t)ldc,
+                          .c_bf16 = c_type == KN_BF16,
+                          .accumulate = accumulate && c_type == KN_F32,
+                          .relu = relu,
+                          .bias = bias,
+                          .narrow = c_type == KN_F32 ? narrow : NULL}};
+  kn_amx_conv_setup(&j.cv, v->c, k / (v->kw * v->c), v->kw, v->dh, v->wp, v->ow, n);
+  const int64_t images = m / ((int64_t)v->oh * v->ow);
+  j.band = v->wp >= 256 ? 1 : 256 / v->wp; /* about 256 pixels a task */
+  j.bands = (v->oh + j.band - 1) / j.band;
+  j.extent = (size_t)images * v->hp * v->wp * v->c;
+  uint32_t *panels = scratch;
   const operand_view bv = {b->data,
                            b->dtype == KN_F32,
                            b->trans ? (size_t)b->ld : 1,
@@ -1037,13 +988,13 @@ static void amx_conv_run(kn_pool *pool, void *scratch, int m, int n, int k,
                            NULL,
                            0,
                            b->flip};
-  for (int g = 0; g < j.groups; g++) {
-    const int c0 = g * j.width, lanes = n - c0 < j.width ? n - c0 : j.width;
-    pack(panels + (size_t)g * (k / 2) * j.width, j.width, &bv, c0, lanes, 0, k, 0);
+  for (int g = 0; g < j.cv.groups; g++) {
+    const int c0 = g * j.cv.width, lanes = n - c0 < j.cv.width ? n - c0 : j.cv.width;
+    pack(panels + (size_t)g * (k / 2) * j.cv.width, j.cv.width, &bv, c0, lanes, 0, k, 0);
   }
-  j.b = panels;
-  j.scratch = (unsigned char *)(panels + (size_t)j.groups * (k / 2) * j.width);
-  const int64_t tasks = j.images * j.blocks;
+  j.cv.b = panels;
+  j.scratch = (unsigned char *)scratch + PARTIAL_FLOATS * sizeof(float);
+  const int64_t tasks = images * j.bands;
   kn_pool_for(tasks > 1 ? pool : NULL, tasks, amx_conv_range, &j);
 }
 

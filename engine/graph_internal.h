@@ -766,6 +766,10 @@ typedef struct kn_wino_io {
    * weight gradient then sums larger blocks of tiles (kn_winograd_floats
    * sizes its buffer by the same flag) */
   int amx;
+  /* a forward product or input gradient run directly on AMX tiles, its
+   * input padded a band of rows at a time (amx_conv.h; a node marked
+   * winograd 4): no transforms */
+  int direct;
   /* f32 outputs rounded through bf16 as they are stored (an input
    * gradient in place of a widening cast after it: the winograd pass) */
   int round_y;

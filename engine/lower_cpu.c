@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "amx.h"
+#include "amx_conv.h"
 #include "graph_internal.h"
 
 /* A tiled max pool's gradient reads the pool's input x (as large as four
@@ -968,7 +969,8 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .ow = P->attr.conv.ow,
                              .cout = n->dims[n->ndim - 1],
                              .bf16_products = n->winograd >= 2,
-                             .amx = n->winograd == 3,
+                             .amx = n->winograd >= 3,
+                             .direct = n->winograd == 4,
                              .round_y = n->round_bf16},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
@@ -1030,16 +1032,15 @@ int kn_lower_winograd(kn_graph *g) {
     if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
     if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
     /* On AMX tiles a forward product or input gradient of up to 64
-     * channels read runs faster directly, its columns read in place (the
-     * bf16 GEMM's stride-1 convolution, cpu_gemm.c): the transforms and
-     * the tiles' stores of 36 positions' sums cost more than the 2.25x
-     * products they save. */
-    if (bf16_products && amx && !a.weight_grad && a.io.d == 1 && r == 3 && P->dims[3] % 2 == 0 &&
-        P->dims[3] >= 8 && P->dims[3] <= AMX_CONV_CHANNELS)
-      continue;
+     * channels read runs faster directly, its columns read in place
+     * (amx_conv.h): the transforms and the tiles' stores of 36 positions'
+     * sums cost more than the 2.25x products they save. Marked 4, it
+     * still reads its input where it lies. */
+    const int direct = bf16_products && amx && !a.weight_grad && a.io.cin <= AMX_CONV_CHANNELS &&
+                       kn_amx_conv_direct_fits(&a.io);
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     /* 2: bf16 products; 3: on AMX tiles (3x3 only: 5x5 sums stay f32) */
-    n->winograd = !bf16_products ? 1 : amx && r == 3 ? 3 : 2;
+    n->winograd = !bf16_products ? 1 : direct ? 4 : amx && r == 3 ? 3 : 2;
     marked++;
   }
   /* An input gradient rounded through bf16 by a cast after it (the

@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "amx.h"
+#include "amx_conv.h"
 #include "graph_internal.h"
 #include "narrow_avx512.h"
 
@@ -1024,6 +1025,10 @@ static wino_shape io_shape(const kn_wino_io *io, int py, int px, int weight_grad
 
 void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf16, int flip,
                       const float *bias, int relu, float *y, uint16_t *y_copy) {
+  if (io->direct) { /* no transforms: directly on AMX tiles */
+    kn_amx_conv_direct(g, io, w, w_bf16, flip, bias, relu, y, y_copy);
+    return;
+  }
   conv_job j = {.s = io_shape(io, 0, 0, 0),
                 .x = io->x,
                 .w = w,

@@ -561,10 +561,9 @@ static void mixed_bfloat16_winograd_on_bf16_products_stays_close(void **state) {
                   "no bf16 products\n");
     skip();
   }
-  /* on AMX tiles the forward products and input gradients of up to 64
-   * channels run on the bf16 GEMM, their columns read in place (faster
-   * there); only the weight gradients stay Winograd's */
-  const int products = kn_amx_available() ? 1 : 3;
+  /* (on AMX tiles the forward products and input gradients of up to 64
+   * channels run directly, their columns read in place: amx_conv.h) */
+  const int products = 3;
   kn_model_config cfg = cnn_config(12, 16, KN_PRECISION_MIXED_BFLOAT16, 0);
   check_winograd_against_the_gemm(&cfg, products, "CNN on bf16 products", 0.25);
   cfg.layers = block_layers;

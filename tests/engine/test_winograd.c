@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "amx.h"
+#include "amx_conv.h"
 #include "graph_internal.h"
 
 typedef struct shape {
@@ -91,6 +92,11 @@ static kn_graph *graph_for(const shape *s, int threads) {
   for (int wgrad = 0; wgrad <= 1; wgrad++) {
     const size_t need = kn_winograd_floats(threads, side(s), dil(s), s->batch, s->h, s->w, s->cin,
                                            s->oh, s->ow, s->cout, wgrad, kn_amx_available());
+    f = need > f ? need : f;
+  }
+  const kn_wino_io direct = io_of(s, NULL, 1);
+  if (kn_amx_available() && kn_amx_conv_direct_fits(&direct)) {
+    const size_t need = kn_amx_conv_direct_floats(threads, &direct);
     f = need > f ? need : f;
   }
   g->conv_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
@@ -351,6 +357,9 @@ static void emulate_weight_grad(const shape *s, const float *x, const float *dy,
 /* flip: the input gradient's form, w (r, r, cout, cin) turned around;
  * bf16: x and w in bf16 (mixed_bfloat16), and y's bf16 copy written; with
  * bf16 2, on bf16 products too (their outputs differ from 1's). */
+/* bf16: x and w in bf16; 2: on bf16 products too; 3: directly on AMX
+ * tiles (amx_conv.h), exact products summed in f32: held to the f32
+ * products' tolerance. */
 static void check_forward(const shape *s, int relu, int flip, int bf16) {
   const int r = side(s), d = dil(s);
   const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = (size_t)r * r * s->cin * s->cout;
@@ -384,8 +393,9 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
     float *y = malloc(ny * sizeof *y);
     memset(y, 0xff, ny * sizeof *y); /* NaN: every output must be written */
     kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16 != 0);
-    io.bf16_products = bf16 == 2;
+    io.bf16_products = bf16 >= 2;
     io.amx = kn_amx_available(); /* the tiles, where the CPU has them */
+    io.direct = bf16 == 3;
     kn_winograd_conv(g, &io, bf16 ? (const void *)wh : w, bf16 != 0, flip, bias, relu, y,
                      bf16 ? copy : NULL);
     if (bf16) { /* the output in bf16 alone (y NULL): the same bits as the copy */
@@ -400,9 +410,10 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
       snprintf(what, sizeof what, "%s %dx%d dilation %d, %dx%dx%d -> %dx%dx%d, batch %d%s%s",
                flip ? "input gradient" : "forward", r, r, d, s->h, s->w, s->cin, s->oh, s->ow,
                s->cout, s->batch, relu ? ", relu" : "",
-               bf16 == 2 ? ", bf16 products"
-               : bf16    ? ", bf16 operands"
-                         : "");
+               bf16 == 3   ? ", directly on AMX tiles"
+               : bf16 == 2 ? ", bf16 products"
+               : bf16      ? ", bf16 operands"
+                           : "");
       assert_true(rel_error(y, ref, ny, what) <= (bf16 == 2 ? TOLERANCE_BF16_PRODUCTS : TOLERANCE));
       if (bf16 == 2) { /* the bf16 products ran: not the f32 products' bits */
         float *f32 = malloc(ny * sizeof *f32);
@@ -469,9 +480,10 @@ static void check_weight_grad(const shape *s, int bf16) {
       snprintf(what, sizeof what,
                "weight gradient %dx%d dilation %d, %dx%dx%d -> %dx%dx%d, batch %d%s", r, r, d, s->h,
                s->w, s->cin, s->oh, s->ow, s->cout, s->batch,
-               bf16 == 2 ? ", bf16 products"
-               : bf16    ? ", bf16 operands"
-                         : "");
+               bf16 == 3   ? ", directly on AMX tiles"
+               : bf16 == 2 ? ", bf16 products"
+               : bf16      ? ", bf16 operands"
+                           : "");
       /* sums over every pixel of the batch: 2^-14 of the largest (bf16
        * products: of the emulation's) */
       assert_true(rel_error(dw, ref, nw, what) <= (bf16 == 2 ? TOLERANCE_BF16_PRODUCTS : 0x1p-14));
@@ -661,6 +673,42 @@ static void weight_gradients_match_the_direct_sums(void **state) {
     check_weight_grad(&shapes[i], 0);
     check_weight_grad(&shapes[i], 1);
   }
+}
+
+/* A forward product or input gradient the winograd pass runs directly on
+ * AMX tiles (winograd 4: no transforms, the input padded a band of rows
+ * at a time): every 3x3 undilated shape of an even channel count from 8
+ * (a "valid" one's input gradient reading a padding of 2), against the
+ * definition over the bf16 values, with bias and relu, its bf16 output
+ * alone the copy's bits, the same bits on 1 to 3 threads. */
+static void direct_products_on_amx_tiles_match_the_definition(void **state) {
+  (void)state;
+  if (!have_bf16_products() || !kn_amx_available()) {
+    print_message("SKIPPED: no AMX-BF16 on this CPU (or KILN_AMX=off): no direct products\n");
+    skip();
+  }
+  int ran = 0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    if (side(&shapes[i]) != 3 || dil(&shapes[i]) != 1) continue;
+    shape t = shapes[i]; /* the input gradient's form, as a "same" one reads it */
+    t.cin = shapes[i].cout;
+    t.cout = shapes[i].cin;
+    if (t.pt == 0) {
+      t.h = shapes[i].oh, t.w = shapes[i].ow, t.oh = shapes[i].h, t.ow = shapes[i].w;
+      t.pt = t.pl = side(&t) - 1;
+    }
+    const kn_wino_io forward = io_of(&shapes[i], NULL, 1), turned = io_of(&t, NULL, 1);
+    if (kn_amx_conv_direct_fits(&forward)) {
+      check_forward(&shapes[i], 1, 0, 3);
+      ran++;
+    }
+    if (kn_amx_conv_direct_fits(&turned)) {
+      check_forward(&t, 0, 1, 3);
+      ran++;
+    }
+  }
+  print_message("%d products directly on the tiles\n", ran);
+  assert_true(ran >= 8);
 }
 
 /* Forward products, input gradients and weight gradients on bf16
@@ -907,6 +955,7 @@ int main(void) {
       cmocka_unit_test(input_gradients_match_the_turned_kernel),
       cmocka_unit_test(weight_gradients_match_the_direct_sums),
       cmocka_unit_test(bf16_products_stay_within_their_rounding),
+      cmocka_unit_test(direct_products_on_amx_tiles_match_the_definition),
       cmocka_unit_test(wide_products_by_chunks_match_the_direct_sums),
       cmocka_unit_test(a_padded_input_and_an_unpadded_one_give_the_same_bits),
       cmocka_unit_test(the_bf16_copy_rounds_as_a_cast_does),
