@@ -173,7 +173,10 @@ typedef struct kn_node_rec {
    * it by Winograd's F(4x4, 3x3) or F(2x2, 5x5) (winograd.c; dilated, by
    * phases) instead of a GEMM; 2 where it does so on bf16 products
    * (mixed_bfloat16 where kn_winograd_bf16_products, at compile); 3 where
-   * those run on AMX tiles (kn_amx_available, at compile). */
+   * those run on AMX tiles (kn_amx_available, at compile); 4 where a 3x3
+   * forward product or input gradient of up to 64 channels runs instead
+   * directly on the tiles, no transforms (amx_conv.h; winograd.c hands
+   * it over). */
   int winograd;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
