@@ -350,6 +350,23 @@ static void bad_gemm_arguments_are_refused_by_name(void **state) {
   kn_gemm_free(NULL);
 }
 
+/* The first thread count's output (f32 y or, out_bf16, y16) is kept in
+ * *first, the other buffer freed; a later one's must have its bits. */
+static void keep_or_compare(void **first, float *y, uint16_t *y16, int out_bf16, size_t n) {
+  void *got = out_bf16 ? (void *)y16 : (void *)y;
+  if (!*first) {
+    *first = got;
+    if (out_bf16)
+      free(y);
+    else
+      free(y16);
+    return;
+  }
+  assert_memory_equal(*first, got, n * (out_bf16 ? 2 : 4));
+  free(y);
+  free(y16);
+}
+
 /* A forward convolution of small depth (taps x channels <= 32, a first
  * layer) reads its columns in place from the padded input and sums its
  * products directly (with the AVX512-BF16 kernel; the portable GEMM, run
@@ -414,18 +431,7 @@ static void check_small_convolutions(void) {
                            p, f, (double)got, sum);
               }
             }
-            if (!first) {
-              first = out_bf16 ? (void *)y16 : (void *)y;
-              if (out_bf16)
-                free(y);
-              else
-                free(y16);
-            } else {
-              assert_memory_equal(first, out_bf16 ? (void *)y16 : (void *)y,
-                                  (size_t)M * F * (out_bf16 ? 2 : 4));
-              free(y);
-              free(y16);
-            }
+            keep_or_compare(&first, y, y16, out_bf16, (size_t)M * F);
             free(copy);
             free(scratch);
             kn_pool_free(pool);
@@ -523,18 +529,7 @@ static void check_tile_convolutions(void) {
                            mode, p, f, (double)got, sum);
               }
             }
-            if (!first) {
-              first = out_bf16 ? (void *)y16 : (void *)y;
-              if (out_bf16)
-                free(y);
-              else
-                free(y16);
-            } else {
-              assert_memory_equal(first, out_bf16 ? (void *)y16 : (void *)y,
-                                  (size_t)M * F * (out_bf16 ? 2 : 4));
-              free(y);
-              free(y16);
-            }
+            keep_or_compare(&first, y, y16, out_bf16, (size_t)M * F);
             free(copy);
             free(scratch);
             kn_pool_free(pool);
