@@ -464,6 +464,10 @@ static inline ptrdiff_t kn_cols_col(const kn_conv_cols *v, int t) {
   const int q = t / v->c, ch = t % v->c, ki = q / v->kw, kj = q % v->kw;
   return (ptrdiff_t)(((ptrdiff_t)ki * v->dh * v->wp + (ptrdiff_t)kj * v->dw) * v->c + ch);
 }
+/* Element i of a convolution's padded input, f32 or bf16 (widened). */
+static inline float kn_cols_value(const kn_conv_cols *v, int f32, ptrdiff_t i) {
+  return f32 ? ((const float *)v->x)[i] : kn_bf16_to_f32(((const uint16_t *)v->x)[i]);
+}
 /* Output pixel p of a convolution's columns, walked in order: its place is
  * divided out once (kn_pixel_at) and the next ones stepped to
  * (kn_pixel_next), since where the depth is small a block's divisions
@@ -663,6 +667,20 @@ size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
 void *kn_gemm_task_scratch(void *scratch, int task, int k);
 /* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
  * each tile's sums are complete; NULL: none. */
+/* cpu_small_conv.c: a forward convolution of small depth and width
+ * (taps x channels <= 32, a first layer; columns not transposed, a plain
+ * kernel, C written), and its weight gradient (taps x filters in
+ * registers: a 3x3 kernel on one channel, up to 32 filters, an f32 C),
+ * summed directly with AVX512-BF16's CPUs' kernels: kn_gemm_run's. */
+int kn_small_conv_fits(int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
+                       int accumulate);
+void kn_small_conv_run(kn_pool *pool, int m, int n, int k, const kn_gemm_operand *a,
+                       const kn_gemm_operand *b, void *c, kn_dtype c_type, int ldc,
+                       const float *bias, int relu, uint16_t *narrow);
+int kn_small_wgrad_fits(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
+                        int accumulate, kn_dtype c_type);
+void kn_small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k, const kn_gemm_operand *a,
+                        const kn_gemm_operand *b, float *c, int ldc);
 /* Whether kn_gemm_run takes a product on AMX tiles as a stride-1
  * convolution, its columns read in place (cpu_gemm.c). */
 int kn_gemm_conv_in_place(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
