@@ -539,14 +539,17 @@ static int read_only(const kn_graph *g, kn_node x, int ways) {
 }
 
 /* Whether every live reader of x takes a bf16 value: a GEMM operand, a
- * bias gradient's row sum, or a view that only GEMMs read. */
+ * bias gradient's row sum, relu's gradient as its dy, or a view that only
+ * GEMMs read. */
 static int gradient_read_as_bf16(const kn_graph *g, kn_node x) {
   for (int c = x + 1; c < g->n_nodes; c++) {
     const kn_node_rec *n = &g->nodes[c];
     if (n->dead) continue;
     for (int k = 0; k < n->n_inputs; k++) {
       if (n->inputs[k] != x) continue;
-      if ((is_gemm(n->op) && k < 2) || n->op == KN_OP_REDUCE_ROWS) continue;
+      if ((is_gemm(n->op) && k < 2) || n->op == KN_OP_REDUCE_ROWS ||
+          (n->op == KN_OP_RELU_GRAD && k == 0))
+        continue;
       if (n->storage == KN_STORE_VIEW && read_only(g, c, READ_AS_GEMM_OPERAND)) continue;
       return 0;
     }
@@ -742,10 +745,12 @@ void kn_lower_narrow_gemm_operands(kn_graph *g) {
     } else if (n->op == KN_OP_CAST && n->dtype == KN_F32 &&
                g->nodes[n->inputs[0]].dtype == KN_F32) {
       /* The gradient of a layer input's up-cast, rounded to bf16: a tiled
-       * max pool's gradient read by it alone writes it rounded, in bf16. */
+       * max pool's gradient read by it alone writes it rounded, in bf16,
+       * where the rounding's readers take bf16 (not a concatenation's
+       * gradient slices, which copy f32). */
       kn_node_rec *p = &g->nodes[n->inputs[0]];
       if (p->op == KN_OP_POOL_GRAD && kn_pool_tiles(&p->attr.conv) && !p->keep &&
-          read_only(g, n->inputs[0], READ_BY_ROUNDING)) {
+          read_only(g, n->inputs[0], READ_BY_ROUNDING) && gradient_read_as_bf16(g, i)) {
         p->dtype = KN_BF16;
         replace_reads(g, i, n->inputs[0]);
         n->dead = 1;
