@@ -123,7 +123,7 @@ size_t kn_amx_conv_direct_floats(int threads, const struct kn_wino_io *io) {
 typedef struct direct_job {
   kn_amx_conv cv;
   const struct kn_wino_io *io;
-  int band, wpp, slots;
+  int band, wpp;
   int64_t bands;
   ptrdiff_t reach;
   uint16_t *bands_buf; /* BAND_VALUES a thread */
@@ -192,27 +192,23 @@ direct_store(void *ctx, const float *sums, int rows, int64_t pixel, int c0, int 
   }
 }
 
-/* Slots [s0, s1): slot s runs its share of the (image, band) tasks in its
- * own part of the band buffer. */
-static void direct_range(void *ctx, int64_t s0, int64_t s1) {
+/* (image, band) tasks [t0, t1) in slot's own part of the band buffer. */
+static void direct_range(void *ctx, int slot, int64_t t0, int64_t t1) {
   const direct_job *j = ctx;
   const struct kn_wino_io *io = j->io;
-  const int64_t tasks = (int64_t)io->batch * j->bands;
   kn_amx_configure(j->cv.kt, 16);
-  for (int64_t slot = s0; slot < s1; slot++) {
-    uint16_t *band = j->bands_buf + (size_t)slot * BAND_VALUES;
-    for (int64_t t = tasks * slot / j->slots; t < tasks * (slot + 1) / j->slots; t++) {
-      const int64_t b = t / j->bands;
-      const int y0 = (int)(t % j->bands) * j->band;
-      const int rows = io->oh - y0 < j->band ? io->oh - y0 : j->band;
-      const int in_rows = rows + io->r - 1;
-      const size_t values = (size_t)in_rows * j->wpp * io->cin;
-      fill_band(j, b, y0, in_rows, band);
-      memset(band + values, 0, (size_t)j->reach * sizeof *band);
-      /* every read lies within the band and its zeros: no spare copy */
-      kn_amx_conv_rows(&j->cv, band, rows, (b * io->oh + y0) * io->ow, values + (size_t)j->reach,
-                       band, direct_store, (void *)j);
-    }
+  uint16_t *band = j->bands_buf + (size_t)slot * BAND_VALUES;
+  for (int64_t t = t0; t < t1; t++) {
+    const int64_t b = t / j->bands;
+    const int y0 = (int)(t % j->bands) * j->band;
+    const int rows = io->oh - y0 < j->band ? io->oh - y0 : j->band;
+    const int in_rows = rows + io->r - 1;
+    const size_t values = (size_t)in_rows * j->wpp * io->cin;
+    fill_band(j, b, y0, in_rows, band);
+    memset(band + values, 0, (size_t)j->reach * sizeof *band);
+    /* every read lies within the band and its zeros: no spare copy */
+    kn_amx_conv_rows(&j->cv, band, rows, (b * io->oh + y0) * io->ow, values + (size_t)j->reach,
+                     band, direct_store, (void *)j);
   }
   kn_amx_release();
 }
@@ -246,8 +242,7 @@ void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const v
   j.cv.b = panels;
   uintptr_t band0 = (uintptr_t)(panels + kn_amx_conv_panel_words(&j.cv));
   j.bands_buf = (uint16_t *)((band0 + 63) & ~(uintptr_t)63);
-  j.slots = kn_pool_threads(g->pool);
-  kn_pool_for(j.slots > 1 ? g->pool : NULL, j.slots, direct_range, &j);
+  kn_pool_share(g->pool, (int64_t)io->batch * j.bands, 1, direct_range, &j);
 }
 #else
 int kn_amx_conv_direct_fits(const struct kn_wino_io *io) {

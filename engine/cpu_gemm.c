@@ -709,26 +709,30 @@ static uint32_t *thread_buffers(const gemm_job *j, int64_t t) {
                       (size_t)t * per_thread_bytes(j->depth));
 }
 
-/* Thread t's share: whole micro-tiles of the split dimension, or whole
- * depth slices of a split product. */
-static void gemm_range(void *ctx, int64_t begin, int64_t end) {
+#define GRAIN_TILES 8
+
+/* The units the pool hands out (kn_pool_share): depth slices of a split
+ * product, else micro-tiles of the split dimension. */
+static int64_t gemm_units(const gemm_job *j) {
+  if (j->slices > 1) return j->slices;
+  const int tile = j->split_rows ? j->mr : j->nr, extent = j->split_rows ? j->m : j->n;
+  return (extent + tile - 1) / tile;
+}
+
+/* Units [u0, u1) on slot's packing buffers. */
+static void gemm_range(void *ctx, int slot, int64_t u0, int64_t u1) {
   const gemm_job *j = ctx;
   if (j->amx) kn_amx_configure(AMX_KT, 16);
-  for (int64_t t = begin; t < end; t++) {
-    uint32_t *pa = thread_buffers(j, t), *pb = pa + (size_t)MC * panel_pairs(j->depth);
-    if (j->slices > 1) {
-      for (int s = (int)(j->slices * t / j->threads); s < j->slices * (t + 1) / j->threads; s++) {
-        const gemm_part pt = slice_part(j, s);
-        gemm_block(j, &pt, 0, j->m, 0, j->n, pa, pb);
-      }
-      continue;
+  uint32_t *pa = thread_buffers(j, slot), *pb = pa + (size_t)MC * panel_pairs(j->depth);
+  if (j->slices > 1) {
+    for (int64_t s = u0; s < u1; s++) {
+      const gemm_part pt = slice_part(j, (int)s);
+      gemm_block(j, &pt, 0, j->m, 0, j->n, pa, pb);
     }
+  } else {
     const gemm_part whole = {j->c, j->ldc, 0, j->k, j->accumulate};
     const int tile = j->split_rows ? j->mr : j->nr, extent = j->split_rows ? j->m : j->n;
-    const int64_t tiles = (extent + tile - 1) / tile;
-    int lo = (int)(tiles * t / j->threads) * tile, hi = (int)(tiles * (t + 1) / j->threads) * tile;
-    if (hi > extent) hi = extent;
-    if (lo >= hi) continue;
+    const int lo = (int)u0 * tile, hi = (int)u1 * tile < extent ? (int)u1 * tile : extent;
     if (j->split_rows)
       gemm_block(j, &whole, lo, hi, 0, j->n, pa, pb);
     else
@@ -846,8 +850,7 @@ static void amx_conv_run(kn_pool *pool, void *scratch, int m, int n, int k,
   }
   j.cv.b = panels;
   j.scratch = (unsigned char *)scratch + PARTIAL_FLOATS * sizeof(float);
-  const int64_t tasks = images * j.bands;
-  kn_pool_for(tasks > 1 ? pool : NULL, tasks, amx_conv_range, &j);
+  kn_pool_for(pool, images * j.bands, amx_conv_range, &j);
 }
 
 #else
@@ -956,7 +959,10 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
    * saves. */
   if ((int64_t)m * n * k < (int64_t)64 * 64 * 64) j.threads = 1;
   j.slices = gemm_slices(m, n, k, c_type == KN_F32, bias || relu || j.narrow);
-  kn_pool_for(j.threads > 1 ? pool : NULL, j.threads, gemm_range, &j);
+  /* row tiles at least GRAIN_TILES a range, so that packing B again for
+   * each costs little beside its products */
+  kn_pool_share(j.threads > 1 ? pool : NULL, gemm_units(&j),
+                j.slices == 1 && j.split_rows ? GRAIN_TILES : 1, gemm_range, &j);
   if (j.slices > 1) kn_pool_for(j.threads > 1 ? pool : NULL, m, add_slices, &j);
   return kernel;
 }

@@ -66,6 +66,9 @@
 #define SLICES_MAX  16
 #define PARTIAL_MAX (1 << 20)
 
+/* The fewest row blocks the pool hands a thread at a time (own_run). */
+#define GRAIN_BLOCKS 8
+
 size_t kn_gemm_workspace_floats(void) {
   return (size_t)KC_MAX * NC;
 }
@@ -113,7 +116,6 @@ static int own_available(void) {
 typedef struct gemm_job {
   kn_sgemm_args x;          /* the product: operands, C, epilogue, row sums of B */
   float *workspace;         /* kn_gemm_workspace_floats() per thread */
-  int64_t tasks;            /* threads taking part */
   int by_columns;           /* split C's columns among them, not its rows */
   const kn_conv_flip *flip; /* B is a convolution kernel turned 180 degrees */
   int slices;               /* depth slices (gemm_slices): slice 0 into C and b_sums, */
@@ -454,40 +456,41 @@ static gemm_part slice_part(const gemm_job *j, int s) {
   return (gemm_part){p, j->x.n, lo, hi, j->x.b_sums ? p + (size_t)j->x.m * j->x.n : NULL, 0};
 }
 
-/* Thread t's share: row blocks [blocks * t / T, blocks * (t + 1) / T) of
- * every column, or, when C is no taller than it is wide (a dense layer's
- * GEMMs at batch 128), column panels [panels * t / T, panels * (t + 1) / T)
- * of every row: there each thread would otherwise pack all of B, and B is
- * most of the work. A product split in depth gives each thread whole
- * slices instead. Either way each element of C (and of a slice) is summed
- * in the same order by one thread, so the bits do not depend on the split.
- * Where every thread packs all of B, the first one sums its rows. */
-static void gemm_range(void *ctx, int64_t t0, int64_t t1) {
+/* A product's units: its depth slices where it is split in depth, else
+ * C's column panels where C is no taller than it is wide (a dense layer's
+ * GEMMs at batch 128: there each thread would otherwise pack all of B,
+ * and B is most of the work), else C's row blocks. The pool hands them out
+ * (kn_pool_share), each range packing B into its slot's buffer. Each
+ * element of C (and of a slice) is summed in the same order by one
+ * thread, whichever, so the bits do not depend on the split. Where every
+ * range packs all of B, the one with the first row block sums its rows. */
+static int gemm_units(const gemm_job *j) {
+  if (j->slices > 1) return j->slices;
+  return j->by_columns ? (j->x.n + j->nr - 1) / j->nr : (j->x.m + j->mr - 1) / j->mr;
+}
+
+static void gemm_range(void *ctx, int slot, int64_t u0, int64_t u1) {
   const gemm_job *j = ctx;
-  const int blocks = (j->x.m + j->mr - 1) / j->mr, panels = (j->x.n + j->nr - 1) / j->nr;
-  for (int64_t t = t0; t < t1; t++) {
-    float *bpack = j->workspace + (size_t)t * kn_gemm_workspace_floats();
-    if (j->slices > 1) {
-      const int s0 = (int)(j->slices * t / j->tasks), s1 = (int)(j->slices * (t + 1) / j->tasks);
-      for (int s = s0; s < s1; s++) {
-        const gemm_part pt = slice_part(j, s);
-        gemm_block_range(j, &pt, 0, blocks, 0, j->x.n, 1, bpack);
-      }
-      continue;
+  float *bpack = j->workspace + (size_t)slot * kn_gemm_workspace_floats();
+  const int blocks = (j->x.m + j->mr - 1) / j->mr;
+  if (j->slices > 1) {
+    for (int64_t s = u0; s < u1; s++) {
+      const gemm_part pt = slice_part(j, (int)s);
+      gemm_block_range(j, &pt, 0, blocks, 0, j->x.n, 1, bpack);
     }
-    int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->x.n;
-    if (j->by_columns) {
-      n_lo = (int)(panels * t / j->tasks) * j->nr;
-      n_hi = (int)(panels * (t + 1) / j->tasks) * j->nr;
-      if (n_hi > j->x.n) n_hi = j->x.n;
-    } else {
-      b0 = (int)(blocks * t / j->tasks);
-      b1 = (int)(blocks * (t + 1) / j->tasks);
-    }
-    if (b0 >= b1 || n_lo >= n_hi) continue;
-    const gemm_part whole = {j->x.c, j->x.ldc, 0, j->x.k, j->x.b_sums, j->x.accumulate};
-    gemm_block_range(j, &whole, b0, b1, n_lo, n_hi, j->by_columns || b0 == 0, bpack);
+    return;
   }
+  int b0 = 0, b1 = blocks, n_lo = 0, n_hi = j->x.n;
+  if (j->by_columns) {
+    n_lo = (int)u0 * j->nr;
+    n_hi = (int)u1 * j->nr;
+    if (n_hi > j->x.n) n_hi = j->x.n;
+  } else {
+    b0 = (int)u0;
+    b1 = (int)u1;
+  }
+  const gemm_part whole = {j->x.c, j->x.ldc, 0, j->x.k, j->x.b_sums, j->x.accumulate};
+  gemm_block_range(j, &whole, b0, b1, n_lo, n_hi, j->by_columns || b0 == 0, bpack);
 }
 
 /* C's rows [r0, r1) (and, with the first, the column sums): the partial
@@ -605,26 +608,21 @@ tr_rows(const kn_sgemm_args *x, int i0, int k0, int k1, float *dst, int ldd, flo
   }
 }
 
-/* Task t's share of a product computed transposed: whole depth slices
- * (slice_part's, as gemm_range takes them), or, in one slice, whole tiles
- * of C's rows. */
-static void tr_range(void *ctx, int64_t t0, int64_t t1) {
+/* Units [u0, u1) of a product computed transposed: whole depth slices
+ * (slice_part's, as gemm_range takes them), or, in one slice, tiles of
+ * C's rows. */
+static void tr_range(void *ctx, int64_t u0, int64_t u1) {
   const gemm_job *j = ctx;
   const kn_sgemm_args *x = &j->x;
   const int tiles = (x->m + TR_COLS - 1) / TR_COLS;
-  for (int64_t t = t0; t < t1; t++) {
+  for (int64_t u = u0; u < u1; u++) {
     if (j->slices > 1) {
-      const int s0 = (int)(j->slices * t / j->tasks), s1 = (int)(j->slices * (t + 1) / j->tasks);
-      for (int s = s0; s < s1; s++) {
-        const gemm_part pt = slice_part(j, s);
-        for (int i = 0; i < tiles; i++)
-          tr_rows(x, i * TR_COLS, pt.k_lo, pt.k_hi, pt.c, pt.ldc, pt.b_sums, pt.accumulate);
-      }
+      const gemm_part pt = slice_part(j, (int)u);
+      for (int i = 0; i < tiles; i++)
+        tr_rows(x, i * TR_COLS, pt.k_lo, pt.k_hi, pt.c, pt.ldc, pt.b_sums, pt.accumulate);
       continue;
     }
-    const int i0 = (int)(tiles * t / j->tasks), i1 = (int)(tiles * (t + 1) / j->tasks);
-    for (int i = i0; i < i1; i++)
-      tr_rows(x, i * TR_COLS, 0, x->k, x->c, x->ldc, x->b_sums, x->accumulate);
+    tr_rows(x, (int)u * TR_COLS, 0, x->k, x->c, x->ldc, x->b_sums, x->accumulate);
   }
 }
 
@@ -649,27 +647,26 @@ static void own_run(kn_pool *pool, float *workspace, float *partials, size_t par
   const int transposed = narrow_transposed(x, flip);
   const int narrow = n <= NR_NARROW;
   const int mr = narrow ? narrow_rows(x) : MR, nr = narrow ? NR_NARROW : NR;
-  const int blocks = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
-  const int by_columns = !transposed && m <= n && panels >= 2;
+  const int by_columns = !transposed && m <= n && (n + nr - 1) / nr >= 2;
   int slices = x->bias || x->relu || flip ? 1 : gemm_slices(m, n, k);
   if (slices > 1 && kn_gemm_partial_floats(m, n, k) > partial_floats)
     slices = 1; /* a shape compile did not plan for */
-  int tasks = kn_pool_threads(pool);
-  const int units = slices > 1   ? slices
-                    : transposed ? (m + TR_COLS - 1) / TR_COLS
-                    : by_columns ? panels
-                                 : blocks;
-  if (tasks > units) tasks = units;
   gemm_job j = {.x = *x,
                 .workspace = workspace,
-                .tasks = tasks,
                 .by_columns = by_columns,
                 .flip = flip,
                 .slices = slices,
                 .partials = partials,
                 .mr = mr,
                 .nr = nr};
-  kn_pool_for(tasks > 1 ? pool : NULL, tasks, transposed ? tr_range : gemm_range, &j);
+  if (transposed) {
+    kn_pool_for(pool, slices > 1 ? slices : (m + TR_COLS - 1) / TR_COLS, tr_range, &j);
+  } else {
+    /* row blocks at least GRAIN_BLOCKS a range, so that packing B again
+     * for each costs little beside its products */
+    kn_pool_share(pool, gemm_units(&j), slices > 1 || by_columns ? 1 : GRAIN_BLOCKS, gemm_range,
+                  &j);
+  }
   if (slices > 1) kn_pool_for(pool, m + 1, add_slices, &j); /* C's rows, the column sums */
 }
 

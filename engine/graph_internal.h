@@ -635,9 +635,18 @@ typedef void (*kn_range_fn)(void *ctx, int64_t begin, int64_t end);
 kn_pool *kn_pool_new(int threads); /* NULL for threads < 2 (or on failure): run inline */
 void kn_pool_free(kn_pool *p);
 int kn_pool_threads(const kn_pool *p);
-/* Runs fn over [0, n) cut into one contiguous range per thread; returns
- * when all are done. */
+/* Runs fn over [0, n) on the pool's threads; returns when all are done.
+ * Where n is at most the threads, each index is a call of its own; else
+ * each thread runs its contiguous share of [0, n) and then takes over the
+ * tail of a slower one's (pool.c), so fn may be called several times a
+ * thread, on any ranges that together cover [0, n) once. */
 void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx);
+/* The same over units [0, n) for a task that keeps scratch of its own:
+ * fn gets the slot (0 .. threads - 1) of the thread running it, whose
+ * scratch no other range uses meanwhile; ranges at least grain units
+ * where that many are left. */
+typedef void (*kn_share_fn)(void *ctx, int slot, int64_t begin, int64_t end);
+void kn_pool_share(kn_pool *p, int64_t n, int64_t grain, kn_share_fn fn, void *ctx);
 
 /* cpu_gemm.c: the bf16 GEMM (kn_gemm_bf16) on a pool and a scratch buffer
  * of kn_gemm_scratch_bytes(threads, depth), depth the largest k of the

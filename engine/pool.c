@@ -22,10 +22,27 @@
  * (acquire). lock_loop guards parking: a worker checks the generation and
  * counts itself in sleepers under it, and the caller bumps the generation
  * and wakes sleepers under it, so no wake-up is lost; likewise the last
- * worker to finish signals done under it. */
+ * worker to finish signals done under it.
+ *
+ * Shares. A virtual machine's CPUs do not run at one speed: on a 2-vCPU
+ * guest one thread finished the same half of a loop 15 to 40% later than
+ * the other, and which one moved from minute to minute, so a split fixed
+ * in advance left the faster thread waiting for a fifth of the step. So a
+ * loop of more units than threads is shared as OpenMP's static-steal
+ * schedule shares it: each thread owns the contiguous range a fixed split
+ * gives it and takes it from the front, a quarter of what is left at a
+ * time; a thread whose range is spent takes half of what is left of
+ * another's from the back. Where the threads keep pace, each runs its own
+ * range as before (its data where it left it, in its caches); where one
+ * falls behind, the other takes over its tail. Which thread computes a
+ * unit never changes what is computed: every kernel's arithmetic on an
+ * element is the same in any range (the thread-count tests hold each
+ * result to its bits), and a task's scratch is its slot's, never shared
+ * with a range running at the same time. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -52,14 +69,78 @@ struct kn_pool {
   _Atomic int busy;            /* workers that have not finished this loop */
   int sleepers;                /* workers parked on wake (under lock_loop) */
   _Atomic int stop;
-  kn_range_fn fn;
+  kn_range_fn fn;       /* a kn_pool_for loop's, or NULL */
+  kn_share_fn share_fn; /* a kn_pool_share loop's */
   void *ctx;
-  int64_t n;
+  int64_t n, grain;
+  int shared;          /* units handed out by take (else one range a thread) */
+  struct owned *owned; /* (threads) each thread's range, packed */
 };
 
+/* A thread's range of a shared loop, [lo, hi) packed as lo << 32 | hi, on
+ * a cache line of its own: its owner moves lo up, another thread moves hi
+ * down, each by a compare-and-swap of the whole word. */
+typedef struct owned {
+  _Alignas(64) _Atomic uint64_t range;
+} owned;
+
+#define LO(r)        ((int64_t)((r) >> 32))
+#define HI(r)        ((int64_t)((r)&0xffffffffu))
+#define PACK(lo, hi) ((uint64_t)(lo) << 32 | (uint64_t)(hi))
+
+/* Takes units from slot's own range (front), or once it is spent from the
+ * others' (back, starting with the next slot): [*b, *e), 0 when none are
+ * left anywhere. */
+static int take(kn_pool *p, int slot, int64_t *b, int64_t *e) {
+  _Atomic uint64_t *mine = &p->owned[slot].range;
+  uint64_t r = atomic_load_explicit(mine, memory_order_relaxed);
+  for (;;) {
+    const int64_t lo = LO(r), hi = HI(r);
+    if (lo >= hi) break;
+    int64_t c = (hi - lo + 3) / 4;
+    if (c < p->grain) c = p->grain;
+    if (c > hi - lo) c = hi - lo;
+    if (atomic_compare_exchange_weak_explicit(mine, &r, PACK(lo + c, hi), memory_order_acq_rel,
+                                              memory_order_relaxed)) {
+      *b = lo, *e = lo + c;
+      return 1;
+    }
+  }
+  for (int i = 1; i < p->threads; i++) {
+    _Atomic uint64_t *theirs = &p->owned[(slot + i) % p->threads].range;
+    r = atomic_load_explicit(theirs, memory_order_relaxed);
+    for (;;) {
+      const int64_t lo = LO(r), hi = HI(r);
+      if (lo >= hi) break;
+      int64_t c = (hi - lo + 1) / 2;
+      if (c < p->grain) c = hi - lo < p->grain ? hi - lo : p->grain;
+      if (atomic_compare_exchange_weak_explicit(theirs, &r, PACK(lo, hi - c), memory_order_acq_rel,
+                                                memory_order_relaxed)) {
+        *b = hi - c, *e = hi;
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 static void run_range(kn_pool *p, int index) {
+  if (p->shared) {
+    int64_t b, e;
+    while (take(p, index, &b, &e)) {
+      if (p->fn)
+        p->fn(p->ctx, b, e);
+      else
+        p->share_fn(p->ctx, index, b, e);
+    }
+    return;
+  }
   int64_t begin = p->n * index / p->threads, end = p->n * (index + 1) / p->threads;
-  if (begin < end) p->fn(p->ctx, begin, end);
+  if (begin >= end) return;
+  if (p->fn)
+    p->fn(p->ctx, begin, end);
+  else
+    p->share_fn(p->ctx, index, begin, end);
 }
 
 static int64_t now_ns(void) {
@@ -125,9 +206,11 @@ kn_pool *kn_pool_new(int threads) {
   p->threads = threads;
   p->workers = calloc((size_t)threads, sizeof *p->workers);
   p->args = calloc((size_t)threads, sizeof *p->args);
-  if (!p->workers || !p->args || pthread_mutex_init(&p->lock_loop, NULL) != 0) {
+  p->owned = aligned_alloc(_Alignof(owned), (size_t)threads * sizeof *p->owned);
+  if (!p->workers || !p->args || !p->owned || pthread_mutex_init(&p->lock_loop, NULL) != 0) {
     free(p->workers);
     free(p->args);
+    free(p->owned);
     free(p);
     return NULL;
   }
@@ -158,6 +241,7 @@ void kn_pool_free(kn_pool *p) {
   pthread_mutex_destroy(&p->lock_loop);
   free(p->workers);
   free(p->args);
+  free(p->owned);
   free(p);
 }
 
@@ -165,14 +249,9 @@ int kn_pool_threads(const kn_pool *p) {
   return p ? p->threads : 1;
 }
 
-void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx) {
-  if (!p || n < 2) {
-    if (n > 0) fn(ctx, 0, n);
-    return;
-  }
-  p->fn = fn;
-  p->ctx = ctx;
-  p->n = n;
+/* Runs the loop the fields describe on every thread, the caller's share
+ * included; returns when all are done. */
+static void run_loop(kn_pool *p) {
   atomic_store_explicit(&p->busy, p->threads - 1, memory_order_relaxed);
   pthread_mutex_lock(&p->lock_loop);
   atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
@@ -183,4 +262,38 @@ void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx) {
   pthread_mutex_lock(&p->lock_loop);
   while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->lock_loop);
   pthread_mutex_unlock(&p->lock_loop);
+}
+
+/* Sets up a loop over [0, n): one range a thread where n is at most the
+ * threads (each index a task of its own), else shared by take. */
+static void set_loop(kn_pool *p, int64_t n, int64_t grain, void *ctx) {
+  p->ctx = ctx;
+  p->n = n;
+  p->grain = grain < 1 ? 1 : grain;
+  p->shared = n > p->threads && n <= INT32_MAX;
+  for (int t = 0; t < p->threads && p->shared; t++)
+    atomic_store_explicit(&p->owned[t].range, PACK(n * t / p->threads, n * (t + 1) / p->threads),
+                          memory_order_relaxed);
+}
+
+void kn_pool_for(kn_pool *p, int64_t n, kn_range_fn fn, void *ctx) {
+  if (!p || n < 2) {
+    if (n > 0) fn(ctx, 0, n);
+    return;
+  }
+  p->fn = fn;
+  p->share_fn = NULL;
+  set_loop(p, n, 1, ctx);
+  run_loop(p);
+}
+
+void kn_pool_share(kn_pool *p, int64_t n, int64_t grain, kn_share_fn fn, void *ctx) {
+  if (!p || n < 2) {
+    if (n > 0) fn(ctx, 0, 0, n);
+    return;
+  }
+  p->fn = NULL;
+  p->share_fn = fn;
+  set_loop(p, n, grain, ctx);
+  run_loop(p);
 }

@@ -910,44 +910,43 @@ AVX512 static void transform_output(const conv_job *j, int64_t t0, int nt, const
     transform_output_m(j, t0, nt, mo, 2);
 }
 
-static void conv_range(void *ctx, int64_t t0, int64_t t1) {
+/* Blocks [b0, b1) of tiles, in slot's block of the buffer (the pool
+ * hands them out: kn_pool_share). */
+static void conv_range(void *ctx, int slot, int64_t b0, int64_t b1) {
   const conv_job *j = ctx;
   const wino_shape *s = &j->s;
   const int pairs = (s->cin + 1) / 2, kt = kn_amx_depth(pairs);
   if (j->amx) kn_amx_configure(kt, ROWS_Q - 16);
-  for (int64_t t = t0; t < t1; t++) {
-    float *v = j->scratch + (size_t)t * slot_floats(s);
-    float *mo = v + (size_t)NPOS * s->tb * s->cp;
-    const int64_t b0 = j->blocks * t / j->tasks, b1 = j->blocks * (t + 1) / j->tasks;
-    for (int64_t blk = b0; blk < b1; blk++) {
-      const int64_t first = blk * s->tb;
-      const int nt = s->tiles - first < s->tb ? (int)(s->tiles - first) : s->tb;
-      const int rows = round_up(nt, ROWS_Q);
-      /* the last block's spare rows: products of zeros, unread */
-      const size_t spare = (size_t)(rows - nt) * NPOS * s->cp;
-      if (s->bf16) { /* v holds bf16 values, u bf16 pairs */
-        uint16_t *vb = (uint16_t *)(void *)v;
-        transform_input_bf16(s, j->x, first, nt, vb);
-        if (spare) memset(vb + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(uint16_t));
-        const uint32_t *ub = (const uint32_t *)(const void *)j->u;
-        for (int p = 0; p < NPOS && j->amx; p++)
-          kn_amx_gemm(rows, s->fp, pairs, kt, ROWS_Q - 16, vb + (size_t)p * s->cp,
-                      (ptrdiff_t)NPOS * s->cp, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
-                      mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0);
-        for (int p = 0; p < NPOS && !j->amx; p++)
-          block_gemm_bf16(rows, s->fp, (s->cin + 1) / 2, vb + (size_t)p * s->cp,
-                          (ptrdiff_t)NPOS * s->cp, 2, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
-                          mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0, 1);
-      } else {
-        transform_input(s, j->x, first, nt, v);
-        if (spare) memset(v + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(float));
-        for (int p = 0; p < NPOS; p++)
-          block_gemm(rows, s->fp, s->cin, v + (size_t)p * s->cp, (ptrdiff_t)NPOS * s->cp, 1,
-                     j->u + (size_t)p * s->cp * s->fp, s->fp, mo + (size_t)p * s->fp,
-                     (ptrdiff_t)NPOS * s->fp, 0, 1);
-      }
-      transform_output(j, first, nt, mo);
+  float *v = j->scratch + (size_t)slot * slot_floats(s);
+  float *mo = v + (size_t)NPOS * s->tb * s->cp;
+  for (int64_t blk = b0; blk < b1; blk++) {
+    const int64_t first = blk * s->tb;
+    const int nt = s->tiles - first < s->tb ? (int)(s->tiles - first) : s->tb;
+    const int rows = round_up(nt, ROWS_Q);
+    /* the last block's spare rows: products of zeros, unread */
+    const size_t spare = (size_t)(rows - nt) * NPOS * s->cp;
+    if (s->bf16) { /* v holds bf16 values, u bf16 pairs */
+      uint16_t *vb = (uint16_t *)(void *)v;
+      transform_input_bf16(s, j->x, first, nt, vb);
+      if (spare) memset(vb + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(uint16_t));
+      const uint32_t *ub = (const uint32_t *)(const void *)j->u;
+      for (int p = 0; p < NPOS && j->amx; p++)
+        kn_amx_gemm(rows, s->fp, pairs, kt, ROWS_Q - 16, vb + (size_t)p * s->cp,
+                    (ptrdiff_t)NPOS * s->cp, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
+                    mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0);
+      for (int p = 0; p < NPOS && !j->amx; p++)
+        block_gemm_bf16(rows, s->fp, (s->cin + 1) / 2, vb + (size_t)p * s->cp,
+                        (ptrdiff_t)NPOS * s->cp, 2, ub + (size_t)p * (s->cp / 2) * s->fp, s->fp,
+                        mo + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, 0, 1);
+    } else {
+      transform_input(s, j->x, first, nt, v);
+      if (spare) memset(v + (size_t)nt * NPOS * s->cp, 0, spare * sizeof(float));
+      for (int p = 0; p < NPOS; p++)
+        block_gemm(rows, s->fp, s->cin, v + (size_t)p * s->cp, (ptrdiff_t)NPOS * s->cp, 1,
+                   j->u + (size_t)p * s->cp * s->fp, s->fp, mo + (size_t)p * s->fp,
+                   (ptrdiff_t)NPOS * s->fp, 0, 1);
     }
+    transform_output(j, first, nt, mo);
   }
   if (j->amx) kn_amx_release();
 }
@@ -1054,9 +1053,8 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
         continue;
       }
       j.blocks = (j.s.tiles + j.s.tb - 1) / j.s.tb;
-      j.tasks = tasks_for(g, j.blocks);
       j.amx = j.s.bf16 && io->amx;
-      kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, conv_range, &j);
+      kn_pool_share(g->pool, j.blocks, 1, conv_range, &j);
     }
   }
 }
@@ -1197,52 +1195,51 @@ AVX512 static void pairs_by_channel(const uint32_t *vp, size_t ks, int nk, int c
   }
 }
 
-static void wgrad_range(void *ctx, int64_t t0, int64_t t1) {
+/* Slices [s0, s1) of the tiles, each into its own sums, in slot's block
+ * of the buffer. */
+static void wgrad_range(void *ctx, int slot, int64_t s0, int64_t s1) {
   const wgrad_job *j = ctx;
   const wino_shape *s = &j->s;
   const size_t per = (size_t)NPOS * s->cp * s->fp + (size_t)s->fp;
   if (j->amx) kn_amx_configure(16, 16);
-  for (int64_t t = t0; t < t1; t++) {
-    float *v = j->scratch + (size_t)t * slot_floats(s);
-    float *md = v + (size_t)NPOS * s->tb * s->cp;
-    const int s0 = (int)(s->slices * t / j->tasks), s1 = (int)(s->slices * (t + 1) / j->tasks);
-    for (int sl = s0; sl < s1; sl++) {
-      float *du = j->partials + (size_t)sl * per, *bsum = du + (size_t)NPOS * s->cp * s->fp;
-      if (!j->again) memset(du, 0, per * sizeof(float));
-      const int64_t lo = s->tiles * sl / s->slices, hi = s->tiles * (sl + 1) / s->slices;
-      for (int64_t first = lo; first < hi; first += s->tb) {
-        const int nt = hi - first < s->tb ? (int)(hi - first) : s->tb;
-        if (s->bf16) { /* pairs of tiles (the last, where nt is odd, with zeros) */
-          uint32_t *vp = (uint32_t *)(void *)v, *dp = (uint32_t *)(void *)md;
-          transform_input_pairs(s, j->x, first, nt, vp);
-          transform_dy(j, first, nt, dp, bsum, 1);
-          if (j->amx) { /* dU (cp x fp) += x^T dy: x's pairs channel by channel */
-            const int nk = (nt + 1) / 2, kp = round_up(nk, 16);
-            uint32_t *xt = vp + (size_t)NPOS * s->cp * ((s->tb + 1) / 2); /* past the pairs */
-            if (kp > nk) /* dy's rows past the block, zeros for the tiles */
-              memset(dp + (size_t)nk * NPOS * s->fp, 0,
-                     (size_t)(kp - nk) * NPOS * s->fp * sizeof *dp);
-            for (int p = 0; p < NPOS; p++) {
-              pairs_by_channel(vp + (size_t)p * s->cp, (size_t)NPOS * s->cp, nk, s->cp, kp, xt);
-              kn_amx_gemm(s->cp, s->fp, kp, 16, 16, (const uint16_t *)(const void *)xt,
-                          (ptrdiff_t)2 * kp, dp + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp,
-                          du + (size_t)p * s->cp * s->fp, s->fp, 1);
-            }
-            continue;
+  float *v = j->scratch + (size_t)slot * slot_floats(s);
+  float *md = v + (size_t)NPOS * s->tb * s->cp;
+  for (int64_t sl = s0; sl < s1; sl++) {
+    float *du = j->partials + (size_t)sl * per, *bsum = du + (size_t)NPOS * s->cp * s->fp;
+    if (!j->again) memset(du, 0, per * sizeof(float));
+    const int64_t lo = s->tiles * sl / s->slices, hi = s->tiles * (sl + 1) / s->slices;
+    for (int64_t first = lo; first < hi; first += s->tb) {
+      const int nt = hi - first < s->tb ? (int)(hi - first) : s->tb;
+      if (s->bf16) { /* pairs of tiles (the last, where nt is odd, with zeros) */
+        uint32_t *vp = (uint32_t *)(void *)v, *dp = (uint32_t *)(void *)md;
+        transform_input_pairs(s, j->x, first, nt, vp);
+        transform_dy(j, first, nt, dp, bsum, 1);
+        if (j->amx) { /* dU (cp x fp) += x^T dy: x's pairs channel by channel */
+          const int nk = (nt + 1) / 2, kp = round_up(nk, 16);
+          uint32_t *xt = vp + (size_t)NPOS * s->cp * ((s->tb + 1) / 2); /* past the pairs */
+          if (kp > nk) /* dy's rows past the block, zeros for the tiles */
+            memset(dp + (size_t)nk * NPOS * s->fp, 0,
+                   (size_t)(kp - nk) * NPOS * s->fp * sizeof *dp);
+          for (int p = 0; p < NPOS; p++) {
+            pairs_by_channel(vp + (size_t)p * s->cp, (size_t)NPOS * s->cp, nk, s->cp, kp, xt);
+            kn_amx_gemm(s->cp, s->fp, kp, 16, 16, (const uint16_t *)(const void *)xt,
+                        (ptrdiff_t)2 * kp, dp + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp,
+                        du + (size_t)p * s->cp * s->fp, s->fp, 1);
           }
-          for (int p = 0; p < NPOS; p++)
-            block_gemm_bf16(s->cp, s->fp, (nt + 1) / 2, (const uint16_t *)(vp + (size_t)p * s->cp),
-                            2, (ptrdiff_t)2 * NPOS * s->cp, dp + (size_t)p * s->fp,
-                            (ptrdiff_t)NPOS * s->fp, du + (size_t)p * s->cp * s->fp, s->fp, 1, 0);
           continue;
         }
-        transform_input(s, j->x, first, nt, v);
-        transform_dy(j, first, nt, md, bsum, 0);
         for (int p = 0; p < NPOS; p++)
-          block_gemm(s->cp, s->fp, nt, v + (size_t)p * s->cp, 1, (ptrdiff_t)NPOS * s->cp,
-                     md + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp,
-                     du + (size_t)p * s->cp * s->fp, s->fp, 1, 0);
+          block_gemm_bf16(s->cp, s->fp, (nt + 1) / 2, (const uint16_t *)(vp + (size_t)p * s->cp), 2,
+                          (ptrdiff_t)2 * NPOS * s->cp, dp + (size_t)p * s->fp,
+                          (ptrdiff_t)NPOS * s->fp, du + (size_t)p * s->cp * s->fp, s->fp, 1, 0);
+        continue;
       }
+      transform_input(s, j->x, first, nt, v);
+      transform_dy(j, first, nt, md, bsum, 0);
+      for (int p = 0; p < NPOS; p++)
+        block_gemm(s->cp, s->fp, nt, v + (size_t)p * s->cp, 1, (ptrdiff_t)NPOS * s->cp,
+                   md + (size_t)p * s->fp, (ptrdiff_t)NPOS * s->fp, du + (size_t)p * s->cp * s->fp,
+                   s->fp, 1, 0);
     }
   }
   if (j->amx) kn_amx_release();
@@ -1368,9 +1365,8 @@ void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy
       if (j.s.wide) {
         wgrad_wide(g, &j);
       } else {
-        j.tasks = tasks_for(g, j.s.slices);
         j.amx = j.s.bf16 && io->amx;
-        kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, wgrad_range, &j);
+        kn_pool_share(g->pool, j.s.slices, 1, wgrad_range, &j);
       }
     }
   }
