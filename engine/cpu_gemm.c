@@ -709,6 +709,8 @@ static uint32_t *thread_buffers(const gemm_job *j, int64_t t) {
                       (size_t)t * per_thread_bytes(j->depth));
 }
 
+/* The fewest row tiles the pool hands a thread at a time (kn_gemm_run):
+ * each range packs B again. */
 #define GRAIN_TILES 8
 
 /* The units the pool hands out (kn_pool_share): depth slices of a split
@@ -959,8 +961,6 @@ kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn
    * saves. */
   if ((int64_t)m * n * k < (int64_t)64 * 64 * 64) j.threads = 1;
   j.slices = gemm_slices(m, n, k, c_type == KN_F32, bias || relu || j.narrow);
-  /* row tiles at least GRAIN_TILES a range, so that packing B again for
-   * each costs little beside its products */
   kn_pool_share(j.threads > 1 ? pool : NULL, gemm_units(&j),
                 j.slices == 1 && j.split_rows ? GRAIN_TILES : 1, gemm_range, &j);
   if (j.slices > 1) kn_pool_for(j.threads > 1 ? pool : NULL, m, add_slices, &j);

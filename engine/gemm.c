@@ -66,7 +66,8 @@
 #define SLICES_MAX  16
 #define PARTIAL_MAX (1 << 20)
 
-/* The fewest row blocks the pool hands a thread at a time (own_run). */
+/* The fewest row blocks the pool hands a thread at a time (own_run):
+ * each range packs B again. */
 #define GRAIN_BLOCKS 8
 
 size_t kn_gemm_workspace_floats(void) {
@@ -662,8 +663,6 @@ static void own_run(kn_pool *pool, float *workspace, float *partials, size_t par
   if (transposed) {
     kn_pool_for(pool, slices > 1 ? slices : (m + TR_COLS - 1) / TR_COLS, tr_range, &j);
   } else {
-    /* row blocks at least GRAIN_BLOCKS a range, so that packing B again
-     * for each costs little beside its products */
     kn_pool_share(pool, gemm_units(&j), slices > 1 || by_columns ? 1 : GRAIN_BLOCKS, gemm_range,
                   &j);
   }

@@ -674,8 +674,6 @@ size_t kn_gemm_scratch_bytes(int threads, int bf16_out_depth);
  * within the depth the scratch was sized for: tasks that run such calls
  * at once each take their own thread's buffers (col2im_gemm). */
 void *kn_gemm_task_scratch(void *scratch, int task, int k);
-/* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
- * each tile's sums are complete; NULL: none. */
 /* cpu_small_conv.c: a forward convolution of small depth and width
  * (taps x channels <= 32, a first layer; columns not transposed, a plain
  * kernel, C written), and its weight gradient (taps x filters in
@@ -694,6 +692,8 @@ void kn_small_wgrad_run(kn_pool *pool, void *scratch, int m, int n, int k, const
  * convolution, its columns read in place (cpu_gemm.c). */
 int kn_gemm_conv_in_place(int m, int n, int k, const kn_gemm_operand *a, const kn_gemm_operand *b,
                           kn_dtype c_type);
+/* narrow: with an f32 C, also C rounded to bf16 (ldc apart), written as
+ * each tile's sums are complete; NULL: none. */
 kn_gemm_kernel kn_gemm_run(kn_pool *pool, void *scratch, int m, int n, int k, kn_gemm_operand a,
                            kn_gemm_operand b, void *c, kn_dtype c_type, int ldc, int accumulate,
                            const float *bias, int relu, uint16_t *narrow);

@@ -124,23 +124,21 @@ static int take(kn_pool *p, int slot, int64_t *b, int64_t *e) {
   return 0;
 }
 
+/* Runs [b, e) of the loop on thread `index`. */
+static void call(kn_pool *p, int index, int64_t b, int64_t e) {
+  if (p->fn)
+    p->fn(p->ctx, b, e);
+  else
+    p->share_fn(p->ctx, index, b, e);
+}
+
 static void run_range(kn_pool *p, int index) {
-  if (p->shared) {
-    int64_t b, e;
-    while (take(p, index, &b, &e)) {
-      if (p->fn)
-        p->fn(p->ctx, b, e);
-      else
-        p->share_fn(p->ctx, index, b, e);
-    }
+  int64_t b = p->n * index / p->threads, e = p->n * (index + 1) / p->threads;
+  if (!p->shared) {
+    if (b < e) call(p, index, b, e);
     return;
   }
-  int64_t begin = p->n * index / p->threads, end = p->n * (index + 1) / p->threads;
-  if (begin >= end) return;
-  if (p->fn)
-    p->fn(p->ctx, begin, end);
-  else
-    p->share_fn(p->ctx, index, begin, end);
+  while (take(p, index, &b, &e)) call(p, index, b, e);
 }
 
 static int64_t now_ns(void) {
