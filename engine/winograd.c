@@ -498,7 +498,6 @@ typedef struct conv_job {
   uint16_t *y_copy; /* or NULL: y's bf16 copy, written as y is stored */
   float *u;         /* the transformed kernel, NPOS x cp x fp */
   float *scratch;   /* slot_floats a thread */
-  int tasks;
   int64_t blocks;
   int amx;   /* bf16 products on AMX tiles (amx.h) */
   int round; /* y's values rounded through bf16 (kn_wino_io.round_y) */
@@ -576,16 +575,15 @@ AVX512 static void transform_kernel(const conv_job *j, int c0, int c1) {
     transform_kernel_r(j, c0, c1, 5);
 }
 
-static void kernel_range(void *ctx, int64_t t0, int64_t t1) {
+/* Input channels [u0, u1) of the kernel (bf16: pairs of them). */
+static void kernel_range(void *ctx, int64_t u0, int64_t u1) {
   const conv_job *j = ctx;
   if (j->s.bf16) { /* by pairs of channels */
-    const int n = (j->s.cin + 1) / 2;
-    const int c0 = 2 * (int)(n * t0 / j->tasks), c1 = 2 * (int)(n * t1 / j->tasks);
-    transform_kernel(j, c0, c1 < j->s.cin ? c1 : j->s.cin);
+    const int c1 = 2 * (int)u1;
+    transform_kernel(j, 2 * (int)u0, c1 < j->s.cin ? c1 : j->s.cin);
     return;
   }
-  const int n = j->s.cin;
-  transform_kernel(j, (int)(n * t0 / j->tasks), (int)(n * t1 / j->tasks));
+  transform_kernel(j, (int)u0, (int)u1);
 }
 
 /* Tile t's image and top-left output. */
@@ -1005,11 +1003,6 @@ static void conv_wide(kn_graph *g, const conv_job *j) {
   }
 }
 
-static int tasks_for(const kn_graph *g, int64_t units) {
-  const int threads = kn_pool_threads(g->pool);
-  return units < threads ? (int)(units < 1 ? 1 : units) : threads;
-}
-
 /* The shape of phase (py, px) of io's product (phase (0, 0): the whole
  * product where it is undilated). */
 static wino_shape io_shape(const kn_wino_io *io, int py, int px, int weight_grad) {
@@ -1040,8 +1033,7 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
                 .u = g->conv_buf,
                 .round = io->round_y};
   j.scratch = j.u + kernel_floats(&j.s);
-  j.tasks = tasks_for(g, io->cin);
-  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, kernel_range, &j);
+  kn_pool_for(g->pool, j.s.bf16 ? (io->cin + 1) / 2 : io->cin, kernel_range, &j);
   /* each phase its own product of the one transformed kernel (one phase
    * where undilated); each output is written by one phase */
   for (int py = 0; py < j.s.d; py++) {
@@ -1070,7 +1062,6 @@ typedef struct wgrad_job {
   float *b_sums;   /* or NULL: dy's column sums */
   float *partials; /* slices x (NPOS x cp x fp + fp) */
   float *scratch;
-  int tasks;
   int again; /* a dilated product's phase after the first: its sums add to the slices' */
   int amx;   /* bf16 products on AMX tiles (amx.h) */
 } wgrad_job;
@@ -1334,10 +1325,9 @@ static void wgrad_wide(kn_graph *g, const wgrad_job *j) {
   }
 }
 
-static void finish_range(void *ctx, int64_t t0, int64_t t1) {
-  const wgrad_job *j = ctx;
-  const int n = j->s.cin;
-  wgrad_finish(j, (int)(n * t0 / j->tasks), (int)(n * t1 / j->tasks));
+/* Input channels [c0, c1) of the gradient. */
+static void finish_range(void *ctx, int64_t c0, int64_t c1) {
+  wgrad_finish(ctx, (int)c0, (int)c1);
 }
 
 void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,
@@ -1370,8 +1360,7 @@ void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy
       }
     }
   }
-  j.tasks = tasks_for(g, io->cin);
-  kn_pool_for(j.tasks > 1 ? g->pool : NULL, j.tasks, finish_range, &j);
+  kn_pool_for(g->pool, io->cin, finish_range, &j);
 }
 
 /* KILN_WINOGRAD=off keeps every convolution on the GEMM (to compare). */
