@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "col2im_axis.h"
 #include "graph_internal.h"
 #include "philox.h"
 #include "vmath.h"
@@ -393,33 +394,6 @@ static void conv_pad_images(const kn_graph *g, const kn_node_rec *n, int64_t b0,
       memset(out + (size_t)(lo + w) * pix, 0, (size_t)(WP - lo - w) * pix);
     }
   }
-}
-
-/* The taps of a convolution that read input row (or column) i: the
- * output o and tap k with o * s - pad + k * d == i, o in [0, O), taps in
- * descending order (so outputs ascending), at most K of them. q and r
- * are (i + pad) / s and its remainder (undilated: the taps are r, r + s,
- * ... and no division is needed). */
-static inline int col2im_taps(int i, int q, int r, int s, int pad, int d, int K, int O, int *o,
-                              int *k) {
-  int n = 0;
-  if (d == 1) {
-    if (r >= K) return 0;
-    for (int kk = r + (K - 1 - r) / s * s; kk >= 0; kk -= s) {
-      const int oo = q - (kk - r) / s;
-      if (oo < 0 || oo >= O) continue;
-      o[n] = oo;
-      k[n++] = kk;
-    }
-    return n;
-  }
-  for (int kk = K - 1; kk >= 0; kk--) {
-    const int t = i + pad - kk * d;
-    if (t < 0 || t % s || t / s >= O) continue;
-    o[n] = t / s;
-    k[n++] = kk;
-  }
-  return n;
 }
 
 /* Rows [begin, end) of (b, oh) of im2col: one row per (b, oh, ow), columns

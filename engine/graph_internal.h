@@ -764,6 +764,15 @@ int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n);
 /* The bytes of a chunk's columns for graphs compiled from now on; 0: the
  * default (512 KiB). Tests make chunks of an image. */
 void kn_col2im_set_chunk_bytes(size_t bytes);
+/* conv_dx.c: a col2im_gemm's float32 input gradient summed directly, on
+ * CPUs with AVX-512F, where its input's channels are a multiple of 16 and
+ * it is undilated: whether it runs node n, the convolution buffer floats
+ * it needs then (0 otherwise), and the kernel. Tests switch it off (0) to
+ * compare with the columns' path, for graphs run from now on. */
+int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n);
+size_t kn_conv_dx_floats(const kn_graph *g, const kn_node_rec *n, int threads);
+void kn_conv_dx_run(kn_graph *g, kn_node_rec *n);
+void kn_conv_dx_set_direct(int on);
 /* cpu.c: whether an overlapping max pool's gradient on bf16 values widens
  * its windows to run on vectors (1, the default) or runs a channel at a
  * time (0), for graphs run from now on. Tests compare the two. */

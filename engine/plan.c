@@ -493,6 +493,8 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
       const kn_conv_attrs *a = &n->attr.conv;
       need = (size_t)kn_pool_threads(g->pool) * kn_col2im_chunk_images(g, n) * a->oh * a->ow *
              a->kh * a->kw * n->dims[3]; /* a chunk a thread */
+      const size_t direct = kn_conv_dx_floats(g, n, kn_pool_threads(g->pool));
+      if (direct > need) need = direct;
     } else if (n->op == KN_OP_DWCONV || n->op == KN_OP_DWCONV_DX || n->op == KN_OP_DWCONV_DW) {
       const kn_node_rec *X = n->op == KN_OP_DWCONV      ? &g->nodes[n->inputs[0]]
                              : n->op == KN_OP_DWCONV_DX ? n

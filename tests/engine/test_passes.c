@@ -218,6 +218,54 @@ static const kn_layer_config strided_layers[] = {
 
 enum { STRIDED = 5, STRIDED_LAYERS = sizeof strided_layers / sizeof strided_layers[0] };
 
+/* Strided convolutions over 16, 32 and 48 channels (their input gradients
+ * summed directly where the CPU has AVX-512F, conv_dx.c), on a 10 x 10
+ * input: 3x3 stride 2 "same" padded below and right only (10 -> 5), then
+ * on both sides (5 -> 3), and a 1x1 stride-2 projection. */
+static const kn_layer_config strided16_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down",
+     .filters = 32,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down2",
+     .filters = 48,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 0,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "proj",
+     .filters = 8,
+     .kernel_size = {1, 1},
+     .strides = {2, 2},
+     .padding = KN_PAD_VALID,
+     .use_bias = 0},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+/* The same layers on a 52 x 52 input: rows of 26 and 13 columns of one
+ * remainder, more than the direct sums' widest blocks (24 columns of 16
+ * channels, 12 of 32). */
+enum {
+  STRIDED16 = 6,
+  WIDE16 = 7,
+  STRIDED16_LAYERS = sizeof strided16_layers / sizeof strided16_layers[0]
+};
+
 static const kn_layer_config mlp_layers[] = {
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
     {.type = KN_LAYER_DENSE, .name = "d1", .units = 16, .use_bias = 1, .activation = KN_ACT_RELU},
@@ -235,6 +283,7 @@ typedef struct result {
   int col2im_gemms;     /* KN_OP_COL2IM_GEMM nodes */
   int conv_pad_views;   /* KN_OP_CONV_PAD nodes that are views of their input */
   int relus_from_beta;  /* bn_grad_x nodes that recompute their relu's mask */
+  int direct_dx;        /* col2im_gemm nodes summed directly (conv_dx.c) */
 } result;
 
 /* Live nodes of op in a compiled graph. */
@@ -247,20 +296,23 @@ static int count_op(const kn_graph *g, kn_op op) {
 /* unoptimized: 0 = passes as given; 1 = the unoptimized plan (no passes,
  * no buffer reuse). */
 static result train_threaded(int cnn, unsigned passes, int unoptimized, int threads) {
+  const int side = cnn == STRIDED16 ? 10 : cnn == WIDE16 ? 52 : 8;
   kn_model_config cfg = {.input_ndim = 3,
-                         .input_shape = {8, 8, 2},
-                         .n_layers = cnn == FOLDED     ? FOLDED_LAYERS
-                                     : cnn == BRANCHED ? BRANCHED_LAYERS
-                                     : cnn == UNPADDED ? UNPADDED_LAYERS
-                                     : cnn == STRIDED  ? STRIDED_LAYERS
-                                     : cnn             ? CNN_LAYERS
-                                                       : 4,
-                         .layers = cnn == FOLDED     ? folded_layers
-                                   : cnn == BRANCHED ? branched_layers
-                                   : cnn == UNPADDED ? unpadded_layers
-                                   : cnn == STRIDED  ? strided_layers
-                                   : cnn             ? cnn_layers
-                                                     : mlp_layers,
+                         .input_shape = {side, side, 2},
+                         .n_layers = cnn == STRIDED16 || cnn == WIDE16 ? STRIDED16_LAYERS
+                                     : cnn == FOLDED                   ? FOLDED_LAYERS
+                                     : cnn == BRANCHED                 ? BRANCHED_LAYERS
+                                     : cnn == UNPADDED                 ? UNPADDED_LAYERS
+                                     : cnn == STRIDED                  ? STRIDED_LAYERS
+                                     : cnn                             ? CNN_LAYERS
+                                                                       : 4,
+                         .layers = cnn == STRIDED16 || cnn == WIDE16 ? strided16_layers
+                                   : cnn == FOLDED                   ? folded_layers
+                                   : cnn == BRANCHED                 ? branched_layers
+                                   : cnn == UNPADDED                 ? unpadded_layers
+                                   : cnn == STRIDED                  ? strided_layers
+                                   : cnn                             ? cnn_layers
+                                                                     : mlp_layers,
                          .batch_size = BATCH,
                          .seed = 3};
   kn_model m;
@@ -281,6 +333,7 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
     const kn_node_rec *n = &m.graph->nodes[i];
     r.conv_pad_views += !n->dead && n->op == KN_OP_CONV_PAD && n->storage == KN_STORE_VIEW;
     r.relus_from_beta += !n->dead && n->op == KN_OP_BN_GRAD_X && n->attr.bn.relu_from_beta;
+    r.direct_dx += !n->dead && kn_conv_dx_direct(m.graph, n);
   }
   kn_rng rng;
   kn_rng_seed(&rng, 5);
@@ -634,6 +687,37 @@ static void col2im_chunks_give_the_same_bits(void **state) {
   kn_col2im_set_chunk_bytes(0);
 }
 
+/* conv_dx: the strided graphs' three input gradients over 16, 32 and 48
+ * channels summed directly, against col2im_gemm's columns: the gradients
+ * to rounding (their sums run in another order), everything else the
+ * same bits; and directly, the same bits on 1 and 3 threads. */
+static void strided_input_gradients_summed_directly_match_the_columns(void **state) {
+  (void)state;
+  require_kiln_gemm("col2im_gemm, which the direct sums run for,");
+  const int graphs[2] = {STRIDED16, WIDE16};
+  for (int k = 0; k < 2; k++) {
+    result direct[2];
+    for (int i = 0; i < 2; i++) {
+      const int threads = 1 + 2 * i;
+      kn_conv_dx_set_direct(0);
+      result cols = train_threaded(graphs[k], ALL_EXACT, 0, threads);
+      kn_conv_dx_set_direct(1);
+      direct[i] = train_threaded(graphs[k], ALL_EXACT, 0, threads);
+      assert_int_equal(cols.col2im_gemms, 3);
+      assert_int_equal(cols.direct_dx, 0);
+      assert_int_equal(direct[i].direct_dx, 3);
+      char what[96];
+      snprintf(what, sizeof what, "%s, %d threads: direct vs columns", k ? "52 x 52" : "10 x 10",
+               threads);
+      compare(&direct[i], &cols, 0, what);
+      release(&cols);
+    }
+    assert_same(&direct[0], &direct[1], "direct, 1 vs 3 threads");
+    release(&direct[0]);
+    release(&direct[1]);
+  }
+}
+
 /* concat_views on the branched graph: the two inner concatenations are
  * written into their readers' outputs, and two of the gradient's slices
  * (each read only by slices) are read where they lie; the concatenation
@@ -831,6 +915,7 @@ int main(void) {
       cmocka_unit_test(each_kiln_gemm_pass_on_or_off_gives_identical_results),
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
       cmocka_unit_test(col2im_chunks_give_the_same_bits),
+      cmocka_unit_test(strided_input_gradients_summed_directly_match_the_columns),
       cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(bn_fold_folds_batch_norms_for_evaluation),
       cmocka_unit_test(thread_counts_give_identical_results),

@@ -1,0 +1,270 @@
+/* conv_dx.c — a strided convolution's input gradient computed directly,
+ * on CPUs with AVX-512F (a col2im_gemm node's float32 work).
+ *
+ * col2im_gemm multiplies dy by the kernel into columns (a pixel's taps x
+ * channels) and sums each dx element from the columns that hold it. With
+ * stride s, an input row (or column) is reached by about K / s taps, so
+ * most of the columns' width is written only to be read once and added:
+ * the GEMM's outputs outnumber dx's by K^2 / s^2 ... K^2, and its depth is
+ * only the filters. Here each dx element is summed in registers instead,
+ * over the taps that reach it and each tap's filters:
+ *
+ *     dx[b, y, x, c] = sum over (ky, kx) reaching (y, x), over f, of
+ *                      dy[b, oy, ox, f] k[ky, kx, c, f]
+ *
+ * Along a row, the columns x of one remainder (x + pad) % s have the same
+ * taps, and one tap's ox steps by one from a column to the next; so a
+ * run of P such columns, 16 or 32 channels wide, is a P x 16 (or x 32)
+ * block of accumulators, and each of its products broadcasts one dy
+ * value into one FMA per 16 channels. dy is read from a copy of the
+ * image laid out (oy, f, ox), so that a tap's P values for one filter
+ * lie side by side, at fixed offsets from one pointer; the kernel from a
+ * copy laid out (ky, kx, f, c), a filter's channels side by side.
+ * Columns at the image's edges, which fewer taps reach, run one at a
+ * time.
+ *
+ * Each dx element is summed by one thread, over its taps in col2im's
+ * order (outputs ascending) and each tap's filters in order: the same
+ * bits for any thread count. Nothing is allocated: the kernel's copy and
+ * each thread's copy of dy lie in the graph's convolution buffer, sized
+ * at compile (kn_conv_dx_floats). */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "col2im_axis.h"
+#include "graph_internal.h"
+
+static _Atomic int direct_off;
+
+void kn_conv_dx_set_direct(int on) {
+  atomic_store(&direct_off, !on);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Most taps of one block (KH x KW), and the widest blocks: P columns x
+ * 16 channels (a register each) or x 32 (two). */
+#define TAPS_MAX 64
+#define P16      24
+#define P32      12
+
+int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n) {
+  if (n->op != KN_OP_COL2IM_GEMM || atomic_load(&direct_off) || !kn_cpu_features_get()->avx512f)
+    return 0;
+  const kn_conv_attrs *a = &n->attr.conv;
+  const kn_node_rec *D = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
+  return n->dtype == KN_F32 && D->dtype == KN_F32 && K->dtype == KN_F32 && a->dh == 1 &&
+         a->dw == 1 && n->dims[3] % 16 == 0 && a->kh * a->kw <= TAPS_MAX;
+}
+
+size_t kn_conv_dx_floats(const kn_graph *g, const kn_node_rec *n, int threads) {
+  if (!kn_conv_dx_direct(g, n)) return 0;
+  const kn_conv_attrs *a = &n->attr.conv;
+  const size_t F = (size_t)g->nodes[n->inputs[0]].dims[3];
+  return (size_t)a->kh * a->kw * F * n->dims[3] + (size_t)threads * a->oh * a->ow * F;
+}
+
+typedef struct dx_job {
+  const kn_conv_attrs *a;
+  int H, W, C, F;
+  const float *dy, *k;
+  float *dx;
+  float *kt;  /* the kernel as (KH, KW, F, C) */
+  float *dyt; /* each thread's image of dy as (OH, F, OW) */
+  int64_t images;
+} dx_job;
+
+/* One block: P columns (dx at out, out + step, ...) x V 16-channel
+ * vectors, summed over taps [0, n): tap t's dy values for filter f at
+ * src[t] + f * ow + p, its kernel's at ker[t] + f * c. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+block(const int P, const int V, int n, const float *const *src, const float *const *ker, int F,
+      int ow, int c, float *out, size_t step) {
+  __m512 acc[P16][2];
+#pragma GCC unroll 24
+  for (int p = 0; p < P; p++) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
+  for (int t = 0; t < n; t++) {
+    const float *s = src[t], *w = ker[t];
+    for (int f = 0; f < F; f++, s += ow, w += c) {
+      const __m512 w0 = _mm512_loadu_ps(w), w1 = V == 2 ? _mm512_loadu_ps(w + 16) : w0;
+#pragma GCC unroll 24
+      for (int p = 0; p < P; p++) {
+        const __m512 v = _mm512_set1_ps(s[p]);
+        acc[p][0] = _mm512_fmadd_ps(v, w0, acc[p][0]);
+        if (V == 2) acc[p][1] = _mm512_fmadd_ps(v, w1, acc[p][1]);
+      }
+    }
+  }
+#pragma GCC unroll 24
+  for (int p = 0; p < P; p++) {
+    _mm512_storeu_ps(out + p * step, acc[p][0]);
+    if (V == 2) _mm512_storeu_ps(out + p * step + 16, acc[p][1]);
+  }
+}
+
+/* block() for P columns, P a constant in each case (so the accumulators
+ * stay in registers) */
+// clang-format off
+#define B16(P) case P: block(P, 1, n, src, ker, F, ow, c, out, step); break;
+#define B32(P) case P: block(P, 2, n, src, ker, F, ow, c, out, step); break;
+
+__attribute__((target("avx512f"))) static void block16(int P, int n, const float *const *src,
+                                                       const float *const *ker, int F, int ow,
+                                                       int c, float *out, size_t step) {
+  switch (P) {
+    B16(1) B16(2) B16(3) B16(4) B16(5) B16(6) B16(7) B16(8) B16(9) B16(10) B16(11) B16(12)
+    B16(13) B16(14) B16(15) B16(16) B16(17) B16(18) B16(19) B16(20) B16(21) B16(22) B16(23)
+    default: block(P16, 1, n, src, ker, F, ow, c, out, step); break;
+  }
+}
+
+__attribute__((target("avx512f"))) static void block32(int P, int n, const float *const *src,
+                                                       const float *const *ker, int F, int ow,
+                                                       int c, float *out, size_t step) {
+  switch (P) {
+    B32(1) B32(2) B32(3) B32(4) B32(5) B32(6) B32(7) B32(8) B32(9) B32(10) B32(11)
+    default: block(P32, 2, n, src, ker, F, ow, c, out, step); break;
+  }
+}
+// clang-format on
+
+/* P columns of one remainder's run in a row, from column j0 (src[t]: tap
+ * t's dy for column j0, filter 0), at out: every channel, 32 then 16 at
+ * a time, in blocks of at most P32 or P16 columns. */
+static void run_columns(const dx_job *j, int P, int n, const float *const *src,
+                        const float *const *ker, float *out) {
+  const int C = j->C;
+  const size_t step = (size_t)j->a->sw * C;
+  const float *s[TAPS_MAX], *kr[TAPS_MAX];
+  for (int c0 = 0; c0 < C;) {
+    const int wide = C - c0 >= 32, most = wide ? P32 : P16;
+    for (int t = 0; t < n; t++) kr[t] = ker[t] + c0;
+    for (int p = 0; p < P; p += most) {
+      for (int t = 0; t < n; t++) s[t] = src[t] + p;
+      const int q = P - p < most ? P - p : most;
+      if (wide)
+        block32(q, n, s, kr, j->F, j->a->ow, C, out + (size_t)p * step + c0, step);
+      else
+        block16(q, n, s, kr, j->F, j->a->ow, C, out + (size_t)p * step + c0, step);
+    }
+    c0 += wide ? 32 : 16;
+  }
+}
+
+/* Image b into dx, with this thread's copy of dy at dyt. */
+static void image(const dx_job *j, int64_t b, float *dyt) {
+  const kn_conv_attrs *a = j->a;
+  const int H = j->H, W = j->W, C = j->C, F = j->F, OH = a->oh, OW = a->ow;
+  const int KH = a->kh, KW = a->kw, sh = a->sh, sw = a->sw;
+  const float *dy = j->dy + (size_t)b * OH * OW * F;
+  for (int oy = 0; oy < OH; oy++) /* (OH, F, OW) */
+    for (int ox = 0; ox < OW; ox++)
+      for (int f = 0; f < F; f++)
+        dyt[((size_t)oy * F + f) * OW + ox] = dy[((size_t)oy * OW + ox) * F + f];
+  int hn[sh], hk[sh * KH], hb[sh * KH], wn[sw], wk[sw * KW], wb[sw * KW];
+  col2im_axis rows, cols;
+  col2im_axis_init(&rows, sh, a->pad_top, 1, KH, OH, hn, hk, hb);
+  col2im_axis_init(&cols, sw, a->pad_left, 1, KW, OW, wn, wk, wb);
+  int ohs[KH], kis[KH];
+  const float *src[TAPS_MAX], *ker[TAPS_MAX];
+  float *dxb = j->dx + (size_t)b * H * W * C;
+  for (int y = 0; y < H; y++) {
+    const int th = y + a->pad_top;
+    const int nh = col2im_axis_taps(&rows, y, th / sh, th % sh, ohs, kis);
+    for (int r = 0; r < sw; r++) {
+      /* the columns x = x0, x0 + sw, ... with (x + pad) % sw == r */
+      const int x0 = ((r - a->pad_left) % sw + sw) % sw;
+      if (x0 >= W) continue;
+      const int nr = (W - 1 - x0) / sw + 1, q0 = (x0 + a->pad_left) / sw;
+      float *out = dxb + ((size_t)y * W + x0) * C;
+      const size_t step = (size_t)sw * C;
+      /* the columns every tap of this remainder reaches: [lo, hi) */
+      int lo = 0, hi = nr;
+      for (int t = 0; t < wn[r]; t++) {
+        const int back = wb[r * KW + t];
+        if (back - q0 > lo) lo = back - q0;
+        if (OW + back - q0 < hi) hi = OW + back - q0;
+      }
+      if (hi < lo) hi = lo;
+      for (int jj = 0; jj < nr;) {
+        /* a run where every tap reaches (jj in [lo, hi)), or one column */
+        const int run = jj >= lo && jj < hi ? hi - jj : 1;
+        int n = 0;
+        for (int u = 0; u < nh; u++) {
+          for (int t = 0; t < wn[r]; t++) {
+            const int ox = q0 + jj - wb[r * KW + t];
+            if (ox < 0 || ox >= OW) continue;
+            src[n] = dyt + (size_t)ohs[u] * F * OW + ox;
+            ker[n++] = j->kt + ((size_t)kis[u] * KW + wk[r * KW + t]) * F * C;
+          }
+        }
+        if (n == 0) {
+          for (int p = 0; p < run; p++)
+            memset(out + (size_t)(jj + p) * step, 0, (size_t)C * sizeof(float));
+        } else {
+          run_columns(j, run, n, src, ker, out + (size_t)jj * step);
+        }
+        jj += run;
+      }
+    }
+  }
+}
+
+static void images(void *ctx, int slot, int64_t b0, int64_t b1) {
+  const dx_job *j = ctx;
+  float *dyt = j->dyt + (size_t)slot * j->a->oh * j->a->ow * j->F;
+  for (int64_t b = b0; b < b1; b++) image(j, b, dyt);
+}
+
+/* Rows [r0, r1) of the kernel's copy: row (tap, f) holds k[tap, :, f]. */
+static void kernel_rows(void *ctx, int64_t r0, int64_t r1) {
+  const dx_job *j = ctx;
+  const int C = j->C, F = j->F;
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t tap = r / F, f = r % F;
+    const float *src = j->k + (size_t)tap * C * F + f;
+    float *dst = j->kt + (size_t)r * C;
+    for (int c = 0; c < C; c++) dst[c] = src[(size_t)c * F];
+  }
+}
+
+void kn_conv_dx_run(kn_graph *g, kn_node_rec *n) {
+  const kn_node_rec *D = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
+  const kn_conv_attrs *a = &n->attr.conv;
+  dx_job j = {.a = a,
+              .H = n->dims[1],
+              .W = n->dims[2],
+              .C = n->dims[3],
+              .F = D->dims[3],
+              .dy = D->data,
+              .k = K->data,
+              .dx = n->data,
+              .kt = g->conv_buf,
+              .images = kn_node_rows(g, n)};
+  j.dyt = j.kt + (size_t)a->kh * a->kw * j.F * j.C;
+  kn_pool_for(g->pool, (int64_t)a->kh * a->kw * j.F, kernel_rows, &j);
+  kn_pool_share(g->pool, j.images, 1, images, &j);
+}
+
+#else
+
+int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n) {
+  (void)g;
+  (void)n;
+  return 0;
+}
+
+size_t kn_conv_dx_floats(const kn_graph *g, const kn_node_rec *n, int threads) {
+  (void)g;
+  (void)n;
+  (void)threads;
+  return 0;
+}
+
+void kn_conv_dx_run(kn_graph *g, kn_node_rec *n) {
+  (void)g;
+  (void)n;
+}
+
+#endif
