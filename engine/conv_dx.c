@@ -152,16 +152,38 @@ static void run_columns(const dx_job *j, int P, int n, const float *const *src,
   }
 }
 
+/* P columns of C channels (a multiple of 16), step floats apart: zeros. */
+__attribute__((target("avx512f"))) static void zero_columns(float *out, int P, size_t step, int C) {
+  for (int p = 0; p < P; p++, out += step)
+    for (int c = 0; c < C; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
+}
+
+/* An image of dy (OH, OW, F) copied as (OH, F, OW): 16 filters of a pixel
+ * a load, scattered OW floats apart. */
+__attribute__((target("avx512f"))) static void copy_dy(const float *dy, float *dyt, int OH, int OW,
+                                                       int F) {
+  const __m512i apart =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(OW));
+  for (int oy = 0; oy < OH; oy++) {
+    for (int ox = 0; ox < OW; ox++) {
+      const float *src = dy + ((size_t)oy * OW + ox) * F;
+      float *dst = dyt + (size_t)oy * F * OW + ox;
+      int f = 0;
+      for (; f + 16 <= F; f += 16)
+        _mm512_i32scatter_ps(dst + (size_t)f * OW, apart, _mm512_loadu_ps(src + f), 4);
+      for (; f < F; f++) dst[(size_t)f * OW] = src[f];
+    }
+  }
+}
+
 /* Image b into dx, with this thread's copy of dy at dyt. */
 static void image(const dx_job *j, int64_t b, float *dyt) {
   const kn_conv_attrs *a = j->a;
   const int H = j->H, W = j->W, C = j->C, F = j->F, OH = a->oh, OW = a->ow;
   const int KH = a->kh, KW = a->kw, sh = a->sh, sw = a->sw;
   const float *dy = j->dy + (size_t)b * OH * OW * F;
-  for (int oy = 0; oy < OH; oy++) /* (OH, F, OW) */
-    for (int ox = 0; ox < OW; ox++)
-      for (int f = 0; f < F; f++)
-        dyt[((size_t)oy * F + f) * OW + ox] = dy[((size_t)oy * OW + ox) * F + f];
+  copy_dy(dy, dyt, OH, OW, F);
   int hn[sh], hk[sh * KH], hb[sh * KH], wn[sw], wk[sw * KW], wb[sw * KW];
   col2im_axis rows, cols;
   col2im_axis_init(&rows, sh, a->pad_top, 1, KH, OH, hn, hk, hb);
@@ -172,6 +194,10 @@ static void image(const dx_job *j, int64_t b, float *dyt) {
   for (int y = 0; y < H; y++) {
     const int th = y + a->pad_top;
     const int nh = col2im_axis_taps(&rows, y, th / sh, th % sh, ohs, kis);
+    if (nh == 0) { /* a row no tap reaches */
+      memset(dxb + (size_t)y * W * C, 0, (size_t)W * C * sizeof(float));
+      continue;
+    }
     for (int r = 0; r < sw; r++) {
       /* the columns x = x0, x0 + sw, ... with (x + pad) % sw == r */
       const int x0 = ((r - a->pad_left) % sw + sw) % sw;
@@ -200,8 +226,7 @@ static void image(const dx_job *j, int64_t b, float *dyt) {
           }
         }
         if (n == 0) {
-          for (int p = 0; p < run; p++)
-            memset(out + (size_t)(jj + p) * step, 0, (size_t)C * sizeof(float));
+          zero_columns(out + (size_t)jj * step, run, step, C);
         } else {
           run_columns(j, run, n, src, ker, out + (size_t)jj * step);
         }
