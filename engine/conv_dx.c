@@ -158,21 +158,54 @@ __attribute__((target("avx512f"))) static void zero_columns(float *out, int P, s
     for (int c = 0; c < C; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
 }
 
-/* An image of dy (OH, OW, F) copied as (OH, F, OW): 16 filters of a pixel
- * a load, scattered OW floats apart. */
+/* r[i] (16 floats each) transposed in place: afterwards r[c][i] is
+ * what r[i][c] was (unpacks, then shuffles of pairs, then of 128-bit
+ * quarters twice). */
+__attribute__((target("avx512f"), always_inline)) static inline void transpose16(__m512 *r) {
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) { /* r[4i + k]: rows 4i .. 4i + 3, column 4q + k in quarter q */
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 2; i++) {
+    for (int k = 0; k < 4; k++) {
+      t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+    }
+  }
+  for (int k = 0; k < 8; k++) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    r[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+  }
+}
+
+/* An image of dy (OH, OW, F) copied as (OH, F, OW): 16 pixels x 16
+ * filters at a time, transposed in registers (the filters past the last
+ * 16 one by one). */
 __attribute__((target("avx512f"))) static void copy_dy(const float *dy, float *dyt, int OH, int OW,
                                                        int F) {
-  const __m512i apart =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(OW));
   for (int oy = 0; oy < OH; oy++) {
-    for (int ox = 0; ox < OW; ox++) {
-      const float *src = dy + ((size_t)oy * OW + ox) * F;
-      float *dst = dyt + (size_t)oy * F * OW + ox;
+    for (int x0 = 0; x0 < OW; x0 += 16) {
+      const int n = OW - x0 < 16 ? OW - x0 : 16;
+      const __mmask16 m = (__mmask16)((1u << n) - 1);
+      const float *src = dy + ((size_t)oy * OW + x0) * F;
+      float *dst = dyt + (size_t)oy * F * OW + x0;
       int f = 0;
-      for (; f + 16 <= F; f += 16)
-        _mm512_i32scatter_ps(dst + (size_t)f * OW, apart, _mm512_loadu_ps(src + f), 4);
-      for (; f < F; f++) dst[(size_t)f * OW] = src[f];
+      for (; f + 16 <= F; f += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+          r[i] = i < n ? _mm512_loadu_ps(src + (size_t)i * F + f) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(dst + (size_t)(f + c) * OW, m, r[c]);
+      }
+      for (; f < F; f++)
+        for (int i = 0; i < n; i++) dst[(size_t)f * OW + i] = src[(size_t)i * F + f];
     }
   }
 }
