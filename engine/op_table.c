@@ -115,7 +115,7 @@ const kn_op_def kn_op_defs[KN_OP_COUNT] = {
     [KN_OP_RELU_GRAD] = {.name = "relu_grad",
                          .shape = kn_shape_like_input0,
                          .min_inputs = 2,
-                         .max_inputs = 2,
+                         .max_inputs = 3, /* + the add the fusion pass takes in */
                          .inplace_inputs = ANY_INPUT,
                          .cpu = KN_CPU(relu_grad),
                          .cuda = kn_cuda_kernel_relu_grad},

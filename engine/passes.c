@@ -38,6 +38,14 @@ static void count_consumers(kn_graph *g, int *uses) {
   }
 }
 
+/* Whether a and b have the same dimensions. */
+static int same_dims(const kn_node_rec *a, const kn_node_rec *b) {
+  if (a->ndim != b->ndim || a->batched != b->batched) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
 /* Ops whose value depends on only their inputs and attrs and that write
  * nowhere else: merged, folded and removed as duplicates. */
 static int pure(kn_op op) {
@@ -233,6 +241,45 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* relu_grad(add(a, b), y), the add read by nothing else (a residual
+ * block's gradient, where the shortcut's meets the branch's, then the
+ * relu before them): one pass, a + b where y passes, instead of the sum
+ * written and read back. The fused node reads a, y and b (inputs 0, 1
+ * and 2) and adds as the add did, so the bits are the same. float32
+ * values of one shape in arena storage, neither node rounded through
+ * bf16 or copied; run after the passes that read relu_grad's two inputs
+ * (bn_grads, the narrowing, concat_views). */
+static int fuse_add_relu_grads(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *r = &g->nodes[i];
+    if (r->dead || r->op != KN_OP_RELU_GRAD || r->n_inputs != 2 || r->dtype != KN_F32 ||
+        r->storage != KN_STORE_ARENA || r->round_bf16 || r->narrow_copy || r->fused_relu)
+      continue;
+    const kn_node p = r->inputs[0];
+    kn_node_rec *A = &g->nodes[p];
+    if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
+        uses[p] != 1 || A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 ||
+        A->narrow_copy || A->fused_relu || !same_dims(A, r) ||
+        !same_dims(&g->nodes[r->inputs[1]], r) || g->nodes[r->inputs[1]].dtype != KN_F32)
+      continue;
+    int plain = 1;
+    for (int k = 0; k < 2; k++) {
+      const kn_node_rec *in = &g->nodes[A->inputs[k]];
+      plain &= in->dtype == KN_F32 && in->storage != KN_STORE_PART && same_dims(in, r);
+    }
+    if (!plain) continue;
+    r->n_inputs = 3;
+    r->inputs[2] = A->inputs[1];
+    r->inputs[0] = A->inputs[0];
+    A->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
 /* Constant subgraphs (fills and pure ops of constants, unbatched) are
  * computed once at compile and never again. */
 static int fold_constants(kn_graph *g) {
@@ -321,6 +368,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);
   /* After every pass that may add a reader or drop one. */
   if (passes & KN_PASS_CONCAT_VIEWS) st->concat_views = kn_lower_concat_views(g);
+  if (passes & KN_PASS_FUSION) st->fused += fuse_add_relu_grads(g, scratch);
   /* Last: it takes over GEMMs as the passes above left them (their padded
    * inputs, pairs, pool gradients and storage). */
   if (passes & KN_PASS_WINOGRAD) st->winograd = kn_lower_winograd(g);

@@ -260,6 +260,30 @@ static const kn_layer_config strided16_layers[] = {
 /* The same layers on a 52 x 52 input: rows of 26 and 13 columns of one
  * remainder, more than the direct sums' widest blocks (24 columns of 16
  * channels, 12 of 32). */
+/* A residual block: the shortcut's gradient meets the branch's in an add,
+ * read only by the stem's relu gradient (fuse_add_relu_grads). */
+static const kn_layer_config residual_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1,
+     .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "branch",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 0},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {0, 1}},
+    {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+enum { RESIDUAL = 8, RESIDUAL_LAYERS = sizeof residual_layers / sizeof residual_layers[0] };
+
 enum {
   STRIDED16 = 6,
   WIDE16 = 7,
@@ -284,6 +308,7 @@ typedef struct result {
   int conv_pad_views;   /* KN_OP_CONV_PAD nodes that are views of their input */
   int relus_from_beta;  /* bn_grad_x nodes that recompute their relu's mask */
   int direct_dx;        /* col2im_gemm nodes summed directly (conv_dx.c) */
+  int add_relu_grads;   /* relu_grad nodes that took in their add */
 } result;
 
 /* Live nodes of op in a compiled graph. */
@@ -299,20 +324,22 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
   const int side = cnn == STRIDED16 ? 10 : cnn == WIDE16 ? 52 : 8;
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {side, side, 2},
-                         .n_layers = cnn == STRIDED16 || cnn == WIDE16 ? STRIDED16_LAYERS
-                                     : cnn == FOLDED                   ? FOLDED_LAYERS
-                                     : cnn == BRANCHED                 ? BRANCHED_LAYERS
-                                     : cnn == UNPADDED                 ? UNPADDED_LAYERS
-                                     : cnn == STRIDED                  ? STRIDED_LAYERS
-                                     : cnn                             ? CNN_LAYERS
-                                                                       : 4,
-                         .layers = cnn == STRIDED16 || cnn == WIDE16 ? strided16_layers
-                                   : cnn == FOLDED                   ? folded_layers
-                                   : cnn == BRANCHED                 ? branched_layers
-                                   : cnn == UNPADDED                 ? unpadded_layers
-                                   : cnn == STRIDED                  ? strided_layers
-                                   : cnn                             ? cnn_layers
-                                                                     : mlp_layers,
+                         .n_layers = cnn == RESIDUAL                     ? RESIDUAL_LAYERS
+                                     : cnn == STRIDED16 || cnn == WIDE16 ? STRIDED16_LAYERS
+                                     : cnn == FOLDED                     ? FOLDED_LAYERS
+                                     : cnn == BRANCHED                   ? BRANCHED_LAYERS
+                                     : cnn == UNPADDED                   ? UNPADDED_LAYERS
+                                     : cnn == STRIDED                    ? STRIDED_LAYERS
+                                     : cnn                               ? CNN_LAYERS
+                                                                         : 4,
+                         .layers = cnn == RESIDUAL                     ? residual_layers
+                                   : cnn == STRIDED16 || cnn == WIDE16 ? strided16_layers
+                                   : cnn == FOLDED                     ? folded_layers
+                                   : cnn == BRANCHED                   ? branched_layers
+                                   : cnn == UNPADDED                   ? unpadded_layers
+                                   : cnn == STRIDED                    ? strided_layers
+                                   : cnn                               ? cnn_layers
+                                                                       : mlp_layers,
                          .batch_size = BATCH,
                          .seed = 3};
   kn_model m;
@@ -334,6 +361,7 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
     r.conv_pad_views += !n->dead && n->op == KN_OP_CONV_PAD && n->storage == KN_STORE_VIEW;
     r.relus_from_beta += !n->dead && n->op == KN_OP_BN_GRAD_X && n->attr.bn.relu_from_beta;
     r.direct_dx += !n->dead && kn_conv_dx_direct(m.graph, n);
+    r.add_relu_grads += !n->dead && n->op == KN_OP_RELU_GRAD && n->n_inputs == 3;
   }
   kn_rng rng;
   kn_rng_seed(&rng, 5);
@@ -718,6 +746,29 @@ static void strided_input_gradients_summed_directly_match_the_columns(void **sta
   }
 }
 
+/* fusion: a residual's add, read only by the relu gradient before it,
+ * taken into that relu gradient: the same bits as without fusion (and as
+ * with every other pass and it, or without it), on 1 and 3 threads. */
+static void a_residual_add_is_taken_into_its_relu_gradient(void **state) {
+  (void)state;
+  for (int threads = 1; threads <= 3; threads += 2) {
+    result fused = train_threaded(RESIDUAL, KN_PASS_FUSION, 0, threads),
+           none = train_threaded(RESIDUAL, 0, 0, threads),
+           all = train_threaded(RESIDUAL, KN_PASS_ALL, 0, threads),
+           but = train_threaded(RESIDUAL, KN_PASS_ALL & ~KN_PASS_FUSION, 0, threads);
+    assert_int_equal(fused.add_relu_grads, 1);
+    assert_int_equal(all.add_relu_grads, 1);
+    assert_int_equal(none.add_relu_grads, 0);
+    assert_int_equal(but.add_relu_grads, 0);
+    assert_same(&fused, &none, "fusion alone vs none");
+    assert_same(&all, &but, "all vs all but fusion");
+    release(&fused);
+    release(&none);
+    release(&all);
+    release(&but);
+  }
+}
+
 /* concat_views on the branched graph: the two inner concatenations are
  * written into their readers' outputs, and two of the gradient's slices
  * (each read only by slices) are read where they lie; the concatenation
@@ -916,6 +967,7 @@ int main(void) {
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
       cmocka_unit_test(col2im_chunks_give_the_same_bits),
       cmocka_unit_test(strided_input_gradients_summed_directly_match_the_columns),
+      cmocka_unit_test(a_residual_add_is_taken_into_its_relu_gradient),
       cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(bn_fold_folds_batch_norms_for_evaluation),
       cmocka_unit_test(thread_counts_give_identical_results),
