@@ -229,6 +229,8 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   const matmul_shape s = matmul_shape_of(g, n);
   float *wf = g->bn_fold_buf, *scale = wf + (size_t)s.k * s.n, *shift = scale + s.n;
   const double eps = S->attr.bn.epsilon;
+  /* (a norm that took in the add after it applies its relu after adding) */
+  const int relu = N->fused_relu && N->n_inputs == 4;
   for (int c = 0; c < s.n; c++) {
     /* as bn_stats and bn_apply take them from the moving statistics */
     scale[c] = (float)(1.0 / sqrt((double)mv[c] + eps)) * gamma[c];
@@ -240,7 +242,7 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   if (n->winograd) { /* the scaled kernel by Winograd (its input may be unpadded) */
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
-    kn_winograd_conv(g, &a.io, wf, 0, 0, shift, N->fused_relu != 0, N->data, NULL);
+    kn_winograd_conv(g, &a.io, wf, 0, 0, shift, relu, N->data, NULL);
     return;
   }
 #endif
@@ -252,7 +254,7 @@ static void bn_folded_gemm(kn_graph *g, const kn_node_rec *n) {
   x.c = N->data;
   x.ldc = s.n;
   x.bias = shift;
-  x.relu = N->fused_relu != 0;
+  x.relu = relu;
   g->gemm_calls[KN_GEMM_SGEMM]++;
   if (kn_sgemm_run(g, &x)) return;
   float *y = N->data; /* OpenBLAS's product: the epilogue after it */

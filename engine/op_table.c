@@ -325,7 +325,7 @@ const kn_op_def kn_op_defs[KN_OP_COUNT] = {
     [KN_OP_BN_APPLY] = {.name = "bn_apply",
                         .shape = kn_shape_like_input0,
                         .min_inputs = 4,
-                        .max_inputs = 4,
+                        .max_inputs = 5, /* + the add the fusion pass takes in */
                         .flags = KN_OPF_RELU_EPILOGUE,
                         .inplace_inputs = ANY_INPUT,
                         .grad = kn_grad_bn_apply,

@@ -241,6 +241,53 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* add(bn_apply(x), s), the batch norm's output read by nothing but the
+ * add (a residual block's end: its last norm, then the shortcut added,
+ * then a relu taken into the add): the add becomes the norm with s as a
+ * fifth input, adding s to each value before the add's relu, so the norm's
+ * output is never written and read back; the same bits (an add's terms
+ * commute). The norm must come after s, have no relu of its own and be
+ * float32 in arena storage, as the add; where bn_fold folded the norm into
+ * its matmul for forward-only runs, the fold now names the add, whose
+ * kernel adds s and applies the relu after the matmul's write. After
+ * bn_fold, before concat_views. */
+static int fuse_bn_apply_adds(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *A = &g->nodes[i];
+    if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
+        A->eval_written_by || A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 ||
+        A->narrow_copy || A->folded)
+      continue;
+    for (int k = 0; k < 2; k++) {
+      const kn_node b = A->inputs[k], other = A->inputs[1 - k];
+      kn_node_rec *B = &g->nodes[b];
+      const kn_node_rec *O = &g->nodes[other];
+      if (B->dead || B->op != KN_OP_BN_APPLY || B->n_inputs != 4 || uses[b] != 1 || B->keep ||
+          B->written_by || B->storage != KN_STORE_ARENA || B->dtype != KN_F32 || B->round_bf16 ||
+          B->narrow_copy || B->fused_relu || B->folded || other > b || O->dtype != KN_F32 ||
+          O->storage == KN_STORE_PART || !same_dims(B, A) || !same_dims(O, A))
+        continue;
+      A->op = KN_OP_BN_APPLY;
+      A->n_inputs = 5;
+      memcpy(A->inputs, B->inputs, 4 * sizeof A->inputs[0]);
+      A->inputs[4] = other;
+      A->attr = B->attr;
+      A->batched = B->batched;
+      if (B->eval_written_by) {
+        A->eval_written_by = B->eval_written_by;
+        g->nodes[B->eval_written_by - 1].bn_fold = i + 1;
+      }
+      B->dead = 1;
+      fused++;
+      count_consumers(g, uses);
+      break;
+    }
+  }
+  return fused;
+}
+
 /* relu_grad(add(a, b), y), the add read by nothing else (a residual
  * block's gradient, where the shortcut's meets the branch's, then the
  * relu before them): one pass, a + b where y passes, instead of the sum
@@ -366,6 +413,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   }
   /* After fusion (a relu taken into the batch norm goes with it). */
   if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);
+  if (passes & KN_PASS_FUSION) st->fused += fuse_bn_apply_adds(g, scratch);
   /* After every pass that may add a reader or drop one. */
   if (passes & KN_PASS_CONCAT_VIEWS) st->concat_views = kn_lower_concat_views(g);
   if (passes & KN_PASS_FUSION) st->fused += fuse_add_relu_grads(g, scratch);

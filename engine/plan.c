@@ -153,6 +153,9 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
     const unsigned may_overwrite = kn_op_def_of(n->op)->inplace_inputs;
     for (int k = 0; !n->folded && inplace && k < n->n_inputs && donor < 0; k++) {
       if (!(may_overwrite & (1u << k))) continue;
+      /* a folded norm's matmul writes its buffer before it reads the
+       * add it took in (fuse_bn_apply_adds) */
+      if (n->op == KN_OP_BN_APPLY && k == 4 && n->eval_written_by) continue;
       kn_node r = plan_root(g, v, n->inputs[k]);
       const kn_node_rec *in = &g->nodes[r];
       if (planned(g, v, r) && owner[r] >= 0 && !in->keep && !in->folded &&

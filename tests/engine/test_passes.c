@@ -260,8 +260,9 @@ static const kn_layer_config strided16_layers[] = {
 /* The same layers on a 52 x 52 input: rows of 26 and 13 columns of one
  * remainder, more than the direct sums' widest blocks (24 columns of 16
  * channels, 12 of 32). */
-/* A residual block: the shortcut's gradient meets the branch's in an add,
- * read only by the stem's relu gradient (fuse_add_relu_grads). */
+/* A residual block: the branch's batch norm read only by the add
+ * (fuse_bn_apply_adds); the shortcut's gradient meets the branch's in an
+ * add read only by the stem's relu gradient (fuse_add_relu_grads). */
 static const kn_layer_config residual_layers[] = {
     {.type = KN_LAYER_CONV2D,
      .name = "stem",
@@ -276,7 +277,8 @@ static const kn_layer_config residual_layers[] = {
      .kernel_size = {3, 3},
      .padding = KN_PAD_SAME,
      .use_bias = 0},
-    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {0, 1}},
+    {.type = KN_LAYER_BATCH_NORM, .name = "branch_bn"},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {0, 2}},
     {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
     {.type = KN_LAYER_FLATTEN, .name = "flat"},
     {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
@@ -309,6 +311,7 @@ typedef struct result {
   int relus_from_beta;  /* bn_grad_x nodes that recompute their relu's mask */
   int direct_dx;        /* col2im_gemm nodes summed directly (conv_dx.c) */
   int add_relu_grads;   /* relu_grad nodes that took in their add */
+  int bn_adds;          /* bn_apply nodes that took in the add after them */
 } result;
 
 /* Live nodes of op in a compiled graph. */
@@ -362,6 +365,7 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
     r.relus_from_beta += !n->dead && n->op == KN_OP_BN_GRAD_X && n->attr.bn.relu_from_beta;
     r.direct_dx += !n->dead && kn_conv_dx_direct(m.graph, n);
     r.add_relu_grads += !n->dead && n->op == KN_OP_RELU_GRAD && n->n_inputs == 3;
+    r.bn_adds += !n->dead && n->op == KN_OP_BN_APPLY && n->n_inputs == 5;
   }
   kn_rng rng;
   kn_rng_seed(&rng, 5);
@@ -746,10 +750,12 @@ static void strided_input_gradients_summed_directly_match_the_columns(void **sta
   }
 }
 
-/* fusion: a residual's add, read only by the relu gradient before it,
- * taken into that relu gradient: the same bits as without fusion (and as
- * with every other pass and it, or without it), on 1 and 3 threads. */
-static void a_residual_add_is_taken_into_its_relu_gradient(void **state) {
+/* fusion at a residual block: the add after the branch's batch norm
+ * taken into the norm, and in backward the add the stem's relu gradient
+ * alone reads taken into it; the same bits as without fusion (and as with
+ * every other pass and it, or without it: bn_fold folds the norm for
+ * evaluation either way), on 1 and 3 threads. */
+static void a_residual_blocks_adds_are_taken_into_its_norm_and_relu_gradient(void **state) {
   (void)state;
   for (int threads = 1; threads <= 3; threads += 2) {
     result fused = train_threaded(RESIDUAL, KN_PASS_FUSION, 0, threads),
@@ -760,6 +766,11 @@ static void a_residual_add_is_taken_into_its_relu_gradient(void **state) {
     assert_int_equal(all.add_relu_grads, 1);
     assert_int_equal(none.add_relu_grads, 0);
     assert_int_equal(but.add_relu_grads, 0);
+    assert_int_equal(fused.bn_adds, 1);
+    assert_int_equal(all.bn_adds, 1);
+    assert_int_equal(none.bn_adds, 0);
+    assert_int_equal(but.bn_adds, 0);
+    assert_true(all.st.n_bn_folds >= 1);
     assert_same(&fused, &none, "fusion alone vs none");
     assert_same(&all, &but, "all vs all but fusion");
     release(&fused);
@@ -967,7 +978,7 @@ int main(void) {
       cmocka_unit_test(passes_do_their_work_and_inplace_shrinks_the_arena),
       cmocka_unit_test(col2im_chunks_give_the_same_bits),
       cmocka_unit_test(strided_input_gradients_summed_directly_match_the_columns),
-      cmocka_unit_test(a_residual_add_is_taken_into_its_relu_gradient),
+      cmocka_unit_test(a_residual_blocks_adds_are_taken_into_its_norm_and_relu_gradient),
       cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(bn_fold_folds_batch_norms_for_evaluation),
       cmocka_unit_test(thread_counts_give_identical_results),

@@ -1220,6 +1220,7 @@ static void check_bn_apply(bn_grad_check *c, const kn_node_rec *n, kn_node self)
       const size_t at = (size_t)r * C + ch;
       double ref =
           (value_of(g, n->inputs[0], at) - stats[ch]) * stats[C + ch] * gamma[ch] + beta[ch];
+      if (n->n_inputs > 4) ref += value_of(g, n->inputs[4], at); /* the add it took in */
       if (n->fused_relu && ref < 0) ref = 0;
       const double tol = 0x1p-20 * top + (n->round_bf16 ? 0x1p-8 * fabs(ref) : 0.0);
       if (fabs(value_of(g, self, at) - ref) > tol) c->off++;
