@@ -59,7 +59,7 @@ int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n) {
 }
 
 size_t kn_conv_dx_floats(const kn_graph *g, const kn_node_rec *n, int threads) {
-  if (!kn_conv_dx_direct(g, n)) return 0;
+  if (!n->direct_dx) return 0;
   const kn_conv_attrs *a = &n->attr.conv;
   const size_t F = (size_t)g->nodes[n->inputs[0]].dims[3];
   return (size_t)a->kh * a->kw * F * n->dims[3] + (size_t)threads * a->oh * a->ow * F;

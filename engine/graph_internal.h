@@ -178,6 +178,8 @@ typedef struct kn_node_rec {
    * directly on the tiles, no transforms (amx_conv.h; winograd.c hands
    * it over). */
   int winograd;
+  /* 1 on a col2im_gemm summed directly (conv_dx.c), decided at compile */
+  int direct_dx;
   /* KN_STORE_PART: 1 + the node whose storage holds this one, where in it,
    * and how its blocks along part_axis lie (see kn_storage) */
   kn_node part_of;
@@ -766,9 +768,10 @@ int64_t kn_col2im_chunk_images(const kn_graph *g, const kn_node_rec *n);
 void kn_col2im_set_chunk_bytes(size_t bytes);
 /* conv_dx.c: a col2im_gemm's float32 input gradient summed directly, on
  * CPUs with AVX-512F, where its input's channels are a multiple of 16 and
- * it is undilated: whether it runs node n, the convolution buffer floats
- * it needs then (0 otherwise), and the kernel. Tests switch it off (0) to
- * compare with the columns' path, for graphs run from now on. */
+ * it is undilated: whether node n can run so (compile sets its direct_dx
+ * from this), the convolution buffer floats it needs where direct_dx is
+ * set (0 otherwise), and the kernel. Tests switch it off (0) to compare
+ * with the columns' path, for graphs compiled from now on. */
 int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n);
 size_t kn_conv_dx_floats(const kn_graph *g, const kn_node_rec *n, int threads);
 void kn_conv_dx_run(kn_graph *g, kn_node_rec *n);

@@ -482,9 +482,10 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
    * repeated, or the input gradient's C * M sums) needs. */
   size_t conv_floats = 0;
   for (int i = 0; i < g->n_nodes; i++) {
-    const kn_node_rec *n = &g->nodes[i];
+    kn_node_rec *n = &g->nodes[i];
     size_t need = 0;
     if (n->dead) continue;
+    n->direct_dx = kn_conv_dx_direct(g, n);
     if (n->winograd) {
       kn_wino_args a;
       kn_wino_args_of(g, n, &a);

@@ -363,7 +363,7 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
     const kn_node_rec *n = &m.graph->nodes[i];
     r.conv_pad_views += !n->dead && n->op == KN_OP_CONV_PAD && n->storage == KN_STORE_VIEW;
     r.relus_from_beta += !n->dead && n->op == KN_OP_BN_GRAD_X && n->attr.bn.relu_from_beta;
-    r.direct_dx += !n->dead && kn_conv_dx_direct(m.graph, n);
+    r.direct_dx += !n->dead && n->op == KN_OP_COL2IM_GEMM && n->direct_dx;
     r.add_relu_grads += !n->dead && n->op == KN_OP_RELU_GRAD && n->n_inputs == 3;
     r.bn_adds += !n->dead && n->op == KN_OP_BN_APPLY && n->n_inputs == 5;
   }
