@@ -73,14 +73,16 @@ typedef struct dx_job {
   float *kt;  /* the kernel as (KH, KW, F, C) */
   float *dyt; /* each thread's image of dy as (OH, F, OW) */
   int64_t images;
+  const float *add; /* dx's other term (an add taken in), or NULL; may be dx */
 } dx_job;
 
 /* One block: P columns (dx at out, out + step, ...) x V 16-channel
  * vectors, summed over taps [0, n): tap t's dy values for filter f at
- * src[t] + f * ow + p, its kernel's at ker[t] + f * c. */
+ * src[t] + f * ow + p, its kernel's at ker[t] + f * c; then the other
+ * term at add (laid out as out, or NULL) added to each sum. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 block(const int P, const int V, int n, const float *const *src, const float *const *ker, int F,
-      int ow, int c, float *out, size_t step) {
+      int ow, int c, float *out, const float *add, size_t step) {
   __m512 acc[P16][2];
 #pragma GCC unroll 24
   for (int p = 0; p < P; p++) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
@@ -96,6 +98,13 @@ block(const int P, const int V, int n, const float *const *src, const float *con
       }
     }
   }
+  if (add) {
+#pragma GCC unroll 24
+    for (int p = 0; p < P; p++) {
+      acc[p][0] = _mm512_add_ps(acc[p][0], _mm512_loadu_ps(add + p * step));
+      if (V == 2) acc[p][1] = _mm512_add_ps(acc[p][1], _mm512_loadu_ps(add + p * step + 16));
+    }
+  }
 #pragma GCC unroll 24
   for (int p = 0; p < P; p++) {
     _mm512_storeu_ps(out + p * step, acc[p][0]);
@@ -106,25 +115,27 @@ block(const int P, const int V, int n, const float *const *src, const float *con
 /* block() for P columns, P a constant in each case (so the accumulators
  * stay in registers) */
 // clang-format off
-#define B16(P) case P: block(P, 1, n, src, ker, F, ow, c, out, step); break;
-#define B32(P) case P: block(P, 2, n, src, ker, F, ow, c, out, step); break;
+#define B16(P) case P: block(P, 1, n, src, ker, F, ow, c, out, add, step); break;
+#define B32(P) case P: block(P, 2, n, src, ker, F, ow, c, out, add, step); break;
 
 __attribute__((target("avx512f"))) static void block16(int P, int n, const float *const *src,
                                                        const float *const *ker, int F, int ow,
-                                                       int c, float *out, size_t step) {
+                                                       int c, float *out, const float *add,
+                                                       size_t step) {
   switch (P) {
     B16(1) B16(2) B16(3) B16(4) B16(5) B16(6) B16(7) B16(8) B16(9) B16(10) B16(11) B16(12)
     B16(13) B16(14) B16(15) B16(16) B16(17) B16(18) B16(19) B16(20) B16(21) B16(22) B16(23)
-    default: block(P16, 1, n, src, ker, F, ow, c, out, step); break;
+    default: block(P16, 1, n, src, ker, F, ow, c, out, add, step); break;
   }
 }
 
 __attribute__((target("avx512f"))) static void block32(int P, int n, const float *const *src,
                                                        const float *const *ker, int F, int ow,
-                                                       int c, float *out, size_t step) {
+                                                       int c, float *out, const float *add,
+                                                       size_t step) {
   switch (P) {
     B32(1) B32(2) B32(3) B32(4) B32(5) B32(6) B32(7) B32(8) B32(9) B32(10) B32(11)
-    default: block(P32, 2, n, src, ker, F, ow, c, out, step); break;
+    default: block(P32, 2, n, src, ker, F, ow, c, out, add, step); break;
   }
 }
 // clang-format on
@@ -137,25 +148,33 @@ static void run_columns(const dx_job *j, int P, int n, const float *const *src,
   const int C = j->C;
   const size_t step = (size_t)j->a->sw * C;
   const float *s[TAPS_MAX], *kr[TAPS_MAX];
+  const float *add = j->add ? j->add + (out - j->dx) : NULL;
   for (int c0 = 0; c0 < C;) {
     const int wide = C - c0 >= 32, most = wide ? P32 : P16;
     for (int t = 0; t < n; t++) kr[t] = ker[t] + c0;
     for (int p = 0; p < P; p += most) {
       for (int t = 0; t < n; t++) s[t] = src[t] + p;
       const int q = P - p < most ? P - p : most;
+      const size_t at = (size_t)p * step + c0;
       if (wide)
-        block32(q, n, s, kr, j->F, j->a->ow, C, out + (size_t)p * step + c0, step);
+        block32(q, n, s, kr, j->F, j->a->ow, C, out + at, add ? add + at : NULL, step);
       else
-        block16(q, n, s, kr, j->F, j->a->ow, C, out + (size_t)p * step + c0, step);
+        block16(q, n, s, kr, j->F, j->a->ow, C, out + at, add ? add + at : NULL, step);
     }
     c0 += wide ? 32 : 16;
   }
 }
 
-/* P columns of C channels (a multiple of 16), step floats apart: zeros. */
-__attribute__((target("avx512f"))) static void zero_columns(float *out, int P, size_t step, int C) {
-  for (int p = 0; p < P; p++, out += step)
-    for (int c = 0; c < C; c += 16) _mm512_storeu_ps(out + c, _mm512_setzero_ps());
+/* P columns of C channels (a multiple of 16), step floats apart, that no
+ * tap reaches: zeros, or the other term where there is one (nothing to do
+ * where dx is its storage). */
+__attribute__((target("avx512f"))) static void no_taps(const dx_job *j, float *out, int P,
+                                                       size_t step) {
+  const float *add = j->add ? j->add + (out - j->dx) : NULL;
+  if (add == out) return;
+  for (int p = 0; p < P; p++, out += step, add = add ? add + step : NULL)
+    for (int c = 0; c < j->C; c += 16)
+      _mm512_storeu_ps(out + c, add ? _mm512_loadu_ps(add + c) : _mm512_setzero_ps());
 }
 
 /* r[i] (16 floats each) transposed in place: afterwards r[c][i] is
@@ -228,7 +247,12 @@ static void image(const dx_job *j, int64_t b, float *dyt) {
     const int th = y + a->pad_top;
     const int nh = col2im_axis_taps(&rows, y, th / sh, th % sh, ohs, kis);
     if (nh == 0) { /* a row no tap reaches */
-      memset(dxb + (size_t)y * W * C, 0, (size_t)W * C * sizeof(float));
+      float *row = dxb + (size_t)y * W * C;
+      const float *add = j->add ? j->add + (row - j->dx) : NULL;
+      if (!add)
+        memset(row, 0, (size_t)W * C * sizeof(float));
+      else if (add != row)
+        memcpy(row, add, (size_t)W * C * sizeof(float));
       continue;
     }
     for (int r = 0; r < sw; r++) {
@@ -259,7 +283,7 @@ static void image(const dx_job *j, int64_t b, float *dyt) {
           }
         }
         if (n == 0) {
-          zero_columns(out + (size_t)jj * step, run, step, C);
+          no_taps(j, out + (size_t)jj * step, run, step);
         } else {
           run_columns(j, run, n, src, ker, out + (size_t)jj * step);
         }
@@ -299,7 +323,8 @@ void kn_conv_dx_run(kn_graph *g, kn_node_rec *n) {
               .k = K->data,
               .dx = n->data,
               .kt = g->conv_buf,
-              .images = kn_node_rows(g, n)};
+              .images = kn_node_rows(g, n),
+              .add = n->n_inputs > 2 ? g->nodes[n->inputs[2]].data : NULL};
   j.dyt = j.kt + (size_t)a->kh * a->kw * j.F * j.C;
   kn_pool_for(g->pool, (int64_t)a->kh * a->kw * j.F, kernel_rows, &j);
   kn_pool_share(g->pool, j.images, 1, images, &j);

@@ -73,8 +73,9 @@ const kn_op_def kn_op_defs[KN_OP_COUNT] = {
     [KN_OP_COL2IM_GEMM] = {.name = "col2im_gemm",
                            .shape = kn_shape_col2im_gemm,
                            .min_inputs = 2,
-                           .max_inputs = 2,
+                           .max_inputs = 3, /* + the add the fusion pass takes in */
                            .flags = KN_OPF_GEMM,
+                           .inplace_inputs = 1u << 2, /* that add's other term */
                            .cpu = KN_CPU(col2im_gemm)},
     /* elementwise */
     [KN_OP_BIAS_ADD] = {.name = "bias_add",

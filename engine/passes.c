@@ -288,6 +288,56 @@ static int fuse_bn_apply_adds(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* add(a, col2im_gemm(dy, k)), the col2im_gemm read by nothing else and
+ * summed directly (conv_dx.c): a residual block's input gradient, where
+ * a strided convolution's meets its projection's. The add becomes the
+ * col2im_gemm with a as a third input, added to each dx element as it is
+ * stored, and where a's storage is taken over (plan.c), only the elements
+ * some tap reaches are written at all: a 1x1 stride-2 projection's
+ * gradient touches a quarter of dx, not all of it twice. Of two
+ * col2im_gemm terms the one of fewer taps takes the other in. The same
+ * bits (an add's terms commute). float32 values of one shape in arena
+ * storage. */
+static int fuse_col2im_adds(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *A = &g->nodes[i];
+    if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
+        A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 || A->narrow_copy ||
+        A->fused_relu || A->folded)
+      continue;
+    int best = -1, best_taps = 0;
+    for (int k = 0; k < 2; k++) {
+      const kn_node b = A->inputs[k];
+      const kn_node_rec *B = &g->nodes[b], *O = &g->nodes[A->inputs[1 - k]];
+      if (B->dead || B->op != KN_OP_COL2IM_GEMM || B->n_inputs != 2 || uses[b] != 1 || B->keep ||
+          B->written_by || B->storage != KN_STORE_ARENA || B->dtype != KN_F32 || B->narrow_copy ||
+          B->round_bf16 || !kn_conv_dx_direct(g, B) || O->dtype != KN_F32 ||
+          O->storage == KN_STORE_PART || !same_dims(B, A) || !same_dims(O, A))
+        continue;
+      const int taps = B->attr.conv.kh * B->attr.conv.kw;
+      if (best < 0 || taps < best_taps) {
+        best = k;
+        best_taps = taps;
+      }
+    }
+    if (best < 0) continue;
+    kn_node_rec *B = &g->nodes[A->inputs[best]];
+    const kn_node other = A->inputs[1 - best];
+    A->op = KN_OP_COL2IM_GEMM;
+    A->n_inputs = 3;
+    A->inputs[0] = B->inputs[0];
+    A->inputs[1] = B->inputs[1];
+    A->inputs[2] = other;
+    A->attr = B->attr;
+    B->dead = 1;
+    fused++;
+    count_consumers(g, uses);
+  }
+  return fused;
+}
+
 /* relu_grad(add(a, b), y), the add read by nothing else (a residual
  * block's gradient, where the shortcut's meets the branch's, then the
  * relu before them): one pass, a + b where y passes, instead of the sum
@@ -401,6 +451,8 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   if (passes & KN_PASS_IMPLICIT_INPUT_GRAD)
     st->implicit_input_grads = kn_lower_implicit_input_grads(g);
   if (passes & KN_PASS_COL2IM_CHUNKS) st->col2im_chunks = kn_lower_col2im_chunks(g);
+  if ((passes & KN_PASS_COL2IM_CHUNKS) && (passes & KN_PASS_FUSION))
+    st->fused += fuse_col2im_adds(g, scratch);
   if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = kn_lower_bias_grads_in_gemm(g);
   if (passes & KN_PASS_POOL_GRAD_IN_GEMM) st->pool_grads_in_gemm = kn_lower_pool_grads_in_gemm(g);
   if (passes & KN_PASS_NARROW_COPIES) {

@@ -156,6 +156,10 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
       /* a folded norm's matmul writes its buffer before it reads the
        * add it took in (fuse_bn_apply_adds) */
       if (n->op == KN_OP_BN_APPLY && k == 4 && n->eval_written_by) continue;
+      /* col2im_gemm adds the term it took in where it stores each dx
+       * element only when summed directly (the columns' col2im writes dx
+       * first) */
+      if (n->op == KN_OP_COL2IM_GEMM && !kn_conv_dx_direct(g, n)) continue;
       kn_node r = plan_root(g, v, n->inputs[k]);
       const kn_node_rec *in = &g->nodes[r];
       if (planned(g, v, r) && owner[r] >= 0 && !in->keep && !in->folded &&
