@@ -815,6 +815,9 @@ typedef struct kn_wino_io {
   /* f32 outputs rounded through bf16 as they are stored (an input
    * gradient in place of a widening cast after it: the winograd pass) */
   int round_y;
+  /* an input gradient's other term, laid out as its output, added to
+   * each value as it is stored (an add the fusion pass took in), or NULL */
+  const float *add;
 } kn_wino_io;
 int kn_winograd_available(void);
 /* Whether this CPU has AVX512-BF16 and bf16 products are on: the default;

@@ -976,7 +976,10 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .bf16_products = n->winograd >= 2,
                              .amx = n->winograd >= 3,
                              .direct = n->winograd == 4,
-                             .round_y = n->round_bf16},
+                             .round_y = n->round_bf16,
+                             .add = input_grad && n->n_inputs > 2
+                                        ? (const float *)g->nodes[n->inputs[2]].data
+                                        : NULL},
                       .weight_grad = !input_grad && n->attr.matmul.trans_a,
                       .flip = input_grad};
 }

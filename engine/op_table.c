@@ -67,8 +67,9 @@ const kn_op_def kn_op_defs[KN_OP_COUNT] = {
     [KN_OP_CONV_INPUT_GRAD] = {.name = "conv_input_grad",
                                .shape = kn_shape_conv_input_grad,
                                .min_inputs = 2,
-                               .max_inputs = 2,
+                               .max_inputs = 3, /* + the add the fusion pass takes in */
                                .flags = KN_OPF_GEMM,
+                               .inplace_inputs = 1u << 2, /* that add's other term */
                                .cpu = KN_CPU(conv_input_grad)},
     [KN_OP_COL2IM_GEMM] = {.name = "col2im_gemm",
                            .shape = kn_shape_col2im_gemm,

@@ -338,6 +338,48 @@ static int fuse_col2im_adds(kn_graph *g, int *uses) {
   return fused;
 }
 
+/* add(a, conv_input_grad(dy, k)), the input gradient read by nothing
+ * else and computed by Winograd in float32 (winograd 1): an identity
+ * residual block's input gradient, where the branch's meets the
+ * shortcut's. The add becomes the input gradient with a as a third input,
+ * added to each output as Winograd's output transform stores it (over a's
+ * storage where the planner gives it: each output is read, then written,
+ * once). The same bits (an add's terms commute). After the winograd
+ * pass. */
+static int fuse_input_grad_adds(kn_graph *g, int *uses) {
+  int fused = 0;
+  count_consumers(g, uses);
+  for (int i = 0; i < g->n_nodes; i++) {
+    kn_node_rec *A = &g->nodes[i];
+    if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
+        A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 || A->narrow_copy ||
+        A->fused_relu || A->folded)
+      continue;
+    for (int k = 0; k < 2; k++) {
+      const kn_node b = A->inputs[k], other = A->inputs[1 - k];
+      kn_node_rec *B = &g->nodes[b];
+      const kn_node_rec *O = &g->nodes[other];
+      if (B->dead || B->op != KN_OP_CONV_INPUT_GRAD || B->winograd != 1 || B->n_inputs != 2 ||
+          uses[b] != 1 || B->keep || B->written_by || B->storage != KN_STORE_ARENA ||
+          B->dtype != KN_F32 || B->round_bf16 || B->narrow_copy || O->dtype != KN_F32 ||
+          O->storage == KN_STORE_PART || !same_dims(B, A) || !same_dims(O, A))
+        continue;
+      A->op = KN_OP_CONV_INPUT_GRAD;
+      A->n_inputs = 3;
+      A->inputs[0] = B->inputs[0];
+      A->inputs[1] = B->inputs[1];
+      A->inputs[2] = other;
+      A->attr = B->attr;
+      A->winograd = B->winograd;
+      B->dead = 1;
+      fused++;
+      count_consumers(g, uses);
+      break;
+    }
+  }
+  return fused;
+}
+
 /* relu_grad(add(a, b), y), the add read by nothing else (a residual
  * block's gradient, where the shortcut's meets the branch's, then the
  * relu before them): one pass, a + b where y passes, instead of the sum
@@ -472,5 +514,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   /* Last: it takes over GEMMs as the passes above left them (their padded
    * inputs, pairs, pool gradients and storage). */
   if (passes & KN_PASS_WINOGRAD) st->winograd = kn_lower_winograd(g);
+  if ((passes & KN_PASS_WINOGRAD) && (passes & KN_PASS_FUSION))
+    st->fused += fuse_input_grad_adds(g, scratch);
   return 0;
 }

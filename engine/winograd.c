@@ -499,8 +499,9 @@ typedef struct conv_job {
   float *u;         /* the transformed kernel, NPOS x cp x fp */
   float *scratch;   /* slot_floats a thread */
   int64_t blocks;
-  int amx;   /* bf16 products on AMX tiles (amx.h) */
-  int round; /* y's values rounded through bf16 (kn_wino_io.round_y) */
+  int amx;          /* bf16 products on AMX tiles (amx.h) */
+  int round;        /* y's values rounded through bf16 (kn_wino_io.round_y) */
+  const float *add; /* added to each output as it is stored (kn_wino_io.add), or NULL */
 } conv_job;
 
 /* G g (r values a stride apart) to 6. */
@@ -887,6 +888,8 @@ AVX512 static INLINE void transform_output_m(const conv_job *j, int64_t t0, int 
           for (int k = 0; k < M; k++) {
             if (k >= cols) break;
             __m512 val = (__m512)(o[k] + bias);
+            if (j->add) /* (where y is add's storage, each output is read once, then written) */
+              val = _mm512_add_ps(val, _mm512_maskz_loadu_ps(m, j->add + at + (size_t)k * step));
             if (j->relu) val = _mm512_max_ps(_mm512_setzero_ps(), val); /* NaN passes */
             if (j->round) /* as kn_bf16_from_f32, widened back */
               val = s->bf16 ? kn_bf16_round_f32_native(val)
@@ -1031,7 +1034,8 @@ void kn_winograd_conv(kn_graph *g, const kn_wino_io *io, const void *w, int w_bf
                 .y = y,
                 .y_copy = y_copy,
                 .u = g->conv_buf,
-                .round = io->round_y};
+                .round = io->round_y,
+                .add = io->add};
   j.scratch = j.u + kernel_floats(&j.s);
   kn_pool_for(g->pool, j.s.bf16 ? (io->cin + 1) / 2 : io->cin, kernel_range, &j);
   /* each phase its own product of the one transformed kernel (one phase

@@ -321,6 +321,35 @@ static const kn_layer_config down_layers[] = {
 
 enum { DOWN = 9, DOWN_LAYERS = sizeof down_layers / sizeof down_layers[0] };
 
+/* An identity residual block behind a batch-normed stem, as the zoo
+ * ResNet's first: the stem's relu gradient goes into its norm's
+ * (bn_grads), so the add where the branch's input gradient (Winograd's)
+ * meets the shortcut's is read by the norm's gradient alone
+ * (fuse_input_grad_adds). */
+static const kn_layer_config resbn_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 0},
+    {.type = KN_LAYER_BATCH_NORM, .name = "stem_bn"},
+    {.type = KN_LAYER_ACTIVATION, .name = "stem_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_CONV2D,
+     .name = "branch",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME,
+     .use_bias = 0},
+    {.type = KN_LAYER_BATCH_NORM, .name = "branch_bn"},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {2, 4}},
+    {.type = KN_LAYER_ACTIVATION, .name = "res_relu", .activation = KN_ACT_RELU},
+    {.type = KN_LAYER_FLATTEN, .name = "flat"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 3, .use_bias = 1},
+};
+
+enum { RESBN = 10, RESBN_LAYERS = sizeof resbn_layers / sizeof resbn_layers[0] };
+
 enum {
   STRIDED16 = 6,
   WIDE16 = 7,
@@ -340,15 +369,17 @@ typedef struct result {
   float *grads, *states;
   size_t n_grads, n_states;
   kn_plan_stats st;
-  int conv_input_grads;     /* KN_OP_CONV_INPUT_GRAD nodes after compile */
-  int col2im_gemms;         /* KN_OP_COL2IM_GEMM nodes */
-  int conv_pad_views;       /* KN_OP_CONV_PAD nodes that are views of their input */
-  int relus_from_beta;      /* bn_grad_x nodes that recompute their relu's mask */
-  int direct_dx;            /* col2im_gemm nodes summed directly (conv_dx.c) */
-  int add_relu_grads;       /* relu_grad nodes that took in their add */
-  int bn_adds;              /* bn_apply nodes that took in the add after them */
-  int col2im_adds;          /* col2im_gemm nodes that took in the add after them */
-  int col2im_adds_in_place; /* those writing over the other term's storage */
+  int conv_input_grads;         /* KN_OP_CONV_INPUT_GRAD nodes after compile */
+  int col2im_gemms;             /* KN_OP_COL2IM_GEMM nodes */
+  int conv_pad_views;           /* KN_OP_CONV_PAD nodes that are views of their input */
+  int relus_from_beta;          /* bn_grad_x nodes that recompute their relu's mask */
+  int direct_dx;                /* col2im_gemm nodes summed directly (conv_dx.c) */
+  int add_relu_grads;           /* relu_grad nodes that took in their add */
+  int bn_adds;                  /* bn_apply nodes that took in the add after them */
+  int col2im_adds;              /* col2im_gemm nodes that took in the add after them */
+  int col2im_adds_in_place;     /* those writing over the other term's storage */
+  int input_grad_adds;          /* conv_input_grad nodes that took in the add after them */
+  int input_grad_adds_in_place; /* those writing over the other term's storage */
 } result;
 
 /* Live nodes of op in a compiled graph. */
@@ -364,7 +395,8 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
   const int side = cnn == STRIDED16 ? 10 : cnn == WIDE16 ? 52 : 8;
   kn_model_config cfg = {.input_ndim = 3,
                          .input_shape = {side, side, 2},
-                         .n_layers = cnn == DOWN                         ? DOWN_LAYERS
+                         .n_layers = cnn == RESBN                        ? RESBN_LAYERS
+                                     : cnn == DOWN                       ? DOWN_LAYERS
                                      : cnn == RESIDUAL                   ? RESIDUAL_LAYERS
                                      : cnn == STRIDED16 || cnn == WIDE16 ? STRIDED16_LAYERS
                                      : cnn == FOLDED                     ? FOLDED_LAYERS
@@ -373,7 +405,8 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
                                      : cnn == STRIDED                    ? STRIDED_LAYERS
                                      : cnn                               ? CNN_LAYERS
                                                                          : 4,
-                         .layers = cnn == DOWN                         ? down_layers
+                         .layers = cnn == RESBN                        ? resbn_layers
+                                   : cnn == DOWN                       ? down_layers
                                    : cnn == RESIDUAL                   ? residual_layers
                                    : cnn == STRIDED16 || cnn == WIDE16 ? strided16_layers
                                    : cnn == FOLDED                     ? folded_layers
@@ -406,6 +439,9 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
     r.add_relu_grads += !n->dead && n->op == KN_OP_RELU_GRAD && n->n_inputs == 3;
     r.bn_adds += !n->dead && n->op == KN_OP_BN_APPLY && n->n_inputs == 5;
     r.col2im_adds += !n->dead && n->op == KN_OP_COL2IM_GEMM && n->n_inputs == 3;
+    r.input_grad_adds += !n->dead && n->op == KN_OP_CONV_INPUT_GRAD && n->n_inputs == 3;
+    r.input_grad_adds_in_place += !n->dead && n->op == KN_OP_CONV_INPUT_GRAD && n->n_inputs == 3 &&
+                                  n->arena_offset == m.graph->nodes[n->inputs[2]].arena_offset;
     r.col2im_adds_in_place += !n->dead && n->op == KN_OP_COL2IM_GEMM && n->n_inputs == 3 &&
                               n->arena_offset == m.graph->nodes[n->inputs[2]].arena_offset;
   }
@@ -848,6 +884,26 @@ static void a_projections_input_gradient_takes_in_the_add(void **state) {
   }
 }
 
+/* fusion with winograd: the add where an identity block's branch input
+ * gradient (Winograd's) meets the shortcut's, read by the stem's batch
+ * norm gradient alone, taken into the input gradient, which adds the
+ * shortcut's term as it stores each output, over that term's storage:
+ * the same bits as without fusion, on 1 and 3 threads. */
+static void an_identity_blocks_input_gradient_takes_in_the_add(void **state) {
+  (void)state;
+  require_kiln_gemm("Winograd's products, which it takes the add into,");
+  for (int threads = 1; threads <= 3; threads += 2) {
+    result all = train_threaded(RESBN, KN_PASS_ALL, 0, threads),
+           but = train_threaded(RESBN, KN_PASS_ALL & ~KN_PASS_FUSION, 0, threads);
+    assert_int_equal(all.input_grad_adds, 1);
+    assert_int_equal(all.input_grad_adds_in_place, 1);
+    assert_int_equal(but.input_grad_adds, 0);
+    assert_same(&all, &but, "all vs all but fusion");
+    release(&all);
+    release(&but);
+  }
+}
+
 /* concat_views on the branched graph: the two inner concatenations are
  * written into their readers' outputs, and two of the gradient's slices
  * (each read only by slices) are read where they lie; the concatenation
@@ -1048,6 +1104,7 @@ int main(void) {
       cmocka_unit_test(strided_input_gradients_summed_directly_match_the_columns),
       cmocka_unit_test(a_residual_blocks_adds_are_taken_into_its_norm_and_relu_gradient),
       cmocka_unit_test(a_projections_input_gradient_takes_in_the_add),
+      cmocka_unit_test(an_identity_blocks_input_gradient_takes_in_the_add),
       cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(bn_fold_folds_batch_norms_for_evaluation),
       cmocka_unit_test(thread_counts_give_identical_results),
