@@ -50,7 +50,8 @@ void kn_conv_dx_set_direct(int on) {
 #define P32      12
 
 int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n) {
-  if (n->op != KN_OP_COL2IM_GEMM || atomic_load(&direct_off) || !kn_cpu_features_get()->avx512f)
+  if (n->op != KN_OP_COL2IM_GEMM || g->f64 || atomic_load(&direct_off) ||
+      !kn_cpu_features_get()->avx512f)
     return 0;
   const kn_conv_attrs *a = &n->attr.conv;
   const kn_node_rec *D = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
