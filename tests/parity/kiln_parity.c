@@ -163,6 +163,52 @@ static const kn_layer_config resblock_layers[] = {
     {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
 };
 
+/* A ResNet's downsampling, on (10, 10, 3) inputs: a stem convolution into
+ * batch norm and tanh; an identity block over 16 channels (3x3 "same"
+ * into batch norm, added to the stem, tanh), whose input gradient by
+ * Winograd takes in the add where it meets the shortcut's; then a 3x3
+ * stride-2 "same" convolution over those 16 channels with bias and a 1x1
+ * stride-2 projection of them, added, tanh: their input gradients summed
+ * directly (conv_dx.c, where kiln's GEMM runs), the projection's taking
+ * in the add; global average pooling and a dense layer. Smooth
+ * activations only (relus here put outputs within rounding of zero). */
+static const kn_layer_config downblock_layers[] = {
+    {.type = KN_LAYER_CONV2D,
+     .name = "stem",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "stem_bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_ACTIVATION, .name = "stem_tanh", .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_CONV2D,
+     .name = "c1",
+     .filters = 16,
+     .kernel_size = {3, 3},
+     .padding = KN_PAD_SAME},
+    {.type = KN_LAYER_BATCH_NORM, .name = "c1_bn", .momentum = 0.9f, .epsilon = 1e-3f},
+    {.type = KN_LAYER_ADD, .name = "res", .n_inputs = 2, .inputs = {2, 4}},
+    {.type = KN_LAYER_ACTIVATION, .name = "res_tanh", .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_CONV2D,
+     .name = "down",
+     .filters = 32,
+     .kernel_size = {3, 3},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .use_bias = 1},
+    {.type = KN_LAYER_CONV2D,
+     .name = "proj",
+     .filters = 32,
+     .kernel_size = {1, 1},
+     .strides = {2, 2},
+     .padding = KN_PAD_SAME,
+     .n_inputs = 1,
+     .inputs = {6}},
+    {.type = KN_LAYER_ADD, .name = "down_res", .n_inputs = 2, .inputs = {7, 8}},
+    {.type = KN_LAYER_ACTIVATION, .name = "down_tanh", .activation = KN_ACT_TANH},
+    {.type = KN_LAYER_GLOBAL_AVG_POOL2D, .name = "gap"},
+    {.type = KN_LAYER_DENSE, .name = "out", .units = 5, .use_bias = 1},
+};
+
 /* Dilated convolutions on (12, 12, 3) inputs, for the winograd pass's
  * phases: a stem over 3 channels (on the GEMM) with tanh; a 3x3 "same"
  * convolution of dilation 2 over 16 channels with bias and tanh, and a
@@ -250,15 +296,17 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 
 int main(int argc, char **argv) {
   if (argc != 5) {
-    fprintf(stderr,
-            "usage: kiln-parity mlp|cnn|branches|resblock|dilated OPTIMIZER STEPS OUTDIR\n");
+    fprintf(
+        stderr,
+        "usage: kiln-parity mlp|cnn|branches|resblock|dilated|downblock OPTIMIZER STEPS OUTDIR\n");
     return 2;
   }
   const char *which = argv[1], *dir = argv[4];
   int steps = atoi(argv[3]);
   const int branches = strcmp(which, "branches") == 0, resblock = strcmp(which, "resblock") == 0;
   const int dilated = strcmp(which, "dilated") == 0;
-  const int cnn = strcmp(which, "cnn") == 0 || branches || resblock || dilated;
+  const int downblock = strcmp(which, "downblock") == 0;
+  const int cnn = strcmp(which, "cnn") == 0 || branches || resblock || dilated || downblock;
   kn_optimizer_config oc;
   if ((!cnn && strcmp(which, "mlp") != 0) || optimizer_by_name(argv[2], &oc) || steps < 1) {
     fprintf(stderr, "kiln-parity: bad model '%s', optimizer '%s' or steps '%s'\n", which, argv[2],
@@ -278,6 +326,12 @@ int main(int argc, char **argv) {
     mc.input_shape[2] = 3;
     mc.layers = dilated_layers;
     mc.n_layers = (int)(sizeof dilated_layers / sizeof dilated_layers[0]);
+  } else if (downblock) {
+    mc.input_shape[0] = 10;
+    mc.input_shape[1] = 10;
+    mc.input_shape[2] = 3;
+    mc.layers = downblock_layers;
+    mc.n_layers = (int)(sizeof downblock_layers / sizeof downblock_layers[0]);
   } else if (resblock) {
     mc.input_shape[0] = 10;
     mc.input_shape[1] = 10;

@@ -10,7 +10,10 @@ convolutions over 16 channels, "same" into batch norm and a residual add,
 where its own GEMM runs, and between them a 5x5 "same" one with bias and
 tanh, by F(2x2, 5x5)) and dilated convolutions ("dilated": 3x3 of
 dilation 2 over 16 channels, "same" and "valid", with tanh, which kiln
-computes by Winograd over each one's four phases) start from the same weights (kiln writes them as
+computes by Winograd over each one's four phases) and a ResNet's
+downsampling ("downblock": a batch-normed stem, an identity block over 16
+channels, then a 3x3 stride-2 convolution and a 1x1 stride-2 projection
+of it added, whose input gradients kiln sums directly) start from the same weights (kiln writes them as
 safetensors, torch loads them), train 20 steps on the same batches with
 each optimizer, and must agree on every loss and every final weight (and
 batch norm moving statistics) as torch.allclose(rtol=1e-4, atol=1e-5)
@@ -48,7 +51,7 @@ them with OpenBLAS, so ctest runs the full comparison with KILN_GEMM=openblas
 (like-for-like arithmetic), and the CNNs again with kiln's own GEMM;
 tests/engine/test_sgemm.c holds kiln's GEMM to a double reference.
 
-  optimizers_match_torch.py KILN_PARITY [MODELS]   (MODELS: mlp,cnn,branches,resblock,dilated by default)"""
+  optimizers_match_torch.py KILN_PARITY [MODELS]   (MODELS: mlp,cnn,branches,resblock,dilated,downblock by default)"""
 import json
 import os
 import struct
@@ -175,6 +178,18 @@ def resblock_forward(p, state, x, training=True):
     return h.mean((2, 3)) @ p["out.kernel"] + p["out.bias"]
 
 
+def downblock_forward(p, state, x, training=True):
+    h = x.permute(0, 3, 1, 2)  # NHWC -> NCHW
+    stem = torch.tanh(norm(F.conv2d(h, conv_w(p["stem.kernel"]), None, padding=1), p, state,
+                           "stem_bn", training))
+    h = norm(F.conv2d(stem, conv_w(p["c1.kernel"]), None, padding=1), p, state, "c1_bn", training)
+    h = torch.tanh(stem + h)
+    d = F.conv2d(same_pad(h, 2), conv_w(p["down.kernel"]), p["down.bias"], stride=2)
+    q = F.conv2d(h, conv_w(p["proj.kernel"]), None, stride=2)  # 1x1 "same": no padding
+    h = torch.tanh(d + q)
+    return h.mean((2, 3)) @ p["out.kernel"] + p["out.bias"]
+
+
 def dilated_forward(p, state, x, training=True):
     h = x.permute(0, 3, 1, 2)  # NHWC -> NCHW
     h = torch.tanh(F.conv2d(h, conv_w(p["stem.kernel"]), p["stem.bias"], padding=1))
@@ -189,6 +204,7 @@ MODELS = {  # forward, one batch's shape
     "branches": (branches_forward, (16, 12, 12, 3)),
     "resblock": (resblock_forward, (16, 10, 10, 3)),
     "dilated": (dilated_forward, (16, 12, 12, 3)),
+    "downblock": (downblock_forward, (16, 10, 10, 3)),
 }
 
 
