@@ -284,6 +284,30 @@ static kn_node c_conv_valid(ctx *c) {
 static kn_node c_conv_same_stride2(ctx *c) {
   return conv_case(c, 3, 2, 1, KN_PAD_SAME);
 }
+/* Input gradients over 16 and 32 channels, which kiln sums directly where
+ * its GEMM runs (conv_dx.c): a 3x3 stride-2 "same" convolution on odd
+ * sizes (padded on both sides), and a downsampling block's 3x3 and 1x1
+ * stride-2 convolutions of one tanh added (the projection's gradient
+ * takes in the add); and an identity block's Winograd input gradient
+ * (16 channels, 8x8) taking in the shortcut's. */
+static kn_node c_conv_stride2_16ch(ctx *c) {
+  int xd[4] = {2, 7, 5, 16}, wd[4] = {3, 3, 16, 3};
+  kn_window w = {3, 3, 2, 2, 1, 1, KN_PAD_SAME};
+  return kn_conv2d(c->g, param(c, "x", 4, xd), param(c, "w", 4, wd), &w);
+}
+static kn_node c_downsample_add(ctx *c) {
+  int xd[4] = {2, 6, 6, 32}, wd[4] = {3, 3, 32, 4}, pd[4] = {1, 1, 32, 4};
+  kn_window w3 = {3, 3, 2, 2, 1, 1, KN_PAD_SAME}, w1 = {1, 1, 2, 2, 1, 1, KN_PAD_SAME};
+  const kn_node t = kn_tanh(c->g, param(c, "x", 4, xd));
+  return kn_add(c->g, kn_conv2d(c->g, t, param(c, "w", 4, wd), &w3),
+                kn_conv2d(c->g, t, param(c, "p", 4, pd), &w1));
+}
+static kn_node c_identity_add(ctx *c) {
+  int xd[4] = {1, 8, 8, 16}, wd[4] = {3, 3, 16, 16};
+  kn_window w = {3, 3, 1, 1, 1, 1, KN_PAD_SAME};
+  const kn_node t = kn_tanh(c->g, param(c, "x", 4, xd));
+  return kn_add(c->g, t, kn_conv2d(c->g, t, param(c, "w", 4, wd), &w));
+}
 static kn_node c_conv_dilated(ctx *c) {
   return conv_case(c, 2, 1, 2, KN_PAD_SAME);
 }
@@ -525,6 +549,9 @@ CASE(c_concat_reshape)
 CASE(c_concat_mid)
 CASE(c_conv_valid)
 CASE(c_conv_same_stride2)
+CASE(c_conv_stride2_16ch)
+CASE(c_downsample_add)
+CASE(c_identity_add)
 CASE(c_conv_dilated)
 CASE(c_conv_batched_input)
 CASE(c_depthwise)
@@ -693,6 +720,9 @@ int main(void) {
       T(c_concat_mid),
       T(c_conv_valid),
       T(c_conv_same_stride2),
+      T(c_conv_stride2_16ch),
+      T(c_downsample_add),
+      T(c_identity_add),
       T(c_conv_dilated),
       T(c_conv_batched_input),
       T(c_depthwise),
