@@ -486,6 +486,20 @@ static kn_node c_batch_norm_relu_few_channels(ctx *c) {
   return kn_relu(c->g, kn_batch_norm(c->g, param(c, "x", 4, xd), param(c, "pos_gamma", 1, cd),
                                      param(c, "beta", 1, cd), mm, mv, 0.9f, 1e-3f));
 }
+/* A residual block's end: a relu's output t (of a tanh, so that its
+ * gradient is no parameter's) added to its norm, relu. The
+ * add takes in the norm (fuse_bn_apply_adds), and in backward the relu
+ * gradient of t takes in the add of its two gradients
+ * (fuse_add_relu_grads). */
+static kn_node c_residual_norm(ctx *c) {
+  int xd[4] = {3, 4, 5, 6}, cd[1] = {6};
+  kn_node mm = kn_state(c->g, "mm", 1, cd, KN_INIT_ZEROS);
+  kn_node mv = kn_state(c->g, "mv", 1, cd, KN_INIT_ONES);
+  const kn_node t = kn_relu(c->g, kn_tanh(c->g, param(c, "x", 4, xd)));
+  const kn_node n = kn_batch_norm(c->g, t, param(c, "pos_gamma", 1, cd), param(c, "beta", 1, cd),
+                                  mm, mv, 0.9f, 1e-3f);
+  return kn_relu(c->g, kn_add(c->g, t, n));
+}
 static kn_node c_dropout(ctx *c) {
   int xd[2] = {4, 6};
   return kn_dropout(c->g, param(c, "x", 2, xd), 0.4f, 99);
@@ -580,6 +594,7 @@ CASE(c_global_avg_pool)
 CASE(c_batch_norm_2d)
 CASE(c_batch_norm_4d)
 CASE(c_batch_norm_relu_few_channels)
+CASE(c_residual_norm)
 CASE(c_dropout)
 CASE(c_softmax_xent)
 CASE(c_xent_dense)
@@ -751,6 +766,7 @@ int main(void) {
       T(c_batch_norm_2d),
       T(c_batch_norm_4d),
       T(c_batch_norm_relu_few_channels),
+      T(c_residual_norm),
       T(c_dropout),
       T(c_softmax_xent),
       T(c_xent_dense),
