@@ -241,17 +241,39 @@ static int fuse_pool_relu_grads(kn_graph *g, int *uses) {
   return fused;
 }
 
-/* add(bn_apply(x), s), the batch norm's output read by nothing but the
- * add (a residual block's end: its last norm, then the shortcut added,
- * then a relu taken into the add): the add becomes the norm with s as a
- * fifth input, adding s to each value before the add's relu, so the norm's
- * output is never written and read back; the same bits (an add's terms
- * commute). The norm must come after s, have no relu of its own and be
- * float32 in arena storage, as the add; where bn_fold folded the norm into
- * its matmul for forward-only runs, the fold now names the add, whose
- * kernel adds s and applies the relu after the matmul's write. After
- * bn_fold, before concat_views. */
-static int fuse_bn_apply_adds(kn_graph *g, int *uses) {
+/* add(a, t), t's value read by nothing but the add, where t's kernel can
+ * add a term as it stores each value: the add becomes t with a as one
+ * input more, so t's value is never written and read back. The same bits
+ * (an add's terms commute). float32 values of one shape in arena storage.
+ * The ops that take an add in, each run where its pass leaves it:
+ *   - bn_apply (a residual block's end, after bn_fold): the shortcut added
+ *     before the add's relu; the norm has no relu of its own and comes
+ *     after the term. Where bn_fold folded it, the fold now names the
+ *     add, whose kernel adds the term and applies the relu after the
+ *     matmul's write;
+ *   - col2im_gemm summed directly (conv_dx.c; after col2im_chunks): a
+ *     downsampling block's strided and projection input gradients; of two
+ *     such terms the one of fewer taps takes the other in, and over the
+ *     other's storage (plan.c) a 1x1 stride-2 projection writes only the
+ *     quarter of dx its taps reach;
+ *   - conv_input_grad by Winograd in float32 (after the winograd pass): an
+ *     identity block's branch gradient meeting the shortcut's, added in
+ *     the output transform. */
+static int takes_in_add(const kn_graph *g, const int *uses, kn_op op, kn_node t, kn_node term) {
+  const kn_node_rec *T = &g->nodes[t], *O = &g->nodes[term];
+  if (T->dead || T->op != op || uses[t] != 1 || T->keep || T->written_by ||
+      T->storage != KN_STORE_ARENA || T->dtype != KN_F32 || T->round_bf16 || T->narrow_copy ||
+      T->folded || O->dtype != KN_F32 || O->storage == KN_STORE_PART || !same_dims(O, T))
+    return 0;
+  switch (op) {
+  case KN_OP_BN_APPLY: return T->n_inputs == 4 && !T->fused_relu && term < t;
+  case KN_OP_COL2IM_GEMM: return T->n_inputs == 2 && kn_conv_dx_direct(g, T);
+  case KN_OP_CONV_INPUT_GRAD: return T->n_inputs == 2 && T->winograd == 1;
+  default: return 0;
+  }
+}
+
+static int fuse_adds_into(kn_graph *g, int *uses, kn_op op) {
   int fused = 0;
   count_consumers(g, uses);
   for (int i = 0; i < g->n_nodes; i++) {
@@ -260,122 +282,34 @@ static int fuse_bn_apply_adds(kn_graph *g, int *uses) {
         A->eval_written_by || A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 ||
         A->narrow_copy || A->folded)
       continue;
-    for (int k = 0; k < 2; k++) {
-      const kn_node b = A->inputs[k], other = A->inputs[1 - k];
-      kn_node_rec *B = &g->nodes[b];
-      const kn_node_rec *O = &g->nodes[other];
-      if (B->dead || B->op != KN_OP_BN_APPLY || B->n_inputs != 4 || uses[b] != 1 || B->keep ||
-          B->written_by || B->storage != KN_STORE_ARENA || B->dtype != KN_F32 || B->round_bf16 ||
-          B->narrow_copy || B->fused_relu || B->folded || other > b || O->dtype != KN_F32 ||
-          O->storage == KN_STORE_PART || !same_dims(B, A) || !same_dims(O, A))
-        continue;
-      A->op = KN_OP_BN_APPLY;
-      A->n_inputs = 5;
-      memcpy(A->inputs, B->inputs, 4 * sizeof A->inputs[0]);
-      A->inputs[4] = other;
-      A->attr = B->attr;
-      A->batched = B->batched;
-      if (B->eval_written_by) {
-        A->eval_written_by = B->eval_written_by;
-        g->nodes[B->eval_written_by - 1].bn_fold = i + 1;
-      }
-      B->dead = 1;
-      fused++;
-      count_consumers(g, uses);
-      break;
-    }
-  }
-  return fused;
-}
-
-/* add(a, col2im_gemm(dy, k)), the col2im_gemm read by nothing else and
- * summed directly (conv_dx.c): a residual block's input gradient, where
- * a strided convolution's meets its projection's. The add becomes the
- * col2im_gemm with a as a third input, added to each dx element as it is
- * stored, and where a's storage is taken over (plan.c), only the elements
- * some tap reaches are written at all: a 1x1 stride-2 projection's
- * gradient touches a quarter of dx, not all of it twice. Of two
- * col2im_gemm terms the one of fewer taps takes the other in. The same
- * bits (an add's terms commute). float32 values of one shape in arena
- * storage. */
-static int fuse_col2im_adds(kn_graph *g, int *uses) {
-  int fused = 0;
-  count_consumers(g, uses);
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *A = &g->nodes[i];
-    if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
-        A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 || A->narrow_copy ||
-        A->fused_relu || A->folded)
-      continue;
+    if (A->fused_relu && op != KN_OP_BN_APPLY) continue; /* only the norm applies a relu after */
     int best = -1, best_taps = 0;
     for (int k = 0; k < 2; k++) {
-      const kn_node b = A->inputs[k];
-      const kn_node_rec *B = &g->nodes[b], *O = &g->nodes[A->inputs[1 - k]];
-      if (B->dead || B->op != KN_OP_COL2IM_GEMM || B->n_inputs != 2 || uses[b] != 1 || B->keep ||
-          B->written_by || B->storage != KN_STORE_ARENA || B->dtype != KN_F32 || B->narrow_copy ||
-          B->round_bf16 || !kn_conv_dx_direct(g, B) || O->dtype != KN_F32 ||
-          O->storage == KN_STORE_PART || !same_dims(B, A) || !same_dims(O, A))
-        continue;
-      const int taps = B->attr.conv.kh * B->attr.conv.kw;
-      if (best < 0 || taps < best_taps) {
+      const kn_node t = A->inputs[k];
+      if (!takes_in_add(g, uses, op, t, A->inputs[1 - k]) || !same_dims(&g->nodes[t], A)) continue;
+      const int taps = g->nodes[t].attr.conv.kh * g->nodes[t].attr.conv.kw; /* col2im_gemm's */
+      if (best < 0 || (op == KN_OP_COL2IM_GEMM && taps < best_taps)) {
         best = k;
         best_taps = taps;
       }
     }
     if (best < 0) continue;
-    kn_node_rec *B = &g->nodes[A->inputs[best]];
-    const kn_node other = A->inputs[1 - best];
-    A->op = KN_OP_COL2IM_GEMM;
-    A->n_inputs = 3;
-    A->inputs[0] = B->inputs[0];
-    A->inputs[1] = B->inputs[1];
-    A->inputs[2] = other;
-    A->attr = B->attr;
-    B->dead = 1;
+    kn_node_rec *T = &g->nodes[A->inputs[best]];
+    const kn_node term = A->inputs[1 - best];
+    A->op = T->op;
+    memcpy(A->inputs, T->inputs, (size_t)T->n_inputs * sizeof A->inputs[0]);
+    A->inputs[T->n_inputs] = term;
+    A->n_inputs = T->n_inputs + 1;
+    A->attr = T->attr;
+    A->batched = T->batched;
+    A->winograd = T->winograd;
+    if (T->eval_written_by) {
+      A->eval_written_by = T->eval_written_by;
+      g->nodes[T->eval_written_by - 1].bn_fold = i + 1;
+    }
+    T->dead = 1;
     fused++;
     count_consumers(g, uses);
-  }
-  return fused;
-}
-
-/* add(a, conv_input_grad(dy, k)), the input gradient read by nothing
- * else and computed by Winograd in float32 (winograd 1): an identity
- * residual block's input gradient, where the branch's meets the
- * shortcut's. The add becomes the input gradient with a as a third input,
- * added to each output as Winograd's output transform stores it (over a's
- * storage where the planner gives it: each output is read, then written,
- * once). The same bits (an add's terms commute). After the winograd
- * pass. */
-static int fuse_input_grad_adds(kn_graph *g, int *uses) {
-  int fused = 0;
-  count_consumers(g, uses);
-  for (int i = 0; i < g->n_nodes; i++) {
-    kn_node_rec *A = &g->nodes[i];
-    if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
-        A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 || A->narrow_copy ||
-        A->fused_relu || A->folded)
-      continue;
-    for (int k = 0; k < 2; k++) {
-      const kn_node b = A->inputs[k], other = A->inputs[1 - k];
-      kn_node_rec *B = &g->nodes[b];
-      const kn_node_rec *O = &g->nodes[other];
-      if (B->dead || B->op != KN_OP_CONV_INPUT_GRAD || B->winograd != 1 || B->n_inputs != 2 ||
-          uses[b] != 1 || B->keep || B->written_by || B->storage != KN_STORE_ARENA ||
-          B->dtype != KN_F32 || B->round_bf16 || B->narrow_copy || O->dtype != KN_F32 ||
-          O->storage == KN_STORE_PART || !same_dims(B, A) || !same_dims(O, A))
-        continue;
-      A->op = KN_OP_CONV_INPUT_GRAD;
-      A->n_inputs = 3;
-      A->inputs[0] = B->inputs[0];
-      A->inputs[1] = B->inputs[1];
-      A->inputs[2] = other;
-      A->attr = B->attr;
-      A->winograd = B->winograd;
-      B->dead = 1;
-      fused++;
-      count_consumers(g, uses);
-      break;
-    }
   }
   return fused;
 }
@@ -494,7 +428,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
     st->implicit_input_grads = kn_lower_implicit_input_grads(g);
   if (passes & KN_PASS_COL2IM_CHUNKS) st->col2im_chunks = kn_lower_col2im_chunks(g);
   if ((passes & KN_PASS_COL2IM_CHUNKS) && (passes & KN_PASS_FUSION))
-    st->fused += fuse_col2im_adds(g, scratch);
+    st->fused += fuse_adds_into(g, scratch, KN_OP_COL2IM_GEMM);
   if (passes & KN_PASS_BIAS_GRAD_IN_GEMM) st->bias_grads_in_gemm = kn_lower_bias_grads_in_gemm(g);
   if (passes & KN_PASS_POOL_GRAD_IN_GEMM) st->pool_grads_in_gemm = kn_lower_pool_grads_in_gemm(g);
   if (passes & KN_PASS_NARROW_COPIES) {
@@ -507,7 +441,7 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
   }
   /* After fusion (a relu taken into the batch norm goes with it). */
   if (passes & KN_PASS_BN_FOLD) st->bn_folds = kn_lower_bn_fold(g);
-  if (passes & KN_PASS_FUSION) st->fused += fuse_bn_apply_adds(g, scratch);
+  if (passes & KN_PASS_FUSION) st->fused += fuse_adds_into(g, scratch, KN_OP_BN_APPLY);
   /* After every pass that may add a reader or drop one. */
   if (passes & KN_PASS_CONCAT_VIEWS) st->concat_views = kn_lower_concat_views(g);
   if (passes & KN_PASS_FUSION) st->fused += fuse_add_relu_grads(g, scratch);
@@ -515,6 +449,6 @@ int kn_run_passes(kn_graph *g, int *scratch, kn_pass_stats *st) {
    * inputs, pairs, pool gradients and storage). */
   if (passes & KN_PASS_WINOGRAD) st->winograd = kn_lower_winograd(g);
   if ((passes & KN_PASS_WINOGRAD) && (passes & KN_PASS_FUSION))
-    st->fused += fuse_input_grad_adds(g, scratch);
+    st->fused += fuse_adds_into(g, scratch, KN_OP_CONV_INPUT_GRAD);
   return 0;
 }

@@ -154,7 +154,7 @@ static int plan_arena(kn_graph *g, const plan_view *v, size_t *peak, int *n_inpl
     for (int k = 0; !n->folded && inplace && k < n->n_inputs && donor < 0; k++) {
       if (!(may_overwrite & (1u << k))) continue;
       /* a folded norm's matmul writes its buffer before it reads the
-       * add it took in (fuse_bn_apply_adds) */
+       * add it took in (fuse_adds_into) */
       if (n->op == KN_OP_BN_APPLY && k == 4 && n->eval_written_by) continue;
       /* col2im_gemm adds the term it took in where it stores each dx
        * element only when summed directly (the columns' col2im writes dx

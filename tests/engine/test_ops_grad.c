@@ -488,7 +488,7 @@ static kn_node c_batch_norm_relu_few_channels(ctx *c) {
 }
 /* A residual block's end: a relu's output t (of a tanh, so that its
  * gradient is no parameter's) added to its norm, relu. The
- * add takes in the norm (fuse_bn_apply_adds), and in backward the relu
+ * add takes in the norm (fuse_adds_into), and in backward the relu
  * gradient of t takes in the add of its two gradients
  * (fuse_add_relu_grads). */
 static kn_node c_residual_norm(ctx *c) {

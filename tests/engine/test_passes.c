@@ -261,7 +261,7 @@ static const kn_layer_config strided16_layers[] = {
  * remainder, more than the direct sums' widest blocks (24 columns of 16
  * channels, 12 of 32). */
 /* A residual block: the branch's batch norm read only by the add
- * (fuse_bn_apply_adds); the shortcut's gradient meets the branch's in an
+ * (fuse_adds_into); the shortcut's gradient meets the branch's in an
  * add read only by the stem's relu gradient (fuse_add_relu_grads). */
 static const kn_layer_config residual_layers[] = {
     {.type = KN_LAYER_CONV2D,
@@ -288,7 +288,7 @@ enum { RESIDUAL = 8, RESIDUAL_LAYERS = sizeof residual_layers / sizeof residual_
 
 /* A downsampling residual block over 16 channels: a 3x3 stride-2
  * convolution and a 1x1 stride-2 projection of the stem, added; their
- * input gradients meet in an add (fuse_col2im_adds). */
+ * input gradients meet in an add (fuse_adds_into). */
 static const kn_layer_config down_layers[] = {
     {.type = KN_LAYER_CONV2D,
      .name = "stem",
@@ -325,7 +325,7 @@ enum { DOWN = 9, DOWN_LAYERS = sizeof down_layers / sizeof down_layers[0] };
  * ResNet's first: the stem's relu gradient goes into its norm's
  * (bn_grads), so the add where the branch's input gradient (Winograd's)
  * meets the shortcut's is read by the norm's gradient alone
- * (fuse_input_grad_adds). */
+ * (fuse_adds_into). */
 static const kn_layer_config resbn_layers[] = {
     {.type = KN_LAYER_CONV2D,
      .name = "stem",
