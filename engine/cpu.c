@@ -452,27 +452,31 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
   }
 }
 
-#define T       float
-#define F(name) name##_f32
-#define GEMM    kn_sgemm
-#define GEMM_ON kn_sgemm_serial
-#define EXP     kn_vexpf
-#define LOG     logf
-#define LOG1P   log1pf
-#define SQRT    sqrtf
-#define NORMCDF kn_vnormcdff
-#define TANH    kn_vtanhf
-#define FABS    fabsf
+#define T          float
+#define F(name)    name##_f32
+#define GEMM       kn_sgemm
+#define GEMM_ON    kn_sgemm_serial
+#define EXP        kn_vexpf
+#define EXP_NEG    kn_vexpf_neg
+#define LOG        logf
+#define LOG1P      log1pf
+#define SQRT       sqrtf
+#define NORMCDF    kn_vnormcdff
+#define GELU_SLOPE kn_vgelu_slopef
+#define TANH       kn_vtanhf
+#define FABS       fabsf
 #include "cpu_kernels.inc"
 #undef T
 #undef F
 #undef GEMM
 #undef GEMM_ON
 #undef EXP
+#undef EXP_NEG
 #undef LOG
 #undef LOG1P
 #undef SQRT
 #undef NORMCDF
+#undef GELU_SLOPE
 #undef TANH
 #undef FABS
 
@@ -484,17 +488,19 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #ifdef KN_HAVE_ISA_PATHS /* op_table.h */
 #pragma GCC push_options
 #pragma GCC target("avx2")
-#define T       float
-#define F(name) name##_f32_avx2
-#define GEMM    kn_sgemm
-#define GEMM_ON kn_sgemm_serial
-#define EXP     kn_vexpf
-#define LOG     logf
-#define LOG1P   log1pf
-#define SQRT    sqrtf
-#define NORMCDF kn_vnormcdff
-#define TANH    kn_vtanhf
-#define FABS    fabsf
+#define T          float
+#define F(name)    name##_f32_avx2
+#define GEMM       kn_sgemm
+#define GEMM_ON    kn_sgemm_serial
+#define EXP        kn_vexpf
+#define EXP_NEG    kn_vexpf_neg
+#define LOG        logf
+#define LOG1P      log1pf
+#define SQRT       sqrtf
+#define NORMCDF    kn_vnormcdff
+#define GELU_SLOPE kn_vgelu_slopef
+#define TANH       kn_vtanhf
+#define FABS       fabsf
 #include "cpu_kernels.inc"
 #undef T
 #undef F
@@ -510,10 +516,12 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #undef GEMM
 #undef GEMM_ON
 #undef EXP
+#undef EXP_NEG
 #undef LOG
 #undef LOG1P
 #undef SQRT
 #undef NORMCDF
+#undef GELU_SLOPE
 #undef TANH
 #undef FABS
 #endif
@@ -526,13 +534,15 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
               m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc)
 #define GEMM_ON(workspace, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)                                \
   ((void)(workspace), GEMM(NULL, ta, tb, m, n, k, a, lda, b, ldb, c, ldc))
-#define EXP        exp
-#define LOG        log
-#define LOG1P      log1p
-#define SQRT       sqrt
-#define NORMCDF(x) (0.5 * (1 + erf((x)*0.70710678118654752440)))
-#define TANH       tanh
-#define FABS       fabs
+#define EXP           exp
+#define EXP_NEG       exp
+#define LOG           log
+#define LOG1P         log1p
+#define SQRT          sqrt
+#define NORMCDF(x)    (0.5 * (1 + erf((x)*0.70710678118654752440)))
+#define GELU_SLOPE(x) (NORMCDF(x) + (x)*exp(-0.5 * (x) * (x)) * 0.39894228040143267794)
+#define TANH          tanh
+#define FABS          fabs
 #include "cpu_kernels.inc"
 
 /* Threads: the CPU's features are read once, by whichever thread asks

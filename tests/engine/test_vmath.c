@@ -1,7 +1,8 @@
 /* The float kernels' own exp and tanh (vmath.h): within 2 ulp of the exact
- * values over their whole range, NaN and infinities as libm has them; the
+ * values over their whole range, NaN and infinities as libm has them (the
+ * bounded exps the activations use within 2 ulp on their range); the
  * normal CDF GELU uses within 2e-7 of exact and its tail below 0 to a
- * relative 1e-4; and
+ * relative 1e-4, GELU's slope within 3e-7; and
  * the unary ops built on them (tanh, sigmoid, elu, gelu and their
  * gradients) giving the same bits on every CPU path. */
 #include <float.h>
@@ -51,6 +52,35 @@ static void exp_is_within_2_ulp_everywhere(void **state) {
   assert_true(kn_vexpf(-105.0f) == 0.0f);
   assert_true(kn_vexpf(-100.0f) > 0.0f); /* subnormal, as libm's */
   assert_true(kn_vexpf(0.0f) == 1.0f);
+}
+
+/* The exps the activations use where they bound x themselves: e^x within
+ * 2 ulp on [-87.3, 88] (one normal power of two), and for x <= 0 the
+ * results that would be subnormal flushed to 0. */
+static void bounded_exps_are_within_2_ulp_and_flush_below_normal(void **state) {
+  (void)state;
+  double worst = 0.0, worst_neg = 0.0;
+  for (double v = -87.3; v <= 88.0; v += 1.0 / 4096) {
+    const double want = exp((double)(float)v);
+    const double e = ulps(kn_vexpf_normal((float)v), want);
+    if (e > worst) worst = e;
+    if (v <= 0) {
+      const double en = ulps(kn_vexpf_neg((float)v), want);
+      if (en > worst_neg) worst_neg = en;
+    }
+  }
+  for (double v = -1.0; v <= 0.0; v += 1.0 / 1048576) {
+    const double e = ulps(kn_vexpf_neg((float)v), exp((double)(float)v));
+    if (e > worst_neg) worst_neg = e;
+  }
+  printf("exp on [-87.3, 88]: worst %.3f ulp; for x <= 0: %.3f ulp\n", worst, worst_neg);
+  assert_true(worst <= 2.0);
+  assert_true(worst_neg <= 2.0);
+  assert_true(kn_vexpf_neg(0.0f) == 1.0f);
+  assert_true(kn_vexpf_neg(-87.4f) == 0.0f);
+  assert_true(kn_vexpf_neg(-1000.0f) == 0.0f);
+  assert_true(kn_vexpf_neg(-INFINITY) == 0.0f);
+  assert_true(kn_vexpf_neg(-87.2f) >= FLT_MIN);
 }
 
 static void tanh_is_within_2_ulp_and_odd(void **state) {
@@ -132,6 +162,27 @@ static void normal_cdf_is_within_2e_7_and_keeps_its_tail(void **state) {
   assert_float_equal(kn_vnormcdff(0.0f), 0.5, 1e-7);
 }
 
+/* GELU's slope, Phi(x) + x phi(x), from the one exp the tail and the
+ * density share: within 3e-7 of exact everywhere; NaN passes through. */
+static void gelu_slope_is_within_3e_7(void **state) {
+  (void)state;
+  double worst = 0.0;
+  float at = 0.0f;
+  for (double x = -14.0; x <= 14.0; x += 1.0 / 4096) {
+    const float xf = (float)x;
+    const double xd = xf;
+    const double want = 0.5 * erfc(-xd / sqrt(2.0)) + xd * exp(-0.5 * xd * xd) / sqrt(2.0 * M_PI);
+    const double err = fabs(kn_vgelu_slopef(xf) - want);
+    if (err > worst) worst = err, at = xf;
+  }
+  printf("GELU slope: worst absolute error %.3g at %.9g\n", worst, at);
+  assert_true(worst < 3e-7);
+  assert_true(isnan(kn_vgelu_slopef(NAN)));
+  assert_float_equal(kn_vgelu_slopef(INFINITY), 1.0, 0.0);
+  assert_float_equal(kn_vgelu_slopef(-INFINITY), 0.0, 0.0);
+  assert_float_equal(kn_vgelu_slopef(0.0f), 0.5, 1e-7);
+}
+
 static void unary_ops_give_the_same_bits_on_every_cpu_path(void **state) {
   (void)state;
   size_t n = 0, m = 0;
@@ -161,8 +212,10 @@ static void unary_ops_give_the_same_bits_on_every_cpu_path(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(exp_is_within_2_ulp_everywhere),
+      cmocka_unit_test(bounded_exps_are_within_2_ulp_and_flush_below_normal),
       cmocka_unit_test(tanh_is_within_2_ulp_and_odd),
       cmocka_unit_test(normal_cdf_is_within_2e_7_and_keeps_its_tail),
+      cmocka_unit_test(gelu_slope_is_within_3e_7),
       cmocka_unit_test(unary_ops_give_the_same_bits_on_every_cpu_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
