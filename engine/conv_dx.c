@@ -1,5 +1,6 @@
 /* conv_dx.c — a strided convolution's input gradient computed directly,
- * on CPUs with AVX-512F (a col2im_gemm node's float32 work).
+ * on CPUs with AVX-512F (a col2im_gemm node's work, in float32 and in
+ * mixed_bfloat16).
  *
  * col2im_gemm multiplies dy by the kernel into columns (a pixel's taps x
  * channels) and sums each dx element from the columns that hold it. With
@@ -23,6 +24,12 @@
  * Columns at the image's edges, which fewer taps reach, run one at a
  * time.
  *
+ * Under mixed_bfloat16 the operands are the bf16 GEMM's: the kernel in
+ * bf16, dy in bf16 or rounded to it (as the GEMM rounds a float32
+ * operand); both copies hold them widened, so every product is exact and
+ * the sums are float32's, as in the bf16 GEMM, and dx is summed without
+ * the bf16 rounding of each tap's sum that the columns' path stores.
+ *
  * Each dx element is summed by one thread, over its taps in col2im's
  * order (outputs ascending) and each tap's filters in order: the same
  * bits for any thread count. Nothing is allocated: the kernel's copy and
@@ -43,6 +50,8 @@ void kn_conv_dx_set_direct(int on) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "narrow_avx512.h"
+
 /* Most taps of one block (KH x KW), and the widest blocks: P columns x
  * 16 channels (a register each) or x 32 (two). */
 #define TAPS_MAX 64
@@ -55,7 +64,11 @@ int kn_conv_dx_direct(const kn_graph *g, const kn_node_rec *n) {
     return 0;
   const kn_conv_attrs *a = &n->attr.conv;
   const kn_node_rec *D = &g->nodes[n->inputs[0]], *K = &g->nodes[n->inputs[1]];
-  return n->dtype == KN_F32 && D->dtype == KN_F32 && K->dtype == KN_F32 && a->dh == 1 &&
+  /* float32, or mixed_bfloat16's bf16 kernel with dy in either */
+  const int operands = K->dtype == KN_F32
+                           ? D->dtype == KN_F32
+                           : K->dtype == KN_BF16 && (D->dtype == KN_F32 || D->dtype == KN_BF16);
+  return operands && n->dtype == KN_F32 && !n->round_bf16 && !n->narrow_copy && a->dh == 1 &&
          a->dw == 1 && n->dims[3] % 16 == 0 && a->kh * a->kw <= TAPS_MAX;
 }
 
@@ -69,7 +82,9 @@ size_t kn_conv_dx_floats(const kn_graph *g, const kn_node_rec *n, int threads) {
 typedef struct dx_job {
   const kn_conv_attrs *a;
   int H, W, C, F;
-  const float *dy, *k;
+  const void *dy, *k;
+  kn_dtype dy_type; /* KN_BF16, or KN_F32 (rounded to bf16 where the kernel is bf16) */
+  int narrow;       /* the kernel in bf16 (mixed_bfloat16) */
   float *dx;
   float *kt;  /* the kernel as (KH, KW, F, C) */
   float *dyt; /* each thread's image of dy as (OH, F, OW) */
@@ -205,27 +220,45 @@ __attribute__((target("avx512f"), always_inline)) static inline void transpose16
   }
 }
 
+/* dy's element i as the products take it: a float, a bf16 value widened
+ * (bf16), or a float rounded to bf16 (round). */
+static inline float dy_at(const void *dy, size_t i, int bf16, int round) {
+  if (bf16) return kn_bf16_to_f32(((const uint16_t *)dy)[i]);
+  const float v = ((const float *)dy)[i];
+  return round ? kn_bf16_round_f32(v) : v;
+}
+
+/* Sixteen of dy's elements from i on, as dy_at takes them. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+dy_load16(const void *dy, size_t i, int bf16, int round) {
+  if (bf16)
+    return kn_bf16_widen_avx512(_mm256_loadu_si256((const void *)((const uint16_t *)dy + i)));
+  const __m512 v = _mm512_loadu_ps((const float *)dy + i);
+  return round ? _mm512_castsi512_ps(_mm512_slli_epi32(kn_bf16_round_avx512(v), 16)) : v;
+}
+
 /* An image of dy (OH, OW, F) copied as (OH, F, OW): 16 pixels x 16
  * filters at a time, transposed in registers (the filters past the last
- * 16 one by one). */
-__attribute__((target("avx512f"))) static void copy_dy(const float *dy, float *dyt, int OH, int OW,
-                                                       int F) {
+ * 16 one by one); image is its first element's index. */
+__attribute__((target("avx512f"))) static void
+copy_dy(const void *dy, size_t image, int bf16, int round, float *dyt, int OH, int OW, int F) {
   for (int oy = 0; oy < OH; oy++) {
     for (int x0 = 0; x0 < OW; x0 += 16) {
       const int n = OW - x0 < 16 ? OW - x0 : 16;
       const __mmask16 m = (__mmask16)((1u << n) - 1);
-      const float *src = dy + ((size_t)oy * OW + x0) * F;
+      const size_t src = image + ((size_t)oy * OW + x0) * F;
       float *dst = dyt + (size_t)oy * F * OW + x0;
       int f = 0;
       for (; f + 16 <= F; f += 16) {
         __m512 r[16];
         for (int i = 0; i < 16; i++)
-          r[i] = i < n ? _mm512_loadu_ps(src + (size_t)i * F + f) : _mm512_setzero_ps();
+          r[i] = i < n ? dy_load16(dy, src + (size_t)i * F + f, bf16, round) : _mm512_setzero_ps();
         transpose16(r);
         for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(dst + (size_t)(f + c) * OW, m, r[c]);
       }
       for (; f < F; f++)
-        for (int i = 0; i < n; i++) dst[(size_t)f * OW + i] = src[(size_t)i * F + f];
+        for (int i = 0; i < n; i++)
+          dst[(size_t)f * OW + i] = dy_at(dy, src + (size_t)i * F + f, bf16, round);
     }
   }
 }
@@ -235,8 +268,8 @@ static void image(const dx_job *j, int64_t b, float *dyt) {
   const kn_conv_attrs *a = j->a;
   const int H = j->H, W = j->W, C = j->C, F = j->F, OH = a->oh, OW = a->ow;
   const int KH = a->kh, KW = a->kw, sh = a->sh, sw = a->sw;
-  const float *dy = j->dy + (size_t)b * OH * OW * F;
-  copy_dy(dy, dyt, OH, OW, F);
+  copy_dy(j->dy, (size_t)b * OH * OW * F, j->dy_type == KN_BF16, j->narrow && j->dy_type == KN_F32,
+          dyt, OH, OW, F);
   int hn[sh], hk[sh * KH], hb[sh * KH], wn[sw], wk[sw * KW], wb[sw * KW];
   col2im_axis rows, cols;
   col2im_axis_init(&rows, sh, a->pad_top, 1, KH, OH, hn, hk, hb);
@@ -306,9 +339,15 @@ static void kernel_rows(void *ctx, int64_t r0, int64_t r1) {
   const int C = j->C, F = j->F;
   for (int64_t r = r0; r < r1; r++) {
     const int64_t tap = r / F, f = r % F;
-    const float *src = j->k + (size_t)tap * C * F + f;
+    const size_t src = (size_t)tap * C * F + f;
     float *dst = j->kt + (size_t)r * C;
-    for (int c = 0; c < C; c++) dst[c] = src[(size_t)c * F];
+    if (j->narrow) {
+      const uint16_t *k = j->k;
+      for (int c = 0; c < C; c++) dst[c] = kn_bf16_to_f32(k[src + (size_t)c * F]);
+    } else {
+      const float *k = j->k;
+      for (int c = 0; c < C; c++) dst[c] = k[src + (size_t)c * F];
+    }
   }
 }
 
@@ -322,6 +361,8 @@ void kn_conv_dx_run(kn_graph *g, kn_node_rec *n) {
               .F = D->dims[3],
               .dy = D->data,
               .k = K->data,
+              .dy_type = D->dtype,
+              .narrow = K->dtype == KN_BF16,
               .dx = n->data,
               .kt = g->conv_buf,
               .images = kn_node_rows(g, n),

@@ -1378,7 +1378,10 @@ static kn_model_config residual_then_strided(kn_layer_config *layers) {
  * bf16 copy, batch norm's apply rounded and stored in bf16, the sums over
  * rows widened to double) against the AVX2 path's (or the baseline's),
  * whose loops are the scalar definitions: a residual block with batch norm
- * trains the same bits on both, on 1 and 2 threads. */
+ * trains the same bits on both, on 1 and 2 threads. The strided
+ * convolution's input gradient takes the columns' path on both: summed
+ * directly (conv_dx.c) it is AVX-512's alone, in its own order, and
+ * test_passes holds it to the columns' values. */
 static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
   (void)state;
   char err[256] = "";
@@ -1389,6 +1392,7 @@ static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
   kn_layer_config layers[13];
   kn_model_config cfg = residual_then_strided(layers);
   kn_amx_set(0); /* the AVX-512 path's vdpbf16ps, as the others' portable kernel (amx.h) */
+  kn_conv_dx_set_direct(0);
   for (int threads = 1; threads <= 2; threads++) {
     float wide[4], other[4];
     assert_int_equal(kn_cpu_set_isa(KN_ISA_AVX512, err, sizeof err), KN_OK);
@@ -1404,6 +1408,7 @@ static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
     kn_model_free(&b);
   }
   kn_amx_set(1);
+  kn_conv_dx_set_direct(1);
   assert_int_equal(kn_cpu_set_isa(KN_ISA_AUTO, err, sizeof err), KN_OK);
 }
 
@@ -1413,8 +1418,9 @@ static void residual_blocks_train_the_same_bits_on_each_isa_path(void **state) {
  * input gradient and dense layer. The two sum the same exact bf16
  * products in f32 in their own orders, so each gradient matches to about
  * f32's rounding of its sums (1e-6 of its norm is seen); a pair or lane
- * packed in the wrong place is off by its share of the norm. Skips
- * without AMX. */
+ * packed in the wrong place is off by its share of the norm. The strided
+ * input gradient runs on the columns' path, so that the GEMM computes it
+ * (summed directly, conv_dx.c, it takes no GEMM). Skips without AMX. */
 static void amx_tiles_train_as_the_vdpbf16ps_gemm(void **state) {
   (void)state;
   if (!kn_amx_available() || kn_gemm_bf16_kernel() != KN_GEMM_BF16_AVX512) {
@@ -1423,7 +1429,9 @@ static void amx_tiles_train_as_the_vdpbf16ps_gemm(void **state) {
   }
   kn_layer_config layers[13];
   const kn_model_config cfg = residual_then_strided(layers);
+  kn_conv_dx_set_direct(0);
   kn_model dot = build_from(&cfg, 2, ALL_EXACT, NULL), tiles = build_from(&cfg, 2, ALL_EXACT, NULL);
+  kn_conv_dx_set_direct(1);
   char err[256];
   fill_images(&dot, 16, 7);
   fill_images(&tiles, 16, 7);
@@ -1440,11 +1448,63 @@ static void amx_tiles_train_as_the_vdpbf16ps_gemm(void **state) {
   kn_model_free(&tiles);
 }
 
+/* Live col2im_gemm nodes of m summed directly (conv_dx.c). */
+static int direct_input_gradients(const kn_model *m) {
+  int n = 0;
+  for (int i = 0; i < m->graph->n_nodes; i++) {
+    const kn_node_rec *r = &m->graph->nodes[i];
+    n += !r->dead && r->op == KN_OP_COL2IM_GEMM && r->direct_dx;
+  }
+  return n;
+}
+
+/* A strided convolution's input gradient summed directly in
+ * mixed_bfloat16 (conv_dx.c on the bf16 GEMM's operands: the kernel in
+ * bf16, dy in bf16 or rounded to it, exact products, float32 sums)
+ * against the columns' path, whose bf16 GEMM rounds each tap's sum to
+ * bf16 before col2im adds them: the gradients within that rounding, and
+ * the direct sums the same bits on 1 and 3 threads. A dropped tap or
+ * filter is off by its share of the norm. Skips without AVX-512F. */
+static void strided_input_gradients_summed_directly_in_mixed_bfloat16(void **state) {
+  (void)state;
+  if (!kn_cpu_features_get()->avx512f) {
+    print_message("SKIPPED: no AVX-512F here: the columns' path is the only one\n");
+    skip();
+  }
+  kn_layer_config layers[13];
+  const kn_model_config cfg = residual_then_strided(layers);
+  kn_conv_dx_set_direct(0);
+  kn_model cols = build_from(&cfg, 1, ALL_EXACT, NULL);
+  kn_conv_dx_set_direct(1);
+  kn_model one = build_from(&cfg, 1, ALL_EXACT, NULL), three = build_from(&cfg, 3, ALL_EXACT, NULL);
+  assert_int_equal(direct_input_gradients(&cols), 0);
+  assert_int_equal(direct_input_gradients(&one), 1);
+  assert_int_equal(direct_input_gradients(&three), 1);
+  kn_model *models[3] = {&cols, &one, &three};
+  char err[256];
+  for (int i = 0; i < 3; i++) {
+    fill_images(models[i], 16, 7);
+    assert_int_equal(kn_graph_run(models[i]->graph, KN_RUN_TRAIN, 16, err, sizeof err), KN_OK);
+  }
+  const char *name = "";
+  const double worst = gradient_difference(&cols, &one, &name);
+  print_message("direct against columns: worst gradient difference %.3g (%s)\n", worst, name);
+  if (worst == 0.0) fail_msg("the same bits: the direct sums never ran");
+  if (worst > 1e-2) fail_msg("%s's gradient differs by %g of its norm", name, worst);
+  assert_memory_equal(kn_grads(one.graph), kn_grads(three.graph),
+                      kn_param_count(one.graph) * sizeof(float));
+  kn_model_free(&cols);
+  kn_model_free(&one);
+  kn_model_free(&three);
+}
+
 /* Strided convolutions' input gradients in mixed_bfloat16 by chunks of
  * images (col2im_chunks): each thread's bf16 GEMM into its chunk of bf16
  * columns, col2im summing them while they are in cache, as the matmul into
  * whole bf16 columns and col2im did: on and off, the same bits, on 1 and 3
- * threads, in chunks of the whole batch and of one image. */
+ * threads, in chunks of the whole batch and of one image (the columns'
+ * path: where the CPU sums the input gradient directly instead, conv_dx.c,
+ * the next test holds it to these values). */
 static const kn_layer_config strided_layers[5] = {
     {.type = KN_LAYER_CONV2D,
      .name = "stem",
@@ -1474,6 +1534,7 @@ static const kn_layer_config strided_layers[5] = {
 static void col2im_chunks_change_no_bits_in_mixed_bfloat16(void **state) {
   (void)state;
   require_kiln_gemm();
+  kn_conv_dx_set_direct(0);
   for (int one_image = 0; one_image <= 1; one_image++) {
     kn_col2im_set_chunk_bytes(one_image ? 1 : 0);
     for (int threads = 1; threads <= 3; threads += 2) {
@@ -1492,6 +1553,7 @@ static void col2im_chunks_change_no_bits_in_mixed_bfloat16(void **state) {
     }
   }
   kn_col2im_set_chunk_bytes(0);
+  kn_conv_dx_set_direct(1);
 }
 
 /* The same mixed_bfloat16 training on the AVX512-BF16 kernel and on the
@@ -1693,6 +1755,7 @@ int main(void) {
       cmocka_unit_test(batch_norms_match_their_definitions),
       cmocka_unit_test(relus_after_rounded_values_fuse_in_mixed_bfloat16),
       cmocka_unit_test(col2im_chunks_change_no_bits_in_mixed_bfloat16),
+      cmocka_unit_test(strided_input_gradients_summed_directly_in_mixed_bfloat16),
       cmocka_unit_test(loss_scaler_skips_and_halves_on_inf_and_grows_after_the_interval),
       cmocka_unit_test(mixed_bfloat16_training_learns),
       cmocka_unit_test(mixed_float16_training_skips_overflows_and_grows_the_scale),
