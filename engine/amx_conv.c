@@ -244,6 +244,253 @@ void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const v
   j.bands_buf = (uint16_t *)((band0 + 63) & ~(uintptr_t)63);
   kn_pool_share(g->pool, (int64_t)io->batch * j.bands, 1, direct_range, &j);
 }
+/* ---- weight gradients directly on the tiles ----
+ *
+ * dw[ki, kj, c, f] = sum over output pixels of x[y + ki, x + kj, c]
+ * dy[y, x, f], x padded to hq = oh + 2 rows of wq = ow + 2 columns. Lay a
+ * slice's images one after another at that padded size, pixel u = (i hq
+ * + yp) wq + xp, and take v over the same places for dy (zero where no
+ * output is: the columns x >= ow and the last two rows of each image):
+ * then tap (ki, kj) reads x at u = v + ki wq + kj, inside v's own image,
+ * and the tap's part of dw is one GEMM of depth v over the whole slice.
+ * A's row c is x's channel c along u from the tap's offset on (xt: x
+ * transposed, a row of every padded pixel per channel; the taps' rows
+ * overlap, no columns), B's pair row k is dy at v = 2k and 2k + 1 (dyp),
+ * so the tiles hold each tap's sums over the slice and store them once.
+ * Slices are fixed by the batch and the shape; each one is summed by one
+ * task into its own partial sums, and the partials are added in slice
+ * order: the same bits for any thread count. */
+
+#define WGRAD_SLICES      8
+#define WGRAD_SLICE_BYTES (4u << 20) /* a slice's two copies, on one thread */
+
+typedef struct wgrad_shape {
+  int wq, hq, slices, per; /* padded sides, slices, images a slice (at most) */
+  int nvp, ldx;            /* a slice's pixels summed (32s), xt's row */
+  size_t xt_values, dyp_words, slice_floats, scratch_floats;
+} wgrad_shape;
+
+static wgrad_shape wgrad_shape_of(const struct kn_wino_io *io) {
+  wgrad_shape w;
+  w.wq = io->ow + 2;
+  w.hq = io->oh + 2;
+  const int batch = io->batch < 1 ? 1 : io->batch;
+  const size_t image = (size_t)w.hq * w.wq * ((size_t)io->cin * 2 + (size_t)io->cout * 2);
+  w.slices = batch < WGRAD_SLICES ? batch : WGRAD_SLICES;
+  while (w.slices < batch &&
+         (size_t)((batch + w.slices - 1) / w.slices) * image > WGRAD_SLICE_BYTES)
+    w.slices++;
+  w.per = (batch + w.slices - 1) / w.slices;
+  w.nvp = (w.per * w.hq * w.wq + 31) / 32 * 32;
+  w.ldx = (w.nvp + 2 * w.wq + 2 + 31) / 32 * 32;
+  w.xt_values = (size_t)io->cin * w.ldx;
+  w.dyp_words = (size_t)w.nvp / 2 * io->cout;
+  w.slice_floats = (size_t)9 * io->cin * io->cout + (size_t)io->cout;
+  w.scratch_floats = (w.xt_values + 1) / 2 + w.dyp_words + 16;
+  return w;
+}
+
+int kn_amx_conv_wgrad_fits(const struct kn_wino_io *io) {
+  if (io->r != 3 || (io->d != 0 && io->d != 1) || io->cin % 16 || io->cout % 16) return 0;
+  const wgrad_shape w = wgrad_shape_of(io);
+  return w.scratch_floats * sizeof(float) <= 2 * (size_t)WGRAD_SLICE_BYTES;
+}
+
+/* The most any batch up to io's takes (a smaller batch may take fewer
+ * slices of more images). */
+size_t kn_amx_conv_wgrad_floats(int threads, const struct kn_wino_io *io) {
+  struct kn_wino_io at = *io;
+  size_t most = 0;
+  for (at.batch = 1; at.batch <= (io->batch < 1 ? 1 : io->batch); at.batch++) {
+    const wgrad_shape w = wgrad_shape_of(&at);
+    const size_t need = (size_t)w.slices * w.slice_floats +
+                        (size_t)(threads < 1 ? 1 : threads) * w.scratch_floats + 16;
+    if (need > most) most = need;
+  }
+  return most;
+}
+
+typedef struct wgrad_job {
+  const struct kn_wino_io *io;
+  wgrad_shape w;
+  const void *dy;
+  int dy_bf16;
+  float *partials, *scratch;
+  float *dw, *b_sums;
+} wgrad_job;
+
+/* Image b's padded pixels [u0, u0 + m) (m <= 16; u = yp wq + xp) of x's
+ * channels [c0, c0 + 16), zeros where the padding is, into xt's 16 rows
+ * from column at: transposed in registers as 32-bit lanes. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+transpose_pixels(const struct kn_wino_io *io, int64_t b, int wq, int u0, int m, int c0,
+                 uint16_t *xt, size_t ldx, size_t at) {
+  __m512 f[16], t[16];
+  int yp = u0 / wq, xp = u0 % wq;
+  for (int i = 0; i < 16; i++) {
+    const int y = yp - io->pt, x = xp - io->pl;
+    if (i >= m || y < 0 || y >= io->hp || x < 0 || x >= io->wp) {
+      f[i] = _mm512_setzero_ps();
+    } else {
+      const size_t e = (((size_t)b * io->hp + (size_t)y) * io->wp + (size_t)x) * io->cin + c0;
+      const __m256i h = io->x_bf16 == 1
+                            ? _mm256_loadu_si256((const void *)((const uint16_t *)io->x + e))
+                            : kn_bf16_pack16_native(_mm512_loadu_ps((const float *)io->x + e));
+      f[i] = _mm512_castsi512_ps(_mm512_cvtepu16_epi32(h));
+    }
+    if (++xp == wq) xp = 0, yp++;
+  }
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(f[2 * i], f[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(f[2 * i], f[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    f[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    f[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    f[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    f[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 2; i++) {
+    for (int k = 0; k < 4; k++) {
+      t[8 * i + k] = _mm512_shuffle_f32x4(f[8 * i + k], f[8 * i + 4 + k], 0x88);
+      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(f[8 * i + k], f[8 * i + 4 + k], 0xdd);
+    }
+  }
+  for (int k = 0; k < 8; k++) {
+    f[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    f[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+  }
+  const __mmask16 mk = kn_lanes_avx512(m);
+  for (int c = 0; c < 16; c++)
+    _mm256_mask_storeu_epi16(xt + (size_t)c * ldx + at, mk,
+                             _mm512_cvtepi32_epi16(_mm512_castps_si512(f[c])));
+}
+
+/* Images [b0, b1) of x as xt, one after another at the padded size, then
+ * zeros to ldx. */
+static void fill_xt(const wgrad_job *j, int64_t b0, int64_t b1, uint16_t *xt) {
+  const struct kn_wino_io *io = j->io;
+  const int wq = j->w.wq, per = j->w.hq * wq;
+  for (int64_t b = b0; b < b1; b++) {
+    const size_t base = (size_t)(b - b0) * per;
+    for (int u0 = 0; u0 < per; u0 += 16) {
+      const int m = per - u0 < 16 ? per - u0 : 16;
+      for (int c0 = 0; c0 < io->cin; c0 += 16)
+        transpose_pixels(io, b, wq, u0, m, c0, xt + (size_t)c0 * j->w.ldx, (size_t)j->w.ldx,
+                         base + (size_t)u0);
+    }
+  }
+  const size_t used = (size_t)(b1 - b0) * per;
+  for (int c = 0; c < io->cin; c++)
+    memset(xt + (size_t)c * j->w.ldx + used, 0, (j->w.ldx - used) * sizeof *xt);
+}
+
+/* Images [b0, b1) of dy as pair rows over the same places: word (k, f)
+ * holds dy at v = 2k (low half) and 2k + 1, rounded to bf16, zeros where
+ * no output is; each value as read added to bsum[f]. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+fill_dyp(const wgrad_job *j, int64_t b0, int64_t b1, uint32_t *dyp, float *bsum) {
+  const struct kn_wino_io *io = j->io;
+  const int cout = io->cout, wq = j->w.wq, hq = j->w.hq;
+  const __m512i lo_hi = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const int64_t images = b1 - b0, nv = j->w.nvp;
+  /* the place v's image, row and column, stepped along */
+  int64_t b = b0;
+  int y = 0, x = 0;
+  for (int64_t k = 0; k < nv / 2; k++) {
+    int64_t src[2];
+    for (int h = 0; h < 2; h++) {
+      src[h] = b - b0 < images && y < io->oh && x < io->ow
+                   ? (int64_t)(((size_t)b * io->oh + (size_t)y) * io->ow + (size_t)x) * cout
+                   : -1;
+      if (++x == wq) {
+        x = 0;
+        if (++y == hq) y = 0, b++;
+      }
+    }
+    for (int f = 0; f < cout; f += 16) {
+      __m256i half[2];
+      __m512 sum = _mm512_loadu_ps(bsum + f);
+      for (int h = 0; h < 2; h++) {
+        if (src[h] < 0) {
+          half[h] = _mm256_setzero_si256();
+          continue;
+        }
+        __m512 v;
+        if (j->dy_bf16) {
+          half[h] = _mm256_loadu_si256((const void *)((const uint16_t *)j->dy + src[h] + f));
+          v = kn_bf16_widen_avx512(half[h]);
+        } else {
+          v = _mm512_loadu_ps((const float *)j->dy + src[h] + f);
+          half[h] = kn_bf16_pack16_native(v);
+        }
+        sum = _mm512_add_ps(sum, v);
+      }
+      _mm512_storeu_ps(bsum + f, sum);
+      /* the two rows' lanes interleaved: v = 2k's value low */
+      const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+      _mm512_storeu_si512(dyp + (size_t)k * cout + f, _mm512_permutexvar_epi16(lo_hi, both));
+    }
+  }
+}
+
+/* Slices [s0, s1): each one's images into its partial sums. */
+static void wgrad_slices(void *ctx, int slot, int64_t s0, int64_t s1) {
+  const wgrad_job *j = ctx;
+  const struct kn_wino_io *io = j->io;
+  const int cin = io->cin, cout = io->cout, wq = j->w.wq;
+  float *scratch = j->scratch + (size_t)slot * j->w.scratch_floats;
+  uint32_t *dyp = (uint32_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+  uint16_t *xt = (uint16_t *)(void *)(dyp + j->w.dyp_words);
+  kn_amx_configure(16, 16);
+  for (int64_t s = s0; s < s1; s++) {
+    float *part = j->partials + (size_t)s * j->w.slice_floats, *bsum = part + 9 * cin * cout;
+    memset(bsum, 0, (size_t)cout * sizeof *bsum);
+    const int64_t b0 = s * j->w.per, b1 = b0 + j->w.per < io->batch ? b0 + j->w.per : io->batch;
+    if (b0 >= b1) {
+      memset(part, 0, (size_t)9 * cin * cout * sizeof *part);
+      continue;
+    }
+    fill_xt(j, b0, b1, xt);
+    fill_dyp(j, b0, b1, dyp, bsum);
+    /* the slice's pixels up to the last image's last row (32s) */
+    const int64_t kp = (((b1 - b0) * j->w.hq * wq + 31) / 32 * 32) / 2;
+    for (int t = 0; t < 9; t++) {
+      const ptrdiff_t off = (ptrdiff_t)(t / 3) * wq + t % 3;
+      kn_amx_gemm(cin, cout, (int)kp, 16, 16, xt + off, j->w.ldx, dyp, cout,
+                  part + (size_t)t * cin * cout, cout, 0);
+    }
+  }
+  kn_amx_release();
+}
+
+/* Rows [r0, r1) of dw (row 9 cin: the bias sums, where wanted): the
+ * slices' partials added in slice order. */
+static void wgrad_sum(void *ctx, int64_t r0, int64_t r1) {
+  const wgrad_job *j = ctx;
+  const int cout = j->io->cout;
+  for (int64_t r = r0; r < r1; r++) {
+    float *to = r < 9 * j->io->cin ? j->dw + (size_t)r * cout : j->b_sums;
+    if (!to) continue;
+    for (int f = 0; f < cout; f++) {
+      float v = j->partials[(size_t)r * cout + f];
+      for (int s = 1; s < j->w.slices; s++)
+        v += j->partials[(size_t)s * j->w.slice_floats + (size_t)r * cout + f];
+      to[f] = v;
+    }
+  }
+}
+
+void kn_amx_conv_wgrad(struct kn_graph *g, const struct kn_wino_io *io, const void *dy, int dy_bf16,
+                       float *dw, float *b_sums) {
+  wgrad_job j = {
+      .io = io, .w = wgrad_shape_of(io), .dy = dy, .dy_bf16 = dy_bf16, .dw = dw, .b_sums = b_sums};
+  j.partials = g->conv_buf;
+  j.scratch = j.partials + (size_t)j.w.slices * j.w.slice_floats;
+  kn_pool_share(g->pool, j.w.slices, 1, wgrad_slices, &j);
+  kn_pool_for(g->pool, (int64_t)9 * io->cin + 1, wgrad_sum, &j);
+}
 #else
 int kn_amx_conv_direct_fits(const struct kn_wino_io *io) {
   (void)io;
@@ -259,6 +506,22 @@ void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const v
                         int flip, const float *bias, int relu, float *y, uint16_t *y_copy) {
   (void)g, (void)io, (void)w, (void)w_bf16, (void)flip, (void)bias, (void)relu, (void)y,
       (void)y_copy;
+  abort(); /* the winograd pass marks no direct product where this does not build */
+}
+
+int kn_amx_conv_wgrad_fits(const struct kn_wino_io *io) {
+  (void)io;
+  return 0;
+}
+
+size_t kn_amx_conv_wgrad_floats(int threads, const struct kn_wino_io *io) {
+  (void)threads, (void)io;
+  return 0;
+}
+
+void kn_amx_conv_wgrad(struct kn_graph *g, const struct kn_wino_io *io, const void *dy, int dy_bf16,
+                       float *dw, float *b_sums) {
+  (void)g, (void)io, (void)dy, (void)dy_bf16, (void)dw, (void)b_sums;
   abort(); /* the winograd pass marks no direct product where this does not build */
 }
 #endif

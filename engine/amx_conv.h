@@ -67,4 +67,15 @@ size_t kn_amx_conv_direct_floats(int threads, const struct kn_wino_io *io);
 void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const void *w, int w_bf16,
                         int flip, const float *bias, int relu, float *y, uint16_t *y_copy);
 
+/* A weight gradient of a 3x3 kernel, undilated, over multiples of 16
+ * input and output channels, directly on the tiles (a node marked
+ * winograd 4, amx_conv.c): dw (3, 3, cin, cout) and, where b_sums is not
+ * NULL, the bias gradient (dy summed over the pixels); dy f32 (rounded to
+ * bf16 as it is read) or bf16. kn_amx_conv_wgrad_fits: the shape, and one
+ * image's two copies within a thread's megabyte. */
+int kn_amx_conv_wgrad_fits(const struct kn_wino_io *io);
+size_t kn_amx_conv_wgrad_floats(int threads, const struct kn_wino_io *io);
+void kn_amx_conv_wgrad(struct kn_graph *g, const struct kn_wino_io *io, const void *dy, int dy_bf16,
+                       float *dw, float *b_sums);
+
 #endif

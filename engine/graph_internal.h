@@ -174,9 +174,9 @@ typedef struct kn_node_rec {
    * phases) instead of a GEMM; 2 where it does so on bf16 products
    * (mixed_bfloat16 where kn_winograd_bf16_products, at compile); 3 where
    * those run on AMX tiles (kn_amx_available, at compile); 4 where a 3x3
-   * forward product or input gradient of up to 64 channels runs instead
-   * directly on the tiles, no transforms (amx_conv.h; winograd.c hands
-   * it over). */
+   * forward product or input gradient of up to 64 channels, or a weight
+   * gradient over multiples of 16 channels, runs instead directly on the
+   * tiles, no transforms (amx_conv.h; winograd.c hands it over). */
   int winograd;
   /* 1 on a col2im_gemm summed directly (conv_dx.c), decided at compile */
   int direct_dx;

@@ -1044,8 +1044,10 @@ int kn_lower_winograd(kn_graph *g) {
      * (amx_conv.h): the transforms and the tiles' stores of 36 positions'
      * sums cost more than the 2.25x products they save. Marked 4, it
      * still reads its input where it lies. */
-    const int direct = bf16_products && amx && !a.weight_grad && a.io.cin <= AMX_CONV_CHANNELS &&
-                       kn_amx_conv_direct_fits(&a.io);
+    const int direct =
+        bf16_products && amx &&
+        (a.weight_grad ? kn_amx_conv_wgrad_fits(&a.io)
+                       : a.io.cin <= AMX_CONV_CHANNELS && kn_amx_conv_direct_fits(&a.io));
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     /* 2: bf16 products; 3: on AMX tiles (3x3 only: 5x5 sums stay f32) */
     n->winograd = !bf16_products ? 1 : direct ? 4 : amx && r == 3 ? 3 : 2;

@@ -493,10 +493,12 @@ int kn_graph_compile(kn_graph *g, uint64_t seed, kn_plan_stats *stats, char *err
     if (n->winograd) {
       kn_wino_args a;
       kn_wino_args_of(g, n, &a);
-      need = a.io.direct ? kn_amx_conv_direct_floats(kn_pool_threads(g->pool), &a.io)
-                         : kn_winograd_floats(kn_pool_threads(g->pool), a.io.r, a.io.d, a.io.batch,
-                                              a.io.hp, a.io.wp, a.io.cin, a.io.oh, a.io.ow,
-                                              a.io.cout, a.weight_grad, a.io.amx);
+      need = a.io.direct && a.weight_grad
+                 ? kn_amx_conv_wgrad_floats(kn_pool_threads(g->pool), &a.io)
+             : a.io.direct ? kn_amx_conv_direct_floats(kn_pool_threads(g->pool), &a.io)
+                           : kn_winograd_floats(kn_pool_threads(g->pool), a.io.r, a.io.d,
+                                                a.io.batch, a.io.hp, a.io.wp, a.io.cin, a.io.oh,
+                                                a.io.ow, a.io.cout, a.weight_grad, a.io.amx);
     } else if (n->op == KN_OP_COL2IM_GEMM) {
       const kn_conv_attrs *a = &n->attr.conv;
       need = (size_t)kn_pool_threads(g->pool) * kn_col2im_chunk_images(g, n) * a->oh * a->ow *

@@ -1336,6 +1336,10 @@ static void finish_range(void *ctx, int64_t c0, int64_t c1) {
 
 void kn_winograd_wgrad(kn_graph *g, const kn_wino_io *io, const void *dy, int dy_bf16, float *dw,
                        float *b_sums) {
+  if (io->direct) { /* no transforms: directly on AMX tiles */
+    kn_amx_conv_wgrad(g, io, dy, dy_bf16, dw, b_sums);
+    return;
+  }
   wgrad_job j = {.s = io_shape(io, 0, 0, 1),
                  .x = io->x,
                  .dy = dy,

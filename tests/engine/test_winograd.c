@@ -99,6 +99,10 @@ static kn_graph *graph_for(const shape *s, int threads) {
     const size_t need = kn_amx_conv_direct_floats(threads, &direct);
     f = need > f ? need : f;
   }
+  if (kn_amx_available() && kn_amx_conv_wgrad_fits(&direct)) {
+    const size_t need = kn_amx_conv_wgrad_floats(threads, &direct);
+    f = need > f ? need : f;
+  }
   g->conv_buf = aligned_alloc(64, (f * sizeof(float) + 63) / 64 * 64);
   assert_non_null(g->conv_buf);
   const size_t packing = (size_t)threads * kn_gemm_workspace_floats() * sizeof(float);
@@ -440,7 +444,9 @@ static void check_forward(const shape *s, int relu, int flip, int bf16) {
   free(copy);
 }
 
-/* bf16: x and dy in bf16; 2: on bf16 products too. */
+/* bf16: x and dy in bf16; 2: on bf16 products too; 3: directly on AMX
+ * tiles (their sums in f32 over the exact products, as the definition's
+ * over the bf16 values). */
 static void check_weight_grad(const shape *s, int bf16) {
   const int r = side(s), d = dil(s);
   const size_t nx = (size_t)s->batch * s->h * s->w * s->cin, nw = (size_t)r * r * s->cin * s->cout;
@@ -472,8 +478,9 @@ static void check_weight_grad(const shape *s, int bf16) {
     float *dw = malloc((nw + s->cout) * sizeof *dw), *bsum = dw + nw;
     memset(dw, 0xff, (nw + s->cout) * sizeof *dw);
     kn_wino_io io = io_of(s, bf16 ? (const void *)xh : x, bf16 != 0);
-    io.bf16_products = bf16 == 2;
+    io.bf16_products = bf16 >= 2;
     io.amx = kn_amx_available();
+    io.direct = bf16 == 3;
     kn_winograd_wgrad(g, &io, bf16 ? (const void *)dyh : dy, bf16 != 0, dw, bsum);
     if (!first) {
       char what[128];
@@ -709,6 +716,37 @@ static void direct_products_on_amx_tiles_match_the_definition(void **state) {
   }
   print_message("%d products directly on the tiles\n", ran);
   assert_true(ran >= 8);
+}
+
+/* Weight gradients directly on AMX tiles (amx_conv.c: the images of a
+ * slice laid out one after another at the padded size, a GEMM a tap over
+ * the slice, x transposed and dy in pair rows): every 3x3 undilated shape
+ * over multiples of 16 channels, and "valid" and "same" ones of odd sizes
+ * and batches of several slices with a partial last one, against the
+ * definition over the bf16 values (2^-14 of the largest), the bias sums
+ * too, the same bits on 1 to 3 threads. */
+static void weight_gradients_on_amx_tiles_match_the_definition(void **state) {
+  (void)state;
+  if (!have_bf16_products() || !kn_amx_available()) {
+    print_message("SKIPPED: no AMX-BF16 on this CPU (or KILN_AMX=off): no direct products\n");
+    skip();
+  }
+  const shape more[] = {
+      {.batch = 19, .h = 9, .w = 11, .cin = 16, .cout = 32, .pt = 0, .pl = 0, .oh = 7, .ow = 9},
+      {.batch = 10, .h = 6, .w = 5, .cin = 48, .cout = 16, .pt = 1, .pl = 1, .oh = 6, .ow = 5},
+      {.batch = 1, .h = 3, .w = 3, .cin = 16, .cout = 16, .pt = 0, .pl = 0, .oh = 1, .ow = 1}};
+  int ran = 0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] + sizeof more / sizeof more[0]; i++) {
+    const size_t n = sizeof shapes / sizeof shapes[0];
+    const shape *s = i < n ? &shapes[i] : &more[i - n];
+    if (side(s) != 3 || dil(s) != 1) continue;
+    const kn_wino_io io = io_of(s, NULL, 1);
+    if (!kn_amx_conv_wgrad_fits(&io)) continue;
+    check_weight_grad(s, 3);
+    ran++;
+  }
+  print_message("%d weight gradients directly on the tiles\n", ran);
+  assert_true(ran >= 6);
 }
 
 /* Forward products, input gradients and weight gradients on bf16
@@ -956,6 +994,7 @@ int main(void) {
       cmocka_unit_test(weight_gradients_match_the_direct_sums),
       cmocka_unit_test(bf16_products_stay_within_their_rounding),
       cmocka_unit_test(direct_products_on_amx_tiles_match_the_definition),
+      cmocka_unit_test(weight_gradients_on_amx_tiles_match_the_definition),
       cmocka_unit_test(wide_products_by_chunks_match_the_direct_sums),
       cmocka_unit_test(a_padded_input_and_an_unpadded_one_give_the_same_bits),
       cmocka_unit_test(the_bf16_copy_rounds_as_a_cast_does),
