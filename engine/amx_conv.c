@@ -128,6 +128,7 @@ typedef struct direct_job {
   ptrdiff_t reach;
   uint16_t *bands_buf; /* BAND_VALUES a thread */
   const float *bias;
+  const float *add; /* an input gradient's other term (kn_wino_io.add), or NULL */
   int relu, round;
   float *y;
   uint16_t *y_copy;
@@ -184,6 +185,8 @@ direct_store(void *ctx, const float *sums, int rows, int64_t pixel, int c0, int 
       const __mmask16 m = kn_lanes_avx512(lanes - l);
       __m512 v = _mm512_maskz_loadu_ps(m, sums + (size_t)r * 32 + l);
       if (j->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->bias + c0 + l));
+      if (j->add) /* (where y is add's storage, each output is read once, then written) */
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, j->add + at + l));
       if (j->relu) v = _mm512_max_ps(_mm512_setzero_ps(), v); /* NaN passes */
       if (j->round) v = kn_bf16_round_f32_native(v);
       if (j->y) _mm512_mask_storeu_ps(j->y + at + l, m, v);
@@ -215,8 +218,13 @@ static void direct_range(void *ctx, int slot, int64_t t0, int64_t t1) {
 
 void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const void *w, int w_bf16,
                         int flip, const float *bias, int relu, float *y, uint16_t *y_copy) {
-  direct_job j = {
-      .io = io, .bias = bias, .relu = relu, .round = io->round_y, .y = y, .y_copy = y_copy};
+  direct_job j = {.io = io,
+                  .bias = bias,
+                  .add = io->add,
+                  .relu = relu,
+                  .round = io->round_y,
+                  .y = y,
+                  .y_copy = y_copy};
   j.band = band_rows(io, &j.wpp, &j.reach);
   kn_amx_conv_setup(&j.cv, io->cin, io->r, io->r, 1, j.wpp, io->ow, io->cout);
   j.bands = (io->oh + j.band - 1) / j.band;

@@ -268,7 +268,8 @@ static int takes_in_add(const kn_graph *g, const int *uses, kn_op op, kn_node t,
   switch (op) {
   case KN_OP_BN_APPLY: return T->n_inputs == 4 && !T->fused_relu && term < t;
   case KN_OP_COL2IM_GEMM: return T->n_inputs == 2 && kn_conv_dx_direct(g, T);
-  case KN_OP_CONV_INPUT_GRAD: return T->n_inputs == 2 && T->winograd == 1;
+  case KN_OP_CONV_INPUT_GRAD: /* Winograd's in float32, or directly on AMX tiles */
+    return T->n_inputs == 2 && (T->winograd == 1 || T->winograd == 4);
   default: return 0;
   }
 }
@@ -279,9 +280,12 @@ static int fuse_adds_into(kn_graph *g, int *uses, kn_op op) {
   for (int i = 0; i < g->n_nodes; i++) {
     kn_node_rec *A = &g->nodes[i];
     if (A->dead || A->op != KN_OP_ADD || A->n_inputs != 2 || A->keep || A->written_by ||
-        A->eval_written_by || A->storage != KN_STORE_ARENA || A->dtype != KN_F32 || A->round_bf16 ||
+        A->eval_written_by || A->storage != KN_STORE_ARENA || A->dtype != KN_F32 ||
         A->narrow_copy || A->folded)
       continue;
+    /* a rounded sum: an input gradient's products round after the add
+     * (kn_wino_io.round_y), the same value */
+    if (A->round_bf16 && op != KN_OP_CONV_INPUT_GRAD) continue;
     if (A->fused_relu && op != KN_OP_BN_APPLY) continue; /* only the norm applies a relu after */
     int best = -1, best_taps = 0;
     for (int k = 0; k < 2; k++) {

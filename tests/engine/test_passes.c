@@ -17,10 +17,14 @@
 
 #include <cmocka.h>
 
+#include "amx.h"
 #include "engine.h"
 #include "graph_internal.h"
 
 enum { BATCH = 6 };
+
+/* The precision train_threaded's models train in. */
+static kn_precision run_precision = KN_PRECISION_FLOAT32;
 
 static const kn_layer_config cnn_layers[] = {
     /* 16 filters, and 16 channels into sep and conv2: kiln's GEMM cuts
@@ -416,7 +420,8 @@ static result train_threaded(int cnn, unsigned passes, int unoptimized, int thre
                                    : cnn                               ? cnn_layers
                                                                        : mlp_layers,
                          .batch_size = BATCH,
-                         .seed = 3};
+                         .seed = 3,
+                         .precision = run_precision};
   kn_model m;
   char err[512] = "";
   if (kn_model_build(&cfg, &m, err, sizeof err)) fail_msg("build: %s", err);
@@ -904,6 +909,32 @@ static void an_identity_blocks_input_gradient_takes_in_the_add(void **state) {
   }
 }
 
+/* The same under mixed_bfloat16 where the input gradient runs directly on
+ * AMX tiles (amx_conv.c, winograd 4): it adds the shortcut's term as it
+ * stores each output, over that term's storage, then rounds the sum
+ * through bf16 as the add did; the same bits as without fusion, on 1 and
+ * 3 threads. */
+static void an_identity_blocks_input_gradient_on_amx_tiles_takes_in_the_add(void **state) {
+  (void)state;
+  require_kiln_gemm("products on AMX tiles, which it takes the add into,");
+  if (!kn_amx_available() || !kn_winograd_bf16_products()) {
+    print_message("SKIPPED: no AMX-BF16 on this CPU (or KILN_AMX=off): no products on tiles\n");
+    skip();
+  }
+  for (int threads = 1; threads <= 3; threads += 2) {
+    run_precision = KN_PRECISION_MIXED_BFLOAT16;
+    result all = train_threaded(RESBN, KN_PASS_ALL, 0, threads),
+           but = train_threaded(RESBN, KN_PASS_ALL & ~KN_PASS_FUSION, 0, threads);
+    run_precision = KN_PRECISION_FLOAT32; /* (before a failure leaves the test) */
+    assert_int_equal(all.input_grad_adds, 1);
+    assert_int_equal(all.input_grad_adds_in_place, 1);
+    assert_int_equal(but.input_grad_adds, 0);
+    assert_same(&all, &but, "mixed_bfloat16: all vs all but fusion");
+    release(&all);
+    release(&but);
+  }
+}
+
 /* concat_views on the branched graph: the two inner concatenations are
  * written into their readers' outputs, and two of the gradient's slices
  * (each read only by slices) are read where they lie; the concatenation
@@ -1105,6 +1136,7 @@ int main(void) {
       cmocka_unit_test(a_residual_blocks_adds_are_taken_into_its_norm_and_relu_gradient),
       cmocka_unit_test(a_projections_input_gradient_takes_in_the_add),
       cmocka_unit_test(an_identity_blocks_input_gradient_takes_in_the_add),
+      cmocka_unit_test(an_identity_blocks_input_gradient_on_amx_tiles_takes_in_the_add),
       cmocka_unit_test(concat_views_write_concatenations_in_place),
       cmocka_unit_test(bn_fold_folds_batch_norms_for_evaluation),
       cmocka_unit_test(thread_counts_give_identical_results),
