@@ -252,6 +252,7 @@ void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const v
   j.bands_buf = (uint16_t *)((band0 + 63) & ~(uintptr_t)63);
   kn_pool_share(g->pool, (int64_t)io->batch * j.bands, 1, direct_range, &j);
 }
+
 /* ---- weight gradients directly on the tiles ----
  *
  * dw[ki, kj, c, f] = sum over output pixels of x[y + ki, x + kj, c]
@@ -267,31 +268,43 @@ void kn_amx_conv_direct(struct kn_graph *g, const struct kn_wino_io *io, const v
  * so the tiles hold each tap's sums over the slice and store them once.
  * Slices are fixed by the batch and the shape; each one is summed by one
  * task into its own partial sums, and the partials are added in slice
- * order: the same bits for any thread count. */
+ * order: the same bits for any thread count.
+ *
+ * With stride 2, output (y, x) reads the padded input at (2y + ki,
+ * 2x + kj): tap (ki, kj) reads phase (ki % 2, kj % 2) of the input (its
+ * pixels (2 yy + ki % 2, 2 xx + kj % 2)) at (y + ki / 2, x + kj / 2),
+ * stride 1 within the phase. So xt holds the four phases, each laid out
+ * as above at hq = oh + 1 rows of wq = ow + 1, and each tap reads its
+ * phase from offset (ki / 2) wq + kj / 2. */
 
 #define WGRAD_SLICES      8
+#define WGRAD_DEPTH       256        /* pairs a block of depth (a multiple of 16) */
 #define WGRAD_SLICE_BYTES (4u << 20) /* a slice's two copies, on one thread */
 
 typedef struct wgrad_shape {
-  int wq, hq, slices, per; /* padded sides, slices, images a slice (at most) */
+  int s, phases;           /* the stride (1 or 2), its phases (s^2) */
+  int wq, hq, slices, per; /* a phase's padded sides, slices, images a slice (at most) */
   int nvp, ldx;            /* a slice's pixels summed (32s), xt's row */
   size_t xt_values, dyp_words, slice_floats, scratch_floats;
 } wgrad_shape;
 
 static wgrad_shape wgrad_shape_of(const struct kn_wino_io *io) {
   wgrad_shape w;
-  w.wq = io->ow + 2;
-  w.hq = io->oh + 2;
+  w.s = io->s > 1 ? io->s : 1;
+  w.phases = w.s * w.s;
+  w.wq = io->ow + 2 / w.s;
+  w.hq = io->oh + 2 / w.s;
   const int batch = io->batch < 1 ? 1 : io->batch;
-  const size_t image = (size_t)w.hq * w.wq * ((size_t)io->cin * 2 + (size_t)io->cout * 2);
+  const size_t image =
+      (size_t)w.hq * w.wq * ((size_t)io->cin * 2 * w.phases + (size_t)io->cout * 2);
   w.slices = batch < WGRAD_SLICES ? batch : WGRAD_SLICES;
   while (w.slices < batch &&
          (size_t)((batch + w.slices - 1) / w.slices) * image > WGRAD_SLICE_BYTES)
     w.slices++;
   w.per = (batch + w.slices - 1) / w.slices;
   w.nvp = (w.per * w.hq * w.wq + 31) / 32 * 32;
-  w.ldx = (w.nvp + 2 * w.wq + 2 + 31) / 32 * 32;
-  w.xt_values = (size_t)io->cin * w.ldx;
+  w.ldx = (w.nvp + 2 / w.s * (w.wq + 1) + 31) / 32 * 32;
+  w.xt_values = (size_t)w.phases * io->cin * w.ldx;
   w.dyp_words = (size_t)w.nvp / 2 * io->cout;
   w.slice_floats = (size_t)9 * io->cin * io->cout + (size_t)io->cout;
   w.scratch_floats = (w.xt_values + 1) / 2 + w.dyp_words + 16;
@@ -299,7 +312,8 @@ static wgrad_shape wgrad_shape_of(const struct kn_wino_io *io) {
 }
 
 int kn_amx_conv_wgrad_fits(const struct kn_wino_io *io) {
-  if (io->r != 3 || (io->d != 0 && io->d != 1) || io->cin % 16 || io->cout % 16) return 0;
+  if (io->r != 3 || (io->d != 0 && io->d != 1) || io->s > 2 || io->cin % 16 || io->cout % 16)
+    return 0;
   const wgrad_shape w = wgrad_shape_of(io);
   return w.scratch_floats * sizeof(float) <= 2 * (size_t)WGRAD_SLICE_BYTES;
 }
@@ -327,16 +341,17 @@ typedef struct wgrad_job {
   float *dw, *b_sums;
 } wgrad_job;
 
-/* Image b's padded pixels [u0, u0 + m) (m <= 16; u = yp wq + xp) of x's
- * channels [c0, c0 + 16), zeros where the padding is, into xt's 16 rows
+/* Image b's padded pixels [u0, u0 + m) (m <= 16; u = yp wq + xp) of
+ * phase (py, px) of x's channels [c0, c0 + 16) (the padded input's pixel
+ * (s yp + py, s xp + px)), zeros where the padding is, into xt's 16 rows
  * from column at: transposed in registers as 32-bit lanes. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-transpose_pixels(const struct kn_wino_io *io, int64_t b, int wq, int u0, int m, int c0,
-                 uint16_t *xt, size_t ldx, size_t at) {
+transpose_pixels(const struct kn_wino_io *io, int64_t b, int s, int py, int px, int wq, int u0,
+                 int m, int c0, uint16_t *xt, size_t ldx, size_t at) {
   __m512 f[16], t[16];
   int yp = u0 / wq, xp = u0 % wq;
   for (int i = 0; i < 16; i++) {
-    const int y = yp - io->pt, x = xp - io->pl;
+    const int y = s * yp + py - io->pt, x = s * xp + px - io->pl;
     if (i >= m || y < 0 || y >= io->hp || x < 0 || x >= io->wp) {
       f[i] = _mm512_setzero_ps();
     } else {
@@ -374,23 +389,27 @@ transpose_pixels(const struct kn_wino_io *io, int64_t b, int wq, int u0, int m, 
                              _mm512_cvtepi32_epi16(_mm512_castps_si512(f[c])));
 }
 
-/* Images [b0, b1) of x as xt, one after another at the padded size, then
- * zeros to ldx. */
+/* Images [b0, b1) of x as xt, each phase's rows (cin of them) one after
+ * another: the images one after another at the padded size, then zeros
+ * to ldx. */
 static void fill_xt(const wgrad_job *j, int64_t b0, int64_t b1, uint16_t *xt) {
   const struct kn_wino_io *io = j->io;
-  const int wq = j->w.wq, per = j->w.hq * wq;
-  for (int64_t b = b0; b < b1; b++) {
-    const size_t base = (size_t)(b - b0) * per;
-    for (int u0 = 0; u0 < per; u0 += 16) {
-      const int m = per - u0 < 16 ? per - u0 : 16;
-      for (int c0 = 0; c0 < io->cin; c0 += 16)
-        transpose_pixels(io, b, wq, u0, m, c0, xt + (size_t)c0 * j->w.ldx, (size_t)j->w.ldx,
-                         base + (size_t)u0);
-    }
-  }
+  const int s = j->w.s, wq = j->w.wq, per = j->w.hq * wq;
   const size_t used = (size_t)(b1 - b0) * per;
-  for (int c = 0; c < io->cin; c++)
-    memset(xt + (size_t)c * j->w.ldx + used, 0, (j->w.ldx - used) * sizeof *xt);
+  for (int ph = 0; ph < j->w.phases; ph++) {
+    uint16_t *xp = xt + (size_t)ph * io->cin * j->w.ldx;
+    for (int64_t b = b0; b < b1; b++) {
+      const size_t base = (size_t)(b - b0) * per;
+      for (int u0 = 0; u0 < per; u0 += 16) {
+        const int m = per - u0 < 16 ? per - u0 : 16;
+        for (int c0 = 0; c0 < io->cin; c0 += 16)
+          transpose_pixels(io, b, s, ph / s, ph % s, wq, u0, m, c0, xp + (size_t)c0 * j->w.ldx,
+                           (size_t)j->w.ldx, base + (size_t)u0);
+      }
+    }
+    for (int c = 0; c < io->cin; c++)
+      memset(xp + (size_t)c * j->w.ldx + used, 0, (j->w.ldx - used) * sizeof *xp);
+  }
 }
 
 /* Images [b0, b1) of dy as pair rows over the same places: word (k, f)
@@ -464,10 +483,18 @@ static void wgrad_slices(void *ctx, int slot, int64_t s0, int64_t s1) {
     fill_dyp(j, b0, b1, dyp, bsum);
     /* the slice's pixels up to the last image's last row (32s) */
     const int64_t kp = (((b1 - b0) * j->w.hq * wq + 31) / 32 * 32) / 2;
-    for (int t = 0; t < 9; t++) {
-      const ptrdiff_t off = (ptrdiff_t)(t / 3) * wq + t % 3;
-      kn_amx_gemm(cin, cout, (int)kp, 16, 16, xt + off, j->w.ldx, dyp, cout,
-                  part + (size_t)t * cin * cout, cout, 0);
+    /* by blocks of depth that stay in cache while the nine taps read them
+     * (their A rows overlap but for a row or two): dy's pairs, x's pixels
+     * a little past them */
+    for (int64_t k0 = 0; k0 < kp; k0 += WGRAD_DEPTH) {
+      const int kn = (int)(kp - k0 < WGRAD_DEPTH ? kp - k0 : WGRAD_DEPTH);
+      for (int t = 0; t < 9; t++) {
+        const int ki = t / 3, kj = t % 3, st = j->w.s;
+        const uint16_t *phase = xt + (size_t)((ki % st) * st + kj % st) * cin * j->w.ldx;
+        const ptrdiff_t off = (ptrdiff_t)(ki / st) * wq + kj / st + 2 * k0;
+        kn_amx_gemm(cin, cout, kn, 16, 16, phase + off, j->w.ldx, dyp + (size_t)k0 * cout, cout,
+                    part + (size_t)t * cin * cout, cout, k0 > 0);
+      }
     }
   }
   kn_amx_release();

@@ -799,6 +799,8 @@ typedef struct kn_wino_io {
   int x_bf16; /* 0: f32; 1: bf16; 2: f32, each value rounded to bf16 as it is read */
   int r;      /* the kernel's side: 3 or 5 */
   int d;      /* its dilation (the same down and across); 0 or 1: none */
+  int s;      /* its stride (the same down and across): 0 or 1, or 2 for a
+               * weight gradient directly on AMX tiles (kn_amx_conv_wgrad) */
   int batch, hp, wp, cin, pt, pl, oh, ow, cout;
   /* 3x3 products (forward, input and weight gradients) on bf16 values: the
    * transformed input and kernel (or dy) rounded to bf16, the 36 GEMMs on

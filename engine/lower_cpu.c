@@ -964,6 +964,7 @@ void kn_wino_args_of(const kn_graph *g, const kn_node_rec *n, kn_wino_args *a) {
                              .x_bf16 = x_bf16,
                              .r = P->attr.conv.kh,
                              .d = P->attr.conv.dh,
+                             .s = P->attr.conv.sh,
                              .batch = kn_node_rows(g, P),
                              .hp = S->dims[1],
                              .wp = S->dims[2],
@@ -1022,14 +1023,25 @@ int kn_lower_winograd(kn_graph *g) {
     if (mm && (n->argmax || n->attr.matmul.trans_b)) continue;
     const kn_node_rec *P = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
     const kn_conv_attrs *c = &P->attr.conv;
+    /* a 3x3 stride-2 weight gradient: directly on AMX tiles, by phases
+     * (amx_conv.c), or not marked */
+    const int strided = c->sh == 2 && c->sw == 2;
     if (P->op != KN_OP_CONV_PAD || (P->dtype != KN_F32 && P->dtype != KN_BF16) ||
         (B->dtype != KN_F32 && B->dtype != KN_BF16) || B->storage == KN_STORE_PART ||
-        (c->kh != 3 && c->kh != 5) || c->kw != c->kh || c->sh != 1 || c->sw != 1 || c->dh < 1 ||
-        c->dw != c->dh)
+        (c->kh != 3 && c->kh != 5) || c->kw != c->kh || ((c->sh != 1 || c->sw != 1) && !strided) ||
+        c->dh < 1 || c->dw != c->dh)
       continue;
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
     const int r = a.io.r, taps = r * r, reach = a.io.d * (r - 1);
+    if (strided) {
+      if (mm && a.weight_grad && bf16_products && amx && B->ndim == 2 && B->dims[1] == a.io.cout &&
+          n->dims[0] == taps * a.io.cin && n->dtype == KN_F32 && kn_amx_conv_wgrad_fits(&a.io)) {
+        n->winograd = 4;
+        marked++;
+      }
+      continue;
+    }
     if ((a.io.pt == 0 && a.io.pl == 0 &&
          (a.io.hp < a.io.oh + reach || a.io.wp < a.io.ow + reach)) ||
         !kn_winograd_pays(r, a.io.d, a.io.oh, a.io.ow, a.io.cin, a.io.cout))

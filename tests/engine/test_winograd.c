@@ -29,6 +29,7 @@ typedef struct shape {
   int oh, ow;
   int r; /* the kernel's side; 0: 3 */
   int d; /* its dilation; 0: 1 */
+  int s; /* its stride; 0: 1 (2: a weight gradient directly on AMX tiles only) */
 } shape;
 
 static int side(const shape *s) {
@@ -37,6 +38,10 @@ static int side(const shape *s) {
 
 static int dil(const shape *s) {
   return s->d ? s->d : 1;
+}
+
+static int stride(const shape *s) {
+  return s->s ? s->s : 1;
 }
 
 static float uniform(uint64_t *s) {
@@ -62,6 +67,7 @@ static kn_wino_io io_of(const shape *s, const void *x, int x_bf16) {
                       .x_bf16 = x_bf16,
                       .r = side(s),
                       .d = dil(s),
+                      .s = stride(s),
                       .batch = s->batch,
                       .hp = s->h,
                       .wp = s->w,
@@ -470,7 +476,8 @@ static void check_weight_grad(const shape *s, int bf16) {
               for (int c = 0; c < s->cin; c++)
                 if (bf16 != 2)
                   ref[(((size_t)ki * r + kj) * s->cin + c) * s->cout + f] +=
-                      dv * at(s, x, b, y + d * ki - s->pt, xx + d * kj - s->pl, c);
+                      dv * at(s, x, b, stride(s) * y + d * ki - s->pt,
+                              stride(s) * xx + d * kj - s->pl, c);
         }
   float *first = NULL;
   for (int threads = 1; threads <= 3; threads++) {
@@ -485,8 +492,8 @@ static void check_weight_grad(const shape *s, int bf16) {
     if (!first) {
       char what[128];
       snprintf(what, sizeof what,
-               "weight gradient %dx%d dilation %d, %dx%dx%d -> %dx%dx%d, batch %d%s", r, r, d, s->h,
-               s->w, s->cin, s->oh, s->ow, s->cout, s->batch,
+               "weight gradient %dx%d dilation %d stride %d, %dx%dx%d -> %dx%dx%d, batch %d%s", r,
+               r, d, stride(s), s->h, s->w, s->cin, s->oh, s->ow, s->cout, s->batch,
                bf16 == 3   ? ", directly on AMX tiles"
                : bf16 == 2 ? ", bf16 products"
                : bf16      ? ", bf16 operands"
@@ -722,7 +729,8 @@ static void direct_products_on_amx_tiles_match_the_definition(void **state) {
  * slice laid out one after another at the padded size, a GEMM a tap over
  * the slice, x transposed and dy in pair rows): every 3x3 undilated shape
  * over multiples of 16 channels, and "valid" and "same" ones of odd sizes
- * and batches of several slices with a partial last one, against the
+ * and batches of several slices with a partial last one, stride 1 and 2
+ * (by the input's four phases), against the
  * definition over the bf16 values (2^-14 of the largest), the bias sums
  * too, the same bits on 1 to 3 threads. */
 static void weight_gradients_on_amx_tiles_match_the_definition(void **state) {
@@ -734,7 +742,39 @@ static void weight_gradients_on_amx_tiles_match_the_definition(void **state) {
   const shape more[] = {
       {.batch = 19, .h = 9, .w = 11, .cin = 16, .cout = 32, .pt = 0, .pl = 0, .oh = 7, .ow = 9},
       {.batch = 10, .h = 6, .w = 5, .cin = 48, .cout = 16, .pt = 1, .pl = 1, .oh = 6, .ow = 5},
-      {.batch = 1, .h = 3, .w = 3, .cin = 16, .cout = 16, .pt = 0, .pl = 0, .oh = 1, .ow = 1}};
+      {.batch = 1, .h = 3, .w = 3, .cin = 16, .cout = 16, .pt = 0, .pl = 0, .oh = 1, .ow = 1},
+      /* stride 2, by phases: "same" as TensorFlow pads it (none above an
+       * even side), odd sides with a pad on each side, "valid" */
+      {.batch = 3,
+       .h = 28,
+       .w = 28,
+       .cin = 16,
+       .cout = 32,
+       .pt = 0,
+       .pl = 0,
+       .oh = 14,
+       .ow = 14,
+       .s = 2},
+      {.batch = 11,
+       .h = 13,
+       .w = 9,
+       .cin = 32,
+       .cout = 16,
+       .pt = 1,
+       .pl = 1,
+       .oh = 7,
+       .ow = 5,
+       .s = 2},
+      {.batch = 2,
+       .h = 11,
+       .w = 8,
+       .cin = 16,
+       .cout = 48,
+       .pt = 0,
+       .pl = 0,
+       .oh = 5,
+       .ow = 3,
+       .s = 2}};
   int ran = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] + sizeof more / sizeof more[0]; i++) {
     const size_t n = sizeof shapes / sizeof shapes[0];
@@ -746,7 +786,7 @@ static void weight_gradients_on_amx_tiles_match_the_definition(void **state) {
     ran++;
   }
   print_message("%d weight gradients directly on the tiles\n", ran);
-  assert_true(ran >= 6);
+  assert_true(ran >= 9);
 }
 
 /* Forward products, input gradients and weight gradients on bf16
