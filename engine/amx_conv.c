@@ -348,45 +348,25 @@ typedef struct wgrad_job {
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 transpose_pixels(const struct kn_wino_io *io, int64_t b, int s, int py, int px, int wq, int u0,
                  int m, int c0, uint16_t *xt, size_t ldx, size_t at) {
-  __m512 f[16], t[16];
+  __m512i f[16]; /* a pixel's 16 values, one to a 32-bit lane */
   int yp = u0 / wq, xp = u0 % wq;
   for (int i = 0; i < 16; i++) {
     const int y = s * yp + py - io->pt, x = s * xp + px - io->pl;
     if (i >= m || y < 0 || y >= io->hp || x < 0 || x >= io->wp) {
-      f[i] = _mm512_setzero_ps();
+      f[i] = _mm512_setzero_si512();
     } else {
       const size_t e = (((size_t)b * io->hp + (size_t)y) * io->wp + (size_t)x) * io->cin + c0;
       const __m256i h = io->x_bf16 == 1
                             ? _mm256_loadu_si256((const void *)((const uint16_t *)io->x + e))
                             : kn_bf16_pack16_native(_mm512_loadu_ps((const float *)io->x + e));
-      f[i] = _mm512_castsi512_ps(_mm512_cvtepu16_epi32(h));
+      f[i] = _mm512_cvtepu16_epi32(h);
     }
     if (++xp == wq) xp = 0, yp++;
   }
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(f[2 * i], f[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(f[2 * i], f[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; i++) {
-    f[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    f[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    f[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    f[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 2; i++) {
-    for (int k = 0; k < 4; k++) {
-      t[8 * i + k] = _mm512_shuffle_f32x4(f[8 * i + k], f[8 * i + 4 + k], 0x88);
-      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(f[8 * i + k], f[8 * i + 4 + k], 0xdd);
-    }
-  }
-  for (int k = 0; k < 8; k++) {
-    f[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-    f[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-  }
+  kn_transpose16_avx512(f);
   const __mmask16 mk = kn_lanes_avx512(m);
   for (int c = 0; c < 16; c++)
-    _mm256_mask_storeu_epi16(xt + (size_t)c * ldx + at, mk,
-                             _mm512_cvtepi32_epi16(_mm512_castps_si512(f[c])));
+    _mm256_mask_storeu_epi16(xt + (size_t)c * ldx + at, mk, _mm512_cvtepi32_epi16(f[c]));
 }
 
 /* Images [b0, b1) of x as xt, each phase's rows (cin of them) one after

@@ -193,33 +193,6 @@ __attribute__((target("avx512f"))) static void no_taps(const dx_job *j, float *o
       _mm512_storeu_ps(out + c, add ? _mm512_loadu_ps(add + c) : _mm512_setzero_ps());
 }
 
-/* r[i] (16 floats each) transposed in place: afterwards r[c][i] is
- * what r[i][c] was (unpacks, then shuffles of pairs, then of 128-bit
- * quarters twice). */
-__attribute__((target("avx512f"), always_inline)) static inline void transpose16(__m512 *r) {
-  __m512 t[16];
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; i++) { /* r[4i + k]: rows 4i .. 4i + 3, column 4q + k in quarter q */
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 2; i++) {
-    for (int k = 0; k < 4; k++) {
-      t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
-      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
-    }
-  }
-  for (int k = 0; k < 8; k++) {
-    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-    r[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-  }
-}
-
 /* dy's element i as the products take it: a float, a bf16 value widened
  * (bf16), or a float rounded to bf16 (round). */
 static inline float dy_at(const void *dy, size_t i, int bf16, int round) {
@@ -253,7 +226,7 @@ copy_dy(const void *dy, size_t image, int bf16, int round, float *dyt, int OH, i
         __m512 r[16];
         for (int i = 0; i < 16; i++)
           r[i] = i < n ? dy_load16(dy, src + (size_t)i * F + f, bf16, round) : _mm512_setzero_ps();
-        transpose16(r);
+        kn_transpose16_avx512((__m512i *)(void *)r); /* (the lanes as words) */
         for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(dst + (size_t)(f + c) * OW, m, r[c]);
       }
       for (; f < F; f++)

@@ -452,8 +452,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
   }
 }
 
-#define T          float
-#define F(name)    name##_f32
+/* The float kernels' functions, the same for every ISA path below. */
 #define GEMM       kn_sgemm
 #define GEMM_ON    kn_sgemm_serial
 #define EXP        kn_vexpf
@@ -465,20 +464,11 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #define GELU_SLOPE kn_vgelu_slopef
 #define TANH       kn_vtanhf
 #define FABS       fabsf
+#define T          float
+#define F(name)    name##_f32
 #include "cpu_kernels.inc"
 #undef T
 #undef F
-#undef GEMM
-#undef GEMM_ON
-#undef EXP
-#undef EXP_NEG
-#undef LOG
-#undef LOG1P
-#undef SQRT
-#undef NORMCDF
-#undef GELU_SLOPE
-#undef TANH
-#undef FABS
 
 /* The same float kernels again for AVX2 and AVX-512, chosen at run time
  * (kn_cpu_set_isa, or the best the CPU has). cpu.c is built with
@@ -488,19 +478,8 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #ifdef KN_HAVE_ISA_PATHS /* op_table.h */
 #pragma GCC push_options
 #pragma GCC target("avx2")
-#define T          float
-#define F(name)    name##_f32_avx2
-#define GEMM       kn_sgemm
-#define GEMM_ON    kn_sgemm_serial
-#define EXP        kn_vexpf
-#define EXP_NEG    kn_vexpf_neg
-#define LOG        logf
-#define LOG1P      log1pf
-#define SQRT       sqrtf
-#define NORMCDF    kn_vnormcdff
-#define GELU_SLOPE kn_vgelu_slopef
-#define TANH       kn_vtanhf
-#define FABS       fabsf
+#define T       float
+#define F(name) name##_f32_avx2
 #include "cpu_kernels.inc"
 #undef T
 #undef F
@@ -513,6 +492,7 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #pragma GCC pop_options
 #undef T
 #undef F
+#endif
 #undef GEMM
 #undef GEMM_ON
 #undef EXP
@@ -524,7 +504,6 @@ static void im2col_rows(const kn_graph *g, const kn_node_rec *n, int64_t begin, 
 #undef GELU_SLOPE
 #undef TANH
 #undef FABS
-#endif
 
 #define T       double
 #define F(name) name##_f64

@@ -894,19 +894,25 @@ static void a_projections_input_gradient_takes_in_the_add(void **state) {
  * norm gradient alone, taken into the input gradient, which adds the
  * shortcut's term as it stores each output, over that term's storage:
  * the same bits as without fusion, on 1 and 3 threads. */
-static void an_identity_blocks_input_gradient_takes_in_the_add(void **state) {
-  (void)state;
-  require_kiln_gemm("Winograd's products, which it takes the add into,");
+static void identity_block_takes_in_the_add(kn_precision precision, const char *what) {
   for (int threads = 1; threads <= 3; threads += 2) {
+    run_precision = precision;
     result all = train_threaded(RESBN, KN_PASS_ALL, 0, threads),
            but = train_threaded(RESBN, KN_PASS_ALL & ~KN_PASS_FUSION, 0, threads);
+    run_precision = KN_PRECISION_FLOAT32; /* (before a failure leaves the test) */
     assert_int_equal(all.input_grad_adds, 1);
     assert_int_equal(all.input_grad_adds_in_place, 1);
     assert_int_equal(but.input_grad_adds, 0);
-    assert_same(&all, &but, "all vs all but fusion");
+    assert_same(&all, &but, what);
     release(&all);
     release(&but);
   }
+}
+
+static void an_identity_blocks_input_gradient_takes_in_the_add(void **state) {
+  (void)state;
+  require_kiln_gemm("Winograd's products, which it takes the add into,");
+  identity_block_takes_in_the_add(KN_PRECISION_FLOAT32, "all vs all but fusion");
 }
 
 /* The same under mixed_bfloat16 where the input gradient runs directly on
@@ -921,18 +927,8 @@ static void an_identity_blocks_input_gradient_on_amx_tiles_takes_in_the_add(void
     print_message("SKIPPED: no AMX-BF16 on this CPU (or KILN_AMX=off): no products on tiles\n");
     skip();
   }
-  for (int threads = 1; threads <= 3; threads += 2) {
-    run_precision = KN_PRECISION_MIXED_BFLOAT16;
-    result all = train_threaded(RESBN, KN_PASS_ALL, 0, threads),
-           but = train_threaded(RESBN, KN_PASS_ALL & ~KN_PASS_FUSION, 0, threads);
-    run_precision = KN_PRECISION_FLOAT32; /* (before a failure leaves the test) */
-    assert_int_equal(all.input_grad_adds, 1);
-    assert_int_equal(all.input_grad_adds_in_place, 1);
-    assert_int_equal(but.input_grad_adds, 0);
-    assert_same(&all, &but, "mixed_bfloat16: all vs all but fusion");
-    release(&all);
-    release(&but);
-  }
+  identity_block_takes_in_the_add(KN_PRECISION_MIXED_BFLOAT16,
+                                  "mixed_bfloat16: all vs all but fusion");
 }
 
 /* concat_views on the branched graph: the two inner concatenations are
