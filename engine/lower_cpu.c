@@ -1023,8 +1023,7 @@ int kn_lower_winograd(kn_graph *g) {
     if (mm && (n->argmax || n->attr.matmul.trans_b)) continue;
     const kn_node_rec *P = &g->nodes[n->inputs[0]], *B = &g->nodes[n->inputs[1]];
     const kn_conv_attrs *c = &P->attr.conv;
-    /* a 3x3 stride-2 weight gradient: directly on AMX tiles, by phases
-     * (amx_conv.c), or not marked */
+    /* stride 2: only a 3x3 weight gradient, directly on AMX tiles */
     const int strided = c->sh == 2 && c->sw == 2;
     if (P->op != KN_OP_CONV_PAD || (P->dtype != KN_F32 && P->dtype != KN_BF16) ||
         (B->dtype != KN_F32 && B->dtype != KN_BF16) || B->storage == KN_STORE_PART ||
@@ -1034,9 +1033,23 @@ int kn_lower_winograd(kn_graph *g) {
     kn_wino_args a;
     kn_wino_args_of(g, n, &a);
     const int r = a.io.r, taps = r * r, reach = a.io.d * (r - 1);
-    if (strided) {
-      if (mm && a.weight_grad && bf16_products && amx && B->ndim == 2 && B->dims[1] == a.io.cout &&
-          n->dims[0] == taps * a.io.cin && n->dtype == KN_F32 && kn_amx_conv_wgrad_fits(&a.io)) {
+    /* B as the product reads it: the kernel (r^2 C_in, C_out) or, for the
+     * weight gradient, dy (batch x oh x ow, C_out) */
+    if (mm && (B->ndim != 2 || B->dims[1] != a.io.cout)) continue;
+    if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
+    if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
+    /* On AMX tiles a forward product or input gradient of up to 64
+     * channels read runs faster directly, its columns read in place
+     * (amx_conv.h): the transforms and the tiles' stores of 36 positions'
+     * sums cost more than the 2.25x products they save; so does a weight
+     * gradient over multiples of 16 channels, stride 2 by phases. Marked
+     * 4, it still reads its input where it lies. */
+    const int direct = bf16_products && amx &&
+                       (a.weight_grad ? kn_amx_conv_wgrad_fits(&a.io)
+                                      : !strided && a.io.cin <= AMX_CONV_CHANNELS &&
+                                            kn_amx_conv_direct_fits(&a.io));
+    if (strided) { /* a weight gradient directly on the tiles, or nothing */
+      if (direct) {
         n->winograd = 4;
         marked++;
       }
@@ -1046,20 +1059,6 @@ int kn_lower_winograd(kn_graph *g) {
          (a.io.hp < a.io.oh + reach || a.io.wp < a.io.ow + reach)) ||
         !kn_winograd_pays(r, a.io.d, a.io.oh, a.io.ow, a.io.cin, a.io.cout))
       continue;
-    /* B as the product reads it: the kernel (r^2 C_in, C_out) or, for the
-     * weight gradient, dy (batch x oh x ow, C_out) */
-    if (mm && (B->ndim != 2 || B->dims[1] != a.io.cout)) continue;
-    if (mm && !a.weight_grad && B->dims[0] != taps * a.io.cin) continue;
-    if (mm && a.weight_grad && (n->dims[0] != taps * a.io.cin || n->dtype != KN_F32)) continue;
-    /* On AMX tiles a forward product or input gradient of up to 64
-     * channels read runs faster directly, its columns read in place
-     * (amx_conv.h): the transforms and the tiles' stores of 36 positions'
-     * sums cost more than the 2.25x products they save. Marked 4, it
-     * still reads its input where it lies. */
-    const int direct =
-        bf16_products && amx &&
-        (a.weight_grad ? kn_amx_conv_wgrad_fits(&a.io)
-                       : a.io.cin <= AMX_CONV_CHANNELS && kn_amx_conv_direct_fits(&a.io));
     if (n->op == KN_OP_MATMUL_BIAS_ACT && g->nodes[n->inputs[2]].dtype != KN_F32) continue;
     /* 2: bf16 products; 3: on AMX tiles (3x3 only: 5x5 sums stay f32) */
     n->winograd = !bf16_products ? 1 : direct ? 4 : amx && r == 3 ? 3 : 2;
